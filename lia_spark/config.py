@@ -1,0 +1,398 @@
+"""Job configuration: YAML files -> validated, frozen dataclasses.
+
+Load order: the dataclass defaults (mirrored in ``conf/defaults.yaml``), then the user's ``--conf FILE``,
+then ``section.key=value`` overrides (values parsed as YAML). Every invalid value raises :class:`ConfigError` naming the field
+(``section.key``) and the offending value; unknown keys are errors too, so typos never pass silently.
+"""
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import math
+import os
+import typing
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+POSTERIOR_MECHANISMS = ("rr", "llp", "llp_laplace", "llp_geometric")
+TRAINING_MECHANISMS = (
+    "none", "rr", "rr_with_prior", "lp_2st", "rr_debiased", "llp", "llp_laplace", "llp_geometric",
+)
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or out of range; the message names the field."""
+
+
+def _fail(field: str, value: Any, requirement: str) -> typing.NoReturn:
+    raise ConfigError(f"{field}: {requirement}, got {value!r}")
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path or path.startswith("dbfs:")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Identity of a run: its name, master seed and output folder."""
+
+    name: str = "lia-spark"
+    seed: int = 20261122
+    output_dir: str = "runs/default"
+    force: bool = False
+
+    def validate(self) -> None:
+        if not self.name.strip():
+            _fail("run.name", self.name, "must be a non-empty string")
+        if not 0 <= self.seed < 2**63:
+            _fail("run.seed", self.seed, "must be an integer in [0, 2^63)")
+        if not self.output_dir.strip():
+            _fail("run.output_dir", self.output_dir, "must be a non-empty path")
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkConfig:
+    """Local-session defaults; ignored where a session already exists or spark-submit sets them."""
+
+    master: str = "local[2]"
+    app_name: str = "lia-spark"
+    driver_memory: str = "4g"
+    shuffle_partitions: int = 0
+    arrow_batch_rows: int = 100_000
+    extra: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not self.master.strip():
+            _fail("spark.master", self.master, "must be a Spark master URL such as local[2]")
+        if self.shuffle_partitions < 0:
+            _fail("spark.shuffle_partitions", self.shuffle_partitions, "must be >= 0 (0 = 4 x cores)")
+        if self.arrow_batch_rows < 1:
+            _fail("spark.arrow_batch_rows", self.arrow_batch_rows, "must be >= 1")
+        if not self.driver_memory[:-1].isdigit() or self.driver_memory[-1].lower() not in "kmgt":
+            _fail("spark.driver_memory", self.driver_memory, "must look like 512m or 4g")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where the day-partitioned Parquet table comes from and goes to (SPEC 1.1)."""
+
+    source: str = "synthetic"
+    criteo_paths: tuple[str, ...] = ()
+    parquet_path: str = ""
+    quarantine_path: str = ""
+    max_malformed_share: float = 0.001
+    kaggle_days: int = 7
+
+    def validate(self) -> None:
+        if self.source not in ("synthetic", "criteo"):
+            _fail("data.source", self.source, "must be one of synthetic, criteo")
+        if self.source == "criteo" and not self.criteo_paths:
+            _fail("data.criteo_paths", self.criteo_paths, "must list day_N[.gz] or train.txt files when source=criteo")
+        for path in self.criteo_paths:
+            if not _is_remote(path) and not Path(path).exists():
+                _fail("data.criteo_paths", path, "must name existing files or folders")
+        if not 0.0 <= self.max_malformed_share <= 1.0:
+            _fail("data.max_malformed_share", self.max_malformed_share, "must be in [0, 1]")
+        if self.kaggle_days < 1:
+            _fail("data.kaggle_days", self.kaggle_days, "must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticConfig:
+    """Synthetic Criteo twin (SPEC 1.2): size, days, target click rate and output formats."""
+
+    rows_per_day: int = 100_000
+    days: int = 2
+    click_rate: float = 0.032
+    write_tsv: bool = False
+    gzip: bool = False
+    partitions: int = 0
+
+    def validate(self) -> None:
+        if self.rows_per_day < 1:
+            _fail("synthetic.rows_per_day", self.rows_per_day, "must be >= 1")
+        if not 1 <= self.days <= 24:
+            _fail("synthetic.days", self.days, "must be in [1, 24]")
+        if not 0.0 < self.click_rate < 1.0:
+            _fail("synthetic.click_rate", self.click_rate, "must be in (0, 1)")
+        if self.partitions < 0:
+            _fail("synthetic.partitions", self.partitions, "must be >= 0 (0 = automatic)")
+
+
+@dataclasses.dataclass(frozen=True)
+class MechanismsConfig:
+    """Release mechanisms of SPEC 2 applied over an (epsilon, bag size) grid, posteriors per SPEC 3."""
+
+    day: int = 1
+    prior_column: str = "eta"
+    names: tuple[str, ...] = POSTERIOR_MECHANISMS
+    epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
+    bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    bags_per_group: int = 0
+    write_rows: bool = True
+
+    def validate(self) -> None:
+        if self.day < 0:
+            _fail("mechanisms.day", self.day, "must be >= 0")
+        if not self.names:
+            _fail("mechanisms.names", self.names, "must list at least one mechanism")
+        for name in self.names:
+            if name not in POSTERIOR_MECHANISMS:
+                _fail("mechanisms.names", name, f"must be one of {', '.join(POSTERIOR_MECHANISMS)}")
+        for epsilon in self.epsilons:
+            if not (0.0 < epsilon < math.inf):
+                _fail("mechanisms.epsilons", epsilon, "must be finite and > 0")
+        for bag_size in self.bag_sizes:
+            if not 1 <= bag_size <= 4096:
+                _fail("mechanisms.bag_sizes", bag_size, "must be in [1, 4096]")
+        if self.bags_per_group < 0:
+            _fail("mechanisms.bags_per_group", self.bags_per_group, "must be >= 0 (0 = automatic)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelsConfig:
+    """Proxy M' (earlier day, true labels) and target M (later day, privatized labels), SPEC 4."""
+
+    library: str = "xgboost"
+    execution: str = "in_memory"
+    proxy_day: int = 0
+    target_day: int = 1
+    training_mechanism: str = "none"
+    epsilon: float = math.inf
+    bag_size: int = 1
+    n_estimators: int = 200
+    max_depth: int = 6
+    learning_rate: float = 0.1
+    early_stopping_rounds: int = 20
+    split: tuple[float, ...] = (0.8, 0.04, 0.16)
+    hash_buckets: int = 1 << 18
+    utility_epsilons: tuple[float, ...] = (0.1, 1.0, 2.0, 4.0, 8.0, math.inf)
+    utility_bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+    def validate(self) -> None:
+        if self.library not in ("xgboost", "catboost"):
+            _fail("models.library", self.library, "must be one of xgboost, catboost")
+        if self.execution not in ("in_memory", "distributed"):
+            _fail("models.execution", self.execution, "must be one of in_memory, distributed")
+        if self.proxy_day < 0 or self.target_day < 0:
+            _fail("models.proxy_day/target_day", (self.proxy_day, self.target_day), "must be >= 0")
+        if self.proxy_day == self.target_day:
+            _fail("models.target_day", self.target_day, "must differ from models.proxy_day")
+        if self.training_mechanism not in TRAINING_MECHANISMS:
+            _fail("models.training_mechanism", self.training_mechanism, f"must be one of {', '.join(TRAINING_MECHANISMS)}")
+        if not self.epsilon > 0:
+            _fail("models.epsilon", self.epsilon, "must be > 0 (inf = no noise)")
+        if self.bag_size < 1:
+            _fail("models.bag_size", self.bag_size, "must be >= 1")
+        if self.n_estimators < 1:
+            _fail("models.n_estimators", self.n_estimators, "must be >= 1")
+        if not 1 <= self.max_depth <= 16:
+            _fail("models.max_depth", self.max_depth, "must be in [1, 16]")
+        if not 0.0 < self.learning_rate <= 1.0:
+            _fail("models.learning_rate", self.learning_rate, "must be in (0, 1]")
+        if self.early_stopping_rounds < 0:
+            _fail("models.early_stopping_rounds", self.early_stopping_rounds, "must be >= 0 (0 = off)")
+        if len(self.split) != 3 or min(self.split) <= 0 or abs(sum(self.split) - 1.0) > 1e-9:
+            _fail("models.split", self.split, "must be three positive shares (train, validation, test) summing to 1")
+        if self.hash_buckets < 2:
+            _fail("models.hash_buckets", self.hash_buckets, "must be >= 2")
+        for epsilon in self.utility_epsilons:
+            if not epsilon > 0:
+                _fail("models.utility_epsilons", epsilon, "must be > 0")
+        for bag_size in self.utility_bag_sizes:
+            if bag_size < 1:
+                _fail("models.utility_bag_sizes", bag_size, "must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditConfig:
+    """Observational one-run audit (SPEC 5) and its epsilon lower bounds (SPEC 6)."""
+
+    repetitions: int = 100
+    score: str = "difference"
+    t: float = 2.0
+    confidence: float = 0.95
+    delta: float = 0.0
+    tau: float = 0.0
+    canaries: int = 0
+    sweep_step_percent: float = 1.0
+    extra_guess_share: float = 0.001
+    convention: str = "bonferroni"
+    bounds: tuple[str, ...] = ("binomial", "gdp")
+
+    def validate(self) -> None:
+        if self.repetitions < 1:
+            _fail("audit.repetitions", self.repetitions, "must be >= 1")
+        if self.score not in ("difference", "log_ratio"):
+            _fail("audit.score", self.score, "must be one of difference, log_ratio")
+        if not self.t >= 0:
+            _fail("audit.t", self.t, "must be >= 0")
+        if not 0.0 < self.confidence < 1.0:
+            _fail("audit.confidence", self.confidence, "must be in (0, 1)")
+        if not 0.0 <= self.delta < 1.0:
+            _fail("audit.delta", self.delta, "must be in [0, 1)")
+        if not 0.0 <= self.tau < 1.0:
+            _fail("audit.tau", self.tau, "must be in [0, 1)")
+        if self.canaries < 0:
+            _fail("audit.canaries", self.canaries, "must be >= 0 (0 = every training row)")
+        if not 0.0 < self.sweep_step_percent <= 100.0:
+            _fail("audit.sweep_step_percent", self.sweep_step_percent, "must be in (0, 100]")
+        if not 0.0 <= self.extra_guess_share <= 1.0:
+            _fail("audit.extra_guess_share", self.extra_guess_share, "must be in [0, 1]")
+        if self.convention not in ("bonferroni", "paper"):
+            _fail("audit.convention", self.convention, "must be one of bonferroni, paper")
+        for method in self.bounds:
+            if method not in ("binomial", "gdp"):
+                _fail("audit.bounds", method, "must be one of binomial, gdp")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackingConfig:
+    """MLflow tracking: empty URI = $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory."""
+
+    enabled: bool = True
+    tracking_uri: str = ""
+    experiment: str = "lia-spark"
+
+    def validate(self) -> None:
+        if not self.experiment.strip():
+            _fail("tracking.experiment", self.experiment, "must be a non-empty name")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The whole job configuration, one frozen section per stage."""
+
+    run: RunConfig = dataclasses.field(default_factory=RunConfig)
+    spark: SparkConfig = dataclasses.field(default_factory=SparkConfig)
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    synthetic: SyntheticConfig = dataclasses.field(default_factory=SyntheticConfig)
+    mechanisms: MechanismsConfig = dataclasses.field(default_factory=MechanismsConfig)
+    models: ModelsConfig = dataclasses.field(default_factory=ModelsConfig)
+    audit: AuditConfig = dataclasses.field(default_factory=AuditConfig)
+    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
+
+    @property
+    def parquet_path(self) -> str:
+        """Day-partitioned Parquet table; defaults to <run.output_dir>/data."""
+        return self.data.parquet_path or os.path.join(self.run.output_dir, "data")
+
+    @property
+    def quarantine_path(self) -> str:
+        """Malformed input rows; defaults to <run.output_dir>/quarantine."""
+        return self.data.quarantine_path or os.path.join(self.run.output_dir, "quarantine")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (YAML/JSON friendly) of every resolved value."""
+        return {
+            section.name: {key: (list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, Mapping) else v)
+                           for key, v in dataclasses.asdict(getattr(self, section.name)).items()}
+            for section in dataclasses.fields(self)
+        }
+
+
+def _coerce(field: str, value: Any, annotation: Any) -> Any:
+    """Convert a YAML value to the field's declared type, or fail naming the field."""
+    origin = typing.get_origin(annotation)
+    if origin is tuple:
+        (item_type, _) = typing.get_args(annotation)
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            _fail(field, value, "must be a list")
+        return tuple(_coerce(field, item, item_type) for item in value)
+    if origin is collections.abc.Mapping:
+        if not isinstance(value, Mapping):
+            _fail(field, value, "must be a mapping")
+        return {str(k): str(v) for k, v in value.items()}
+    if annotation is bool:
+        if not isinstance(value, bool):
+            _fail(field, value, "must be true or false")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(field, value, "must be an integer")
+        return value
+    if annotation is float:
+        if isinstance(value, str) and value.strip().lower() in ("inf", ".inf", "infinity"):
+            return math.inf
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            _fail(field, value, "must be a number")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            _fail(field, value, "must be a string")
+        return value
+    raise TypeError(f"unsupported config type {annotation!r} for {field}")
+
+
+def _build_section(name: str, cls: type, values: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{name}.{key}: unknown key (known: {', '.join(sorted(known))}), got {values[key]!r}")
+    kwargs = {key: _coerce(f"{name}.{key}", value, hints[key]) for key, value in values.items()}
+    section = cls(**kwargs)
+    section.validate()
+    return section
+
+
+def _merge(base: dict[str, Any], update: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    merged = {key: dict(value) for key, value in base.items()}
+    for section, values in update.items():
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"{section}: must be a mapping of keys in {origin}, got {values!r}")
+        merged.setdefault(section, {}).update(values)
+    return merged
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"--conf: file not found, got {str(path)!r}")
+    try:
+        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--conf: {path} is not valid YAML ({error}), got the file's text") from error
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        raise ConfigError(f"--conf: {path} must hold a mapping of sections, got {type(content).__name__}")
+    return content
+
+
+def parse_override(text: str) -> tuple[str, str, Any]:
+    """Split ``section.key=value`` into its parts; the value is parsed as YAML (``[1, 2]``, ``inf``, ``true``)."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise ConfigError(f"override: must look like section.key=value, got {text!r}")
+    dotted, raw = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{dotted}: value is not valid YAML ({error}), got {raw!r}") from error
+    return section, key, value
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Defaults <- YAML file <- ``section.key=value`` overrides, validated into a frozen :class:`Config`."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        values = _merge(values, _read_yaml(Path(path)), str(path))
+    for text in overrides:
+        section, key, value = parse_override(text)
+        values = _merge(values, {section: {key: value}}, "overrides")
+    return config_from_dict(values)
+
+
+def config_from_dict(values: Mapping[str, Any]) -> Config:
+    """Validate a nested mapping of sections (missing keys take the dataclass defaults)."""
+    sections = {f.name: f.type for f in dataclasses.fields(Config)}
+    hints = typing.get_type_hints(Config)
+    for section in values:
+        if section not in sections:
+            raise ConfigError(f"{section}: unknown section (known: {', '.join(sections)}), got {values[section]!r}")
+    built = {name: _build_section(name, hints[name], values.get(name) or {}) for name in sections}
+    return Config(**built)

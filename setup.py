@@ -1,0 +1,32 @@
+"""Package metadata for lia_spark: distributed label-privacy auditing on Apache Spark."""
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+setup(
+    name="lia-spark",
+    version="0.1.0",
+    description="Label-inference auditing of label-privacy mechanisms (RR, LLP, noisy LLP) on Apache Spark",
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["lia_spark", "lia_spark.*"]),
+    install_requires=[
+        "pyspark>=4.0,<5",
+        "pandas>=2.2,<3",
+        "pyarrow>=15",
+        "numpy>=1.26,<3",
+        "scipy>=1.11",
+        "numba>=0.60",
+        "xgboost-cpu>=2.1,<4",
+        "scikit-learn>=1.4",
+        "mlflow>=2.16,<4",
+        "pyyaml>=6",
+        "matplotlib>=3.8",
+    ],
+    extras_require={
+        "catboost": ["catboost>=1.2,<2"],
+        "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3"],
+    },
+    entry_points={"console_scripts": ["lia-spark=lia_spark.cli:main"]},
+)

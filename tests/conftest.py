@@ -1,0 +1,21 @@
+"""Shared fixtures: one local SparkSession for the whole test run (start-up costs ~10-20 s)."""
+from __future__ import annotations
+
+import pytest
+
+from lia_spark.config import SparkConfig
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from lia_spark.engine.session import get_spark
+
+    session = get_spark(SparkConfig(
+        master="local[2]",
+        app_name="lia-spark-tests",
+        driver_memory="3g",
+        shuffle_partitions=4,
+        extra={"spark.ui.enabled": "false", "spark.sql.adaptive.enabled": "false"},
+    ))
+    yield session
+    session.stop()
