@@ -1,0 +1,228 @@
+"""Synthetic Criteo twin (SPEC 1.2): a pure, counter-based generator of Criteo-format rows with known eta.
+
+Every draw is ``lia_spark.hashing`` keyed on (seed, purpose, row_id) with ``row_id = day << 40 | position``,
+so any subset of rows is generated identically whatever the batching. Per row:
+
+- latent ``u ~ N(0, 1)``; integer ``I_j = floor(exp(mu_j + sigma_j (rho_j u + sqrt(1 - rho_j^2) z_j)))``
+  with ``mu_j = log(median_j + 1/2)`` and ``sigma_j = (log(p90_j + 1/2) - mu_j) / Phi^{-1}(0.9)``, so the
+  median and 90th percentile of ``I_j`` are the targets of :data:`INT_SPECS`; ``I2 = -1`` w.p. 7.5%.
+- missing blocks (:data:`MISSING_BLOCKS`): each block's columns go missing together, independently per block.
+- categorical ``C_k``: Zipf rank ``r`` in ``1..K_k`` (continuous power law ``x^-s_k`` on ``[1, K_k + 1)``,
+  floored), value = low 32 bits of ``hash(seed, C_k, r)`` (stable across days).
+- logit of eta (a function of the observable row only, see :func:`twin_logit`):
+
+      logit eta = b0 + drift(day) + sum_j beta_j g_j(I_j) + sum_b gamma_b 1{block b missing}
+                  + sum_k s_k (cos(theta d) A_k(v_k) + sin(theta d) B_k(v_k)) + interactions,
+
+  with ``g_j(I) = log1p(max(I, 0)) - log1p(median_j)`` (0 when missing), ``A_k, B_k`` standard normals
+  hashed from (seed, C_k, value) so a value's effect is stable and rotates slowly with the day
+  (correlation ``cos(theta)`` between consecutive days), and ``drift(day) = DRIFT_AMPLITUDE sin(day)``.
+  ``b0`` is calibrated by bisection on a fixed day-0 sample so the mean click rate is the target.
+- ``y ~ Bernoulli(eta)``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from scipy.special import expit, ndtri
+
+from lia_spark import hashing
+from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, make_row_id
+
+# name: (median, p90, rho = loading on the row latent, beta = logit effect per unit of log1p(I)).
+INT_SPECS: dict[str, tuple[float, float, float, float]] = {
+    "I1": (1, 12, 0.5, 0.10),
+    "I2": (3, 150, 0.3, -0.06),
+    "I3": (7, 60, 0.4, 0.05),
+    "I4": (4, 16, 0.5, 0.10),
+    "I5": (2100, 29000, 0.3, -0.10),
+    "I6": (33, 400, 0.4, -0.06),
+    "I7": (3, 40, 0.5, 0.10),
+    "I8": (8, 35, 0.3, 0.04),
+    "I9": (40, 250, 0.5, 0.06),
+    "I10": (0, 1, 0.4, 0.35),
+    "I11": (1, 8, 0.5, 0.22),
+    "I12": (0, 2, 0.3, 0.10),
+    "I13": (4, 25, 0.5, 0.05),
+}
+I2_NEGATIVE_SHARE = 0.075
+
+# Blocks of columns that go missing together: (columns, probability, logit effect of the block's flag).
+MISSING_BLOCKS: tuple[tuple[tuple[str, ...], float, float], ...] = (
+    (("I1", "I10"), 0.45, -0.25),
+    (("I12",), 0.77, -0.10),
+    (("I4", "I13", "I6"), 0.22, 0.15),
+    (("I7", "I9", "I11"), 0.04, -0.30),
+    (("C3", "C4", "C12", "C16", "C21", "C24"), 0.035, -0.20),
+    (("C19", "C20", "C25", "C26"), 0.44, -0.20),
+    (("C22",), 0.76, 0.10),
+)
+
+# name: (cardinality K, Zipf exponent s, effect scale s_k) - cardinalities of the public Criteo Kaggle days.
+CAT_SPECS: dict[str, tuple[int, float, float]] = {
+    "C1": (1460, 1.3, 0.15),
+    "C2": (583, 1.2, 0.25),
+    "C3": (10_131_227, 1.05, 0.30),
+    "C4": (2_202_608, 1.05, 0.20),
+    "C5": (305, 1.4, 0.10),
+    "C6": (24, 1.5, 0.15),
+    "C7": (12_517, 1.2, 0.15),
+    "C8": (633, 1.4, 0.10),
+    "C9": (3, 2.0, 0.10),
+    "C10": (93_145, 1.1, 0.15),
+    "C11": (5_683, 1.2, 0.20),
+    "C12": (8_351_593, 1.05, 0.25),
+    "C13": (3_194, 1.2, 0.10),
+    "C14": (27, 1.5, 0.20),
+    "C15": (14_992, 1.2, 0.10),
+    "C16": (5_461_306, 1.05, 0.20),
+    "C17": (10, 1.5, 0.20),
+    "C18": (5_652, 1.2, 0.10),
+    "C19": (2_173, 1.3, 0.10),
+    "C20": (4, 1.5, 0.10),
+    "C21": (7_046_547, 1.05, 0.20),
+    "C22": (18, 1.5, 0.10),
+    "C23": (15, 1.5, 0.25),
+    "C24": (286_181, 1.1, 0.20),
+    "C25": (105, 1.3, 0.10),
+    "C26": (142_572, 1.1, 0.15),
+}
+
+DRIFT_AMPLITUDE = 0.05   # day-level intercept drift: DRIFT_AMPLITUDE * sin(day)
+EFFECT_ROTATION = 0.10   # theta: categorical effects keep correlation cos(theta) ~ 0.995 day to day
+# Interactions: (I_a, I_b, weight) on g_a * g_b, plus one pair of categoricals with a hashed joint effect.
+INT_INTERACTIONS: tuple[tuple[str, str, float], ...] = (("I1", "I11", 0.05), ("I5", "I7", -0.03))
+CAT_INTERACTION: tuple[str, str, float] = ("C14", "C23", 0.25)
+CALIBRATION_ROWS = 200_000
+_Z90 = float(ndtri(0.9))
+_TWO_POW_MINUS_32 = 1.0 / float(1 << 32)
+
+
+@dataclasses.dataclass(frozen=True)
+class TwinParameters:
+    """A calibrated twin: master seed, target click rate and the intercept b0 that reaches it."""
+
+    seed: int
+    click_rate: float
+    intercept: float
+
+
+@dataclasses.dataclass(frozen=True)
+class TwinRows:
+    """One batch of twin rows. ``values[c]`` is int64 (meaningless where ``missing[c]``)."""
+
+    row_id: np.ndarray
+    day: np.ndarray
+    label: np.ndarray
+    eta: np.ndarray
+    values: dict[str, np.ndarray]
+    missing: dict[str, np.ndarray]
+
+
+def int_lognormal(name: str) -> tuple[float, float]:
+    """(mu, sigma) of log I for column ``name``: floor(exp(mu)) = median, floor(exp(mu + z_0.9 sigma)) = p90."""
+    median, p90, _, _ = INT_SPECS[name]
+    mu = math.log(median + 0.5)
+    return mu, (math.log(p90 + 0.5) - mu) / _Z90
+
+
+def _block_missing(seed: int, row_ids: np.ndarray) -> dict[str, np.ndarray]:
+    missing = {name: np.zeros(row_ids.shape, dtype=bool) for name in INT_COLUMNS + CAT_COLUMNS}
+    for index, (columns, rate, _) in enumerate(MISSING_BLOCKS):
+        flag = hashing.uniform(seed, f"twin:missing:{index}", row_ids) < rate
+        for name in columns:
+            missing[name] = flag
+    return missing
+
+
+def _zipf_ranks(u: np.ndarray, *, cardinality: int, exponent: float) -> np.ndarray:
+    """Inverse CDF of the density ~ x^-s on [1, K + 1), floored to a rank in 1..K."""
+    one_minus_s = 1.0 - exponent
+    top = (cardinality + 1.0) ** one_minus_s
+    x = (1.0 - u * (1.0 - top)) ** (1.0 / one_minus_s)
+    return np.minimum(np.floor(x), cardinality).astype(np.int64)
+
+
+def _value_normals(seed: int, purpose: str, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two standard normals per categorical value, from the two 32-bit halves of one hash word."""
+    bits = hashing.hash_bits(seed, purpose, values)
+    low = (bits & np.uint64(0xFFFFFFFF)).astype(np.float64)
+    high = (bits >> np.uint64(32)).astype(np.float64)
+    return ndtri((low + 0.5) * _TWO_POW_MINUS_32), ndtri((high + 0.5) * _TWO_POW_MINUS_32)
+
+
+def twin_logit(seed: int, *, day: np.ndarray, values: dict[str, np.ndarray],
+               missing: dict[str, np.ndarray]) -> np.ndarray:
+    """logit eta without the intercept b0: a function of the day and the observable row only."""
+    day_float = np.asarray(day, dtype=np.float64)
+    logit = DRIFT_AMPLITUDE * np.sin(day_float)
+    centered = {}
+    for name, (median, _, _, beta) in INT_SPECS.items():
+        g = np.log1p(np.maximum(values[name], 0).astype(np.float64)) - math.log1p(median)
+        centered[name] = np.where(missing[name], 0.0, g)
+        logit = logit + beta * centered[name]
+    for columns, _, gamma in MISSING_BLOCKS:
+        logit = logit + gamma * missing[columns[0]]
+    for first, second, weight in INT_INTERACTIONS:
+        logit = logit + weight * centered[first] * centered[second]
+    cos_day, sin_day = np.cos(EFFECT_ROTATION * day_float), np.sin(EFFECT_ROTATION * day_float)
+    for name, (_, _, scale) in CAT_SPECS.items():
+        a, b = _value_normals(seed, f"twin:effect:{name}", values[name])
+        logit = logit + np.where(missing[name], 0.0, scale * (cos_day * a + sin_day * b))
+    first, second, weight = CAT_INTERACTION
+    pair = (values[first] << np.int64(32)) | values[second]
+    a, _ = _value_normals(seed, f"twin:effect:{first}x{second}", pair)
+    return logit + weight * a
+
+
+def _features(seed: int, row_ids: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    missing = _block_missing(seed, row_ids)
+    latent = hashing.standard_normal(seed, "twin:latent", row_ids)
+    values: dict[str, np.ndarray] = {}
+    for name, (_, _, rho, _) in INT_SPECS.items():
+        mu, sigma = int_lognormal(name)
+        z = hashing.standard_normal(seed, f"twin:int:{name}", row_ids)
+        log_value = mu + sigma * (rho * latent + math.sqrt(1.0 - rho * rho) * z)
+        values[name] = np.floor(np.exp(np.minimum(log_value, 40.0))).astype(np.int64)
+    negative = hashing.uniform(seed, "twin:I2:negative", row_ids) < I2_NEGATIVE_SHARE
+    values["I2"] = np.where(negative, -1, values["I2"])
+    for name, (cardinality, exponent, _) in CAT_SPECS.items():
+        ranks = _zipf_ranks(hashing.uniform(seed, f"twin:rank:{name}", row_ids),
+                            cardinality=cardinality, exponent=exponent)
+        hashed = hashing.hash_bits(seed, f"twin:value:{name}", ranks) & np.uint64(0xFFFFFFFF)
+        values[name] = hashed.astype(np.int64)
+    for name in INT_COLUMNS + CAT_COLUMNS:
+        values[name] = np.where(missing[name], 0, values[name])
+    return values, missing
+
+
+def generate_rows(params: TwinParameters, *, day: int, positions: np.ndarray) -> TwinRows:
+    """Rows ``positions`` (0-based line indices) of one day of the twin, eta and the drawn click label."""
+    positions = np.asarray(positions, dtype=np.int64)
+    row_ids = make_row_id(day, positions)
+    days = np.full(row_ids.shape, day, dtype=np.int32)
+    values, missing = _features(params.seed, row_ids)
+    eta = expit(params.intercept + twin_logit(params.seed, day=days, values=values, missing=missing))
+    label = hashing.bernoulli(params.seed, "twin:label", row_ids, eta).astype(np.int32)
+    return TwinRows(row_id=row_ids, day=days, label=label, eta=eta, values=values, missing=missing)
+
+
+def calibrate_twin(*, seed: int, click_rate: float, sample_rows: int = CALIBRATION_ROWS) -> TwinParameters:
+    """Find b0 with mean(expit(b0 + logit)) = click_rate on day-0 rows 0..sample_rows-1 (bisection, 1e-12)."""
+    if not 0.0 < click_rate < 1.0:
+        raise ValueError(f"click_rate must be in (0, 1), got click_rate={click_rate}")
+    if sample_rows < 1:
+        raise ValueError(f"sample_rows must be >= 1, got sample_rows={sample_rows}")
+    row_ids = make_row_id(0, np.arange(sample_rows, dtype=np.int64))
+    values, missing = _features(seed, row_ids)
+    logit = twin_logit(seed, day=np.zeros(sample_rows, dtype=np.int32), values=values, missing=missing)
+    low, high = -30.0, 30.0
+    while high - low > 1e-12:
+        middle = 0.5 * (low + high)
+        if expit(middle + logit).mean() < click_rate:
+            low = middle
+        else:
+            high = middle
+    return TwinParameters(seed=int(seed), click_rate=float(click_rate), intercept=0.5 * (low + high))

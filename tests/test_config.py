@@ -1,0 +1,126 @@
+"""Config loading: defaults mirror conf/defaults.yaml, overrides apply, every bad value names its field."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from lia_spark.config import Config, ConfigError, load_config, parse_override
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_defaults_yaml_mirrors_dataclass_defaults():
+    assert load_config(REPO / "conf" / "defaults.yaml") == Config()
+
+
+def test_every_shipped_config_loads():
+    for path in sorted((REPO / "conf").glob("*.yaml")):
+        assert isinstance(load_config(path), Config), path
+
+
+def test_overrides_are_parsed_as_yaml_and_win_over_the_file():
+    config = load_config(REPO / "conf" / "demo.yaml", [
+        "audit.repetitions=7", "models.epsilon=inf", "mechanisms.bag_sizes=[2, 4]", "run.force=true",
+        "audit.confidence=0.9",
+    ])
+    assert config.audit.repetitions == 7
+    assert config.models.epsilon == math.inf
+    assert config.mechanisms.bag_sizes == (2, 4)
+    assert config.run.force is True
+    assert config.audit.confidence == 0.9
+    assert config.run.name == "demo"
+
+
+def test_config_is_frozen():
+    config = Config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.audit.repetitions = 3  # type: ignore[misc]
+
+
+def test_derived_paths_default_below_output_dir():
+    config = load_config(None, ["run.output_dir=/tmp/x"])
+    assert config.parquet_path == "/tmp/x/data"
+    assert config.quarantine_path == "/tmp/x/quarantine"
+    assert load_config(None, ["data.parquet_path=/elsewhere"]).parquet_path == "/elsewhere"
+
+
+INVALID = [
+    ("mechanisms.epsilons=[-1.0]", "mechanisms.epsilons", "-1.0"),
+    ("mechanisms.epsilons=[0]", "mechanisms.epsilons", "0"),
+    ("mechanisms.epsilons=[.inf]", "mechanisms.epsilons", "inf"),
+    ("mechanisms.bag_sizes=[0]", "mechanisms.bag_sizes", "0"),
+    ("mechanisms.names=[rr, shuffle]", "mechanisms.names", "shuffle"),
+    ("mechanisms.names=[]", "mechanisms.names", "()"),
+    ("mechanisms.epsilons=fast", "mechanisms.epsilons", "fast"),
+    ("models.epsilon=-2", "models.epsilon", "-2"),
+    ("models.bag_size=0", "models.bag_size", "0"),
+    ("models.training_mechanism=dp_sgd", "models.training_mechanism", "dp_sgd"),
+    ("models.library=lightgbm", "models.library", "lightgbm"),
+    ("models.execution=gpu", "models.execution", "gpu"),
+    ("models.split=[0.5, 0.5]", "models.split", "(0.5, 0.5)"),
+    ("models.learning_rate=0", "models.learning_rate", "0"),
+    ("models.target_day=0", "models.target_day", "0"),
+    ("audit.confidence=1.0", "audit.confidence", "1.0"),
+    ("audit.confidence=0", "audit.confidence", "0"),
+    ("audit.delta=-0.1", "audit.delta", "-0.1"),
+    ("audit.tau=1.5", "audit.tau", "1.5"),
+    ("audit.repetitions=0", "audit.repetitions", "0"),
+    ("audit.repetitions=2.5", "audit.repetitions", "2.5"),
+    ("audit.score=hinge", "audit.score", "hinge"),
+    ("audit.convention=holm", "audit.convention", "holm"),
+    ("audit.bounds=[binomial, renyi]", "audit.bounds", "renyi"),
+    ("synthetic.click_rate=1.2", "synthetic.click_rate", "1.2"),
+    ("synthetic.rows_per_day=0", "synthetic.rows_per_day", "0"),
+    ("synthetic.days=25", "synthetic.days", "25"),
+    ("synthetic.gzip=maybe", "synthetic.gzip", "maybe"),
+    ("data.source=hdfs", "data.source", "hdfs"),
+    ("data.max_malformed_share=2", "data.max_malformed_share", "2"),
+    ("data.criteo_paths=[/no/such/day_0.gz]", "data.criteo_paths", "/no/such/day_0.gz"),
+    ("run.seed=-1", "run.seed", "-1"),
+    ("run.output_dir=''", "run.output_dir", "''"),
+    ("spark.driver_memory=lots", "spark.driver_memory", "lots"),
+    ("spark.shuffle_partitions=-4", "spark.shuffle_partitions", "-4"),
+    ("tracking.experiment=' '", "tracking.experiment", "' '"),
+    ("audit.colour=blue", "audit.colour", "blue"),
+    ("nonsense.key=1", "nonsense", "1"),
+]
+
+
+@pytest.mark.parametrize("override, field, shown", INVALID, ids=[case[0] for case in INVALID])
+def test_invalid_value_raises_error_naming_field_and_value(override, field, shown):
+    with pytest.raises(ConfigError) as raised:
+        load_config(None, [override])
+    message = str(raised.value)
+    assert message.startswith(field), message
+    assert shown in message, message
+
+
+def test_source_criteo_requires_paths():
+    with pytest.raises(ConfigError, match=r"^data.criteo_paths"):
+        load_config(None, ["data.source=criteo"])
+
+
+def test_missing_and_malformed_files_are_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "absent.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("audit: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(broken)
+    not_mapping = tmp_path / "list.yaml"
+    not_mapping.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must hold a mapping"):
+        load_config(not_mapping)
+    section_not_mapping = tmp_path / "section.yaml"
+    section_not_mapping.write_text("audit: 3\n")
+    with pytest.raises(ConfigError, match="^audit: must be a mapping"):
+        load_config(section_not_mapping)
+
+
+@pytest.mark.parametrize("text", ["audit.repetitions", "repetitions=3", "=3"])
+def test_malformed_override_is_rejected(text):
+    with pytest.raises(ConfigError, match="override"):
+        parse_override(text)
