@@ -15,6 +15,7 @@ $(STAMP): setup.py
 
 install: $(STAMP)
 
+# The whole pipeline on a synthetic twin; a second `make demo` re-uses the finished stages.
 demo: $(STAMP)
 	$(VENV)/bin/lia-spark run --conf conf/demo.yaml
 
@@ -24,8 +25,10 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
+# dist/lia_spark-*.whl for `spark-submit --py-files` (executors also need the install_requires packages).
 wheel: $(STAMP)
-	$(PY) -m pip wheel --no-deps --wheel-dir dist .
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
+	@ls dist/lia_spark-*.whl
 
 clean:
 	rm -rf runs dist build *.egg-info .pytest_cache mlflow.db mlruns

@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from lia_spark.config import Config, ConfigError, load_config
 
@@ -33,6 +34,23 @@ def configure_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def notebook_parameters(namespace: Mapping[str, Any], defaults: Mapping[str, str]) -> dict[str, str]:
+    """Notebook parameters: Databricks widgets when ``dbutils`` is in ``namespace``, else ``$LIA_<NAME>`` or the default.
+
+    Call as ``notebook_parameters(globals(), {"conf": "conf/demo.yaml"})``; on Databricks each name becomes
+    a text widget, locally (CI, plain ``python notebook.py``) environment variables set the values.
+    """
+    dbutils = namespace.get("dbutils")
+    values: dict[str, str] = {}
+    for name, default in defaults.items():
+        if dbutils is not None:
+            dbutils.widgets.text(name, default, name)
+            values[name] = dbutils.widgets.get(name)
+        else:
+            values[name] = os.environ.get(f"LIA_{name.upper()}", default)
+    return values
 
 
 def _printable(result: Any) -> str:
@@ -62,20 +80,30 @@ def job_main(stage: StageFunction, argv: Sequence[str] | None = None, descriptio
         return 1
     logger.info("stage %s: finished in %.1f s", name, time.monotonic() - started)
     print(_printable(result))
+    if hasattr(result, "console_summary"):
+        print(result.console_summary())
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``lia-spark STAGE [--conf FILE] [overrides]``: dispatch to one stage's job."""
+    """``lia-spark {run,STAGE} [--conf FILE] [overrides]``: ``run`` is the whole pipeline, else one stage's job."""
     from lia_spark.stages import STAGES
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in STAGES:
-        names = ", ".join(STAGES)
-        print(f"usage: lia-spark {{{names}}} [--conf FILE] [section.key=value ...]", file=sys.stderr)
+    commands = {"run": "pipeline", **{name: name for name in STAGES}}
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        names = ", ".join(commands)
+        print(f"usage: lia-spark {{{names}}} [--conf FILE] [section.key=value ...]\n"
+              "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)",
+              file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    stage_name, rest = argv[0], argv[1:]
-    return job_main(STAGES[stage_name](), rest, description=f"lia-spark {stage_name}")
+    command, rest = argv[0], argv[1:]
+    try:
+        function = STAGES[commands[command]]()
+    except ModuleNotFoundError as error:
+        print(f"lia-spark: stage {command!r} is not installed ({error})", file=sys.stderr)
+        return 2
+    return job_main(function, rest, description=f"lia-spark {command}")
 
 
 if __name__ == "__main__":

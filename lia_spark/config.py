@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 POSTERIOR_MECHANISMS = ("rr", "llp", "llp_laplace", "llp_geometric")
+PIPELINE_STAGES = ("data", "train", "posteriors", "audit", "report")
 TRAINING_MECHANISMS = (
     "none", "rr", "rr_with_prior", "lp_2st", "rr_debiased", "llp", "llp_laplace", "llp_geometric",
 )
@@ -42,6 +43,7 @@ class RunConfig:
     seed: int = 20261122
     output_dir: str = "runs/default"
     force: bool = False
+    stages: tuple[str, ...] = PIPELINE_STAGES
 
     def validate(self) -> None:
         if not self.name.strip():
@@ -50,6 +52,11 @@ class RunConfig:
             _fail("run.seed", self.seed, "must be an integer in [0, 2^63)")
         if not self.output_dir.strip():
             _fail("run.output_dir", self.output_dir, "must be a non-empty path")
+        for stage in self.stages:
+            if stage not in PIPELINE_STAGES:
+                _fail("run.stages", stage, f"must be one of {', '.join(PIPELINE_STAGES)}")
+        if len(set(self.stages)) != len(self.stages):
+            _fail("run.stages", self.stages, "must not repeat a stage")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +139,8 @@ class MechanismsConfig:
     bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     bags_per_group: int = 0
     write_rows: bool = True
+    prior_path: str = ""
+    plot_sample_rows: int = 2000
 
     def validate(self) -> None:
         if self.day < 0:
@@ -149,6 +158,11 @@ class MechanismsConfig:
                 _fail("mechanisms.bag_sizes", bag_size, "must be in [1, 4096]")
         if self.bags_per_group < 0:
             _fail("mechanisms.bags_per_group", self.bags_per_group, "must be >= 0 (0 = automatic)")
+        if self.plot_sample_rows < 1:
+            _fail("mechanisms.plot_sample_rows", self.plot_sample_rows, "must be >= 1")
+        if self.bag_sizes and math.lcm(*self.bag_sizes) > 1 << 20:
+            _fail("mechanisms.bag_sizes", self.bag_sizes,
+                  "must have a least common multiple <= 1048576 (one pandas call holds whole bags of every size)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +182,9 @@ class ModelsConfig:
     early_stopping_rounds: int = 20
     split: tuple[float, ...] = (0.8, 0.04, 0.16)
     hash_buckets: int = 1 << 18
+    categorical_encoding: str = "frequency"
+    min_category_count: int = 10
+    num_workers: int = 0
     utility_epsilons: tuple[float, ...] = (0.1, 1.0, 2.0, 4.0, 8.0, math.inf)
     utility_bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -198,6 +215,12 @@ class ModelsConfig:
             _fail("models.split", self.split, "must be three positive shares (train, validation, test) summing to 1")
         if self.hash_buckets < 2:
             _fail("models.hash_buckets", self.hash_buckets, "must be >= 2")
+        if self.categorical_encoding not in ("frequency", "hash"):
+            _fail("models.categorical_encoding", self.categorical_encoding, "must be one of frequency, hash")
+        if self.min_category_count < 1:
+            _fail("models.min_category_count", self.min_category_count, "must be >= 1")
+        if self.num_workers < 0:
+            _fail("models.num_workers", self.num_workers, "must be >= 0 (0 = Spark's default parallelism)")
         for epsilon in self.utility_epsilons:
             if not epsilon > 0:
                 _fail("models.utility_epsilons", epsilon, "must be > 0")
@@ -221,6 +244,8 @@ class AuditConfig:
     extra_guess_share: float = 0.001
     convention: str = "bonferroni"
     bounds: tuple[str, ...] = ("binomial", "gdp")
+    table_bounds: tuple[str, ...] = ("binomial",)
+    canary_path: str = ""
 
     def validate(self) -> None:
         if self.repetitions < 1:
@@ -246,6 +271,9 @@ class AuditConfig:
         for method in self.bounds:
             if method not in ("binomial", "gdp"):
                 _fail("audit.bounds", method, "must be one of binomial, gdp")
+        for method in self.table_bounds:
+            if method not in self.bounds:
+                _fail("audit.table_bounds", method, "must be one of the families in audit.bounds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,10 +283,14 @@ class TrackingConfig:
     enabled: bool = True
     tracking_uri: str = ""
     experiment: str = "lia-spark"
+    log_models: bool = True
+    timeout_seconds: float = 10.0
 
     def validate(self) -> None:
         if not self.experiment.strip():
             _fail("tracking.experiment", self.experiment, "must be a non-empty name")
+        if not 0.0 < self.timeout_seconds <= 600.0:
+            _fail("tracking.timeout_seconds", self.timeout_seconds, "must be in (0, 600]")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,22 +5,31 @@ when it runs. Each stage module owns one ``run_*`` function; jobs/ and the pipel
 """
 from __future__ import annotations
 
+import functools
+import importlib
 from typing import Any, Callable
 
+STAGE_FUNCTIONS: dict[str, str] = {
+    "generate": "lia_spark.engine.generate:run_generate",
+    "ingest": "lia_spark.engine.ingest:run_ingest",
+    "train": "lia_spark.engine.train:run_train_models",
+    "posteriors": "lia_spark.engine.privatize:run_posteriors",
+    "audit": "lia_spark.engine.audit:run_audit",
+    "pipeline": "lia_spark.engine.pipeline:run_pipeline",
+}
 
-def _generate() -> Callable[..., Any]:
-    from lia_spark.engine.generate import run_generate
 
-    return run_generate
+def stage_module(name: str) -> str:
+    """Dotted module that defines stage ``name``'s run function."""
+    return STAGE_FUNCTIONS[name].split(":", 1)[0]
 
 
-def _ingest() -> Callable[..., Any]:
-    from lia_spark.engine.ingest import run_ingest
-
-    return run_ingest
+def load_stage(name: str) -> Callable[..., Any]:
+    """Import and return stage ``name``'s ``run_*(spark, config)`` function."""
+    module, function = STAGE_FUNCTIONS[name].split(":", 1)
+    return getattr(importlib.import_module(module), function)
 
 
 STAGES: dict[str, Callable[[], Callable[..., Any]]] = {
-    "generate": _generate,
-    "ingest": _ingest,
+    name: functools.partial(load_stage, name) for name in STAGE_FUNCTIONS
 }

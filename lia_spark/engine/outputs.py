@@ -40,7 +40,7 @@ def read_marker(spark: SparkSession, path: str) -> dict[str, Any] | None:
     marker = f"{path.rstrip('/')}/{MARKER}"
     if not path_exists(spark, marker):
         return None
-    text = "\n".join(spark.sparkContext.textFile(marker, 1).collect())
+    text = _read_text(spark, marker)
     return json.loads(text) if text.strip() else {}
 
 
@@ -73,6 +73,17 @@ def committed_output(spark: SparkSession, path: str, metadata: dict[str, Any] | 
     filesystem.mkdirs(final_path.getParent())
     if not filesystem.rename(staging_path, final_path):
         raise OSError(f"could not commit {staging} to {final}")
+
+
+def _read_text(spark: SparkSession, path: str) -> str:
+    """Whole small file as text, through the Hadoop file system (textFile skips names starting with '_')."""
+    filesystem, hadoop_path = _filesystem(spark, path)
+    jvm = spark.sparkContext._jvm
+    stream = filesystem.open(hadoop_path)
+    try:
+        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
 
 
 def _write_text(spark: SparkSession, path: str, text: str) -> None:

@@ -46,7 +46,8 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
         if key not in submitted:
             builder = builder.config(key, value)
     session = builder.getOrCreate()
-    logger.info("Spark %s session on %s", session.version, session.sparkContext.master)
+    logger.info("Spark %s session on %s (%s shuffle partitions)", session.version, session.sparkContext.master,
+                session.conf.get("spark.sql.shuffle.partitions"))
     return session
 
 

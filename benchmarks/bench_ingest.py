@@ -1,0 +1,119 @@
+"""Ingest throughput vs Spark's own CSV reader on the same Criteo TSV (SPEC 8: >= 50% of the CSV reader).
+
+    .venv/bin/python benchmarks/bench_ingest.py [--rows 1000000 | --quick] [--repeats 1] [--workdir /tmp/bench_ingest]
+
+The TSV is the synthetic twin's (``run_generate`` with ``synthetic.write_tsv``, 2 days x 100k rows, each
+day file copied to make ``--rows / 100k`` days: generating 1M twin rows takes minutes on a loaded
+2-core machine). The floor reads it with
+``spark.read.csv(sep="\\t", schema=...)`` (I* long, C* string: the CSV reader cannot parse hex) and
+writes Parquet, like ingest does; a read-only floor (``noop`` sink) is reported as well. Each figure is
+the best of ``--repeats`` runs; the machine is shared, so treat the numbers as noisy.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._report import write_section  # noqa: E402
+from lia_spark import criteo  # noqa: E402
+from lia_spark.config import SparkConfig, config_from_dict  # noqa: E402
+from lia_spark.engine.generate import run_generate  # noqa: E402
+from lia_spark.engine.ingest import run_ingest  # noqa: E402
+from lia_spark.engine.outputs import MARKER  # noqa: E402
+from lia_spark.engine.session import get_spark  # noqa: E402
+
+TWIN_ROWS_PER_DAY = 100_000
+CSV_DDL = ", ".join([f"{criteo.LABEL} int"] + [f"{name} long" for name in criteo.INT_COLUMNS]
+                    + [f"{name} string" for name in criteo.CAT_COLUMNS])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="TSV rows (split over 2 days)")
+    parser.add_argument("--repeats", type=int, default=2, help="best of; the first run also warms up Spark")
+    parser.add_argument("--workdir", default="/tmp/bench_ingest")
+    parser.add_argument("--quick", action="store_true", help="200k rows (a smoke run, below the 1M of SPEC 8)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.quick:
+        args.rows = 200_000
+    work = Path(args.workdir)
+    spark = get_spark(SparkConfig(master="local[2]", app_name="bench-ingest", driver_memory="4g",
+                                  extra={"spark.ui.enabled": "false"}))
+    cores = spark.sparkContext.defaultParallelism
+    twin = config_from_dict({"run": {"output_dir": str(work / "twin")},
+                             "synthetic": {"rows_per_day": TWIN_ROWS_PER_DAY, "days": 2, "write_tsv": True}})
+    twin_tsv = work / "twin" / "criteo"
+    if not (twin_tsv / MARKER).exists():  # the twin's TSV is reused across benchmark runs
+        run_generate(spark, twin)
+    days = args.rows // TWIN_ROWS_PER_DAY
+    if not 1 <= days <= criteo.MAX_DAY + 1:
+        raise ValueError(f"--rows must be a multiple of {TWIN_ROWS_PER_DAY} up to 25 days, got {args.rows}")
+    tsv = work / f"tsv_{args.rows}"
+    tsv.mkdir(parents=True, exist_ok=True)
+    for day in range(days):  # day k is a copy of twin day k mod 2
+        if not (tsv / f"day_{day}").exists():
+            shutil.copyfile(twin_tsv / f"day_{day % 2}", tsv / f"day_{day}")
+    day_files = [str(tsv / f"day_{day}") for day in range(days)]
+    megabytes = sum(os.path.getsize(p) for p in day_files) / 1e6
+
+    def csv_frame():
+        return spark.read.csv(day_files, sep="\t", schema=CSV_DDL)
+
+    def csv_to_parquet():
+        shutil.rmtree(work / "csv_out", ignore_errors=True)
+        csv_frame().write.parquet(str(work / "csv_out"))
+
+    def csv_read_only():
+        csv_frame().write.format("noop").mode("overwrite").save()
+
+    ingest_config = config_from_dict({"run": {"output_dir": str(work / "ingested"), "force": True},
+                                      "data": {"source": "criteo", "criteo_paths": [str(tsv)]}})
+    results = []
+
+    def ingest():
+        results.append(run_ingest(spark, ingest_config))
+
+    runs = {"csv_noop": csv_read_only, "csv_parquet": csv_to_parquet, "ingest": ingest}
+    seconds = {name: float("inf") for name in runs}
+    for _ in range(args.repeats):  # interleaved, so every candidate sees the same (shared) machine
+        for name, run in runs.items():
+            started = time.perf_counter()
+            run()
+            seconds[name] = min(seconds[name], time.perf_counter() - started)
+    rows = results[-1].input_lines
+    rate = {name: rows / value for name, value in seconds.items()}
+    lines = [
+        "## Ingest (TSV -> validated, day-partitioned Parquet)",
+        "",
+        f"{rows:,} twin rows, {megabytes:.0f} MB of plain TSV in {days} day files, local[{cores}], "
+        f"best of {args.repeats}. Shared, loaded machine: noisy.",
+        "",
+        "| what | seconds | rows/s | rows/s per core | ingest / this |",
+        "|---|---|---|---|---|",
+    ]
+    labels = {"ingest": "run_ingest (scan + quarantine + parse + Parquet)",
+              "csv_parquet": "floor: Spark CSV reader, explicit schema -> Parquet",
+              "csv_noop": "floor: Spark CSV reader, explicit schema -> noop sink"}
+    for name, label in labels.items():
+        lines.append(f"| {label} | {seconds[name]:.1f} | {rate[name]:,.0f} | {rate[name] / cores:,.0f} | "
+                     f"{rate['ingest'] / rate[name]:.2f} |")
+    lines += ["", f"SPEC 8 target: ingest >= 0.5 x the CSV reader -> ratio vs CSV->Parquet "
+              f"{rate['ingest'] / rate['csv_parquet']:.2f}, vs CSV read-only {rate['ingest'] / rate['csv_noop']:.2f}."]
+    write_section("ingest", "\n".join(lines))
+    print("\n".join(lines))
+    print(dataclasses.asdict(results[-1])["rows_per_day"])
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+"""spark-submit job: Criteo TSV (day_N[.gz] or train.txt) -> day-partitioned Parquet plus quarantine (SPEC 1.1)."""
+import sys
+
+from lia_spark.cli import job_main
+from lia_spark.engine.ingest import run_ingest
+
+if __name__ == "__main__":
+    sys.exit(job_main(run_ingest, sys.argv[1:], description="Ingest Criteo TSV files into Parquet by day"))

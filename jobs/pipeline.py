@@ -1,0 +1,12 @@
+"""spark-submit entry point for the whole pipeline.
+
+    spark-submit [--master URL] [--py-files dist/lia_spark-0.1.0-py3-none-any.whl] \\
+        jobs/pipeline.py --conf conf/demo.yaml [section.key=value ...]
+"""
+import sys
+
+from lia_spark.cli import job_main
+from lia_spark.engine.pipeline import run_pipeline
+
+if __name__ == "__main__":
+    sys.exit(job_main(run_pipeline, sys.argv[1:], description="lia-spark pipeline: data -> train -> posteriors -> audit -> report"))

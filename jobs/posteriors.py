@@ -1,0 +1,11 @@
+"""spark-submit entry point for the posteriors stage (release one day's labels, posteriors, summaries, plots).
+
+    spark-submit [--master URL] jobs/posteriors.py --conf conf/demo.yaml [mechanisms.bag_sizes=[8,64] ...]
+"""
+import sys
+
+from lia_spark.cli import job_main
+from lia_spark.engine.privatize import run_posteriors
+
+if __name__ == "__main__":
+    sys.exit(job_main(run_posteriors, sys.argv[1:], description="lia-spark posteriors: mechanisms -> posteriors"))

@@ -1,0 +1,395 @@
+"""Observational one-run label-inference audit game (SPEC 5; observational-auditing-of-label-privacy.txt, Alg. 2).
+
+For canary i with features x_i, true label y0_i, target prediction M(x_i) = P(y=1|x_i) and proxy prediction
+M'(x_i), repetition r of the game draws
+
+    y1_i ~ Bernoulli(M'(x_i)),  b_i ~ Bernoulli(1/2),  shown label y^b_i = y0_i if b_i = 0 else y1_i,
+
+keyed on (seed, "audit/<draw>/<r>", row_id) through :mod:`lia_spark.hashing`. The attacker scores
+
+    difference: s = (M(x)[y^b] - M'(x)[y^b]) * (1 - M'(x)[y^b])^t,   log_ratio: s = log M(x)[y^b] - log M'(x)[y^b]
+
+with M(x)[1] = M(x), M(x)[0] = 1 - M(x); it guesses b' = 0 if s > 0 else 1 on the c' rows of largest |s|
+(ties broken by a hash of row_id) and abstains elsewhere; c counts its correct guesses.
+
+One sort for every repetition and every c': a row's score can take only two values, one per label it may
+show, and neither depends on the repetition. Each row therefore contributes two *candidates* (label 0 and
+label 1) with fixed keys (|s| descending, tie hash ascending); a repetition activates exactly one candidate
+per row (the one of the shown label). Sorting the 2m candidates once, the top c' rows of repetition r are the
+first c' active candidates in that order, so c(r, c') is a prefix sum of the correctness bits of active
+candidates read at the position where the prefix sum of active bits reaches c'. Counting costs O(m) per
+repetition after one O(m log m) sort. The activity and correctness bits of all repetitions are packed into
+uint64 words (bit r of a candidate's words = repetition r), which is what the Spark stage ships around.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from lia_spark import hashing
+
+SCORES = ("difference", "log_ratio")
+CONVENTIONS = ("paper", "bonferroni")
+TIE_BREAK_PURPOSE = "audit/tie_break"
+CANARY_PURPOSE = "audit/canary_sample"
+_TINY = np.finfo(np.float64).tiny
+
+
+def counterfactual_purpose(repetition: int) -> str:
+    """Hash purpose of the counterfactual labels y1 of one repetition."""
+    return f"audit/counterfactual/{repetition}"
+
+
+def hidden_bit_purpose(repetition: int) -> str:
+    """Hash purpose of the hidden bits b of one repetition."""
+    return f"audit/hidden_bit/{repetition}"
+
+
+def guess_grid(canaries: int, *, step_percent: float = 1.0, extra_share: float = 0.001) -> np.ndarray:
+    """Sorted distinct guess counts c' of the sweep: k * step_percent % of m (k = 1, 2, ...) plus extra_share * m.
+
+    Each share is rounded to the nearest count and clipped to [1, m]; duplicates (small m) are merged.
+
+    Raises:
+        ValueError: if canaries < 1, step_percent not in (0, 100] or extra_share not in [0, 1].
+    """
+    if canaries < 1:
+        raise ValueError(f"canaries must be >= 1, got canaries={canaries}")
+    if not 0.0 < step_percent <= 100.0:
+        raise ValueError(f"step_percent must be in (0, 100], got step_percent={step_percent}")
+    if not 0.0 <= extra_share <= 1.0:
+        raise ValueError(f"extra_share must be in [0, 1], got extra_share={extra_share}")
+    steps = int(math.floor(100.0 / step_percent + 1e-9))
+    shares = np.arange(1, steps + 1, dtype=np.float64) * (step_percent / 100.0)
+    if extra_share > 0.0:
+        shares = np.append(shares, extra_share)
+    counts = np.clip(np.floor(shares * canaries + 0.5).astype(np.int64), 1, canaries)
+    return np.unique(counts)
+
+
+def label_scores(target: np.ndarray, proxy: np.ndarray, shown: np.ndarray | int, *, score: str = "difference",
+                 t: float = 2.0) -> np.ndarray:
+    """Attack score s of showing label ``shown`` (array or 0/1), elementwise; see the module docstring.
+
+    The log ratio clips probabilities at the smallest positive double, so M(x)[y] = 0 gives a large finite |s|.
+
+    Raises:
+        ValueError: on an unknown score or a negative t.
+    """
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {', '.join(SCORES)}, got score={score!r}")
+    if not t >= 0:
+        raise ValueError(f"t must be >= 0, got t={t}")
+    target = np.asarray(target, dtype=np.float64)
+    proxy = np.asarray(proxy, dtype=np.float64)
+    shown_one = np.asarray(shown) == 1
+    target_shown = np.where(shown_one, target, 1.0 - target)
+    proxy_shown = np.where(shown_one, proxy, 1.0 - proxy)
+    if score == "log_ratio":
+        return np.log(np.maximum(target_shown, _TINY)) - np.log(np.maximum(proxy_shown, _TINY))
+    return (target_shown - proxy_shown) * (1.0 - proxy_shown) ** t
+
+
+def validate_canaries(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray) -> None:
+    """Check the canary columns: equal lengths, labels in {0, 1}, predictions finite and in [0, 1].
+
+    Raises:
+        ValueError: naming the offending column and a bad value.
+    """
+    n = len(row_ids)
+    for name, column in (("label", label), ("target_prediction", target), ("proxy_prediction", proxy)):
+        if len(column) != n:
+            raise ValueError(f"{name} must have one value per row_id ({n}), got {len(column)} values")
+    bad_label = ~np.isin(label, (0, 1))
+    if bad_label.any():
+        raise ValueError(f"label must be 0 or 1, got label={label[bad_label][0]!r}")
+    for name, column in (("target_prediction", target), ("proxy_prediction", proxy)):
+        bad = ~((column >= 0.0) & (column <= 1.0))
+        if bad.any():
+            raise ValueError(f"{name} must be finite and in [0, 1], got {name}={column[bad][0]!r}")
+
+
+def game_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, seed: int,
+               repetitions: int) -> tuple[np.ndarray, np.ndarray]:
+    """Hidden bits b and shown labels y^b of every repetition, each an (R, m) bool array.
+
+    y1 ~ Bernoulli(M'(x)) and b ~ Bernoulli(1/2) are keyed on (seed, purpose with the repetition, row_id), so a
+    row's draws do not depend on which other rows are processed with it.
+    """
+    hidden = np.empty((repetitions, len(row_ids)), dtype=bool)
+    shown = np.empty((repetitions, len(row_ids)), dtype=bool)
+    true_one = np.asarray(label) == 1
+    for repetition in range(repetitions):
+        counterfactual_one = hashing.bernoulli(seed, counterfactual_purpose(repetition), row_ids, proxy) == 1
+        hidden[repetition] = hashing.bernoulli(seed, hidden_bit_purpose(repetition), row_ids, 0.5) == 1
+        shown[repetition] = np.where(hidden[repetition], counterfactual_one, true_one)
+    return hidden, shown
+
+
+def pack_bits(bits: np.ndarray) -> np.ndarray:
+    """(R, n) bool -> (n, ceil(R / 64)) uint64 words; bit r of a row's words (little-endian) is bits[r, row]."""
+    repetitions, n = bits.shape
+    words = -(-repetitions // 64)
+    packed = np.zeros((words * 8, n), dtype=np.uint8)
+    packed[: -(-repetitions // 8)] = np.packbits(bits, axis=0, bitorder="little")
+    return np.ascontiguousarray(packed.T).view("<u8").reshape(n, words)
+
+
+def unpack_bits(words: np.ndarray, repetitions: int) -> np.ndarray:
+    """Inverse of :func:`pack_bits`: (n, W) uint64 words -> (R, n) bool."""
+    words = np.ascontiguousarray(words, dtype="<u8")
+    as_bytes = np.ascontiguousarray(words.view(np.uint8).reshape(len(words), -1).T)
+    return np.unpackbits(as_bytes, axis=0, count=repetitions, bitorder="little").view(bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidates:
+    """The two score candidates of each canary row (label 0 and 1), restricted to those shown at least once.
+
+    Attributes:
+        abs_score: |s| of showing ``label``.
+        tie: uint64 tie-break hash of the row id (same for both candidates of a row, fixed over repetitions).
+        label: the candidate's shown label (int8).
+        active: (n, W) uint64 packed bits, bit r = 1 iff repetition r shows this candidate's label.
+        correct: (n, W) uint64 packed bits, bit r = 1 iff active and the guess (0 if s > 0 else 1) equals b_r.
+    """
+
+    abs_score: np.ndarray
+    tie: np.ndarray
+    label: np.ndarray
+    active: np.ndarray
+    correct: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.abs_score)
+
+
+def tie_hashes(row_ids: np.ndarray, *, seed: int) -> np.ndarray:
+    """The uint64 tie-break hash of each row id (distinct ids give distinct hashes: the mixer is a bijection)."""
+    return hashing.hash_bits(seed, TIE_BREAK_PURPOSE, row_ids)
+
+
+def candidate_scores(target: np.ndarray, proxy: np.ndarray, *, score: str, t: float) -> np.ndarray:
+    """Signed scores of all 2m candidates: showing label 0 for every row, then showing label 1."""
+    return np.concatenate([label_scores(target, proxy, 0, score=score, t=t),
+                           label_scores(target, proxy, 1, score=score, t=t)])
+
+
+def candidate_ties_labels(row_ids: np.ndarray, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tie hashes and labels of all 2m candidates, in the order of :func:`candidate_scores`."""
+    tie = np.tile(tie_hashes(row_ids, seed=seed), 2)
+    labels = np.repeat(np.array([0, 1], dtype=np.int8), len(row_ids))
+    return tie, labels
+
+
+def candidates(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
+               repetitions: int, score: str = "difference", t: float = 2.0) -> Candidates:
+    """Play ``repetitions`` games on a batch of canaries and return their shown candidates (module docstring).
+
+    Raises:
+        ValueError: on invalid canary columns (see :func:`validate_canaries`) or repetitions < 1.
+    """
+    if repetitions < 1:
+        raise ValueError(f"repetitions must be >= 1, got repetitions={repetitions}")
+    row_ids = np.asarray(row_ids, dtype=np.int64)
+    label = np.asarray(label)
+    target = np.asarray(target, dtype=np.float64)
+    proxy = np.asarray(proxy, dtype=np.float64)
+    validate_canaries(row_ids, label, target, proxy)
+    hidden, shown = game_draws(row_ids, label, proxy, seed=seed, repetitions=repetitions)
+    scores = candidate_scores(target, proxy, score=score, t=t)
+    active = np.concatenate([~shown, shown], axis=1)
+    guess_one = scores <= 0.0
+    correct = active & np.concatenate([hidden == guess_one[: len(row_ids)], hidden == guess_one[len(row_ids):]],
+                                      axis=1)
+    keep = active.any(axis=0)
+    tie, labels = candidate_ties_labels(row_ids, seed=seed)
+    return Candidates(abs_score=np.abs(scores)[keep], tie=tie[keep], label=labels[keep],
+                      active=pack_bits(active[:, keep]), correct=pack_bits(correct[:, keep]))
+
+
+def candidate_order(abs_score: np.ndarray, tie: np.ndarray, label: np.ndarray) -> np.ndarray:
+    """Permutation sorting candidates by |s| descending, then tie hash ascending (unsigned), then label."""
+    return np.lexsort((label, np.asarray(tie, dtype=np.uint64), -np.asarray(abs_score, dtype=np.float64)))
+
+
+def correct_at_ranks(active: np.ndarray, correct: np.ndarray, ranks: np.ndarray, *, repetitions: int) -> np.ndarray:
+    """Correct guesses among the first ``ranks[r, j]`` active candidates of repetition r (candidates pre-sorted).
+
+    Args:
+        active, correct: (n, W) packed bits of candidates already in :func:`candidate_order`.
+        ranks: (R, k) int64 ranks; entries outside [1, number of active candidates of r] give -1.
+
+    Returns:
+        (R, k) int64: with p the position of the rank-th active candidate, the number of correct candidates at
+        positions <= p (correct implies active).
+    """
+    ranks = np.asarray(ranks, dtype=np.int64)
+    out = np.full(ranks.shape, -1, dtype=np.int64)
+    active_bits = unpack_bits(active, repetitions)
+    correct_bits = unpack_bits(correct, repetitions)
+    for repetition in range(repetitions):
+        active_positions = np.flatnonzero(active_bits[repetition])
+        valid = (ranks[repetition] >= 1) & (ranks[repetition] <= len(active_positions))
+        if not valid.any():
+            continue
+        cut_positions = active_positions[ranks[repetition, valid] - 1]
+        out[repetition, valid] = np.searchsorted(np.flatnonzero(correct_bits[repetition]), cut_positions,
+                                                 side="right")
+    return out
+
+
+def bit_totals(words: np.ndarray, *, repetitions: int) -> np.ndarray:
+    """Number of set bits per repetition over all rows of (n, W) packed words -> (R,) int64."""
+    return np.count_nonzero(unpack_bits(words, repetitions), axis=1).astype(np.int64)
+
+
+def count_correct(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
+                  repetitions: int, guesses: np.ndarray, score: str = "difference", t: float = 2.0) -> np.ndarray:
+    """In-process audit: c for every repetition and every guess count in ``guesses`` from one sort -> (R, k) int64.
+
+    Raises:
+        ValueError: if a guess count is outside [1, m] or on invalid canary columns.
+    """
+    guesses = np.asarray(guesses, dtype=np.int64)
+    if guesses.size and (guesses.min() < 1 or guesses.max() > len(row_ids)):
+        raise ValueError(f"guesses must lie in [1, {len(row_ids)}], got guesses={guesses.min()}..{guesses.max()}")
+    found = candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions, score=score, t=t)
+    order = candidate_order(found.abs_score, found.tie, found.label)
+    ranks = np.broadcast_to(guesses, (repetitions, len(guesses)))
+    return correct_at_ranks(found.active[order], found.correct[order], ranks, repetitions=repetitions)
+
+
+def range_boundaries(abs_score: np.ndarray, tie: np.ndarray, *, parts: int) -> tuple[np.ndarray, np.ndarray]:
+    """``parts - 1`` candidate keys (|s|, tie) at evenly spaced ranks of a key sample, in candidate order.
+
+    They cut the candidate order into ``parts`` contiguous ranges; any choice is exact, a representative
+    sample only balances the range sizes.
+    """
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got parts={parts}")
+    if len(abs_score) == 0 or parts == 1:
+        return np.empty(0, dtype=np.float64), np.empty(0, dtype=np.uint64)
+    order = candidate_order(abs_score, tie, np.zeros(len(abs_score), dtype=np.int8))
+    cuts = (np.arange(1, parts) * len(order)) // parts
+    chosen = order[cuts]
+    return np.asarray(abs_score, dtype=np.float64)[chosen], np.asarray(tie, dtype=np.uint64)[chosen]
+
+
+def range_ids(abs_score: np.ndarray, tie: np.ndarray, boundary_abs: np.ndarray,
+              boundary_tie: np.ndarray) -> np.ndarray:
+    """Range index of each candidate: the number of boundaries at or before its key in candidate order.
+
+    A boundary (a, h) is at or before the key (|s|, tie) iff a > |s|, or a == |s| and h <= tie. Candidates
+    with equal keys (only the two of one row can have them) fall into the same range.
+    """
+    abs_score = np.asarray(abs_score, dtype=np.float64)[:, None]
+    tie = np.asarray(tie, dtype=np.uint64)[:, None]
+    before = (boundary_abs[None, :] > abs_score) | ((boundary_abs[None, :] == abs_score)
+                                                   & (boundary_tie[None, :] <= tie))
+    return before.sum(axis=1).astype(np.int32)
+
+
+def convention_confidence(confidence: float, *, convention: str, points: int) -> float:
+    """Per-point confidence: ``confidence`` itself ("paper") or 1 - (1 - confidence) / points ("bonferroni").
+
+    With the Bonferroni split, the best bound over ``points`` sweep points holds at ``confidence`` jointly.
+    """
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got convention={convention!r}")
+    if points < 1:
+        raise ValueError(f"points must be >= 1, got points={points}")
+    return confidence if convention == "paper" else 1.0 - (1.0 - confidence) / points
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepBounds:
+    """Epsilon lower bounds of every repetition over the guess sweep.
+
+    Attributes:
+        guesses: (k,) guess counts c'.
+        correct: (R, k) correct guesses c.
+        per_guess: "eps_<family>_<convention>" -> (R, k) bound at each c' (families in ``table_families``).
+        best: "eps_<family>_<convention>" -> (R,) best bound over the sweep; "mu_gdp_<convention>" -> (R,) best
+            GDP mu; "accuracy_lb_<convention>" -> (R,) best one-sided Clopper-Pearson accuracy lower limit.
+        best_guesses: same keys as ``best`` -> (R,) c' reaching it (0 when nothing is rejected).
+        gdp_delta: the delta at which GDP mu was converted to epsilon.
+        gdp_tau_vacuous: True when tau >= c'/m at every sweep point (the f-DP tau bound rejects nothing).
+    """
+
+    guesses: np.ndarray
+    correct: np.ndarray
+    per_guess: dict[str, np.ndarray]
+    best: dict[str, np.ndarray]
+    best_guesses: dict[str, np.ndarray]
+    gdp_delta: float
+    gdp_tau_vacuous: bool
+
+
+def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, confidence: float = 0.95,
+                   delta: float = 0.0, tau: float = 0.0, families: tuple[str, ...] = ("binomial", "gdp"),
+                   table_families: tuple[str, ...] = ("binomial",),
+                   conventions: tuple[str, ...] = CONVENTIONS) -> SweepBounds:
+    """Bounds of SPEC 6 for each repetition's counts (lia_spark.bounds), under both conventions of SPEC 5.
+
+    The best bound per repetition uses bounds.best_* (same value as the max of the per-point bounds, far cheaper
+    for GDP); per-point bounds are evaluated only for ``table_families``.
+
+    Raises:
+        ValueError: on a family outside bounds.METHODS or mismatched shapes.
+    """
+    from lia_spark import bounds  # scipy.optimize + numba: kept out of the executors, which only play the games
+
+    correct = np.atleast_2d(np.asarray(correct, dtype=np.int64))
+    guesses = np.asarray(guesses, dtype=np.int64)
+    if correct.shape[1] != len(guesses):
+        raise ValueError(f"correct must have one column per guess count ({len(guesses)}), got {correct.shape}")
+    for family in (*families, *table_families):
+        if family not in bounds.METHODS:
+            raise ValueError(f"families must be among {', '.join(bounds.METHODS)}, got {family!r}")
+    gdp_delta = bounds.effective_gdp_delta(delta)
+    per_guess: dict[str, np.ndarray] = {}
+    best: dict[str, np.ndarray] = {}
+    best_guesses: dict[str, np.ndarray] = {}
+    repetitions = len(correct)
+    grid = np.broadcast_to(guesses, correct.shape)
+
+    def record(key: str, values: list[float], indices: list[int]) -> None:
+        best[key] = np.asarray(values, dtype=np.float64)
+        best_guesses[key] = np.where(np.asarray(indices) >= 0, guesses[np.asarray(indices)], 0)
+
+    for convention in conventions:
+        level = convention_confidence(confidence, convention=convention, points=len(guesses))
+        for family in table_families:
+            per_guess[f"eps_{family}_{convention}"] = bounds.epsilon_lower_bound_sweep(
+                canaries=canaries, guesses=grid, correct=correct, confidence=level, delta=delta, tau=tau,
+                method=family)
+        accuracy = bounds.clopper_pearson_lower(correct, grid, confidence=level)
+        record(f"accuracy_lb_{convention}", list(accuracy.max(axis=1)), list(accuracy.argmax(axis=1)))
+        if "binomial" in families:
+            found = [bounds.best_epsilon_lower_bound(canaries=canaries, guesses=guesses, correct=correct[r],
+                                                     confidence=level, delta=delta, tau=tau, method="binomial")
+                     for r in range(repetitions)]
+            record(f"eps_binomial_{convention}", [f.value for f in found], [f.index for f in found])
+        if "gdp" in families:
+            found = [bounds.best_gdp_mu_lower_bound(canaries=canaries, guesses=guesses, correct=correct[r],
+                                                    confidence=level, tau=tau) for r in range(repetitions)]
+            indices = [f.index for f in found]
+            record(f"mu_gdp_{convention}", [f.value for f in found], indices)
+            record(f"eps_gdp_{convention}", [bounds.gdp_epsilon(f.value, delta=gdp_delta) for f in found], indices)
+    vacuous = bool(np.all(bounds.gdp_tau_vacuous(canaries=canaries, guesses=guesses, tau=tau)))
+    return SweepBounds(guesses=guesses, correct=correct, per_guess=per_guess, best=best, best_guesses=best_guesses,
+                       gdp_delta=gdp_delta, gdp_tau_vacuous=vacuous)
+
+
+def summarize(best: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Mean, sample standard deviation (ddof = 1; 0 for one repetition), min and max of each best-bound array."""
+    out = {}
+    for key, values in best.items():
+        values = np.asarray(values, dtype=np.float64)
+        out[key] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+                    "min": float(values.min()), "max": float(values.max()),
+                    "share_positive": float(np.mean(values > 0.0))}
+    return out

@@ -1,0 +1,367 @@
+"""Spark stage of the observational one-run audit (SPEC 5, 6): exact counts for every repetition and c'.
+
+Exact distributed top-c' (lia_spark.audit explains the candidates): each canary row yields two candidates
+(label 0, label 1) with keys fixed over repetitions, and repetition r's top c' rows are the first c' active
+candidates in the global candidate order (|s| desc, tie hash asc). The stage never sorts per repetition:
+
+1. *Range boundaries* - candidate keys of a hash-selected sample of rows (about 1000 per range) give P - 1
+   cut keys; any cut keys are exact, the sample only balances the range sizes.
+2. *Candidates* (mapInPandas, one pass over the canaries) - per batch: the games of all R repetitions,
+   vectorized; each shown candidate carries its key, its range id and its activity / correctness bits packed
+   in ceil(R / 64) longs. Persisted (deterministic: a recomputation gives the same rows).
+3. *Range totals* (mapInPandas + groupBy sum) - exact active and correct counts per (range, repetition). The
+   driver turns them into exclusive prefix offsets; range k holds the global active ranks
+   offset[k, r] + 1 .. offset[k, r] + total[k, r] of repetition r.
+4. *Cut evaluation* (groupBy(range).applyInPandas) - each range sorts its candidates once, and for every
+   (r, c') whose cut rank falls inside it reads the correct count at local rank c' - offset[k, r]; adding the
+   correct-count offset gives c exactly. One output row per (r, c').
+
+Then the bounds run on the driver (lia_spark.audit.evaluate_sweep). Outputs under ``<run.output_dir>/audit``:
+``results`` (Parquet) and ``results.csv`` (per repetition and c': c', c, per-point bounds), ``summary.json``
+and ``plots/eps_vs_guesses.png``, committed atomically; resumable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lia_spark import audit, hashing
+from lia_spark.config import AuditConfig, Config
+from lia_spark.engine.outputs import committed_output, read_marker
+
+logger = logging.getLogger(__name__)
+
+CANARY_COLUMNS = ("row_id", "label", "target_prediction", "proxy_prediction")
+RANGE_CANDIDATES = 500_000  # target candidates per range (bounds the memory of one applyInPandas call)
+SAMPLE_ROWS_PER_RANGE = 1000
+
+
+def canary_path(config: Config) -> str:
+    """The canary table read by the stage: audit.canary_path, else <run.output_dir>/models/canaries."""
+    return config.audit.canary_path or os.path.join(config.run.output_dir, "models", "canaries")
+
+
+def _as_uint64(column: pd.Series) -> np.ndarray:
+    return column.to_numpy(dtype=np.int64).view(np.uint64)
+
+
+def _canary_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return (frame["row_id"].to_numpy(dtype=np.int64), frame["label"].to_numpy(),
+            frame["target_prediction"].to_numpy(dtype=np.float64), frame["proxy_prediction"].to_numpy(dtype=np.float64))
+
+
+def select_canaries(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:
+    """The canary columns; with ``canaries`` > 0 only the rows with the smallest hash of (seed, row_id).
+
+    Raises:
+        ValueError: if a canary column is missing.
+    """
+    missing = [c for c in CANARY_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"canary table: missing columns {missing}, got columns={df.columns}")
+    df = df.select(F.col("row_id").cast("long"), F.col("label").cast("int"),
+                   F.col("target_prediction").cast("double"), F.col("proxy_prediction").cast("double"))
+    if canaries <= 0:
+        return df
+
+    def keyed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for frame in batches:
+            key = hashing.hash_bits(seed, audit.CANARY_PURPOSE, frame["row_id"].to_numpy(dtype=np.int64))
+            # order-preserving map of uint64 onto signed longs (Spark sorts longs signed)
+            yield frame.assign(_key=(key ^ np.uint64(1 << 63)).view(np.int64))
+
+    schema = "row_id bigint, label int, target_prediction double, proxy_prediction double, _key bigint"
+    chosen = df.mapInPandas(keyed, schema).orderBy("_key").limit(canaries).drop("_key")
+    # the top-k arrives as one partition; spread it again (the counts do not depend on the partitioning)
+    return chosen.repartition(2 * df.sparkSession.sparkContext.defaultParallelism)
+
+
+def _sample_keys(df: DataFrame, *, settings: AuditConfig, seed: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
+
+    def sample(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for frame in batches:
+            row_ids, _, target, proxy = _canary_arrays(frame)
+            keep = audit.tie_hashes(row_ids, seed=seed) < threshold
+            scores = audit.candidate_scores(target[keep], proxy[keep], score=settings.score, t=settings.t)
+            tie, _ = audit.candidate_ties_labels(row_ids[keep], seed=seed)
+            yield pd.DataFrame({"abs_score": np.abs(scores), "tie": tie.view(np.int64)})
+
+    keys = df.mapInPandas(sample, "abs_score double, tie bigint").toPandas()
+    return keys["abs_score"].to_numpy(dtype=np.float64), _as_uint64(keys["tie"])
+
+
+def _candidate_schema(words: int) -> str:
+    bits = ", ".join([f"active_{w} bigint" for w in range(words)] + [f"correct_{w} bigint" for w in range(words)])
+    return f"range int, abs_score double, tie bigint, label tinyint, {bits}"
+
+
+def _candidate_frames(batches: Iterator[pd.DataFrame], *, settings: AuditConfig, seed: int,
+                      boundary_abs: np.ndarray, boundary_tie: np.ndarray) -> Iterator[pd.DataFrame]:
+    for frame in batches:
+        row_ids, label, target, proxy = _canary_arrays(frame)
+        found = audit.candidates(row_ids, label, target, proxy, seed=seed, repetitions=settings.repetitions,
+                                 score=settings.score, t=settings.t)
+        columns = {"range": audit.range_ids(found.abs_score, found.tie, boundary_abs, boundary_tie),
+                   "abs_score": found.abs_score, "tie": found.tie.view(np.int64), "label": found.label}
+        for name, words in (("active", found.active), ("correct", found.correct)):
+            for w in range(words.shape[1]):
+                columns[f"{name}_{w}"] = words[:, w].view(np.int64)
+        yield pd.DataFrame(columns)
+
+
+def _words(frame: pd.DataFrame, name: str, count: int) -> np.ndarray:
+    return np.column_stack([frame[f"{name}_{w}"].to_numpy(dtype=np.int64) for w in range(count)]).view(np.uint64)
+
+
+def _range_totals(batches: Iterator[pd.DataFrame], *, repetitions: int, words: int) -> Iterator[pd.DataFrame]:
+    for frame in batches:
+        for range_id, rows in frame.groupby("range", sort=False):
+            yield pd.DataFrame({
+                "range": np.int32(range_id), "repetition": np.arange(repetitions, dtype=np.int32),
+                "active": audit.bit_totals(_words(rows, "active", words), repetitions=repetitions),
+                "correct": audit.bit_totals(_words(rows, "correct", words), repetitions=repetitions)})
+
+
+def _evaluate_range(rows: pd.DataFrame, *, repetitions: int, words: int, guesses: np.ndarray,
+                    active_offset: np.ndarray, correct_offset: np.ndarray) -> pd.DataFrame:
+    range_id = int(rows["range"].iloc[0])
+    order = audit.candidate_order(rows["abs_score"].to_numpy(dtype=np.float64), _as_uint64(rows["tie"]),
+                                  rows["label"].to_numpy())
+    local_ranks = guesses[None, :] - active_offset[range_id][:, None]
+    local = audit.correct_at_ranks(_words(rows, "active", words)[order], _words(rows, "correct", words)[order],
+                                   local_ranks, repetitions=repetitions)
+    repetition, index = np.nonzero(local >= 0)
+    return pd.DataFrame({"repetition": repetition.astype(np.int32), "guess_index": index.astype(np.int32),
+                         "correct": local[repetition, index] + correct_offset[range_id, repetition]})
+
+
+def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
+                       guesses: np.ndarray | None = None) -> tuple[int, np.ndarray, np.ndarray]:
+    """Exact c for every repetition and c' of the sweep over a canary DataFrame (module docstring, steps 1-4).
+
+    Args:
+        df: canary rows (see :func:`select_canaries`); row ids must be distinct (they key the draws and ties).
+        settings: the audit section (repetitions, score, t, sweep).
+        seed: the run seed.
+        guesses: guess counts to evaluate; default the sweep of ``settings``.
+
+    Returns:
+        (m, guesses (k,), correct (R, k) int64).
+
+    Raises:
+        ValueError: if the table is empty.
+    """
+    spark = df.sparkSession
+    context = spark.sparkContext
+    repetitions, words = settings.repetitions, -(-settings.repetitions // 64)
+    context.setJobDescription("audit: count canaries")
+    m = df.count()
+    if m == 0:
+        raise ValueError("canary table: must hold at least one row, got 0 rows")
+    if guesses is None:
+        guesses = audit.guess_grid(m, step_percent=settings.sweep_step_percent, extra_share=settings.extra_guess_share)
+    guesses = np.asarray(guesses, dtype=np.int64)
+    parts = max(4 * context.defaultParallelism, -(-2 * m // RANGE_CANDIDATES))
+    context.setJobDescription("audit: sample candidate keys for range boundaries")
+    sample_abs, sample_tie = _sample_keys(df, settings=settings, seed=seed,
+                                          fraction=min(1.0, SAMPLE_ROWS_PER_RANGE * parts / m))
+    boundary_abs, boundary_tie = audit.range_boundaries(sample_abs, sample_tie, parts=parts)
+    parts = len(boundary_abs) + 1
+    logger.info("audit: %d canaries, %d repetitions, %d guess counts, %d candidate ranges", m, repetitions,
+                len(guesses), parts)
+
+    def candidate_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        return _candidate_frames(batches, settings=settings, seed=seed, boundary_abs=boundary_abs,
+                                 boundary_tie=boundary_tie)
+
+    candidates = df.mapInPandas(candidate_batches, _candidate_schema(words)).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        context.setJobDescription(f"audit: play {repetitions} games, totals per candidate range")
+        totals = (candidates.mapInPandas(lambda b: _range_totals(b, repetitions=repetitions, words=words),
+                                         "range int, repetition int, active long, correct long")
+                  .groupBy("range", "repetition").agg(F.sum("active").alias("active"),
+                                                      F.sum("correct").alias("correct"))
+                  .toPandas())
+        active_total = np.zeros((parts, repetitions), dtype=np.int64)
+        correct_total = np.zeros((parts, repetitions), dtype=np.int64)
+        ranges, reps = totals["range"].to_numpy(), totals["repetition"].to_numpy()
+        active_total[ranges, reps] = totals["active"].to_numpy()
+        correct_total[ranges, reps] = totals["correct"].to_numpy()
+        active_offset = np.cumsum(active_total, axis=0) - active_total
+        correct_offset = np.cumsum(correct_total, axis=0) - correct_total
+
+        def evaluate(rows: pd.DataFrame) -> pd.DataFrame:
+            return _evaluate_range(rows, repetitions=repetitions, words=words, guesses=guesses,
+                                   active_offset=active_offset, correct_offset=correct_offset)
+
+        context.setJobDescription("audit: sort each candidate range once, exact counts at the cut ranks")
+        cuts = (candidates.groupBy("range")
+                .applyInPandas(evaluate, "repetition int, guess_index int, correct long").toPandas())
+    finally:
+        candidates.unpersist()
+    correct = np.full((repetitions, len(guesses)), -1, dtype=np.int64)
+    correct[cuts["repetition"].to_numpy(), cuts["guess_index"].to_numpy()] = cuts["correct"].to_numpy()
+    if len(cuts) != correct.size or (correct < 0).any():
+        raise ValueError(f"audit: expected one count per (repetition, c') = {correct.size}, got {len(cuts)}")
+    return m, guesses, correct
+
+
+def results_frame(sweep: audit.SweepBounds) -> pd.DataFrame:
+    """Long table: one row per (repetition, c') with c, c/c' and the per-point bounds."""
+    repetitions, points = sweep.correct.shape
+    frame = pd.DataFrame({
+        "repetition": np.repeat(np.arange(repetitions, dtype=np.int32), points),
+        "guesses": np.tile(sweep.guesses, repetitions),
+        "correct": sweep.correct.ravel(),
+    })
+    frame["accuracy"] = frame["correct"] / frame["guesses"]
+    for key, values in sweep.per_guess.items():
+        frame[key] = values.ravel()
+    return frame
+
+
+def plot_sweep(frame: pd.DataFrame, *, path: str, title: str) -> str:
+    """PNG of the mean (+- std band over repetitions) per-point epsilon lower bound against c'."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = [c for c in frame.columns if c.startswith("eps_")]
+    stats = frame.groupby("guesses")[columns].agg(["mean", "std"])
+    figure, axis = plt.subplots(figsize=(6.4, 4.0))
+    for column in columns:
+        mean, std = stats[(column, "mean")], stats[(column, "std")].fillna(0.0)
+        axis.plot(stats.index, mean, label=column[len("eps_"):].replace("_", ", "))
+        axis.fill_between(stats.index, mean - std, mean + std, alpha=0.2)
+    axis.set_xscale("log")
+    axis.set_xlabel("number of guesses c'")
+    axis.set_ylabel("epsilon lower bound")
+    axis.set_title(title)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditResult:
+    """Outcome of the audit stage: sizes, the summary of best bounds per repetition and output files."""
+
+    output_path: str
+    canaries: int
+    repetitions: int
+    guess_counts: int
+    convention: str
+    summary: dict[str, Any]
+    files: tuple[str, ...]
+    seconds: float
+    skipped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        payload = dataclasses.asdict(self)
+        payload["files"] = list(self.files)
+        return payload
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False) -> "AuditResult":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {key: value for key, value in payload.items() if key in fields}
+        values.update(files=tuple(values["files"]), skipped=skipped)
+        return cls(**values)
+
+    def metrics(self) -> dict[str, float]:
+        """``audit_<bound>_<convention>_mean/std`` for each best bound, plus the default convention's epsilons."""
+        metrics = {"audit_canaries": float(self.canaries), "audit_repetitions": float(self.repetitions),
+                   "audit_seconds": self.seconds}
+        for key, stats in self.summary["best"].items():
+            metrics[f"audit_{key}_mean"] = stats["mean"]
+            metrics[f"audit_{key}_std"] = stats["std"]
+            if key.startswith("eps_") and key.endswith(f"_{self.convention}"):
+                metrics[f"audit_{key[:-len(self.convention) - 1]}"] = stats["mean"]
+        return {key: value for key, value in metrics.items() if math.isfinite(value)}
+
+    def artifacts(self) -> list[str]:
+        """results.csv, summary.json and the plot (local paths)."""
+        return list(self.files)
+
+
+def _local_path(path: str) -> str:
+    if path.startswith("file:"):
+        return "/" + path[len("file:"):].lstrip("/")
+    if "://" in path or path.startswith("dbfs:"):
+        raise ValueError(f"run.output_dir: audit writes its CSV, JSON and plot locally, got remote path {path!r}")
+    return path
+
+
+def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None = None) -> AuditResult:
+    """Audit the canary table (``canaries`` or :func:`canary_path`) and write ``<run.output_dir>/audit``.
+
+    Skipped when the output is complete and run.force is false.
+    """
+    settings = config.audit
+    output = os.path.join(config.run.output_dir, "audit")
+    local_output = _local_path(output)
+    marker = read_marker(spark, output)
+    if marker is not None and not config.run.force:
+        logger.info("audit: %s is complete, skipped", output)
+        return AuditResult.from_dict(marker, skipped=True)
+    started = time.monotonic()
+    if canaries is None:
+        spark.sparkContext.setJobDescription("audit: read canaries")
+        canaries = spark.read.parquet(canary_path(config))
+    df = select_canaries(canaries, seed=config.run.seed, canaries=settings.canaries)
+    if settings.canaries > 0:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)  # the sample's top-k selection is a full scan: run it once
+    try:
+        m, guesses, correct = distributed_counts(df, settings=settings, seed=config.run.seed)
+    finally:
+        df.unpersist()
+    counted = time.monotonic()
+    sweep = audit.evaluate_sweep(correct, guesses, canaries=m, confidence=settings.confidence, delta=settings.delta,
+                                 tau=settings.tau, families=settings.bounds, table_families=settings.table_bounds)
+    logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
+    summary = {
+        "canaries": m, "repetitions": settings.repetitions, "guesses": guesses.tolist(),
+        "confidence": settings.confidence, "delta": settings.delta, "tau": settings.tau,
+        "gdp_delta": sweep.gdp_delta, "gdp_tau_vacuous": sweep.gdp_tau_vacuous, "score": settings.score,
+        "t": settings.t, "default_convention": settings.convention,
+        "best": audit.summarize(sweep.best),
+        "best_guesses_median": {key: float(np.median(v)) for key, v in sweep.best_guesses.items()},
+    }
+    if sweep.gdp_tau_vacuous and "gdp" in settings.bounds:
+        logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", settings.tau)
+    frame = results_frame(sweep)
+    metadata: dict[str, Any] = {}
+    with committed_output(spark, output, metadata) as staging:
+        spark.sparkContext.setJobDescription("audit: write results")
+        spark.createDataFrame(frame).coalesce(1).write.parquet(f"{staging}/results")
+        local_staging = _local_path(staging)
+        frame.to_csv(os.path.join(local_staging, "results.csv"), index=False)
+        with open(os.path.join(local_staging, "summary.json"), "w", encoding="utf-8") as handle:
+            json.dump(summary, handle, indent=2, sort_keys=True)
+        plot_sweep(frame, path=os.path.join(local_staging, "plots", "eps_vs_guesses.png"),
+                   title=f"audit: {m} canaries, {settings.repetitions} repetitions")
+        files = tuple(os.path.join(local_output, name)
+                      for name in ("results.csv", "summary.json", os.path.join("plots", "eps_vs_guesses.png")))
+        result = AuditResult(output_path=local_output, canaries=m, repetitions=settings.repetitions,
+                             guess_counts=len(guesses), convention=settings.convention, summary=summary,
+                             files=files, seconds=time.monotonic() - started)
+        metadata.update(result.to_dict())
+    logger.info("audit: done in %.1f s; mean best per repetition (%s): %s", result.seconds, settings.convention,
+                {k: round(v["mean"], 4) for k, v in summary["best"].items() if k.endswith(settings.convention)})
+    return result

@@ -1,0 +1,50 @@
+"""Spark stage for model features: vocabulary counts by aggregation, features by mapInPandas (scales to billions)."""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lia_spark import features
+from lia_spark.criteo import CAT_COLUMNS, DAY, LABEL, ROW_ID
+
+
+def day_rows(spark: SparkSession, parquet_path: str, day: int) -> DataFrame:
+    """One day of the day-partitioned storage table."""
+    return spark.read.parquet(parquet_path).where(F.col(DAY) == day)
+
+
+def split_rows(rows: DataFrame, *, seed: int, shares: tuple[float, float, float], code: int) -> DataFrame:
+    """Rows whose split code (:func:`lia_spark.features.split_codes`, 0 train / 1 valid / 2 test) is ``code``."""
+
+    def batches(frames):
+        for frame in frames:
+            codes = features.split_codes(frame[ROW_ID].to_numpy("int64"), seed=seed, shares=shares)
+            yield frame.loc[codes == code]
+
+    return rows.mapInPandas(batches, rows.schema)
+
+
+def learn_vocabulary(training_rows: DataFrame, *, min_count: int, max_size: int) -> features.CategoryVocabulary:
+    """Count every categorical value of the training rows in one aggregation; keep the frequent ones."""
+    stacked = training_rows.select(F.explode(F.array(*[
+        F.struct(F.lit(name).alias("column"), F.col(name).alias("value")) for name in CAT_COLUMNS])).alias("cv"))
+    counts = (stacked.select("cv.column", "cv.value").where(F.col("value").isNotNull())
+              .groupBy("column", "value").count().where(F.col("count") >= min_count).toPandas())
+    grouped = {name: (part["value"].to_numpy("int64"), part["count"].to_numpy("int64"))
+               for name, part in counts.groupby("column")}
+    return features.vocabulary_from_counts(grouped, min_count=min_count, max_size=max_size)
+
+
+def feature_frame(rows: DataFrame, spec: features.FeatureSpec, *, seed: int,
+                  shares: tuple[float, float, float]) -> DataFrame:
+    """row_id, label, split and the model feature columns of :func:`lia_spark.features.build_features`."""
+    cat_type = "long" if spec.encoding == "native" else "float"
+    schema = ", ".join([f"{ROW_ID} long", f"{LABEL} int", f"{features.SPLIT_COLUMN} int"]
+                       + [f"{name} float" for name in features.LOG_COLUMNS + features.FLAG_COLUMNS]
+                       + [f"{name} {cat_type}" for name in CAT_COLUMNS])
+
+    def batches(frames):
+        for frame in frames:
+            yield features.build_features(frame, spec, seed=seed, shares=shares)
+
+    return rows.mapInPandas(batches, schema)

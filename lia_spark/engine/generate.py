@@ -1,0 +1,333 @@
+"""Generate stage: the synthetic Criteo twin (SPEC 1.2) as day-partitioned Parquet, truth table and Criteo TSV.
+
+``spark.range`` over ``rows_per_day x days`` line numbers, cut into partitions that never straddle a day, feeds
+:func:`lia_spark.synthetic.generate_rows` through ``mapInPandas``. Outputs (each committed atomically):
+
+- ``config.parquet_path``: columns of ``criteo.STORAGE_DDL``, partitioned by day (no eta);
+- ``OUT/truth``: row_id, day, eta, recomputed from the written rows (eta is a function of the observable row);
+- ``OUT/criteo/day_N[.gz]`` when ``synthetic.write_tsv``: Spark writes one ordered text part per partition,
+  then the parts of each day are concatenated in order inside the JVM (gzip parts are concatenated members).
+
+The data folder is committed last, so a complete data marker means the whole stage finished.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import re
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lia_spark.config import Config
+from lia_spark.criteo import CAT_COLUMNS, DAY, INT_COLUMNS, LABEL, ROW_ID, STORAGE_DDL, split_row_id
+from lia_spark.engine.outputs import committed_output, read_marker
+from lia_spark.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
+
+logger = logging.getLogger(__name__)
+
+ROWS_PER_PARTITION = 1_000_000
+TRUTH_DDL = f"{ROW_ID} long, {DAY} int, eta double"
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_NIBBLE_SHIFTS = np.arange(28, -1, -4, dtype=np.uint32)
+_PART_INDEX = re.compile(r"^part-(\d+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateResult:
+    """What the generate stage wrote: per-day row and click counts, the calibrated intercept and the paths."""
+
+    seed: int
+    rows_per_day: int
+    days: int
+    click_rate_target: float
+    intercepts: tuple[float, ...]
+    partitions: int
+    rows: int
+    clicks: int
+    rows_by_day: dict[str, int]
+    clicks_by_day: dict[str, int]
+    parquet_path: str
+    truth_path: str
+    tsv_paths: tuple[str, ...]
+    seconds: float
+    skipped: bool = False
+
+    @property
+    def click_rate(self) -> float:
+        """Realized share of clicks over all generated rows."""
+        return self.clicks / self.rows if self.rows else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-friendly dict (also the content of the data folder's completion marker)."""
+        payload = dataclasses.asdict(self)
+        payload["tsv_paths"] = list(self.tsv_paths)
+        payload["intercepts"] = list(self.intercepts)
+        payload["click_rate"] = self.click_rate
+        return payload
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any]) -> "GenerateResult":
+        """Inverse of :meth:`to_dict` (extra keys ignored)."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        values = {key: value for key, value in payload.items() if key in names}
+        values["tsv_paths"] = tuple(values.get("tsv_paths", ()))
+        values["intercepts"] = tuple(values.get("intercepts", ()))
+        return cls(**values)
+
+    def metrics(self) -> dict[str, float]:
+        """Flat metrics: rows, clicks, click rate overall and per day, seconds."""
+        metrics = {"rows": float(self.rows), "clicks": float(self.clicks), "click_rate": self.click_rate,
+                   "seconds_generate": self.seconds}
+        for day, rows in self.rows_by_day.items():
+            metrics[f"rows_day_{day}"] = float(rows)
+            metrics[f"click_rate_day_{day}"] = self.clicks_by_day[day] / rows if rows else math.nan
+        return metrics
+
+    def artifacts(self) -> list[str]:
+        """No local files: the outputs are tables and TSV folders."""
+        return []
+
+
+def _parameters(config: Config) -> dict[str, Any]:
+    """The settings that determine every output byte (a marker with other values is stale)."""
+    synthetic = config.synthetic
+    return {"seed": config.run.seed, "rows_per_day": synthetic.rows_per_day, "days": synthetic.days,
+            "click_rate_target": synthetic.click_rate}
+
+
+def _marker_matches(spark: SparkSession, path: str, parameters: dict[str, Any]) -> bool:
+    marker = read_marker(spark, path)
+    return marker is not None and all(marker.get(key) == value for key, value in parameters.items())
+
+
+def partition_count(config: Config, default_parallelism: int) -> int:
+    """Partitions of the line range: a multiple of ``days`` so that no partition straddles two days.
+
+    ``synthetic.partitions`` (0 = about one partition per ROWS_PER_PARTITION rows, at least one per core)
+    rounded up to a multiple of the day count.
+    """
+    synthetic = config.synthetic
+    total = synthetic.rows_per_day * synthetic.days
+    wanted = synthetic.partitions or max(default_parallelism, math.ceil(total / ROWS_PER_PARTITION))
+    per_day = max(1, math.ceil(wanted / synthetic.days))
+    return per_day * synthetic.days
+
+
+def _twin_batches(batches: Iterator[pd.DataFrame], params: TwinParameters,
+                  rows_per_day: int) -> Iterator[TwinRows]:
+    """Twin rows for each Arrow batch of line numbers ``id`` (line = day * rows_per_day + position)."""
+    for batch in batches:
+        lines = batch["id"].to_numpy(np.int64)
+        days = lines // rows_per_day
+        for day in np.unique(days):
+            yield generate_rows(params, day=int(day), positions=lines[days == day] - day * rows_per_day)
+
+
+def _storage_frame(rows: TwinRows) -> pd.DataFrame:
+    columns: dict[str, Any] = {ROW_ID: rows.row_id, DAY: rows.day, LABEL: rows.label}
+    for name in INT_COLUMNS + CAT_COLUMNS:
+        columns[name] = pd.arrays.IntegerArray(rows.values[name], rows.missing[name])
+    return pd.DataFrame(columns)
+
+
+def _hex_column(values: np.ndarray, missing: np.ndarray) -> pa.Array:
+    """8 lowercase hex chars per present value, empty string where missing (no nulls)."""
+    present = values[~missing].astype(np.uint32)
+    nibbles = (present[:, None] >> _NIBBLE_SHIFTS) & np.uint32(0xF)
+    data = _HEX_DIGITS[nibbles].tobytes()
+    offsets = np.zeros(values.size + 1, dtype=np.int32)
+    np.cumsum(np.where(missing, 0, 8), out=offsets[1:])
+    return pa.StringArray.from_buffers(values.size, pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def criteo_lines(rows: TwinRows) -> pa.Array:
+    """Criteo TSV lines (no newline): label, I1..I13 in decimal, C1..C26 as 8 hex chars, '' when missing."""
+    fields = [pc.cast(pa.array(rows.label), pa.string())]
+    for name in INT_COLUMNS:
+        text = pc.cast(pa.array(rows.values[name]), pa.string())
+        fields.append(pc.if_else(pa.array(rows.missing[name]), "", text))
+    fields.extend(_hex_column(rows.values[name], rows.missing[name]) for name in CAT_COLUMNS)
+    return pc.binary_join_element_wise(*fields, "\t")
+
+
+def generated_rows(spark: SparkSession, params: TwinParameters, *, rows_per_day: int, days: int,
+                   partitions: int) -> DataFrame:
+    """The twin as a DataFrame with the STORAGE_DDL columns, in line order within each partition."""
+    rows_per_day = int(rows_per_day)
+
+    def generate(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for rows in _twin_batches(batches, params, rows_per_day):
+            yield _storage_frame(rows)
+
+    lines = spark.range(0, rows_per_day * days, 1, numPartitions=partitions)
+    return lines.mapInPandas(generate, STORAGE_DDL)
+
+
+def generated_lines(spark: SparkSession, params: TwinParameters, *, rows_per_day: int, days: int,
+                    partitions: int) -> DataFrame:
+    """The twin as Criteo TSV lines (column ``value``), in line order within each partition."""
+    rows_per_day = int(rows_per_day)
+
+    def format_lines(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for rows in _twin_batches(batches, params, rows_per_day):
+            yield pd.DataFrame({"value": criteo_lines(rows).to_pandas()})
+
+    lines = spark.range(0, rows_per_day * days, 1, numPartitions=partitions)
+    return lines.mapInPandas(format_lines, "value string")
+
+
+def truth_from_rows(df: DataFrame, params: TwinParameters) -> DataFrame:
+    """(row_id, day, eta) recomputed from stored rows: eta = expit(b0 + twin_logit(day, observed row))."""
+
+    def eta_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for batch in batches:
+            row_ids = batch[ROW_ID].to_numpy(np.int64)
+            day, _ = split_row_id(row_ids)
+            missing = {name: batch[name].isna().to_numpy() for name in INT_COLUMNS + CAT_COLUMNS}
+            values = {name: batch[name].fillna(0).to_numpy().astype(np.int64) for name in missing}
+            eta = twin_eta(params, day=day.astype(np.int32), values=values, missing=missing)
+            yield pd.DataFrame({ROW_ID: row_ids, DAY: day.astype(np.int32), "eta": eta})
+
+    return df.select(ROW_ID, *INT_COLUMNS, *CAT_COLUMNS).mapInPandas(eta_batches, TRUTH_DDL)
+
+
+def _hadoop(spark: SparkSession, path: str):
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    return jvm, hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
+
+
+def concatenate_parts_by_day(spark: SparkSession, parts_folder: str, target_folder: str, *, days: int,
+                             partitions: int, suffix: str) -> list[str]:
+    """Concatenate Spark text parts in partition order into ``target_folder/day_N<suffix>`` (bytes stay in the JVM).
+
+    Partition i holds lines of day ``i // (partitions / days)`` only (see :func:`partition_count`).
+    """
+    jvm, filesystem, folder = _hadoop(spark, parts_folder)
+    per_day = partitions // days
+    parts: dict[int, list[Any]] = {day: [] for day in range(days)}
+    for status in filesystem.listStatus(folder):
+        name = status.getPath().getName()
+        match = _PART_INDEX.match(name)
+        if match:
+            parts[int(match.group(1)) // per_day].append((int(match.group(1)), name, status.getPath()))
+    configuration = spark.sparkContext._jsc.hadoopConfiguration()
+    written = []
+    for day in range(days):
+        target = f"{target_folder.rstrip('/')}/day_{day}{suffix}"
+        stream = filesystem.create(jvm.org.apache.hadoop.fs.Path(target), True)
+        try:
+            for _, _, part_path in sorted(parts[day], key=lambda item: item[:2]):
+                source = filesystem.open(part_path)
+                try:
+                    jvm.org.apache.hadoop.io.IOUtils.copyBytes(source, stream, configuration, False)
+                finally:
+                    source.close()
+        finally:
+            stream.close()
+        written.append(target)
+    return written
+
+
+def _write_tsv(spark: SparkSession, config: Config, params: TwinParameters, partitions: int,
+               parameters: dict[str, Any]) -> list[str]:
+    synthetic = config.synthetic
+    final = os.path.join(config.run.output_dir, "criteo")
+    suffix = ".gz" if synthetic.gzip else ""
+    metadata: dict[str, Any] = dict(parameters, gzip=synthetic.gzip)
+    with committed_output(spark, final, metadata) as staging:
+        spark.sparkContext.setJobDescription("generate: Criteo TSV parts")
+        lines = generated_lines(spark, params, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
+                                partitions=partitions)
+        parts = f"{staging}/_parts"
+        lines.write.option("compression", "gzip" if synthetic.gzip else "none").text(parts)
+        spark.sparkContext.setJobDescription("generate: concatenate TSV parts per day")
+        written = concatenate_parts_by_day(spark, parts, staging, days=synthetic.days, partitions=partitions,
+                                           suffix=suffix)
+        _, filesystem, parts_path = _hadoop(spark, parts)
+        filesystem.delete(parts_path, True)
+        metadata["files"] = [os.path.basename(path) for path in written]
+    return [f"{final}/{name}" for name in metadata["files"]]
+
+
+def _write_truth(spark: SparkSession, config: Config, params: TwinParameters, data_path: str,
+                 parameters: dict[str, Any]) -> None:
+    final = os.path.join(config.run.output_dir, "truth")
+    with committed_output(spark, final, dict(parameters, intercepts=list(params.intercepts))) as staging:
+        spark.sparkContext.setJobDescription("generate: truth table (row_id, day, eta)")
+        truth_from_rows(spark.read.parquet(data_path), params).write.partitionBy(DAY).parquet(staging)
+
+
+def _day_counts(spark: SparkSession, data_path: str) -> tuple[dict[str, int], dict[str, int]]:
+    spark.sparkContext.setJobDescription("generate: rows and clicks per day")
+    counts = (spark.read.parquet(data_path).groupBy(DAY)
+              .agg(F.count(F.lit(1)).alias("rows"), F.sum(LABEL).alias("clicks")).collect())
+    ordered = sorted(counts, key=lambda row: row[DAY])
+    return ({str(row[DAY]): int(row["rows"]) for row in ordered},
+            {str(row[DAY]): int(row["clicks"] or 0) for row in ordered})
+
+
+def run_generate(spark: SparkSession, config: Config) -> GenerateResult:
+    """Write the twin's Parquet data, truth table and (optionally) Criteo TSV; reuse complete outputs.
+
+    Raises:
+        ValueError: when ``data.source`` is not ``synthetic``.
+    """
+    if config.data.source != "synthetic":
+        raise ValueError(f"data.source must be 'synthetic' for the generate stage, got {config.data.source!r}")
+    started = time.monotonic()
+    synthetic = config.synthetic
+    parameters = _parameters(config)
+    data_path = config.parquet_path
+    truth_path = os.path.join(config.run.output_dir, "truth")
+    tsv_path = os.path.join(config.run.output_dir, "criteo")
+    force = config.run.force
+    data_done = not force and _marker_matches(spark, data_path, parameters)
+    truth_done = data_done and _marker_matches(spark, truth_path, parameters)
+    tsv_done = not synthetic.write_tsv or (
+        data_done and _marker_matches(spark, tsv_path, dict(parameters, gzip=synthetic.gzip)))
+    if data_done and truth_done and tsv_done:
+        logger.info("generate: skipped, %s and %s are complete for these settings", data_path, truth_path)
+        return dataclasses.replace(GenerateResult.from_dict(read_marker(spark, data_path)), skipped=True)
+
+    params = calibrate_twin(seed=config.run.seed, click_rate=synthetic.click_rate, days=synthetic.days)
+    partitions = partition_count(config, spark.sparkContext.defaultParallelism)
+    logger.info("generate: %d rows x %d days in %d partitions, b0(day) = %s", synthetic.rows_per_day,
+                synthetic.days, partitions, ", ".join(f"{b0:.4f}" for b0 in params.intercepts))
+    tsv_paths: list[str] = []
+    if data_done:
+        if not truth_done:
+            _write_truth(spark, config, params, data_path, parameters)
+        if not tsv_done:
+            tsv_paths = _write_tsv(spark, config, params, partitions, parameters)
+        result = GenerateResult.from_dict(read_marker(spark, data_path))
+        return dataclasses.replace(result, tsv_paths=tuple(tsv_paths) or result.tsv_paths,
+                                   seconds=time.monotonic() - started)
+    metadata: dict[str, Any] = {}
+    with committed_output(spark, data_path, metadata) as staging:
+        spark.sparkContext.setJobDescription("generate: twin rows to Parquet")
+        generated_rows(spark, params, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
+                       partitions=partitions).write.partitionBy(DAY).parquet(staging)
+        _write_truth(spark, config, params, staging, parameters)
+        if synthetic.write_tsv:
+            tsv_paths = _write_tsv(spark, config, params, partitions, parameters)
+        rows_by_day, clicks_by_day = _day_counts(spark, staging)
+        result = GenerateResult(
+            seed=config.run.seed, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
+            click_rate_target=synthetic.click_rate, intercepts=params.intercepts, partitions=partitions,
+            rows=sum(rows_by_day.values()), clicks=sum(clicks_by_day.values()), rows_by_day=rows_by_day,
+            clicks_by_day=clicks_by_day, parquet_path=data_path, truth_path=truth_path,
+            tsv_paths=tuple(tsv_paths), seconds=time.monotonic() - started)
+        metadata.update(result.to_dict())
+    logger.info("generate: %d rows, click rate %.5f (target %.5f) in %.1f s", result.rows, result.click_rate,
+                synthetic.click_rate, result.seconds)
+    return result

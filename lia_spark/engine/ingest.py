@@ -1,0 +1,505 @@
+"""Ingest stage: Criteo TSV (day_N[.gz] files, folders of them, or Kaggle train.txt) -> day-partitioned Parquet.
+
+Two scans of the text, each a plain file scan feeding ``mapInArrow`` with whole Arrow batches
+(vectorized parsing in :func:`lia_spark.criteo.parse_lines`, no per-row Python), around a driver step:
+
+1. *scan*: per file block (``_metadata.file_block_start``) count lines and bytes, count malformed lines
+   per reason, and emit the malformed lines with their index inside the block (a small, cached output);
+2. on the driver: turn the per-block line counts into the first line index of every block (cumulative
+   sums in block order); check every file's decoded size against its size (plain) or gzip trailer
+   (ISIZE; a multi-member gzip whose ISIZE disagrees is re-read strictly once); write the quarantine;
+   enforce ``data.max_malformed_share``;
+3. *parse*: number each line as block first line + its index inside the block, so
+   ``row_id = make_row_id(day, position in the file/day)`` never depends on partitioning, and write
+   the valid rows partitioned by day; the written row counts per day are checked against step 1.
+
+Row numbering relies on a file scan handing a partition's lines to Python in file order, block by
+block (a narrow scan -> mapInArrow pipeline has no shuffle); tests check it under several split sizes
+and Arrow batch sizes. A truncated or corrupt gzip is read up to the damage (Spark's
+``ignoreCorruptFiles``); the lines decoded before it are kept (a cut last line is quarantined as
+malformed) and the file gets one extra quarantine entry (reason ``truncated_gzip``, or ``size_mismatch``
+for a plain file whose lines do not add up to its size) with null line number and raw line.
+Quarantine line numbers are 1-based (the first line of a file is line 1).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import posixpath
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lia_spark import criteo
+from lia_spark.config import Config
+from lia_spark.engine.outputs import _filesystem, committed_output, read_marker
+
+logger = logging.getLogger(__name__)
+
+QUARANTINE_DDL = "file string, line_number long, raw_line string, reason string"
+_SCAN_DDL = ("file_index int, block_start long, rel_index long, reason string, raw_line string, "
+             "lines long, bytes long")
+_SCAN_SCHEMA = pa.schema([
+    ("file_index", pa.int32()), ("block_start", pa.int64()), ("rel_index", pa.int64()),
+    ("reason", pa.string()), ("raw_line", pa.string()), ("lines", pa.int64()), ("bytes", pa.int64()),
+])
+_STORAGE_SCHEMA = pa.schema(
+    [(criteo.ROW_ID, pa.int64()), (criteo.DAY, pa.int32()), (criteo.LABEL, pa.int32())]
+    + [(name, pa.int64()) for name in criteo.FEATURE_COLUMNS]
+)
+_GZIP_MODULUS = 1 << 32
+_QUARANTINE_FILE_ROWS = 1_000_000
+TRUNCATED_GZIP = "truncated_gzip"
+SIZE_MISMATCH = "size_mismatch"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceFile:
+    """One input file: its path, size, day (None for Kaggle train.txt) and compression."""
+
+    path: str
+    size: int
+    day: int | None
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    @property
+    def gzip(self) -> bool:
+        return self.name.endswith(".gz")
+
+
+@dataclasses.dataclass(frozen=True)
+class FileCounts:
+    """Counts of one input file; ``lines == valid_rows + sum(malformed.values())``."""
+
+    file: str
+    day: str
+    size_bytes: int
+    lines: int
+    valid_rows: int
+    malformed: dict[str, int]
+    status: str  # ok | empty | truncated_gzip | size_mismatch
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestResult:
+    """What the ingest stage read and wrote. ``input_lines == valid_rows + malformed_rows``.
+
+    ``corrupt_files`` (truncated gzip, size mismatch) are counted apart from lines: their lines decoded
+    before the damage are in ``input_lines``, and each such file has one quarantine entry.
+    """
+
+    parquet_path: str
+    quarantine_path: str
+    input_lines: int
+    valid_rows: int
+    malformed_rows: int
+    malformed_share: float
+    malformed_by_reason: dict[str, int]
+    corrupt_files: int
+    empty_files: int
+    rows_per_day: dict[int, int]
+    files: list[FileCounts]
+    seconds: float
+    skipped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "IngestResult":
+        fields = dict(values)
+        fields["rows_per_day"] = {int(day): int(rows) for day, rows in fields["rows_per_day"].items()}
+        fields["files"] = [FileCounts(**item) for item in fields["files"]]
+        return cls(**fields)
+
+    def metrics(self) -> dict[str, float]:
+        values = {
+            "ingest_input_lines": float(self.input_lines),
+            "ingest_valid_rows": float(self.valid_rows),
+            "ingest_malformed_rows": float(self.malformed_rows),
+            "ingest_malformed_share": self.malformed_share,
+            "ingest_corrupt_files": float(self.corrupt_files),
+            "ingest_empty_files": float(self.empty_files),
+            "ingest_seconds": self.seconds,
+            "ingest_rows_per_second": self.input_lines / self.seconds if self.seconds > 0 else 0.0,
+        }
+        for reason, count in self.malformed_by_reason.items():
+            values[f"ingest_malformed_{reason.replace(':', '_')}"] = float(count)
+        return values
+
+    def artifacts(self) -> list[str]:
+        return []
+
+
+class MalformedShareError(ValueError):
+    """The share of malformed lines exceeds ``data.max_malformed_share``; the data output was not written."""
+
+
+# --- input listing -----------------------------------------------------------------------------------
+
+def list_sources(spark: SparkSession, paths: tuple[str, ...] | list[str]) -> list[SourceFile]:
+    """Expand files and folders (one level; names starting with ``.`` or ``_`` skipped) into source files.
+
+    Raises:
+        ValueError: no files, an unrecognized file name, two files for one day, or train.txt mixed
+            with other inputs.
+    """
+    sources = []
+    for path in paths:
+        filesystem, hadoop_path = _filesystem(spark, path)
+        if not filesystem.exists(hadoop_path):
+            raise ValueError(f"data.criteo_paths: no such file or folder, got {path!r}")
+        status = filesystem.getFileStatus(hadoop_path)
+        statuses = filesystem.listStatus(hadoop_path) if status.isDirectory() else [status]
+        for item in statuses:
+            name = item.getPath().getName()
+            if item.isDirectory() or name.startswith((".", "_")):
+                continue
+            sources.append(SourceFile(path=item.getPath().toString(), size=int(item.getLen()),
+                                      day=criteo.source_day(name)))
+    if not sources:
+        raise ValueError(f"data.criteo_paths: no day_N[.gz] or train.txt files found, got {list(paths)!r}")
+    days = [source.day for source in sources]
+    if None in days and len(sources) > 1:
+        raise ValueError(f"data.criteo_paths: Kaggle train.txt must be the only input, got {[s.path for s in sources]}")
+    duplicates = sorted({day for day in days if days.count(day) > 1})
+    if duplicates:
+        raise ValueError(f"data.criteo_paths: more than one file for day(s) {duplicates}, "
+                         f"got {sorted(s.path for s in sources)}")
+    return sorted(sources, key=lambda source: (source.day is None, source.day))
+
+
+def _gzip_trailer_size(spark: SparkSession, source: SourceFile) -> int | None:
+    """ISIZE (uncompressed size mod 2^32) from the last 4 bytes of a gzip file; None if too short."""
+    if source.size < 18:  # 10-byte header + 8-byte trailer
+        return None
+    filesystem, hadoop_path = _filesystem(spark, source.path)
+    stream = filesystem.open(hadoop_path)
+    try:
+        stream.seek(source.size - 4)
+        trailer = bytes(stream.read() & 0xFF for _ in range(4))
+    finally:
+        stream.close()
+    return int.from_bytes(trailer, "little")
+
+
+# --- Spark passes ------------------------------------------------------------------------------------
+
+def _read_lines(spark: SparkSession, sources: list[SourceFile]) -> DataFrame:
+    """Raw lines as binary with (file_index, block_start), in file order within each partition."""
+    index_of_name = F.create_map(*[item for i, source in enumerate(sources)
+                                   for item in (F.lit(source.name), F.lit(i))])
+    frame = (spark.read.format("text").option("ignoreCorruptFiles", "true")
+             .load([source.path for source in sources]))
+    return frame.select(
+        index_of_name[F.col("_metadata.file_name")].cast("int").alias("file_index"),
+        F.col("_metadata.file_block_start").alias("block_start"),
+        F.col("value").cast("binary").alias("line"),
+    )
+
+
+def _runs(batch: pa.RecordBatch) -> list[tuple[tuple[int, int], int, int]]:
+    """Maximal runs of equal (file_index, block_start) in a batch: [((file, block), begin, end)]."""
+    files = batch.column("file_index").to_numpy()
+    blocks = batch.column("block_start").to_numpy()
+    change = np.flatnonzero((files[1:] != files[:-1]) | (blocks[1:] != blocks[:-1])) + 1
+    bounds = np.concatenate([[0], change, [batch.num_rows]])
+    return [((int(files[b]), int(blocks[b])), int(b), int(e)) for b, e in zip(bounds[:-1], bounds[1:])]
+
+
+def _scan_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Step 1: per-block line/byte counts, per-block reason counts, and every malformed line."""
+    lines_seen: dict[tuple[int, int], int] = {}
+    bytes_seen: dict[tuple[int, int], int] = {}
+    reasons_seen: dict[tuple[int, int], np.ndarray] = {}
+    for batch in batches:
+        lines = batch.column("line")
+        parsed = criteo.parse_lines(lines)
+        bad_rows, bad_keys, bad_index = [], [], []
+        for key, begin, end in _runs(batch):
+            base = lines_seen.get(key, 0)
+            lines_seen[key] = base + end - begin
+            bytes_seen[key] = bytes_seen.get(key, 0) + int(parsed.line_length[begin:end].sum())
+            reasons = parsed.reason[begin:end]
+            counts = np.bincount(reasons[reasons != criteo.VALID], minlength=len(criteo.REASONS))
+            reasons_seen[key] = reasons_seen.get(key, 0) + counts
+            bad = np.flatnonzero(reasons != criteo.VALID)
+            bad_rows.extend(begin + bad)
+            bad_keys.extend([key] * bad.size)
+            bad_index.extend(base + bad)
+        if bad_rows:
+            raw = lines.take(pa.array(bad_rows, pa.int64())).to_pylist()
+            yield pa.RecordBatch.from_pydict({
+                "file_index": [key[0] for key in bad_keys], "block_start": [key[1] for key in bad_keys],
+                "rel_index": bad_index, "reason": [criteo.REASONS[parsed.reason[row]] for row in bad_rows],
+                "raw_line": [line.decode("utf-8", "replace") for line in raw],
+                "lines": [None] * len(bad_rows), "bytes": [None] * len(bad_rows),
+            }, schema=_SCAN_SCHEMA)
+    summary: dict[str, list] = {name: [] for name in _SCAN_SCHEMA.names}
+    for key, count in lines_seen.items():
+        entries = [(None, count, bytes_seen[key])] + [
+            (criteo.REASONS[code], int(n), None) for code, n in enumerate(reasons_seen[key]) if n]
+        for reason, lines_count, byte_count in entries:
+            for name, value in zip(_SCAN_SCHEMA.names, (key[0], key[1], None, reason, None, lines_count, byte_count)):
+                summary[name].append(value)
+    if lines_seen:
+        yield pa.RecordBatch.from_pydict(summary, schema=_SCAN_SCHEMA)
+
+
+def _parse_partition_fn(block_offsets: dict[tuple[int, int], int], file_days: dict[int, tuple[int, np.ndarray]]):
+    """Step 3: valid rows in the storage schema, row_id from (day, line position) of each line."""
+
+    def parse_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        lines_seen: dict[tuple[int, int], int] = {}
+        for batch in batches:
+            parsed = criteo.parse_lines(batch.column("line"))
+            line_index = np.empty(batch.num_rows, dtype=np.int64)
+            file_index = np.empty(batch.num_rows, dtype=np.int64)
+            for key, begin, end in _runs(batch):
+                base = lines_seen.get(key, 0)
+                lines_seen[key] = base + end - begin
+                line_index[begin:end] = block_offsets[key] + base + np.arange(end - begin)
+                file_index[begin:end] = key[0]
+            keep = np.flatnonzero(parsed.valid)
+            day = np.empty(keep.size, dtype=np.int64)
+            position = np.empty(keep.size, dtype=np.int64)
+            for index in np.unique(file_index[keep]):
+                rows = file_index[keep] == index
+                first_day, day_starts = file_days[int(index)]
+                day[rows], position[rows] = criteo.locate_lines(line_index[keep][rows], first_day=first_day,
+                                                                day_starts=day_starts)
+            ints, int_missing = parsed.ints[keep].T, parsed.int_missing[keep].T
+            cats, cat_missing = parsed.cats[keep].T, parsed.cat_missing[keep].T
+            columns = [pa.array(criteo.make_row_id(day, position)), pa.array(day.astype(np.int32)),
+                       pa.array(parsed.label[keep])]
+            columns += [pa.array(np.ascontiguousarray(ints[j]), mask=np.ascontiguousarray(int_missing[j]))
+                        for j in range(len(criteo.INT_COLUMNS))]
+            columns += [pa.array(np.ascontiguousarray(cats[j]), mask=np.ascontiguousarray(cat_missing[j]))
+                        for j in range(len(criteo.CAT_COLUMNS))]
+            yield pa.RecordBatch.from_arrays(columns, schema=_STORAGE_SCHEMA)
+
+    return parse_partition
+
+
+# --- driver-side bookkeeping ------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _FileScan:
+    blocks: dict[int, int] = dataclasses.field(default_factory=dict)  # block start -> lines
+    line_bytes: int = 0
+    malformed: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def lines(self) -> int:
+        return sum(self.blocks.values())
+
+
+def _collect_scan(scanned: DataFrame, n_files: int) -> list[_FileScan]:
+    files = [_FileScan() for _ in range(n_files)]
+    for row in scanned.where(F.col("rel_index").isNull()).collect():
+        entry = files[row.file_index]
+        if row.reason is None:
+            entry.blocks[row.block_start] = entry.blocks.get(row.block_start, 0) + row.lines
+            entry.line_bytes += row.bytes
+        else:
+            entry.malformed[row.reason] = entry.malformed.get(row.reason, 0) + row.lines
+    return files
+
+
+def _reads_cleanly(spark: SparkSession, source: SourceFile, lines: int) -> bool:
+    """Whether Spark decodes the whole file without error (corrupt files not ignored) into ``lines`` lines."""
+    try:
+        return spark.read.format("text").option("ignoreCorruptFiles", "false").load(source.path).count() == lines
+    except Exception as error:  # noqa: BLE001 - any read failure of this one file means it is damaged
+        logger.warning("ingest: %s cannot be read to the end: %s", source.path, str(error).splitlines()[0])
+        return False
+
+
+def _file_status(spark: SparkSession, source: SourceFile, scan: _FileScan) -> str:
+    """ok | empty | truncated_gzip | size_mismatch, from the decoded bytes vs the file size or gzip ISIZE.
+
+    ISIZE covers only the last member of a multi-member gzip (e.g. concatenated parts), so a gzip
+    whose ISIZE disagrees is re-read once without ignoring corrupt files to tell the two apart.
+    """
+    if source.size == 0:
+        return "empty"
+    if source.gzip:
+        isize = _gzip_trailer_size(spark, source)
+        intact = (isize is not None and criteo.decoded_size_matches(
+            isize, line_bytes=scan.line_bytes, lines=scan.lines, modulus=_GZIP_MODULUS)
+        ) or _reads_cleanly(spark, source, scan.lines)
+        return "ok" if intact else TRUNCATED_GZIP
+    intact = criteo.decoded_size_matches(source.size, line_bytes=scan.line_bytes, lines=scan.lines)
+    return "ok" if intact else SIZE_MISMATCH
+
+
+def _block_offsets(scans: list[_FileScan]) -> dict[tuple[int, int], int]:
+    """First 0-based line index of every block: lines of the file's earlier blocks (by block start)."""
+    offsets = {}
+    for index, scan in enumerate(scans):
+        first_line = 0
+        for start in sorted(scan.blocks):
+            offsets[(index, start)] = first_line
+            first_line += scan.blocks[start]
+    return offsets
+
+
+def _file_days(sources: list[SourceFile], scans: list[_FileScan],
+               kaggle_days: int) -> dict[int, tuple[int, np.ndarray]]:
+    """file index -> (first day, first line of each day) for :func:`lia_spark.criteo.locate_lines`."""
+    days = {}
+    for index, (source, scan) in enumerate(zip(sources, scans)):
+        if source.day is None:
+            days[index] = (0, criteo.kaggle_day_starts(scan.lines, days=kaggle_days))
+        else:
+            days[index] = (source.day, np.zeros(1, dtype=np.int64))
+    return days
+
+
+def _malformed_lines(spark: SparkSession, scanned: DataFrame, sources: list[SourceFile],
+                     offsets: dict[tuple[int, int], int]) -> DataFrame:
+    """Malformed lines with their file and 0-based line index (block's first line + index in block)."""
+    offset_rows = [(index, start, first, sources[index].path) for (index, start), first in offsets.items()]
+    offset_frame = spark.createDataFrame(offset_rows, "file_index int, block_start long, first_line long, file string")
+    return (scanned.where(F.col("rel_index").isNotNull())
+            .join(F.broadcast(offset_frame), ["file_index", "block_start"])
+            .select("file_index", "file", (F.col("first_line") + F.col("rel_index")).alias("line_index"),
+                    "raw_line", "reason"))
+
+
+def _valid_rows_per_day(sources: list[SourceFile], scans: list[_FileScan], file_days: dict,
+                        malformed: DataFrame) -> dict[int, int]:
+    """Valid rows per day: a day file's valid lines; for Kaggle, each day's lines minus its malformed lines."""
+    rows: dict[int, int] = {}
+    for index, (source, scan) in enumerate(zip(sources, scans)):
+        if source.day is not None:
+            rows[source.day] = scan.lines - sum(scan.malformed.values())
+            continue
+        first_day, starts = file_days[index]
+        day_sizes = np.diff(np.append(starts, scan.lines))
+        rows.update({first_day + slot: int(size) for slot, size in enumerate(day_sizes)})
+        if scan.malformed:
+            slot = sum(F.when(F.col("line_index") >= int(start), 1).otherwise(0) for start in starts) - 1
+            for row in (malformed.where(F.col("file_index") == index).groupBy(slot.alias("slot")).count()
+                        .collect()):
+                rows[first_day + row.slot] -= row["count"]
+    return rows
+
+
+def _build_result(config: Config, sources: list[SourceFile], scans: list[_FileScan], statuses: list[str],
+                  rows_per_day: dict[int, int], seconds: float) -> IngestResult:
+    files = []
+    for source, scan, status in zip(sources, scans, statuses):
+        lines = scan.lines
+        malformed = dict(sorted(scan.malformed.items()))
+        files.append(FileCounts(file=source.path, day="kaggle" if source.day is None else str(source.day),
+                                size_bytes=source.size, lines=lines, valid_rows=lines - sum(malformed.values()),
+                                malformed=malformed, status=status))
+    by_reason: dict[str, int] = {}
+    for item in files:
+        for reason, count in item.malformed.items():
+            by_reason[reason] = by_reason.get(reason, 0) + count
+    input_lines = sum(item.lines for item in files)
+    malformed_rows = sum(by_reason.values())
+    return IngestResult(
+        parquet_path=config.parquet_path, quarantine_path=config.quarantine_path, input_lines=input_lines,
+        valid_rows=input_lines - malformed_rows, malformed_rows=malformed_rows,
+        malformed_share=malformed_rows / input_lines if input_lines else 0.0,
+        malformed_by_reason=dict(sorted(by_reason.items())),
+        corrupt_files=sum(status in (TRUNCATED_GZIP, SIZE_MISMATCH) for status in statuses),
+        empty_files=sum(status == "empty" for status in statuses), rows_per_day=rows_per_day,
+        files=files, seconds=seconds,
+    )
+
+
+def _write_quarantine(spark: SparkSession, path: str, malformed: DataFrame, sources: list[SourceFile],
+                      statuses: list[str], metadata: dict) -> None:
+    """Malformed lines (1-based line numbers) plus one entry per damaged file; ~1M entries per Parquet file."""
+    lines = malformed.select("file", (F.col("line_index") + 1).alias("line_number"), "raw_line", "reason")
+    damaged = [(source.path, None, None, status) for source, status in zip(sources, statuses)
+               if status in (TRUNCATED_GZIP, SIZE_MISMATCH)]
+    entries = lines.unionByName(spark.createDataFrame(damaged, QUARANTINE_DDL))
+    files = metadata["malformed_rows"] // _QUARANTINE_FILE_ROWS + 1  # coalesce never adds partitions
+    with committed_output(spark, path, metadata) as staging:
+        entries.coalesce(files).sortWithinPartitions("file", "line_number").write.parquet(staging)
+
+
+def _write_data(spark: SparkSession, lines: DataFrame, result: IngestResult, block_offsets: dict, file_days: dict,
+                started: float) -> IngestResult:
+    """Parse and write the valid rows; commit only when the rows written per day match the scan's counts."""
+    parsed = lines.mapInArrow(_parse_partition_fn(block_offsets, file_days), criteo.STORAGE_DDL)
+    metadata: dict[str, Any] = {}
+    with committed_output(spark, result.parquet_path, metadata) as staging:
+        parsed.write.partitionBy(criteo.DAY).parquet(staging)
+        spark.sparkContext.setJobDescription("ingest: verify written row counts")
+        written = {row[criteo.DAY]: row["count"] for row in
+                   spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(criteo.DAY).count().collect()}
+        expected = {day: rows for day, rows in result.rows_per_day.items() if rows}
+        if written != expected:
+            raise RuntimeError(f"ingest wrote {written} rows per day but the scan counted {expected}; "
+                               "nothing was committed")
+        result = dataclasses.replace(result, seconds=time.monotonic() - started)
+        metadata.update(result.to_dict())
+    return result
+
+
+def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
+    """Ingest ``data.criteo_paths`` into ``config.parquet_path`` (Parquet by day, schema ``STORAGE_DDL``).
+
+    Malformed lines go to ``config.quarantine_path`` (file, 1-based line_number, raw_line, reason).
+
+    Raises:
+        ValueError: bad input paths or names.
+        MalformedShareError: malformed share above ``data.max_malformed_share`` (quarantine committed,
+            data not written).
+    """
+    marker = None if config.run.force else read_marker(spark, config.parquet_path)
+    if marker is not None and read_marker(spark, config.quarantine_path) is not None:
+        logger.info("ingest: %s is complete, skipping (run.force=false)", config.parquet_path)
+        return dataclasses.replace(IngestResult.from_dict(marker), skipped=True)
+    started = time.monotonic()
+    context = spark.sparkContext
+    sources = list_sources(spark, config.data.criteo_paths)
+    logger.info("ingest: %d input files, %.1f MB", len(sources), sum(s.size for s in sources) / 1e6)
+    lines = _read_lines(spark, sources)
+    scanned = lines.mapInArrow(_scan_partition, _SCAN_DDL).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        context.setJobDescription("ingest: scan lines, count blocks and malformed lines")
+        scans = _collect_scan(scanned, len(sources))
+        logger.info("ingest: scanned %d lines in %.1f s", sum(scan.lines for scan in scans), time.monotonic() - started)
+        statuses = [_file_status(spark, source, scan) for source, scan in zip(sources, scans)]
+        offsets = _block_offsets(scans)
+        file_days = _file_days(sources, scans, config.data.kaggle_days)
+        malformed = _malformed_lines(spark, scanned, sources, offsets)
+        rows_per_day = _valid_rows_per_day(sources, scans, file_days, malformed)
+        result = _build_result(config, sources, scans, statuses, rows_per_day, time.monotonic() - started)
+        for item in result.files:
+            if item.status != "ok":
+                logger.warning("ingest: %s is %s (%d lines decoded)", item.file, item.status, item.lines)
+        context.setJobDescription("ingest: write quarantine")
+        _write_quarantine(spark, config.quarantine_path, malformed, sources, statuses, result.to_dict())
+    finally:
+        scanned.unpersist()
+    logger.info("ingest: %d lines, %d valid, %d malformed (%s), %d corrupt files; quarantine written at %.1f s",
+                result.input_lines, result.valid_rows, result.malformed_rows, result.malformed_by_reason,
+                result.corrupt_files, time.monotonic() - started)
+    limit = config.data.max_malformed_share
+    if result.malformed_share > limit:
+        context.setJobDescription(None)
+        raise MalformedShareError(
+            f"malformed share {result.malformed_share:.4%} ({result.malformed_rows} of {result.input_lines} lines) "
+            f"exceeds data.max_malformed_share={limit:.4%}; data not written to {config.parquet_path}, "
+            f"malformed lines are in {config.quarantine_path} ({result.malformed_by_reason})")
+    context.setJobDescription("ingest: parse and write Parquet by day")
+    result = _write_data(spark, lines, result, offsets, file_days, started)
+    context.setJobDescription(None)
+    logger.info("ingest: wrote %d rows to %s in %.1f s", result.valid_rows, config.parquet_path, result.seconds)
+    return result

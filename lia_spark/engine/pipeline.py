@@ -1,0 +1,264 @@
+"""End-to-end pipeline: data (generate | ingest) -> train -> posteriors -> audit -> report, tracked in MLflow.
+
+Each step calls one stage function registered in :mod:`lia_spark.stages`. Steps are chosen by
+``run.stages``; a step whose output is already complete is reused by the stage itself unless
+``run.force``. A stage module that is not installed is reported as ``unavailable`` and the steps that
+need its outputs as ``blocked``; the pipeline never fails for that alone. A failing stage stops the
+pipeline; outputs of finished stages stay committed, the MLflow run is marked FAILED, the error is raised.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pyspark.sql import SparkSession
+
+from lia_spark.config import Config
+from lia_spark.engine.outputs import committed_output, is_complete, read_marker
+from lia_spark.report import REPORT_FILE, ReportResult, render_report
+
+logger = logging.getLogger(__name__)
+
+DEPENDS_ON: dict[str, tuple[str, ...]] = {"data": (), "train": ("data",), "posteriors": ("data",),
+                                          "audit": ("train",), "report": ()}
+UNFINISHED = ("unavailable", "blocked", "failed")
+
+
+@dataclasses.dataclass
+class StageOutcome:
+    """What one pipeline step did: ran, reused (complete output), skipped (config), unavailable, blocked, failed."""
+
+    step: str
+    stage: str
+    status: str
+    seconds: float = 0.0
+    result: Any = None
+    error: str = ""
+    exception: BaseException | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def metrics(self) -> dict[str, float]:
+        """The stage result's metrics (empty when it did not run)."""
+        return dict(self.result.metrics()) if self.result is not None else {}
+
+    def artifacts(self) -> list[str]:
+        """The stage result's artifact paths (empty when it did not run)."""
+        return list(self.result.artifacts()) if self.result is not None else []
+
+    def to_dict(self) -> dict[str, Any]:
+        """Status, timing and the stage result's own to_dict()."""
+        return {"step": self.step, "stage": self.stage, "status": self.status, "seconds": round(self.seconds, 3),
+                "error": self.error, "result": self.result.to_dict() if self.result is not None else None}
+
+
+@dataclasses.dataclass
+class PipelineResult:
+    """Every step's outcome plus where the report and the MLflow run are."""
+
+    run_name: str
+    output_dir: str
+    spark_master: str
+    steps: list[StageOutcome] = dataclasses.field(default_factory=list)
+    report_path: str = ""
+    mlflow_run_id: str = ""
+    tracking_uri: str = ""
+    mlflow_location: str = ""
+
+    def step(self, name: str) -> StageOutcome | None:
+        """The outcome of step ``name``, or None when it was not reached."""
+        return next((outcome for outcome in self.steps if outcome.step == name), None)
+
+    def metrics(self) -> dict[str, float]:
+        """All stage metrics as ``<step>.<metric>`` plus ``<step>.seconds``."""
+        merged: dict[str, float] = {}
+        for outcome in self.steps:
+            merged.update({f"{outcome.step}.{key}": value for key, value in outcome.metrics().items()})
+            merged[f"{outcome.step}.seconds"] = outcome.seconds
+        return merged
+
+    def artifacts(self) -> list[str]:
+        """All stage artifacts, in step order."""
+        return [path for outcome in self.steps for path in outcome.artifacts()]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary of the run."""
+        return {"run_name": self.run_name, "output_dir": self.output_dir, "spark_master": self.spark_master,
+                "report_path": self.report_path, "mlflow_run_id": self.mlflow_run_id,
+                "tracking_uri": self.tracking_uri, "steps": [outcome.to_dict() for outcome in self.steps]}
+
+    def console_summary(self) -> str:
+        """Closing lines for the console: status per step, the report and the MLflow run."""
+        lines = [f"lia-spark pipeline {self.run_name!r}: "
+                 + ", ".join(f"{o.step}={o.status} ({o.seconds:.1f} s)" for o in self.steps)]
+        if self.report_path:
+            lines.append(f"report: {self.report_path}")
+        if self.mlflow_location:
+            lines.append(f"MLflow: {self.mlflow_location}")
+        return "\n".join(lines)
+
+
+def stage_for(step: str, config: Config) -> str:
+    """Registered stage name behind a pipeline step (data -> generate or ingest)."""
+    if step == "data":
+        return "generate" if config.data.source == "synthetic" else "ingest"
+    return {"train": "train", "posteriors": "posteriors", "audit": "audit", "report": "report"}[step]
+
+
+def completion_paths(step: str, config: Config) -> tuple[str, ...]:
+    """Committed folders, any of which with a ``_LIA_COMPLETE`` marker means the step's output exists.
+
+    The stage folder itself (stages that commit it whole) or the table the layout contract names.
+    """
+    out = config.run.output_dir.rstrip("/")
+    return {"data": (config.parquet_path,), "train": (f"{out}/models", f"{out}/models/canaries"),
+            "posteriors": (f"{out}/posteriors", f"{out}/posteriors/summary"), "audit": (f"{out}/audit",),
+            "report": (f"{out}/report",)}[step]
+
+
+def step_complete(spark: SparkSession, step: str, config: Config) -> bool:
+    """True when the step's committed output exists (the stage will reuse it unless run.force)."""
+    return any(is_complete(spark, path) for path in completion_paths(step, config))
+
+
+def write_report(spark: SparkSession, config: Config, steps: Sequence[StageOutcome], *,
+                 mlflow_location: str = "") -> ReportResult:
+    """Render the report and commit it to ``OUT/report`` (any Hadoop file system); always rewritten."""
+    text, figures, tables = render_report(config, steps, mlflow_location=mlflow_location)
+    local = Path(tempfile.mkdtemp(prefix="lia-report-")) / REPORT_FILE
+    local.write_text(text, encoding="utf-8")
+    final = f"{config.run.output_dir.rstrip('/')}/report"
+    spark.sparkContext.setJobDescription("report: write report.html")
+    with committed_output(spark, final, {"figures": figures, "tables": tables}) as staging:
+        jvm = spark.sparkContext._jvm
+        target = jvm.org.apache.hadoop.fs.Path(f"{staging}/{REPORT_FILE}")
+        filesystem = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        filesystem.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(local.resolve().as_uri()), target)
+    path = f"{final}/{REPORT_FILE}"
+    is_local = "://" not in final and not final.startswith("dbfs:")
+    if is_local:
+        path = str(Path(path).resolve())
+        shutil.rmtree(local.parent, ignore_errors=True)
+    logger.info("report: %s (%d plots, %d tables)", path, figures, tables)
+    return ReportResult(path=path, html_path=path if is_local else str(local), figures=figures, tables=tables)
+
+
+def _load_stage(stage: str) -> Callable[[SparkSession, Config], Any] | None:
+    """The stage's run function, or None when its module is not installed yet."""
+    from lia_spark.stages import load_stage, stage_module
+
+    module = stage_module(stage)
+    try:
+        return load_stage(stage)
+    except ModuleNotFoundError as error:
+        if error.name == module:
+            return None
+        raise
+
+
+def _row_counts(metrics: dict[str, float]) -> str:
+    counts = {key: value for key, value in metrics.items() if "rows" in key or "count" in key}
+    return ", ".join(f"{key}={value:,.0f}" for key, value in sorted(counts.items())[:6]) or "no row counts"
+
+
+def _check_inputs(spark: SparkSession, config: Config) -> None:
+    """Steps that read the data table need it complete when the data step itself is not selected."""
+    selected = config.run.stages
+    if "data" in selected or not {"train", "posteriors"} & set(selected):
+        return
+    if not is_complete(spark, config.parquet_path):
+        raise ValueError(f"run.stages: {list(selected)} reads the data table but {config.parquet_path} is "
+                         "missing or incomplete; add 'data' to run.stages or set data.parquet_path")
+
+
+def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str, StageOutcome],
+              report: Callable[[SparkSession, Config, list[StageOutcome]], Any]) -> StageOutcome:
+    stage = stage_for(step, config)
+    if step not in config.run.stages:
+        logger.info("pipeline: %s skipped (not in run.stages)", step)
+        return StageOutcome(step, stage, "skipped")
+    missing = [dep for dep in DEPENDS_ON[step] if outcomes[dep].status in UNFINISHED]
+    if missing:
+        logger.warning("pipeline: %s blocked: needs %s, which is %s", step, ", ".join(missing),
+                       ", ".join(outcomes[dep].status for dep in missing))
+        return StageOutcome(step, stage, "blocked", error=f"needs {', '.join(missing)}")
+    function = (lambda s, c: report(s, c, list(outcomes.values()))) if step == "report" else _load_stage(stage)
+    if function is None:
+        logger.warning("pipeline: %s unavailable: stage module for %r is not installed yet", step, stage)
+        return StageOutcome(step, stage, "unavailable", error=f"stage {stage!r} is not installed")
+    reused = not config.run.force and step != "report" and step_complete(spark, step, config)
+    sc = spark.sparkContext
+    sc.setJobGroup(f"lia-spark-{step}", f"{config.run.name}: {step} ({stage})", interruptOnCancel=False)
+    logger.info("pipeline: %s (%s) started%s", step, stage, " - output complete, reusing it" if reused else "")
+    started = time.monotonic()
+    try:
+        result = function(spark, config)
+    except Exception as error:
+        seconds = time.monotonic() - started
+        logger.error("pipeline: %s failed after %.1f s: %s", step, seconds, error)
+        return StageOutcome(step, stage, "failed", seconds, error=f"{type(error).__name__}: {error}", exception=error)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    outcome = StageOutcome(step, stage, "reused" if reused else "ran", time.monotonic() - started, result)
+    logger.info("pipeline: %s %s in %.1f s (%s)", step, outcome.status, outcome.seconds, _row_counts(outcome.metrics()))
+    return outcome
+
+
+def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
+    """Run the selected steps in order, tracking each in MLflow when ``tracking.enabled``.
+
+    Raises:
+        lia_spark.tracking.TrackingError: the tracking store is unreachable (checked before any stage).
+        ValueError: bad ``run.stages`` selection for the existing outputs.
+        RuntimeError: a stage failed (its message names the stage; earlier outputs stay committed).
+    """
+    tracker = None
+    if config.tracking.enabled:
+        from lia_spark.tracking import PipelineTracker
+
+        tracker = PipelineTracker(config)
+        tracker.check()
+    _check_inputs(spark, config)
+    result = PipelineResult(config.run.name, config.run.output_dir, spark.sparkContext.master)
+    if tracker is not None:
+        result.mlflow_run_id = tracker.start()
+        result.tracking_uri = tracker.tracking_uri
+        result.mlflow_location = tracker.location()
+
+    def report(session: SparkSession, conf: Config, steps: list[StageOutcome]) -> Any:
+        return write_report(session, conf, steps, mlflow_location=result.mlflow_location)
+
+    outcomes: dict[str, StageOutcome] = {}
+    failed: StageOutcome | None = None
+    try:
+        for step in DEPENDS_ON:
+            outcome = _run_step(spark, config, step, outcomes, report)
+            outcomes[step] = outcome
+            result.steps.append(outcome)
+            if tracker is not None and outcome.status in ("ran", "reused", "failed"):
+                tracker.log_stage(step, status=outcome.status, seconds=outcome.seconds, metrics=outcome.metrics(),
+                                  artifacts=outcome.artifacts(), error=outcome.error)
+                if step == "data" and outcome.status != "failed":
+                    tracker.log_data_marker(read_marker(spark, config.parquet_path) or {})
+                if step == "report" and outcome.status != "failed":
+                    tracker.log_report(outcome.result.html_path)
+            if outcome.step == "report" and outcome.result is not None:
+                result.report_path = outcome.result.path
+            if outcome.status == "failed":
+                failed = outcome
+                break
+    finally:
+        if tracker is not None:
+            tracker.end(failed=failed is not None or len(outcomes) < len(DEPENDS_ON))
+    unavailable = [o.step for o in result.steps if o.status in ("unavailable", "blocked")]
+    if unavailable:
+        logger.warning("pipeline: not run (stage modules missing): %s", ", ".join(unavailable))
+    if failed is not None:
+        raise RuntimeError(f"stage {failed.step} ({failed.stage}) failed: {failed.error}; outputs of finished "
+                           f"stages are kept under {config.run.output_dir}") from failed.exception
+    logger.info("%s", result.console_summary())
+    return result

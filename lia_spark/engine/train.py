@@ -1,0 +1,454 @@
+"""Train stage: proxy M' (proxy_day, true labels) and target M (target_day, privatized labels), SPEC 4.
+
+Outputs under ``<run.output_dir>/models`` (committed atomically, resumable): ``canaries`` (Parquet: row_id,
+label, released_label, target_prediction, proxy_prediction of the target's training rows),
+``test_predictions`` (row_id, label, target_prediction, proxy_prediction of the target day's test rows),
+model files (``proxy``/``target``/``stage1`` as xgboost ``.ubj`` or catboost ``.cbm``) and ``metrics.json``.
+
+Two execution paths with the same outputs: ``in_memory`` collects one day's features to the driver (Arrow)
+and fits there; ``distributed`` fits ``xgboost.spark.SparkXGBClassifier`` on the cluster (label-level
+mechanisms only: proportion matching needs a custom objective, which xgboost.spark does not take).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
+
+from lia_spark import features, hashing, label_mechanisms, training
+from lia_spark.config import Config
+from lia_spark.criteo import LABEL, ROW_ID
+from lia_spark.engine import features as spark_features
+from lia_spark.engine.outputs import MARKER, committed_output, path_exists
+
+logger = logging.getLogger(__name__)
+
+SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, split int, released_label int, target_prediction double, "
+                 "proxy_prediction double")
+
+
+def models_dir(config: Config) -> str:
+    """``<run.output_dir>/models``."""
+    return os.path.join(config.run.output_dir, "models")
+
+
+def training_seed(config: Config) -> int:
+    """Seed of the training-label mechanisms, derived from the run seed (63 bits)."""
+    return int(hashing.stream_key(config.run.seed, "models/training-labels")) >> 1
+
+
+def boosting_params(config: Config) -> training.BoostingParams:
+    """The models section's boosting hyper-parameters."""
+    m = config.models
+    return training.BoostingParams(n_estimators=m.n_estimators, max_depth=m.max_depth, learning_rate=m.learning_rate,
+                                   early_stopping_rounds=m.early_stopping_rounds, seed=config.run.seed)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What the train stage produced: settings, test metrics, timings and output paths."""
+
+    output_dir: str
+    library: str
+    execution: str
+    mechanism: str
+    epsilon: float
+    bag_size: int
+    proxy_day: int
+    target_day: int
+    rows: dict[str, int]
+    test_metrics: dict[str, float]
+    seconds: dict[str, float]
+    model_files: list[str]
+    skipped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (also the completion marker's content)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TrainResult":
+        """Rebuild from :meth:`to_dict` output."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in values.items() if key in known})
+
+    def metrics(self) -> dict[str, float]:
+        """Flat metrics: auc_test_target, log_loss_test_proxy, fit_seconds_target, rows_train_target, ..."""
+        flat = {}
+        for key, value in self.test_metrics.items():  # keys are "<metric>@<model>"
+            metric, model = key.split("@")
+            flat[f"{metric}_test_{model}"] = value
+        flat.update({f"seconds_{key}": value for key, value in self.seconds.items()})
+        flat.update({f"rows_{key}": float(value) for key, value in self.rows.items()})
+        return flat
+
+    def artifacts(self) -> list[str]:
+        """Model files, metrics.json and the two tables' folders."""
+        return self.model_files + [os.path.join(self.output_dir, name)
+                                   for name in ("metrics.json", "canaries", "test_predictions")]
+
+
+def _feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
+    m = config.models
+    if m.library == "catboost":
+        return features.FeatureSpec(encoding="native", hash_buckets=m.hash_buckets)
+    if m.categorical_encoding == "hash":
+        return features.FeatureSpec(encoding="hash", hash_buckets=m.hash_buckets)
+    train_rows = spark_features.split_rows(spark_rows, seed=config.run.seed, shares=m.split, code=0)
+    vocabulary = spark_features.learn_vocabulary(train_rows, min_count=m.min_category_count, max_size=m.hash_buckets)
+    return features.FeatureSpec(encoding="frequency", hash_buckets=m.hash_buckets, vocabulary=vocabulary)
+
+
+def _features(rows: DataFrame, spec: features.FeatureSpec, config: Config) -> DataFrame:
+    return spark_features.feature_frame(rows, spec, seed=config.run.seed, shares=config.models.split)
+
+
+def collect_model_data(frame: DataFrame, spec: features.FeatureSpec, library: str) -> training.ModelData:
+    """Collect a feature frame to the driver (Arrow) as :class:`lia_spark.training.ModelData`."""
+    local = frame.toPandas().sort_values(ROW_ID, kind="stable").reset_index(drop=True)
+    columns = spec.feature_columns
+    matrix = local[columns] if library == "catboost" else local[columns].to_numpy(np.float32)
+    return training.ModelData(matrix, local[LABEL].to_numpy(np.int8), local[ROW_ID].to_numpy(np.int64),
+                              local[features.SPLIT_COLUMN].to_numpy(np.int8), library=library,
+                              cat_features=spec.cat_features, feature_names=columns)
+
+
+def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame,
+               target_rows: DataFrame) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float]]:
+    m, params, seconds = config.models, boosting_params(config), {}
+    sc = spark.sparkContext
+    sc.setJobDescription("train: proxy features")
+    proxy_spec = _feature_spec(proxy_rows, config)
+    started = time.monotonic()
+    proxy_data = collect_model_data(_features(proxy_rows, proxy_spec, config), proxy_spec, m.library)
+    seconds["collect_proxy"] = time.monotonic() - started
+    proxy = training.fit_model(proxy_data, proxy_data.labels, proxy_data.split == training.SPLIT_TRAIN,
+                               proxy_data.split == training.SPLIT_VALID, params=params)
+    logger.info("proxy fitted on %d rows in %.1f s", int((proxy_data.split == 0).sum()), proxy.fit_seconds)
+    proxy_test = proxy_data.split == training.SPLIT_TEST
+    proxy_day_metrics = training.binary_metrics(proxy_data.labels[proxy_test], proxy.predict(proxy_data.rows(proxy_test)))
+    del proxy_data
+    sc.setJobDescription("train: target-day features")
+    started = time.monotonic()
+    with_proxy_features = collect_model_data(_features(target_rows, proxy_spec, config), proxy_spec, m.library)
+    proxy_prediction = proxy.predict(with_proxy_features.features)
+    del with_proxy_features
+    target_spec = _feature_spec(target_rows, config)
+    data = collect_model_data(_features(target_rows, target_spec, config), target_spec, m.library)
+    seconds["collect_target"] = time.monotonic() - started
+    fit = training.train_target(data, mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
+                                params=params, prior=proxy_prediction, bag_size=m.bag_size)
+    logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
+                fit.model.fit_seconds)
+    released = (pd.array(fit.released_labels, dtype="Int32") if fit.released_labels is not None
+                else pd.array([None] * data.labels.size, dtype="Int32"))
+    scored = pd.DataFrame({ROW_ID: data.row_ids, LABEL: data.labels.astype(np.int32),
+                           "split": data.split.astype(np.int32), "released_label": released,
+                           "target_prediction": fit.model.predict(data.features),
+                           "proxy_prediction": proxy_prediction})
+    models = {"proxy": proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
+    seconds.update({f"fit_{name}": model.fit_seconds for name, model in models.items()})
+    extra = {f"{name}@proxy_own_day": value for name, value in proxy_day_metrics.items()}
+    return spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra
+
+
+def _spark_classifier(spark: SparkSession, config: Config, columns: list[str], label: str):
+    from xgboost.spark import SparkXGBClassifier
+
+    m = config.models
+    return SparkXGBClassifier(features_col=columns, label_col=label, validation_indicator_col="is_valid",
+                              num_workers=m.num_workers or spark.sparkContext.defaultParallelism, n_estimators=m.n_estimators, max_depth=m.max_depth,
+                              learning_rate=m.learning_rate, eval_metric="logloss", tree_method="hist",
+                              early_stopping_rounds=m.early_stopping_rounds or None, random_state=config.run.seed % 2**31)
+
+
+def _positive_probability(model, frame: DataFrame, name: str) -> DataFrame:
+    from pyspark.ml.functions import vector_to_array
+
+    scored = model.transform(frame)
+    return scored.withColumn(name, vector_to_array(F.col(model.getOrDefault("probabilityCol")))[1]).drop(
+        *[c for c in scored.columns if c not in frame.columns and c != name])
+
+
+def _release_column(frame: DataFrame, *, mechanism: str, epsilon: float, seed: int, prior: str | None) -> DataFrame:
+    """Add ``released_label`` by mapInPandas over the pure label mechanisms (prior column for rr_with_prior)."""
+    schema = StructType(frame.schema.fields + [StructField("released_label", IntegerType())])
+
+    def batches(frames):
+        for part in frames:
+            labels, ids = part[LABEL].to_numpy(np.int8), part[ROW_ID].to_numpy(np.int64)
+            if prior is None:
+                released = label_mechanisms.randomized_response(labels, ids, epsilon=epsilon, seed=seed)
+            else:
+                released = label_mechanisms.rr_with_prior(labels, part[prior].to_numpy(np.float64), ids,
+                                                          epsilon=epsilon, seed=seed)
+            yield part.assign(released_label=released.astype(np.int32))
+
+    return frame.mapInPandas(batches, schema)
+
+
+def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame,
+                 target_rows: DataFrame) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float]]:
+    m, seed, seconds = config.models, training_seed(config), {}
+    if m.library != "xgboost" or m.training_mechanism in label_mechanisms.BAG_MECHANISMS:
+        raise ValueError(f"models.execution: distributed supports xgboost with {label_mechanisms.LABEL_MECHANISMS}, "
+                         f"got library={m.library}, training_mechanism={m.training_mechanism}")
+    sc = spark.sparkContext
+    proxy_spec = _feature_spec(proxy_rows, config)
+    columns = proxy_spec.feature_columns
+    fit_rows = (F.col(features.SPLIT_COLUMN) < 2)
+    proxy_frame = _features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col("split") == 1)
+    sc.setJobDescription("train: proxy (xgboost.spark)")
+    started = time.monotonic()
+    proxy = _spark_classifier(spark, config, columns, LABEL).fit(proxy_frame.where(fit_rows))
+    seconds["fit_proxy"] = time.monotonic() - started
+    proxy_on_target = _positive_probability(proxy, _features(target_rows, proxy_spec, config), "proxy_prediction")
+    target_spec = _feature_spec(target_rows, config)
+    target = (_features(target_rows, target_spec, config).select(ROW_ID, *columns)
+              .join(proxy_on_target.select(ROW_ID, LABEL, "split", "proxy_prediction"), ROW_ID)
+              .withColumn("is_valid", F.col("split") == 1).cache())
+    models: dict[str, Any] = {"proxy": proxy}
+    eps, mechanism = m.epsilon, m.training_mechanism
+    if mechanism == "none" or math.isinf(eps):
+        released = target.withColumn("released_label", F.col(LABEL))
+    elif mechanism in ("rr", "rr_debiased"):
+        released = _release_column(target, mechanism="rr", epsilon=eps, seed=seed, prior=None)
+    elif mechanism == "rr_with_prior":
+        released = _release_column(target, mechanism=mechanism, epsilon=eps, seed=seed, prior="proxy_prediction")
+    else:
+        half = F.col("lp2st_first")
+        halves = target.mapInPandas(_lp2st_halves(seed), StructType(target.schema.fields
+                                                                    + [StructField("lp2st_first", BooleanType())]))
+        rr = _release_column(halves, mechanism="rr", epsilon=eps, seed=seed, prior=None).cache()
+        sc.setJobDescription("train: lp_2st stage 1 (xgboost.spark)")
+        started = time.monotonic()
+        stage1 = _spark_classifier(spark, config, columns, "released_label").fit(rr.where(half & fit_rows))
+        seconds["fit_stage1"] = time.monotonic() - started
+        models["stage1"] = stage1
+        prior = _debiased(_positive_probability(stage1, rr.drop("released_label"), "stage1_raw"), eps,
+                          "stage1_raw", "stage1_prior")
+        second = _release_column(prior, mechanism="rr_with_prior", epsilon=eps, seed=seed, prior="stage1_prior")
+        released = (rr.select(ROW_ID, F.col("released_label").alias("rr_label"))
+                    .join(second, ROW_ID)
+                    .withColumn("released_label", F.when(half, F.col("rr_label")).otherwise(F.col("released_label")))
+                    .drop("rr_label", "stage1_raw", "stage1_prior", "lp2st_first"))
+    released = released.cache()
+    sc.setJobDescription("train: target (xgboost.spark)")
+    started = time.monotonic()
+    target_model = _spark_classifier(spark, config, columns, "released_label").fit(released.where(fit_rows))
+    seconds["fit_target"] = time.monotonic() - started
+    models["target"] = target_model
+    scored = _positive_probability(target_model, released, "target_raw")
+    if mechanism == "rr_debiased" and not math.isinf(eps):
+        scored = _debiased(scored, eps, "target_raw", "target_prediction")
+    else:
+        scored = scored.withColumn("target_prediction", F.col("target_raw"))
+    scored = scored.select(ROW_ID, LABEL, "split", "released_label", "target_prediction", "proxy_prediction")
+    return scored, models, seconds, {}
+
+
+def _lp2st_halves(seed: int):
+    def batches(frames):
+        for part in frames:
+            yield part.assign(lp2st_first=label_mechanisms.lp2st_first_half(part[ROW_ID].to_numpy(np.int64), seed=seed))
+
+    return batches
+
+
+def _debiased(frame: DataFrame, epsilon: float, source: str, name: str) -> DataFrame:
+    """Column ``name`` = noise-corrected ``source``, (q - pi)/(1 - 2 pi) clipped to [1e-6, 1 - 1e-6] as in
+    :func:`lia_spark.label_mechanisms.debias_rr_predictions`."""
+    pi = label_mechanisms.rr_flip_probability(epsilon=epsilon)
+    corrected = (F.col(source) - F.lit(pi)) / F.lit(1.0 - 2.0 * pi)
+    return frame.withColumn(name, F.least(F.greatest(corrected, F.lit(1e-6)), F.lit(1.0 - 1e-6)))
+
+
+def _test_metrics(scored: DataFrame) -> dict[str, float]:
+    test = scored.where(F.col("split") == training.SPLIT_TEST).select(LABEL, "target_prediction",
+                                                                      "proxy_prediction").toPandas()
+    values = {}
+    for model in ("target", "proxy"):
+        for name, value in training.binary_metrics(test[LABEL].to_numpy(), test[f"{model}_prediction"].to_numpy()).items():
+            values[f"{name}@{model}"] = value
+    return values
+
+
+def _copy_from_local(spark: SparkSession, local_path: str, path: str) -> None:
+    """Copy a local file to ``path`` on any Hadoop file system."""
+    jvm = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).copyFromLocalFile(
+        jvm.org.apache.hadoop.fs.Path(local_path), target)
+
+
+def _save_models(spark: SparkSession, models: dict[str, Any], staging: str) -> list[str]:
+    """Write each model file locally, then copy it into the staging folder."""
+    names = []
+    with tempfile.TemporaryDirectory() as local:
+        for name, model in models.items():
+            if isinstance(model, training.FittedModel):
+                path = model.save(os.path.join(local, name))
+            else:
+                path = os.path.join(local, f"{name}.ubj")
+                model.get_booster().save_model(path)
+            _copy_from_local(spark, path, f"{staging}/{os.path.basename(path)}")
+            names.append(os.path.basename(path))
+    return names
+
+
+def _write_json(spark: SparkSession, payload: dict[str, Any], path: str) -> None:
+    jvm = spark.sparkContext._jvm
+    target = jvm.org.apache.hadoop.fs.Path(path)
+    stream = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).create(target, True)
+    try:
+        stream.write(bytearray(json.dumps(payload, indent=2, sort_keys=True, default=str).encode("utf-8")))
+    finally:
+        stream.close()
+
+
+def _read_json(spark: SparkSession, path: str) -> dict[str, Any]:
+    """JSON file on any Hadoop file system (read directly: textFile skips names starting with '_')."""
+    jvm = spark.sparkContext._jvm
+    source = jvm.org.apache.hadoop.fs.Path(path)
+    stream = source.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(source)
+    try:
+        return json.loads(bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream)).decode("utf-8"))
+    finally:
+        stream.close()
+
+
+def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
+    """Train proxy and target models; write canaries, test predictions, models and metrics (resumable)."""
+    out = models_dir(config)
+    marker = f"{out}/{MARKER}"
+    if not config.run.force and path_exists(spark, marker):
+        logger.info("train: %s is complete, skipped (run.force=false)", out)
+        return dataclasses.replace(TrainResult.from_dict(_read_json(spark, marker)), skipped=True)
+    m = config.models
+    started = time.monotonic()
+    logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
+                m.proxy_day, m.target_day, m.training_mechanism, m.epsilon, m.bag_size)
+    proxy_rows = spark_features.day_rows(spark, config.parquet_path, m.proxy_day)
+    target_rows = spark_features.day_rows(spark, config.parquet_path, m.target_day)
+    run = _in_memory if m.execution == "in_memory" else _distributed
+    scored, models, seconds, extra_metrics = run(spark, config, proxy_rows, target_rows)
+    scored = scored.cache()
+    metadata: dict[str, Any] = {}
+    with committed_output(spark, out, metadata) as staging:
+        spark.sparkContext.setJobDescription("train: write canaries and test predictions")
+        scored.where(F.col("split") == training.SPLIT_TRAIN).select(
+            ROW_ID, LABEL, "released_label", "target_prediction", "proxy_prediction").write.parquet(f"{staging}/canaries")
+        scored.where(F.col("split") == training.SPLIT_TEST).select(
+            ROW_ID, LABEL, "target_prediction", "proxy_prediction").write.parquet(f"{staging}/test_predictions")
+        rows = {name: int(count) for name, count in scored.groupBy("split").count().toPandas()
+                .assign(name=lambda f: f["split"].map({0: "train_target", 1: "valid_target", 2: "test_target"}))
+                [["name", "count"]].itertuples(index=False)}
+        test_metrics = {**_test_metrics(scored), **extra_metrics}
+        files = _save_models(spark, models, staging)
+        seconds["total"] = time.monotonic() - started
+        result = TrainResult(output_dir=out, library=m.library, execution=m.execution, mechanism=m.training_mechanism,
+                             epsilon=m.epsilon, bag_size=m.bag_size, proxy_day=m.proxy_day, target_day=m.target_day,
+                             rows=rows, test_metrics=test_metrics, seconds=seconds,
+                             model_files=[os.path.join(out, name) for name in files])
+        _write_json(spark, result.to_dict(), f"{staging}/metrics.json")
+        metadata.update(result.to_dict())
+    scored.unpersist()
+    logger.info("train: done in %.1f s, test AUC target %.4f proxy %.4f", seconds["total"],
+                test_metrics["auc@target"], test_metrics["auc@proxy"])
+    return result
+
+
+@dataclasses.dataclass
+class UtilityResult:
+    """Privacy-utility tradeoff: one row per setting (mechanism, eps, k) with test AUC and advantages."""
+
+    output_dir: str
+    settings: int
+    seconds: float
+    table: list[dict[str, Any]]
+    skipped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (also the completion marker's content)."""
+        return dataclasses.asdict(self)
+
+    def metrics(self) -> dict[str, float]:
+        """auc_test_<mechanism>_eps<e>_k<k> per setting."""
+        return {f"auc_test_{row['mechanism']}_eps{row['epsilon']}_k{row['bag_size']}": float(row["auc"])
+                for row in self.table}
+
+    def artifacts(self) -> list[str]:
+        """The CSV table and the two PNG plots."""
+        return [os.path.join(self.output_dir, name) for name in UTILITY_FILES]
+
+
+UTILITY_FILES = ("tradeoff.csv", "tradeoff_additive.png", "tradeoff_p98.png")
+UTILITY_EXTRA_MECHANISMS = ("rr_debiased", "lp_2st")
+
+
+def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | None:
+    path = os.path.join(config.run.output_dir, "posteriors", "summary")
+    if not path_exists(spark, f"{path}/{MARKER}") and not path_exists(spark, f"{path}/_SUCCESS"):
+        logger.warning("utility: no posterior summary at %s; only RR-family advantages (closed form)", path)
+        return None
+    return spark.read.parquet(path).toPandas()
+
+
+def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
+    """Train the target (in memory) for every setting of the utility grid; write table and two plots.
+
+    Output ``<run.output_dir>/models/utility``: tradeoff.csv, tradeoff_additive.png, tradeoff_p98.png.
+    """
+    from lia_spark import utility
+
+    out = os.path.join(models_dir(config), "utility")
+    marker = f"{out}/{MARKER}"
+    if not config.run.force and path_exists(spark, marker):
+        logger.info("utility: %s is complete, skipped (run.force=false)", out)
+        return dataclasses.replace(UtilityResult(**_read_json(spark, marker)), skipped=True)
+    m, params, seed = config.models, boosting_params(config), training_seed(config)
+    started = time.monotonic()
+    target_rows = spark_features.day_rows(spark, config.parquet_path, m.target_day)
+    spark.sparkContext.setJobDescription("utility: target-day features")
+    spec = _feature_spec(target_rows, config)
+    data = collect_model_data(_features(target_rows, spec, config), spec, m.library)
+    test = data.split == training.SPLIT_TEST
+    grid = utility.utility_grid(epsilons=m.utility_epsilons, bag_sizes=m.utility_bag_sizes,
+                                extra_mechanisms=UTILITY_EXTRA_MECHANISMS)
+    rows, priors = [], None
+    for mechanism, epsilon, bag_size in grid:
+        fit = training.train_target(data, mechanism=mechanism, epsilon=math.inf if math.isnan(epsilon) else epsilon,
+                                    seed=seed, params=params, bag_size=bag_size)
+        scores = training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test)))
+        if priors is None and mechanism == "rr" and math.isinf(epsilon):
+            priors = fit.model.predict(data.rows(data.split == training.SPLIT_TRAIN))
+        rows.append({"mechanism": mechanism, "epsilon": epsilon, "bag_size": bag_size, **scores,
+                     "fit_seconds": fit.model.fit_seconds})
+        logger.info("utility: %s eps=%s k=%d -> AUC %.4f (%.1f s)", mechanism, epsilon, bag_size, scores["auc"],
+                    fit.model.fit_seconds)
+    if priors is None:
+        priors = training.fit_model(data, data.labels, data.split == 0, data.split == 1, params=params).predict(
+            data.rows(data.split == training.SPLIT_TRAIN))
+    table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config), priors=priors)
+    metadata: dict[str, Any] = {}
+    with committed_output(spark, out, metadata) as staging, tempfile.TemporaryDirectory() as local:
+        table.to_csv(os.path.join(local, UTILITY_FILES[0]), index=False)
+        utility.plot_tradeoff(table, advantage="mean_additive_advantage", path=os.path.join(local, UTILITY_FILES[1]))
+        utility.plot_tradeoff(table, advantage="abs_I_p98", path=os.path.join(local, UTILITY_FILES[2]))
+        for name in UTILITY_FILES:
+            _copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
+        result = UtilityResult(output_dir=out, settings=len(table), seconds=time.monotonic() - started,
+                               table=table.to_dict(orient="records"))
+        metadata.update(result.to_dict())
+    return result

@@ -1,0 +1,121 @@
+"""Training-label mechanisms for the target model (SPEC 2, last item; observational paper sec. 6).
+
+Pure numpy. Every random draw is keyed on (seed, purpose, row_id) through :mod:`lia_spark.hashing`, so a
+row's released label does not depend on how the rows are partitioned or ordered.
+
+- none: the true labels (epsilon = infinity).
+- rr (= LP-1ST): flip each label w.p. pi = 1/(1+e^eps).
+- rr_with_prior: binary RRWithPrior (Ghazi et al. 2021) with prior p = P(y=1|x): if |logit p| >= eps
+  release argmax of the prior (1{p > 1/2}), else RR(eps). Releasing the argmax with probability one is
+  the k=1 branch of RRWithPrior, chosen when max(p, 1-p) >= e^eps/(1+e^eps), i.e. |logit p| >= eps.
+- rr_debiased: RR labels; the model's predictions q are noise-corrected, p = (q - pi)/(1 - 2 pi), clipped.
+- lp_2st: RR on one half of the rows, RRWithPrior on the other half with a stage-1 model as the prior
+  (the model-dependent orchestration lives in :mod:`lia_spark.training`).
+- llp / llp_laplace / llp_geometric: bag proportions released per bag of k rows (SPEC 2).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lia_spark import hashing, mechanisms
+
+LABEL_MECHANISMS = ("none", "rr", "rr_with_prior", "lp_2st", "rr_debiased")
+BAG_MECHANISMS = ("llp", "llp_laplace", "llp_geometric")
+
+PURPOSE_HALF = "train-labels/lp2st-half"
+
+
+def rr_flip_probability(*, epsilon: float) -> float:
+    """pi = 1/(1+e^eps), the flip probability of eps-RR; 0 for eps = infinity."""
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got epsilon={epsilon}")
+    return 0.0 if math.isinf(epsilon) else mechanisms.flip_probability(epsilon)
+
+
+def randomized_response(labels: np.ndarray, row_ids: np.ndarray, *, epsilon: float, seed: int) -> np.ndarray:
+    """LP-1ST: RR(eps) of :func:`lia_spark.mechanisms.rr_release`; the true labels for eps = infinity."""
+    labels = _check_labels(labels)
+    if math.isinf(epsilon):
+        return labels
+    return mechanisms.rr_release(labels, row_ids, epsilon=epsilon, seed=seed)
+
+
+def rr_with_prior(labels: np.ndarray, prior: np.ndarray, row_ids: np.ndarray, *, epsilon: float,
+                  seed: int) -> np.ndarray:
+    """Binary RRWithPrior: argmax of the prior where |logit p| >= eps, RR(eps) elsewhere (SPEC 2).
+
+    Args:
+        labels: true labels in {0, 1}.
+        prior: P(y=1|x) per row, in [0, 1].
+        row_ids: stable row ids keying the RR draws (the same draws as :func:`randomized_response`).
+        epsilon: privacy parameter, > 0 (infinity releases the true labels).
+        seed: run seed.
+    Returns:
+        Released labels, int8.
+    """
+    labels = _check_labels(labels)
+    prior = np.asarray(prior, dtype=np.float64)
+    if prior.shape != labels.shape or np.any(~(prior >= 0.0) | (prior > 1.0)):
+        raise ValueError(f"prior must be probabilities shaped like labels {labels.shape}, got shape {prior.shape}")
+    if math.isinf(epsilon):
+        return labels.astype(np.int8)
+    with np.errstate(divide="ignore"):
+        abs_logit = np.abs(np.log(prior) - np.log1p(-prior))
+    confident = abs_logit >= epsilon
+    return np.where(confident, (prior > 0.5).astype(np.int8),
+                    randomized_response(labels, row_ids, epsilon=epsilon, seed=seed)).astype(np.int8)
+
+
+def debias_rr_predictions(predictions: np.ndarray, *, epsilon: float, clip: float = 1e-6) -> np.ndarray:
+    """Noise correction of a model fitted to RR labels: p = (q - pi)/(1 - 2 pi), clipped to [clip, 1-clip].
+
+    E[released | x] = pi + (1 - 2 pi) P(y=1|x), so inverting the affine map recovers P(y=1|x).
+    """
+    pi = rr_flip_probability(epsilon=epsilon)
+    if pi >= 0.5:
+        raise ValueError(f"epsilon must be > 0 for a correctable RR, got epsilon={epsilon}")
+    corrected = (np.asarray(predictions, dtype=np.float64) - pi) / (1.0 - 2.0 * pi)
+    return np.clip(corrected, clip, 1.0 - clip)
+
+
+def lp2st_first_half(row_ids: np.ndarray, *, seed: int) -> np.ndarray:
+    """Boolean mask of the LP-2ST stage-1 half: hash-uniform(seed, row_id) < 1/2."""
+    return hashing.uniform(seed, PURPOSE_HALF, row_ids) < 0.5
+
+
+def _check_labels(labels: np.ndarray) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.size and not np.isin(labels, (0, 1)).all():
+        raise ValueError(f"labels must be 0/1, got values {np.unique(labels)[:5]}")
+    return labels.astype(np.int8)
+
+
+def bag_proportions(row_ids: np.ndarray, labels: np.ndarray, *, mechanism: str, epsilon: float, bag_size: int,
+                    seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bag the rows (:func:`lia_spark.mechanisms.assign_bags`) and release each bag's proportion.
+
+    llp releases S/k; llp_laplace S/k + Laplace(1/(k eps)); llp_geometric f(clip(S + G, 0, k))/k (SPEC 2).
+    Noise is keyed on the bag's smallest row id, so disjoint row sets bagged with one seed get
+    independent noise.
+
+    Returns:
+        (bag index per row in 0..n_bags-1 aligned with ``row_ids``, released proportion per bag).
+    """
+    if mechanism not in BAG_MECHANISMS:
+        raise ValueError(f"mechanism must be one of {BAG_MECHANISMS}, got {mechanism!r}")
+    ids = np.asarray(row_ids, dtype=np.int64)
+    labels = _check_labels(labels)
+    bag_index = mechanisms.assign_bags(ids, bag_size=bag_size, seed=seed)
+    order = np.argsort(bag_index, kind="stable")
+    sizes = np.bincount(bag_index)
+    sums = mechanisms.bag_sums(labels[order], sizes)
+    if mechanism == "llp" or math.isinf(epsilon):
+        return bag_index, sums / sizes
+    bag_keys = np.full(sizes.size, np.iinfo(np.int64).max)
+    np.minimum.at(bag_keys, bag_index, ids)
+    if mechanism == "llp_laplace":
+        return bag_index, mechanisms.laplace_release(sums, sizes, bag_keys, epsilon=epsilon, seed=seed)
+    _, released = mechanisms.geometric_release(sums, sizes, bag_keys, epsilon=epsilon, seed=seed)
+    return bag_index, released

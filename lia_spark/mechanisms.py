@@ -1,0 +1,143 @@
+"""Label-privacy releases of SPEC section 2 as pure functions of (seed, purpose, id).
+
+auditing-privacy-mechanisms-via-label-inference-attacks.txt sec. 2, 4 and
+unified-analysis-of-label-inference-attacks.txt sec. 2, 6. Every random draw comes from
+lia_spark.hashing keyed on (seed, purpose, row or bag id), so a release never depends on
+partitioning, executor count or retries. Bags are bag-contiguous: the rows of bag b are
+sum(bag_sizes[:b]) .. sum(bag_sizes[:b+1]) - 1.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import expit, logit
+
+from lia_spark import hashing
+
+RR_PURPOSE = "mechanism/rr"
+BAGGING_PURPOSE = "mechanism/bagging"
+LAPLACE_PURPOSE = "mechanism/llp_laplace"
+GEOMETRIC_PURPOSE = "mechanism/llp_geometric"
+
+
+def _check_epsilon(epsilon: float) -> float:
+    eps = float(epsilon)
+    if not np.isfinite(eps) or eps <= 0.0:
+        raise ValueError(f"epsilon must be a finite positive number, got epsilon={epsilon!r}")
+    return eps
+
+
+def _check_labels(labels) -> np.ndarray:
+    arr = np.asarray(labels)
+    if arr.ndim != 1 or not np.all((arr == 0) | (arr == 1)):
+        raise ValueError(f"labels must be a 1-D array of 0/1, got labels={labels!r}")
+    return arr.astype(np.int64)
+
+
+def _sizes(bag_sizes) -> np.ndarray:
+    sizes = np.asarray(bag_sizes)
+    if sizes.ndim != 1 or not np.issubdtype(sizes.dtype, np.integer) or (sizes.size and sizes.min() < 1):
+        raise ValueError(f"bag_sizes must be a 1-D array of positive integers, got bag_sizes={bag_sizes!r}")
+    return sizes.astype(np.int64)
+
+
+def flip_probability(epsilon: float) -> float:
+    """RR flip probability pi = 1 / (1 + e^eps)."""
+    return float(expit(-_check_epsilon(epsilon)))
+
+
+def epsilon_from_flip_probability(flip: float) -> float:
+    """Inverse of flip_probability: eps = log((1 - pi) / pi) for pi in (0, 1/2)."""
+    pi = float(flip)
+    if not 0.0 < pi < 0.5:
+        raise ValueError(f"flip must lie in (0, 0.5), got flip={flip!r}")
+    return float(-logit(pi))
+
+
+def rr_release(labels, row_ids, *, epsilon: float, seed: int) -> np.ndarray:
+    """RR(eps): y XOR Bernoulli(pi) with pi = 1/(1+e^eps), the flip keyed on (seed, "mechanism/rr", row_id)."""
+    y = _check_labels(labels)
+    ids = np.asarray(row_ids)
+    if ids.shape != y.shape:
+        raise ValueError(f"row_ids must be shaped like labels {y.shape}, got row_ids with shape {ids.shape}")
+    flips = hashing.bernoulli(seed, RR_PURPOSE, ids, flip_probability(epsilon))
+    return (y ^ flips).astype(np.int8)
+
+
+def bag_sums(labels, bag_sizes) -> np.ndarray:
+    """Per-bag label sums S_b of bag-contiguous labels."""
+    y = _check_labels(labels)
+    sizes = _sizes(bag_sizes)
+    if sizes.sum() != y.size:
+        raise ValueError(f"bag_sizes must sum to len(labels)={y.size}, got sum(bag_sizes)={sizes.sum()}")
+    if sizes.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    return np.add.reduceat(y, starts).astype(np.int64)
+
+
+def _per_bag(bag_sums_, bag_sizes, bag_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    sums = np.asarray(bag_sums_, dtype=np.int64)
+    sizes = _sizes(bag_sizes)
+    ids = np.asarray(bag_ids)
+    if not (sums.shape == sizes.shape == ids.shape):
+        raise ValueError(f"bag_sums, bag_sizes and bag_ids must have equal shapes, got {sums.shape}, "
+                         f"{sizes.shape}, {ids.shape}")
+    if np.any((sums < 0) | (sums > sizes)):
+        raise ValueError("bag_sums must lie in [0, bag size], got bag_sums outside that range")
+    return sums, sizes, ids
+
+
+def laplace_release(bag_sums, bag_sizes, bag_ids, *, epsilon: float, seed: int) -> np.ndarray:
+    """LLP+Lap(eps, k): alpha + Z, Z ~ Laplace(scale 1/(k eps)) by inversion of u ~ U(0, 1) keyed on the bag id:
+    Z = -scale sign(u - 1/2) log(1 - 2 |u - 1/2|) (finite since u lies strictly inside (0, 1))."""
+    eps = _check_epsilon(epsilon)
+    sums, sizes, ids = _per_bag(bag_sums, bag_sizes, bag_ids)
+    centred = hashing.uniform(seed, LAPLACE_PURPOSE, ids) - 0.5
+    noise = -np.sign(centred) * np.log1p(-2.0 * np.abs(centred)) / (sizes * eps)
+    return sums / sizes + noise
+
+
+def geometric_release(bag_sums, bag_sizes, bag_ids, *, epsilon: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """LLP+Geom(eps, k): Z = clip(S + G, 0, k), G = G1 - G2 with G1, G2 iid Geometric(1 - a) on {0, 1, ...}
+    (a = e^-eps), which gives P(G = g) = (1-a)/(1+a) a^|g|; G_j = floor(log(u_j) / log a) by inversion.
+
+    Returns:
+        (Z, f(Z)/k) with the unbiased post-processing f(0) = -a/(1-a), f(k) = k + a/(1-a), f(z) = z otherwise.
+    """
+    eps = _check_epsilon(epsilon)
+    sums, sizes, ids = _per_bag(bag_sums, bag_sizes, bag_ids)
+    g1 = np.floor(np.log(hashing.uniform(seed, GEOMETRIC_PURPOSE, ids, 0)) / -eps)
+    g2 = np.floor(np.log(hashing.uniform(seed, GEOMETRIC_PURPOSE, ids, 1)) / -eps)
+    clipped = np.clip(sums + (g1 - g2), 0, sizes).astype(np.int64)
+    return clipped, geometric_post_process(clipped, sizes, epsilon=eps) / sizes
+
+
+def geometric_post_process(clipped_sums, bag_sizes, *, epsilon: float) -> np.ndarray:
+    """Unbiased f(Z): -a/(1-a) at Z = 0, k + a/(1-a) at Z = k, Z elsewhere (a = e^-eps)."""
+    eps = _check_epsilon(epsilon)
+    z = np.asarray(clipped_sums, dtype=np.float64)
+    k = np.asarray(bag_sizes, dtype=np.float64)
+    shift = 1.0 / np.expm1(eps)  # a / (1 - a)
+    return np.where(z <= 0, -shift, np.where(z >= k, k + shift, z))
+
+
+def assign_bags(row_ids, *, bag_size: int, seed: int) -> np.ndarray:
+    """Uniformly random partition into bags of exactly ``bag_size`` (one smaller remainder bag at most).
+
+    Rule (the Spark stage implements the same rule distributedly): key each row by
+    hash_bits(seed, "mechanism/bagging", row_id), sort by (key, row_id), bag = rank // bag_size. The
+    keys are a pseudo-random permutation, so every partition into such bags is equally likely.
+
+    Returns:
+        int64 bag index per row, aligned with ``row_ids``; bags 0..ceil(n/k)-1, the last may be smaller.
+    """
+    if isinstance(bag_size, bool) or not isinstance(bag_size, (int, np.integer)) or bag_size < 1:
+        raise ValueError(f"bag_size must be a positive integer, got bag_size={bag_size!r}")
+    ids = np.asarray(row_ids)
+    if ids.ndim != 1:
+        raise ValueError(f"row_ids must be 1-D, got row_ids with shape {ids.shape}")
+    keys = hashing.hash_bits(seed, BAGGING_PURPOSE, ids)
+    order = np.lexsort((ids, keys))
+    bags = np.empty(ids.size, dtype=np.int64)
+    bags[order] = np.arange(ids.size, dtype=np.int64) // int(bag_size)
+    return bags

@@ -1,0 +1,360 @@
+"""MLflow tracking of pipeline runs; the only module of lia_spark that imports mlflow.
+
+One MLflow experiment per config (``tracking.experiment``), one parent run per pipeline run, one
+nested run per stage, and below the posteriors stage one nested run per mechanism setting (a row of
+``OUT/posteriors/summary.csv``). The parent run holds the flattened config, seed, data fingerprint,
+git commit and package versions as params and every stage metric as ``<stage>.<metric>``; stage runs
+hold their own metrics, artifacts and (train) the model files as xgboost/catboost MLflow models.
+
+Store: ``tracking.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the
+working directory with artifacts in ``./mlruns`` beside the database file.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import platform
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from lia_spark.config import Config, TrackingConfig
+
+logger = logging.getLogger(__name__)
+
+PACKAGES = ("lia-spark", "pyspark", "pandas", "pyarrow", "numpy", "scipy", "xgboost", "catboost", "mlflow")
+KIND_TAG = "lia_spark.kind"
+STAGE_TAG = "lia_spark.stage"
+MAX_PARAM_CHARS = 500
+POSTERIOR_SETTING_KEYS = ("mechanism", "epsilon", "bag_size")
+MODEL_STAGE = "train"
+
+
+class TrackingError(RuntimeError):
+    """The MLflow tracking store cannot be reached or written."""
+
+
+def resolve_tracking_uri(config: TrackingConfig) -> str:
+    """``tracking.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else sqlite:///<cwd>/mlflow.db."""
+    uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    return uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def check_tracking_store(uri: str, *, timeout_seconds: float) -> None:
+    """Fail fast, before any stage runs, when the store behind ``uri`` is unusable.
+
+    HTTP(S) servers must answer ``GET /health`` within ``timeout_seconds``; a sqlite database's folder
+    is created and must be writable; other schemes (``databricks``) are checked by MLflow itself.
+
+    Raises:
+        TrackingError: naming the URI and the cause.
+    """
+    if uri.startswith(("http://", "https://")):
+        health = uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(health, timeout=timeout_seconds) as response:  # noqa: S310 - user's URI
+                status = response.status
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise TrackingError(
+                f"tracking.tracking_uri: MLflow server {uri} is unreachable ({reason}); start it, fix "
+                "tracking.tracking_uri / $MLFLOW_TRACKING_URI, or set tracking.enabled=false") from error
+        if status != 200:
+            raise TrackingError(f"tracking.tracking_uri: {health} answered HTTP {status}, expected 200")
+        return
+    database = _sqlite_path(uri)
+    if database is not None:
+        try:
+            database.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise TrackingError(f"tracking.tracking_uri: cannot create the folder of {uri} ({error})") from error
+        if not os.access(database.parent, os.W_OK):
+            raise TrackingError(f"tracking.tracking_uri: folder of {uri} is not writable")
+
+
+def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested mapping -> ``{"section.key": "value"}`` with JSON-encoded lists (MLflow params)."""
+    flat: dict[str, str] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            flat[name] = text if len(text) <= MAX_PARAM_CHARS else text[:MAX_PARAM_CHARS - 3] + "..."
+    return flat
+
+
+def data_fingerprint(marker: Mapping[str, Any]) -> dict[str, str]:
+    """Params identifying the input table: SHA-256 of its ``_LIA_COMPLETE`` marker plus its counts."""
+    canonical = json.dumps(marker, sort_keys=True, default=str)
+    params = {"data.fingerprint": hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]}
+    for key, value in marker.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            params[f"data.marker.{key}"] = str(value)
+        elif isinstance(value, Mapping) and value and all(isinstance(v, int) for v in value.values()):
+            params[f"data.marker.{key}"] = json.dumps(value, sort_keys=True)
+    return params
+
+
+def git_commit() -> str | None:
+    """HEAD commit of the checkout lia_spark runs from, or None outside a git checkout."""
+    try:
+        completed = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
+                                   capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    commit = completed.stdout.strip()
+    return commit if completed.returncode == 0 and commit else None
+
+
+def environment_params() -> dict[str, str]:
+    """Git commit (when known), Python and package versions."""
+    params = {"env.python": platform.python_version()}
+    commit = git_commit()
+    if commit:
+        params["env.git_commit"] = commit
+    for package in PACKAGES:
+        try:
+            params[f"env.{package}"] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return params
+
+
+def finite_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Numeric metrics as floats (NaN and +-inf kept; MLflow stores them); other values are dropped."""
+    numbers: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            logger.warning("tracking: metric %s=%r is not a number; not logged", key, value)
+            continue
+        numbers[str(key)] = float(value)
+    return numbers
+
+
+def _xgboost_model(path: Path) -> Any | None:
+    import xgboost
+
+    booster = xgboost.Booster()
+    try:
+        booster.load_model(str(path))
+    except xgboost.core.XGBoostError:
+        return None
+    return booster
+
+
+def _xgboost_signature(booster: Any) -> Any:
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    names = booster.feature_names or [f"f{i}" for i in range(booster.num_features())]
+    types = booster.feature_types or ["float"] * len(names)
+    inputs = [ColSpec("long" if kind in ("int", "i") else "double", name) for name, kind in zip(names, types)]
+    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
+
+
+def _catboost_model(path: Path) -> Any:
+    from catboost import CatBoostClassifier
+
+    return CatBoostClassifier().load_model(str(path))
+
+
+def _catboost_signature(model: Any) -> Any:
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    categorical = set(model.get_cat_feature_indices())
+    inputs = [ColSpec("string" if index in categorical else "double", name)
+              for index, name in enumerate(model.feature_names_)]
+    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
+
+
+def _model_name(path: Path) -> str:
+    return "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in path.stem) or "model"
+
+
+def log_model_file(path: Path) -> str | None:
+    """Log one model file (``.ubj``/``.json`` xgboost, ``.cbm`` catboost) with its signature; return its URI.
+
+    Explicit pip requirements skip MLflow's slow requirement inference. Returns None for files that are
+    not models (a ``.json`` that xgboost cannot load).
+    """
+    import mlflow
+
+    if path.suffix == ".cbm":
+        import catboost
+
+        model = _catboost_model(path)
+        info = mlflow.catboost.log_model(model, name=_model_name(path), signature=_catboost_signature(model),
+                                         pip_requirements=[f"catboost=={catboost.__version__}"])
+        return info.model_uri
+    booster = _xgboost_model(path)
+    if booster is None:
+        return None
+    import xgboost
+
+    info = mlflow.xgboost.log_model(booster, name=_model_name(path), signature=_xgboost_signature(booster),
+                                    pip_requirements=[f"xgboost=={xgboost.__version__}"])
+    return info.model_uri
+
+
+def posterior_settings(path: Path) -> list[dict[str, str]]:
+    """Rows of a posteriors ``summary.csv`` (one per mechanism setting), or [] for any other CSV."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        if not set(POSTERIOR_SETTING_KEYS) <= set(reader.fieldnames or ()):
+            return []
+        return list(reader)
+
+
+def _as_number(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+class PipelineTracker:
+    """One MLflow parent run for a pipeline run, with nested runs per stage and per mechanism setting."""
+
+    def __init__(self, config: Config, *, run_name: str | None = None) -> None:
+        self.config = config
+        self.run_name = run_name or config.run.name
+        self.tracking_uri = resolve_tracking_uri(config.tracking)
+        self.experiment_id = ""
+        self.run_id = ""
+
+    def check(self) -> None:
+        """Connectivity check with ``tracking.timeout_seconds`` (see :func:`check_tracking_store`)."""
+        check_tracking_store(self.tracking_uri, timeout_seconds=self.config.tracking.timeout_seconds)
+
+    def start(self) -> str:
+        """Create (or reuse) the experiment, start the parent run, log config and environment params."""
+        import mlflow
+
+        mlflow.set_tracking_uri(self.tracking_uri)
+        client = mlflow.MlflowClient(self.tracking_uri)
+        name = self.config.tracking.experiment
+        try:
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                database = _sqlite_path(self.tracking_uri)
+                location = (database.parent / "mlruns").resolve().as_uri() if database is not None else None
+                self.experiment_id = client.create_experiment(name, artifact_location=location)
+            else:
+                self.experiment_id = experiment.experiment_id
+            mlflow.set_experiment(experiment_id=self.experiment_id)
+            run = mlflow.start_run(experiment_id=self.experiment_id, run_name=self.run_name,
+                                   nested=mlflow.active_run() is not None, tags={KIND_TAG: "pipeline"})
+        except mlflow.exceptions.MlflowException as error:
+            raise TrackingError(f"tracking: cannot start a run in experiment {name!r} at "
+                                f"{self.tracking_uri}: {error}") from error
+        self.run_id = run.info.run_id
+        params = flatten(self.config.to_dict())
+        params["seed"] = str(self.config.run.seed)
+        params.update(environment_params())
+        mlflow.log_params(params)
+        logger.info("tracking: MLflow run %s in experiment %r (%s)", self.run_id, name, self.tracking_uri)
+        return self.run_id
+
+    def log_data_marker(self, marker: Mapping[str, Any]) -> None:
+        """Parent-run params identifying the input table (:func:`data_fingerprint` of its marker)."""
+        import mlflow
+
+        mlflow.log_params(data_fingerprint(marker))
+
+    def log_stage(self, stage: str, *, status: str, seconds: float, metrics: Mapping[str, Any],
+                  artifacts: Sequence[str], error: str = "") -> None:
+        """One nested run for ``stage``: status, timing, metrics, artifacts, models and per-setting runs.
+
+        The parent run also gets ``<stage>.<metric>`` and ``<stage>.seconds`` so runs compare in one table.
+        """
+        import mlflow
+
+        numbers = finite_metrics(metrics)
+        mlflow.log_metrics({f"{stage}.{key}": value for key, value in numbers.items()}
+                           | {f"{stage}.seconds": seconds})
+        mlflow.set_tag(f"lia_spark.status.{stage}", status)
+        with mlflow.start_run(run_name=stage, nested=True, tags={KIND_TAG: "stage", STAGE_TAG: stage}):
+            mlflow.log_params({"stage": stage, "status": status, **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
+            mlflow.log_metrics(numbers | {"seconds": seconds})
+            for text in artifacts:
+                self._log_artifact(stage, Path(text))
+            if status == "failed":
+                mlflow.end_run(status="FAILED")
+
+    def _log_artifact(self, stage: str, path: Path) -> None:
+        import mlflow
+
+        if not path.exists():
+            logger.warning("tracking: artifact %s of stage %s does not exist; not logged", path, stage)
+            return
+        if path.is_dir():
+            mlflow.log_artifacts(str(path), artifact_path=f"{stage}/{path.name}")
+            return
+        mlflow.log_artifact(str(path), artifact_path=stage)
+        if stage == MODEL_STAGE and self.config.tracking.log_models and path.suffix in (".ubj", ".json", ".cbm"):
+            uri = log_model_file(path)
+            if uri is not None:
+                logger.info("tracking: logged model %s as %s", path.name, uri)
+        if path.suffix == ".csv":
+            self._log_settings(stage, posterior_settings(path))
+
+    def _log_settings(self, stage: str, rows: list[dict[str, str]]) -> None:
+        """Nested run per mechanism setting: its (mechanism, epsilon, bag_size) as params, the rest as metrics."""
+        import mlflow
+
+        for row in rows:
+            setting = {key: row[key] for key in POSTERIOR_SETTING_KEYS}
+            name = "-".join(f"{key}={value}" for key, value in setting.items())
+            values = {key: _as_number(text) for key, text in row.items() if key not in setting}
+            with mlflow.start_run(run_name=name, nested=True, tags={KIND_TAG: "setting", STAGE_TAG: stage}):
+                mlflow.log_params(setting)
+                mlflow.log_metrics({key: value for key, value in values.items() if value is not None})
+
+    def log_report(self, path: str) -> None:
+        """Attach the run's report page to the parent run under ``report/``."""
+        import mlflow
+
+        mlflow.log_artifact(path, artifact_path="report")
+
+    def end(self, *, failed: bool) -> None:
+        """Close the parent run as FINISHED or FAILED."""
+        import mlflow
+
+        mlflow.end_run(status="FAILED" if failed else "FINISHED")
+
+    def location(self) -> str:
+        """Where to look at the run: a UI URL for servers, else the ``mlflow ui`` command for the store."""
+        if self.tracking_uri.startswith(("http://", "https://")):
+            return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return (f"run {self.run_id} in experiment {self.config.tracking.experiment!r}; view it with "
+                f"`mlflow ui --backend-store-uri {self.tracking_uri}`")
+
+
+def pipeline_runs(*, experiment: str, tracking_uri: str, max_results: int = 100) -> Any:
+    """Parent (pipeline) runs of ``experiment`` as a pandas DataFrame, newest first.
+
+    Columns as in ``mlflow.search_runs``: ``run_id``, ``status``, ``params.*``, ``metrics.<stage>.<name>``.
+    """
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ValueError(f"tracking.experiment: no MLflow experiment named {experiment!r} at {tracking_uri}")
+    mlflow.set_tracking_uri(tracking_uri)
+    return mlflow.search_runs(experiment_ids=[found.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'pipeline'",
+                              max_results=max_results, order_by=["attributes.start_time DESC"])
+

@@ -1,0 +1,102 @@
+"""Privacy-utility tradeoff (auditing paper, Figure 3): target test AUC against reconstruction advantage.
+
+Each setting (mechanism, epsilon, bag size) of the utility grid gives one point: y = test AUC of the target
+trained on that release, x = the posterior stage's summary for the same setting (mean additive advantage,
+or the 98th percentile of |I|). Training mechanisms without a posterior summary of their own (rr_debiased,
+lp_2st, rr_with_prior) get RR's closed-form expected additive advantage
+E[(min(eta, 1-eta) - pi) 1{pi <= eta <= 1-pi}] and |I| = eps (exact for RR, an upper bound for the others).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from lia_spark.advantage import rr_closed_form_advantage
+
+KEY = ["mechanism", "epsilon", "bag_size"]
+ADVANTAGES = {"mean_additive_advantage": "expected additive advantage", "abs_I_p98": "98th percentile of |I|"}
+RR_FAMILY = ("rr", "rr_debiased", "lp_2st", "rr_with_prior")
+
+
+def utility_grid(*, epsilons: Sequence[float], bag_sizes: Sequence[int],
+                 extra_mechanisms: Sequence[str] = ()) -> list[tuple[str, float, int]]:
+    """Settings (mechanism, epsilon, bag size): rr x eps (inf = true labels), llp x k, noisy llp x finite eps x k,
+    and each extra label mechanism x finite eps. LLP rows carry epsilon NaN, RR-family rows bag size 1."""
+    finite = [float(e) for e in epsilons if math.isfinite(e)]
+    grid = [("rr", float(e), 1) for e in epsilons]
+    grid += [("llp", math.nan, int(k)) for k in bag_sizes]
+    grid += [(name, e, int(k)) for name in ("llp_laplace", "llp_geometric") for k in bag_sizes for e in finite]
+    grid += [(name, e, 1) for name in extra_mechanisms for e in finite]
+    return grid
+
+
+def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
+    keyed = frame.copy()
+    keyed["epsilon_key"] = np.round(keyed["epsilon"].astype(float).fillna(-1.0), 9)
+    keyed["bag_size"] = keyed["bag_size"].astype(int)
+    return keyed
+
+
+def tradeoff_table(utility: pd.DataFrame, summary: pd.DataFrame | None, *, priors: np.ndarray) -> pd.DataFrame:
+    """Join test AUCs (columns mechanism, epsilon, bag_size, auc, log_loss) with advantages.
+
+    Args:
+        utility: one row per trained setting.
+        summary: posterior summaries (OUT/posteriors/summary contract) or None.
+        priors: eta per training row for RR's closed form.
+    Returns:
+        utility columns plus mean_additive_advantage, abs_I_p98 and advantage_source
+        ("posteriors", "rr_closed_form" or "none").
+    """
+    table = _keyed(utility)
+    if summary is not None and len(summary):
+        columns = ["mechanism", "epsilon_key", "bag_size", *ADVANTAGES]
+        table = table.merge(_keyed(summary)[columns], on=["mechanism", "epsilon_key", "bag_size"], how="left")
+    else:
+        for column in ADVANTAGES:
+            table[column] = math.nan
+    table["advantage_source"] = np.where(table["mean_additive_advantage"].notna(), "posteriors", "none")
+    closed = table["mechanism"].isin(RR_FAMILY) & table["mean_additive_advantage"].isna()
+    for index in table.index[closed]:
+        epsilon = float(table.at[index, "epsilon"])
+        table.at[index, "mean_additive_advantage"] = (rr_closed_form_advantage(priors, epsilon=epsilon)
+                                                      if math.isfinite(epsilon) else
+                                                      float(np.mean(np.minimum(priors, 1.0 - priors))))
+        table.at[index, "abs_I_p98"] = epsilon
+        table.at[index, "advantage_source"] = "rr_closed_form"
+    return table.drop(columns="epsilon_key")
+
+
+def plot_tradeoff(table: pd.DataFrame, *, advantage: str, path: str, title: str = "") -> None:
+    """AUC vs advantage: one curve for rr (over eps), llp (over k), noisy llp per k (over eps), extras per name."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if advantage not in ADVANTAGES:
+        raise ValueError(f"advantage must be one of {list(ADVANTAGES)}, got {advantage!r}")
+    figure, axis = plt.subplots(figsize=(7.5, 5))
+    shown = table[np.isfinite(table[advantage].astype(float))]
+    for (mechanism, bag_size), group in shown.groupby(["mechanism", "bag_size"], sort=True):
+        if mechanism == "llp":
+            continue
+        group = group.sort_values(advantage)
+        label = mechanism if mechanism in RR_FAMILY else f"{mechanism} k={bag_size}"
+        style = "-o" if mechanism in RR_FAMILY else ("--s" if mechanism == "llp_laplace" else ":^")
+        axis.plot(group[advantage], group["auc"], style, label=label, markersize=4, linewidth=1)
+    llp = shown[shown["mechanism"] == "llp"].sort_values(advantage)
+    if len(llp):
+        axis.plot(llp[advantage], llp["auc"], "-D", color="black", label="llp (over k)", markersize=4)
+    dropped = len(table) - len(shown)
+    axis.set_xlabel(ADVANTAGES[advantage] + (f" ({dropped} settings with unbounded value not shown)" if dropped else ""))
+    axis.set_ylabel("target test AUC")
+    axis.set_title(title or f"Privacy-utility tradeoff: AUC vs {ADVANTAGES[advantage]}")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,94 @@
+# Databricks notebook source
+# MAGIC %md
+# MAGIC # 01 · Explore the click-log table
+# MAGIC Rows, click rate, missing values and feature ranges per day of the day-partitioned Parquet table
+# MAGIC (`data.parquet_path`, default `<run.output_dir>/data`). When the table is missing, the data stage
+# MAGIC (synthetic twin or Criteo ingest, per `data.source`) runs first.
+# MAGIC
+# MAGIC Parameters (widgets on Databricks, `LIA_CONF` / `LIA_OVERRIDES` environment variables elsewhere):
+# MAGIC `conf` = YAML config path, `overrides` = space-separated `section.key=value` pairs.
+
+# COMMAND ----------
+
+import shlex
+
+from lia_spark.cli import notebook_parameters
+from lia_spark.config import load_config
+from lia_spark.engine.session import get_spark
+
+params = notebook_parameters(globals(), {"conf": "conf/demo.yaml", "overrides": ""})
+config = load_config(params["conf"], shlex.split(params["overrides"]))
+spark = get_spark(config.spark)
+
+
+def show(frame):
+    """Databricks' display() when present, else a printed pandas table."""
+    if "display" in globals():
+        display(frame)  # noqa: F821 - Databricks built-in
+    else:
+        print(frame.toPandas().to_string(index=False))
+
+# COMMAND ----------
+
+# MAGIC %md ## Load (or create) the table
+
+# COMMAND ----------
+
+from lia_spark.engine.outputs import is_complete, read_marker
+from lia_spark.engine.pipeline import stage_for
+from lia_spark.stages import load_stage
+
+if not is_complete(spark, config.parquet_path):
+    load_stage(stage_for("data", config))(spark, config)
+table = spark.read.parquet(config.parquet_path)
+print("table:", config.parquet_path)
+print("marker:", read_marker(spark, config.parquet_path))
+
+# COMMAND ----------
+
+# MAGIC %md ## Rows and click rate per day
+
+# COMMAND ----------
+
+from pyspark.sql import functions as F
+
+from lia_spark import criteo
+
+per_day = (table.groupBy(criteo.DAY)
+           .agg(F.count("*").alias("rows"), F.avg(criteo.LABEL).alias("click_rate"))
+           .orderBy(criteo.DAY))
+show(per_day)
+
+# COMMAND ----------
+
+# MAGIC %md ## Missing share, quartiles of the integer features, distinct values of the categoricals
+
+# COMMAND ----------
+
+missing = table.select([F.avg(F.col(c).isNull().cast("double")).alias(c) for c in criteo.FEATURE_COLUMNS])
+show(missing)
+quartiles = table.select([F.percentile_approx(c, [0.25, 0.5, 0.75], 1000).alias(c) for c in criteo.INT_COLUMNS])
+show(quartiles)
+distinct = table.select([F.approx_count_distinct(c).alias(c) for c in criteo.CAT_COLUMNS])
+show(distinct)
+
+# COMMAND ----------
+
+# MAGIC %md ## Click rate by quantile bucket of I1 (how much signal one feature carries)
+
+# COMMAND ----------
+
+import matplotlib.pyplot as plt
+from pyspark.ml.feature import Bucketizer
+
+cuts = sorted(set(table.approxQuantile("I1", [i / 10 for i in range(1, 10)], 0.01)))
+bucketizer = Bucketizer(splits=[-float("inf"), *cuts, float("inf")], inputCol="I1", outputCol="bucket")
+by_bucket = (bucketizer.transform(table.where(F.col("I1").isNotNull()).withColumn("I1", F.col("I1").cast("double")))
+             .groupBy("bucket").agg(F.count("*").alias("rows"), F.avg(criteo.LABEL).alias("click_rate"))
+             .orderBy("bucket").toPandas())
+figure, axis = plt.subplots(figsize=(6, 3))
+axis.bar(by_bucket["bucket"], by_bucket["click_rate"])
+axis.set_xlabel("quantile bucket of I1")
+axis.set_ylabel("click rate")
+plt.show()
+print(by_bucket.to_string(index=False))

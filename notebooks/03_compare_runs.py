@@ -1,0 +1,55 @@
+# Databricks notebook source
+# MAGIC %md
+# MAGIC # 03 · Compare MLflow runs
+# MAGIC One row per pipeline run of an experiment (parent runs only): the settings that differ between runs
+# MAGIC and the headline metrics (model AUC, epsilon lower bounds of the audit), plus a plot of one metric
+# MAGIC across runs. Needs no Spark.
+# MAGIC
+# MAGIC Parameters (widgets on Databricks, `LIA_*` environment variables elsewhere): `experiment`,
+# MAGIC `tracking_uri` (empty = `$MLFLOW_TRACKING_URI` or `sqlite:///mlflow.db`), `metric` (the metric to plot,
+# MAGIC default `audit.audit_eps_binomial_bonferroni_mean`; an unknown name falls back to the first audit metric).
+
+# COMMAND ----------
+
+from lia_spark.cli import notebook_parameters
+from lia_spark.config import TrackingConfig
+from lia_spark.tracking import pipeline_runs, resolve_tracking_uri
+
+params = notebook_parameters(globals(), {"experiment": "lia-spark-demo", "tracking_uri": "",
+                                         "metric": "audit.audit_eps_binomial_bonferroni_mean"})
+tracking_uri = resolve_tracking_uri(TrackingConfig(tracking_uri=params["tracking_uri"]))
+runs = pipeline_runs(experiment=params["experiment"], tracking_uri=tracking_uri)
+print(f"{len(runs)} pipeline runs in {params['experiment']!r} at {tracking_uri}")
+
+# COMMAND ----------
+
+# MAGIC %md ## Settings that differ between runs, and headline metrics
+
+# COMMAND ----------
+
+param_columns = [c for c in runs.columns if c.startswith("params.") and not c.startswith("params.env.")
+                 and runs[c].nunique(dropna=False) > 1]
+metric_columns = sorted(c for c in runs.columns if c.startswith("metrics.")
+                        and c.split(".")[1] in ("train", "audit") and not c.endswith(".seconds"))
+table = runs[["run_id", "tags.mlflow.runName", "status", "start_time", *param_columns, *metric_columns]]
+print(table.to_string(index=False, max_colwidth=40))
+
+# COMMAND ----------
+
+# MAGIC %md ## One metric across runs
+
+# COMMAND ----------
+
+import matplotlib.pyplot as plt
+
+audit_metrics = [c[len("metrics."):] for c in metric_columns if c.startswith("metrics.audit.")]
+metric = params["metric"] if f"metrics.{params['metric']}" in runs.columns else next(iter(audit_metrics), "")
+if metric:
+    ordered = runs.sort_values("start_time")
+    figure, axis = plt.subplots(figsize=(7, 3))
+    axis.plot(range(len(ordered)), ordered[f"metrics.{metric}"], marker="o")
+    axis.set_xticks(range(len(ordered)), ordered["tags.mlflow.runName"], rotation=45, ha="right")
+    axis.set_ylabel(metric)
+    figure.tight_layout()
+    plt.show()
+    print(ordered[["run_id", f"metrics.{metric}"]].to_string(index=False))

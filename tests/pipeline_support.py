@@ -1,0 +1,70 @@
+"""One tiny end-to-end pipeline run shared by test_pipeline, test_tracking, test_notebooks and test_spark_submit.
+
+The run is cached in this module (imported once per test session), so the expensive stages run once;
+later tests re-use its outputs (which also exercises the pipeline's resume path).
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from lia_spark.config import Config, config_from_dict
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+EXPERIMENT = "lia-spark-tests"
+
+
+def tiny_values(output_dir: Path, tracking_uri: str) -> dict:
+    """Config sections of the tiny run: 2 days x 20k rows, 4 mechanism settings, 10 trees, 3 repetitions."""
+    return {
+        "run": {"name": "tiny", "output_dir": str(output_dir)},
+        "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},
+        "synthetic": {"rows_per_day": 20_000, "days": 2},
+        "mechanisms": {"epsilons": [2.0], "bag_sizes": [8]},
+        "models": {"n_estimators": 10, "early_stopping_rounds": 0, "utility_epsilons": [4.0, "inf"],
+                   "utility_bag_sizes": [8], "hash_buckets": 1024},
+        "audit": {"repetitions": 3},
+        "tracking": {"tracking_uri": tracking_uri, "experiment": EXPERIMENT},
+    }
+
+
+@dataclasses.dataclass
+class TinyRun:
+    """The shared run: its folder, config, tracking URI and PipelineResult."""
+
+    root: Path
+    config: Config
+    tracking_uri: str
+    result: object
+
+    def conf_file(self, path: Path, **changes: dict) -> Path:
+        """Write this run's config (with per-section ``changes``) as YAML for subprocess jobs."""
+        return write_conf(path, Path(self.config.run.output_dir), self.tracking_uri, **changes)
+
+
+def write_conf(path: Path, output_dir: Path, tracking_uri: str, **changes: dict) -> Path:
+    """The tiny config with per-section ``changes`` as a YAML file."""
+    import yaml
+
+    values = tiny_values(output_dir, tracking_uri)
+    for section, update in changes.items():
+        values.setdefault(section, {}).update(update)
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+_CACHE: dict[str, TinyRun] = {}
+
+
+def tiny_run(spark, tmp_path_factory) -> TinyRun:
+    """Run (once per session) the full pipeline on the tiny config, tracked in a fresh sqlite store."""
+    if "run" not in _CACHE:
+        from lia_spark.engine.pipeline import run_pipeline
+
+        root = tmp_path_factory.mktemp("tiny-pipeline")
+        uri = f"sqlite:///{root / 'mlflow.db'}"
+        config = config_from_dict(tiny_values(root / "out", uri))
+        _CACHE["run"] = TinyRun(root, config, uri, run_pipeline(spark, config))
+    return _CACHE["run"]

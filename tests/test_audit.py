@@ -1,0 +1,149 @@
+"""The audit game kernel (SPEC 5): grid, scores, draws, counts from one sort, bounds over the sweep."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lia_spark import audit, bounds
+
+
+def _canaries(m: int, *, rng: np.random.Generator, tied_rows: int = 0):
+    """Rows with true labels drawn from the proxy (D = D'), a target leaning toward the true label, ties."""
+    row_ids = rng.choice(10**12, size=m, replace=False).astype(np.int64)
+    proxy = rng.uniform(0.05, 0.95, size=m)
+    label = (rng.random(m) < proxy).astype(np.int8)
+    target = np.clip(proxy + 0.25 * (2 * label - 1) * rng.random(m), 0.001, 0.999)
+    target[:tied_rows] = proxy[:tied_rows]  # |s| = 0 for both labels: every tie is broken by the hash
+    target[tied_rows:2 * tied_rows] = np.round(target[tied_rows:2 * tied_rows], 1)  # repeated values
+    proxy[tied_rows:2 * tied_rows] = 0.5
+    return row_ids, label, target, proxy
+
+
+def test_guess_grid_is_percent_steps_plus_extra_share():
+    grid = audit.guess_grid(1000)
+    assert grid[0] == 1 and grid[-1] == 1000 and len(grid) == 101
+    np.testing.assert_array_equal(grid[1:], np.arange(10, 1001, 10))
+    assert len(audit.guess_grid(50)) == 50 and audit.guess_grid(50)[0] == 1  # 0.1% and 1%, 2% merge at small m
+    np.testing.assert_array_equal(audit.guess_grid(200, step_percent=25.0, extra_share=0.0), [50, 100, 150, 200])
+
+
+@pytest.mark.parametrize("kwargs", [{"canaries": 0}, {"canaries": 10, "step_percent": 0.0},
+                                    {"canaries": 10, "extra_share": 1.5}])
+def test_guess_grid_rejects_bad_values(kwargs):
+    with pytest.raises(ValueError, match=list(kwargs)[-1]):
+        audit.guess_grid(**kwargs)
+
+
+def test_scores_closed_form():
+    # by hand: shown 1, M = 0.9, M' = 0.6: (0.9 - 0.6) * 0.4^2 = 0.048; shown 0: (0.1 - 0.4) * 0.6^2 = -0.108
+    np.testing.assert_allclose(audit.label_scores(np.array([0.9, 0.9]), np.array([0.6, 0.6]), np.array([1, 0])),
+                               [0.048, -0.108], rtol=1e-12)
+    np.testing.assert_allclose(audit.label_scores(np.array([0.9]), np.array([0.6]), 1, t=0.0), [0.3], rtol=1e-12)
+    np.testing.assert_allclose(audit.label_scores(np.array([0.9]), np.array([0.6]), 0, score="log_ratio"),
+                               [np.log(0.1 / 0.4)], rtol=1e-12)
+    with pytest.raises(ValueError, match="score"):
+        audit.label_scores(np.array([0.5]), np.array([0.5]), 1, score="other")
+
+
+def test_draws_have_the_game_distribution():
+    m, repetitions = 20_000, 5
+    proxy = np.linspace(0.0, 1.0, m)
+    label = np.zeros(m, dtype=np.int8)
+    hidden, shown = audit.game_draws(np.arange(m), label, proxy, seed=1, repetitions=repetitions)
+    assert abs(hidden.mean() - 0.5) < 0.01  # sd 0.0016
+    np.testing.assert_array_equal(shown[~hidden], False)  # b = 0 shows the true label (0 here)
+    # b = 1 shows y1 ~ Bernoulli(M'): mean over rows of proxy is 0.5, and P(y1 = 1) rises with M'
+    y1 = shown[hidden]
+    assert abs(y1.mean() - 0.5) < 0.015
+    assert shown[:, proxy > 0.9][hidden[:, proxy > 0.9]].mean() > 0.9
+    again, _ = audit.game_draws(np.arange(m)[::-1], label, proxy[::-1], seed=1, repetitions=repetitions)
+    np.testing.assert_array_equal(again[:, ::-1], hidden)  # keyed on row id, not position
+
+
+def test_pack_unpack_round_trip():
+    bits = np.random.default_rng(0).random((130, 7)) < 0.5
+    words = audit.pack_bits(bits)
+    assert words.shape == (7, 3) and words.dtype == np.uint64
+    np.testing.assert_array_equal(audit.unpack_bits(words, 130), bits)
+    np.testing.assert_array_equal(audit.bit_totals(words, repetitions=130), bits.sum(axis=1))
+
+
+@pytest.mark.parametrize("score", ["difference", "log_ratio"])
+def test_counts_from_one_sort_equal_brute_force_recount(score):
+    rng = np.random.default_rng(11)
+    m, repetitions = 300, 4
+    row_ids, label, target, proxy = _canaries(m, rng=rng, tied_rows=40)
+    every = np.arange(1, m + 1)
+    counts = audit.count_correct(row_ids, label, target, proxy, seed=3, repetitions=repetitions, guesses=every,
+                                 score=score)
+    hidden, shown = audit.game_draws(row_ids, label, proxy, seed=3, repetitions=repetitions)
+    tie = audit.tie_hashes(row_ids, seed=3)
+    for r in range(repetitions):
+        s = audit.label_scores(target, proxy, shown[r].astype(int), score=score)
+        correct = np.where(s > 0, 0, 1) == hidden[r]
+        ranked = sorted(range(m), key=lambda i: (-abs(s[i]), int(tie[i])))
+        for k in every:  # recount the top k rows from scratch for every k
+            assert counts[r, k - 1] == sum(correct[i] for i in ranked[:k])
+
+
+def test_count_correct_rejects_bad_input():
+    rng = np.random.default_rng(0)
+    row_ids, label, target, proxy = _canaries(20, rng=rng)
+    with pytest.raises(ValueError, match="guesses"):
+        audit.count_correct(row_ids, label, target, proxy, seed=0, repetitions=1, guesses=[21])
+    with pytest.raises(ValueError, match="target_prediction"):
+        audit.count_correct(row_ids, label, target + 1.0, proxy, seed=0, repetitions=1, guesses=[1])
+    with pytest.raises(ValueError, match="label"):
+        audit.count_correct(row_ids, label + 2, target, proxy, seed=0, repetitions=1, guesses=[1])
+
+
+def test_label_blind_target_gives_zero_in_95_percent_of_repetitions():
+    rng = np.random.default_rng(5)
+    m, repetitions = 10_000, 100
+    row_ids, label, _, proxy = _canaries(m, rng=rng)
+    grid = audit.guess_grid(m)
+    for target in (proxy, np.clip(proxy + rng.normal(0, 0.05, m), 0.001, 0.999)):  # M = M', and M blind to y
+        counts = audit.count_correct(row_ids, label, target, proxy, seed=9, repetitions=repetitions, guesses=grid)
+        sweep = audit.evaluate_sweep(counts, grid, canaries=m, families=("binomial", "gdp"), table_families=(),
+                                     conventions=("bonferroni",))
+        assert np.mean(sweep.best["eps_binomial_bonferroni"] == 0.0) >= 0.95
+        assert np.mean(sweep.best["eps_gdp_bonferroni"] == 0.0) >= 0.95
+
+
+def test_memorizing_target_gives_a_large_bound():
+    m = 20_000
+    rng = np.random.default_rng(6)
+    row_ids = np.arange(m, dtype=np.int64)
+    proxy = np.full(m, 0.01)
+    label = (rng.random(m) < proxy).astype(np.int8)
+    target = np.where(label == 1, 1.0 - 1e-6, 1e-6)
+    grid = audit.guess_grid(m)
+    counts = audit.count_correct(row_ids, label, target, proxy, seed=9, repetitions=10, guesses=grid)
+    # the top |s| rows show y^b = 1 = y0 ((1 - 0.01)^3), and b = 0 there with probability 1 / (1 + 0.01): the game
+    # caps the attack's accuracy at 0.990 (eps = log 99 = 4.6); at c' = 200 (1%) nearly every guess is right
+    assert counts[:, 1].mean() / grid[1] > 0.97
+    sweep = audit.evaluate_sweep(counts, grid, canaries=m, families=("binomial", "gdp"), table_families=(),
+                                 conventions=("bonferroni",))
+    # c = 200 of 200 at confidence 1 - 0.05/101 gives q >= 0.000495^(1/200), eps >= 3.66; one miss: eps >= 3.1
+    assert sweep.best["eps_binomial_bonferroni"].min() > 2.5
+    assert sweep.best["eps_binomial_bonferroni"].mean() > 2.9
+    assert sweep.best["eps_gdp_bonferroni"].min() > 2.5
+
+
+def test_sweep_best_matches_per_point_maximum_and_conventions_order():
+    rng = np.random.default_rng(7)
+    m = 2000
+    grid = audit.guess_grid(m)
+    correct = rng.binomial(np.broadcast_to(grid, (3, len(grid))), 0.6)
+    sweep = audit.evaluate_sweep(correct, grid, canaries=m, families=("binomial", "gdp"),
+                                 table_families=("binomial", "gdp"))
+    for key, per_point in sweep.per_guess.items():
+        np.testing.assert_allclose(per_point.max(axis=1), sweep.best[key], atol=1e-5)
+    assert np.all(sweep.best["eps_binomial_bonferroni"] <= sweep.best["eps_binomial_paper"])
+    assert np.all(sweep.best["eps_gdp_bonferroni"] <= sweep.best["eps_gdp_paper"])
+    first = bounds.epsilon_lower_bound(canaries=m, guesses=int(grid[3]), correct=int(correct[0, 3]),
+                                       confidence=1 - 0.05 / len(grid))
+    assert sweep.per_guess["eps_binomial_bonferroni"][0, 3] == pytest.approx(first, abs=1e-12)
+    assert audit.convention_confidence(0.95, convention="bonferroni", points=101) == pytest.approx(1 - 0.05 / 101)
+    summary = audit.summarize(sweep.best)["eps_binomial_paper"]
+    assert summary["mean"] == pytest.approx(sweep.best["eps_binomial_paper"].mean())

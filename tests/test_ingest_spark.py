@@ -1,0 +1,241 @@
+"""Ingest stage on real local Spark: round trips, stable row ids, malformed lines, corrupt gzip, threshold.
+
+Expected tables come from an independent writer below (Python formatting of known values), not from
+the parser under test.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lia_spark import criteo
+from lia_spark.config import config_from_dict
+from lia_spark.engine.generate import run_generate
+from lia_spark.engine.ingest import QUARANTINE_DDL, IngestResult, MalformedShareError, run_ingest
+from lia_spark.engine.outputs import MARKER
+
+
+def _random_rows(rng: np.random.Generator, n: int) -> pd.DataFrame:
+    """Criteo-like values: labels, heavy-tailed ints with -1s and gaps, 32-bit hashes with gaps."""
+    data = {criteo.LABEL: rng.integers(0, 2, n).astype("int32")}
+    for name in criteo.INT_COLUMNS:
+        values = np.floor(np.exp(rng.normal(2, 3, n))).astype(np.int64) - (rng.random(n) < 0.05)
+        data[name] = pd.array(np.where(rng.random(n) < 0.2, None, values), dtype="Int64")
+    for name in criteo.CAT_COLUMNS:
+        values = rng.integers(0, 1 << 32, n, dtype=np.int64)
+        data[name] = pd.array(np.where(rng.random(n) < 0.2, None, values), dtype="Int64")
+    return pd.DataFrame(data)
+
+
+def _format(rows: pd.DataFrame) -> list[str]:
+    """Criteo TSV lines of a table (ints in decimal, hashes as 8 lowercase hex digits, empty = missing)."""
+    columns = [rows[criteo.LABEL].astype(str).tolist()]
+    columns += [["" if pd.isna(v) else str(int(v)) for v in rows[name]] for name in criteo.INT_COLUMNS]
+    columns += [["" if pd.isna(v) else f"{int(v):08x}" for v in rows[name]] for name in criteo.CAT_COLUMNS]
+    return ["\t".join(fields) for fields in zip(*columns)]
+
+
+def _write(path: Path, lines: list[str], *, gz: bool = False) -> Path:
+    text = "".join(line + "\n" for line in lines).encode()
+    if gz:
+        path = path.with_name(path.name + ".gz")
+        path.write_bytes(gzip.compress(text))
+    else:
+        path.write_bytes(text)
+    return path
+
+
+def _expected(day: int, rows: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
+    frame = rows.copy()
+    frame.insert(0, criteo.DAY, np.int32(day))
+    frame.insert(0, criteo.ROW_ID, criteo.make_row_id(day, positions))
+    return frame
+
+
+def _config(tmp_path: Path, paths: list[Path], name: str = "out", **data):
+    return config_from_dict({
+        "run": {"output_dir": str(tmp_path / name)},
+        "data": {"source": "criteo", "criteo_paths": [str(p) for p in paths], **data},
+    })
+
+
+def _marker(path: str) -> dict | None:
+    """The completion marker of a local output folder (read directly, independent of engine.outputs)."""
+    marker = Path(path) / MARKER
+    return json.loads(marker.read_text()) if marker.exists() else None
+
+
+def _table(spark, path: str) -> pd.DataFrame:
+    columns = [c.split()[0] for c in criteo.STORAGE_DDL.split(", ")]
+    frame = spark.read.schema(criteo.STORAGE_DDL).parquet(path).toPandas()
+    frame = frame[columns].sort_values(criteo.ROW_ID).reset_index(drop=True)
+    for name in criteo.FEATURE_COLUMNS:
+        frame[name] = frame[name].astype("Int64")
+    return frame.astype({criteo.DAY: "int32", criteo.LABEL: "int32"})
+
+
+def _assert_same(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
+    expected = expected.sort_values(criteo.ROW_ID).reset_index(drop=True)
+    pd.testing.assert_frame_equal(actual, expected[actual.columns], check_dtype=False)
+
+
+@pytest.fixture(scope="module")
+def days(tmp_path_factory):
+    """Two clean days (3000 and 1700 rows) as plain and gzip TSV, with the expected tables."""
+    root = tmp_path_factory.mktemp("days")
+    rng = np.random.default_rng(7)
+    tables = {0: _random_rows(rng, 3000), 1: _random_rows(rng, 1700)}
+    for fmt in ("plain", "gz"):
+        (root / fmt).mkdir()
+        for day, rows in tables.items():
+            _write(root / fmt / f"day_{day}", _format(rows), gz=fmt == "gz")
+    expected = pd.concat([_expected(day, rows, np.arange(len(rows))) for day, rows in tables.items()])
+    return root, expected
+
+
+def test_round_trip_gzip_identical_rows_and_row_ids_then_resume(spark, tmp_path, days):
+    root, expected = days
+    config = _config(tmp_path, [root / "gz"])
+    result = run_ingest(spark, config)
+    _assert_same(_table(spark, config.parquet_path), expected)
+    assert (result.input_lines, result.valid_rows, result.malformed_rows) == (4700, 4700, 0)
+    assert result.rows_per_day == {0: 3000, 1: 1700}
+    assert [(Path(f.file).name, f.status) for f in result.files] == [("day_0.gz", "ok"), ("day_1.gz", "ok")]
+    assert IngestResult.from_dict(_marker(config.parquet_path)) == result
+    assert _marker(config.quarantine_path)["valid_rows"] == 4700
+    resumed = run_ingest(spark, config)
+    assert resumed.skipped and dataclasses.replace(resumed, skipped=False) == result
+
+
+def test_row_ids_do_not_depend_on_partitioning(spark, tmp_path, days):
+    """Plain files cut into many blocks and tiny Arrow batches give the rows the gzip test got (one block per file)."""
+    root, expected = days
+    settings = {"spark.sql.files.maxPartitionBytes": "131072", "spark.sql.files.openCostInBytes": "1024",
+                "spark.sql.execution.arrow.maxRecordsPerBatch": "333"}
+    previous = {key: spark.conf.get(key) for key in settings}
+    try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        lines = spark.read.text(str(root / "plain" / "day_0"))
+        assert lines.select("_metadata.file_block_start").distinct().count() >= 4  # really split into blocks
+        config = _config(tmp_path, [root / "plain"], name="split")
+        run_ingest(spark, config)
+    finally:
+        for key, value in previous.items():
+            spark.conf.set(key, value)
+    _assert_same(_table(spark, config.parquet_path), expected)
+
+
+def _malformed_day(rng: np.random.Generator) -> tuple[list[str], dict[int, str], pd.DataFrame]:
+    """200 good lines with one malformed line of every kind spliced in; (lines, {0-based index: reason}, rows)."""
+    rows = _random_rows(rng, 200)
+    good = _format(rows)
+    fields = good[0].split("\t")
+    bad = {
+        "header": "\t".join(criteo.TSV_COLUMNS),
+        "bad_column_count": "\t".join(fields[:39]),
+        "bad_label": "\t".join(["2"] + fields[1:]),
+        "bad_int:I3": "\t".join(fields[:3] + ["1.5"] + fields[4:]),
+        "bad_hex:C7": "\t".join(fields[:20] + ["0123456g"] + fields[21:]),
+        "bad_hex:C26": "\t".join(fields[:39] + ["abc"]),
+    }
+    lines, reasons, keep = [], {}, []
+    for i, line in enumerate(good):
+        if i % 30 == 5 and len(reasons) < len(bad):
+            reason = list(bad)[len(reasons)]
+            reasons[len(lines)] = reason
+            lines.append(bad[reason])
+        keep.append(len(lines))
+        lines.append(line)
+    reasons[len(lines)] = "bad_column_count"  # an empty line at the end
+    lines.append("")
+    return lines, reasons, _expected(2, rows, np.array(keep))
+
+
+def test_malformed_lines_empty_file_and_truncated_gzip(spark, tmp_path):
+    rng = np.random.default_rng(11)
+    lines, reasons, expected_day2 = _malformed_day(rng)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _write(folder / "day_2", lines)
+    _write(folder / "day_3", [])
+    clean = _random_rows(rng, 2000)
+    whole = gzip.compress("".join(line + "\n" for line in _format(clean)).encode())
+    (folder / "day_4.gz").write_bytes(whole[: len(whole) * 2 // 3])
+    config = _config(tmp_path, [folder], max_malformed_share=0.05)
+    result = run_ingest(spark, config)
+
+    by_file = {Path(f.file).name: f for f in result.files}
+    assert by_file["day_2"].lines == len(lines) and by_file["day_2"].valid_rows == 200
+    assert by_file["day_2"].malformed == {r: list(reasons.values()).count(r) for r in set(reasons.values())}
+    assert (by_file["day_3"].lines, by_file["day_3"].status) == (0, "empty")
+    truncated = by_file["day_4.gz"]
+    assert truncated.status == "truncated_gzip" and 0 < truncated.lines < 2000
+    assert result.corrupt_files == 1 and result.empty_files == 1
+    assert result.input_lines == result.valid_rows + result.malformed_rows
+    assert result.input_lines == sum(f.lines for f in result.files)
+    cut_lines = truncated.lines - truncated.valid_rows  # the line cut by the truncation, if any
+    assert result.malformed_rows == sum(result.malformed_by_reason.values()) == len(reasons) + cut_lines
+
+    data = _table(spark, config.parquet_path)
+    _assert_same(data[data[criteo.DAY] == 2].reset_index(drop=True), expected_day2)
+    kept = data[data[criteo.DAY] == 4].reset_index(drop=True)
+    assert len(kept) == truncated.valid_rows >= truncated.lines - 1  # only the cut last line may be malformed
+    _assert_same(kept, _expected(4, clean.iloc[: len(kept)], np.arange(len(kept))))
+
+    quarantine = spark.read.schema(QUARANTINE_DDL).parquet(config.quarantine_path).toPandas()
+    day2 = quarantine[quarantine["file"].str.endswith("/day_2")]
+    assert dict(zip(day2["line_number"] - 1, day2["reason"])) == reasons  # 1-based line numbers
+    assert list(day2["raw_line"]) == [lines[i] for i in sorted(reasons)]
+    damaged = quarantine[quarantine["file"].str.endswith("/day_4.gz")]
+    assert "truncated_gzip" in set(damaged["reason"]) and damaged["line_number"].isna().sum() == 1
+    assert _marker(config.quarantine_path)["malformed_rows"] == result.malformed_rows
+
+
+def test_share_above_limit_fails_without_data_output(spark, tmp_path):
+    lines, reasons, _ = _malformed_day(np.random.default_rng(3))
+    path = _write(tmp_path / "day_2", lines)
+    config = _config(tmp_path, [path], max_malformed_share=0.01)
+    share = len(reasons) / len(lines)
+    message = rf"malformed share {100 * share:.4f}% .*max_malformed_share=1\.0000%"
+    with pytest.raises(MalformedShareError, match=message):
+        run_ingest(spark, config)
+    assert not Path(config.parquet_path).exists()
+    assert _marker(config.quarantine_path) is not None
+    assert spark.read.schema(QUARANTINE_DDL).parquet(config.quarantine_path).count() == len(reasons)
+
+
+def test_kaggle_train_txt_is_cut_into_equal_consecutive_days(spark, tmp_path):
+    rows = _random_rows(np.random.default_rng(5), 1000)
+    lines = _format(rows)
+    lines.insert(300, "1\tnot a row")  # a malformed line in day 2 still takes a position
+    path = _write(tmp_path / "train.txt", lines)
+    config = _config(tmp_path, [path], kaggle_days=7, max_malformed_share=0.01)
+    result = run_ingest(spark, config)
+    starts = [d * 1001 // 7 for d in range(7)]  # floor(d N / 7) with N = 1001 lines
+    line_index = np.array([i if i < 300 else i + 1 for i in range(1000)])
+    day = np.array([sum(i >= s for s in starts) - 1 for i in line_index])
+    position = line_index - np.array(starts)[day]
+    expected = pd.concat([_expected(d, rows[day == d], position[day == d]) for d in range(7)])
+    _assert_same(_table(spark, config.parquet_path), expected)
+    assert result.rows_per_day == {d: int((day == d).sum()) for d in range(7)}
+    assert result.malformed_by_reason == {"bad_column_count": 1} and result.files[0].day == "kaggle"
+
+
+def test_round_trip_of_the_synthetic_twin(spark, tmp_path):
+    """generate (Parquet + gzip TSV made of concatenated members) -> ingest the TSV -> the same table."""
+    twin = config_from_dict({
+        "run": {"output_dir": str(tmp_path / "twin")},
+        "synthetic": {"rows_per_day": 2500, "days": 2, "write_tsv": True, "gzip": True, "partitions": 4},
+    })
+    run_generate(spark, twin)
+    config = _config(tmp_path, [tmp_path / "twin" / "criteo"], name="ingested")
+    result = run_ingest(spark, config)
+    assert (result.input_lines, result.malformed_rows, result.corrupt_files) == (5000, 0, 0)
+    pd.testing.assert_frame_equal(_table(spark, config.parquet_path), _table(spark, twin.parquet_path))

@@ -1,0 +1,90 @@
+"""The Databricks source notebooks: their format, and that each runs as plain Python on the tiny run's outputs."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline_support import EXPERIMENT, PYTHON, REPO, tiny_run
+
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
+
+
+@pytest.fixture(scope="module")
+def run(spark, tmp_path_factory):
+    return tiny_run(spark, tmp_path_factory)
+
+
+def _execute(notebook: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "MPLBACKEND": "Agg", "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON,
+                   "SPARK_LOCAL_IP": "127.0.0.1", **env}
+    completed = subprocess.run([PYTHON, str(REPO / "notebooks" / notebook)], env=environment, cwd=cwd,
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed
+
+
+def test_notebooks_are_databricks_source_files_with_widgets():
+    assert [p.name for p in NOTEBOOKS] == ["01_explore_data.py", "02_run_audit.py", "03_compare_runs.py"]
+    for path in NOTEBOOKS:
+        text = path.read_text(encoding="utf-8")
+        assert text.startswith("# Databricks notebook source\n"), path.name
+        cells = text.split("\n# COMMAND ----------\n")
+        assert len(cells) >= 4, path.name
+        assert cells[0].splitlines()[1].startswith("# MAGIC %md"), path.name
+        assert "notebook_parameters(globals()," in text, path.name
+        compile(text, str(path), "exec")
+
+
+def test_widgets_are_used_when_dbutils_exists():
+    from lia_spark.cli import notebook_parameters
+
+    class Widgets:
+        def __init__(self):
+            self.values = {}
+
+        def text(self, name, default, label):
+            self.values.setdefault(name, default)
+
+        def get(self, name):
+            return self.values[name]
+
+    class DbUtils:
+        widgets = Widgets()
+
+    DbUtils.widgets.values["conf"] = "from-widget.yaml"
+    values = notebook_parameters({"dbutils": DbUtils}, {"conf": "default.yaml", "overrides": ""})
+    assert values == {"conf": "from-widget.yaml", "overrides": ""}
+    os.environ["LIA_OVERRIDES"] = "run.force=true"
+    try:
+        assert notebook_parameters({}, {"conf": "default.yaml", "overrides": ""}) == {
+            "conf": "default.yaml", "overrides": "run.force=true"}
+    finally:
+        del os.environ["LIA_OVERRIDES"]
+
+
+def test_explore_data_notebook(run, tmp_path):
+    conf = run.conf_file(tmp_path / "conf.yaml")
+    output = _execute("01_explore_data.py", {"LIA_CONF": str(conf)}, tmp_path).stdout
+    assert "click_rate" in output
+    assert output.count("20000") >= 2
+
+
+def test_run_audit_notebook_reuses_the_finished_stages(run, tmp_path):
+    import mlflow
+
+    conf = run.conf_file(tmp_path / "conf.yaml", tracking={"log_models": False})
+    output = _execute("02_run_audit.py", {"LIA_CONF": str(conf), "LIA_OVERRIDES": "run.name=notebook"}, tmp_path).stdout
+    assert "data=reused" in output and "audit=reused" in output and "report=ran" in output
+    client = mlflow.MlflowClient(run.tracking_uri)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    assert client.search_runs([experiment.experiment_id], "attributes.run_name = 'notebook'")
+
+
+def test_compare_runs_notebook(run, tmp_path):
+    output = _execute("03_compare_runs.py", {"LIA_EXPERIMENT": EXPERIMENT, "LIA_TRACKING_URI": run.tracking_uri},
+                      tmp_path).stdout
+    assert "pipeline runs in 'lia-spark-tests'" in output
+    assert run.result.mlflow_run_id in output

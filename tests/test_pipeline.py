@@ -1,0 +1,145 @@
+"""End-to-end pipeline on a tiny synthetic twin: every step runs, re-runs reuse outputs, bad input fails cleanly."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lia_spark.cli import main
+from lia_spark.config import Config
+from lia_spark.engine.outputs import MARKER, is_complete
+from lia_spark.engine.pipeline import DEPENDS_ON, completion_paths, run_pipeline, step_complete
+from lia_spark.stages import STAGE_FUNCTIONS
+from pipeline_support import REPO, tiny_run
+
+STAGE_STEPS = ("data", "train", "posteriors", "audit")
+
+
+@pytest.fixture(scope="module")
+def run(spark, tmp_path_factory):
+    return tiny_run(spark, tmp_path_factory)
+
+
+def _untracked(config: Config, **run_changes) -> Config:
+    return dataclasses.replace(config, run=dataclasses.replace(config.run, **run_changes),
+                               tracking=dataclasses.replace(config.tracking, enabled=False))
+
+
+def _markers(config: Config) -> dict[str, bytes]:
+    found = {}
+    for step in STAGE_STEPS:
+        for path in completion_paths(step, config):
+            marker = Path(path) / MARKER
+            if marker.is_file():
+                found[str(marker)] = marker.read_bytes()
+    return found
+
+
+def test_full_pipeline_runs_every_step_and_commits_its_output(spark, run):
+    assert [o.step for o in run.result.steps] == list(DEPENDS_ON)
+    assert {o.step: o.status for o in run.result.steps} == dict.fromkeys(DEPENDS_ON, "ran")
+    assert run.result.spark_master == spark.sparkContext.master
+    for step in STAGE_STEPS:
+        assert step_complete(spark, step, run.config), step
+    data = run.result.step("data")
+    assert data.stage == "generate"
+    rows = spark.read.parquet(run.config.parquet_path).count()
+    assert rows == 2 * 20_000
+
+
+def test_report_embeds_every_plot_and_table(run):
+    report = Path(run.result.report_path)
+    assert report == Path(run.config.run.output_dir).resolve() / "report" / "report.html"
+    text = report.read_text(encoding="utf-8")
+    pngs = [p for p in run.result.artifacts() if p.endswith(".png")]
+    csvs = [p for p in run.result.artifacts() if p.endswith(".csv")]
+    assert text.count("data:image/png;base64,") == len(pngs)
+    assert run.result.step("report").result.figures == len(pngs)
+    assert run.result.step("report").result.tables == len(csvs)
+    for step in STAGE_STEPS:
+        assert f"<h2>{step} (" in text
+    assert run.result.mlflow_run_id in text
+
+
+def test_second_run_reuses_finished_stages_without_rewriting_them(spark, run):
+    before = _markers(run.config)
+    assert len(before) >= len(STAGE_STEPS)
+    again = run_pipeline(spark, _untracked(run.config))
+    assert {o.step: o.status for o in again.steps} == {**dict.fromkeys(STAGE_STEPS, "reused"), "report": "ran"}
+    assert _markers(run.config) == before
+    for first, second in zip(run.result.steps[:4], again.steps[:4]):
+        assert second.metrics().keys() == first.metrics().keys(), first.step
+
+
+def test_run_stages_selects_steps(spark, run):
+    result = run_pipeline(spark, _untracked(run.config, stages=("report",)))
+    assert {o.step: o.status for o in result.steps} == {**dict.fromkeys(STAGE_STEPS, "skipped"), "report": "ran"}
+
+
+def test_missing_stage_module_is_reported_and_later_steps_blocked(spark, run, monkeypatch):
+    monkeypatch.setitem(STAGE_FUNCTIONS, "train", "lia_spark.engine.not_installed:run_train_models")
+    result = run_pipeline(spark, _untracked(run.config))
+    statuses = {o.step: o.status for o in result.steps}
+    assert statuses == {"data": "reused", "train": "unavailable", "posteriors": "reused", "audit": "blocked",
+                        "report": "ran"}
+
+
+def test_missing_input_data_fails_before_any_stage(spark, tmp_path):
+    config = _untracked(Config(), output_dir=str(tmp_path / "out"), stages=("train", "audit"))
+    with pytest.raises(ValueError, match=r"run.stages: .*data.*missing or incomplete"):
+        run_pipeline(spark, config)
+    assert not (tmp_path / "out").exists()
+
+
+def test_failing_stage_keeps_finished_outputs_and_fails_the_mlflow_run(spark, run, tmp_path):
+    import mlflow
+
+    out = tmp_path / "out"
+    for name in ("data", "truth"):
+        if (Path(run.config.run.output_dir) / name).exists():
+            shutil.copytree(Path(run.config.run.output_dir) / name, out / name)
+    config = dataclasses.replace(run.config, run=dataclasses.replace(run.config.run, output_dir=str(out), name="fails"),
+                                 models=dataclasses.replace(run.config.models, proxy_day=7))
+    with pytest.raises(RuntimeError, match=r"stage train \(train\) failed"):
+        run_pipeline(spark, config)
+    assert is_complete(spark, str(out / "data"))
+    assert not step_complete(spark, "train", config)
+    assert not list(out.glob("models*_tmp-*")), "a failed stage must not leave staging folders"
+    client = mlflow.MlflowClient(run.tracking_uri)
+    experiment = client.get_experiment_by_name(run.config.tracking.experiment)
+    parent = client.search_runs([experiment.experiment_id], "attributes.run_name = 'fails'")[0]
+    assert parent.info.status == "FAILED"
+    children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert {r.info.run_name: r.info.status for r in children} == {"data": "FINISHED", "train": "FAILED"}
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "file not found"),
+    ("run: [unclosed", "not valid YAML"),
+    ("run:\n  stages: [data, typo]\n", "run.stages"),
+    ("tracking:\n  timeout_seconds: 0\n", "tracking.timeout_seconds"),
+])
+def test_bad_config_exits_2_with_the_field_named(tmp_path, capsys, text, message):
+    conf = tmp_path / "conf.yaml"
+    if text is not None:
+        conf.write_text(text, encoding="utf-8")
+    assert main(["run", "--conf", str(conf)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_lists_run_and_every_stage(capsys):
+    assert main(["--help"]) == 0
+    usage = capsys.readouterr().err
+    for command in ("run", *STAGE_FUNCTIONS):
+        assert command in usage
+    assert main(["nope"]) == 2
+
+
+def test_demo_config_covers_every_step():
+    from lia_spark.config import load_config
+
+    config = load_config(REPO / "conf" / "demo.yaml")
+    assert config.run.stages == tuple(DEPENDS_ON)
+    assert config.tracking.enabled

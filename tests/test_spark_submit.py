@@ -1,0 +1,78 @@
+"""spark-submit packaging: the wheel, jobs/pipeline.py on local[2] and on local-cluster (separate executor JVMs)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from lia_spark.engine.outputs import is_complete
+from pipeline_support import PYTHON, REPO, tiny_run, write_conf
+
+SPARK_SUBMIT = str(Path(PYTHON).with_name("spark-submit"))
+
+
+@pytest.fixture(scope="module")
+def run(spark, tmp_path_factory):
+    return tiny_run(spark, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("dist")
+    subprocess.run([PYTHON, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
+                    str(folder), str(REPO)], check=True, timeout=300, capture_output=True)
+    (built,) = folder.glob("lia_spark-*.whl")
+    return built
+
+
+def _submit(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON, "SPARK_LOCAL_IP": "127.0.0.1"}
+    completed = subprocess.run([SPARK_SUBMIT, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=400)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return completed
+
+
+def _result(stdout: str) -> dict:
+    """The job's printed JSON result (a block from a line "{" to a line "}"); log lines may surround it."""
+    lines = stdout.splitlines()
+    start, end = lines.index("{"), len(lines) - lines[::-1].index("}")
+    return json.loads("\n".join(lines[start:end]))
+
+
+def test_wheel_holds_the_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    for module in ("lia_spark/engine/pipeline.py", "lia_spark/tracking.py", "lia_spark/report.py",
+                   "lia_spark/stages.py", "lia_spark/hashing.py"):
+        assert module in names
+
+
+def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):
+    conf = run.conf_file(tmp_path / "conf.yaml", tracking={"enabled": False})
+    completed = _submit(["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=3",
+                         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path)
+    result = _result(completed.stdout)
+    assert result["spark_master"] == "local[2]"
+    assert [s["status"] for s in result["steps"]] == ["reused"] * 4 + ["ran"]
+    assert "session on local[2] (3 shuffle partitions)" in completed.stdout + completed.stderr
+    assert completed.stdout.rstrip().splitlines()[-1].startswith("report: ")
+
+
+def test_spark_submit_data_stage_on_local_cluster_with_the_wheel(spark, wheel, tmp_path):
+    out = tmp_path / "out"
+    conf = write_conf(tmp_path / "conf.yaml", out, "", run={"output_dir": str(out), "stages": ["data"]},
+                      synthetic={"rows_per_day": 2000}, tracking={"enabled": False},
+                      spark={"master": "local[1]", "shuffle_partitions": 4})
+    master = "local-cluster[2,1,1024]"
+    completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--conf",
+                         "spark.sql.shuffle.partitions=5", "--py-files", str(wheel),
+                         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path)
+    result = _result(completed.stdout)
+    assert result["spark_master"] == master
+    assert f"session on {master} (5 shuffle partitions)" in completed.stdout + completed.stderr
+    assert [s["status"] for s in result["steps"]] == ["ran", "skipped", "skipped", "skipped", "skipped"]
+    assert is_complete(spark, str(out / "data"))
+    assert spark.read.parquet(str(out / "data")).count() == 2 * 2000

@@ -1,0 +1,246 @@
+"""MLflow tracking of a real pipeline run: params, metrics, artifacts, models and nested runs read back from the store."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import yaml
+
+from lia_spark.cli import job_main
+from lia_spark.engine.outputs import read_marker
+from lia_spark.engine.pipeline import run_pipeline
+from lia_spark.config import TrackingConfig
+from lia_spark.tracking import (
+    KIND_TAG, TrackingError, check_tracking_store, data_fingerprint, flatten, resolve_tracking_uri,
+)
+from pipeline_support import PYTHON, REPO, tiny_run
+
+MODEL_SUFFIXES = (".ubj", ".json", ".cbm")
+
+
+@pytest.fixture(scope="module")
+def run(spark, tmp_path_factory):
+    return tiny_run(spark, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def client(run):
+    return mlflow.MlflowClient(run.tracking_uri)
+
+
+def _children(client, run_id: str):
+    experiment_id = client.get_run(run_id).info.experiment_id
+    return client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12, abs=1e-300) or (
+        math.isinf(b) and abs(a) >= 1e300)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_flatten_and_fingerprint():
+    assert flatten({"a": {"b": [1, 2], "c": "x", "d": {}}, "e": math.inf}) == {
+        "a.b": "[1, 2]", "a.c": "x", "a.d": "{}", "e": "Infinity"}
+    marker = {"rows": 40, "rows_per_day": {"0": 20, "1": 20}, "note": "x"}
+    params = data_fingerprint(marker)
+    assert params["data.marker.rows"] == "40" and params["data.marker.rows_per_day"] == '{"0": 20, "1": 20}'
+    assert params["data.fingerprint"] != data_fingerprint({**marker, "rows": 41})["data.fingerprint"]
+
+
+def test_default_store_is_sqlite_in_the_working_directory(monkeypatch, tmp_path):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert resolve_tracking_uri(TrackingConfig()) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://example:5000")
+    assert resolve_tracking_uri(TrackingConfig()) == "http://example:5000"
+    assert resolve_tracking_uri(TrackingConfig(tracking_uri="databricks")) == "databricks"
+
+
+def test_parent_run_holds_config_seed_fingerprint_commit_and_versions(spark, run, client):
+    parent = client.get_run(run.result.mlflow_run_id)
+    params = parent.data.params
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags[KIND_TAG] == "pipeline"
+    assert params["seed"] == params["run.seed"] == str(run.config.run.seed)
+    assert params["mechanisms.epsilons"] == "[2.0]"
+    assert params["run.output_dir"] == run.config.run.output_dir
+    assert params["data.fingerprint"] == data_fingerprint(read_marker(spark, run.config.parquet_path))["data.fingerprint"]
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert params["env.git_commit"] == commit
+    assert params["env.mlflow"] == mlflow.__version__
+
+
+def test_every_stage_metric_is_logged_to_parent_and_stage_run(run, client):
+    parent_metrics = client.get_run(run.result.mlflow_run_id).data.metrics
+    stage_runs = {r.info.run_name: r for r in _children(client, run.result.mlflow_run_id)}
+    assert set(stage_runs) == {o.step for o in run.result.steps}
+    for outcome in run.result.steps:
+        logged = stage_runs[outcome.step].data.metrics
+        assert outcome.metrics(), f"{outcome.step} reported no metrics"
+        for key, value in outcome.metrics().items():
+            assert _same(parent_metrics[f"{outcome.step}.{key}"], float(value)), (outcome.step, key)
+            assert _same(logged[key], float(value)), (outcome.step, key)
+        assert logged["seconds"] == pytest.approx(outcome.seconds)
+
+
+def test_every_stage_artifact_is_logged(run, client):
+    stage_runs = {r.info.run_name: r for r in _children(client, run.result.mlflow_run_id)}
+    for outcome in run.result.steps:
+        listed = {Path(a.path).name for a in client.list_artifacts(stage_runs[outcome.step].info.run_id, outcome.step)}
+        expected = {Path(p).name for p in outcome.artifacts()}
+        assert expected == listed, outcome.step
+        assert expected or outcome.step == "data", f"{outcome.step} reported no artifacts"
+    report = client.list_artifacts(run.result.mlflow_run_id, "report")
+    assert [a.path for a in report] == ["report/report.html"]
+
+
+def test_models_are_logged_with_signatures_and_predict_like_the_files(run, client):
+    import xgboost
+
+    train = run.result.step("train")
+    files = [Path(p) for p in train.artifacts() if Path(p).suffix in MODEL_SUFFIXES]
+    boosters = {}
+    for path in files:
+        booster = xgboost.Booster()
+        try:
+            booster.load_model(str(path))
+        except xgboost.core.XGBoostError:
+            continue
+        boosters[path.stem] = booster
+    assert len(boosters) >= 2, "train must provide proxy and target model files"
+    stage_run = next(r for r in _children(client, run.result.mlflow_run_id) if r.info.run_name == "train")
+    logged = mlflow.search_logged_models(experiment_ids=[stage_run.info.experiment_id],
+                                         filter_string=f"source_run_id = '{stage_run.info.run_id}'", output_format="list")
+    assert sorted(m.name for m in logged) == sorted(boosters)
+    rng = np.random.default_rng(7)
+    for model in logged:
+        booster = boosters[model.name]
+        info = mlflow.models.get_model_info(model.model_uri)
+        names = booster.feature_names or [f"f{i}" for i in range(booster.num_features())]
+        assert info.signature.inputs.input_names() == names
+        features = rng.normal(size=(50, booster.num_features()))
+        loaded = mlflow.xgboost.load_model(model.model_uri)
+        expected = booster.predict(xgboost.DMatrix(features, feature_names=booster.feature_names))
+        np.testing.assert_array_equal(loaded.predict(xgboost.DMatrix(features, feature_names=loaded.feature_names)),
+                                      expected)
+
+
+def test_one_nested_run_per_posterior_setting(run, client):
+    posteriors = run.result.step("posteriors")
+    summary = next(Path(p) for p in posteriors.artifacts() if Path(p).name == "summary.csv")
+    with summary.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    stage_run = next(r for r in _children(client, run.result.mlflow_run_id) if r.info.run_name == "posteriors")
+    settings = _children(client, stage_run.info.run_id)
+    assert len(settings) == len(rows) > 0
+    by_key = {(r.data.params["mechanism"], r.data.params["epsilon"], r.data.params["bag_size"]): r for r in settings}
+    for row in rows:
+        logged = by_key[(row["mechanism"], row["epsilon"], row["bag_size"])]
+        assert logged.data.tags[KIND_TAG] == "setting"
+        assert _same(logged.data.metrics["mean_additive_advantage"], float(row["mean_additive_advantage"]))
+
+
+def test_unreachable_server_fails_fast_before_any_stage(spark, tmp_path, capsys):
+    uri = f"http://127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    with pytest.raises(TrackingError, match="unreachable"):
+        check_tracking_store(uri, timeout_seconds=2.0)
+    assert time.monotonic() - started < 10
+    conf = tmp_path / "conf.yaml"
+    conf.write_text(yaml.safe_dump({"run": {"output_dir": str(tmp_path / "out")},
+                                    "tracking": {"tracking_uri": uri, "timeout_seconds": 2.0}}), encoding="utf-8")
+    assert job_main(run_pipeline, ["--conf", str(conf)]) == 1
+    assert "is unreachable" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_real_mlflow_server_receives_a_pipeline_run(spark, run, tmp_path):
+    port = _free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [str(Path(PYTHON).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
+         str(tmp_path / "artifacts"), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not come up"
+            time.sleep(1)
+        config = dataclasses.replace(run.config, tracking=dataclasses.replace(
+            run.config.tracking, tracking_uri=uri, experiment="served", log_models=False))
+        result = run_pipeline(spark, config)
+        served = mlflow.MlflowClient(uri).get_run(result.mlflow_run_id)
+        assert served.info.status == "FINISHED"
+        assert served.data.params["run.seed"] == str(run.config.run.seed)
+        for key, value in result.step("audit").metrics().items():
+            assert _same(served.data.metrics[f"audit.{key}"], float(value)), key
+        assert result.mlflow_location == f"{uri}/#/experiments/{served.info.experiment_id}/runs/{result.mlflow_run_id}"
+        assert [a.path for a in mlflow.MlflowClient(uri).list_artifacts(result.mlflow_run_id, "report")] == [
+            "report/report.html"]
+    finally:
+        _stop_group(server)
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the server's process group (server, gunicorn/uvicorn workers), SIGKILL what is left after 20 s."""
+    for sig, grace in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            process.poll()
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+    process.wait(timeout=10)
+
+
+def test_catboost_model_file_is_logged_with_signature_and_predicts_like_the_file(tmp_path):
+    import pandas as pd
+    from catboost import CatBoostClassifier
+
+    from lia_spark.tracking import log_model_file
+
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({"I1": rng.normal(size=300), "C1": rng.choice(["a", "b", "c"], size=300)})
+    labels = (frame["I1"] + (frame["C1"] == "a") > 0.5).astype(int)
+    model = CatBoostClassifier(iterations=5, depth=2, verbose=False, thread_count=1, cat_features=["C1"])
+    model.fit(frame, labels)
+    model.save_model(str(tmp_path / "target.cbm"))
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = mlflow.MlflowClient().create_experiment("catboost", artifact_location=(tmp_path / "mlruns").as_uri())
+    with mlflow.start_run(experiment_id=experiment):
+        uri = log_model_file(tmp_path / "target.cbm")
+    info = mlflow.models.get_model_info(uri)
+    assert info.signature.inputs.input_names() == ["I1", "C1"]
+    assert [spec.type.name for spec in info.signature.inputs.inputs] == ["double", "string"]
+    loaded = mlflow.catboost.load_model(uri)
+    np.testing.assert_array_equal(loaded.predict_proba(frame), model.predict_proba(frame))

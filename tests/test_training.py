@@ -1,0 +1,159 @@
+"""In-memory training: proportion-matching derivatives, utility ordering of the training mechanisms, CatBoost."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lia_spark import features, training
+from lia_spark import label_mechanisms as lm
+
+PARAMS = training.BoostingParams(n_estimators=40, max_depth=3, learning_rate=0.3, early_stopping_rounds=10,
+                                 threads=1, seed=1)
+
+
+def _data(n: int, *, intercept: float, seed: int) -> training.ModelData:
+    """Gaussian features, logit = intercept + 2 x0 + x1 - x2 + x3 x4 (a learnable signal)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 6)).astype(np.float32)
+    logit = intercept + 2 * x[:, 0] + x[:, 1] - x[:, 2] + x[:, 3] * x[:, 4]
+    labels = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(np.int8)
+    ids = np.arange(n, dtype=np.int64) + (1 << 40)
+    return training.ModelData(x, labels, ids, features.split_codes(ids, seed=seed, shares=(0.8, 0.04, 0.16)))
+
+
+@pytest.fixture(scope="module")
+def balanced():
+    return _data(30_000, intercept=0.0, seed=2)
+
+
+def _test_auc(data: training.ModelData, **kwargs) -> float:
+    fit = training.train_target(data, seed=5, params=PARAMS, **kwargs)
+    test = data.split == training.SPLIT_TEST
+    return training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test)))["auc"]
+
+
+def test_proportion_matching_derivatives_equal_finite_differences():
+    rng = np.random.default_rng(0)
+    bag_index = np.repeat(np.arange(5), [1, 3, 4, 7, 2])
+    margins = rng.normal(0, 1.5, bag_index.size)
+    alpha = np.array([1.0, 0.3, 0.25, 0.6, -0.2])  # includes a noisy proportion outside [0, 1] (clipped)
+    gradient, exact, gauss_newton = training.proportion_matching_grad_hess(margins, bag_index, alpha)
+    step = 1e-5
+    for j in range(margins.size):
+        up, down = margins.copy(), margins.copy()
+        up[j] += step
+        down[j] -= step
+        fd_gradient = (training.proportion_matching_loss(up, bag_index, alpha)
+                       - training.proportion_matching_loss(down, bag_index, alpha)) / (2 * step)
+        fd_hessian = (training.proportion_matching_grad_hess(up, bag_index, alpha)[0][j]
+                      - training.proportion_matching_grad_hess(down, bag_index, alpha)[0][j]) / (2 * step)
+        assert gradient[j] == pytest.approx(fd_gradient, rel=1e-6, abs=1e-9)
+        assert exact[j] == pytest.approx(fd_hessian, rel=1e-5, abs=1e-8)
+    assert np.all(gauss_newton > 0)
+
+
+def test_proportion_matching_with_singleton_bags_is_logistic_loss():
+    margins = np.array([-2.0, 0.5, 3.0])
+    labels = np.array([0.0, 1.0, 0.0])
+    gradient, exact, _ = training.proportion_matching_grad_hess(margins, np.arange(3), labels)
+    p = 1 / (1 + np.exp(-margins))
+    np.testing.assert_allclose(gradient, p - labels, rtol=1e-12)
+    np.testing.assert_allclose(exact, p * (1 - p), rtol=1e-9)
+
+
+def test_rr_auc_decreases_as_epsilon_decreases(balanced):
+    aucs = [_test_auc(balanced, mechanism="rr", epsilon=eps) for eps in (math.inf, 0.5, 0.3, 0.1)]
+    # Measured (seeds fixed): 0.880, 0.843, 0.769, 0.629; margins leave room for library changes.
+    assert aucs[0] > aucs[1] + 0.01 and aucs[1] > aucs[2] + 0.01 and aucs[2] > aucs[3] + 0.01, aucs
+    assert aucs[0] > 0.85
+
+
+def test_lp2st_beats_lp1st_at_small_epsilon(balanced):
+    # Balanced classes, strong signal: the stage-1 prior lets RRWithPrior keep most labels at eps = 0.5.
+    lp1 = _test_auc(balanced, mechanism="rr", epsilon=0.5)
+    lp2 = _test_auc(balanced, mechanism="lp_2st", epsilon=0.5)
+    assert lp2 >= lp1, (lp1, lp2)
+
+
+def test_rr_debiased_keeps_ranking_and_calibrates(balanced):
+    test = balanced.split == training.SPLIT_TEST
+    plain = training.train_target(balanced, mechanism="rr", epsilon=1.0, seed=5, params=PARAMS)
+    debiased = training.train_target(balanced, mechanism="rr_debiased", epsilon=1.0, seed=5, params=PARAMS)
+    raw, corrected = plain.model.predict(balanced.rows(test)), debiased.model.predict(balanced.rows(test))
+    # Same booster (same released labels), predictions mapped by (q - pi)/(1 - 2 pi), clipped.
+    np.testing.assert_allclose(corrected, lm.debias_rr_predictions(raw, epsilon=1.0), rtol=1e-12)
+    labels = balanced.labels[test]
+    assert training.binary_metrics(labels, corrected)["log_loss"] < training.binary_metrics(labels, raw)["log_loss"]
+
+
+def test_proportion_matching_learns_and_degrades_with_bag_size(balanced):
+    auc_8 = _test_auc(balanced, mechanism="llp", epsilon=math.inf, bag_size=8)
+    auc_256 = _test_auc(balanced, mechanism="llp", epsilon=math.inf, bag_size=256)
+    assert auc_8 > 0.8, auc_8
+    assert auc_8 > auc_256 + 0.02, (auc_8, auc_256)
+
+
+def test_catboost_native_categoricals_learn():
+    rng = np.random.default_rng(4)
+    n = 6000
+    category = rng.integers(0, 20, n)
+    effect = np.linspace(-2, 2, 20)[rng.permutation(20)]
+    numeric = rng.standard_normal(n)
+    labels = (rng.random(n) < 1 / (1 + np.exp(-(effect[category] + numeric)))).astype(np.int8)
+    frame = pd.DataFrame({"x": numeric, "c": category.astype(np.int64) * 7919})
+    ids = np.arange(n, dtype=np.int64)
+    data = training.ModelData(frame, labels, ids, features.split_codes(ids, seed=3, shares=(0.8, 0.04, 0.16)),
+                              library="catboost", cat_features=["c"])
+    auc = _test_auc(data, mechanism="none", epsilon=math.inf)
+    assert auc > 0.75, auc
+    with pytest.raises(ValueError, match="catboost"):
+        training.train_target(data, mechanism="llp", epsilon=math.inf, seed=1, params=PARAMS, bag_size=4)
+
+
+def test_binary_metrics_against_brute_force():
+    labels = np.array([0, 1, 0, 1, 1, 0])
+    scores = np.array([0.1, 0.8, 0.4, 0.35, 0.9, 0.2])
+    pairs = [(p, q) for p in scores[labels == 1] for q in scores[labels == 0]]
+    auc = np.mean([1.0 if p > q else 0.5 if p == q else 0.0 for p, q in pairs])
+    logloss = -np.mean(labels * np.log(scores) + (1 - labels) * np.log(1 - scores))
+    result = training.binary_metrics(labels, scores)
+    assert result["auc"] == pytest.approx(auc, abs=1e-12)
+    assert result["log_loss"] == pytest.approx(logloss, rel=1e-12)
+
+
+def test_tradeoff_table_joins_summaries_and_uses_rr_closed_form(tmp_path):
+    from lia_spark import utility
+
+    grid = utility.utility_grid(epsilons=[1.0, math.inf], bag_sizes=[4], extra_mechanisms=["lp_2st"])
+    assert grid == [("rr", 1.0, 1), ("rr", math.inf, 1), ("llp", grid[2][1], 4), ("llp_laplace", 1.0, 4),
+                    ("llp_geometric", 1.0, 4), ("lp_2st", 1.0, 1)] and math.isnan(grid[2][1])
+    results = pd.DataFrame([{"mechanism": m, "epsilon": e, "bag_size": k, "auc": 0.7 - 0.01 * i, "log_loss": 0.4}
+                            for i, (m, e, k) in enumerate(grid)])
+    summary = pd.DataFrame({"mechanism": ["rr", "llp", "llp_laplace"], "epsilon": [1.0, math.nan, 1.0],
+                            "bag_size": [1, 4, 4], "mean_additive_advantage": [0.1, 0.2, 0.05],
+                            "abs_I_p98": [1.0, math.inf, 0.8]})
+    priors = np.array([0.1, 0.3, 0.5, 0.9])
+    table = utility.tradeoff_table(results, summary, priors=priors)
+
+    def row(mechanism, epsilon):
+        match = table[(table["mechanism"] == mechanism)
+                      & ((table["epsilon"] == epsilon) | (table["epsilon"].isna() & math.isnan(epsilon)))]
+        assert len(match) == 1
+        return match.iloc[0]
+
+    assert row("rr", 1.0)["mean_additive_advantage"] == 0.1  # from the summary
+    assert row("llp", math.nan)["abs_I_p98"] == math.inf
+    assert math.isnan(row("llp_geometric", 1.0)["mean_additive_advantage"])
+    # Closed form by hand: pi = 1/(1+e) = 0.2689; gains min(eta,1-eta) - pi where pi <= eta <= 1-pi:
+    # eta 0.3 -> 0.0311, 0.5 -> 0.2311, 0.1 and 0.9 outside -> 0.
+    pi = 1 / (1 + math.e)
+    assert row("lp_2st", 1.0)["mean_additive_advantage"] == pytest.approx((0.3 - pi + 0.5 - pi) / 4, rel=1e-12)
+    assert row("lp_2st", 1.0)["advantage_source"] == "rr_closed_form"
+    assert row("rr", math.inf)["mean_additive_advantage"] == pytest.approx(np.mean([0.1, 0.3, 0.5, 0.1]))
+    for advantage in utility.ADVANTAGES:
+        path = tmp_path / f"{advantage}.png"
+        utility.plot_tradeoff(table, advantage=advantage, path=str(path))
+        assert path.stat().st_size > 10_000
