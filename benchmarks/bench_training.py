@@ -88,7 +88,8 @@ def main(argv=None) -> int:
         from lia_spark.engine.privatize import run_posteriors
 
         finite = ",".join(e for e in args.epsilons.split(",") if e.strip() not in ("inf", ".inf"))
-        run_posteriors(spark, load_config(None, [f"run.output_dir={small.run.output_dir}", "mechanisms.write_rows=false",
+        run_posteriors(spark, load_config(None, [f"run.output_dir={small.run.output_dir}", "run.force=true",
+                                                 "mechanisms.write_rows=false",
                                                  f"mechanisms.epsilons=[{finite}]",
                                                  f"mechanisms.bag_sizes=[1,{args.bag_sizes}]"]))
     if "utility" not in skip:

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 POSTERIOR_MECHANISMS = ("rr", "llp", "llp_laplace", "llp_geometric")
-PIPELINE_STAGES = ("data", "train", "posteriors", "audit", "report")
+PIPELINE_STAGES = ("data", "train", "posteriors", "utility", "audit", "report")
 TRAINING_MECHANISMS = (
     "none", "rr", "rr_with_prior", "lp_2st", "rr_debiased", "llp", "llp_laplace", "llp_geometric",
 )

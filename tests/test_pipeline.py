@@ -14,7 +14,7 @@ from lia_spark.engine.pipeline import DEPENDS_ON, completion_paths, run_pipeline
 from lia_spark.stages import STAGE_FUNCTIONS
 from pipeline_support import REPO, tiny_run
 
-STAGE_STEPS = ("data", "train", "posteriors", "audit")
+STAGE_STEPS = ("data", "train", "posteriors", "utility", "audit")
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +82,8 @@ def test_missing_stage_module_is_reported_and_later_steps_blocked(spark, run, mo
     monkeypatch.setitem(STAGE_FUNCTIONS, "train", "lia_spark.engine.not_installed:run_train_models")
     result = run_pipeline(spark, _untracked(run.config))
     statuses = {o.step: o.status for o in result.steps}
-    assert statuses == {"data": "reused", "train": "unavailable", "posteriors": "reused", "audit": "blocked",
-                        "report": "ran"}
+    assert statuses == {"data": "reused", "train": "unavailable", "posteriors": "reused", "utility": "reused",
+                        "audit": "blocked", "report": "ran"}
 
 
 def test_missing_input_data_fails_before_any_stage(spark, tmp_path):

@@ -174,7 +174,9 @@ def test_plots_and_metrics_written(stage):
 def test_complete_output_is_reused(stage):
     result = stage["result"]
     again = privatize.run_posteriors(stage["spark"], stage["config"])
-    assert again.skipped and again.summary == result.summary
+    assert again.skipped
+    # NaN epsilons (llp) compare unequal as objects, so compare the summaries as frames.
+    pd.testing.assert_frame_equal(pd.DataFrame(again.summary), pd.DataFrame(result.summary), check_like=True)
 
 
 def test_partitioning_does_not_change_results(stage):

@@ -1,4 +1,4 @@
-"""End-to-end pipeline: data (generate | ingest) -> train -> posteriors -> audit -> report, tracked in MLflow.
+"""End-to-end pipeline: data (generate | ingest) -> train -> posteriors -> utility -> audit -> report, in MLflow.
 
 Each step calls one stage function registered in :mod:`lia_spark.stages`. Steps are chosen by
 ``run.stages``; a step whose output is already complete is reused by the stage itself unless
@@ -25,7 +25,7 @@ from lia_spark.report import REPORT_FILE, ReportResult, render_report
 logger = logging.getLogger(__name__)
 
 DEPENDS_ON: dict[str, tuple[str, ...]] = {"data": (), "train": ("data",), "posteriors": ("data",),
-                                          "audit": ("train",), "report": ()}
+                                          "utility": ("data",), "audit": ("train",), "report": ()}
 UNFINISHED = ("unavailable", "blocked", "failed")
 
 
@@ -105,7 +105,7 @@ def stage_for(step: str, config: Config) -> str:
     """Registered stage name behind a pipeline step (data -> generate or ingest)."""
     if step == "data":
         return "generate" if config.data.source == "synthetic" else "ingest"
-    return {"train": "train", "posteriors": "posteriors", "audit": "audit", "report": "report"}[step]
+    return step
 
 
 def completion_paths(step: str, config: Config) -> tuple[str, ...]:
@@ -115,7 +115,8 @@ def completion_paths(step: str, config: Config) -> tuple[str, ...]:
     """
     out = config.run.output_dir.rstrip("/")
     return {"data": (config.parquet_path,), "train": (f"{out}/models", f"{out}/models/canaries"),
-            "posteriors": (f"{out}/posteriors", f"{out}/posteriors/summary"), "audit": (f"{out}/audit",),
+            "posteriors": (f"{out}/posteriors", f"{out}/posteriors/summary"), "utility": (f"{out}/utility",),
+            "audit": (f"{out}/audit",),
             "report": (f"{out}/report",)}[step]
 
 

@@ -408,11 +408,13 @@ def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | No
 def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
     """Train the target (in memory) for every setting of the utility grid; write table and two plots.
 
-    Output ``<run.output_dir>/models/utility``: tradeoff.csv, tradeoff_additive.png, tradeoff_p98.png.
+    Output ``<run.output_dir>/utility`` (beside, not inside, ``models/``, so re-training keeps it):
+    tradeoff.csv, tradeoff_additive.png, tradeoff_p98.png. Run it after the posteriors stage so the table
+    carries the LLP advantages; without their summary only the RR family's closed forms are used.
     """
     from lia_spark import utility
 
-    out = os.path.join(models_dir(config), "utility")
+    out = os.path.join(config.run.output_dir, "utility")
     marker = f"{out}/{MARKER}"
     if not config.run.force and path_exists(spark, marker):
         logger.info("utility: %s is complete, skipped (run.force=false)", out)
