@@ -38,6 +38,7 @@ class TinyRun:
     config: Config
     tracking_uri: str
     result: object
+    report_text: str
 
     def conf_file(self, path: Path, **changes: dict) -> Path:
         """Write this run's config (with per-section ``changes``) as YAML for subprocess jobs."""
@@ -66,5 +67,8 @@ def tiny_run(spark, tmp_path_factory) -> TinyRun:
         root = tmp_path_factory.mktemp("tiny-pipeline")
         uri = f"sqlite:///{root / 'mlflow.db'}"
         config = config_from_dict(tiny_values(root / "out", uri))
-        _CACHE["run"] = TinyRun(root, config, uri, run_pipeline(spark, config))
+        result = run_pipeline(spark, config)
+        # Read now: later tests (notebooks, re-runs) rewrite the report in the same output folder.
+        report_text = Path(result.report_path).read_text(encoding="utf-8")
+        _CACHE["run"] = TinyRun(root, config, uri, result, report_text)
     return _CACHE["run"]

@@ -52,7 +52,7 @@ def test_full_pipeline_runs_every_step_and_commits_its_output(spark, run):
 def test_report_embeds_every_plot_and_table(run):
     report = Path(run.result.report_path)
     assert report == Path(run.config.run.output_dir).resolve() / "report" / "report.html"
-    text = report.read_text(encoding="utf-8")
+    text = run.report_text
     pngs = [p for p in run.result.artifacts() if p.endswith(".png")]
     csvs = [p for p in run.result.artifacts() if p.endswith(".csv")]
     assert text.count("data:image/png;base64,") == len(pngs)

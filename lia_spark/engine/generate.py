@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from lia_spark.config import Config
 from lia_spark.criteo import CAT_COLUMNS, DAY, INT_COLUMNS, LABEL, ROW_ID, STORAGE_DDL, split_row_id
-from lia_spark.engine.outputs import committed_output, read_marker
+from lia_spark.engine.outputs import committed_output, delete_path, hadoop_filesystem, read_marker
 from lia_spark.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
 
 logger = logging.getLogger(__name__)
@@ -200,19 +200,14 @@ def truth_from_rows(df: DataFrame, params: TwinParameters) -> DataFrame:
     return df.select(ROW_ID, *INT_COLUMNS, *CAT_COLUMNS).mapInPandas(eta_batches, TRUTH_DDL)
 
 
-def _hadoop(spark: SparkSession, path: str):
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    return jvm, hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
-
-
 def concatenate_parts_by_day(spark: SparkSession, parts_folder: str, target_folder: str, *, days: int,
                              partitions: int, suffix: str) -> list[str]:
     """Concatenate Spark text parts in partition order into ``target_folder/day_N<suffix>`` (bytes stay in the JVM).
 
     Partition i holds lines of day ``i // (partitions / days)`` only (see :func:`partition_count`).
     """
-    jvm, filesystem, folder = _hadoop(spark, parts_folder)
+    jvm = spark.sparkContext._jvm
+    filesystem, folder = hadoop_filesystem(spark, parts_folder)
     per_day = partitions // days
     parts: dict[int, list[Any]] = {day: [] for day in range(days)}
     for status in filesystem.listStatus(folder):
@@ -253,8 +248,7 @@ def _write_tsv(spark: SparkSession, config: Config, params: TwinParameters, part
         spark.sparkContext.setJobDescription("generate: concatenate TSV parts per day")
         written = concatenate_parts_by_day(spark, parts, staging, days=synthetic.days, partitions=partitions,
                                            suffix=suffix)
-        _, filesystem, parts_path = _hadoop(spark, parts)
-        filesystem.delete(parts_path, True)
+        delete_path(spark, parts)
         metadata["files"] = [os.path.basename(path) for path in written]
     return [f"{final}/{name}" for name in metadata["files"]]
 

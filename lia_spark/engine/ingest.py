@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 
 from lia_spark import criteo
 from lia_spark.config import Config
-from lia_spark.engine.outputs import _filesystem, committed_output, read_marker
+from lia_spark.engine.outputs import committed_output, hadoop_filesystem, read_marker
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def list_sources(spark: SparkSession, paths: tuple[str, ...] | list[str]) -> lis
     """
     sources = []
     for path in paths:
-        filesystem, hadoop_path = _filesystem(spark, path)
+        filesystem, hadoop_path = hadoop_filesystem(spark, path)
         if not filesystem.exists(hadoop_path):
             raise ValueError(f"data.criteo_paths: no such file or folder, got {path!r}")
         status = filesystem.getFileStatus(hadoop_path)
@@ -181,7 +181,7 @@ def _gzip_trailer_size(spark: SparkSession, source: SourceFile) -> int | None:
     """ISIZE (uncompressed size mod 2^32) from the last 4 bytes of a gzip file; None if too short."""
     if source.size < 18:  # 10-byte header + 8-byte trailer
         return None
-    filesystem, hadoop_path = _filesystem(spark, source.path)
+    filesystem, hadoop_path = hadoop_filesystem(spark, source.path)
     stream = filesystem.open(hadoop_path)
     try:
         stream.seek(source.size - 4)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import uuid
 from typing import Any, Iterator
 
@@ -16,7 +17,8 @@ from pyspark.sql import SparkSession
 MARKER = "_LIA_COMPLETE"
 
 
-def _filesystem(spark: SparkSession, path: str):
+def hadoop_filesystem(spark: SparkSession, path: str):
+    """(Hadoop FileSystem, Hadoop Path) for ``path`` on whatever file system its scheme names."""
     jvm = spark.sparkContext._jvm
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
     return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
@@ -24,13 +26,13 @@ def _filesystem(spark: SparkSession, path: str):
 
 def path_exists(spark: SparkSession, path: str) -> bool:
     """True when ``path`` exists on its file system."""
-    filesystem, hadoop_path = _filesystem(spark, path)
+    filesystem, hadoop_path = hadoop_filesystem(spark, path)
     return bool(filesystem.exists(hadoop_path))
 
 
 def delete_path(spark: SparkSession, path: str) -> None:
     """Remove ``path`` recursively if it exists."""
-    filesystem, hadoop_path = _filesystem(spark, path)
+    filesystem, hadoop_path = hadoop_filesystem(spark, path)
     if filesystem.exists(hadoop_path):
         filesystem.delete(hadoop_path, True)
 
@@ -40,7 +42,7 @@ def read_marker(spark: SparkSession, path: str) -> dict[str, Any] | None:
     marker = f"{path.rstrip('/')}/{MARKER}"
     if not path_exists(spark, marker):
         return None
-    text = _read_text(spark, marker)
+    text = read_text(spark, marker)
     return json.loads(text) if text.strip() else {}
 
 
@@ -64,20 +66,20 @@ def committed_output(spark: SparkSession, path: str, metadata: dict[str, Any] | 
     except BaseException:
         delete_path(spark, staging)
         raise
-    filesystem, staging_path = _filesystem(spark, staging)
+    filesystem, staging_path = hadoop_filesystem(spark, staging)
     if not filesystem.exists(staging_path):
         filesystem.mkdirs(staging_path)
-    _write_text(spark, f"{staging}/{MARKER}", json.dumps(metadata, sort_keys=True, default=str))
+    write_text(spark, f"{staging}/{MARKER}", json.dumps(metadata, sort_keys=True, default=str))
     delete_path(spark, final)
-    _, final_path = _filesystem(spark, final)
+    _, final_path = hadoop_filesystem(spark, final)
     filesystem.mkdirs(final_path.getParent())
     if not filesystem.rename(staging_path, final_path):
         raise OSError(f"could not commit {staging} to {final}")
 
 
-def _read_text(spark: SparkSession, path: str) -> str:
+def read_text(spark: SparkSession, path: str) -> str:
     """Whole small file as text, through the Hadoop file system (textFile skips names starting with '_')."""
-    filesystem, hadoop_path = _filesystem(spark, path)
+    filesystem, hadoop_path = hadoop_filesystem(spark, path)
     jvm = spark.sparkContext._jvm
     stream = filesystem.open(hadoop_path)
     try:
@@ -86,10 +88,19 @@ def _read_text(spark: SparkSession, path: str) -> str:
         stream.close()
 
 
-def _write_text(spark: SparkSession, path: str, text: str) -> None:
-    filesystem, hadoop_path = _filesystem(spark, path)
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Create (or overwrite) a small text file on any Hadoop file system."""
+    filesystem, hadoop_path = hadoop_filesystem(spark, path)
     stream = filesystem.create(hadoop_path, True)
     try:
         stream.write(bytearray(text.encode("utf-8")))
     finally:
         stream.close()
+
+
+def copy_from_local(spark: SparkSession, local_path: str, path: str) -> None:
+    """Copy a local file to ``path`` on any Hadoop file system (overwriting)."""
+    jvm = spark.sparkContext._jvm
+    filesystem, target = hadoop_filesystem(spark, path)
+    filesystem.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(f"file://{os.path.abspath(local_path)}"),
+                                 target)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 from pyspark.sql import SparkSession
 
 from lia_spark.config import Config
-from lia_spark.engine.outputs import committed_output, is_complete, read_marker
+from lia_spark.engine.outputs import committed_output, copy_from_local, is_complete, read_marker
 from lia_spark.report import REPORT_FILE, ReportResult, render_report
 
 logger = logging.getLogger(__name__)
@@ -134,10 +134,7 @@ def write_report(spark: SparkSession, config: Config, steps: Sequence[StageOutco
     final = f"{config.run.output_dir.rstrip('/')}/report"
     spark.sparkContext.setJobDescription("report: write report.html")
     with committed_output(spark, final, {"figures": figures, "tables": tables}) as staging:
-        jvm = spark.sparkContext._jvm
-        target = jvm.org.apache.hadoop.fs.Path(f"{staging}/{REPORT_FILE}")
-        filesystem = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-        filesystem.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(local.resolve().as_uri()), target)
+        copy_from_local(spark, str(local), f"{staging}/{REPORT_FILE}")
     path = f"{final}/{REPORT_FILE}"
     is_local = "://" not in final and not final.startswith("dbfs:")
     if is_local:

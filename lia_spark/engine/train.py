@@ -30,7 +30,8 @@ from lia_spark import features, hashing, label_mechanisms, training
 from lia_spark.config import Config
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine import features as spark_features
-from lia_spark.engine.outputs import MARKER, committed_output, path_exists
+from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, is_complete, path_exists, read_marker,
+                                     write_text)
 
 logger = logging.getLogger(__name__)
 
@@ -284,14 +285,6 @@ def _test_metrics(scored: DataFrame) -> dict[str, float]:
     return values
 
 
-def _copy_from_local(spark: SparkSession, local_path: str, path: str) -> None:
-    """Copy a local file to ``path`` on any Hadoop file system."""
-    jvm = spark.sparkContext._jvm
-    target = jvm.org.apache.hadoop.fs.Path(path)
-    target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).copyFromLocalFile(
-        jvm.org.apache.hadoop.fs.Path(local_path), target)
-
-
 def _save_models(spark: SparkSession, models: dict[str, Any], staging: str) -> list[str]:
     """Write each model file locally, then copy it into the staging folder."""
     names = []
@@ -302,39 +295,21 @@ def _save_models(spark: SparkSession, models: dict[str, Any], staging: str) -> l
             else:
                 path = os.path.join(local, f"{name}.ubj")
                 model.get_booster().save_model(path)
-            _copy_from_local(spark, path, f"{staging}/{os.path.basename(path)}")
+            copy_from_local(spark, path, f"{staging}/{os.path.basename(path)}")
             names.append(os.path.basename(path))
     return names
 
 
 def _write_json(spark: SparkSession, payload: dict[str, Any], path: str) -> None:
-    jvm = spark.sparkContext._jvm
-    target = jvm.org.apache.hadoop.fs.Path(path)
-    stream = target.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).create(target, True)
-    try:
-        stream.write(bytearray(json.dumps(payload, indent=2, sort_keys=True, default=str).encode("utf-8")))
-    finally:
-        stream.close()
-
-
-def _read_json(spark: SparkSession, path: str) -> dict[str, Any]:
-    """JSON file on any Hadoop file system (read directly: textFile skips names starting with '_')."""
-    jvm = spark.sparkContext._jvm
-    source = jvm.org.apache.hadoop.fs.Path(path)
-    stream = source.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(source)
-    try:
-        return json.loads(bytes(jvm.org.apache.commons.io.IOUtils.toByteArray(stream)).decode("utf-8"))
-    finally:
-        stream.close()
+    write_text(spark, path, json.dumps(payload, indent=2, sort_keys=True, default=str))
 
 
 def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
     """Train proxy and target models; write canaries, test predictions, models and metrics (resumable)."""
     out = models_dir(config)
-    marker = f"{out}/{MARKER}"
-    if not config.run.force and path_exists(spark, marker):
+    if not config.run.force and is_complete(spark, out):
         logger.info("train: %s is complete, skipped (run.force=false)", out)
-        return dataclasses.replace(TrainResult.from_dict(_read_json(spark, marker)), skipped=True)
+        return dataclasses.replace(TrainResult.from_dict(read_marker(spark, out)), skipped=True)
     m = config.models
     started = time.monotonic()
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
@@ -415,10 +390,9 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
     from lia_spark import utility
 
     out = os.path.join(config.run.output_dir, "utility")
-    marker = f"{out}/{MARKER}"
-    if not config.run.force and path_exists(spark, marker):
+    if not config.run.force and is_complete(spark, out):
         logger.info("utility: %s is complete, skipped (run.force=false)", out)
-        return dataclasses.replace(UtilityResult(**_read_json(spark, marker)), skipped=True)
+        return dataclasses.replace(UtilityResult(**read_marker(spark, out)), skipped=True)
     m, params, seed = config.models, boosting_params(config), training_seed(config)
     started = time.monotonic()
     target_rows = spark_features.day_rows(spark, config.parquet_path, m.target_day)
@@ -449,7 +423,7 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
         utility.plot_tradeoff(table, advantage="mean_additive_advantage", path=os.path.join(local, UTILITY_FILES[1]))
         utility.plot_tradeoff(table, advantage="abs_I_p98", path=os.path.join(local, UTILITY_FILES[2]))
         for name in UTILITY_FILES:
-            _copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
+            copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
         result = UtilityResult(output_dir=out, settings=len(table), seconds=time.monotonic() - started,
                                table=table.to_dict(orient="records"))
         metadata.update(result.to_dict())
