@@ -12,8 +12,10 @@ HEADER = "# Benchmarks\n\nEach section is rewritten by the script named in it (`
 
 def machine_line() -> str:
     """One line naming the machine the numbers were measured on."""
+    load = os.getloadavg()[0]
     return (f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, "
-            f"{platform.processor() or platform.machine()}, Python {platform.python_version()}.")
+            f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; "
+            f"1-minute load average {load:.1f} when the section was written (above the core count = shared, noisy).")
 
 
 def write_section(name: str, markdown: str) -> None:

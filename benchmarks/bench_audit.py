@@ -89,7 +89,7 @@ def bench_audit(m: int, master: str) -> str:
         "",
         f"{m:,} canaries x 100 repetitions x {len(guesses)} sweep points, binomial + GDP best bound per repetition "
         f"under both conventions (GDP also at delta = {sweep.gdp_delta:g}); target saw RR(eps={RR_EPSILON:g}) labels. "
-        f"Master {master}; the machine was shared with other jobs, so times are noisy.",
+        f"Master {master}.",
         "",
         "| figure | seconds | canary-repetitions/s per core |",
         "|---|---|---|",
@@ -133,7 +133,7 @@ def bench_validity(output: str) -> str:
         "",
         validity.markdown_table(table),
         "",
-        f"Study time {seconds:.0f} s in-process (1 core, shared machine). Plot: `{plot}`.",
+        f"Study time {seconds:.0f} s in-process (1 core). Plot: `{plot}`.",
     ])
 
 

@@ -96,8 +96,7 @@ def main() -> None:
     bounds.epsilon_lower_bound(canaries=10, guesses=10, correct=9, method="gdp", delta=DELTA)  # load the numba cache
     text = "\n".join([
         "## Epsilon lower bounds (`benchmarks/bench_bounds.py`)", "",
-        f"m = {M:,} canaries, gamma = 0.05, median of 5 runs (sweeps: 1 run); shared 2-core machine, "
-        "numbers are noisy.", "", "### Single calls", "", *single_calls(), "",
+        f"m = {M:,} canaries, gamma = 0.05, median of 5 runs (sweeps: 1 run).", "", "### Single calls", "", *single_calls(), "",
         "### One 101-point sweep (c' = 0.1%, 1%, ..., 100% of m)", "", *sweeps(), "",
         "### Audit", "", *audit_repetitions(),
     ])

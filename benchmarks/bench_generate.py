@@ -70,7 +70,7 @@ def main(rows: int, master: str) -> None:
     rate = {name: rows / value for name, value in seconds.items()}
     lines = [
         f"Synthetic twin, {rows:,} rows ({DAYS} days, {partitions} partitions, local Spark with {cores} cores; "
-        "the machine was shared with other jobs, so figures are noisy).",
+        "see the load average below).",
         "",
         "| step | seconds | rows/s | rows/s per core | vs floor |",
         "|---|---|---|---|---|",

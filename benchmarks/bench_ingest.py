@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         "## Ingest (TSV -> validated, day-partitioned Parquet)",
         "",
         f"{rows:,} twin rows, {megabytes:.0f} MB of plain TSV in {days} day files, local[{cores}], "
-        f"best of {args.repeats}. Shared, loaded machine: noisy.",
+        f"best of {args.repeats}.",
         "",
         "| what | seconds | rows/s | rows/s per core | ingest / this |",
         "|---|---|---|---|---|",

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     lines = ["## Posterior kernels (single core)", "",
              "Priors Beta(2, 30), eps = 1 for the noisy mechanisms; rows per CPU-second of one core, best of "
              f"{repeats}; baseline = per-bag numpy forward-backward (per-item vector ops, no scaling). "
-             "Shared 2-core machine: numbers are noisy.", "",
+             "",
              "| mechanism | k | kernel rows/s | baseline rows/s | ratio |", "|---|---|---|---|---|"]
     for k in (8, 64, 512):
         n_bags = max(rows_kernel // k, 1)

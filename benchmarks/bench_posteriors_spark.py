@@ -131,7 +131,7 @@ def main(argv=None) -> None:
         "## Posteriors stage on Spark (`benchmarks/bench_posteriors_spark.py`)",
         "",
         f"{args.rows:,} input rows on `{args.master}` ({cores} cores), {SETTINGS_TEXT} = {len(settings)} settings "
-        f"= {results:,} result rows. Rates in result rows/s. The machine was shared with other jobs: noisy.",
+        f"= {results:,} result rows. Rates in result rows/s.",
         "",
         "| what | wall s | CPU s | result rows/s (wall) | rows/s per core | rows per CPU-s | vs kernel (wall) | vs kernel (CPU) |",
         "|---|---|---|---|---|---|---|---|",

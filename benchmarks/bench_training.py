@@ -55,8 +55,7 @@ def main(argv=None) -> int:
     base = [f"models.n_estimators={args.trees}"]
     lines = ["## Training (issue 5)", "",
              f"Synthetic twin, {args.rows:,} rows/day (proxy day 0, target day 1; split 80/4/16), "
-             f"XGBoost hist depth 6, eta 0.1, <= {args.trees} trees with early stopping (20). The machine was "
-             "shared with other jobs (load average 15-25 on 2 cores): timings are noisy upper bounds.", "",
+             f"XGBoost hist depth 6, eta 0.1, <= {args.trees} trees with early stopping (20).", "",
              "| library / path | proxy AUC (own day) | target AUC | target log-loss | fit s per 1M rows |",
              "|---|---|---|---|---|"]
     runs = [] if "big" in skip else [("xgboost / in_memory", [])]
