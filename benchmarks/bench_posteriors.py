@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     rows_base = {8: 20_000, 64: 20_000, 512: 8_192} if args.quick else {8: 80_000, 64: 64_000, 512: 16_384}
     lines = ["## Posterior kernels (single core)", "",
              "Priors Beta(2, 30), eps = 1 for the noisy mechanisms; rows per CPU-second of one core, best of "
-             f"{repeats}; baseline = per-bag numpy forward-backward (per-item vector ops, no scaling). "
+             f"{repeats}; baseline = per-bag numpy forward-backward (per-item vector ops, no scaling).",
              "",
              "| mechanism | k | kernel rows/s | baseline rows/s | ratio |", "|---|---|---|---|---|"]
     for k in (8, 64, 512):
@@ -126,8 +126,7 @@ def main(argv=None) -> int:
     released = (rng.random(n) < 0.5).astype(np.int8)
     t_rr = best_time(lambda: posteriors.rr(eta, released, epsilon=EPSILON), repeats)
     lines.append(f"| rr | 1 | {n / t_rr:,.0f} | (closed form, no forward-backward) | - |")
-    lines += ["", f"First call in a fresh interpreter (import + numba cache load or compile): {compile_time():.2f} s.",
-              f"Load average during the run: {os.getloadavg()[0]:.1f} (other jobs share the cores)."]
+    lines += ["", f"First call in a fresh interpreter (import + numba cache load or compile): {compile_time():.2f} s."]
     markdown = "\n".join(lines)
     print(markdown)
     write_section("posteriors_kernel", markdown)
