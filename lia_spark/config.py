@@ -31,7 +31,8 @@ def _fail(field: str, value: Any, requirement: str) -> typing.NoReturn:
     raise ConfigError(f"{field}: {requirement}, got {value!r}")
 
 
-def _is_remote(path: str) -> bool:
+def is_remote_path(path: str) -> bool:
+    """True for a URI (``scheme://...`` or ``dbfs:...``) rather than a plain local path."""
     return "://" in path or path.startswith("dbfs:")
 
 
@@ -98,7 +99,7 @@ class DataConfig:
         if self.source == "criteo" and not self.criteo_paths:
             _fail("data.criteo_paths", self.criteo_paths, "must list day_N[.gz] or train.txt files when source=criteo")
         for path in self.criteo_paths:
-            if not _is_remote(path) and not Path(path).exists():
+            if not is_remote_path(path) and not Path(path).exists():
                 _fail("data.criteo_paths", path, "must name existing files or folders")
         if not 0.0 <= self.max_malformed_share <= 1.0:
             _fail("data.max_malformed_share", self.max_malformed_share, "must be in [0, 1]")

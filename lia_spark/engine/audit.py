@@ -38,13 +38,14 @@ from pyspark.sql import functions as F
 
 from lia_spark import audit, hashing
 from lia_spark.config import AuditConfig, Config
-from lia_spark.engine.outputs import committed_output, read_marker
+from lia_spark.engine.outputs import committed_output, local_output_path, marker_fields, read_marker
 
 logger = logging.getLogger(__name__)
 
 CANARY_COLUMNS = ("row_id", "label", "target_prediction", "proxy_prediction")
 RANGE_CANDIDATES = 500_000  # target candidates per range (bounds the memory of one applyInPandas call)
 SAMPLE_ROWS_PER_RANGE = 1000
+_LOCAL_WRITES = "audit writes its CSV, JSON and plot"
 
 
 def canary_path(config: Config) -> str:
@@ -279,8 +280,7 @@ class AuditResult:
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False) -> "AuditResult":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {key: value for key, value in payload.items() if key in fields}
+        values = marker_fields(cls, payload)
         values.update(files=tuple(values["files"]), skipped=skipped)
         return cls(**values)
 
@@ -300,14 +300,6 @@ class AuditResult:
         return list(self.files)
 
 
-def _local_path(path: str) -> str:
-    if path.startswith("file:"):
-        return "/" + path[len("file:"):].lstrip("/")
-    if "://" in path or path.startswith("dbfs:"):
-        raise ValueError(f"run.output_dir: audit writes its CSV, JSON and plot locally, got remote path {path!r}")
-    return path
-
-
 def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None = None) -> AuditResult:
     """Audit the canary table (``canaries`` or :func:`canary_path`) and write ``<run.output_dir>/audit``.
 
@@ -315,7 +307,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
     """
     settings = config.audit
     output = os.path.join(config.run.output_dir, "audit")
-    local_output = _local_path(output)
+    local_output = local_output_path(output, writes=_LOCAL_WRITES)
     marker = read_marker(spark, output)
     if marker is not None and not config.run.force:
         logger.info("audit: %s is complete, skipped", output)
@@ -350,7 +342,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
     with committed_output(spark, output, metadata) as staging:
         spark.sparkContext.setJobDescription("audit: write results")
         spark.createDataFrame(frame).coalesce(1).write.parquet(f"{staging}/results")
-        local_staging = _local_path(staging)
+        local_staging = local_output_path(staging, writes=_LOCAL_WRITES)
         frame.to_csv(os.path.join(local_staging, "results.csv"), index=False)
         with open(os.path.join(local_staging, "summary.json"), "w", encoding="utf-8") as handle:
             json.dump(summary, handle, indent=2, sort_keys=True)

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from lia_spark.config import Config
 from lia_spark.criteo import CAT_COLUMNS, DAY, INT_COLUMNS, LABEL, ROW_ID, STORAGE_DDL, split_row_id
-from lia_spark.engine.outputs import committed_output, delete_path, hadoop_filesystem, read_marker
+from lia_spark.engine.outputs import committed_output, delete_path, hadoop_filesystem, marker_fields, read_marker
 from lia_spark.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
 
 logger = logging.getLogger(__name__)
@@ -77,8 +77,7 @@ class GenerateResult:
     @classmethod
     def from_dict(cls, payload: dict[str, Any]) -> "GenerateResult":
         """Inverse of :meth:`to_dict` (extra keys ignored)."""
-        names = {field.name for field in dataclasses.fields(cls)}
-        values = {key: value for key, value in payload.items() if key in names}
+        values = marker_fields(cls, payload)
         values["tsv_paths"] = tuple(values.get("tsv_paths", ()))
         values["intercepts"] = tuple(values.get("intercepts", ()))
         return cls(**values)

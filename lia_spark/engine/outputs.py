@@ -7,12 +7,15 @@ half-written output that looks finished. Works on any Hadoop file system Spark c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import uuid
 from typing import Any, Iterator
 
 from pyspark.sql import SparkSession
+
+from lia_spark.config import is_remote_path
 
 MARKER = "_LIA_COMPLETE"
 
@@ -104,3 +107,24 @@ def copy_from_local(spark: SparkSession, local_path: str, path: str) -> None:
     filesystem, target = hadoop_filesystem(spark, path)
     filesystem.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(f"file://{os.path.abspath(local_path)}"),
                                  target)
+
+
+def local_output_path(path: str, *, writes: str) -> str:
+    """Plain local path of an output folder (``file:`` URIs unwrapped) for stages that write files locally.
+
+    Raises:
+        ValueError: naming run.output_dir when ``path`` is on a remote file system; ``writes`` says what the
+            stage writes locally (e.g. "posteriors writes its CSV and plots").
+    """
+    if path.startswith("file:"):
+        return "/" + path[len("file:"):].lstrip("/")
+    if is_remote_path(path):
+        raise ValueError(f"run.output_dir: {writes} locally, got remote path {path!r}")
+    return path
+
+
+def marker_fields(result_type: type, payload: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a marker payload that are fields of the dataclass ``result_type`` (extra keys ignored)."""
+    names = {field.name for field in dataclasses.fields(result_type)}
+    return {key: value for key, value in payload.items() if key in names}
+

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 from pyspark.sql import SparkSession
 
-from lia_spark.config import Config
+from lia_spark.config import Config, is_remote_path
 from lia_spark.engine.outputs import committed_output, copy_from_local, is_complete, read_marker
 from lia_spark.report import REPORT_FILE, ReportResult, render_report
 
@@ -136,7 +136,7 @@ def write_report(spark: SparkSession, config: Config, steps: Sequence[StageOutco
     with committed_output(spark, final, {"figures": figures, "tables": tables}) as staging:
         copy_from_local(spark, str(local), f"{staging}/{REPORT_FILE}")
     path = f"{final}/{REPORT_FILE}"
-    is_local = "://" not in final and not final.startswith("dbfs:")
+    is_local = not is_remote_path(final)
     if is_local:
         path = str(Path(path).resolve())
         shutil.rmtree(local.parent, ignore_errors=True)

@@ -39,7 +39,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from lia_spark import advantage, hashing, mechanisms, posteriors
 from lia_spark.config import Config, MechanismsConfig
-from lia_spark.engine.outputs import committed_output, read_marker
+from lia_spark.engine.outputs import committed_output, local_output_path, marker_fields, read_marker
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ SETTING_KEYS = ["mechanism", "epsilon", "bag_size"]
 ROWS_PER_CALL = 65_536  # input rows per pandas call, at most ...
 OUTPUT_ROWS_PER_CALL = 1 << 19  # ... and about this many output rows (input rows x bagged settings)
 BUCKETS_PER_SHUFFLE_PARTITION = 4
+_LOCAL_WRITES = "posteriors writes its CSV and plots"
 _SIGN_BIT = np.uint64(1 << 63)
 
 INPUT_SCHEMA = StructType([
@@ -384,8 +385,7 @@ class PosteriorsResult:
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False) -> "PosteriorsResult":
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {key: value for key, value in payload.items() if key in fields}
+        values = marker_fields(cls, payload)
         values.update(summary=tuple(values["summary"]), plots=tuple(values["plots"]), skipped=skipped)
         return cls(**values)
 
@@ -409,14 +409,6 @@ def _native(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _local_path(path: str) -> str:
-    if path.startswith("file:"):
-        return "/" + path[len("file:"):].lstrip("/")
-    if "://" in path or path.startswith("dbfs:"):
-        raise ValueError(f"run.output_dir: posteriors writes its CSV and plots locally, got remote path {path!r}")
-    return path
-
-
 def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
     """Release config.mechanisms.day through the grid of settings; write rows, summaries and plots.
 
@@ -424,7 +416,7 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
     ``summary.csv`` and ``plots/*.png``, committed atomically. Skipped when complete and not run.force.
     """
     output = os.path.join(config.run.output_dir, "posteriors")
-    local_output = _local_path(output)
+    local_output = local_output_path(output, writes=_LOCAL_WRITES)
     marker = read_marker(spark, output)
     if marker is not None and not config.run.force:
         logger.info("posteriors: %s is complete, skipped", output)
@@ -450,7 +442,7 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
         (spark.createDataFrame(summary).coalesce(1)
          .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turned NaN into null
          .write.parquet(f"{staging}/summary"))
-        local_staging = _local_path(staging)
+        local_staging = local_output_path(staging, writes=_LOCAL_WRITES)
         summary.to_csv(os.path.join(local_staging, "summary.csv"), index=False)
         fraction = min(1.0, section.plot_sample_rows / max(input_rows, 1))
         sample = sample_rows(stored, fraction=fraction, seed=config.run.seed)

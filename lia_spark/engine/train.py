@@ -30,8 +30,8 @@ from lia_spark import features, hashing, label_mechanisms, training
 from lia_spark.config import Config
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine import features as spark_features
-from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, is_complete, path_exists, read_marker,
-                                     write_text)
+from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, is_complete, marker_fields, path_exists,
+                                     read_marker, write_text)
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,7 @@ class TrainResult:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainResult":
         """Rebuild from :meth:`to_dict` output."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{key: value for key, value in values.items() if key in known})
+        return cls(**marker_fields(cls, values))
 
     def metrics(self) -> dict[str, float]:
         """Flat metrics: auc_test_target, log_loss_test_proxy, fit_seconds_target, rows_train_target, ..."""
