@@ -232,7 +232,8 @@ def test_catboost_model_file_is_logged_with_signature_and_predicts_like_the_file
     rng = np.random.default_rng(3)
     frame = pd.DataFrame({"I1": rng.normal(size=300), "C1": rng.choice(["a", "b", "c"], size=300)})
     labels = (frame["I1"] + (frame["C1"] == "a") > 0.5).astype(int)
-    model = CatBoostClassifier(iterations=5, depth=2, verbose=False, thread_count=1, cat_features=["C1"])
+    model = CatBoostClassifier(iterations=5, depth=2, verbose=False, thread_count=1, cat_features=["C1"],
+                               allow_writing_files=False)
     model.fit(frame, labels)
     model.save_model(str(tmp_path / "target.cbm"))
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
