@@ -139,6 +139,7 @@ class MechanismsConfig:
     epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
     bags_per_group: int = 0
+    rows_per_bagging_unit: int = 1 << 18
     write_rows: bool = True
     prior_path: str = ""
     plot_sample_rows: int = 2000
@@ -159,6 +160,8 @@ class MechanismsConfig:
                 _fail("mechanisms.bag_sizes", bag_size, "must be in [1, 4096]")
         if self.bags_per_group < 0:
             _fail("mechanisms.bags_per_group", self.bags_per_group, "must be >= 0 (0 = automatic)")
+        if self.rows_per_bagging_unit < 0:
+            _fail("mechanisms.rows_per_bagging_unit", self.rows_per_bagging_unit, "must be >= 0 (0 = one unit)")
         if self.plot_sample_rows < 1:
             _fail("mechanisms.plot_sample_rows", self.plot_sample_rows, "must be >= 1")
         if self.bag_sizes and math.lcm(*self.bag_sizes) > 1 << 20:

@@ -7,6 +7,9 @@ with full avalanche; a draw is
     h = mix(mix(row_id XOR key(seed, purpose)) + counter * GOLDEN),   u = (h >> 11 + 0.5) / 2^53
 
 so u lies strictly inside (0, 1) and takes 2^53 equally spaced values.
+
+:func:`xxhash64_long` is XXH64 of one 8-byte word, bit-for-bit Spark's ``xxhash64`` on a long column, so a
+key can be computed inside Spark SQL (no Python round trip) and by the kernels alike.
 """
 from __future__ import annotations
 
@@ -19,6 +22,12 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MUL1 = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
 _TWO_POW_MINUS_53 = 1.0 / float(1 << 53)
+_XXH_PRIME_1 = np.uint64(0x9E3779B185EBCA87)
+_XXH_PRIME_2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_XXH_PRIME_3 = np.uint64(0x165667B19E3779F9)
+_XXH_PRIME_4 = np.uint64(0x85EBCA77C2B2AE63)
+_XXH_PRIME_5 = np.uint64(0x27D4EB2F165667C5)
+SPARK_HASH_SEED = 42  # the seed Spark's xxhash64(col, ...) starts from
 
 
 def mix64(words: np.ndarray) -> np.ndarray:
@@ -61,3 +70,28 @@ def standard_normal(seed: int, purpose: str, row_ids: np.ndarray, counter: int =
 def bernoulli(seed: int, purpose: str, row_ids: np.ndarray, probability, counter: int = 0) -> np.ndarray:
     """Bernoulli(p) draws as int8: 1{u < p}, p broadcast against the row ids."""
     return (uniform(seed, purpose, row_ids, counter) < np.asarray(probability)).astype(np.int8)
+
+
+def _rotate_left(words: np.ndarray, bits: int) -> np.ndarray:
+    return (words << np.uint64(bits)) | (words >> np.uint64(64 - bits))
+
+
+def xxhash64_long(values: np.ndarray, seed) -> np.ndarray:
+    """XXH64 of each int64 value read as one 8-byte little-endian word, with a 64-bit seed (scalar or array):
+
+        h = rotl(seed + P5 + 8 ^ rotl(x P2, 31) P1, 27) P1 + P4,  then the avalanche
+        h ^= h >> 33; h *= P2; h ^= h >> 29; h *= P3; h ^= h >> 32   (wrapping uint64 arithmetic).
+
+    Returned as int64, equal to Spark's ``xxhash64`` step for a long (so ``xxhash64(a, b)`` in Spark SQL is
+    ``xxhash64_long(b, xxhash64_long(a, 42))``).
+    """
+    words = np.asarray(values).astype(np.int64, copy=False).view(np.uint64)
+    seeds = np.asarray(seed).astype(np.int64).view(np.uint64) if np.ndim(seed) else np.uint64(int(seed) & (2**64 - 1))
+    with np.errstate(over="ignore"):
+        lane = _rotate_left(words * _XXH_PRIME_2, 31) * _XXH_PRIME_1
+        h = (seeds + _XXH_PRIME_5 + np.uint64(8)) ^ lane
+        h = _rotate_left(h, 27) * _XXH_PRIME_1 + _XXH_PRIME_4
+        h = (h ^ (h >> np.uint64(33))) * _XXH_PRIME_2
+        h = (h ^ (h >> np.uint64(29))) * _XXH_PRIME_3
+        h = h ^ (h >> np.uint64(32))
+    return h.view(np.int64)

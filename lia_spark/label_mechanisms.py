@@ -107,7 +107,7 @@ def bag_proportions(row_ids: np.ndarray, labels: np.ndarray, *, mechanism: str, 
         raise ValueError(f"mechanism must be one of {BAG_MECHANISMS}, got {mechanism!r}")
     ids = np.asarray(row_ids, dtype=np.int64)
     labels = _check_labels(labels)
-    bag_index = mechanisms.assign_bags(ids, bag_size=bag_size, seed=seed)
+    _, bag_index = np.unique(mechanisms.assign_bags(ids, bag_size=bag_size, seed=seed), return_inverse=True)
     order = np.argsort(bag_index, kind="stable")
     sizes = np.bincount(bag_index)
     sums = mechanisms.bag_sums(labels[order], sizes)

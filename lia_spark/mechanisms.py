@@ -17,6 +17,9 @@ RR_PURPOSE = "mechanism/rr"
 BAGGING_PURPOSE = "mechanism/bagging"
 LAPLACE_PURPOSE = "mechanism/llp_laplace"
 GEOMETRIC_PURPOSE = "mechanism/llp_geometric"
+ROWS_PER_BAGGING_UNIT = 1 << 18  # default rows per independent bagging unit (see bagging_unit_bits)
+MAX_UNIT_BITS = 20
+UNIT_SHIFT = 40  # bag id = unit * 2^40 + index of the bag inside its unit
 
 
 def _check_epsilon(epsilon: float) -> float:
@@ -121,23 +124,64 @@ def geometric_post_process(clipped_sums, bag_sizes, *, epsilon: float) -> np.nda
     return np.where(z <= 0, -shift, np.where(z >= k, k + shift, z))
 
 
-def assign_bags(row_ids, *, bag_size: int, seed: int) -> np.ndarray:
-    """Uniformly random partition into bags of exactly ``bag_size`` (one smaller remainder bag at most).
+def bagging_unit_bits(rows: int, rows_per_unit: int = ROWS_PER_BAGGING_UNIT) -> int:
+    """b such that 2^b bagging units hold about ``rows_per_unit`` rows each: the largest b <= MAX_UNIT_BITS with
+    2^b <= rows / rows_per_unit (b = 0, a single unit, for small inputs or rows_per_unit = 0)."""
+    if rows_per_unit < 0:
+        raise ValueError(f"rows_per_unit must be >= 0 (0 = one unit), got rows_per_unit={rows_per_unit!r}")
+    if rows_per_unit == 0 or rows < 2 * rows_per_unit:
+        return 0
+    return min(MAX_UNIT_BITS, (rows // rows_per_unit).bit_length() - 1)
 
-    Rule (the Spark stage implements the same rule distributedly): key each row by
-    hash_bits(seed, "mechanism/bagging", row_id), sort by (key, row_id), bag = rank // bag_size. The
-    keys are a pseudo-random permutation, so every partition into such bags is equally likely.
+
+def bagging_keys(row_ids, *, seed: int) -> np.ndarray:
+    """Random sort key of every row: Spark's ``xxhash64(stream_key(seed, "mechanism/bagging"), row_id)``
+    (see :func:`lia_spark.hashing.xxhash64_long`), as signed int64."""
+    stream = np.int64(np.uint64(hashing.stream_key(seed, BAGGING_PURPOSE)).view(np.int64))
+    return hashing.xxhash64_long(np.asarray(row_ids), hashing.xxhash64_long(stream, hashing.SPARK_HASH_SEED))
+
+
+def bagging_units(keys, *, unit_bits: int) -> np.ndarray:
+    """Unit of every key: its top ``unit_bits`` bits, counted from the most negative key (monotone in the
+    signed key, so sorting by (unit, key) is sorting by key)."""
+    keys = np.asarray(keys, dtype=np.int64)
+    if unit_bits == 0:
+        return np.zeros(keys.shape, dtype=np.int32)
+    return ((keys >> np.int64(64 - unit_bits)) + np.int64(1 << (unit_bits - 1))).astype(np.int32)
+
+
+def unit_bag_ids(units, positions, *, bag_size: int) -> np.ndarray:
+    """Bag id of the row at 0-based ``positions`` inside its unit: unit * 2^UNIT_SHIFT + position // k."""
+    return (np.asarray(units, dtype=np.int64) << np.int64(UNIT_SHIFT)) + np.asarray(positions, dtype=np.int64) // bag_size
+
+
+def assign_bags(row_ids, *, bag_size: int, seed: int, unit_bits: int | None = None) -> np.ndarray:
+    """Uniformly random partition into bags of exactly ``bag_size`` rows, at most one smaller remainder bag per
+    bagging unit (SPEC 2: per independent bagging unit).
+
+    Rule (the Spark stage implements the same rule distributedly): key each row by :func:`bagging_keys`, the
+    unit is the key's top ``unit_bits`` bits (:func:`bagging_units`; default :func:`bagging_unit_bits` of the
+    row count), rows sorted by (key, row_id) inside their unit, bag = :func:`unit_bag_ids` of (unit, position). The
+    keys are a pseudo-random permutation, so every partition of a unit into such bags is equally likely.
 
     Returns:
-        int64 bag index per row, aligned with ``row_ids``; bags 0..ceil(n/k)-1, the last may be smaller.
+        int64 bag id per row, aligned with ``row_ids``. With one unit (small inputs) the ids are
+        0..ceil(n/k)-1 and only the last bag may be smaller.
     """
     if isinstance(bag_size, bool) or not isinstance(bag_size, (int, np.integer)) or bag_size < 1:
         raise ValueError(f"bag_size must be a positive integer, got bag_size={bag_size!r}")
     ids = np.asarray(row_ids)
     if ids.ndim != 1:
         raise ValueError(f"row_ids must be 1-D, got row_ids with shape {ids.shape}")
-    keys = hashing.hash_bits(seed, BAGGING_PURPOSE, ids)
+    bits = bagging_unit_bits(ids.size) if unit_bits is None else unit_bits
+    if not 0 <= bits <= MAX_UNIT_BITS:
+        raise ValueError(f"unit_bits must be in [0, {MAX_UNIT_BITS}], got unit_bits={unit_bits!r}")
+    keys = bagging_keys(ids, seed=seed)
+    units = bagging_units(keys, unit_bits=bits)
     order = np.lexsort((ids, keys))
+    sorted_units = units[order]
+    unit_starts = np.searchsorted(sorted_units, sorted_units, side="left")
+    positions = np.arange(ids.size, dtype=np.int64) - unit_starts
     bags = np.empty(ids.size, dtype=np.int64)
-    bags[order] = np.arange(ids.size, dtype=np.int64) // int(bag_size)
+    bags[order] = unit_bag_ids(sorted_units, positions, bag_size=int(bag_size))
     return bags

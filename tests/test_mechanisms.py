@@ -89,9 +89,37 @@ def test_assign_bags_sizes_determinism_and_order_independence():
     assert counts.size == 1001 and np.all(counts[:-1] == 10) and counts[-1] == 3
     perm = np.random.default_rng(1).permutation(ids.size)
     np.testing.assert_array_equal(mechanisms.assign_bags(ids[perm], bag_size=10, seed=1), bags[perm])
-    # the documented rule: rank of (hash key, row_id) // k
-    keys = hashing.hash_bits(1, mechanisms.BAGGING_PURPOSE, ids)
+    # the documented rule with one unit: rank of (key, row_id) // k, key = Spark's xxhash64(stream, row_id)
+    keys = mechanisms.bagging_keys(ids, seed=1)
     np.testing.assert_array_equal(bags[np.lexsort((ids, keys))], np.arange(ids.size) // 10)
+
+
+def test_assign_bags_with_units_keeps_one_remainder_bag_per_unit():
+    ids = np.arange(100_000, dtype=np.int64) * 7 + 3
+    assert mechanisms.bagging_unit_bits(ids.size, 20_000) == 2  # 2^2 <= 100k / 20k < 2^3
+    assert mechanisms.bagging_unit_bits(ids.size, 0) == mechanisms.bagging_unit_bits(39_999, 20_000) == 0
+    bags = mechanisms.assign_bags(ids, bag_size=64, seed=3, unit_bits=2)
+    units = mechanisms.bagging_units(mechanisms.bagging_keys(ids, seed=3), unit_bits=2)
+    unit_sizes = np.bincount(units)
+    assert unit_sizes.size == 4 and abs(unit_sizes - ids.size / 4).max() < 5 * math.sqrt(ids.size / 4)
+    np.testing.assert_array_equal(bags >> mechanisms.UNIT_SHIFT, units)
+    bag_ids, sizes = np.unique(bags, return_counts=True)
+    for unit, rows in enumerate(unit_sizes):
+        in_unit = (bag_ids >> mechanisms.UNIT_SHIFT) == unit
+        np.testing.assert_array_equal(bag_ids[in_unit] & ((1 << mechanisms.UNIT_SHIFT) - 1), np.arange(-(-rows // 64)))
+        assert np.all(sizes[in_unit][:-1] == 64) and sizes[in_unit][-1] == (rows % 64 or 64)
+    # units are the top key bits, so unit order is key order: within a unit bags follow the global key order
+    order = np.lexsort((ids, mechanisms.bagging_keys(ids, seed=3)))
+    assert np.all(np.diff(bags[order]) >= 0)
+
+
+# Spark 4.3: select xxhash64(cast(0 as bigint)), xxhash64(cast(1 as bigint)), xxhash64(cast(-1 as bigint))
+XXHASH64_SEED_42 = [-5252525462095825812, -7001672635703045582, 3858142552250413010]
+
+
+def test_xxhash64_long_equals_sparks_xxhash64():
+    """Fixed values printed by Spark; tests/test_privatize_spark checks the bagging key expression on live data."""
+    assert hashing.xxhash64_long(np.array([0, 1, -1], dtype=np.int64), hashing.SPARK_HASH_SEED).tolist() == XXHASH64_SEED_42
 
 
 def test_assign_bags_is_uniform_over_seeds():
