@@ -58,11 +58,9 @@ def write_input(spark, root: str, rows: int) -> None:
     frame.select("row_id", "day", "eta").write.mode("overwrite").parquet(os.path.join(root, "truth"))
 
 
-def spark_cpu_seconds(spark) -> float:
-    """CPU seconds used so far by this driver, the Spark JVM and all its descendants (Python workers;
-    exited ones count through their parent's cutime). Linux /proc, local masters only."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    stats = {}
+def _process_table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, CPU clock ticks used incl. exited children) of every process (Linux /proc)."""
+    table = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -70,13 +68,29 @@ def spark_cpu_seconds(spark) -> float:
                     fields = handle.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            stats[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
-    pending, total = [spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()], 0
+            table[int(entry)] = (int(fields[1]), sum(int(v) for v in fields[11:15]))
+    return table
+
+
+def spark_processes(spark) -> tuple[int, list[int], dict[int, tuple[int, int]]]:
+    """(Spark JVM pid, pids of its descendants (Python daemon and workers), the process table)."""
+    table = _process_table()
+    jvm = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    pending, descendants = [jvm], []
     while pending:
         pid = pending.pop()
-        total += stats.get(pid, (0, 0))[1]
-        pending.extend(child for child, (parent, _) in stats.items() if parent == pid)
-    return total / ticks + time.process_time()
+        children = [child for child, (parent, _) in table.items() if parent == pid]
+        descendants.extend(children)
+        pending.extend(children)
+    return jvm, descendants, table
+
+
+def spark_cpu_seconds(spark) -> float:
+    """CPU seconds used so far by this driver, the Spark JVM and all its descendants (Python workers;
+    exited ones count through their parent's cutime). Linux /proc, local masters only."""
+    jvm, descendants, table = spark_processes(spark)
+    ticks = sum(table.get(pid, (0, 0))[1] for pid in (jvm, *descendants))
+    return ticks / os.sysconf("SC_CLK_TCK") + time.process_time()
 
 
 def in_process_batches(ids: np.ndarray, labels: np.ndarray, priors: np.ndarray, settings):
