@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from bench_posteriors_spark import SEED, SETTINGS_TEXT, spark_processes, write_input
+from bench_posteriors_spark import SETTINGS_TEXT, bench_config, spark_processes, write_input
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -34,23 +34,16 @@ def peak_rss_mib(pid: int) -> float:
 
 def measure(rows: int, master: str, workdir: str, driver_memory: str) -> dict:
     """Write the input (if missing), run the compute once into noop, report seconds and peak memory."""
-    from lia_spark import mechanisms
-    from lia_spark.config import SparkConfig, config_from_dict
+    from lia_spark.config import SparkConfig
     from lia_spark.engine import privatize
     from lia_spark.engine.session import get_spark
 
     spark = get_spark(SparkConfig(master=master, driver_memory=driver_memory, extra={"spark.ui.enabled": "false"}))
     root = os.path.join(workdir, f"n{rows}")
     write_input(spark, root, rows)
-    config = config_from_dict({
-        "run": {"output_dir": root, "seed": SEED},
-        "mechanisms": {"day": 1, "names": ["llp", "llp_geometric"], "epsilons": [1.0], "bag_sizes": [8, 64]},
-    })
-    data, priors = privatize.load_input(spark, config)
-    unit_bits = mechanisms.bagging_unit_bits(min(data.count(), priors.count()))
+    results, _, unit_bits = privatize.posterior_rows(spark, bench_config(root))
     started = time.perf_counter()
-    privatize.compute_posteriors(data, priors=priors, settings=privatize.settings_grid(config.mechanisms), seed=SEED,
-                                 unit_bits=unit_bits).write.format("noop").mode("overwrite").save()
+    results.write.format("noop").mode("overwrite").save()
     seconds = time.perf_counter() - started
     jvm, descendants, _ = spark_processes(spark)
     workers = [peak_rss_mib(pid) for pid in descendants]

@@ -48,6 +48,11 @@ def stream_key(seed: int, purpose: str) -> np.uint64:
     return mix64(np.array([int(seed_word) ^ digest], dtype=np.uint64))[0]
 
 
+def signed_stream_key(seed: int, purpose: str) -> int:
+    """:func:`stream_key` read as a signed 64-bit integer (the form Spark SQL literals take)."""
+    return int(np.uint64(stream_key(seed, purpose)).view(np.int64))
+
+
 def hash_bits(seed: int, purpose: str, row_ids: np.ndarray, counter: int = 0) -> np.ndarray:
     """Uniform 64-bit words, one per row id, for draw number ``counter`` of the stream (seed, purpose)."""
     ids = np.asarray(row_ids).astype(np.int64, copy=False).view(np.uint64)

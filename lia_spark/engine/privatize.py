@@ -44,7 +44,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from lia_spark import advantage, hashing, mechanisms, posteriors
 from lia_spark.config import Config, MechanismsConfig
-from lia_spark.engine.outputs import committed_output, local_output_path, marker_fields, read_marker
+from lia_spark.engine.outputs import committed_output, local_output_path, marker_fields, reusable_marker
 
 logger = logging.getLogger(__name__)
 
@@ -153,10 +153,14 @@ def load_input(spark: SparkSession, config: Config) -> tuple[DataFrame, DataFram
 # --------------------------------------------------------------------------------------------- bagging
 
 
+def row_hash(seed: int, purpose: str) -> Column:
+    """Spark SQL ``xxhash64(signed_stream_key(seed, purpose), row_id)``: a 64-bit key per row, no Python."""
+    return F.xxhash64(F.lit(hashing.signed_stream_key(seed, purpose)).cast("bigint"), F.col("row_id").cast("bigint"))
+
+
 def bagging_key(seed: int) -> Column:
     """The bagging key :func:`lia_spark.mechanisms.bagging_keys` as a Spark SQL expression on ``row_id``."""
-    stream = int(np.uint64(hashing.stream_key(seed, mechanisms.BAGGING_PURPOSE)).view(np.int64))
-    return F.xxhash64(F.lit(stream).cast("bigint"), F.col("row_id").cast("bigint"))
+    return row_hash(seed, mechanisms.BAGGING_PURPOSE)
 
 
 def bagging_unit(key: Column, *, unit_bits: int) -> Column:
@@ -166,7 +170,7 @@ def bagging_unit(key: Column, *, unit_bits: int) -> Column:
     return (F.shiftright(key, 64 - unit_bits) + (1 << (unit_bits - 1))).cast("int")
 
 
-def _checked_labels(rows: DataFrame) -> Column:
+def _checked_labels() -> Column:
     """The label column, failing the job with a clear error on a value other than 0 or 1."""
     return F.when(F.col("label").isin(0, 1), F.col("label").cast("int")).otherwise(F.raise_error(F.concat(
         F.lit("label: must be 0 or 1, got "), F.coalesce(F.col("label").cast("string"), F.lit("null")),
@@ -178,9 +182,9 @@ def bagging_order(rows: DataFrame, priors: DataFrame | None, *, seed: int, unit_
     whole in one partition) and sorted by key inside partitions (one long sort key: Spark's radix sort), so a
     row's label and its prior are neighbours. ``priors=None``: ``rows`` already hold label and prior."""
     if priors is None:
-        sides = rows.select("row_id", _checked_labels(rows), F.col("prior").cast("double"))
+        sides = rows.select("row_id", _checked_labels(), F.col("prior").cast("double"))
     else:
-        sides = (rows.select("row_id", _checked_labels(rows), F.lit(math.nan).alias("prior"))
+        sides = (rows.select("row_id", _checked_labels(), F.lit(math.nan).alias("prior"))
                  .unionByName(priors.select("row_id", F.lit(PRIOR_ROW).alias("label"), F.col("prior").cast("double"))))
     partitions = min(1 << unit_bits, int(rows.sparkSession.conf.get("spark.sql.shuffle.partitions")))
     key = bagging_key(seed)  # evaluated on both sides of the shuffle instead of shuffling 8 more bytes per row
@@ -353,6 +357,19 @@ def compute_posteriors(rows: DataFrame, *, settings: Sequence[Setting], seed: in
     return bagging_order(rows, priors, seed=seed, unit_bits=unit_bits).mapInArrow(body, ROW_SCHEMA)
 
 
+def posterior_rows(spark: SparkSession, config: Config) -> tuple[DataFrame, int, int]:
+    """(per-row results of every setting of the grid for config.mechanisms.day, data rows of the day,
+    bagging unit bits): counts the day's data and prior rows, picks the units, plans the one-shuffle pass."""
+    section = config.mechanisms
+    spark.sparkContext.setJobDescription("posteriors: count rows and priors")
+    data, priors = load_input(spark, config)
+    data_rows = data.count()
+    unit_bits = mechanisms.bagging_unit_bits(min(data_rows, priors.count()), section.rows_per_bagging_unit)
+    rows = compute_posteriors(data, priors=priors, settings=settings_grid(section), seed=config.run.seed,
+                              unit_bits=unit_bits, bags_per_group=section.bags_per_group)
+    return rows, data_rows, unit_bits
+
+
 # ------------------------------------------------------------------------------------------ summaries
 
 
@@ -389,7 +406,6 @@ def summarize_rows(rows: DataFrame) -> pd.DataFrame:
             .agg(F.count(F.lit(1)).alias("rows"), F.min("abs_I").alias("low"), F.max("abs_I").alias("high"),
                  F.sum("additive_advantage").alias("additive"), F.sum("realized_advantage").alias("realized"))
             .toPandas())
-    bins["epsilon"] = bins["epsilon"].fillna(math.nan)
     bins = bins.sort_values([*SETTING_KEYS, "bin"], ignore_index=True)
     records, wanted = [], []
     for (mechanism, epsilon, bag_size), cell in bins.groupby(SETTING_KEYS, sort=False, dropna=False):
@@ -431,7 +447,6 @@ def _ranks_in_bins(rows: DataFrame, wanted: list[tuple]) -> list[float]:
                .join(F.broadcast(targets.select(*keys).distinct()), keys))
     picked = (in_bins.withColumn("rank", F.row_number().over(Window.partitionBy(*keys).orderBy("abs_I")) - 1)
               .join(F.broadcast(targets), [*keys, "rank"]).toPandas())
-    picked["epsilon"] = picked["epsilon"].fillna(math.nan)
     values = {(Setting(m, e, int(k)).name, int(b), int(r)): float(v) for m, e, k, b, r, v in
               picked[[*keys, "rank", "abs_I"]].itertuples(index=False)}
     return [values[(Setting(m, e, k).name, b, r)] for m, e, k, b, r, *_ in wanted]
@@ -462,14 +477,11 @@ def sample_rows(rows: DataFrame, *, fraction: float, seed: int) -> pd.DataFrame:
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"fraction: must be in (0, 1], got {fraction!r}")
     columns = ["row_id", *SETTING_KEYS, "prior", "posterior", "I", "additive_advantage"]
-    stream = int(np.uint64(hashing.stream_key(seed, "posteriors:plot_sample")).view(np.int64))
-    key = F.xxhash64(F.lit(stream).cast("bigint"), F.col("row_id").cast("bigint"))
+    key = row_hash(seed, "posteriors:plot_sample")
     threshold = math.floor(fraction * 2.0 ** 64) - 2 ** 63  # signed key < threshold <=> unsigned key < fraction 2^64
     rows.sparkSession.sparkContext.setJobDescription("posteriors: sample rows for plots")
     kept = rows.select(*columns) if threshold >= 2 ** 63 else rows.select(*columns).where(key < F.lit(threshold))
-    sample = kept.toPandas()
-    sample["epsilon"] = sample["epsilon"].fillna(math.nan)
-    return sample
+    return kept.toPandas()
 
 
 # ------------------------------------------------------------------------------------------------ stage
@@ -536,9 +548,8 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
     """
     output = os.path.join(config.run.output_dir, "posteriors")
     local_output = local_output_path(output, writes=_LOCAL_WRITES)
-    marker = read_marker(spark, output)
-    if marker is not None and not config.run.force:
-        logger.info("posteriors: %s is complete, skipped", output)
+    marker = reusable_marker(spark, output, force=config.run.force, stage="posteriors")
+    if marker is not None:
         return PosteriorsResult.from_dict(marker, skipped=True)
     started = time.monotonic()
     section = config.mechanisms
@@ -546,13 +557,8 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
     logger.info("posteriors: day %d, prior %s, %d settings", section.day, section.prior_column, len(settings))
     metadata: dict[str, Any] = {}
     with committed_output(spark, output, metadata) as staging:
-        spark.sparkContext.setJobDescription("posteriors: count rows and priors")
-        data, priors = load_input(spark, config)
-        data_rows = data.count()
-        unit_bits = mechanisms.bagging_unit_bits(min(data_rows, priors.count()), section.rows_per_bagging_unit)
+        rows, data_rows, unit_bits = posterior_rows(spark, config)
         logger.info("posteriors: %d data rows, %d bagging units", data_rows, 1 << unit_bits)
-        rows = compute_posteriors(data, priors=priors, settings=settings, seed=config.run.seed, unit_bits=unit_bits,
-                                  bags_per_group=section.bags_per_group)
         if section.write_rows:
             spark.sparkContext.setJobDescription("posteriors: write per-row posteriors")
             rows.write.parquet(f"{staging}/rows")
