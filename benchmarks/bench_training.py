@@ -38,6 +38,13 @@ def _per_million(result, model: str = "target") -> float:
     return result.seconds[f"fit_{model}"] / (result.rows["train_target"] + result.rows["valid_target"]) * 1e6
 
 
+def _model_row(name: str, result, *, proxy_fallback: float) -> str:
+    """Table row: proxy AUC on its own day (else ``proxy_fallback``), target test AUC and log-loss, s per 1M rows."""
+    metrics = result.metrics()
+    return (f"| {name} | {metrics.get('auc_test_proxy_own_day', proxy_fallback):.4f} | "
+            f"{metrics['auc_test_target']:.4f} | {metrics['log_loss_test_target']:.4f} | {_per_million(result):.1f} |")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows per day for the AUC band and timings")
@@ -67,20 +74,14 @@ def main(argv=None) -> int:
     for name, extra in runs:
         config = load_config(None, [f"run.output_dir={big_out}", "run.force=true", *base, *extra])
         result = run_train_models(spark, config)
-        metrics = result.metrics()
-        lines.append(f"| {name} | {metrics.get('auc_test_proxy_own_day', metrics['auc_test_proxy']):.4f} | "
-                     f"{metrics['auc_test_target']:.4f} | {metrics['log_loss_test_target']:.4f} | "
-                     f"{_per_million(result):.1f} |")
+        lines.append(_model_row(name, result, proxy_fallback=result.metrics()["auc_test_proxy"]))
         write_section("training", "\n".join(lines))
     small = _twin(spark, os.path.join(args.out, "small"), args.utility_rows, base)
     if "catboost" not in skip:
         config = load_config(None, [f"run.output_dir={small.run.output_dir}", "run.force=true", *base,
                                     "models.library=catboost"])
         result = run_train_models(spark, config)
-        metrics = result.metrics()
-        lines.append(f"| catboost / in_memory ({args.utility_rows:,} rows/day) | "
-                     f"{metrics.get('auc_test_proxy_own_day', math.nan):.4f} | {metrics['auc_test_target']:.4f} | "
-                     f"{metrics['log_loss_test_target']:.4f} | {_per_million(result):.1f} |")
+        lines.append(_model_row(f"catboost / in_memory ({args.utility_rows:,} rows/day)", result, proxy_fallback=math.nan))
         write_section("training", "\n".join(lines))
     grid = [f"models.utility_epsilons=[{args.epsilons}]", f"models.utility_bag_sizes=[{args.bag_sizes}]"]
     if "posteriors" not in skip:

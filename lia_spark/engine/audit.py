@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 
 from lia_spark import audit, hashing
 from lia_spark.config import AuditConfig, Config
-from lia_spark.engine.outputs import committed_output, local_output_path, marker_fields, read_marker
+from lia_spark.engine.outputs import committed_output, local_output_path, marker_fields, reusable_marker
 
 logger = logging.getLogger(__name__)
 
@@ -308,9 +308,8 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
     settings = config.audit
     output = os.path.join(config.run.output_dir, "audit")
     local_output = local_output_path(output, writes=_LOCAL_WRITES)
-    marker = read_marker(spark, output)
-    if marker is not None and not config.run.force:
-        logger.info("audit: %s is complete, skipped", output)
+    marker = reusable_marker(spark, output, force=config.run.force, stage="audit")
+    if marker is not None:
         return AuditResult.from_dict(marker, skipped=True)
     started = time.monotonic()
     if canaries is None:

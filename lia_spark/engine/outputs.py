@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import uuid
 from typing import Any, Iterator
@@ -16,6 +17,8 @@ from typing import Any, Iterator
 from pyspark.sql import SparkSession
 
 from lia_spark.config import is_remote_path
+
+logger = logging.getLogger(__name__)
 
 MARKER = "_LIA_COMPLETE"
 
@@ -47,6 +50,15 @@ def read_marker(spark: SparkSession, path: str) -> dict[str, Any] | None:
         return None
     text = read_text(spark, marker)
     return json.loads(text) if text.strip() else {}
+
+
+def reusable_marker(spark: SparkSession, path: str, *, force: bool, stage: str) -> dict[str, Any] | None:
+    """The marker of ``path`` when the stage may re-use that complete output (logged), else None: absent,
+    incomplete, or ``force`` (run.force) asks for a recomputation."""
+    marker = None if force else read_marker(spark, path)
+    if marker is not None:
+        logger.info("%s: %s is complete, skipped", stage, path)
+    return marker
 
 
 def is_complete(spark: SparkSession, path: str) -> bool:
