@@ -2,18 +2,20 @@
 
     .venv/bin/python benchmarks/bench_posteriors_memory.py [--rows 2000000 20000000] [--master local[2]]
 
-Each size runs in a fresh process with its own local Spark (driver memory 1g by default, so Spark's sort must
-spill at the larger size instead of growing into a big heap): the same input and settings as
-bench_posteriors_spark.py, bagging + posteriors into the ``noop`` sink, then the peak resident memory (VmHWM) of
-every Python worker and of the Spark JVM is read from /proc. The Python workers hold one chunk and one Arrow batch
-at a time, so their peak should not depend on the number of rows; the JVM's peak is bounded by its heap setting
-(Spark's sort spills) and grows lazily up to it, so it is reported, not judged.
+Each size runs in a fresh process with its own local Spark (driver memory 1g by default, so the JVM cannot
+grow into a big heap at the larger size): the same input and settings as
+bench_posteriors_spark.py, the stage's pass (bagging, posteriors, the workers writing the per-row results as
+Parquet and returning their digest), then the peak resident memory (VmHWM) of every Python worker and of the
+Spark JVM is read from /proc. A Python worker holds one bagging unit, one Parquet row group being written and
+the digests (settings x bins of |I|), so its peak should not depend on the number of rows; the JVM's peak is
+bounded by its heap setting and grows lazily up to it, so it is reported, not judged.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,7 +35,8 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def measure(rows: int, master: str, workdir: str, driver_memory: str) -> dict:
-    """Write the input (if missing), run the compute once into noop, report seconds and peak memory."""
+    """Write the input (if missing), run the stage's pass once (rows written, then removed), report seconds and
+    peak memory."""
     from lia_spark.config import SparkConfig
     from lia_spark.engine import privatize
     from lia_spark.engine.session import get_spark
@@ -41,10 +44,15 @@ def measure(rows: int, master: str, workdir: str, driver_memory: str) -> dict:
     spark = get_spark(SparkConfig(master=master, driver_memory=driver_memory, extra={"spark.ui.enabled": "false"}))
     root = os.path.join(workdir, f"n{rows}")
     write_input(spark, root, rows)
-    results, _, unit_bits = privatize.posterior_rows(spark, bench_config(root))
+    config = bench_config(root)
+    source = privatize.posterior_input(spark, config)
+    unit_bits, output_dir = source.unit_bits, os.path.join(root, "memory_pass")
     started = time.perf_counter()
-    results.write.format("noop").mode("overwrite").save()
+    privatize.write_posteriors(source.data, priors=source.priors, output_dir=output_dir,
+                               settings=privatize.settings_grid(config.mechanisms), seed=config.run.seed,
+                               unit_bits=unit_bits, sample_fraction=2000 / rows)
     seconds = time.perf_counter() - started
+    shutil.rmtree(output_dir)
     jvm, descendants, _ = spark_processes(spark)
     workers = [peak_rss_mib(pid) for pid in descendants]
     result = {"rows": rows, "units": 1 << unit_bits, "seconds": seconds, "jvm_mib": peak_rss_mib(jvm),
@@ -71,10 +79,10 @@ def main(argv=None) -> None:
                                capture_output=True, text=True, check=True)
         results.append(json.loads(next(line for line in child.stdout.splitlines() if line.startswith("RESULT "))[7:]))
     lines = [
-        "## Posteriors compute memory as rows grow (`benchmarks/bench_posteriors_memory.py`)",
+        "## Posteriors pass memory as rows grow (`benchmarks/bench_posteriors_memory.py`)",
         "",
-        f"`{args.master}`, driver memory {args.driver_memory}, {SETTINGS_TEXT}; bagging + posteriors into the noop sink, one fresh "
-        "Spark per size. Peak resident memory (VmHWM) from /proc.",
+        f"`{args.master}`, driver memory {args.driver_memory}, {SETTINGS_TEXT}; the stage's pass (bagging, posteriors, "
+        "worker-written Parquet rows, digest), one fresh Spark per size. Peak resident memory (VmHWM) from /proc.",
         "",
         "| input rows | bagging units | seconds | peak of the largest Python worker (MiB) | Python processes "
         "| Spark JVM peak (MiB) |",
@@ -82,10 +90,11 @@ def main(argv=None) -> None:
     ]
     lines += [f"| {r['rows']:,} | {r['units']} | {r['seconds']:.1f} | {r['python_max_mib']:.0f} | {r['python_processes']} "
               f"| {r['jvm_mib']:.0f} |" for r in results]
-    lines += ["", "Target (SPEC 8): memory per executor flat as rows grow. The Python workers hold one chunk and one "
-              "Arrow batch (their peak does not move with 10x the rows); the JVM heap is capped by its setting and Spark's "
-              "sort spills to disk, so 10x the rows run in the same heap at no lower rate per row (its resident size "
-              "adds off-heap Arrow and shuffle buffers)."]
+    lines += ["", "Target (SPEC 8): memory per executor flat as rows grow. A Python worker holds one bagging unit "
+              "(about mechanisms.rows_per_bagging_unit data rows and their priors), one Parquet row group being "
+              "written and the digests, so its peak should not move with 10x the rows; the JVM heap is capped by its "
+              "setting and only streams shuffle blocks to Python (no Spark sort), so 10x the rows run in the same heap "
+              "(its resident size adds off-heap Arrow and shuffle buffers)."]
     from _report import write_section
 
     write_section("posteriors_memory", "\n".join(lines))

@@ -48,6 +48,11 @@ def rr_closed_form_advantage(priors, *, epsilon: float) -> float:
     return float(np.mean(np.where((eta >= pi) & (eta <= 1.0 - pi), gain, 0.0))) if eta.size else math.nan
 
 
+def percentile_rank(n: int, q: float) -> int:
+    """0-based rank of the q-th percentile among n sorted values: ceil(q n / 100) - 1, at least 0 (no interpolation)."""
+    return max(int(math.ceil(q * n / 100.0)), 1) - 1
+
+
 def exact_percentile(values, q: float) -> float:
     """Order statistic x_(ceil(q n / 100)) of the sorted values (inverted empirical CDF); keeps +-inf."""
     x = np.asarray(values, dtype=np.float64).ravel()
@@ -57,7 +62,7 @@ def exact_percentile(values, q: float) -> float:
         return math.nan
     if np.any(np.isnan(x)):
         raise ValueError("values must not contain NaN")
-    rank = max(int(math.ceil(q * x.size / 100.0)), 1) - 1
+    rank = percentile_rank(x.size, q)
     return float(np.partition(x, rank)[rank])
 
 
@@ -170,3 +175,72 @@ def summarize(posteriors: Posteriors, priors, labels, *, mechanism: str, epsilon
         share_infinite=means["share_infinite"], **pct,
         cdf_abs_I=empirical_cdf(abs_i),
         cdf_additive=empirical_cdf(additive_advantage(posteriors.posterior, eta)))
+
+
+# Histogram digests of |I|: mergeable per-block summaries from which exact percentiles need only the rows of
+# a few bins. A bin holds the doubles sharing exponent and top 4 mantissa bits (16 bins per octave), so bins are
+# monotone in |I|, 0 is bin 0, +inf is bin INFINITE_BIN alone and NaN lies above it.
+BIN_SHIFT = 48
+INFINITE_BIN = int(np.float64(np.inf).view(np.int64)) >> BIN_SHIFT
+DIGEST_FIELDS = ("bin", "rows", "low", "high", "additive", "realized")
+
+
+def abs_i_bins(abs_i) -> np.ndarray:
+    """Bin of each |I| >= 0: the IEEE-754 bit pattern shifted right by 48 (monotone in |I|)."""
+    return np.ascontiguousarray(abs_i, dtype=np.float64).view(np.int64) >> BIN_SHIFT
+
+
+def bin_digest(abs_i, additive, realized) -> dict[str, np.ndarray]:
+    """Per occupied bin of |I| (ascending): rows, min ``low`` and max ``high`` of |I|, and the sums of the
+    additive and realized advantages (:data:`DIGEST_FIELDS`)."""
+    values = np.sort(np.asarray(abs_i, dtype=np.float64))
+    if not values.size:
+        return merge_bin_digests([])
+    sorted_bins = abs_i_bins(values)
+    starts = np.flatnonzero(np.r_[True, sorted_bins[1:] != sorted_bins[:-1]])
+    ends = np.r_[starts[1:], values.size]
+    bins = sorted_bins[starts]
+    at = np.searchsorted(bins, abs_i_bins(abs_i))
+    return {"bin": bins, "rows": (ends - starts).astype(np.int64), "low": values[starts], "high": values[ends - 1],
+            "additive": np.bincount(at, weights=additive, minlength=bins.size),
+            "realized": np.bincount(at, weights=realized, minlength=bins.size)}
+
+
+def merge_bin_digests(digests) -> dict[str, np.ndarray]:
+    """One digest of the union of the blocks summarized by ``digests`` (bins ascending)."""
+    parts = list(digests)
+    if not parts:
+        return {name: np.zeros(0, np.int64 if name in ("bin", "rows") else np.float64) for name in DIGEST_FIELDS}
+    joined = {name: np.concatenate([part[name] for part in parts]) for name in DIGEST_FIELDS}
+    bins, at = np.unique(joined["bin"], return_inverse=True)
+    low, high = np.full(bins.size, np.inf), np.full(bins.size, -np.inf)
+    np.minimum.at(low, at, joined["low"])
+    np.maximum.at(high, at, joined["high"])
+    return {"bin": bins, "rows": np.bincount(at, weights=joined["rows"], minlength=bins.size).astype(np.int64),
+            "low": low, "high": high, "additive": np.bincount(at, weights=joined["additive"], minlength=bins.size),
+            "realized": np.bincount(at, weights=joined["realized"], minlength=bins.size)}
+
+
+def digest_percentiles(digest: dict[str, np.ndarray]) -> dict[float, float | tuple[int, int]]:
+    """Per q of :data:`PERCENTILES`: the exact percentile of |I| when its bin holds a single value (min = max,
+    e.g. RR or +inf), else (index of the bin in the digest, 0-based rank of the percentile among that bin's
+    values in ascending order) for an exact selection inside the bin.
+
+    Raises:
+        ValueError: when the digest holds NaN or no rows.
+    """
+    if digest["bin"].size and digest["bin"][-1] > INFINITE_BIN:
+        raise ValueError("I: NaN among the values")
+    n = int(digest["rows"].sum())
+    if n == 0:
+        raise ValueError("digest: holds no rows")
+    ends = np.cumsum(digest["rows"])
+    located: dict[float, float | tuple[int, int]] = {}
+    for q in PERCENTILES:
+        rank = percentile_rank(n, q)
+        at = int(np.searchsorted(ends, rank, side="right"))
+        if digest["low"][at] == digest["high"][at]:
+            located[q] = float(digest["low"][at])
+        else:
+            located[q] = (at, rank - int(ends[at] - digest["rows"][at]))
+    return located

@@ -100,3 +100,9 @@ def xxhash64_long(values: np.ndarray, seed) -> np.ndarray:
         h = (h ^ (h >> np.uint64(29))) * _XXH_PRIME_3
         h = h ^ (h >> np.uint64(32))
     return h.view(np.int64)
+
+
+def spark_row_hash(seed: int, purpose: str, row_ids) -> np.ndarray:
+    """Spark SQL ``xxhash64(signed_stream_key(seed, purpose), row_id)`` per row id, as int64."""
+    stream = xxhash64_long(signed_stream_key(seed, purpose), SPARK_HASH_SEED)
+    return xxhash64_long(np.asarray(row_ids), stream)

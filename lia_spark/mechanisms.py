@@ -137,8 +137,7 @@ def bagging_unit_bits(rows: int, rows_per_unit: int = ROWS_PER_BAGGING_UNIT) -> 
 def bagging_keys(row_ids, *, seed: int) -> np.ndarray:
     """Random sort key of every row: Spark's ``xxhash64(stream_key(seed, "mechanism/bagging"), row_id)``
     (see :func:`lia_spark.hashing.xxhash64_long`), as signed int64."""
-    stream = hashing.signed_stream_key(seed, BAGGING_PURPOSE)
-    return hashing.xxhash64_long(np.asarray(row_ids), hashing.xxhash64_long(stream, hashing.SPARK_HASH_SEED))
+    return hashing.spark_row_hash(seed, BAGGING_PURPOSE, row_ids)
 
 
 def bagging_units(keys, *, unit_bits: int) -> np.ndarray:

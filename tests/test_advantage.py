@@ -103,3 +103,68 @@ def test_summarize_llp_and_partial_sums_merge():
     assert merged["share_infinite"] == summary.share_infinite
     assert merged["mean_additive_advantage"] == pytest.approx(summary.mean_additive_advantage, rel=1e-12)
     assert merged["realized_additive_advantage"] == pytest.approx(summary.realized_additive_advantage, rel=1e-12)
+
+
+def _mixed_abs_i(seed: int, n: int) -> np.ndarray:
+    """|I| with ties, zeros, +inf, tiny and huge values, a single-valued stretch (RR-like) and continuous values."""
+    rng = np.random.default_rng(seed)
+    values = np.abs(rng.standard_t(2, n))
+    kinds = rng.integers(0, 6, n)
+    values[kinds == 0] = np.inf
+    values[kinds == 1] = 0.0
+    values[kinds == 2] = 2.0  # one exact value filling a bin
+    values[kinds == 3] = rng.choice([1e-300, 5e-324, 1e300], (kinds == 3).sum())
+    return values
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bin_digest_equals_brute_force_and_merges(seed):
+    """Per bin: counts, min, max and sums equal a plain group-by (sums to 1e-12), in any split of the rows."""
+    abs_i = _mixed_abs_i(seed, 5000)
+    rng = np.random.default_rng(seed + 10)
+    additive, realized = rng.uniform(-0.5, 0.5, abs_i.size), rng.integers(-1, 2, abs_i.size).astype(float)
+    digest = advantage.bin_digest(abs_i, additive, realized)
+    bins = abs_i.view(np.int64) >> 48
+    assert digest["bin"].tolist() == sorted(set(bins.tolist()))
+    for at, b in enumerate(digest["bin"]):
+        inside = bins == b
+        assert digest["rows"][at] == inside.sum()
+        assert digest["low"][at] == abs_i[inside].min() and digest["high"][at] == abs_i[inside].max()
+        assert digest["additive"][at] == pytest.approx(additive[inside].sum(), rel=1e-12, abs=1e-12)
+        assert digest["realized"][at] == realized[inside].sum()
+    # bins are monotone in |I|: every value of a bin lies strictly between its neighbours' values
+    assert (digest["high"][:-1] < digest["low"][1:]).all()
+    assert digest["bin"][-1] == advantage.INFINITE_BIN and digest["low"][-1] == np.inf
+    cuts = np.sort(rng.choice(abs_i.size, 5, replace=False))
+    parts = [advantage.bin_digest(*(a[start:end] for a in (abs_i, additive, realized)))
+             for start, end in zip(np.r_[0, cuts], np.r_[cuts, abs_i.size])]
+    merged = advantage.merge_bin_digests(parts)
+    for name in ("bin", "rows", "low", "high", "realized"):
+        np.testing.assert_array_equal(merged[name], digest[name])
+    np.testing.assert_allclose(merged["additive"], digest["additive"], rtol=1e-12, atol=1e-12)
+    for empty in (advantage.merge_bin_digests([]), advantage.bin_digest(np.zeros(0), np.zeros(0), np.zeros(0))):
+        assert all(empty[name].size == 0 for name in advantage.DIGEST_FIELDS)
+
+
+@pytest.mark.parametrize("seed, n", [(0, 1), (1, 7), (2, 100), (3, 5000), (4, 20011)])
+def test_digest_percentiles_with_in_bin_selection_are_exact(seed, n):
+    """Read off single-valued bins, else ranked inside the bin: equals exact_percentile (bitwise)."""
+    abs_i = _mixed_abs_i(seed, n)
+    digest = advantage.bin_digest(abs_i, np.zeros(n), np.zeros(n))
+    located = advantage.digest_percentiles(digest)
+    for q, where in located.items():
+        if isinstance(where, tuple):
+            at, rank = where
+            inside = np.sort(abs_i[(abs_i >= digest["low"][at]) & (abs_i <= digest["high"][at])])
+            assert inside.size == digest["rows"][at]
+            value = inside[rank]
+        else:
+            value = where
+        assert value == advantage.exact_percentile(abs_i, q), q
+
+
+def test_digest_percentiles_reject_nan_and_empty():
+    with pytest.raises(ValueError, match="NaN"):
+        advantage.digest_percentiles(advantage.bin_digest(np.array([1.0, np.nan]), np.zeros(2), np.zeros(2)))
+    with pytest.raises(ValueError, match="no rows"):
+        advantage.digest_percentiles(advantage.merge_bin_digests([]))

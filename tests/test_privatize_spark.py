@@ -244,52 +244,52 @@ def test_rows_without_prior_are_counted_and_repeated_rows_fail(stage):
         privatize.compute_posteriors(data, priors=repeated, settings=settings, seed=SEED).collect()
 
 
-def _batch(ids, labels, priors):
+def test_bagged_units_pair_sides_in_key_order_from_any_batches():
+    """Pure unit assembly: data and prior rows in any order and batch cuts, some rows without a partner."""
     import pyarrow as pa
 
-    return pa.RecordBatch.from_arrays([pa.array(np.asarray(ids, np.int64)), pa.array(np.asarray(labels, np.int32)),
-                                       pa.array(np.asarray(priors, np.float64))], names=["row_id", "label", "prior"])
-
-
-def test_matched_rows_merge_neighbours_across_batch_boundaries():
-    """Pure stream assembly: data and prior rows in key order, cut into batches at every possible place."""
     rng = np.random.default_rng(5)
     ids = rng.choice(1 << 40, size=400, replace=False).astype(np.int64)
     labels, priors = rng.integers(0, 2, ids.size), rng.uniform(0.01, 0.99, ids.size)
-    has_prior = rng.random(ids.size) < 0.9
-    keys = mechanisms.bagging_keys(ids, seed=SEED)
-    rows = pd.DataFrame({"row_id": np.r_[ids, ids[has_prior]], "label": np.r_[labels, np.full(has_prior.sum(), -1)],
-                         "prior": np.r_[np.full(ids.size, np.nan), priors[has_prior]],
-                         "key": np.r_[keys, keys[has_prior]]})
-    rows = rows.sample(frac=1.0, random_state=1).sort_values("key", kind="stable", ignore_index=True)  # sides in any order
-    order = np.argsort(keys[has_prior], kind="stable")
-    for cut in (1, 2, 3, 50, 1000):
-        batches = [_batch(*rows.iloc[start:start + cut][["row_id", "label", "prior"]].to_numpy().T)
-                   for start in range(0, len(rows), cut)]
-        got = list(privatize.matched_rows(iter(batches), seed=SEED, unit_bits=2, paired=False))
-        merged = {name: np.concatenate([g[name] for g in got]) for name in ("unit", "row_id", "label", "prior")}
-        np.testing.assert_array_equal(merged["row_id"], ids[has_prior][order])
-        np.testing.assert_array_equal(merged["label"], labels[has_prior][order])
-        np.testing.assert_array_equal(merged["prior"], priors[has_prior][order])
-        np.testing.assert_array_equal(merged["unit"], mechanisms.bagging_units(keys[has_prior][order], unit_bits=2))
+    priors[:3] = [0.0, 1.0, 0.5]
+    has_prior, has_data = rng.random(ids.size) < 0.9, rng.random(ids.size) < 0.95
+    sides = pd.DataFrame({"row_id": np.r_[ids[has_data], ids[has_prior]],
+                          "value": np.r_[-1.0 - labels[has_data], priors[has_prior]]}).sample(frac=1.0, random_state=1)
+    both = has_prior & has_data
+    keys = mechanisms.bagging_keys(ids[both], seed=SEED)
+    order = np.argsort(keys, kind="stable")
+    for cut in (1, 3, 1000):
+        batches = [pa.RecordBatch.from_pandas(sides.iloc[start:start + cut], preserve_index=False)
+                   for start in range(0, len(sides), cut)]
+        units = list(privatize.bagged_units(iter(batches), seed=SEED, unit_bits=2))
+        assert [unit for unit, _ in units] == sorted({unit for unit, _ in units})
+        merged = {name: np.concatenate([rows[name] for _, rows in units]) for name in ("row_id", "label", "prior")}
+        np.testing.assert_array_equal(merged["row_id"], ids[both][order])
+        np.testing.assert_array_equal(merged["label"], labels[both][order])
+        np.testing.assert_array_equal(merged["prior"], priors[both][order])
+        np.testing.assert_array_equal(np.concatenate([np.full(rows["row_id"].size, unit) for unit, rows in units]),
+                                      mechanisms.bagging_units(keys[order], unit_bits=2))
 
 
-def test_key_collisions_are_ordered_by_row_id():
-    """Two row ids with one 64-bit key (forced here; real collisions are rare) end up in (key, row_id) order."""
-    rows = {"bag_key": np.array([5, 5, 5, 5, 9]), "row_id": np.array([8, 3, 8, 3, 1]),
-            "label": np.array([-1, 1, 0, -1, 1]), "prior": np.array([0.2, np.nan, np.nan, 0.7, np.nan])}
-    merged = privatize._paired_sides(privatize._in_key_order(rows), paired=False)
-    assert merged["row_id"].tolist() == [3, 8] and merged["label"].tolist() == [1, 0]
-    assert merged["prior"].tolist() == [0.7, 0.2]
+def test_key_order_breaks_collisions_by_row_id_then_side():
+    """Equal 64-bit keys (forced here; real collisions are rare) are ordered by row id, data row first."""
+    keys = np.array([5, 9, 5, 5, 2, 5, 2])
+    ids = np.array([8, 1, 3, 8, 4, 3, 4])
+    is_prior = np.array([True, False, False, False, True, True, False])
+    order = privatize._key_order(keys, ids, is_prior)
+    assert list(zip(keys[order], ids[order], is_prior[order])) == [
+        (2, 4, False), (2, 4, True), (5, 3, False), (5, 3, True), (5, 8, False), (5, 8, True), (9, 1, False)]
+    pairs = privatize._key_order(keys[[0, 3, 4, 6]], ids[[0, 3, 4, 6]], is_prior[[0, 3, 4, 6]])  # runs of two only
+    assert list(zip(ids[[0, 3, 4, 6]][pairs], is_prior[[0, 3, 4, 6]][pairs])) == [(4, False), (4, True), (8, False),
+                                                                                   (8, True)]
 
 
 def test_unit_chunks_hold_whole_bags_and_positions():
-    units = np.repeat([0, 1, 3], [100, 37, 64])
-    stream = ({"unit": units[i:i + 30], "row_id": np.arange(units.size)[i:i + 30]} for i in range(0, units.size, 30))
-    chunks = list(privatize.unit_chunks(stream, chunk_rows=32))
+    units = [(0, {"row_id": np.arange(100)}), (1, {"row_id": np.arange(100, 137)}), (3, {"row_id": np.arange(137, 201)})]
+    chunks = list(privatize.unit_chunks(iter(units), chunk_rows=32))
     assert [(u, first, len(rows["row_id"])) for u, first, rows in chunks] == [
         (0, 0, 32), (0, 32, 32), (0, 64, 32), (0, 96, 4), (1, 0, 32), (1, 32, 5), (3, 0, 32), (3, 32, 32)]
-    assert np.concatenate([rows["row_id"] for *_, rows in chunks]).tolist() == list(range(units.size))
+    assert np.concatenate([rows["row_id"] for *_, rows in chunks]).tolist() == list(range(201))
 
 
 def test_bad_labels_fail_naming_the_row(stage):
@@ -298,3 +298,85 @@ def test_bad_labels_fail_naming_the_row(stage):
     priors = spark.createDataFrame(pd.DataFrame({"row_id": [1, 2, 3], "prior": [0.1, 0.2, 0.3]}))
     with pytest.raises(Exception, match="label: must be 0 or 1, got 2 at row_id 2"):
         privatize.compute_posteriors(data, priors=priors, settings=[privatize.Setting("rr", 1.0, 1)], seed=SEED).collect()
+    labels = spark.createDataFrame(pd.DataFrame({"row_id": [1, 2, 3], "label": [0, 1, 1]}))
+    for bad in (1.5, -0.25, math.nan):
+        priors = spark.createDataFrame(pd.DataFrame({"row_id": [1, 2, 3], "prior": [0.1, 0.2, bad]}))
+        with pytest.raises(Exception, match=r"prior: must be in \[0, 1\], got (1.5|-0.25|NaN|null) at row_id 3"):
+            privatize.compute_posteriors(labels, priors=priors, settings=[privatize.Setting("rr", 1.0, 1)],
+                                         seed=SEED).collect()
+
+
+@pytest.mark.parametrize("partitions, unit_bits", [(1, 0), (5, 3), (8, 5), (200, 12)])
+def test_units_are_placed_whole_on_balanced_partitions(stage, partitions, unit_bits):
+    """Hash partitioning on the partition codes puts unit u exactly on partition u n div 2^b."""
+    from pyspark.sql import functions as F
+
+    spark = stage["spark"]
+    frame = spark.range(4000).select(F.col("id").alias("row_id"))
+    key = privatize.bagging_key(SEED)
+    code = privatize.unit_partitioning(spark, key, unit_bits=unit_bits, partitions=partitions)
+    placed = (frame.repartition(partitions, code)
+              .select(privatize.bagging_unit(key, unit_bits=unit_bits).alias("unit"),
+                      F.spark_partition_id().alias("partition")).distinct().toPandas())
+    np.testing.assert_array_equal(placed["partition"], (placed["unit"].to_numpy(np.int64) * partitions) >> unit_bits)
+    assert placed["unit"].is_unique and len(placed) > min(1 << unit_bits, 4000) // 2
+
+
+def test_worker_written_files_equal_spark_rows_for_any_partitioning(stage, tmp_path):
+    """write_posteriors: the files hold exactly compute_posteriors' rows, whatever the input partitioning; a
+    rerun into the same folder (a retried job) replaces them with identical files and drops attempt leftovers."""
+    import pyarrow.parquet as pq
+
+    spark, source = stage["spark"], stage["input"][["row_id", "label", "prior"]].iloc[:5000]
+    settings = [privatize.Setting("rr", 2.0, 1), privatize.Setting("llp", math.nan, 8),
+                privatize.Setting("llp_laplace", 1.0, 64)]
+    expected = (privatize.compute_posteriors(spark.createDataFrame(source), settings=settings, seed=SEED, unit_bits=2)
+                .toPandas().sort_values(["mechanism", "row_id"], ignore_index=True))
+    digests = []
+    for partitions in (1, 3):
+        data = spark.createDataFrame(source[["row_id", "label"]]).repartition(partitions)
+        priors = spark.createDataFrame(source[["row_id", "prior"]].iloc[::-1]).repartition(partitions + 1)
+        (tmp_path / "rows").mkdir(exist_ok=True)
+        (tmp_path / "rows" / ".part-00000.parquet.attempt-7").write_bytes(b"partial")
+        digests.append(privatize.write_posteriors(data, priors=priors, output_dir=str(tmp_path), settings=settings,
+                                                  seed=SEED, unit_bits=2, sample_fraction=0.1))
+        names = sorted(os.listdir(tmp_path / "rows"))
+        assert names == [f"part-{p:05d}.parquet" for p in range(4)]
+        written = pq.read_table(tmp_path / "rows").to_pandas().sort_values(["mechanism", "row_id"], ignore_index=True)
+        pd.testing.assert_frame_equal(written, expected, check_exact=True, check_dtype=False)
+        sample = pd.read_parquet(tmp_path / "_plot_sample")
+        kept = privatize.plot_sample_mask(source["row_id"].to_numpy(), fraction=0.1, seed=SEED)
+        assert sorted(sample["row_id"]) == sorted(np.repeat(source["row_id"].to_numpy()[kept], len(settings)))
+    keys = [*privatize.SETTING_KEYS, "bin"]
+    first, second = (d.sort_values(keys, ignore_index=True) for d in digests)
+    pd.testing.assert_frame_equal(first.drop(columns="additive"), second.drop(columns="additive"), check_exact=True)
+    np.testing.assert_allclose(first["additive"], second["additive"], rtol=1e-12, atol=1e-12)
+    units = first[first["mechanism"] == privatize.UNIT_ROWS]
+    assert units["rows"].sum() == len(source) and units["bin"].tolist() == [0, 1, 2, 3]
+    with pytest.raises(OSError, match="run.output_dir: the Python workers wrote 15001 result rows"):
+        privatize.check_result_files(str(tmp_path / "rows"), expected=15001)
+
+
+def test_plot_sample_mask_keeps_the_fraction_on_hashed_ids():
+    ids = make_row_id(np.ones(200_000, dtype=np.int32), np.arange(200_000))
+    kept = privatize.plot_sample_mask(ids, fraction=0.01, seed=SEED)
+    assert abs(kept.mean() - 0.01) < 5 * math.sqrt(0.01 * 0.99 / ids.size)
+    assert privatize.plot_sample_mask(ids, fraction=1.0, seed=SEED).all()
+    np.testing.assert_array_equal(kept, privatize.plot_sample_mask(ids[::-1], fraction=0.01, seed=SEED)[::-1])
+    with pytest.raises(ValueError, match="fraction: must be in"):
+        privatize.plot_sample_mask(ids, fraction=0.0, seed=SEED)
+
+
+def test_stage_without_rows_keeps_summaries_only(stage, tmp_path):
+    config = config_from_dict({
+        "run": {"output_dir": str(tmp_path), "seed": SEED},
+        "data": {"parquet_path": str(stage["out"] / "data")},
+        "mechanisms": {"day": 1, "names": ["rr", "llp"], "epsilons": [1.0], "bag_sizes": [8], "write_rows": False,
+                       "plot_sample_rows": 100, "prior_path": str(stage["out"] / "truth")},
+    })
+    result = privatize.run_posteriors(stage["spark"], config)
+    assert not result.rows_written and result.input_rows == ROWS
+    listed = sorted(name for name in os.listdir(tmp_path / "posteriors") if not name.endswith(".crc"))
+    assert listed == ["_LIA_COMPLETE", "plots", "summary", "summary.csv"]
+    summary = pd.read_csv(tmp_path / "posteriors" / "summary.csv")
+    assert summary["rows"].tolist() == [ROWS, ROWS]

@@ -6,37 +6,41 @@ and one shuffle:
 
 - Keys in Spark SQL (no Python round trip): every data row and every prior row gets the bagging key
   ``xxhash64(stream, row_id)`` and its unit (the key's top bits, :func:`lia_spark.mechanisms.bagging_units`).
-- One shuffle: the union of data rows (row_id, label) and prior rows (row_id, prior) is range-partitioned by
-  unit and sorted by (unit, key, row_id, side) inside partitions, so each unit lies whole in one partition, in
-  the random order of :func:`lia_spark.mechanisms.assign_bags`, with a row's label and prior side by side (the
-  join is a merge of neighbours, done in the Python worker; rows without a prior are counted, not bagged).
-- One ``mapInArrow`` pass streams each partition: rows at position p of unit u are in bag
-  ``u * 2^40 + p div k`` for every k; chunks cut at multiples of lcm(k) hold whole bags of every size, so every
-  bagged setting and every RR setting runs vectorized on each chunk and memory stays flat. All bags hold
-  exactly k rows except at most one remainder bag per unit (SPEC 2: per independent bagging unit).
+- One shuffle of narrow rows (row_id, value): data rows carry -1 - label, prior rows the prior. Hash
+  partitioning on a per-unit code puts each bagging unit whole into its own partition (:func:`bagging_order`,
+  no range sampling, no Spark sort).
+- One ``mapInArrow`` pass per unit (:func:`bagged_units`): the worker sorts the unit by (key, row_id) in
+  numpy (the random order of :func:`lia_spark.mechanisms.assign_bags`) and pairs each label with its prior,
+  its neighbour after the sort (rows without a prior are counted, not bagged). Rows at position p of unit u
+  are in bag ``u * 2^40 + p div k`` for every k; chunks cut at multiples of lcm(k) hold whole bags of every
+  size, so every bagged and every RR setting runs vectorized on each chunk. All bags hold exactly k rows
+  except at most one remainder bag per unit (SPEC 2: per independent bagging unit). Memory is one unit
+  (about mechanisms.rows_per_bagging_unit rows) plus one Parquet row group.
+- The stage's workers write the per-row results themselves (pyarrow, one file per partition, committed by
+  rename, :func:`write_posteriors`) with a plot sample, and return only a digest: per setting and histogram
+  bin of |I| the rows, min, max and advantage sums, and the rows per unit. Summaries come from the digest;
+  a percentile whose bin holds several values is picked exactly by a second, narrow pass over just that bin
+  (:func:`summarize_digest`): exact order statistics, infinities kept, no sort of all rows.
 - Noise is keyed on (setting seed, bag id or row id); a setting's seed is derived from the run seed and the
   setting's name, so settings draw independent noise. Nothing depends on partitions, executors or retries.
-- Summaries: one aggregation into histogram bins of |I| per setting, then an exact rank selection inside the
-  few bins holding a wanted percentile (:func:`summarize_rows`): percentiles are exact order statistics,
-  infinities stay infinite, and no sort of all rows is needed.
-- Labels other than 0/1 fail the job naming the row; a row id repeated on one side fails naming the id; data
-  rows without a prior are counted (``rows_without_prior``) and left out.
+- Labels other than 0/1 and priors outside [0, 1] fail the job naming the row; a row id repeated on one side
+  fails naming the id; data rows without a prior are counted (``rows_without_prior``) and left out.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-import itertools
 import logging
 import math
 import os
+import shutil
 import time
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -53,13 +57,6 @@ SETTING_KEYS = ["mechanism", "epsilon", "bag_size"]
 ROWS_PER_CALL = 65_536  # input rows per chunk, at most ...
 OUTPUT_ROWS_PER_CALL = 1 << 19  # ... and about this many output rows (input rows x settings)
 _LOCAL_WRITES = "posteriors writes its CSV and plots"
-PRIOR_ROW = -1  # label value marking a prior row in the bagging order
-
-ORDERED_SCHEMA = StructType([
-    StructField("row_id", LongType(), False),
-    StructField("label", IntegerType(), False),  # PRIOR_ROW (-1) on prior rows
-    StructField("prior", DoubleType(), False),  # NaN on data rows
-])
 ROW_SCHEMA = StructType([
     StructField("row_id", LongType(), False),
     StructField("mechanism", StringType(), False),
@@ -75,6 +72,25 @@ ROW_SCHEMA = StructType([
     StructField("realized_advantage", DoubleType(), False),
 ])
 ARROW_ROW_SCHEMA = to_arrow_schema(ROW_SCHEMA)
+PLOT_COLUMNS = ["row_id", *SETTING_KEYS, "prior", "posterior", "I", "additive_advantage"]
+ARROW_PLOT_SCHEMA = pa.schema([ARROW_ROW_SCHEMA.field(name) for name in PLOT_COLUMNS])
+PLOT_SAMPLE_PURPOSE = "posteriors:plot_sample"
+UNIT_ROWS = "bagging_unit"  # digest rows holding the rows of one bagging unit (bin = the unit)
+DIGEST_SCHEMA = StructType([
+    StructField("mechanism", StringType(), False),  # or UNIT_ROWS
+    StructField("epsilon", DoubleType(), False),
+    StructField("bag_size", IntegerType(), False),
+    StructField("bin", LongType(), False),  # lia_spark.advantage.abs_i_bins
+    StructField("rows", LongType(), False),
+    StructField("low", DoubleType(), False),  # min |I| in the bin
+    StructField("high", DoubleType(), False),  # max |I| in the bin
+    StructField("additive", DoubleType(), False),  # sum of the additive advantages
+    StructField("realized", DoubleType(), False),  # sum of the realized advantages
+])
+ARROW_DIGEST_SCHEMA = to_arrow_schema(DIGEST_SCHEMA)
+ROWS_PER_ROW_GROUP = 1 << 20  # rows per Parquet row group of the worker-written result files (about)
+ARROW_CODECS = {"none": "none", "uncompressed": "none", "snappy": "snappy", "gzip": "gzip", "brotli": "brotli",
+                "lz4": "lz4", "lz4_raw": "lz4", "zstd": "zstd"}  # Spark's Parquet codec names -> pyarrow's
 SUMMARY_COLUMNS = [
     "mechanism", "epsilon", "bag_size", "rows", "mean_additive_advantage", "realized_additive_advantage",
     *(f"abs_I_p{q}" for q in advantage.PERCENTILES), "share_infinite",
@@ -170,112 +186,107 @@ def bagging_unit(key: Column, *, unit_bits: int) -> Column:
     return (F.shiftright(key, 64 - unit_bits) + (1 << (unit_bits - 1))).cast("int")
 
 
-def _checked_labels() -> Column:
-    """The label column, failing the job with a clear error on a value other than 0 or 1."""
-    return F.when(F.col("label").isin(0, 1), F.col("label").cast("int")).otherwise(F.raise_error(F.concat(
-        F.lit("label: must be 0 or 1, got "), F.coalesce(F.col("label").cast("string"), F.lit("null")),
-        F.lit(" at row_id "), F.col("row_id").cast("string")))).alias("label")
+def _checked(column: str, valid: Column, expected: str) -> Column:
+    """``column``, failing the job with a clear error naming the row when ``valid`` is not true."""
+    return F.when(valid, F.col(column)).otherwise(F.raise_error(F.concat(
+        F.lit(f"{column}: must be {expected}, got "), F.coalesce(F.col(column).cast("string"), F.lit("null")),
+        F.lit(" at row_id "), F.col("row_id").cast("string"))))
+
+
+def side_values(rows: DataFrame, priors: DataFrame | None) -> DataFrame:
+    """One row (row_id, value) per side: data rows carry -1 - label (-1 or -2), prior rows the prior in [0, 1]
+    (narrow rows make the shuffle cheap). Labels other than 0/1 and priors outside [0, 1] fail the job naming
+    the row. ``priors=None``: ``rows`` hold both label and prior."""
+    priors = rows if priors is None else priors
+    labels = rows.select("row_id", F.col("label").cast("int"))
+    labels = labels.select("row_id", (-1.0 - _checked("label", F.col("label").isin(0, 1), "0 or 1")).alias("value"))
+    prior = priors.select("row_id", F.col("prior").cast("double"))
+    prior = prior.select("row_id", _checked("prior", F.col("prior").between(0.0, 1.0), "in [0, 1]").alias("value"))
+    return labels.unionByName(prior)
+
+
+def partition_codes(spark: SparkSession, partitions: int) -> list[int]:
+    """Integers c_0..c_{n-1} with pmod(hash(c_p), n) = p: Spark's hash partitioning into n partitions
+    (pmod of the Murmur3 hash, seed 42, as ``hash()``) sends c_p to partition p, so a column of codes places
+    rows exactly (no range sampling pass, no hash collisions)."""
+    found = (spark.range(64 * partitions).select(F.col("id").cast("int").alias("code"))
+             .groupBy(F.expr(f"pmod(hash(code), {partitions})").alias("partition")).agg(F.min("code").alias("code"))
+             .toPandas().set_index("partition")["code"])
+    if len(found) < partitions:
+        raise RuntimeError(f"partitions: no hash code found for all of {partitions} partitions")
+    return [int(found[p]) for p in range(partitions)]
+
+
+def unit_partitioning(spark: SparkSession, key: Column, *, unit_bits: int, partitions: int) -> Column:
+    """Partition code (:func:`partition_codes`) of the bagging unit u of ``key``: partition u n div 2^b, so
+    each unit lies whole in one partition and partitions hold equal numbers of units."""
+    codes = F.array(*(F.lit(code) for code in partition_codes(spark, partitions)))
+    partition = F.shiftright(bagging_unit(key, unit_bits=unit_bits).cast("long") * partitions, unit_bits).cast("int")
+    return F.element_at(codes, partition + 1)
 
 
 def bagging_order(rows: DataFrame, priors: DataFrame | None, *, seed: int, unit_bits: int) -> DataFrame:
-    """Data rows and prior rows (schema :data:`ORDERED_SCHEMA`), range-partitioned by bagging unit (each unit
-    whole in one partition) and sorted by key inside partitions (one long sort key: Spark's radix sort), so a
-    row's label and its prior are neighbours. ``priors=None``: ``rows`` already hold label and prior."""
-    if priors is None:
-        sides = rows.select("row_id", _checked_labels(), F.col("prior").cast("double"))
-    else:
-        sides = (rows.select("row_id", _checked_labels(), F.lit(math.nan).alias("prior"))
-                 .unionByName(priors.select("row_id", F.lit(PRIOR_ROW).alias("label"), F.col("prior").cast("double"))))
-    partitions = min(1 << unit_bits, int(rows.sparkSession.conf.get("spark.sql.shuffle.partitions")))
-    key = bagging_key(seed)  # evaluated on both sides of the shuffle instead of shuffling 8 more bytes per row
-    return sides.repartitionByRange(partitions, bagging_unit(key, unit_bits=unit_bits)).sortWithinPartitions(key)
+    """:func:`side_values` with one partition per bagging unit (:func:`unit_partitioning`), unsorted: the
+    Python worker sorts a unit in memory (:func:`bagged_units`), which is cheaper than Spark's sort. The key
+    is computed on both sides of the shuffle instead of shuffling 8 more bytes per row."""
+    placed = unit_partitioning(rows.sparkSession, bagging_key(seed), unit_bits=unit_bits, partitions=1 << unit_bits)
+    return side_values(rows, priors).repartition(1 << unit_bits, placed)
 
 
-def _start_of_last_run(values: np.ndarray) -> int:
-    """Index where the trailing run of values equal to the last one starts (0 for an empty array)."""
-    if not values.size:
-        return 0
-    differs = np.flatnonzero(values != values[-1])
-    return int(differs[-1]) + 1 if differs.size else 0
+def _key_order(keys: np.ndarray, row_ids: np.ndarray, is_prior: np.ndarray) -> np.ndarray:
+    """Permutation sorting rows by (key, row_id, data row before prior row). A run of equal keys is one row
+    id's two sides, unless 64-bit keys collide or a row id repeats (then a full lexicographic sort)."""
+    order = np.argsort(keys)
+    ordered = keys[order]
+    if (ordered[2:] == ordered[:-2]).any():
+        return np.lexsort((is_prior, row_ids, keys))
+    first = np.flatnonzero(ordered[1:] == ordered[:-1])  # runs of two: put them in (row_id, side) order
+    left, right = order[first], order[first + 1]
+    swap = (row_ids[left] > row_ids[right]) | ((row_ids[left] == row_ids[right]) & is_prior[left] & ~is_prior[right])
+    order[first[swap]], order[first[swap] + 1] = right[swap], left[swap]
+    return order
 
 
-def _in_key_order(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Rows ordered by (key, row_id, data row before prior row). The stream is sorted by key only; a run of
-    equal keys holds one row id (its data row and prior row) unless two row ids collide in the 64-bit key,
-    the only case sorted here."""
-    keys, ids = rows["bag_key"], rows["row_id"]
-    if not ((keys[1:] == keys[:-1]) & (ids[1:] != ids[:-1])).any():
-        return rows
-    order = np.lexsort((rows["label"] == PRIOR_ROW, ids, keys))
-    return {name: values[order] for name, values in rows.items()}
+def bagged_units(batches: Iterator[pa.RecordBatch], *, seed: int, unit_bits: int
+                 ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """(unit, rows (row_id, label, prior) in the order (key, row_id)) for each bagging unit of one partition of
+    :func:`bagging_order`, which holds whole units (buffered here: one unit of about
+    mechanisms.rows_per_bagging_unit rows). Each data row is paired with its prior row; data rows without a
+    prior are left out (and prior rows without data).
 
-
-def _paired_sides(rows: dict[str, np.ndarray], *, paired: bool) -> dict[str, np.ndarray]:
-    """Rows holding both a label and a prior. Unpaired, each row id's data row and prior row are neighbours
-    (in either order) and are merged; rows without a partner are left out. A repeated row id raises."""
-    ids, is_prior = rows["row_id"], rows["label"] == PRIOR_ROW
-    same = ids[1:] == ids[:-1]
-    repeated = same if paired else (same & (is_prior[1:] == is_prior[:-1])) | np.r_[same[1:] & same[:-1], False]
-    if repeated.any():
-        row_id = int(ids[1:][repeated][0])
-        raise ValueError(f"row_id: {row_id} appears more than once in the "
-                         f"{'input' if paired else 'data rows or the prior rows'}")
-    if paired:
-        return rows
-    first = np.flatnonzero(same)
-    data_at = np.where(is_prior[first], first + 1, first)
-    prior_at = 2 * first + 1 - data_at
-    return {"bag_key": rows["bag_key"][data_at], "row_id": ids[data_at], "label": rows["label"][data_at],
-            "prior": rows["prior"][prior_at]}
-
-
-def matched_rows(batches: Iterator[pa.RecordBatch], *, seed: int, unit_bits: int, paired: bool
-                 ) -> Iterator[dict[str, np.ndarray]]:
-    """Rows (unit, row_id, label, prior) holding both a label and a prior, in the order (key, row_id).
-
-    ``batches`` follow :func:`bagging_order`; keys are recomputed from the row ids (cheaper than shipping them).
-    The trailing run of equal keys of a batch is held back until the next batch (the run may continue there).
+    Raises:
+        ValueError: naming a row id that appears twice among the data rows or among the prior rows.
     """
-    carry = {"bag_key": np.zeros(0, np.int64), "row_id": np.zeros(0, np.int64), "label": np.zeros(0, np.int32),
-             "prior": np.zeros(0, np.float64)}
-    for batch in itertools.chain(batches, [None]):
-        if batch is not None:
-            incoming = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in ORDERED_SCHEMA.fieldNames()}
-            incoming["bag_key"] = mechanisms.bagging_keys(incoming["row_id"], seed=seed)
-            rows = {name: np.concatenate((held, incoming[name])) for name, held in carry.items()}
-        else:
-            rows = carry
-        keep = rows["row_id"].size if batch is None else _start_of_last_run(rows["bag_key"])
-        carry = {name: values[keep:] for name, values in rows.items()}
-        if keep:
-            merged = _paired_sides(_in_key_order({name: values[:keep] for name, values in rows.items()}), paired=paired)
-            if merged["row_id"].size:
-                yield {"unit": mechanisms.bagging_units(merged["bag_key"], unit_bits=unit_bits),
-                       "row_id": merged["row_id"], "label": merged["label"], "prior": merged["prior"]}
+    parts = [(batch.column("row_id").to_numpy(), batch.column("value").to_numpy()) for batch in batches]
+    if not parts:
+        return
+    row_ids = np.concatenate([ids for ids, _ in parts])
+    values = np.concatenate([value for _, value in parts])
+    keys = mechanisms.bagging_keys(row_ids, seed=seed)
+    is_prior = values >= 0.0
+    order = _key_order(keys, row_ids, is_prior)
+    row_ids, values, keys, is_prior = row_ids[order], values[order], keys[order], is_prior[order]
+    same = row_ids[1:] == row_ids[:-1]
+    repeated = same & (is_prior[1:] == is_prior[:-1])
+    if repeated.any():
+        raise ValueError(f"row_id: {int(row_ids[1:][repeated][0])} appears more than once in the data rows or "
+                         f"the prior rows")
+    data_at = np.flatnonzero(same)  # the data row; its prior row follows
+    units = mechanisms.bagging_units(keys[data_at], unit_bits=unit_bits)
+    starts = np.flatnonzero(np.r_[True, units[1:] != units[:-1]]) if units.size else units
+    for start, end in zip(starts, np.r_[starts[1:], units.size]):
+        at = data_at[start:end]
+        yield int(units[start]), {"row_id": row_ids[at], "label": (-1.0 - values[at]).astype(np.int32),
+                                  "prior": values[at + 1]}
 
 
-def unit_chunks(matched: Iterator[dict[str, np.ndarray]], *, chunk_rows: int
+def unit_chunks(units: Iterator[tuple[int, dict[str, np.ndarray]]], *, chunk_rows: int
                 ) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
     """(unit, position of the first row inside the unit, rows) in chunks of ``chunk_rows`` rows (a multiple of
     every bag size) or the rest of a unit, so every chunk holds whole bags (a unit's last bag may be short)."""
-    buffer: dict[str, np.ndarray] | None = None
-    position = 0
-    for rows in itertools.chain(matched, [None]):
-        if rows is not None:
-            buffer = rows if buffer is None else {name: np.concatenate((buffer[name], rows[name])) for name in rows}
-        while buffer is not None and buffer["unit"].size:
-            units = buffer["unit"]
-            end = int(np.searchsorted(units, units[0], side="right"))
-            unit_done = rows is None or end < units.size
-            if end >= chunk_rows:
-                take = chunk_rows
-            elif unit_done:
-                take = end
-            else:
-                break
-            yield int(units[0]), position, {name: values[:take] for name, values in buffer.items()}
-            position = 0 if take == end and unit_done else position + take
-            buffer = {name: values[take:] for name, values in buffer.items()}
+    for unit, rows in units:
+        for start in range(0, rows["row_id"].size, chunk_rows):
+            yield unit, start, {name: values[start:start + chunk_rows] for name, values in rows.items()}
 
 
 # ------------------------------------------------------------------------------------------ posteriors
@@ -302,9 +313,9 @@ def _row_batch(setting: Setting, rows: dict[str, np.ndarray], bag_ids: np.ndarra
 
 
 def chunk_posteriors(unit: int, first_position: int, rows: dict[str, np.ndarray], settings: Sequence[Setting],
-                     seed: int) -> Iterator[pa.RecordBatch]:
+                     seed: int) -> Iterator[tuple[Setting, pa.RecordBatch]]:
     """Every setting on one chunk of a unit (rows at positions first_position.. inside unit ``unit``, whole bags
-    of every bagged size): bag of a row = :func:`lia_spark.mechanisms.unit_bag_ids`; one batch per setting."""
+    of every bagged size): bag of a row = :func:`lia_spark.mechanisms.unit_bag_ids`; (setting, its batch)."""
     labels, priors = rows["label"].astype(np.int64), rows["prior"]
     positions = first_position + np.arange(labels.size, dtype=np.int64)
     for k in sorted({s.bag_size for s in settings if s.mechanism in BAGGED_MECHANISMS}):
@@ -322,19 +333,160 @@ def chunk_posteriors(unit: int, first_position: int, rows: dict[str, np.ndarray]
             else:
                 clipped, released = mechanisms.geometric_release(sums, bag_sizes, bag_ids, epsilon=eps, seed=noise_seed)
                 result = posteriors.llp_geometric_bags(priors, bag_sizes, clipped, epsilon=eps)
-            yield _row_batch(setting, rows, row_bags, np.repeat(released, bag_sizes), result)
+            yield setting, _row_batch(setting, rows, row_bags, np.repeat(released, bag_sizes), result)
     for setting in (s for s in settings if s.mechanism == "rr"):
         released = mechanisms.rr_release(labels, rows["row_id"], epsilon=setting.epsilon,
                                          seed=setting_seed(seed, setting))
-        yield _row_batch(setting, rows, None, released, posteriors.rr(priors, released, epsilon=setting.epsilon))
+        yield setting, _row_batch(setting, rows, None, released, posteriors.rr(priors, released, epsilon=setting.epsilon))
 
 
-def _stream_posteriors(batches: Iterator[pa.RecordBatch], *, settings: Sequence[Setting], seed: int, unit_bits: int,
-                       paired: bool, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+@dataclasses.dataclass(frozen=True)
+class PassPlan:
+    """What the one-shuffle pass needs in its Python workers (pickled with the mapInArrow body)."""
+
+    settings: tuple[Setting, ...]
+    seed: int
+    unit_bits: int
+    chunk_rows: int
+
+    def chunks(self, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
+        """(unit, first position, rows) of whole bags from a partition of :func:`bagging_order`."""
+        units = bagged_units(batches, seed=self.seed, unit_bits=self.unit_bits)
+        return unit_chunks(units, chunk_rows=self.chunk_rows)
+
+
+def _stream_posteriors(batches: Iterator[pa.RecordBatch], *, plan: PassPlan) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: match labels with priors, cut units into chunks, run every setting on each chunk."""
-    matched = matched_rows(batches, seed=seed, unit_bits=unit_bits, paired=paired)
-    for unit, first_position, rows in unit_chunks(matched, chunk_rows=chunk_rows):
-        yield from chunk_posteriors(unit, first_position, rows, settings, seed)
+    for unit, first_position, rows in plan.chunks(batches):
+        for _, batch in chunk_posteriors(unit, first_position, rows, plan.settings, plan.seed):
+            yield batch
+
+
+class _DigestAccumulator:
+    """Per-setting histogram digests of |I| (:func:`lia_spark.advantage.bin_digest`), merged as they pile up so
+    memory stays bounded by settings x occupied bins."""
+
+    MERGE_EVERY = 64
+
+    def __init__(self) -> None:
+        self.parts: dict[str, tuple[Setting, list[dict[str, np.ndarray]]]] = {}  # by name: NaN epsilons
+
+    def add(self, setting: Setting, batch: pa.RecordBatch) -> None:
+        _, parts = self.parts.setdefault(setting.name, (setting, []))
+        parts.append(advantage.bin_digest(np.abs(batch.column("I").to_numpy()),
+                                          batch.column("additive_advantage").to_numpy(),
+                                          batch.column("realized_advantage").to_numpy()))
+        if len(parts) >= self.MERGE_EVERY:
+            parts[:] = [advantage.merge_bin_digests(parts)]
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """One batch of :data:`DIGEST_SCHEMA` rows per setting."""
+        for setting, parts in self.parts.values():
+            digest = advantage.merge_bin_digests(parts)
+            yield _digest_batch(setting.mechanism, setting.epsilon, setting.bag_size, digest)
+
+
+def _digest_batch(mechanism: str, epsilon: float, bag_size: int, digest: dict[str, np.ndarray]) -> pa.RecordBatch:
+    n = digest["bin"].size
+    return pa.RecordBatch.from_arrays([
+        pa.repeat(mechanism, n), pa.array(np.full(n, epsilon)), pa.array(np.full(n, bag_size, dtype=np.int32)),
+        *(pa.array(digest[name]) for name in advantage.DIGEST_FIELDS)], schema=ARROW_DIGEST_SCHEMA)
+
+
+class RowGroupWriter:
+    """Parquet file of result rows written batch by batch (pyarrow), in row groups of about
+    :data:`ROWS_PER_ROW_GROUP` rows; dictionary encoding only for the few-valued setting columns."""
+
+    def __init__(self, path: str, schema: pa.Schema, codec: str) -> None:
+        import pyarrow.parquet as pq
+
+        dictionary = [name for name in SETTING_KEYS if name in schema.names]
+        self.schema = schema
+        self.writer = pq.ParquetWriter(path, schema, compression=codec, use_dictionary=dictionary)
+        self.pending: list[pa.RecordBatch] = []
+        self.pending_rows = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        self.pending.append(batch)
+        self.pending_rows += batch.num_rows
+        if self.pending_rows >= ROWS_PER_ROW_GROUP:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.pending:
+            self.writer.write_table(pa.Table.from_batches(self.pending, self.schema),
+                                    row_group_size=2 * ROWS_PER_ROW_GROUP)
+        self.pending, self.pending_rows = [], 0
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
+
+
+@contextlib.contextmanager
+def _task_parquet(directory: str, schema: pa.Schema, codec: str) -> Iterator[RowGroupWriter]:
+    """A :class:`RowGroupWriter` for ``directory/part-<partition>.parquet`` of the running Spark task, written
+    under a hidden name (readers skip it) and renamed when complete. The content depends only on the
+    partition, so a retried or speculative attempt renames an identical file over it."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    name = f"part-{context.partitionId():05d}.parquet"
+    temporary = os.path.join(directory, f".{name}.attempt-{context.taskAttemptId()}")
+    os.makedirs(directory, exist_ok=True)
+    writer = RowGroupWriter(temporary, schema, codec)
+    try:
+        yield writer
+    finally:
+        writer.close()  # a failed attempt leaves a hidden file, removed by the driver (check_result_files)
+    os.replace(temporary, os.path.join(directory, name))
+
+
+@dataclasses.dataclass(frozen=True)
+class ResultFiles:
+    """Where the Python workers write: the per-row results, the plot sample (``sample_fraction`` of the rows,
+    :func:`plot_sample_mask`) and the Parquet codec."""
+
+    rows_dir: str
+    sample_dir: str
+    sample_fraction: float
+    codec: str
+
+
+def _write_rows_and_digest(batches: Iterator[pa.RecordBatch], *, plan: PassPlan, files: ResultFiles
+                           ) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of the stage: the rows of :func:`_stream_posteriors` go to ``files.rows_dir`` and the
+    plot sample to ``files.sample_dir`` (one file per partition, :func:`_task_parquet`); Spark gets back only
+    their digest (:data:`DIGEST_SCHEMA`): per setting and bin of |I| (:func:`lia_spark.advantage.bin_digest`)
+    plus the rows per bagging unit."""
+    digests, unit_rows, sample = _DigestAccumulator(), {}, []
+    with _task_parquet(files.rows_dir, ARROW_ROW_SCHEMA, files.codec) as writer:
+        for unit, first_position, rows in plan.chunks(batches):
+            unit_rows[unit] = first_position + rows["row_id"].size
+            sampled = pa.array(plot_sample_mask(rows["row_id"], fraction=files.sample_fraction, seed=plan.seed))
+            for setting, batch in chunk_posteriors(unit, first_position, rows, plan.settings, plan.seed):
+                digests.add(setting, batch)
+                writer.add(batch)
+                sample.append(batch.select(PLOT_COLUMNS).filter(sampled))
+    with _task_parquet(files.sample_dir, ARROW_PLOT_SCHEMA, files.codec) as writer:
+        for batch in sample:
+            writer.add(batch)
+    yield from digests.batches()
+    if unit_rows:
+        units = np.fromiter(unit_rows, np.int64, len(unit_rows))
+        sizes = {"bin": units, "rows": np.fromiter(unit_rows.values(), np.int64, len(unit_rows))}
+        yield _digest_batch(UNIT_ROWS, math.nan, 0, {**{name: np.zeros(units.size) for name in advantage.DIGEST_FIELDS},
+                                                    **sizes})
+
+
+def _one_pass(rows: DataFrame, priors: DataFrame | None, *, settings: Sequence[Setting], seed: int, unit_bits: int,
+              bags_per_group: int) -> tuple[DataFrame, PassPlan]:
+    """(:func:`bagging_order` of the rows, the plan of the pass over it)."""
+    if not settings:
+        raise ValueError(f"settings: must hold at least one setting, got {settings!r}")
+    chunk_rows = rows_per_call([s.bag_size for s in settings], settings=len(settings), bags_per_group=bags_per_group)
+    plan = PassPlan(settings=tuple(settings), seed=seed, unit_bits=unit_bits, chunk_rows=chunk_rows)
+    return bagging_order(rows, priors, seed=seed, unit_bits=unit_bits), plan
 
 
 def compute_posteriors(rows: DataFrame, *, settings: Sequence[Setting], seed: int, priors: DataFrame | None = None,
@@ -349,139 +501,206 @@ def compute_posteriors(rows: DataFrame, *, settings: Sequence[Setting], seed: in
         unit_bits: 2^unit_bits independent bagging units (:func:`lia_spark.mechanisms.bagging_unit_bits`).
         bags_per_group: bags of the largest size per chunk (0 = automatic, see :func:`rows_per_call`).
     """
-    if not settings:
-        raise ValueError(f"settings: must hold at least one setting, got {settings!r}")
-    chunk_rows = rows_per_call([s.bag_size for s in settings], settings=len(settings), bags_per_group=bags_per_group)
-    body = functools.partial(_stream_posteriors, settings=tuple(settings), seed=seed, unit_bits=unit_bits,
-                             paired=priors is None, chunk_rows=chunk_rows)
-    return bagging_order(rows, priors, seed=seed, unit_bits=unit_bits).mapInArrow(body, ROW_SCHEMA)
+    ordered, plan = _one_pass(rows, priors, settings=settings, seed=seed, unit_bits=unit_bits,
+                              bags_per_group=bags_per_group)
+    return ordered.mapInArrow(functools.partial(_stream_posteriors, plan=plan), ROW_SCHEMA)
 
 
-def posterior_rows(spark: SparkSession, config: Config) -> tuple[DataFrame, int, int]:
-    """(per-row results of every setting of the grid for config.mechanisms.day, data rows of the day,
-    bagging unit bits): counts the day's data and prior rows, picks the units, plans the one-shuffle pass."""
-    section = config.mechanisms
+def write_posteriors(rows: DataFrame, *, output_dir: str, settings: Sequence[Setting], seed: int,
+                     priors: DataFrame | None = None, unit_bits: int = 0, bags_per_group: int = 0,
+                     sample_fraction: float = 1.0) -> pd.DataFrame:
+    """The rows of :func:`compute_posteriors`, written by the Python workers as Parquet files to
+    ``output_dir/rows`` and a plot sample (:func:`plot_sample_mask`) to ``output_dir/_plot_sample``
+    (``output_dir`` is a local path every executor and the driver see alike), and their digest
+    (:data:`DIGEST_SCHEMA`, summed over partitions): per setting and bin of |I| the rows, min, max and
+    advantage sums, and the rows per bagging unit (mechanism :data:`UNIT_ROWS`, bin = unit). Other arguments
+    as :func:`compute_posteriors`.
+
+    Raises:
+        OSError: naming run.output_dir when the driver does not see every row the workers wrote.
+    """
+    ordered, plan = _one_pass(rows, priors, settings=settings, seed=seed, unit_bits=unit_bits,
+                              bags_per_group=bags_per_group)
+    codec = ARROW_CODECS.get(rows.sparkSession.conf.get("spark.sql.parquet.compression.codec", "zstd"), "zstd")
+    files = ResultFiles(rows_dir=os.path.join(output_dir, "rows"), sample_dir=os.path.join(output_dir, "_plot_sample"),
+                        sample_fraction=sample_fraction, codec=codec)
+    body = functools.partial(_write_rows_and_digest, plan=plan, files=files)
+    digest = (ordered.mapInArrow(body, DIGEST_SCHEMA).groupBy(*SETTING_KEYS, "bin")
+              .agg(F.sum("rows").alias("rows"), F.min("low").alias("low"), F.max("high").alias("high"),
+                   F.sum("additive").alias("additive"), F.sum("realized").alias("realized"))
+              .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
+              .toPandas())
+    _committed_rows(files.sample_dir)
+    check_result_files(files.rows_dir, expected=int(digest.loc[digest["mechanism"] == UNIT_ROWS, "rows"].sum())
+                       * len(settings))
+    return digest
+
+
+def check_result_files(directory: str, *, expected: int) -> None:
+    """Fail unless the driver sees ``expected`` rows in the files the Python workers committed to ``directory``.
+
+    Raises:
+        OSError: naming run.output_dir (workers writing to disks the driver does not see).
+    """
+    found = _committed_rows(directory)
+    if found != expected:
+        raise OSError(f"run.output_dir: the Python workers wrote {expected} result rows to {directory}, but the "
+                      f"driver sees {found}; posteriors needs an output_dir at the same path on every node (local "
+                      f"mode or a shared mount)")
+
+
+def _committed_rows(directory: str) -> int:
+    """Rows in the files :func:`_task_parquet` committed to ``directory``; hidden leftovers of failed attempts
+    are removed."""
+    import pyarrow.parquet as pq
+
+    names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+    for name in (name for name in names if name.startswith(".")):
+        os.remove(os.path.join(directory, name))
+    return sum(pq.ParquetFile(os.path.join(directory, name)).metadata.num_rows for name in names
+               if not name.startswith("."))
+
+
+@dataclasses.dataclass(frozen=True)
+class PosteriorInput:
+    """One day's data rows (row_id, label) and prior rows (row_id, prior), their counts and bagging units."""
+
+    data: DataFrame
+    priors: DataFrame
+    data_rows: int
+    prior_rows: int
+    unit_bits: int
+
+
+def posterior_input(spark: SparkSession, config: Config) -> PosteriorInput:
+    """The input of config.mechanisms.day: counts both sides and picks the bagging units
+    (:func:`lia_spark.mechanisms.bagging_unit_bits` of the smaller count)."""
     spark.sparkContext.setJobDescription("posteriors: count rows and priors")
     data, priors = load_input(spark, config)
-    data_rows = data.count()
-    unit_bits = mechanisms.bagging_unit_bits(min(data_rows, priors.count()), section.rows_per_bagging_unit)
-    rows = compute_posteriors(data, priors=priors, settings=settings_grid(section), seed=config.run.seed,
-                              unit_bits=unit_bits, bags_per_group=section.bags_per_group)
-    return rows, data_rows, unit_bits
+    data_rows, prior_rows = data.count(), priors.count()
+    unit_bits = mechanisms.bagging_unit_bits(min(data_rows, prior_rows), config.mechanisms.rows_per_bagging_unit)
+    return PosteriorInput(data, priors, data_rows, prior_rows, unit_bits)
 
 
 # ------------------------------------------------------------------------------------------ summaries
 
 
-def percentile_rank(n: int, q: float) -> int:
-    """0-based rank of the q-th percentile among n sorted values: ceil(q n / 100) - 1, at least 0, the
-    order statistic of :func:`lia_spark.advantage.exact_percentile` (no interpolation, so inf stays inf)."""
-    return max(int(math.ceil(q / 100.0 * n)), 1) - 1
+def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows_dir: str) -> pd.DataFrame:
+    """One row per setting with the columns :data:`SUMMARY_COLUMNS`, from the digest of
+    :func:`write_posteriors` and the result files it wrote to ``rows_dir``.
 
-
-BINS_PER_OCTAVE = 16
-_ZERO_BIN, _INFINITE_BIN, _NAN_BIN = -(1 << 20), 1 << 20, (1 << 20) + 1
-
-
-def _abs_i_bin(abs_i: Column) -> Column:
-    """Histogram bin of |I|, monotone in |I|: floor(16 log2 |I|), with 0, +inf and NaN in their own bins."""
-    return (F.when(F.isnan(abs_i), F.lit(_NAN_BIN)).when(abs_i == 0.0, F.lit(_ZERO_BIN))
-            .when(abs_i == math.inf, F.lit(_INFINITE_BIN))
-            .otherwise(F.floor(F.log2(abs_i) * BINS_PER_OCTAVE)).cast("int"))
-
-
-def summarize_rows(rows: DataFrame) -> pd.DataFrame:
-    """One row per setting with the columns :data:`SUMMARY_COLUMNS` (exact percentiles of |I|).
-
-    Exact order statistics at :func:`percentile_rank` without sorting all rows: one aggregation gives counts,
-    min, max and advantage sums per (setting, bin of |I|) (bins monotone in |I|); a wanted rank falls in a
-    known bin, whose value is known when min = max (e.g. RR, +-inf) and is otherwise picked by a window
-    ``row_number`` over the rows of that bin only. Means are sums over bins divided by the row count.
+    Means are digest sums over rows. Percentiles of |I| are exact order statistics
+    (:func:`lia_spark.advantage.digest_percentiles`): read off a bin holding one value (RR, +inf), else
+    selected by a window ``row_number`` over only the rows of that bin (bins are monotone in |I|, so the bin
+    is exactly the rows with low <= |I| <= high).
     """
-    spark = rows.sparkSession
-    abs_i = F.abs(F.col("I"))
-    spark.sparkContext.setJobDescription("posteriors: histogram of |I| per setting")
-    bins = (rows.select(*SETTING_KEYS, abs_i.alias("abs_I"), "additive_advantage", "realized_advantage")
-            .groupBy(*SETTING_KEYS, _abs_i_bin(F.col("abs_I")).alias("bin"))
-            .agg(F.count(F.lit(1)).alias("rows"), F.min("abs_I").alias("low"), F.max("abs_I").alias("high"),
-                 F.sum("additive_advantage").alias("additive"), F.sum("realized_advantage").alias("realized"))
-            .toPandas())
-    bins = bins.sort_values([*SETTING_KEYS, "bin"], ignore_index=True)
     records, wanted = [], []
-    for (mechanism, epsilon, bag_size), cell in bins.groupby(SETTING_KEYS, sort=False, dropna=False):
-        if (cell["bin"] == _NAN_BIN).any():
-            raise ValueError(f"I: NaN in setting {Setting(mechanism, epsilon, int(bag_size)).name}")
-        n = int(cell["rows"].sum())
-        record = {"mechanism": mechanism, "epsilon": epsilon, "bag_size": int(bag_size), "rows": n,
-                  "mean_additive_advantage": cell["additive"].sum() / n,
-                  "realized_additive_advantage": cell["realized"].sum() / n,
-                  "share_infinite": int(cell.loc[cell["bin"] == _INFINITE_BIN, "rows"].sum()) / n}
-        ends = cell["rows"].cumsum().to_numpy()
-        for q in advantage.PERCENTILES:
-            rank = percentile_rank(n, q)
-            at = int(np.searchsorted(ends, rank, side="right"))
-            if cell["low"].iloc[at] == cell["high"].iloc[at]:
-                record[f"abs_I_p{q}"] = float(cell["low"].iloc[at])
+    cells = digest[digest["mechanism"] != UNIT_ROWS].sort_values([*SETTING_KEYS, "bin"], ignore_index=True)
+    for (mechanism, epsilon, bag_size), cell in cells.groupby(SETTING_KEYS, sort=False, dropna=False):
+        setting = Setting(mechanism, float(epsilon), int(bag_size))
+        columns = {name: cell[name].to_numpy() for name in advantage.DIGEST_FIELDS}
+        try:
+            located = advantage.digest_percentiles(columns)
+        except ValueError as error:
+            raise ValueError(f"{error} in setting {setting.name}") from None
+        n = int(columns["rows"].sum())
+        record = {"mechanism": mechanism, "epsilon": setting.epsilon, "bag_size": setting.bag_size, "rows": n,
+                  "mean_additive_advantage": columns["additive"].sum() / n,
+                  "realized_additive_advantage": columns["realized"].sum() / n,
+                  "share_infinite": int(columns["rows"][columns["bin"] == advantage.INFINITE_BIN].sum()) / n}
+        for q, where in located.items():
+            if isinstance(where, tuple):
+                at, rank = where
+                wanted.append((setting, float(columns["low"][at]), float(columns["high"][at]), rank, q, len(records)))
             else:
-                wanted.append((mechanism, epsilon, int(bag_size), int(cell["bin"].iloc[at]),
-                               rank - int(ends[at] - cell["rows"].iloc[at]), q, len(records)))
+                record[f"abs_I_p{q}"] = where
         records.append(record)
-    if wanted:
-        for (*_, q, index), value in zip(wanted, _ranks_in_bins(rows, wanted)):
-            records[index][f"abs_I_p{q}"] = value
+    files = [os.path.join(rows_dir, name) for name in sorted(os.listdir(rows_dir)) if name.endswith(".parquet")]
+    for (*_, q, index), value in zip(wanted, _values_at_ranks(spark, files, wanted)):
+        records[index][f"abs_I_p{q}"] = value
     stats = pd.DataFrame(records, columns=SUMMARY_COLUMNS)
     stats["bag_size"] = stats["bag_size"].astype("int32")
     return stats.sort_values(SETTING_KEYS, ignore_index=True)
 
 
-def _ranks_in_bins(rows: DataFrame, wanted: list[tuple]) -> list[float]:
-    """|I| at (setting, bin, rank inside the bin) for each wanted tuple: a window row_number over those bins."""
-    spark = rows.sparkSession
+def _values_at_ranks(spark: SparkSession, files: Sequence[str], wanted: list[tuple]) -> list[float]:
+    """|I| at rank r among the rows of a setting with low <= |I| <= high, per wanted (setting, low, high, r, ...).
+
+    Python tasks read the result files (pyarrow: the setting columns and I) and return only the rows inside
+    those ranges; one window ``row_number`` over them picks the ranks."""
+    if not wanted:
+        return []
     spark.sparkContext.setJobDescription("posteriors: exact order statistics of |I| inside histogram bins")
-    targets = (spark.createDataFrame(pd.DataFrame([w[:5] for w in wanted], columns=[*SETTING_KEYS, "bin", "rank"]),
-                                     "mechanism string, epsilon double, bag_size int, bin int, rank long")
-               .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan))))  # Arrow turns NaN into null
-    keys = [*SETTING_KEYS, "bin"]
-    in_bins = (rows.select(*SETTING_KEYS, F.abs(F.col("I")).alias("abs_I"))
-               .withColumn("bin", _abs_i_bin(F.col("abs_I")))
-               .join(F.broadcast(targets.select(*keys).distinct()), keys))
-    picked = (in_bins.withColumn("rank", F.row_number().over(Window.partitionBy(*keys).orderBy("abs_I")) - 1)
-              .join(F.broadcast(targets), [*keys, "rank"]).toPandas())
-    values = {(Setting(m, e, int(k)).name, int(b), int(r)): float(v) for m, e, k, b, r, v in
-              picked[[*keys, "rank", "abs_I"]].itertuples(index=False)}
-    return [values[(Setting(m, e, k).name, b, r)] for m, e, k, b, r, *_ in wanted]
+    ranges = sorted({(setting.name, low, high) for setting, low, high, *_ in wanted})
+    index = {target: i for i, target in enumerate(ranges)}
+    by_setting: dict[tuple, list[tuple[int, float, float]]] = {}
+    for setting in {setting.name: setting for setting, *_ in wanted}.values():  # by name: NaN epsilons
+        by_setting[_setting_key(setting.mechanism, setting.epsilon, setting.bag_size)] = [
+            (index[(name, low, high)], low, high) for name, low, high in ranges if name == setting.name]
+    body = functools.partial(_rows_in_ranges, files=tuple(files), ranges=by_setting)
+    tasks = max(1, min(len(files), spark.sparkContext.defaultParallelism * 4))
+    selected = spark.range(len(files), numPartitions=tasks).mapInArrow(body, "target int, abs_I double")
+    ranked = selected.withColumn("rank", F.row_number().over(Window.partitionBy("target").orderBy("abs_I")) - 1)
+    wanted_ranks = sorted({(index[(setting.name, low, high)], rank) for setting, low, high, rank, *_ in wanted})
+    picked = (ranked.join(F.broadcast(spark.createDataFrame(wanted_ranks, "target int, rank int")), ["target", "rank"])
+              .select("target", "rank", "abs_I").collect())
+    values = {(row["target"], row["rank"]): float(row["abs_I"]) for row in picked}
+    return [values[(index[(setting.name, low, high)], rank)] for setting, low, high, rank, *_ in wanted]
 
 
-def bag_counts(rows: DataFrame, settings: Sequence[Setting]) -> dict[str, dict[str, Any]]:
-    """Per bag size k: bags, bags of exactly k rows and the sizes of the remainder bags (at most one per unit),
-    from the rows per unit (bag_id div 2^40) of one bagged setting."""
-    bagged = [s for s in settings if s.mechanism in BAGGED_MECHANISMS]
-    if not bagged:
-        return {}
-    first = bagged[0]
-    rows.sparkSession.sparkContext.setJobDescription("posteriors: rows per bagging unit")
-    same_epsilon = F.isnan("epsilon") if math.isnan(first.epsilon) else F.col("epsilon") == first.epsilon
-    units = (rows.where((F.col("mechanism") == first.mechanism) & same_epsilon & (F.col("bag_size") == first.bag_size))
-             .groupBy(F.shiftright("bag_id", mechanisms.UNIT_SHIFT)).count().toPandas()["count"].to_numpy(np.int64))
+def _setting_key(mechanism: str, epsilon: float, bag_size: int) -> tuple[str, int, int]:
+    """Hashable setting identity (epsilon by its bits, so NaN equals NaN)."""
+    return mechanism, int(np.float64(epsilon).view(np.int64)), int(bag_size)
+
+
+def _rows_in_ranges(batches: Iterator[pa.RecordBatch], *, files: Sequence[str],
+                    ranges: dict[tuple, list[tuple[int, float, float]]]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body over file indices: (target, |I|) of the rows of each file whose setting has ranges
+    (target, low, high) and whose |I| lies in one. Each setting's rows are runs (written batch by batch)."""
+    import pyarrow.parquet as pq
+
+    for batch in batches:
+        for file_index in batch.column("id").to_numpy():
+            parquet = pq.ParquetFile(files[file_index], read_dictionary=["mechanism"])
+            for group in range(parquet.num_row_groups):
+                table = parquet.read_row_group(group, columns=[*SETTING_KEYS, "I"])
+                mechanism = table.column("mechanism").combine_chunks()
+                codes = mechanism.indices.to_numpy()
+                epsilon_bits = table.column("epsilon").to_numpy().view(np.int64)
+                bag_size = table.column("bag_size").to_numpy()
+                abs_i = np.abs(table.column("I").to_numpy())
+                starts = np.flatnonzero(np.r_[True, (codes[1:] != codes[:-1]) | (bag_size[1:] != bag_size[:-1])
+                                              | (epsilon_bits[1:] != epsilon_bits[:-1])])
+                for start, end in zip(starts, np.r_[starts[1:], codes.size]):
+                    key = (mechanism.dictionary[codes[start]].as_py(), int(epsilon_bits[start]), int(bag_size[start]))
+                    for target, low, high in ranges.get(key, ()):
+                        values = abs_i[start:end]
+                        inside = values[(values >= low) & (values <= high)]
+                        yield pa.RecordBatch.from_arrays([pa.array(np.full(inside.size, target, np.int32)),
+                                                          pa.array(inside)], names=["target", "abs_I"])
+
+
+def bag_counts(digest: pd.DataFrame, settings: Sequence[Setting]) -> dict[str, dict[str, Any]]:
+    """Per bagged size k: bags, bags of exactly k rows and the sizes of the remainder bags (at most one per
+    unit), from the rows per bagging unit in the digest of :func:`write_posteriors`."""
+    units = digest.loc[digest["mechanism"] == UNIT_ROWS, "rows"].to_numpy(np.int64)
     counts = {}
-    for k in sorted({s.bag_size for s in bagged}):
+    for k in sorted({s.bag_size for s in settings if s.mechanism in BAGGED_MECHANISMS}):
         remainders = units % k
         counts[str(k)] = {"bags": int((-(-units // k)).sum()), "full_bags": int((units // k).sum()),
                           "remainder_sizes": sorted(int(r) for r in remainders[remainders > 0])}
     return counts
 
 
-def sample_rows(rows: DataFrame, *, fraction: float, seed: int) -> pd.DataFrame:
-    """A bounded random sample for plots: the same rows in every setting, kept when the row's key
-    xxhash64(stream, row_id), read as unsigned, lies below fraction x 2^64 (a filter in Spark SQL)."""
+def plot_sample_mask(row_ids: np.ndarray, *, fraction: float, seed: int) -> np.ndarray:
+    """Rows kept for the plots, the same rows in every setting: the row's hash xxhash64(stream, row_id)
+    (:func:`lia_spark.hashing.spark_row_hash`), read as unsigned, lies below fraction x 2^64."""
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"fraction: must be in (0, 1], got {fraction!r}")
-    columns = ["row_id", *SETTING_KEYS, "prior", "posterior", "I", "additive_advantage"]
-    key = row_hash(seed, "posteriors:plot_sample")
-    threshold = math.floor(fraction * 2.0 ** 64) - 2 ** 63  # signed key < threshold <=> unsigned key < fraction 2^64
-    rows.sparkSession.sparkContext.setJobDescription("posteriors: sample rows for plots")
-    kept = rows.select(*columns) if threshold >= 2 ** 63 else rows.select(*columns).where(key < F.lit(threshold))
-    return kept.toPandas()
+    threshold = math.floor(fraction * 2.0 ** 64) - 2 ** 63  # signed hash < threshold <=> unsigned < fraction 2^64
+    if threshold >= 2 ** 63:
+        return np.ones(np.shape(row_ids), dtype=bool)
+    return hashing.spark_row_hash(seed, PLOT_SAMPLE_PURPOSE, row_ids) < threshold
 
 
 # ------------------------------------------------------------------------------------------------ stage
@@ -557,32 +776,32 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
     logger.info("posteriors: day %d, prior %s, %d settings", section.day, section.prior_column, len(settings))
     metadata: dict[str, Any] = {}
     with committed_output(spark, output, metadata) as staging:
-        rows, data_rows, unit_bits = posterior_rows(spark, config)
+        source = posterior_input(spark, config)
+        data_rows, unit_bits = source.data_rows, source.unit_bits
         logger.info("posteriors: %d data rows, %d bagging units", data_rows, 1 << unit_bits)
-        if section.write_rows:
-            spark.sparkContext.setJobDescription("posteriors: write per-row posteriors")
-            rows.write.parquet(f"{staging}/rows")
-            stored = spark.read.parquet(f"{staging}/rows")
-            logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
-        else:
-            stored = rows.persist(StorageLevel.DISK_ONLY)
-        summary = summarize_rows(stored)
+        local_staging = local_output_path(staging, writes=_LOCAL_WRITES)
+        spark.sparkContext.setJobDescription("posteriors: bag, release, posteriors; write per-row results")
+        digest = write_posteriors(
+            source.data, priors=source.priors, output_dir=local_staging, settings=settings, seed=config.run.seed,
+            unit_bits=unit_bits, bags_per_group=section.bags_per_group,
+            sample_fraction=min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1)))
+        logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
+        summary = summarize_digest(spark, digest, os.path.join(local_staging, "rows"))
         input_rows = int(summary["rows"].max()) if len(summary) else 0
         logger.info("posteriors: %d input rows, %d result rows, summarized after %.1f s", input_rows,
                     int(summary["rows"].sum()), time.monotonic() - started)
         (spark.createDataFrame(summary).coalesce(1)
          .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
          .write.parquet(f"{staging}/summary"))
-        local_staging = local_output_path(staging, writes=_LOCAL_WRITES)
         summary.to_csv(os.path.join(local_staging, "summary.csv"), index=False)
-        fraction = min(1.0, section.plot_sample_rows / max(input_rows, 1))
-        sample = sample_rows(stored, fraction=fraction, seed=config.run.seed)
+        sample_dir = os.path.join(local_staging, "_plot_sample")
         from lia_spark.plots import plot_posteriors  # driver only: keeps matplotlib out of the Python workers
 
-        written = plot_posteriors(sample, output_dir=os.path.join(local_staging, "plots"))
-        bags = bag_counts(stored, settings)
+        written = plot_posteriors(pd.read_parquet(sample_dir), output_dir=os.path.join(local_staging, "plots"))
+        shutil.rmtree(sample_dir)
+        bags = bag_counts(digest, settings)
         if not section.write_rows:
-            stored.unpersist()
+            shutil.rmtree(os.path.join(local_staging, "rows"))
         if input_rows < data_rows:
             logger.warning("posteriors: %d of %d data rows have no prior in %s and were not released",
                            data_rows - input_rows, data_rows, prior_source(config))
