@@ -39,7 +39,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from lia_spark._jit import njit_for
+
+njit = njit_for(__file__)
 
 LLP = 0
 LAPLACE = 1
@@ -54,7 +57,7 @@ _WINDOW_LOG = 140.0            # noisy releases: keep the sums b with J(b) >= e^
 _WINDOW_MIN_K = 32             # below this the window does not pay for its k + 1 logarithms
 
 
-@njit(cache=True, error_model="numpy", fastmath=True)
+@njit(error_model="numpy", fastmath=True)
 def _dot(x: np.ndarray, y: np.ndarray, x_start: int, y_start: int, n: int) -> float:
     """sum_{m < n} x[x_start + m] y[y_start + m] (finite nonnegative entries, any summation order)."""
     xs = x[x_start:]
@@ -65,7 +68,7 @@ def _dot(x: np.ndarray, y: np.ndarray, x_start: int, y_start: int, n: int) -> fl
     return total
 
 
-@njit(cache=True, error_model="numpy", fastmath=True)
+@njit(error_model="numpy", fastmath=True)
 def _max(x: np.ndarray, lo: int, hi: int) -> float:
     """max of the finite nonnegative entries x[lo..hi]."""
     xs = x[lo:hi + 1]
@@ -75,7 +78,7 @@ def _max(x: np.ndarray, lo: int, hi: int) -> float:
     return top
 
 
-@njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def _solve_tilt(logits: np.ndarray, k: int, target: float) -> float:
     """u with sum_i sigmoid(logit_i + u) ~= target (safeguarded Newton; +-0.01 is plenty)."""
     lo_logit = logits[0]
@@ -108,7 +111,7 @@ def _solve_tilt(logits: np.ndarray, k: int, target: float) -> float:
     return u
 
 
-@njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def _forward(ep, qp, k, wlo, whi, forward, flo, fhi):
     """Forward messages F_0..F_k (rows of ``forward``, supports [flo, fhi]) on the sums j that can
     still end in the support [wlo, whi] of w: j <= whi and j + (k - t) >= wlo."""
@@ -139,7 +142,7 @@ def _forward(ep, qp, k, wlo, whi, forward, flo, fhi):
         fhi[t] = hi
 
 
-@njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def _tilted_priors(logits, priors, k, u, ep, qp):
     """e'_i = sigmoid(logit_i + u) and 1 - e'_i, each to full relative precision (u = 0: the priors)."""
     for i in range(k):
@@ -152,14 +155,14 @@ def _tilted_priors(logits, priors, k, u, ep, qp):
             qp[i] = 1.0 / (1.0 + math.exp(z))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def _logits(priors, k, logits):
     """logit(e_i) = log(e_i) - log1p(-e_i), exact for priors near 0 and near 1."""
     for i in range(k):
         logits[i] = math.log(priors[i]) - math.log1p(-priors[i])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def _log_min_product(priors, k):
     """log prod_i min(e_i, 1 - e_i), a lower bound on every untilted forward/backward product."""
     total = 0.0
@@ -173,7 +176,7 @@ def _log_min_product(priors, k):
     return total + math.log(product)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def _noisy_weights(value, epsilon, k, u, logw):
     """log w'(b) = -eps |value - b| - b u into logw[0..k] (Laplace: value = k alpha, the density up to a
     constant; geometric: value = z, inside the clipped ends)."""
@@ -181,7 +184,7 @@ def _noisy_weights(value, epsilon, k, u, logw):
         logw[b] = -epsilon * abs(value - b) - b * u
 
 
-@njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def _joint_window(k, forward, flo, fhi, logw, window):
     """Locate the mode m of the tilted joint J(b) = P'(b) w'(b) (log-concave in b; logw holds log w').
 
@@ -207,7 +210,7 @@ def _joint_window(k, forward, flo, fhi, logw, window):
     return math.log(forward[k, best_b])
 
 
-@njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def _clipped_end(priors, sign, epsilon, post, llr):
     """Releases at or beyond a clipped end: w(b) ~ a^b (or a^-b), so every I_i is exactly -eps (+eps)."""
     a = math.exp(-epsilon)
@@ -217,7 +220,7 @@ def _clipped_end(priors, sign, epsilon, post, llr):
         post[i] = e / (e + (1.0 - e) * a) if sign > 0 else e * a / (e * a + (1.0 - e))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, logw, back, window, post, llr):
     """Posteriors and log-likelihood ratios of one bag (see module docstring); writes post and llr."""
     k = priors.shape[0]
@@ -331,7 +334,7 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
         bhi = new_hi
 
 
-@njit(cache=True, error_model="numpy")
+@njit(error_model="numpy")
 def bags_kernel(priors, offsets, mechanism, values, epsilon, post, llr):
     """Run ``_bag`` over bags [offsets[b], offsets[b+1]) of the bag-contiguous ``priors``."""
     n_bags = offsets.shape[0] - 1

@@ -27,9 +27,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-import numba
 import numpy as np
 from scipy import optimize, special
+
+from lia_spark._jit import njit_for
+
+njit = njit_for(__file__)
 
 METHODS = ("binomial", "gdp")
 GDP_DEFAULT_DELTA = 1e-5
@@ -234,13 +237,13 @@ _C = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00, -2
 _D = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00, 3.754408661907416e+00)
 
 
-@numba.njit(cache=True)
+@njit()
 def _phi(z: float) -> float:
     """Standard normal cdf, accurate in the lower tail."""
     return 0.5 * math.erfc(-z * _SQRT_HALF)
 
 
-@numba.njit(cache=True)
+@njit()
 def _ndtri_lower(p: float) -> float:
     """Phi^{-1}(p) for 0 < p <= 1/2."""
     if p < 0.02425:
@@ -257,7 +260,7 @@ def _ndtri_lower(p: float) -> float:
     return x - u / (1.0 + 0.5 * x * u)
 
 
-@numba.njit(cache=True)
+@njit()
 def _ndtri(p: float) -> float:
     """Phi^{-1}(p) on [0, 1]; uses 1 - p (exact for p >= 1/2) in the upper half."""
     if p <= 0.0:
@@ -269,14 +272,14 @@ def _ndtri(p: float) -> float:
     return -_ndtri_lower(1.0 - p)
 
 
-@numba.njit(cache=True)
+@njit()
 def _fbar_inv(r: float, mu: float, tau: float) -> float:
     """max(0, Phi(Phi^{-1}(r) - mu) - tau): the inverse of 1 - f for mu-GDP, shifted by tau."""
     v = _phi(_ndtri(r) - mu) - tau
     return v if v > 0.0 else 0.0
 
 
-@numba.njit(cache=True)
+@njit()
 def _certified_accept(r: float, h: float, w: float, mu: float, tau: float, limit: float) -> bool:
     """Whether the remaining steps provably end with r + h <= limit.
 
@@ -312,7 +315,7 @@ def _certified_accept(r: float, h: float, w: float, mu: float, tau: float, limit
     return fb <= -_CERTIFY_MARGIN
 
 
-@numba.njit(cache=True)
+@njit()
 def _gdp_rejected(mu: float, tau: float, m: int, g: int, c: int, gamma: float) -> bool:
     """Algorithm 3 as SPEC 6 writes it; True iff mu is rejected (r + h > c'/m at the end).
 
@@ -335,7 +338,7 @@ def _gdp_rejected(mu: float, tau: float, m: int, g: int, c: int, gamma: float) -
     return False
 
 
-@numba.njit(cache=True)
+@njit()
 def _gdp_mu_search(lo: float, cap: float, tau: float, m: int, g: int, c: int, gamma: float) -> float:
     """sup of the rejected mu to MU_TOLERANCE, by bisection (rejection is monotone in mu).
 
@@ -360,7 +363,7 @@ def _gdp_mu_search(lo: float, cap: float, tau: float, m: int, g: int, c: int, ga
     return lo
 
 
-@numba.njit(cache=True)
+@njit()
 def _gdp_mu_sweep(tau: float, m: int, g: np.ndarray, c: np.ndarray, cap: np.ndarray, gamma: float) -> np.ndarray:
     out = np.zeros(g.size)
     for j in range(g.size):

@@ -7,6 +7,7 @@ import subprocess
 import zipfile
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from lia_spark.engine.outputs import is_complete
@@ -62,11 +63,12 @@ def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):
     assert completed.stdout.rstrip().splitlines()[-1].startswith("report: ")
 
 
-def test_spark_submit_data_stage_on_local_cluster_with_the_wheel(spark, wheel, tmp_path):
+def test_spark_submit_data_and_posteriors_on_local_cluster_with_the_wheel(spark, wheel, tmp_path):
     out = tmp_path / "out"
-    conf = write_conf(tmp_path / "conf.yaml", out, "", run={"output_dir": str(out), "stages": ["data"]},
+    conf = write_conf(tmp_path / "conf.yaml", out, "", run={"output_dir": str(out), "stages": ["data", "posteriors"]},
                       synthetic={"rows_per_day": 2000}, tracking={"enabled": False},
-                      spark={"master": "local[1]", "shuffle_partitions": 4})
+                      spark={"master": "local[1]", "shuffle_partitions": 4},
+                      mechanisms={"rows_per_bagging_unit": 256})  # 4 bagging units = 4 tasks over 2 executors
     master = "local-cluster[2,1,1024]"
     completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--conf",
                          "spark.sql.shuffle.partitions=5", "--py-files", str(wheel),
@@ -74,6 +76,12 @@ def test_spark_submit_data_stage_on_local_cluster_with_the_wheel(spark, wheel, t
     result = _result(completed.stdout)
     assert result["spark_master"] == master
     assert f"session on {master} (5 shuffle partitions)" in completed.stdout + completed.stderr
-    assert [s["status"] for s in result["steps"]] == ["ran"] + ["skipped"] * (len(DEPENDS_ON) - 1)
+    assert {s["step"]: s["status"] for s in result["steps"]} == {
+        step: "ran" if step in ("data", "posteriors") else "skipped" for step in DEPENDS_ON}
     assert is_complete(spark, str(out / "data"))
     assert spark.read.parquet(str(out / "data")).count() == 2 * 2000
+    # posteriors: the executors' Python workers wrote one result file per bagging unit, all seen by the driver
+    assert is_complete(spark, str(out / "posteriors"))
+    assert sorted(os.listdir(out / "posteriors" / "rows")) == [f"part-{p:05d}.parquet" for p in range(4)]
+    settings = len(pd.read_csv(out / "posteriors" / "summary.csv"))
+    assert spark.read.parquet(str(out / "posteriors" / "rows")).count() == settings * 2000
