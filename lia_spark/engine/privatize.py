@@ -512,9 +512,10 @@ def write_posteriors(rows: DataFrame, *, output_dir: str, settings: Sequence[Set
     """The rows of :func:`compute_posteriors`, written by the Python workers as Parquet files to
     ``output_dir/rows`` and a plot sample (:func:`plot_sample_mask`) to ``output_dir/_plot_sample``
     (``output_dir`` is a local path every executor and the driver see alike), and their digest
-    (:data:`DIGEST_SCHEMA`, summed over partitions): per setting and bin of |I| the rows, min, max and
-    advantage sums, and the rows per bagging unit (mechanism :data:`UNIT_ROWS`, bin = unit). Other arguments
-    as :func:`compute_posteriors`.
+    (:data:`DIGEST_SCHEMA`, summed over units): per setting and bin of |I| the rows, min, max and advantage
+    sums, and the rows per bagging unit (mechanism :data:`UNIT_ROWS`, bin = unit). Each unit's sums are fixed
+    by its rows; adding them as decimals rounded to 1e-18 makes the totals independent of partitioning.
+    Other arguments as :func:`compute_posteriors`.
 
     Raises:
         OSError: naming run.output_dir when the driver does not see every row the workers wrote.
@@ -525,9 +526,11 @@ def write_posteriors(rows: DataFrame, *, output_dir: str, settings: Sequence[Set
     files = ResultFiles(rows_dir=os.path.join(output_dir, "rows"), sample_dir=os.path.join(output_dir, "_plot_sample"),
                         sample_fraction=sample_fraction, codec=codec)
     body = functools.partial(_write_rows_and_digest, plan=plan, files=files)
+    exact = "decimal(38,18)"  # units' sums added exactly, so the total does not depend on their order
     digest = (ordered.mapInArrow(body, DIGEST_SCHEMA).groupBy(*SETTING_KEYS, "bin")
               .agg(F.sum("rows").alias("rows"), F.min("low").alias("low"), F.max("high").alias("high"),
-                   F.sum("additive").alias("additive"), F.sum("realized").alias("realized"))
+                   F.sum(F.col("additive").cast(exact)).cast("double").alias("additive"),
+                   F.sum(F.col("realized").cast(exact)).cast("double").alias("realized"))
               .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
               .toPandas())
     _committed_rows(files.sample_dir)
