@@ -48,7 +48,7 @@ def measure(rows: int, master: str, workdir: str, driver_memory: str) -> dict:
     source = privatize.posterior_input(spark, config)
     unit_bits, output_dir = source.unit_bits, os.path.join(root, "memory_pass")
     started = time.perf_counter()
-    privatize.write_posteriors(source.data, priors=source.priors, output_dir=output_dir,
+    privatize.write_posteriors(source.blobs, output_dir=output_dir,
                                settings=privatize.settings_grid(config.mechanisms), seed=config.run.seed,
                                unit_bits=unit_bits, sample_fraction=2000 / rows)
     seconds = time.perf_counter() - started

@@ -13,8 +13,8 @@ Figures (Spark after a warm-up on 2% of the rows, so Python workers, numba cache
   and the stage's per-setting summaries (means, share infinite, exact percentiles of |I| by one
   ``np.partition``) — the numpy single-process version of the stage's work (plots aside); times the number
   of cores;
-- Spark compute: :func:`privatize.compute_posteriors` (keys, shuffle, per-unit sort and posteriors, result
-  rows handed back to Spark) into Spark's ``noop`` sink;
+- Spark compute: :func:`privatize.posterior_rows` of the stage's input (pyarrow reading tasks, keys, blob
+  shuffle, per-unit sort and posteriors, result rows handed back to Spark) into Spark's ``noop`` sink;
 - Spark stage: ``run_posteriors`` end to end (counts, the pass with worker-written rows, summaries, bag
   counts, plots).
 Rates are result rows (input rows x settings) per second.
@@ -197,8 +197,9 @@ def main(argv=None) -> None:
     results = len(settings) * args.rows
 
     source = privatize.posterior_input(spark, config)  # counts run here, outside the timing
-    data, priors, unit_bits = source.data, source.priors, source.unit_bits
-    rows = privatize.compute_posteriors(data, priors=priors, settings=settings, seed=SEED, unit_bits=unit_bits)
+    unit_bits = source.unit_bits
+    rows = privatize.posterior_rows(source.blobs, settings=settings, seed=SEED, unit_bits=unit_bits)
+    data, priors = privatize.load_input(spark, config)
     privatize.compute_posteriors(data.where(F.col("row_id") % 50 == 0), priors=priors, settings=settings, seed=SEED,
                                  unit_bits=unit_bits).write.format("noop").mode("overwrite").save()  # warm-up, 2%
     compute_seconds, compute_cpu = _timed(spark, lambda: rows.write.format("noop").mode("overwrite").save())
@@ -244,14 +245,17 @@ def main(argv=None) -> None:
         "setting columns). Figures before 2026-11-22 08:00 UTC had B computing CDFs with pyarrow's default "
         "encoding, half as fast, so their ratios are not comparable.",
         "",
-        "Where the stage's time goes (10M rows, warm, job times from the Spark UI, 2026-11-22): counts 1.2 s; "
-        "the pass 31.6 s = map side (read both tables, keys, shuffle write) 5.2 s + reduce side (fetch, Arrow to the "
-        "Python workers, per-unit sort, all kernels, pyarrow Parquet write, digest) 26.4 s; exact percentiles "
-        "inside the histogram bins 3.0 s; summary files and plots 1.5 s. Spark-only data movement, measured "
-        "apart on the same 20M data + prior rows: reading them in the JVM 1.2 s, handing them to Python workers "
-        "(mapInArrow) 9.0 s, with the shuffle 16.2-16.7 s. The Python side of the pass needs 3.0 CPU-s per 5M "
-        "result rows (Parquet write 58%, kernels 15%), which is about ceiling B's whole work; the rest is Spark "
-        "moving rows into Python.",
+        "Where the stage's time goes (10M rows, warm, job times from the Spark UI, 2026-11-22 14:29 UTC, a 27.0 s "
+        "run): counts 1.1 s (2.4 s with listing and planning); the pass 20.1 s = map side (pyarrow tasks read both "
+        "tables, keys, one Arrow blob per unit, shuffle write) 4.3 s + reduce side (fetch, blobs to the Python "
+        "workers, per-unit sort, all kernels, pyarrow Parquet write, digest) 15.8 s; exact percentiles inside the "
+        "histogram bins 2.8 s; summary files and plots 1.4 s. Data movement alone on the same 20M data + prior "
+        "rows (warm): pyarrow tasks reading and packing them 2.6 s (1.6 JVM + 3.6 Python CPU-s); with the blob "
+        "shuffle to the unit tasks 5.6 s (4.9 + 6.0 CPU-s); the same through Spark's reader (the fallback for "
+        "non-local inputs) 13.2 s (22.1 JVM CPU-s); before this design, narrow rows through Spark's reader and "
+        "shuffle, 16.2-16.7 s. The Python side of the reduce needs 2.6 CPU-s per 5M result rows (Parquet write "
+        "about half), about 21 CPU-s for the 40M rows: already ceiling B's whole work, so 50% of B would leave "
+        "nothing for reading, shuffling, counting, percentiles and plots.",
     ]
     from _report import write_section
 

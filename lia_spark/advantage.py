@@ -200,7 +200,9 @@ def bin_digest(abs_i, additive, realized) -> dict[str, np.ndarray]:
     starts = np.flatnonzero(np.r_[True, sorted_bins[1:] != sorted_bins[:-1]])
     ends = np.r_[starts[1:], values.size]
     bins = sorted_bins[starts]
-    at = np.searchsorted(bins, abs_i_bins(abs_i))
+    occupied = np.zeros(bins[-1] - bins[0] + 1, dtype=np.intp)  # bin -> its index (at most 2^15 bins)
+    occupied[bins - bins[0]] = np.arange(bins.size)
+    at = occupied[abs_i_bins(abs_i) - bins[0]]
     return {"bin": bins, "rows": (ends - starts).astype(np.int64), "low": values[starts], "high": values[ends - 1],
             "additive": np.bincount(at, weights=additive, minlength=bins.size),
             "realized": np.bincount(at, weights=realized, minlength=bins.size)}

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import advantage, mechanisms, posteriors
+from lia_spark import advantage, hashing, mechanisms, posteriors
 from lia_spark.config import config_from_dict
 from lia_spark.criteo import STORAGE_DDL, make_row_id
 from lia_spark.engine import privatize
@@ -222,14 +222,15 @@ def test_bagging_units_exact_bags_and_kernel_rule(stage):
         assert len(set(short.index.to_numpy() >> mechanisms.UNIT_SHIFT)) == len(short)
 
 
-def test_bagging_key_expression_equals_kernel(stage):
+def test_bagging_keys_equal_sparks_xxhash64(stage):
+    """The documented key: Spark SQL xxhash64(signed_stream_key(seed, purpose), row_id), so users can redo it."""
+    from pyspark.sql import functions as F
+
     ids = np.r_[stage["input"]["row_id"].to_numpy(), 0, -1, np.iinfo(np.int64).max, np.iinfo(np.int64).min]
+    stream = F.lit(hashing.signed_stream_key(SEED, mechanisms.BAGGING_PURPOSE)).cast("bigint")
     frame = stage["spark"].createDataFrame(pd.DataFrame({"row_id": ids}))
-    got = frame.select("row_id", privatize.bagging_key(SEED).alias("key"),
-                       privatize.bagging_unit(privatize.bagging_key(SEED), unit_bits=5).alias("unit")).toPandas()
-    keys = mechanisms.bagging_keys(got["row_id"].to_numpy(), seed=SEED)
-    np.testing.assert_array_equal(got["key"], keys)
-    np.testing.assert_array_equal(got["unit"], mechanisms.bagging_units(keys, unit_bits=5))
+    got = frame.select("row_id", F.xxhash64(stream, F.col("row_id")).alias("key")).toPandas()
+    np.testing.assert_array_equal(got["key"], mechanisms.bagging_keys(got["row_id"].to_numpy(), seed=SEED))
 
 
 def test_rows_without_prior_are_counted_and_repeated_rows_fail(stage):
@@ -306,20 +307,29 @@ def test_bad_labels_fail_naming_the_row(stage):
                                          seed=SEED).collect()
 
 
-@pytest.mark.parametrize("partitions, unit_bits", [(1, 0), (5, 3), (8, 5), (200, 12)])
-def test_units_are_placed_whole_on_balanced_partitions(stage, partitions, unit_bits):
-    """Hash partitioning on the partition codes puts unit u exactly on partition u n div 2^b."""
+@pytest.mark.parametrize("unit_bits", [0, 3, 7])
+def test_each_unit_is_shuffled_whole_to_its_own_partition(stage, unit_bits):
+    """Hash partitioning on the blobs' codes puts every row of unit u on partition u, nothing else there."""
     from pyspark.sql import functions as F
 
     spark = stage["spark"]
-    frame = spark.range(4000).select(F.col("id").alias("row_id"))
-    key = privatize.bagging_key(SEED)
-    code = privatize.unit_partitioning(spark, key, unit_bits=unit_bits, partitions=partitions)
-    placed = (frame.repartition(partitions, code)
-              .select(privatize.bagging_unit(key, unit_bits=unit_bits).alias("unit"),
-                      F.spark_partition_id().alias("partition")).distinct().toPandas())
-    np.testing.assert_array_equal(placed["partition"], (placed["unit"].to_numpy(np.int64) * partitions) >> unit_bits)
-    assert placed["unit"].is_unique and len(placed) > min(1 << unit_bits, 4000) // 2
+    frame = spark.range(4000, numPartitions=3).select(F.col("id").alias("row_id"), (F.col("id") % 2).alias("label"),
+                                                     F.lit(0.5).alias("prior"))
+    blobs = privatize.shuffled_units(privatize.frame_blobs(frame, None, seed=SEED, unit_bits=unit_bits),
+                                     unit_bits=unit_bits)
+
+    def placement(batches):
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        for batch in privatize.unpacked(batches):
+            partition = pa.array(np.full(batch.num_rows, TaskContext.get().partitionId(), dtype=np.int32))
+            yield pa.RecordBatch.from_arrays([batch.column("row_id"), partition], names=["row_id", "partition"])
+
+    placed = blobs.mapInArrow(placement, "row_id long, partition int").toPandas()
+    keys = mechanisms.bagging_keys(placed["row_id"].to_numpy(), seed=SEED)
+    np.testing.assert_array_equal(placed["partition"], mechanisms.bagging_units(keys, unit_bits=unit_bits))
+    assert len(placed) == 2 * 4000 and placed["row_id"].value_counts().eq(2).all()
 
 
 def test_worker_written_files_equal_spark_rows_for_any_partitioning(stage, tmp_path):
@@ -338,8 +348,9 @@ def test_worker_written_files_equal_spark_rows_for_any_partitioning(stage, tmp_p
         priors = spark.createDataFrame(source[["row_id", "prior"]].iloc[::-1]).repartition(partitions + 1)
         (tmp_path / "rows").mkdir(exist_ok=True)
         (tmp_path / "rows" / ".part-00000.parquet.attempt-7").write_bytes(b"partial")
-        digests.append(privatize.write_posteriors(data, priors=priors, output_dir=str(tmp_path), settings=settings,
-                                                  seed=SEED, unit_bits=2, sample_fraction=0.1))
+        blobs = privatize.frame_blobs(data, priors, seed=SEED, unit_bits=2)
+        digests.append(privatize.write_posteriors(blobs, output_dir=str(tmp_path), settings=settings, seed=SEED,
+                                                  unit_bits=2, sample_fraction=0.1))
         names = sorted(os.listdir(tmp_path / "rows"))
         assert names == [f"part-{p:05d}.parquet" for p in range(4)]
         written = pq.read_table(tmp_path / "rows").to_pandas().sort_values(["mechanism", "row_id"], ignore_index=True)
@@ -379,3 +390,70 @@ def test_stage_without_rows_keeps_summaries_only(stage, tmp_path):
     assert listed == ["_LIA_COMPLETE", "plots", "summary", "summary.csv"]
     summary = pd.read_csv(tmp_path / "posteriors" / "summary.csv")
     assert summary["rows"].tolist() == [ROWS, ROWS]
+
+
+def _side_rows_of(blobs) -> pd.DataFrame:
+    """Every (row_id, value) packed in a blob frame, in row id then value order."""
+    import pyarrow as pa
+
+    batches = [pa.RecordBatch.from_pandas(blobs.toPandas(), preserve_index=False)]
+    table = pa.Table.from_batches(list(privatize.unpacked(iter(batches))), privatize.ARROW_SIDE_SCHEMA)
+    return table.to_pandas().sort_values(["row_id", "value"], ignore_index=True)
+
+
+def test_pyarrow_reader_packs_what_spark_reads(stage):
+    """Local inputs: pyarrow tasks (hive day directories for the data, an in-file day column for the truth
+    table) pack exactly the rows Spark's reader packs; a file: URI reads the same; other schemes go to Spark."""
+    spark, config = stage["spark"], stage["config"]
+    source = privatize.posterior_input(spark, config)
+    assert source.reader == "pyarrow" and source.data_rows == source.prior_rows == ROWS and source.unit_bits == 0
+    data, priors = privatize.load_input(spark, config)
+    expected = _side_rows_of(privatize.frame_blobs(data, priors, seed=SEED, unit_bits=3))
+    assert len(expected) == 2 * ROWS
+    parts = [*privatize.input_parts(f"{stage['out']}/data", side="label", column="label", day=1, rows_per_part=5000),
+             *privatize.input_parts(str(stage["out"] / "truth"), side="prior", column="eta", day=1)]
+    assert {part.day for part in parts} == {None, 1}  # directories pruned / rows filtered
+    got = _side_rows_of(privatize.file_blobs(spark, parts, seed=SEED, unit_bits=3))
+    pd.testing.assert_frame_equal(got, expected, check_exact=True)
+    assert privatize.local_path(f"file://{stage['out']}/data") == f"{stage['out']}/data"
+    assert privatize.local_path("/dbfs/x") == "/dbfs/x"
+    assert privatize.local_path("s3a://bucket/x") is None and privatize.local_path("dbfs:/x") is None
+    assert privatize.local_path("/data/day=*/") is None
+    empty_day = config_from_dict({**stage["config"].to_dict(), "mechanisms": {"day": 5}})
+    with pytest.raises(ValueError, match="mechanisms.day: .*/data holds no rows of day 5, got 5"):
+        privatize.posterior_input(spark, empty_day)
+
+
+def test_input_parts_hold_whole_row_groups_of_the_day(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"row_id": np.arange(1000), "day": np.repeat([3, 4], 500).astype(np.int32),
+                      "eta": np.linspace(0, 1, 1000)})
+    pq.write_table(table, tmp_path / "priors.parquet", row_group_size=100)
+    parts = privatize.input_parts(str(tmp_path), side="prior", column="eta", day=4, rows_per_part=250)
+    assert [part.row_groups for part in parts] == [(0, 1, 2), (3, 4, 5), (6, 7, 8), (9,)]
+    ids = np.concatenate([ids for part in parts for ids, _ in part.side_rows()])
+    np.testing.assert_array_equal(ids, np.arange(500, 1000))
+    with pytest.raises(ValueError, match="mechanisms.prior_column: .* has no column 'score'"):
+        privatize.input_parts(str(tmp_path), side="prior", column="score", day=4)
+
+
+def test_bad_rows_in_local_files_fail_naming_the_row(stage, tmp_path):
+    """The pyarrow reader checks as Spark's path does: labels 0/1, priors in [0, 1], no null row ids."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cases = [("label", "label", pa.array([0, 2, 1], pa.int32()), "label: must be 0 or 1, got 2 at row_id 2"),
+             ("label", "label", pa.array([0, None, 1], pa.int64()), "label: must be 0 or 1, got null at row_id 2"),
+             ("prior", "eta", pa.array([0.1, 0.2, 1.5]), r"prior: must be in \[0, 1\], got 1.5 at row_id 3"),
+             ("prior", "eta", pa.array([0.1, math.nan, 0.5]), r"prior: must be in \[0, 1\], got NaN at row_id 2")]
+    for number, (side, column, values, message) in enumerate(cases):
+        folder = tmp_path / str(number)
+        folder.mkdir()
+        pq.write_table(pa.table({"row_id": pa.array([1, 2, 3], pa.int64()), column: values}), folder / "p.parquet")
+        parts = privatize.input_parts(str(folder), side=side, column=column, day=1)
+        with pytest.raises(Exception, match=message):
+            privatize.file_blobs(stage["spark"], parts, seed=SEED, unit_bits=0).collect()
+    with pytest.raises(ValueError, match="row_id: must not be null, got null in a label row"):
+        privatize.side_rows("label", pa.array([1, None], pa.int64()), pa.array([0, 1]))

@@ -4,11 +4,13 @@ Data movement only; the math is in :mod:`lia_spark.mechanisms`, :mod:`lia_spark.
 :mod:`lia_spark.advantage`. The whole (mechanism x epsilon x bag size) grid comes from one read of the input
 and one shuffle:
 
-- Keys in Spark SQL (no Python round trip): every data row and every prior row gets the bagging key
-  ``xxhash64(stream, row_id)`` and its unit (the key's top bits, :func:`lia_spark.mechanisms.bagging_units`).
-- One shuffle of narrow rows (row_id, value): data rows carry -1 - label, prior rows the prior. Hash
-  partitioning on a per-unit code puts each bagging unit whole into its own partition (:func:`bagging_order`,
-  no range sampling, no Spark sort).
+- Python tasks read the day's data rows (row_id, label) and prior rows (row_id, prior): pyarrow reads local
+  Parquet inputs itself (:func:`file_blobs`), Spark reads any other (:func:`frame_blobs`). Each row gets the bagging key
+  ``xxhash64(stream, row_id)`` and its unit (the key's top bits, :func:`lia_spark.mechanisms.bagging_units`);
+  data rows carry -1 - label, prior rows the prior, and the rows of each unit are packed into one Arrow IPC
+  blob tagged with a per-unit partition code (:class:`UnitPacker`).
+- One shuffle of the blobs: hash partitioning on the codes puts each bagging unit whole into its own
+  partition (:func:`shuffled_units`; no range sampling, no Spark sort, few large values instead of many rows).
 - One ``mapInArrow`` pass per unit (:func:`bagged_units`): the worker sorts the unit by (key, row_id) in
   numpy (the random order of :func:`lia_spark.mechanisms.assign_bags`) and pairs each label with its prior,
   its neighbour after the sort (rows without a prior are counted, not bagged). Rows at position p of unit u
@@ -36,15 +38,16 @@ import math
 import os
 import shutil
 import time
+import urllib.parse
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
 from lia_spark import advantage, hashing, mechanisms, posteriors
 from lia_spark.config import Config, MechanismsConfig
@@ -54,6 +57,12 @@ logger = logging.getLogger(__name__)
 
 BAGGED_MECHANISMS = ("llp", "llp_laplace", "llp_geometric")
 SETTING_KEYS = ["mechanism", "epsilon", "bag_size"]
+LABEL, PRIOR = "label", "prior"  # the two sides of the input: data rows and prior rows
+ARROW_SIDE_SCHEMA = pa.schema([pa.field("row_id", pa.int64(), False), pa.field("value", pa.float64(), False)])
+BLOB_SCHEMA = StructType([StructField("code", IntegerType(), False), StructField("blob", BinaryType(), False)])
+ARROW_BLOB_SCHEMA = to_arrow_schema(BLOB_SCHEMA)
+INPUT_BATCH_ROWS = 1 << 20  # rows per batch read from an input file (bounds a reading task's memory)
+INPUT_PART_ROWS = 1 << 21  # rows per reading task (about: whole row groups)
 ROWS_PER_CALL = 65_536  # input rows per chunk, at most ...
 OUTPUT_ROWS_PER_CALL = 1 << 19  # ... and about this many output rows (input rows x settings)
 _LOCAL_WRITES = "posteriors writes its CSV and plots"
@@ -139,7 +148,7 @@ def rows_per_call(bag_sizes: Sequence[int], *, settings: int = 1, bags_per_group
     return unit * max(1, round(target / unit))
 
 
-# ----------------------------------------------------------------------------------------------- input
+# --------------------------------------------------------------------------------------------- input
 
 
 def prior_source(config: Config) -> str:
@@ -157,52 +166,100 @@ def load_input(spark: SparkSession, config: Config) -> tuple[DataFrame, DataFram
     column, source = config.mechanisms.prior_column, prior_source(config)
     rows = (spark.read.parquet(config.parquet_path)
             .where(F.col("day") == config.mechanisms.day)
-            .select(F.col("row_id").cast("long"), F.col("label").cast("int")))
+            .select(F.col("row_id").cast("long"), F.col("label")))
     priors = spark.read.parquet(source)
     if column not in priors.columns:
         raise ValueError(f"mechanisms.prior_column: {source} has no column {column!r}, got {column!r}")
-    if "day" in priors.columns:  # the truth table is day-partitioned: read only the released day
+    if "day" in priors.columns:  # the truth table holds every day: read only the released day
         priors = priors.where(F.col("day") == config.mechanisms.day)
-    return rows, priors.select(F.col("row_id").cast("long"), F.col(column).cast("double").alias("prior"))
+    return rows, priors.select(F.col("row_id").cast("long"), F.col(column).alias(PRIOR))
+
+
+def side_rows(side: str, row_ids: pa.Array, raw: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(row ids, values) of one side's rows: a data row (side :data:`LABEL`) carries -1 - label (-1 or -2), a
+    prior row (side :data:`PRIOR`) its prior in [0, 1], so one float column holds both sides.
+
+    Raises:
+        ValueError: naming the first row whose label is not 0 or 1, whose prior is not in [0, 1] (or NaN),
+            or whose row id is null.
+    """
+    if row_ids.null_count:
+        raise ValueError(f"row_id: must not be null, got null in a {side} row")
+    ids = row_ids.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    values = raw.cast(pa.float64()).to_numpy(zero_copy_only=False)  # nulls -> NaN
+    valid = ((values == 0.0) | (values == 1.0)) if side == LABEL else ((values >= 0.0) & (values <= 1.0))
+    if not valid.all():
+        at = int(np.argmin(valid))
+        got = "null" if not raw[at].is_valid else "NaN" if math.isnan(values[at]) else raw[at].as_py()
+        expected = "0 or 1" if side == LABEL else "in [0, 1]"
+        raise ValueError(f"{side}: must be {expected}, got {got} at row_id {ids[at]}")
+    return ids, (-1.0 - values if side == LABEL else values)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputPart:
+    """Whole row groups of one local Parquet file holding one side's rows, read by pyarrow in a Python task."""
+
+    path: str
+    side: str  # LABEL or PRIOR
+    column: str  # the side's column in the file
+    row_groups: tuple[int, ...]
+    day: int | None  # keep only the rows of this day (the file has a day column); None: every row
+
+    def side_rows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """:func:`side_rows` of the part, in batches of at most :data:`INPUT_BATCH_ROWS` rows."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        columns = ["row_id", self.column, *(["day"] if self.day is not None else [])]
+        for batch in pq.ParquetFile(self.path).iter_batches(batch_size=INPUT_BATCH_ROWS, columns=columns,
+                                                            row_groups=list(self.row_groups), use_threads=False):
+            if self.day is not None:
+                batch = batch.filter(pc.equal(batch.column("day"), self.day))
+            yield side_rows(self.side, batch.column("row_id"), batch.column(self.column))
+
+
+def local_path(path: str) -> str | None:
+    """``path`` as a local file system path (plain or ``file:`` URI), None for any other scheme or a glob
+    pattern (Spark's reader expands those)."""
+    if any(character in path for character in "*?[{"):
+        return None
+    parsed = urllib.parse.urlparse(path)
+    if parsed.scheme == "file":
+        return parsed.path
+    return path if parsed.scheme == "" else None
+
+
+def input_parts(path: str, *, side: str, column: str, day: int, rows_per_part: int = INPUT_PART_ROWS
+                ) -> list[InputPart]:
+    """The rows of ``day`` in the local Parquet dataset at ``path`` (hive-partitioned or not; a ``day`` column,
+    if any, selects the day, as :func:`load_input` does) as parts of whole row groups, about ``rows_per_part``
+    rows each."""
+    import pyarrow.dataset as ds
+
+    dataset = ds.dataset(path, format="parquet", partitioning="hive")
+    if column not in dataset.schema.names:
+        raise ValueError(f"mechanisms.prior_column: {path} has no column {column!r}, got {column!r}")
+    fragments = list(dataset.get_fragments())
+    has_day = "day" in dataset.schema.names
+    in_files = has_day and bool(fragments) and "day" in fragments[0].physical_schema.names
+    if has_day and not in_files:  # day is a directory key: prune whole files
+        fragments = list(dataset.get_fragments(filter=ds.field("day") == day))
+    parts = []
+    for fragment in fragments:
+        metadata = fragment.metadata
+        groups: list[int] = []
+        for group in range(metadata.num_row_groups):
+            groups.append(group)
+            if sum(metadata.row_group(g).num_rows for g in groups) >= rows_per_part:
+                parts.append(InputPart(fragment.path, side, column, tuple(groups), day if in_files else None))
+                groups = []
+        if groups:
+            parts.append(InputPart(fragment.path, side, column, tuple(groups), day if in_files else None))
+    return parts
 
 
 # --------------------------------------------------------------------------------------------- bagging
-
-
-def row_hash(seed: int, purpose: str) -> Column:
-    """Spark SQL ``xxhash64(signed_stream_key(seed, purpose), row_id)``: a 64-bit key per row, no Python."""
-    return F.xxhash64(F.lit(hashing.signed_stream_key(seed, purpose)).cast("bigint"), F.col("row_id").cast("bigint"))
-
-
-def bagging_key(seed: int) -> Column:
-    """The bagging key :func:`lia_spark.mechanisms.bagging_keys` as a Spark SQL expression on ``row_id``."""
-    return row_hash(seed, mechanisms.BAGGING_PURPOSE)
-
-
-def bagging_unit(key: Column, *, unit_bits: int) -> Column:
-    """:func:`lia_spark.mechanisms.bagging_units` as a Spark SQL expression on the key."""
-    if unit_bits == 0:
-        return F.lit(0)
-    return (F.shiftright(key, 64 - unit_bits) + (1 << (unit_bits - 1))).cast("int")
-
-
-def _checked(column: str, valid: Column, expected: str) -> Column:
-    """``column``, failing the job with a clear error naming the row when ``valid`` is not true."""
-    return F.when(valid, F.col(column)).otherwise(F.raise_error(F.concat(
-        F.lit(f"{column}: must be {expected}, got "), F.coalesce(F.col(column).cast("string"), F.lit("null")),
-        F.lit(" at row_id "), F.col("row_id").cast("string"))))
-
-
-def side_values(rows: DataFrame, priors: DataFrame | None) -> DataFrame:
-    """One row (row_id, value) per side: data rows carry -1 - label (-1 or -2), prior rows the prior in [0, 1]
-    (narrow rows make the shuffle cheap). Labels other than 0/1 and priors outside [0, 1] fail the job naming
-    the row. ``priors=None``: ``rows`` hold both label and prior."""
-    priors = rows if priors is None else priors
-    labels = rows.select("row_id", F.col("label").cast("int"))
-    labels = labels.select("row_id", (-1.0 - _checked("label", F.col("label").isin(0, 1), "0 or 1")).alias("value"))
-    prior = priors.select("row_id", F.col("prior").cast("double"))
-    prior = prior.select("row_id", _checked("prior", F.col("prior").between(0.0, 1.0), "in [0, 1]").alias("value"))
-    return labels.unionByName(prior)
 
 
 def partition_codes(spark: SparkSession, partitions: int) -> list[int]:
@@ -217,20 +274,80 @@ def partition_codes(spark: SparkSession, partitions: int) -> list[int]:
     return [int(found[p]) for p in range(partitions)]
 
 
-def unit_partitioning(spark: SparkSession, key: Column, *, unit_bits: int, partitions: int) -> Column:
-    """Partition code (:func:`partition_codes`) of the bagging unit u of ``key``: partition u n div 2^b, so
-    each unit lies whole in one partition and partitions hold equal numbers of units."""
-    codes = F.array(*(F.lit(code) for code in partition_codes(spark, partitions)))
-    partition = F.shiftright(bagging_unit(key, unit_bits=unit_bits).cast("long") * partitions, unit_bits).cast("int")
-    return F.element_at(codes, partition + 1)
+@dataclasses.dataclass(frozen=True)
+class UnitPacker:
+    """Packs side rows (row_id, value) by bagging unit: one Arrow IPC stream (a *blob*) per unit, tagged with
+    the unit's partition code (:func:`partition_codes`), so Spark shuffles a few large binary values instead
+    of many narrow rows and hash partitioning on the code puts unit u whole on partition u."""
+
+    seed: int
+    unit_bits: int
+    codes: tuple[int, ...]
+
+    def blobs(self, row_ids: np.ndarray, values: np.ndarray) -> pa.RecordBatch:
+        """:data:`BLOB_SCHEMA` batch: one (code, blob) per unit present in the rows."""
+        units = mechanisms.bagging_units(mechanisms.bagging_keys(row_ids, seed=self.seed), unit_bits=self.unit_bits)
+        order = np.argsort(units.astype(np.uint16) if self.unit_bits <= 16 else units, kind="stable")  # radix
+        units, row_ids, values = units[order], row_ids[order], values[order]
+        starts = np.flatnonzero(np.r_[True, units[1:] != units[:-1]]) if units.size else np.zeros(0, np.int64)
+        sink, offsets = pa.BufferOutputStream(), [0]
+        for start, end in zip(starts, np.r_[starts[1:], units.size]):
+            batch = pa.RecordBatch.from_arrays([pa.array(row_ids[start:end]), pa.array(values[start:end])],
+                                               schema=ARROW_SIDE_SCHEMA)
+            with pa.ipc.new_stream(sink, ARROW_SIDE_SCHEMA) as writer:
+                writer.write_batch(batch)
+            offsets.append(sink.tell())
+        blobs = pa.BinaryArray.from_buffers(pa.binary(), starts.size, [
+            None, pa.py_buffer(np.asarray(offsets, dtype=np.int32)), sink.getvalue()])
+        codes = pa.array(np.asarray(self.codes, dtype=np.int32)[units[starts]])
+        return pa.RecordBatch.from_arrays([codes, blobs], schema=ARROW_BLOB_SCHEMA)
 
 
-def bagging_order(rows: DataFrame, priors: DataFrame | None, *, seed: int, unit_bits: int) -> DataFrame:
-    """:func:`side_values` with one partition per bagging unit (:func:`unit_partitioning`), unsorted: the
-    Python worker sorts a unit in memory (:func:`bagged_units`), which is cheaper than Spark's sort. The key
-    is computed on both sides of the shuffle instead of shuffling 8 more bytes per row."""
-    placed = unit_partitioning(rows.sparkSession, bagging_key(seed), unit_bits=unit_bits, partitions=1 << unit_bits)
-    return side_values(rows, priors).repartition(1 << unit_bits, placed)
+def _packed_frame(batches: Iterator[pa.RecordBatch], *, packer: UnitPacker, sides: tuple[str, ...]
+                  ) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: the blobs of the ``sides`` (columns :data:`LABEL` and/or :data:`PRIOR`) of each batch."""
+    for batch in batches:
+        pairs = [side_rows(side, batch.column("row_id"), batch.column(side)) for side in sides]
+        yield packer.blobs(np.concatenate([ids for ids, _ in pairs]), np.concatenate([v for _, v in pairs]))
+
+
+def _packed_files(batches: Iterator[pa.RecordBatch], *, packer: UnitPacker, parts: Sequence[InputPart]
+                  ) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body over ``spark.range(len(parts))``: pyarrow reads each part, the blobs of each batch."""
+    for batch in batches:
+        for index in batch.column("id").to_numpy():
+            for row_ids, values in parts[index].side_rows():
+                yield packer.blobs(row_ids, values)
+
+
+def frame_blobs(rows: DataFrame, priors: DataFrame | None, *, seed: int, unit_bits: int) -> DataFrame:
+    """Blobs (:class:`UnitPacker`) of data rows (row_id, label) and prior rows (row_id, prior) read by Spark;
+    ``priors=None``: ``rows`` hold both label and prior."""
+    packer = UnitPacker(seed, unit_bits, tuple(partition_codes(rows.sparkSession, 1 << unit_bits)))
+
+    def packed(frame: DataFrame, sides: tuple[str, ...]) -> DataFrame:
+        columns = [F.col("row_id").cast("long"), *sides]
+        return frame.select(*columns).mapInArrow(functools.partial(_packed_frame, packer=packer, sides=sides),
+                                                 BLOB_SCHEMA)
+
+    if priors is None:
+        return packed(rows, (LABEL, PRIOR))
+    return packed(rows, (LABEL,)).unionByName(packed(priors, (PRIOR,)))
+
+
+def file_blobs(spark: SparkSession, parts: Sequence[InputPart], *, seed: int, unit_bits: int) -> DataFrame:
+    """Blobs (:class:`UnitPacker`) of local Parquet parts read by pyarrow in Python tasks, one task per part:
+    the rows never pass through the JVM's row format (about twice as fast as :func:`frame_blobs`)."""
+    packer = UnitPacker(seed, unit_bits, tuple(partition_codes(spark, 1 << unit_bits)))
+    body = functools.partial(_packed_files, packer=packer, parts=tuple(parts))
+    return spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(body, BLOB_SCHEMA)
+
+
+def unpacked(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The (row_id, value) batches inside the blobs of :data:`BLOB_SCHEMA` batches."""
+    for batch in batches:
+        for blob in batch.column("blob"):
+            yield from pa.ipc.open_stream(blob.as_buffer())
 
 
 def _key_order(keys: np.ndarray, row_ids: np.ndarray, is_prior: np.ndarray) -> np.ndarray:
@@ -249,9 +366,9 @@ def _key_order(keys: np.ndarray, row_ids: np.ndarray, is_prior: np.ndarray) -> n
 
 def bagged_units(batches: Iterator[pa.RecordBatch], *, seed: int, unit_bits: int
                  ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-    """(unit, rows (row_id, label, prior) in the order (key, row_id)) for each bagging unit of one partition of
-    :func:`bagging_order`, which holds whole units (buffered here: one unit of about
-    mechanisms.rows_per_bagging_unit rows). Each data row is paired with its prior row; data rows without a
+    """(unit, rows (row_id, label, prior) in the order (key, row_id)) for each bagging unit among the side rows
+    (row_id, value) of one shuffled partition (:func:`unpacked` blobs), which holds whole units (buffered here:
+    one unit of about mechanisms.rows_per_bagging_unit rows). Each data row is paired with its prior row; data rows without a
     prior are left out (and prior rows without data).
 
     Raises:
@@ -350,8 +467,8 @@ class PassPlan:
     chunk_rows: int
 
     def chunks(self, batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
-        """(unit, first position, rows) of whole bags from a partition of :func:`bagging_order`."""
-        units = bagged_units(batches, seed=self.seed, unit_bits=self.unit_bits)
+        """(unit, first position, rows) of whole bags from a shuffled partition of blobs (:func:`shuffled_units`)."""
+        units = bagged_units(unpacked(batches), seed=self.seed, unit_bits=self.unit_bits)
         return unit_chunks(units, chunk_rows=self.chunk_rows)
 
 
@@ -479,14 +596,19 @@ def _write_rows_and_digest(batches: Iterator[pa.RecordBatch], *, plan: PassPlan,
                                                     **sizes})
 
 
-def _one_pass(rows: DataFrame, priors: DataFrame | None, *, settings: Sequence[Setting], seed: int, unit_bits: int,
-              bags_per_group: int) -> tuple[DataFrame, PassPlan]:
-    """(:func:`bagging_order` of the rows, the plan of the pass over it)."""
+def shuffled_units(blobs: DataFrame, *, unit_bits: int) -> DataFrame:
+    """The blobs of :func:`frame_blobs` or :func:`file_blobs` shuffled to one partition per bagging unit."""
+    return blobs.repartition(1 << unit_bits, "code")
+
+
+def _one_pass(blobs: DataFrame, *, settings: Sequence[Setting], seed: int, unit_bits: int, bags_per_group: int
+              ) -> tuple[DataFrame, PassPlan]:
+    """(:func:`shuffled_units` of the blobs, the plan of the pass over them)."""
     if not settings:
         raise ValueError(f"settings: must hold at least one setting, got {settings!r}")
     chunk_rows = rows_per_call([s.bag_size for s in settings], settings=len(settings), bags_per_group=bags_per_group)
     plan = PassPlan(settings=tuple(settings), seed=seed, unit_bits=unit_bits, chunk_rows=chunk_rows)
-    return bagging_order(rows, priors, seed=seed, unit_bits=unit_bits), plan
+    return shuffled_units(blobs, unit_bits=unit_bits), plan
 
 
 def compute_posteriors(rows: DataFrame, *, settings: Sequence[Setting], seed: int, priors: DataFrame | None = None,
@@ -501,15 +623,22 @@ def compute_posteriors(rows: DataFrame, *, settings: Sequence[Setting], seed: in
         unit_bits: 2^unit_bits independent bagging units (:func:`lia_spark.mechanisms.bagging_unit_bits`).
         bags_per_group: bags of the largest size per chunk (0 = automatic, see :func:`rows_per_call`).
     """
-    ordered, plan = _one_pass(rows, priors, settings=settings, seed=seed, unit_bits=unit_bits,
-                              bags_per_group=bags_per_group)
+    blobs = frame_blobs(rows, priors, seed=seed, unit_bits=unit_bits)
+    return posterior_rows(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group)
+
+
+def posterior_rows(blobs: DataFrame, *, settings: Sequence[Setting], seed: int, unit_bits: int = 0,
+                   bags_per_group: int = 0) -> DataFrame:
+    """:func:`compute_posteriors` of the input packed in ``blobs`` (:func:`frame_blobs` or :func:`file_blobs`
+    with the same seed and unit_bits)."""
+    ordered, plan = _one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group)
     return ordered.mapInArrow(functools.partial(_stream_posteriors, plan=plan), ROW_SCHEMA)
 
 
-def write_posteriors(rows: DataFrame, *, output_dir: str, settings: Sequence[Setting], seed: int,
-                     priors: DataFrame | None = None, unit_bits: int = 0, bags_per_group: int = 0,
-                     sample_fraction: float = 1.0) -> pd.DataFrame:
-    """The rows of :func:`compute_posteriors`, written by the Python workers as Parquet files to
+def write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Setting], seed: int,
+                     unit_bits: int = 0, bags_per_group: int = 0, sample_fraction: float = 1.0) -> pd.DataFrame:
+    """The rows of :func:`compute_posteriors` for the input packed in ``blobs`` (:func:`frame_blobs` or
+    :func:`file_blobs` with the same seed and unit_bits), written by the Python workers as Parquet files to
     ``output_dir/rows`` and a plot sample (:func:`plot_sample_mask`) to ``output_dir/_plot_sample``
     (``output_dir`` is a local path every executor and the driver see alike), and their digest
     (:data:`DIGEST_SCHEMA`, summed over units): per setting and bin of |I| the rows, min, max and advantage
@@ -520,9 +649,8 @@ def write_posteriors(rows: DataFrame, *, output_dir: str, settings: Sequence[Set
     Raises:
         OSError: naming run.output_dir when the driver does not see every row the workers wrote.
     """
-    ordered, plan = _one_pass(rows, priors, settings=settings, seed=seed, unit_bits=unit_bits,
-                              bags_per_group=bags_per_group)
-    codec = ARROW_CODECS.get(rows.sparkSession.conf.get("spark.sql.parquet.compression.codec", "zstd"), "zstd")
+    ordered, plan = _one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group)
+    codec = ARROW_CODECS.get(blobs.sparkSession.conf.get("spark.sql.parquet.compression.codec", "zstd"), "zstd")
     files = ResultFiles(rows_dir=os.path.join(output_dir, "rows"), sample_dir=os.path.join(output_dir, "_plot_sample"),
                         sample_fraction=sample_fraction, codec=codec)
     body = functools.partial(_write_rows_and_digest, plan=plan, files=files)
@@ -566,23 +694,40 @@ def _committed_rows(directory: str) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class PosteriorInput:
-    """One day's data rows (row_id, label) and prior rows (row_id, prior), their counts and bagging units."""
+    """One day's input packed by bagging unit (``blobs``, read by ``reader``: "pyarrow" or "spark"), the
+    counts of its data rows and prior rows and the bagging unit bits."""
 
-    data: DataFrame
-    priors: DataFrame
+    blobs: DataFrame
+    reader: str
     data_rows: int
     prior_rows: int
     unit_bits: int
 
 
 def posterior_input(spark: SparkSession, config: Config) -> PosteriorInput:
-    """The input of config.mechanisms.day: counts both sides and picks the bagging units
-    (:func:`lia_spark.mechanisms.bagging_unit_bits` of the smaller count)."""
+    """The input of config.mechanisms.day: counts both sides (Spark), picks the bagging units
+    (:func:`lia_spark.mechanisms.bagging_unit_bits` of the smaller count) and packs the rows: pyarrow reads
+    local inputs in Python tasks (:func:`file_blobs`), Spark reads any other (:func:`frame_blobs`).
+
+    Raises:
+        ValueError: naming mechanisms.day when the data or the prior table holds no row of that day.
+    """
     spark.sparkContext.setJobDescription("posteriors: count rows and priors")
     data, priors = load_input(spark, config)
     data_rows, prior_rows = data.count(), priors.count()
-    unit_bits = mechanisms.bagging_unit_bits(min(data_rows, prior_rows), config.mechanisms.rows_per_bagging_unit)
-    return PosteriorInput(data, priors, data_rows, prior_rows, unit_bits)
+    section, seed = config.mechanisms, config.run.seed
+    for rows, path in ((data_rows, config.parquet_path), (prior_rows, prior_source(config))):
+        if rows == 0:
+            raise ValueError(f"mechanisms.day: {path} holds no rows of day {section.day}, got {section.day}")
+    unit_bits = mechanisms.bagging_unit_bits(min(data_rows, prior_rows), section.rows_per_bagging_unit)
+    data_path, prior_path = local_path(config.parquet_path), local_path(prior_source(config))
+    if data_path is None or prior_path is None:
+        return PosteriorInput(frame_blobs(data, priors, seed=seed, unit_bits=unit_bits), "spark", data_rows,
+                              prior_rows, unit_bits)
+    parts = [*input_parts(data_path, side=LABEL, column=LABEL, day=section.day),
+             *input_parts(prior_path, side=PRIOR, column=section.prior_column, day=section.day)]
+    return PosteriorInput(file_blobs(spark, parts, seed=seed, unit_bits=unit_bits), "pyarrow", data_rows,
+                          prior_rows, unit_bits)
 
 
 # ------------------------------------------------------------------------------------------ summaries
@@ -781,11 +926,12 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
     with committed_output(spark, output, metadata) as staging:
         source = posterior_input(spark, config)
         data_rows, unit_bits = source.data_rows, source.unit_bits
-        logger.info("posteriors: %d data rows, %d bagging units", data_rows, 1 << unit_bits)
+        logger.info("posteriors: %d data rows, %d bagging units, read by %s", data_rows, 1 << unit_bits,
+                    source.reader)
         local_staging = local_output_path(staging, writes=_LOCAL_WRITES)
         spark.sparkContext.setJobDescription("posteriors: bag, release, posteriors; write per-row results")
         digest = write_posteriors(
-            source.data, priors=source.priors, output_dir=local_staging, settings=settings, seed=config.run.seed,
+            source.blobs, output_dir=local_staging, settings=settings, seed=config.run.seed,
             unit_bits=unit_bits, bags_per_group=section.bags_per_group,
             sample_fraction=min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1)))
         logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
