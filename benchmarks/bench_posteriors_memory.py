@@ -6,8 +6,9 @@ Each size runs in a fresh process with its own local Spark (driver memory 1g by 
 grow into a big heap at the larger size): the same input and settings as
 bench_posteriors_spark.py, the stage's pass (bagging, posteriors, the workers writing the per-row results as
 Parquet and returning their digest), then the peak resident memory (VmHWM) of every Python worker and of the
-Spark JVM is read from /proc. A Python worker holds one bagging unit, one Parquet row group being written and
-the digests (settings x bins of |I|), so its peak should not depend on the number of rows; the JVM's peak is
+Spark JVM is read from /proc. A reading task holds one input batch (privatize.INPUT_BATCH_ROWS rows) and its
+blobs; a unit task holds one bagging unit, one Parquet row group being written and the digests (settings x
+bins of |I|), so a Python worker's peak should not depend on the number of rows; the JVM's peak is
 bounded by its heap setting and grows lazily up to it, so it is reported, not judged.
 """
 from __future__ import annotations
@@ -90,11 +91,12 @@ def main(argv=None) -> None:
     ]
     lines += [f"| {r['rows']:,} | {r['units']} | {r['seconds']:.1f} | {r['python_max_mib']:.0f} | {r['python_processes']} "
               f"| {r['jvm_mib']:.0f} |" for r in results]
-    lines += ["", "Target (SPEC 8): memory per executor flat as rows grow. A Python worker holds one bagging unit "
-              "(about mechanisms.rows_per_bagging_unit data rows and their priors), one Parquet row group being "
-              "written and the digests, so its peak should not move with 10x the rows; the JVM heap is capped by its "
-              "setting and only streams shuffle blocks to Python (no Spark sort), so 10x the rows run in the same heap "
-              "(its resident size adds off-heap Arrow and shuffle buffers)."]
+    lines += ["", "Target (SPEC 8): memory per executor flat as rows grow. A reading task holds one input batch "
+              "(1M rows) and its blobs; a unit task holds one bagging unit (about mechanisms.rows_per_bagging_unit "
+              "data rows and their priors), one Parquet row group being written and the digests, so its peak should "
+              "not move with 10x the rows; the JVM heap is capped by its setting and only streams shuffle blocks to "
+              "Python (no Spark sort), so 10x the rows run in the same heap (its resident size adds off-heap Arrow and "
+              "shuffle buffers)."]
     from _report import write_section
 
     write_section("posteriors_memory", "\n".join(lines))
