@@ -9,7 +9,8 @@ with full avalanche; a draw is
 so u lies strictly inside (0, 1) and takes 2^53 equally spaced values.
 
 :func:`xxhash64_long` is XXH64 of one 8-byte word, bit-for-bit Spark's ``xxhash64`` on a long column, so a
-key can be computed inside Spark SQL (no Python round trip) and by the kernels alike.
+key can be computed inside Spark SQL (no Python round trip) and by the kernels alike; :func:`spark_hash_int`
+is Spark's Murmur3 ``hash`` of an int, which places rows under hash partitioning.
 """
 from __future__ import annotations
 
@@ -100,6 +101,29 @@ def xxhash64_long(values: np.ndarray, seed) -> np.ndarray:
         h = (h ^ (h >> np.uint64(29))) * _XXH_PRIME_3
         h = h ^ (h >> np.uint64(32))
     return h.view(np.int64)
+
+
+def _rotate_left_32(words: np.ndarray, bits: int) -> np.ndarray:
+    return (words << np.uint32(bits)) | (words >> np.uint32(32 - bits))
+
+
+def spark_hash_int(values: np.ndarray) -> np.ndarray:
+    """Spark SQL ``hash(x)`` of int32 values (Murmur3 x86_32 of one 4-byte word, seed 42), as int32:
+
+        k = rotl(x C1, 15) C2;  h = rotl(42 ^ k, 13) 5 + 0xe6546b64;  h ^= 4, then the avalanche
+        h ^= h >> 16; h *= 0x85ebca6b; h ^= h >> 13; h *= 0xc2b2ae35; h ^= h >> 16   (wrapping uint32).
+
+    Spark's hash partitioning sends a row whose only key is x to partition pmod(hash(x), n).
+    """
+    words = np.asarray(values).astype(np.int32, copy=False).view(np.uint32)
+    with np.errstate(over="ignore"):
+        k = _rotate_left_32(words * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
+        h = _rotate_left_32(np.uint32(SPARK_HASH_SEED) ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+        h = h ^ np.uint32(4)
+        h = (h ^ (h >> np.uint32(16))) * np.uint32(0x85EBCA6B)
+        h = (h ^ (h >> np.uint32(13))) * np.uint32(0xC2B2AE35)
+        h = h ^ (h >> np.uint32(16))
+    return h.view(np.int32)
 
 
 def spark_row_hash(seed: int, purpose: str, row_ids) -> np.ndarray:

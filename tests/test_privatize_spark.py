@@ -222,6 +222,17 @@ def test_bagging_units_exact_bags_and_kernel_rule(stage):
         assert len(set(short.index.to_numpy() >> mechanisms.UNIT_SHIFT)) == len(short)
 
 
+def test_partition_hash_equals_sparks_hash(stage):
+    """hashing.spark_hash_int is Spark SQL hash() of an int, so partition codes are found without a Spark job."""
+    values = np.r_[np.random.default_rng(5).integers(-2**31, 2**31, 3000), 0, 1, -1, 2**31 - 1, -2**31]
+    frame = stage["spark"].createDataFrame(pd.DataFrame({"x": values.astype(np.int32)}))
+    got = frame.selectExpr("x", "hash(x) AS h", "pmod(hash(x), 200) AS p").toPandas()
+    np.testing.assert_array_equal(got["h"], hashing.spark_hash_int(got["x"].to_numpy()))
+    codes = pd.DataFrame({"x": np.asarray(privatize.partition_codes(200), dtype=np.int32)})
+    placed = stage["spark"].createDataFrame(codes).selectExpr("pmod(hash(x), 200) AS p").toPandas()
+    assert placed["p"].tolist() == list(range(200))
+
+
 def test_bagging_keys_equal_sparks_xxhash64(stage):
     """The documented key: Spark SQL xxhash64(signed_stream_key(seed, purpose), row_id), so users can redo it."""
     from pyspark.sql import functions as F
@@ -365,6 +376,20 @@ def test_worker_written_files_equal_spark_rows_for_any_partitioning(stage, tmp_p
     assert units["rows"].sum() == len(source) and units["bin"].tolist() == [0, 1, 2, 3]
     with pytest.raises(OSError, match="run.output_dir: the Python workers wrote 15001 result rows"):
         privatize.check_result_files(str(tmp_path / "rows"), expected=15001)
+    # exact percentiles inside the bins: ranked on the driver or by Spark's window, the same exact values
+    on_driver = privatize.summarize_digest(spark, second, str(tmp_path / "rows"))
+    in_spark = privatize.summarize_digest(spark, second, str(tmp_path / "rows"), driver_rows=0)
+    pd.testing.assert_frame_equal(on_driver, in_spark, check_exact=True)
+    selected = 0
+    for setting, summary in zip(sorted(settings, key=lambda s: (s.mechanism, s.bag_size)), on_driver.itertuples()):
+        cells = first[first["mechanism"] == setting.mechanism]
+        located = advantage.digest_percentiles({name: cells[name].to_numpy() for name in advantage.DIGEST_FIELDS})
+        selected += sum(isinstance(where, tuple) for where in located.values())
+        abs_i = np.abs(_setting_rows(expected, setting)["I"].to_numpy())
+        assert summary.mechanism == setting.mechanism
+        assert [getattr(summary, f"abs_I_p{q}") for q in advantage.PERCENTILES] == [
+            advantage.exact_percentile(abs_i, q) for q in advantage.PERCENTILES]
+    assert selected > 0  # some percentiles needed the rows of their bin
 
 
 def test_plot_sample_mask_keeps_the_fraction_on_hashed_ids():
@@ -424,19 +449,33 @@ def test_pyarrow_reader_packs_what_spark_reads(stage):
         privatize.posterior_input(spark, empty_day)
 
 
-def test_input_parts_hold_whole_row_groups_of_the_day(tmp_path):
+def test_input_parts_hold_whole_row_groups_of_the_day(spark, tmp_path):
+    """Parts of whole row groups; row groups whose day statistics exclude the day are skipped, single-day ones
+    are counted from the footer, mixed ones by reading the day column (a Spark job)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({"row_id": np.arange(1000), "day": np.repeat([3, 4], 500).astype(np.int32),
-                      "eta": np.linspace(0, 1, 1000)})
-    pq.write_table(table, tmp_path / "priors.parquet", row_group_size=100)
-    parts = privatize.input_parts(str(tmp_path), side="prior", column="eta", day=4, rows_per_part=250)
-    assert [part.row_groups for part in parts] == [(0, 1, 2), (3, 4, 5), (6, 7, 8), (9,)]
-    ids = np.concatenate([ids for part in parts for ids, _ in part.side_rows()])
-    np.testing.assert_array_equal(ids, np.arange(500, 1000))
-    with pytest.raises(ValueError, match="mechanisms.prior_column: .* has no column 'score'"):
-        privatize.input_parts(str(tmp_path), side="prior", column="score", day=4)
+    ids = np.arange(1000)
+    for name, days in (("sorted", np.repeat([3, 4], 500)), ("mixed", 3 + ids % 2)):
+        (tmp_path / name).mkdir()
+        table = pa.table({"row_id": ids, "day": days.astype(np.int32), "eta": np.linspace(0, 1, 1000)})
+        pq.write_table(table, tmp_path / name / "priors.parquet", row_group_size=100)
+    parts = privatize.input_parts(str(tmp_path / "sorted"), side="prior", column="eta", day=4, rows_per_part=250)
+    assert [(part.row_groups, part.rows, part.footer_day_rows) for part in parts] == [
+        ((5, 6, 7), 300, 300), ((8, 9), 200, 200)]
+    assert privatize.day_rows(spark, parts) == {"label": 0, "prior": 500}
+    np.testing.assert_array_equal(np.concatenate([ids for part in parts for ids, _ in part.side_rows()]),
+                                  np.arange(500, 1000))
+    parts = privatize.input_parts(str(tmp_path / "mixed"), side="prior", column="eta", day=4, rows_per_part=250)
+    assert [(part.row_groups, part.rows, part.footer_day_rows) for part in parts] == [
+        ((0, 1, 2), 300, None), ((3, 4, 5), 300, None), ((6, 7, 8), 300, None), ((9,), 100, None)]
+    assert privatize.day_rows(spark, parts) == {"label": 0, "prior": 500}
+    np.testing.assert_array_equal(np.concatenate([ids for part in parts for ids, _ in part.side_rows()]),
+                                  np.arange(1, 1000, 2))
+    with pytest.raises(ValueError, match="mechanisms.prior_column: .* has no column 'score' for the prior rows"):
+        privatize.input_parts(str(tmp_path / "sorted"), side="prior", column="score", day=4)
+    with pytest.raises(ValueError, match="data.parquet_path: .* has no column 'label' for the label rows"):
+        privatize.input_parts(str(tmp_path / "sorted"), side="label", column="label", day=4)
 
 
 def test_bad_rows_in_local_files_fail_naming_the_row(stage, tmp_path):

@@ -5,7 +5,8 @@ Data movement only; the math is in :mod:`lia_spark.mechanisms`, :mod:`lia_spark.
 and one shuffle:
 
 - Python tasks read the day's data rows (row_id, label) and prior rows (row_id, prior): pyarrow reads local
-  Parquet inputs itself (:func:`file_blobs`), Spark reads any other (:func:`frame_blobs`). Each row gets the bagging key
+  Parquet inputs itself (:func:`file_blobs`; rows counted from the file footers where they tell,
+  :func:`day_rows`), Spark reads any other (:func:`frame_blobs`). Each row gets the bagging key
   ``xxhash64(stream, row_id)`` and its unit (the key's top bits, :func:`lia_spark.mechanisms.bagging_units`);
   data rows carry -1 - label, prior rows the prior, and the rows of each unit are packed into one Arrow IPC
   blob tagged with a per-unit partition code (:class:`UnitPacker`).
@@ -22,7 +23,8 @@ and one shuffle:
   rename, :func:`write_posteriors`) with a plot sample, and return only a digest: per setting and histogram
   bin of |I| the rows, min, max and advantage sums, and the rows per unit. Summaries come from the digest;
   a percentile whose bin holds several values is picked exactly by a second, narrow pass over just that bin
-  (:func:`summarize_digest`): exact order statistics, infinities kept, no sort of all rows.
+  (:func:`summarize_digest`, ranked on the driver or by a Spark window): exact order statistics, infinities
+  kept, no sort of all rows. The driver draws the plots from the sample meanwhile.
 - Noise is keyed on (setting seed, bag id or row id); a setting's seed is derived from the run seed and the
   setting's name, so settings draw independent noise. Nothing depends on partitions, executors or retries.
 - Labels other than 0/1 and priors outside [0, 1] fail the job naming the row; a row id repeated on one side
@@ -30,6 +32,7 @@ and one shuffle:
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -97,6 +100,7 @@ DIGEST_SCHEMA = StructType([
     StructField("realized", DoubleType(), False),  # sum of the realized advantages
 ])
 ARROW_DIGEST_SCHEMA = to_arrow_schema(DIGEST_SCHEMA)
+DRIVER_SELECTED_ROWS = 1 << 23  # exact percentiles: up to this many bin rows are ranked on the driver
 ROWS_PER_ROW_GROUP = 1 << 20  # rows per Parquet row group of the worker-written result files (about)
 ARROW_CODECS = {"none": "none", "uncompressed": "none", "snappy": "snappy", "gzip": "gzip", "brotli": "brotli",
                 "lz4": "lz4", "lz4_raw": "lz4", "zstd": "zstd"}  # Spark's Parquet codec names -> pyarrow's
@@ -204,19 +208,32 @@ class InputPart:
     side: str  # LABEL or PRIOR
     column: str  # the side's column in the file
     row_groups: tuple[int, ...]
+    rows: int  # rows in those row groups (file footer)
     day: int | None  # keep only the rows of this day (the file has a day column); None: every row
+    footer_day_rows: int | None = None  # rows of the day, when the row groups' day statistics tell
 
-    def side_rows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """:func:`side_rows` of the part, in batches of at most :data:`INPUT_BATCH_ROWS` rows."""
+    def _batches(self, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        """The part's rows of its day, ``columns`` only, in batches of at most :data:`INPUT_BATCH_ROWS` rows."""
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        columns = ["row_id", self.column, *(["day"] if self.day is not None else [])]
-        for batch in pq.ParquetFile(self.path).iter_batches(batch_size=INPUT_BATCH_ROWS, columns=columns,
+        read = columns + (["day"] if self.day is not None and "day" not in columns else [])
+        for batch in pq.ParquetFile(self.path).iter_batches(batch_size=INPUT_BATCH_ROWS, columns=read,
                                                             row_groups=list(self.row_groups), use_threads=False):
-            if self.day is not None:
-                batch = batch.filter(pc.equal(batch.column("day"), self.day))
+            yield batch if self.day is None else batch.filter(pc.equal(batch.column("day"), self.day))
+
+    def side_rows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """:func:`side_rows` of the part, batch by batch."""
+        for batch in self._batches(["row_id", self.column]):
             yield side_rows(self.side, batch.column("row_id"), batch.column(self.column))
+
+    def day_rows(self) -> int:
+        """Rows of the part's day: from the footer when it tells, else the day column's matches."""
+        if self.day is None:
+            return self.rows
+        if self.footer_day_rows is not None:
+            return self.footer_day_rows
+        return sum(batch.num_rows for batch in self._batches(["day"]))
 
 
 def local_path(path: str) -> str | None:
@@ -238,8 +255,10 @@ def input_parts(path: str, *, side: str, column: str, day: int, rows_per_part: i
     import pyarrow.dataset as ds
 
     dataset = ds.dataset(path, format="parquet", partitioning="hive")
-    if column not in dataset.schema.names:
-        raise ValueError(f"mechanisms.prior_column: {path} has no column {column!r}, got {column!r}")
+    field = "mechanisms.prior_column" if side == PRIOR else "data.parquet_path"
+    for name in ("row_id", column):
+        if name not in dataset.schema.names:
+            raise ValueError(f"{field}: {path} has no column {name!r} for the {side} rows, got {column!r}")
     fragments = list(dataset.get_fragments())
     has_day = "day" in dataset.schema.names
     in_files = has_day and bool(fragments) and "day" in fragments[0].physical_schema.names
@@ -248,30 +267,80 @@ def input_parts(path: str, *, side: str, column: str, day: int, rows_per_part: i
     parts = []
     for fragment in fragments:
         metadata = fragment.metadata
+        day_counts = [_day_rows_by_statistics(metadata, group, day) if in_files else None
+                      for group in range(metadata.num_row_groups)]
+        kept = [group for group, count in enumerate(day_counts) if count != 0]  # 0: statistics exclude the day
         groups: list[int] = []
-        for group in range(metadata.num_row_groups):
+        rows = 0
+        for group in kept:
             groups.append(group)
-            if sum(metadata.row_group(g).num_rows for g in groups) >= rows_per_part:
-                parts.append(InputPart(fragment.path, side, column, tuple(groups), day if in_files else None))
-                groups = []
-        if groups:
-            parts.append(InputPart(fragment.path, side, column, tuple(groups), day if in_files else None))
+            rows += metadata.row_group(group).num_rows
+            if rows >= rows_per_part or group == kept[-1]:
+                counts = [day_counts[g] for g in groups]
+                known = None if None in counts else sum(counts)
+                parts.append(InputPart(fragment.path, side, column, tuple(groups), rows, day if in_files else None,
+                                       known))
+                groups, rows = [], 0
     return parts
+
+
+def _day_rows_by_statistics(metadata: Any, group: int, day: int) -> int | None:
+    """Rows of ``day`` in one row group from its day column statistics: all non-null rows when min = max =
+    day, 0 when day lies outside [min, max], None when the statistics do not tell."""
+    row_group = metadata.row_group(group)
+    statistics = row_group.column(metadata.schema.names.index("day")).statistics
+    if statistics is None or not statistics.has_min_max or not statistics.has_null_count:
+        return None
+    if day < statistics.min or day > statistics.max:
+        return 0
+    if statistics.min == statistics.max == day:
+        return row_group.num_rows - statistics.null_count
+    return None
+
+
+def _counted_parts(batches: Iterator[pa.RecordBatch], *, parts: Sequence[InputPart]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body over part indices: (side, rows of the day) per part."""
+    for batch in batches:
+        chosen = [parts[index] for index in batch.column("id").to_numpy()]
+        yield pa.RecordBatch.from_arrays([pa.array([part.side for part in chosen], pa.string()),
+                                          pa.array([part.day_rows() for part in chosen], pa.int64())],
+                                         names=["side", "rows"])
+
+
+def day_rows(spark: SparkSession, parts: Sequence[InputPart]) -> dict[str, int]:
+    """Rows per side (:data:`LABEL`, :data:`PRIOR`) in the parts: from the footers (row counts, day
+    statistics) where they tell, else Python tasks read the day column."""
+    rows = {LABEL: 0, PRIOR: 0}
+    unknown = tuple(part for part in parts if part.day is not None and part.footer_day_rows is None)
+    for part in (part for part in parts if part not in unknown):
+        rows[part.side] += part.day_rows()
+    if unknown:
+        tasks = min(len(unknown), 4 * spark.sparkContext.defaultParallelism)
+        counted = spark.range(len(unknown), numPartitions=tasks).mapInArrow(
+            functools.partial(_counted_parts, parts=unknown), "side string, rows long").collect()
+        for side, count in counted:
+            rows[side] += count
+    return rows
 
 
 # --------------------------------------------------------------------------------------------- bagging
 
 
-def partition_codes(spark: SparkSession, partitions: int) -> list[int]:
-    """Integers c_0..c_{n-1} with pmod(hash(c_p), n) = p: Spark's hash partitioning into n partitions
-    (pmod of the Murmur3 hash, seed 42, as ``hash()``) sends c_p to partition p, so a column of codes places
+def partition_codes(partitions: int) -> list[int]:
+    """The smallest integers c_0..c_{n-1} >= 0 with pmod(hash(c_p), n) = p: Spark's hash partitioning into n
+    partitions (:func:`lia_spark.hashing.spark_hash_int`) sends c_p to partition p, so a column of codes places
     rows exactly (no range sampling pass, no hash collisions)."""
-    found = (spark.range(64 * partitions).select(F.col("id").cast("int").alias("code"))
-             .groupBy(F.expr(f"pmod(hash(code), {partitions})").alias("partition")).agg(F.min("code").alias("code"))
-             .toPandas().set_index("partition")["code"])
-    if len(found) < partitions:
-        raise RuntimeError(f"partitions: no hash code found for all of {partitions} partitions")
-    return [int(found[p]) for p in range(partitions)]
+    codes = np.full(partitions, -1, dtype=np.int64)
+    block = max(1 << 16, 16 * partitions)
+    for start in range(0, 1 << 31, block):
+        candidates = np.arange(start, min(start + block, 1 << 31), dtype=np.int64)
+        placed = hashing.spark_hash_int(candidates.astype(np.int32)).astype(np.int64) % partitions
+        first_partitions, first_at = np.unique(placed, return_index=True)  # first = smallest code
+        missing = codes[first_partitions] < 0
+        codes[first_partitions[missing]] = candidates[first_at[missing]]
+        if (codes >= 0).all():
+            return codes.tolist()
+    raise RuntimeError(f"partitions: no hash code found for all of {partitions} partitions")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,7 +392,7 @@ def _packed_files(batches: Iterator[pa.RecordBatch], *, packer: UnitPacker, part
 def frame_blobs(rows: DataFrame, priors: DataFrame | None, *, seed: int, unit_bits: int) -> DataFrame:
     """Blobs (:class:`UnitPacker`) of data rows (row_id, label) and prior rows (row_id, prior) read by Spark;
     ``priors=None``: ``rows`` hold both label and prior."""
-    packer = UnitPacker(seed, unit_bits, tuple(partition_codes(rows.sparkSession, 1 << unit_bits)))
+    packer = UnitPacker(seed, unit_bits, tuple(partition_codes(1 << unit_bits)))
 
     def packed(frame: DataFrame, sides: tuple[str, ...]) -> DataFrame:
         columns = [F.col("row_id").cast("long"), *sides]
@@ -338,7 +407,7 @@ def frame_blobs(rows: DataFrame, priors: DataFrame | None, *, seed: int, unit_bi
 def file_blobs(spark: SparkSession, parts: Sequence[InputPart], *, seed: int, unit_bits: int) -> DataFrame:
     """Blobs (:class:`UnitPacker`) of local Parquet parts read by pyarrow in Python tasks, one task per part:
     the rows never pass through the JVM's row format (about twice as fast as :func:`frame_blobs`)."""
-    packer = UnitPacker(seed, unit_bits, tuple(partition_codes(spark, 1 << unit_bits)))
+    packer = UnitPacker(seed, unit_bits, tuple(partition_codes(1 << unit_bits)))
     body = functools.partial(_packed_files, packer=packer, parts=tuple(parts))
     return spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(body, BLOB_SCHEMA)
 
@@ -705,42 +774,47 @@ class PosteriorInput:
 
 
 def posterior_input(spark: SparkSession, config: Config) -> PosteriorInput:
-    """The input of config.mechanisms.day: counts both sides (Spark), picks the bagging units
+    """The input of config.mechanisms.day: counts both sides, picks the bagging units
     (:func:`lia_spark.mechanisms.bagging_unit_bits` of the smaller count) and packs the rows: pyarrow reads
-    local inputs in Python tasks (:func:`file_blobs`), Spark reads any other (:func:`frame_blobs`).
+    local inputs in Python tasks (:func:`input_parts`, :func:`day_rows`, :func:`file_blobs`), Spark reads and
+    counts any other (:func:`load_input`, :func:`frame_blobs`).
 
     Raises:
         ValueError: naming mechanisms.day when the data or the prior table holds no row of that day.
     """
     spark.sparkContext.setJobDescription("posteriors: count rows and priors")
-    data, priors = load_input(spark, config)
-    data_rows, prior_rows = data.count(), priors.count()
     section, seed = config.mechanisms, config.run.seed
-    for rows, path in ((data_rows, config.parquet_path), (prior_rows, prior_source(config))):
-        if rows == 0:
-            raise ValueError(f"mechanisms.day: {path} holds no rows of day {section.day}, got {section.day}")
-    unit_bits = mechanisms.bagging_unit_bits(min(data_rows, prior_rows), section.rows_per_bagging_unit)
     data_path, prior_path = local_path(config.parquet_path), local_path(prior_source(config))
     if data_path is None or prior_path is None:
-        return PosteriorInput(frame_blobs(data, priors, seed=seed, unit_bits=unit_bits), "spark", data_rows,
-                              prior_rows, unit_bits)
-    parts = [*input_parts(data_path, side=LABEL, column=LABEL, day=section.day),
-             *input_parts(prior_path, side=PRIOR, column=section.prior_column, day=section.day)]
-    return PosteriorInput(file_blobs(spark, parts, seed=seed, unit_bits=unit_bits), "pyarrow", data_rows,
-                          prior_rows, unit_bits)
+        data, priors = load_input(spark, config)
+        data_rows, prior_rows = data.count(), priors.count()
+        reader, packed = "spark", functools.partial(frame_blobs, data, priors)
+    else:
+        parts = [*input_parts(data_path, side=LABEL, column=LABEL, day=section.day),
+                 *input_parts(prior_path, side=PRIOR, column=section.prior_column, day=section.day)]
+        rows = day_rows(spark, parts)
+        data_rows, prior_rows = rows[LABEL], rows[PRIOR]
+        reader, packed = "pyarrow", functools.partial(file_blobs, spark, parts)
+    for count, path in ((data_rows, config.parquet_path), (prior_rows, prior_source(config))):
+        if count == 0:
+            raise ValueError(f"mechanisms.day: {path} holds no rows of day {section.day}, got {section.day}")
+    unit_bits = mechanisms.bagging_unit_bits(min(data_rows, prior_rows), section.rows_per_bagging_unit)
+    return PosteriorInput(packed(seed=seed, unit_bits=unit_bits), reader, data_rows, prior_rows, unit_bits)
 
 
 # ------------------------------------------------------------------------------------------ summaries
 
 
-def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows_dir: str) -> pd.DataFrame:
+def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows_dir: str, *,
+                     driver_rows: int = DRIVER_SELECTED_ROWS) -> pd.DataFrame:
     """One row per setting with the columns :data:`SUMMARY_COLUMNS`, from the digest of
     :func:`write_posteriors` and the result files it wrote to ``rows_dir``.
 
     Means are digest sums over rows. Percentiles of |I| are exact order statistics
     (:func:`lia_spark.advantage.digest_percentiles`): read off a bin holding one value (RR, +inf), else
-    selected by a window ``row_number`` over only the rows of that bin (bins are monotone in |I|, so the bin
-    is exactly the rows with low <= |I| <= high).
+    selected among only the rows of that bin (bins are monotone in |I|, so the bin is exactly the rows with
+    low <= |I| <= high): by ``np.partition`` on the driver when those bins hold at most ``driver_rows`` rows
+    in all, else by a window ``row_number`` in Spark.
     """
     records, wanted = [], []
     cells = digest[digest["mechanism"] != UNIT_ROWS].sort_values([*SETTING_KEYS, "bin"], ignore_index=True)
@@ -759,23 +833,27 @@ def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows_dir: str) -
         for q, where in located.items():
             if isinstance(where, tuple):
                 at, rank = where
-                wanted.append((setting, float(columns["low"][at]), float(columns["high"][at]), rank, q, len(records)))
+                wanted.append((setting, float(columns["low"][at]), float(columns["high"][at]), rank, q, len(records),
+                               int(columns["rows"][at])))
             else:
                 record[f"abs_I_p{q}"] = where
         records.append(record)
     files = [os.path.join(rows_dir, name) for name in sorted(os.listdir(rows_dir)) if name.endswith(".parquet")]
-    for (*_, q, index), value in zip(wanted, _values_at_ranks(spark, files, wanted)):
+    for (*_, q, index, _), value in zip(wanted, _values_at_ranks(spark, files, wanted, driver_rows=driver_rows)):
         records[index][f"abs_I_p{q}"] = value
     stats = pd.DataFrame(records, columns=SUMMARY_COLUMNS)
     stats["bag_size"] = stats["bag_size"].astype("int32")
     return stats.sort_values(SETTING_KEYS, ignore_index=True)
 
 
-def _values_at_ranks(spark: SparkSession, files: Sequence[str], wanted: list[tuple]) -> list[float]:
-    """|I| at rank r among the rows of a setting with low <= |I| <= high, per wanted (setting, low, high, r, ...).
+def _values_at_ranks(spark: SparkSession, files: Sequence[str], wanted: list[tuple], *, driver_rows: int
+                     ) -> list[float]:
+    """|I| at rank r among the rows of a setting with low <= |I| <= high, per wanted (setting, low, high, r, q,
+    index, rows in the range).
 
     Python tasks read the result files (pyarrow: the setting columns and I) and return only the rows inside
-    those ranges; one window ``row_number`` over them picks the ranks."""
+    those ranges; ``np.partition`` on the driver (at most ``driver_rows`` rows in all) or one window
+    ``row_number`` over them picks the ranks."""
     if not wanted:
         return []
     spark.sparkContext.setJobDescription("posteriors: exact order statistics of |I| inside histogram bins")
@@ -788,6 +866,11 @@ def _values_at_ranks(spark: SparkSession, files: Sequence[str], wanted: list[tup
     body = functools.partial(_rows_in_ranges, files=tuple(files), ranges=by_setting)
     tasks = max(1, min(len(files), spark.sparkContext.defaultParallelism * 4))
     selected = spark.range(len(files), numPartitions=tasks).mapInArrow(body, "target int, abs_I double")
+    if sum({(setting.name, low, high): rows for setting, low, high, *_, rows in wanted}.values()) <= driver_rows:
+        table = selected.toArrow()
+        targets, values = table.column("target").to_numpy(), table.column("abs_I").to_numpy()
+        return [float(np.partition(values[targets == index[(setting.name, low, high)]], rank)[rank])
+                for setting, low, high, rank, *_ in wanted]
     ranked = selected.withColumn("rank", F.row_number().over(Window.partitionBy("target").orderBy("abs_I")) - 1)
     wanted_ranks = sorted({(index[(setting.name, low, high)], rank) for setting, low, high, rank, *_ in wanted})
     picked = (ranked.join(F.broadcast(spark.createDataFrame(wanted_ranks, "target int, rank int")), ["target", "rank"])
@@ -935,18 +1018,21 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
             unit_bits=unit_bits, bags_per_group=section.bags_per_group,
             sample_fraction=min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1)))
         logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
-        summary = summarize_digest(spark, digest, os.path.join(local_staging, "rows"))
-        input_rows = int(summary["rows"].max()) if len(summary) else 0
-        logger.info("posteriors: %d input rows, %d result rows, summarized after %.1f s", input_rows,
-                    int(summary["rows"].sum()), time.monotonic() - started)
-        (spark.createDataFrame(summary).coalesce(1)
-         .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
-         .write.parquet(f"{staging}/summary"))
-        summary.to_csv(os.path.join(local_staging, "summary.csv"), index=False)
         sample_dir = os.path.join(local_staging, "_plot_sample")
         from lia_spark.plots import plot_posteriors  # driver only: keeps matplotlib out of the Python workers
 
-        written = plot_posteriors(pd.read_parquet(sample_dir), output_dir=os.path.join(local_staging, "plots"))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as plotter:  # drawn while Spark ranks |I|
+            plots = plotter.submit(plot_posteriors, pd.read_parquet(sample_dir),
+                                   output_dir=os.path.join(local_staging, "plots"))
+            summary = summarize_digest(spark, digest, os.path.join(local_staging, "rows"))
+            input_rows = int(summary["rows"].max()) if len(summary) else 0
+            logger.info("posteriors: %d input rows, %d result rows, summarized after %.1f s", input_rows,
+                        int(summary["rows"].sum()), time.monotonic() - started)
+            (spark.createDataFrame(summary).coalesce(1)
+             .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
+             .write.parquet(f"{staging}/summary"))
+            summary.to_csv(os.path.join(local_staging, "summary.csv"), index=False)
+            written = plots.result()
         shutil.rmtree(sample_dir)
         bags = bag_counts(digest, settings)
         if not section.write_rows:
