@@ -79,7 +79,9 @@ def bernoulli(seed: int, purpose: str, row_ids: np.ndarray, probability, counter
 
 
 def _rotate_left(words: np.ndarray, bits: int) -> np.ndarray:
-    return (words << np.uint64(bits)) | (words >> np.uint64(64 - bits))
+    """Rotate unsigned words (uint32 or uint64) left by ``bits``."""
+    kind = words.dtype.type
+    return (words << kind(bits)) | (words >> kind(8 * words.dtype.itemsize - bits))
 
 
 def xxhash64_long(values: np.ndarray, seed) -> np.ndarray:
@@ -103,10 +105,6 @@ def xxhash64_long(values: np.ndarray, seed) -> np.ndarray:
     return h.view(np.int64)
 
 
-def _rotate_left_32(words: np.ndarray, bits: int) -> np.ndarray:
-    return (words << np.uint32(bits)) | (words >> np.uint32(32 - bits))
-
-
 def spark_hash_int(values: np.ndarray) -> np.ndarray:
     """Spark SQL ``hash(x)`` of int32 values (Murmur3 x86_32 of one 4-byte word, seed 42), as int32:
 
@@ -117,8 +115,8 @@ def spark_hash_int(values: np.ndarray) -> np.ndarray:
     """
     words = np.asarray(values).astype(np.int32, copy=False).view(np.uint32)
     with np.errstate(over="ignore"):
-        k = _rotate_left_32(words * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
-        h = _rotate_left_32(np.uint32(SPARK_HASH_SEED) ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+        k = _rotate_left(words * np.uint32(0xCC9E2D51), 15) * np.uint32(0x1B873593)
+        h = _rotate_left(np.uint32(SPARK_HASH_SEED) ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
         h = h ^ np.uint32(4)
         h = (h ^ (h >> np.uint32(16))) * np.uint32(0x85EBCA6B)
         h = (h ^ (h >> np.uint32(13))) * np.uint32(0xC2B2AE35)

@@ -310,14 +310,16 @@ def _counted_parts(batches: Iterator[pa.RecordBatch], *, parts: Sequence[InputPa
 def day_rows(spark: SparkSession, parts: Sequence[InputPart]) -> dict[str, int]:
     """Rows per side (:data:`LABEL`, :data:`PRIOR`) in the parts: from the footers (row counts, day
     statistics) where they tell, else Python tasks read the day column."""
-    rows = {LABEL: 0, PRIOR: 0}
-    unknown = tuple(part for part in parts if part.day is not None and part.footer_day_rows is None)
-    for part in (part for part in parts if part not in unknown):
-        rows[part.side] += part.day_rows()
+    rows, unknown = {LABEL: 0, PRIOR: 0}, []
+    for part in parts:
+        if part.day is not None and part.footer_day_rows is None:
+            unknown.append(part)
+        else:
+            rows[part.side] += part.day_rows()
     if unknown:
         tasks = min(len(unknown), 4 * spark.sparkContext.defaultParallelism)
         counted = spark.range(len(unknown), numPartitions=tasks).mapInArrow(
-            functools.partial(_counted_parts, parts=unknown), "side string, rows long").collect()
+            functools.partial(_counted_parts, parts=tuple(unknown)), "side string, rows long").collect()
         for side, count in counted:
             rows[side] += count
     return rows
@@ -352,6 +354,11 @@ class UnitPacker:
     seed: int
     unit_bits: int
     codes: tuple[int, ...]
+
+    @classmethod
+    def for_units(cls, seed: int, unit_bits: int) -> "UnitPacker":
+        """The packer for 2^unit_bits units, one partition each."""
+        return cls(seed, unit_bits, tuple(partition_codes(1 << unit_bits)))
 
     def blobs(self, row_ids: np.ndarray, values: np.ndarray) -> pa.RecordBatch:
         """:data:`BLOB_SCHEMA` batch: one (code, blob) per unit present in the rows."""
@@ -392,7 +399,7 @@ def _packed_files(batches: Iterator[pa.RecordBatch], *, packer: UnitPacker, part
 def frame_blobs(rows: DataFrame, priors: DataFrame | None, *, seed: int, unit_bits: int) -> DataFrame:
     """Blobs (:class:`UnitPacker`) of data rows (row_id, label) and prior rows (row_id, prior) read by Spark;
     ``priors=None``: ``rows`` hold both label and prior."""
-    packer = UnitPacker(seed, unit_bits, tuple(partition_codes(1 << unit_bits)))
+    packer = UnitPacker.for_units(seed, unit_bits)
 
     def packed(frame: DataFrame, sides: tuple[str, ...]) -> DataFrame:
         columns = [F.col("row_id").cast("long"), *sides]
@@ -407,8 +414,7 @@ def frame_blobs(rows: DataFrame, priors: DataFrame | None, *, seed: int, unit_bi
 def file_blobs(spark: SparkSession, parts: Sequence[InputPart], *, seed: int, unit_bits: int) -> DataFrame:
     """Blobs (:class:`UnitPacker`) of local Parquet parts read by pyarrow in Python tasks, one task per part:
     the rows never pass through the JVM's row format (about twice as fast as :func:`frame_blobs`)."""
-    packer = UnitPacker(seed, unit_bits, tuple(partition_codes(1 << unit_bits)))
-    body = functools.partial(_packed_files, packer=packer, parts=tuple(parts))
+    body = functools.partial(_packed_files, packer=UnitPacker.for_units(seed, unit_bits), parts=tuple(parts))
     return spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(body, BLOB_SCHEMA)
 
 
@@ -437,8 +443,8 @@ def bagged_units(batches: Iterator[pa.RecordBatch], *, seed: int, unit_bits: int
                  ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """(unit, rows (row_id, label, prior) in the order (key, row_id)) for each bagging unit among the side rows
     (row_id, value) of one shuffled partition (:func:`unpacked` blobs), which holds whole units (buffered here:
-    one unit of about mechanisms.rows_per_bagging_unit rows). Each data row is paired with its prior row; data rows without a
-    prior are left out (and prior rows without data).
+    one unit of about mechanisms.rows_per_bagging_unit rows). Each data row is paired with its prior row; data
+    rows without a prior are left out (and prior rows without data).
 
     Raises:
         ValueError: naming a row id that appears twice among the data rows or among the prior rows.
@@ -869,7 +875,8 @@ def _values_at_ranks(spark: SparkSession, files: Sequence[str], wanted: list[tup
     if sum({(setting.name, low, high): rows for setting, low, high, *_, rows in wanted}.values()) <= driver_rows:
         table = selected.toArrow()
         targets, values = table.column("target").to_numpy(), table.column("abs_I").to_numpy()
-        return [float(np.partition(values[targets == index[(setting.name, low, high)]], rank)[rank])
+        in_range = {target: values[targets == target] for target in index.values()}
+        return [float(np.partition(in_range[index[(setting.name, low, high)]], rank)[rank])
                 for setting, low, high, rank, *_ in wanted]
     ranked = selected.withColumn("rank", F.row_number().over(Window.partitionBy("target").orderBy("abs_I")) - 1)
     wanted_ranks = sorted({(index[(setting.name, low, high)], rank) for setting, low, high, rank, *_ in wanted})
