@@ -1,11 +1,13 @@
 """Package metadata for lia_spark: distributed label-privacy auditing on Apache Spark."""
+import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
 setup(
     name="lia-spark",
-    version="0.1.0",
+    version=re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("lia_spark").joinpath("__init__.py")
+                      .read_text(encoding="utf-8")).group(1),
     description="Label-inference auditing of label-privacy mechanisms (RR, LLP, noisy LLP) on Apache Spark",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",

@@ -1,4 +1,5 @@
-"""Observational one-run label-inference audit game (SPEC 5; observational-auditing-of-label-privacy.txt, Alg. 2).
+"""Observational one-run label-inference audit game (SPEC 5; Kalemaj, Melis, Boucher, Mironov, Mahloujifar,
+"Observational Auditing of Label Privacy", 2025, arXiv:2511.14084, Algorithm 2).
 
 For canary i with features x_i, true label y0_i, target prediction M(x_i) = P(y=1|x_i) and proxy prediction
 M'(x_i), repetition r of the game draws
@@ -20,6 +21,16 @@ first c' active candidates in that order, so c(r, c') is a prefix sum of the cor
 candidates read at the position where the prefix sum of active bits reaches c'. Counting costs O(m) per
 repetition after one O(m log m) sort. The activity and correctness bits of all repetitions are packed into
 uint64 words (bit r of a candidate's words = repetition r), which is what the Spark stage ships around.
+
+Several attacks on one game. An *attack* is a named score: ``difference_t<t>`` (the difference score with that
+t, e.g. ``difference_t0``, ``difference_t2``, ``difference_t8``) or ``log_ratio``. :func:`count_correct_attacks`
+plays the game once (the draws are keyed on the seed, not on the score) and counts every attack's correct
+guesses with one sort per attack; :func:`evaluate_attacks` takes, per repetition, the best bound over attacks x
+sweep points. Each (attack, c') pair is one test of the hypothesis "the mechanism is eps-DP"; with A attacks
+and k sweep points the Bonferroni convention runs every test at 1 - (1 - confidence) / (A k), so by the union
+bound the probability that the best of the A k bounds exceeds the true epsilon is at most 1 - confidence.
+The log ratio is the Bayes-optimal ranking when M is the Bayes posterior given the release and M' the
+true prior: P(b = 0 | x, y^b, release) / P(b = 1 | x, y^b, release) = M(x)[y^b] / M'(x)[y^b].
 """
 from __future__ import annotations
 
@@ -32,6 +43,8 @@ from lia_spark import hashing
 
 SCORES = ("difference", "log_ratio")
 CONVENTIONS = ("paper", "bonferroni")
+DEFAULT_ATTACKS = ("difference_t0", "difference_t2", "difference_t8", "log_ratio")
+_DIFFERENCE_PREFIX = "difference_t"
 TIE_BREAK_PURPOSE = "audit/tie_break"
 CANARY_PURPOSE = "audit/canary_sample"
 _TINY = np.finfo(np.float64).tiny
@@ -90,6 +103,71 @@ def label_scores(target: np.ndarray, proxy: np.ndarray, shown: np.ndarray | int,
     if score == "log_ratio":
         return np.log(np.maximum(target_shown, _TINY)) - np.log(np.maximum(proxy_shown, _TINY))
     return (target_shown - proxy_shown) * (1.0 - proxy_shown) ** t
+
+
+@dataclasses.dataclass(frozen=True)
+class Attack:
+    """One attack: a score of :data:`SCORES` and the exponent t of the difference score (0 for the log ratio)."""
+
+    score: str
+    t: float = 2.0
+
+    @property
+    def name(self) -> str:
+        """``log_ratio`` or ``difference_t<t>`` (t printed exactly: ``difference_t2``, ``difference_t0.5``)."""
+        if self.score == "log_ratio":
+            return "log_ratio"
+        short = f"{self.t:g}"
+        return _DIFFERENCE_PREFIX + (short if float(short) == self.t else repr(float(self.t)))
+
+
+def parse_attack(attack: "str | Attack") -> Attack:
+    """The :class:`Attack` named ``log_ratio`` or ``difference_t<t>`` (t a number >= 0), or ``attack`` itself.
+
+    Raises:
+        ValueError: naming the attack when it is neither form, or t is negative or not finite.
+    """
+    if isinstance(attack, Attack):
+        score, t = attack.score, attack.t
+    elif attack == "log_ratio":
+        score, t = "log_ratio", 0.0
+    elif isinstance(attack, str) and attack.startswith(_DIFFERENCE_PREFIX):
+        score = "difference"
+        try:
+            t = float(attack[len(_DIFFERENCE_PREFIX):])
+        except ValueError:
+            t = math.nan
+    else:
+        raise ValueError(f"attack must be 'log_ratio' or 'difference_t<t>' with a number t >= 0 (e.g. "
+                         f"{', '.join(DEFAULT_ATTACKS)}), got attack={attack!r}")
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {', '.join(SCORES)}, got score={score!r}")
+    if not (math.isfinite(t) and t >= 0.0):
+        raise ValueError(f"attack {attack!r}: t must be a finite number >= 0, got t={t}")
+    return Attack(score=score, t=0.0 if score == "log_ratio" else float(t))
+
+
+def resolve_attacks(attacks) -> tuple[Attack, ...]:
+    """Parse a non-empty sequence of attacks (names or :class:`Attack`); names must be distinct.
+
+    Raises:
+        ValueError: on an empty sequence, a bad attack (see :func:`parse_attack`) or a repeated name.
+    """
+    if isinstance(attacks, (str, Attack)):
+        attacks = (attacks,)
+    parsed = tuple(parse_attack(attack) for attack in attacks)
+    if not parsed:
+        raise ValueError("attacks must name at least one attack, got attacks=()")
+    names = [attack.name for attack in parsed]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"attacks must be distinct, got {', '.join(repeated)} more than once")
+    return parsed
+
+
+def attack_name(score: str = "difference", t: float = 2.0) -> str:
+    """Name of the attack of the ``score=`` / ``t=`` API: ``attack_name("difference", 2.0) == "difference_t2"``."""
+    return parse_attack(Attack(score=score, t=t)).name
 
 
 def validate_canaries(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray) -> None:
@@ -191,6 +269,12 @@ def candidates(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy
     Raises:
         ValueError: on invalid canary columns (see :func:`validate_canaries`) or repetitions < 1.
     """
+    row_ids, label, target, proxy = _checked_canaries(row_ids, label, target, proxy, repetitions=repetitions)
+    game = _Game.play(row_ids, label, proxy, seed=seed, repetitions=repetitions)
+    return game.candidates(target, proxy, Attack(score=score, t=t))
+
+
+def _checked_canaries(row_ids, label, target, proxy, *, repetitions: int):
     if repetitions < 1:
         raise ValueError(f"repetitions must be >= 1, got repetitions={repetitions}")
     row_ids = np.asarray(row_ids, dtype=np.int64)
@@ -198,16 +282,37 @@ def candidates(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy
     target = np.asarray(target, dtype=np.float64)
     proxy = np.asarray(proxy, dtype=np.float64)
     validate_canaries(row_ids, label, target, proxy)
-    hidden, shown = game_draws(row_ids, label, proxy, seed=seed, repetitions=repetitions)
-    scores = candidate_scores(target, proxy, score=score, t=t)
-    active = np.concatenate([~shown, shown], axis=1)
-    guess_one = scores <= 0.0
-    correct = active & np.concatenate([hidden == guess_one[: len(row_ids)], hidden == guess_one[len(row_ids):]],
-                                      axis=1)
-    keep = active.any(axis=0)
-    tie, labels = candidate_ties_labels(row_ids, seed=seed)
-    return Candidates(abs_score=np.abs(scores)[keep], tie=tie[keep], label=labels[keep],
-                      active=pack_bits(active[:, keep]), correct=pack_bits(correct[:, keep]))
+    return row_ids, label, target, proxy
+
+
+@dataclasses.dataclass(frozen=True)
+class _Game:
+    """The draws of one set of games, shared by every attack: which candidates are shown, and b per candidate."""
+
+    active: np.ndarray  # (R, n) bool over the candidates shown at least once
+    active_words: np.ndarray  # pack_bits(active)
+    hidden: np.ndarray  # (R, n) bool: b of the candidate's row
+    keep: np.ndarray  # (2m,) bool: candidates shown at least once
+    tie: np.ndarray
+    label: np.ndarray
+
+    @classmethod
+    def play(cls, row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, seed: int,
+             repetitions: int) -> "_Game":
+        hidden, shown = game_draws(row_ids, label, proxy, seed=seed, repetitions=repetitions)
+        active = np.concatenate([~shown, shown], axis=1)
+        keep = active.any(axis=0)
+        tie, labels = candidate_ties_labels(row_ids, seed=seed)
+        active = active[:, keep]
+        hidden = np.concatenate([hidden, hidden], axis=1)[:, keep]
+        return cls(active=active, active_words=pack_bits(active), hidden=hidden, keep=keep, tie=tie[keep],
+                   label=labels[keep])
+
+    def candidates(self, target: np.ndarray, proxy: np.ndarray, attack: Attack) -> Candidates:
+        scores = candidate_scores(target, proxy, score=attack.score, t=attack.t)[self.keep]
+        correct = self.active & (self.hidden == (scores <= 0.0))  # the guess is b' = 1 iff s <= 0
+        return Candidates(abs_score=np.abs(scores), tie=self.tie, label=self.label, active=self.active_words,
+                          correct=pack_bits(correct))
 
 
 def candidate_order(abs_score: np.ndarray, tie: np.ndarray, label: np.ndarray) -> np.ndarray:
@@ -253,13 +358,36 @@ def count_correct(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, pr
     Raises:
         ValueError: if a guess count is outside [1, m] or on invalid canary columns.
     """
+    counts = count_correct_attacks(row_ids, label, target, proxy, seed=seed, repetitions=repetitions,
+                                   guesses=guesses, attacks=(Attack(score=score, t=t),))
+    return next(iter(counts.values()))
+
+
+def count_correct_attacks(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *,
+                          seed: int, repetitions: int, guesses: np.ndarray,
+                          attacks=DEFAULT_ATTACKS) -> dict[str, np.ndarray]:
+    """:func:`count_correct` for several attacks on the same games: attack name -> (R, k) int64 counts.
+
+    The games (y1, b per repetition) are drawn once; each attack's counts come from one sort of its candidates.
+    ``count_correct(..., score=s, t=t)`` equals ``count_correct_attacks(..., attacks=[attack_name(s, t)])``.
+
+    Raises:
+        ValueError: on a bad or repeated attack, a guess count outside [1, m] or invalid canary columns.
+    """
+    parsed = resolve_attacks(attacks)
     guesses = np.asarray(guesses, dtype=np.int64)
     if guesses.size and (guesses.min() < 1 or guesses.max() > len(row_ids)):
         raise ValueError(f"guesses must lie in [1, {len(row_ids)}], got guesses={guesses.min()}..{guesses.max()}")
-    found = candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions, score=score, t=t)
-    order = candidate_order(found.abs_score, found.tie, found.label)
+    row_ids, label, target, proxy = _checked_canaries(row_ids, label, target, proxy, repetitions=repetitions)
+    game = _Game.play(row_ids, label, proxy, seed=seed, repetitions=repetitions)
     ranks = np.broadcast_to(guesses, (repetitions, len(guesses)))
-    return correct_at_ranks(found.active[order], found.correct[order], ranks, repetitions=repetitions)
+    counts = {}
+    for attack in parsed:
+        found = game.candidates(target, proxy, attack)
+        order = candidate_order(found.abs_score, found.tie, found.label)
+        counts[attack.name] = correct_at_ranks(found.active[order], found.correct[order], ranks,
+                                               repetitions=repetitions)
+    return counts
 
 
 def range_boundaries(abs_score: np.ndarray, tie: np.ndarray, *, parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -331,14 +459,16 @@ class SweepBounds:
 def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, confidence: float = 0.95,
                    delta: float = 0.0, tau: float = 0.0, families: tuple[str, ...] = ("binomial", "gdp"),
                    table_families: tuple[str, ...] = ("binomial",),
-                   conventions: tuple[str, ...] = CONVENTIONS) -> SweepBounds:
+                   conventions: tuple[str, ...] = CONVENTIONS, tests: int | None = None) -> SweepBounds:
     """Bounds of SPEC 6 for each repetition's counts (lia_spark.bounds), under both conventions of SPEC 5.
 
     The best bound per repetition uses bounds.best_* (same value as the max of the per-point bounds, far cheaper
-    for GDP); per-point bounds are evaluated only for ``table_families``.
+    for GDP); per-point bounds are evaluated only for ``table_families``. ``tests`` is the number of tests the
+    Bonferroni convention splits ``1 - confidence`` over (default: the sweep points; :func:`evaluate_attacks`
+    passes attacks x sweep points).
 
     Raises:
-        ValueError: on a family outside bounds.METHODS or mismatched shapes.
+        ValueError: on a family outside bounds.METHODS, mismatched shapes or tests < the number of sweep points.
     """
     from lia_spark import bounds  # scipy.optimize + numba: kept out of the executors, which only play the games
 
@@ -349,6 +479,10 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
     for family in (*families, *table_families):
         if family not in bounds.METHODS:
             raise ValueError(f"families must be among {', '.join(bounds.METHODS)}, got {family!r}")
+    if tests is None:
+        tests = len(guesses)
+    elif tests < len(guesses):
+        raise ValueError(f"tests must be >= the number of sweep points ({len(guesses)}), got tests={tests}")
     gdp_delta = bounds.effective_gdp_delta(delta)
     per_guess: dict[str, np.ndarray] = {}
     best: dict[str, np.ndarray] = {}
@@ -361,7 +495,7 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
         best_guesses[key] = np.where(np.asarray(indices) >= 0, guesses[np.asarray(indices)], 0)
 
     for convention in conventions:
-        level = convention_confidence(confidence, convention=convention, points=len(guesses))
+        level = convention_confidence(confidence, convention=convention, points=tests)
         for family in table_families:
             per_guess[f"eps_{family}_{convention}"] = bounds.epsilon_lower_bound_sweep(
                 canaries=canaries, guesses=grid, correct=correct, confidence=level, delta=delta, tau=tau,
@@ -382,6 +516,94 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
     vacuous = bool(np.all(bounds.gdp_tau_vacuous(canaries=canaries, guesses=guesses, tau=tau)))
     return SweepBounds(guesses=guesses, correct=correct, per_guess=per_guess, best=best, best_guesses=best_guesses,
                        gdp_delta=gdp_delta, gdp_tau_vacuous=vacuous)
+
+
+def attack_confidence(confidence: float, *, convention: str, attacks: int, points: int) -> float:
+    """Per-test confidence of an audit taking the best of ``attacks`` x ``points`` tests.
+
+    "bonferroni": 1 - (1 - confidence) / (attacks * points), so that the best bound over every (attack, c') pair
+    holds at ``confidence`` (union bound); "paper": ``confidence`` at every test (not a valid joint bound).
+    """
+    if attacks < 1:
+        raise ValueError(f"attacks must be >= 1, got attacks={attacks}")
+    if points < 1:
+        raise ValueError(f"points must be >= 1, got points={points}")
+    return convention_confidence(confidence, convention=convention, points=attacks * points)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttackBounds:
+    """Best epsilon lower bounds of every repetition over several attacks x the guess sweep.
+
+    Attributes:
+        attacks: attack names, in the order given.
+        guesses: (k,) guess counts c'.
+        tests: attacks x sweep points, the Bonferroni denominator.
+        levels: convention -> per-test confidence (see :func:`attack_confidence`).
+        per_attack: attack name -> its :class:`SweepBounds`, every test at ``levels`` (so each attack's best is
+            itself a valid bound at ``confidence``, if a looser one than auditing that attack alone).
+        best: same keys as :attr:`SweepBounds.best` -> (R,) max over attacks.
+        best_guesses: same keys -> (R,) c' reaching it (0 when nothing is rejected).
+        best_attacks: same keys -> (R,) name of the attack reaching it (the first in order on ties; "" when
+            nothing is rejected).
+        gdp_delta, gdp_tau_vacuous: as in :class:`SweepBounds`.
+    """
+
+    attacks: tuple[str, ...]
+    guesses: np.ndarray
+    tests: int
+    levels: dict[str, float]
+    per_attack: dict[str, SweepBounds]
+    best: dict[str, np.ndarray]
+    best_guesses: dict[str, np.ndarray]
+    best_attacks: dict[str, np.ndarray]
+    gdp_delta: float
+    gdp_tau_vacuous: bool
+
+
+def evaluate_attacks(correct: dict[str, np.ndarray], guesses: np.ndarray, *, canaries: int,
+                     confidence: float = 0.95, delta: float = 0.0, tau: float = 0.0,
+                     families: tuple[str, ...] = ("binomial", "gdp"), table_families: tuple[str, ...] = (),
+                     conventions: tuple[str, ...] = CONVENTIONS) -> AttackBounds:
+    """Best bound per repetition over every attack and sweep point, the confidence split over all of them.
+
+    Args:
+        correct: attack name -> (R, k) counts of :func:`count_correct_attacks` on the same games (same R, k).
+        guesses: (k,) guess counts c' of the columns.
+        canaries, confidence, delta, tau, families, table_families, conventions: as in :func:`evaluate_sweep`.
+    Returns:
+        :class:`AttackBounds`; under "bonferroni" every one of the A x k tests runs at
+        1 - (1 - confidence) / (A k), so P[best bound > true epsilon] <= 1 - confidence (union bound).
+    Raises:
+        ValueError: on no attacks, counts of different shapes, or the errors of :func:`evaluate_sweep`.
+    """
+    if not correct:
+        raise ValueError("correct must hold the counts of at least one attack, got none")
+    names = tuple(correct)
+    arrays = {name: np.atleast_2d(np.asarray(correct[name], dtype=np.int64)) for name in names}
+    shapes = {array.shape for array in arrays.values()}
+    if len(shapes) != 1:
+        raise ValueError(f"every attack's counts must have the same (repetitions, guesses) shape, got "
+                         f"{', '.join(f'{name}: {arrays[name].shape}' for name in names)}")
+    guesses = np.asarray(guesses, dtype=np.int64)
+    tests = len(names) * len(guesses)
+    per_attack = {name: evaluate_sweep(arrays[name], guesses, canaries=canaries, confidence=confidence,
+                                       delta=delta, tau=tau, families=families, table_families=table_families,
+                                       conventions=conventions, tests=tests) for name in names}
+    first = per_attack[names[0]]
+    best, best_guesses, best_attacks = {}, {}, {}
+    for key in first.best:
+        values = np.stack([per_attack[name].best[key] for name in names])  # (A, R)
+        winner = np.argmax(values, axis=0)  # first maximum: ties go to the earlier attack
+        columns = np.arange(values.shape[1])
+        best[key] = values[winner, columns]
+        best_guesses[key] = np.stack([per_attack[name].best_guesses[key] for name in names])[winner, columns]
+        best_attacks[key] = np.where(best_guesses[key] > 0, np.asarray(names, dtype=object)[winner], "")
+    levels = {convention: convention_confidence(confidence, convention=convention, points=tests)
+              for convention in conventions}
+    return AttackBounds(attacks=names, guesses=guesses, tests=tests, levels=levels, per_attack=per_attack,
+                        best=best, best_guesses=best_guesses, best_attacks=best_attacks,
+                        gdp_delta=first.gdp_delta, gdp_tau_vacuous=first.gdp_tau_vacuous)
 
 
 def summarize(best: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:

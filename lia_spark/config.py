@@ -10,6 +10,7 @@ import collections.abc
 import dataclasses
 import math
 import os
+import re
 import typing
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -131,10 +132,16 @@ class SyntheticConfig:
 
 @dataclasses.dataclass(frozen=True)
 class MechanismsConfig:
-    """Release mechanisms of SPEC 2 applied over an (epsilon, bag size) grid, posteriors per SPEC 3."""
+    """Release mechanisms of SPEC 2 applied over an (epsilon, bag size) grid, posteriors per SPEC 3.
+
+    The attacker's prior: ``prior_column`` ``auto`` is ``eta`` (the twin's true P(y=1|x), ``<out>/truth``)
+    when data.source is synthetic, else ``proxy_prediction`` (the proxy model's prediction for every row of
+    ``day``, ``<out>/models/priors``, written by the train stage); ``prior_path`` overrides the table
+    (:func:`lia_spark.engine.privatize.resolve_prior`).
+    """
 
     day: int = 1
-    prior_column: str = "eta"
+    prior_column: str = "auto"
     names: tuple[str, ...] = POSTERIOR_MECHANISMS
     epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -147,6 +154,9 @@ class MechanismsConfig:
     def validate(self) -> None:
         if self.day < 0:
             _fail("mechanisms.day", self.day, "must be >= 0")
+        if not self.prior_column.strip():
+            _fail("mechanisms.prior_column", self.prior_column,
+                  "must be auto, eta, proxy_prediction or a column of mechanisms.prior_path")
         if not self.names:
             _fail("mechanisms.names", self.names, "must list at least one mechanism")
         for name in self.names:
@@ -238,7 +248,7 @@ class AuditConfig:
     """Observational one-run audit (SPEC 5) and its epsilon lower bounds (SPEC 6)."""
 
     repetitions: int = 100
-    score: str = "difference"
+    score: str = "log_ratio"  # the tightest valid attack of the study in BENCHMARKS.md
     t: float = 2.0
     confidence: float = 0.95
     delta: float = 0.0
@@ -298,6 +308,44 @@ class TrackingConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class TableConfig:
+    """``lia-spark audit-table``: the grid of training mechanisms x claimed epsilons whose targets are trained and
+    audited (Kalemaj et al., "Observational Auditing of Label Privacy", 2025, Table 2). ``none`` is one baseline
+    cell (epsilon = inf); plain ``llp`` has no epsilon (one cell per bag size, claimed epsilon = inf); the other
+    LLP mechanisms get one cell per epsilon and bag size; label mechanisms one cell per epsilon. Combinations the
+    configured models.library / models.execution cannot train are skipped with a warning
+    (:func:`lia_spark.table.table_cells`)."""
+
+    mechanisms: tuple[str, ...] = ("none", "rr", "rr_with_prior", "rr_debiased", "lp_2st", "llp", "llp_laplace",
+                                   "llp_geometric")
+    epsilons: tuple[float, ...] = (math.inf, 8.0, 4.0, 2.0, 1.0, 0.1)
+    bag_sizes: tuple[int, ...] = (8,)
+
+    def validate(self) -> None:
+        if not self.mechanisms:
+            _fail("table.mechanisms", self.mechanisms, "must list at least one training mechanism")
+        for name in self.mechanisms:
+            if name not in TRAINING_MECHANISMS:
+                _fail("table.mechanisms", name, f"must be one of {', '.join(TRAINING_MECHANISMS)}")
+        if len(set(self.mechanisms)) != len(self.mechanisms):
+            _fail("table.mechanisms", self.mechanisms, "must not repeat a mechanism")
+        if not self.epsilons:
+            _fail("table.epsilons", self.epsilons, "must list at least one claimed epsilon (inf allowed)")
+        for epsilon in self.epsilons:
+            if not epsilon > 0:
+                _fail("table.epsilons", epsilon, "must be > 0 (inf = no noise)")
+        if len(set(self.epsilons)) != len(self.epsilons):
+            _fail("table.epsilons", self.epsilons, "must not repeat an epsilon")
+        if any(name.startswith("llp") for name in self.mechanisms) and not self.bag_sizes:
+            _fail("table.bag_sizes", self.bag_sizes, "must list at least one bag size for the llp mechanisms")
+        for bag_size in self.bag_sizes:
+            if not 1 <= bag_size <= 4096:
+                _fail("table.bag_sizes", bag_size, "must be in [1, 4096]")
+        if len(set(self.bag_sizes)) != len(self.bag_sizes):
+            _fail("table.bag_sizes", self.bag_sizes, "must not repeat a bag size")
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """The whole job configuration, one frozen section per stage."""
 
@@ -309,6 +357,7 @@ class Config:
     models: ModelsConfig = dataclasses.field(default_factory=ModelsConfig)
     audit: AuditConfig = dataclasses.field(default_factory=AuditConfig)
     tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
+    table: TableConfig = dataclasses.field(default_factory=TableConfig)
 
     @property
     def parquet_path(self) -> str:
@@ -327,6 +376,21 @@ class Config:
                            for key, v in dataclasses.asdict(getattr(self, section.name)).items()}
             for section in dataclasses.fields(self)
         }
+
+
+_FLOAT_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _float_text(field: str, text: str) -> float:
+    """A number written as text: ``1e-5``, ``1E-5``, ``.5``, ``5.`` (YAML 1.1 reads these as strings), ``inf``,
+    ``.inf``, ``infinity`` (either sign)."""
+    stripped = text.strip().lower()
+    unsigned = stripped.lstrip("+-")
+    if unsigned in ("inf", ".inf", "infinity"):
+        return -math.inf if stripped.startswith("-") else math.inf
+    if not _FLOAT_TEXT.fullmatch(stripped):
+        _fail(field, text, "must be a number (e.g. 0.5, 1e-5, inf)")
+    return float(stripped)
 
 
 def _coerce(field: str, value: Any, annotation: Any) -> Any:
@@ -350,8 +414,8 @@ def _coerce(field: str, value: Any, annotation: Any) -> Any:
             _fail(field, value, "must be an integer")
         return value
     if annotation is float:
-        if isinstance(value, str) and value.strip().lower() in ("inf", ".inf", "infinity"):
-            return math.inf
+        if isinstance(value, str):
+            value = _float_text(field, value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             _fail(field, value, "must be a number")
         return float(value)

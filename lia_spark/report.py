@@ -13,7 +13,7 @@ import datetime
 import html
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -86,11 +86,25 @@ def _image(path: Path) -> str:
     return f'<h4>{html.escape(path.name)}</h4><img alt="{html.escape(path.name)}" src="data:image/png;base64,{encoded}">'
 
 
-def render_report(config: Config, steps: Sequence[Any], *, mlflow_location: str = "") -> tuple[str, int, int]:
+def _headline(steps: Sequence[Any]) -> list[str]:
+    """The audit's valid bound beside the claimed epsilon, first on the page (a finding in red)."""
+    audit = next((o.result for o in steps if o.step == "audit" and o.result is not None), None)
+    if audit is None:
+        return []
+    headline = audit.headline
+    style = " class='failed'" if headline.is_finding else ""
+    return ["<h2>Audit result</h2>", f"<p{style}><strong>{html.escape(headline.text())}</strong></p>",
+            "<p>Numbers labelled <em>paper</em> below use the paper's convention (the best sweep point, each at the "
+            "full confidence): paper convention, not a valid bound.</p>"]
+
+
+def render_report(config: Config, steps: Sequence[Any], *, mlflow_location: str = "",
+                  local_artifacts: Mapping[str, Sequence[str]] | None = None) -> tuple[str, int, int]:
     """HTML text plus the number of embedded figures and tables.
 
     ``steps`` are pipeline outcomes with ``step``, ``stage``, ``status``, ``seconds``, ``error``,
-    ``metrics()`` and ``artifacts()``.
+    ``metrics()`` and ``artifacts()``; ``local_artifacts`` (step -> local files) replaces a step's
+    ``artifacts()`` where they are not local files (a remote output folder).
     """
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>lia-spark {html.escape(config.run.name)}"
@@ -98,6 +112,7 @@ def render_report(config: Config, steps: Sequence[Any], *, mlflow_location: str 
              f"<h1>lia-spark run {html.escape(config.run.name)}</h1>",
              f"<p>{now} &middot; seed {config.run.seed} &middot; output <code>{html.escape(config.run.output_dir)}"
              f"</code> &middot; data source {html.escape(config.data.source)}</p>"]
+    parts.extend(_headline(steps))
     if mlflow_location:
         parts.append(f"<p>MLflow: {html.escape(mlflow_location)}</p>")
     parts.append("<h2>Steps</h2><table><tr><th>step</th><th>stage</th><th>status</th><th>seconds</th><th>note</th></tr>")
@@ -107,7 +122,8 @@ def render_report(config: Config, steps: Sequence[Any], *, mlflow_location: str 
     parts.append("</table>")
     figures = tables = 0
     for o in steps:
-        metrics, artifacts = o.metrics(), [Path(p) for p in o.artifacts()]
+        metrics = o.metrics()
+        artifacts = [Path(p) for p in (local_artifacts or {}).get(o.step, o.artifacts())]
         if not metrics and not artifacts:
             continue
         parts.append(f"<h2>{html.escape(o.step)} ({html.escape(o.stage)})</h2>")

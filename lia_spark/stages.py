@@ -17,6 +17,7 @@ STAGE_FUNCTIONS: dict[str, str] = {
     "utility": "lia_spark.engine.train:run_utility_tradeoff",
     "audit": "lia_spark.engine.audit:run_audit",
     "pipeline": "lia_spark.engine.pipeline:run_pipeline",
+    "audit-table": "lia_spark.engine.table:run_audit_table",  # command `lia-spark audit-table` (Table 2)
 }
 
 

@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 PACKAGES = ("lia-spark", "pyspark", "pandas", "pyarrow", "numpy", "scipy", "xgboost", "catboost", "mlflow")
 KIND_TAG = "lia_spark.kind"
 STAGE_TAG = "lia_spark.stage"
+FINGERPRINT_TAG = "lia_spark.output_fingerprint"
+REUSED_FROM_TAG = "lia_spark.reused_from_run"
 MAX_PARAM_CHARS = 500
 POSTERIOR_SETTING_KEYS = ("mechanism", "epsilon", "bag_size")
 MODEL_STAGE = "train"
@@ -275,10 +277,13 @@ class PipelineTracker:
         mlflow.log_params(data_fingerprint(marker))
 
     def log_stage(self, stage: str, *, status: str, seconds: float, metrics: Mapping[str, Any],
-                  artifacts: Sequence[str], error: str = "") -> None:
+                  artifacts: Sequence[str], error: str = "", fingerprint: str = "") -> None:
         """One nested run for ``stage``: status, timing, metrics, artifacts, models and per-setting runs.
 
         The parent run also gets ``<stage>.<metric>`` and ``<stage>.seconds`` so runs compare in one table.
+        The stage run is tagged with the fingerprint of the output it produced or reused
+        (:data:`FINGERPRINT_TAG`). A reused output's artifacts are not logged again: the run is tagged with
+        the run that logged them (:data:`REUSED_FROM_TAG`, found by that fingerprint).
         """
         import mlflow
 
@@ -286,13 +291,30 @@ class PipelineTracker:
         mlflow.log_metrics({f"{stage}.{key}": value for key, value in numbers.items()}
                            | {f"{stage}.seconds": seconds})
         mlflow.set_tag(f"lia_spark.status.{stage}", status)
-        with mlflow.start_run(run_name=stage, nested=True, tags={KIND_TAG: "stage", STAGE_TAG: stage}):
+        tags = {KIND_TAG: "stage", STAGE_TAG: stage, **({FINGERPRINT_TAG: fingerprint} if fingerprint else {})}
+        producer = self._producing_run(stage, fingerprint) if status == "reused" and fingerprint else None
+        if producer:
+            tags[REUSED_FROM_TAG] = producer
+        with mlflow.start_run(run_name=stage, nested=True, tags=tags):
             mlflow.log_params({"stage": stage, "status": status, **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
             mlflow.log_metrics(numbers | {"seconds": seconds})
-            for text in artifacts:
-                self._log_artifact(stage, Path(text))
+            if status == "ran":
+                for text in artifacts:
+                    self._log_artifact(stage, Path(text))
             if status == "failed":
                 mlflow.end_run(status="FAILED")
+
+    def _producing_run(self, stage: str, fingerprint: str) -> str | None:
+        """The stage run (any experiment of this store) that ran and logged the output with ``fingerprint``."""
+        import mlflow
+
+        client = mlflow.MlflowClient(self.tracking_uri)
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        runs = client.search_runs(experiments, filter_string=(f"tags.`{FINGERPRINT_TAG}` = '{fingerprint}' and "
+                                                              f"tags.`{STAGE_TAG}` = '{stage}' and "
+                                                              "params.status = 'ran'"),
+                                  max_results=1, order_by=["attributes.start_time DESC"])
+        return runs[0].info.run_id if runs else None
 
     def _log_artifact(self, stage: str, path: Path) -> None:
         import mlflow
@@ -322,6 +344,12 @@ class PipelineTracker:
             with mlflow.start_run(run_name=name, nested=True, tags={KIND_TAG: "setting", STAGE_TAG: stage}):
                 mlflow.log_params(setting)
                 mlflow.log_metrics({key: value for key, value in values.items() if value is not None})
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Tags of the parent run (e.g. the audit headline's ``audit.eps_lb``, ``audit.claimed_eps``)."""
+        import mlflow
+
+        mlflow.set_tags(dict(tags))
 
     def log_report(self, path: str) -> None:
         """Attach the run's report page to the parent run under ``report/``."""
@@ -358,3 +386,58 @@ def pipeline_runs(*, experiment: str, tracking_uri: str, max_results: int = 100)
     return mlflow.search_runs(experiment_ids=[found.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'pipeline'",
                               max_results=max_results, order_by=["attributes.start_time DESC"])
 
+
+
+TABLE_KIND = "audit_table"
+TABLE_CELL_KIND = "table_cell"
+TABLE_CELL_TAGS = ("audit.eps_lb", "audit.claimed_eps", "audit.mechanism")
+
+
+class AuditTableTracker(PipelineTracker):
+    """One MLflow parent run for an ``lia-spark audit-table`` run (tagged ``lia_spark.kind = audit_table``), one
+    nested run per cell (mechanism x claimed epsilon) and the table's CSVs and plot as the parent's artifacts."""
+
+    def start(self) -> str:
+        """Start the parent run like a pipeline's (config, seed and environment params), tagged as a table."""
+        import mlflow
+
+        run_id = super().start()
+        mlflow.set_tag(KIND_TAG, TABLE_KIND)
+        return run_id
+
+    def log_cell(self, cell: str, *, mechanism: str, claimed_epsilon: float, bag_size: int, status: str,
+                 seconds: float, metrics: Mapping[str, Any], error: str = "", fingerprint: str = "") -> None:
+        """Nested run ``cell``: params mechanism, claimed_epsilon, bag_size and status; the finite ``metrics``
+        (eps_lb_mean/std, test_auc, test_log_loss, ...); tags ``audit.eps_lb`` (the mean valid bound),
+        ``audit.claimed_eps``, ``audit.mechanism``. The parent run gets ``<cell>.<metric>``; a failed cell's run
+        ends FAILED with its error as a param."""
+        import math
+
+        import mlflow
+
+        numbers = {key: value for key, value in finite_metrics(metrics).items() if math.isfinite(value)}
+        claimed = "inf" if math.isinf(claimed_epsilon) else f"{claimed_epsilon:g}"
+        eps_lb = numbers.get("eps_lb_mean")
+        tags = {KIND_TAG: TABLE_CELL_KIND, "lia_spark.cell": cell, "audit.claimed_eps": claimed,
+                "audit.mechanism": mechanism, "audit.eps_lb": "" if eps_lb is None else f"{eps_lb:.6g}",
+                **({FINGERPRINT_TAG: fingerprint} if fingerprint else {})}
+        mlflow.log_metrics({f"{cell}.{key}": value for key, value in numbers.items()} | {f"{cell}.seconds": seconds})
+        with mlflow.start_run(run_name=cell, nested=True, tags=tags):
+            mlflow.log_params({"cell": cell, "mechanism": mechanism, "claimed_epsilon": claimed,
+                               "bag_size": str(bag_size), "status": status,
+                               **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
+            mlflow.log_metrics(numbers | {"seconds": seconds})
+            if status == "failed":
+                mlflow.end_run(status="FAILED")
+
+    def log_table(self, *, metrics: Mapping[str, Any], artifacts: Sequence[str]) -> None:
+        """Parent-run metrics (cell counts, seconds) and the table's files under ``table/``."""
+        import mlflow
+
+        mlflow.log_metrics(finite_metrics(metrics))
+        for text in artifacts:
+            path = Path(text)
+            if path.exists():
+                mlflow.log_artifact(str(path), artifact_path="table")
+            else:
+                logger.warning("tracking: table artifact %s does not exist; not logged", path)

@@ -1,5 +1,5 @@
-"""Validity and tightness of the audit against randomized response (observational-auditing-of-label-privacy.txt,
-sec. 6.6 and App. 11).
+"""Validity and tightness of the audit against randomized response (Kalemaj, Melis, Boucher, Mironov,
+Mahloujifar, "Observational Auditing of Label Privacy", 2025, arXiv:2511.14084, sec. 6.6 and App. 11).
 
 Data: y ~ Bernoulli(1/2), x | y ~ N(e_y, I_d) with e_y the y-th unit vector of R^d, so the true posterior is
 P(y = 1 | x) = sigmoid(x_1 - x_0) (the log-likelihood ratio of the two Gaussians). The mechanism attacked is
@@ -7,12 +7,41 @@ RR(eps) on the labels; the "target model" of canary i is the Bayes posterior of 
 released label, M(x_i) = P(y_i = 1 | x_i, z_i) (SPEC 3, RR posterior with the true prior). Counterfactual
 labels come from the true posterior ("true") or from a scikit-learn logistic regression with default
 hyper-parameters fitted on fresh data ("logistic"). RR(eps) is eps-label-DP, so a valid audit at 95% has
-eps_lb > eps in at most 5% of repetitions.
+eps_lb > eps with probability at most 5%.
+
+The probability in that statement is over the data, the release and the game together (the canaries of the
+theorem are random draws from the distribution). :func:`study` therefore redraws all three for every draw:
+fresh mixture rows, a fresh logistic proxy (fitted on another fresh sample), a fresh RR release per epsilon
+and a fresh game (its own hash seed) per cell. Within one draw the RR cells of all epsilons and both proxies,
+and the null cells, share the mixture rows (each cell's draws are still independent across draws, which is
+all a per-cell share needs). One game is played per draw.
+
+Null cells: the target is label-blind, M(x) = P(y = 1 | x) (the true posterior without the release) or M = M'.
+A label-blind mechanism leaks nothing (0-DP), so any eps_lb > 0 there is a false positive. With the
+logistic proxy and M = P(y = 1 | x) the null also probes the proxy's mismatch (the bounds use tau = 0).
+
+Ceiling (:func:`ceiling`): a canary is *informative* when y1 != y0 (only then does the shown label depend on
+b). For RR(eps) with M the Bayes posterior and M' the true prior, the posterior odds of b = 0 on an
+informative canary given the shown label y are L(z | y) / L(z | 1 - y) = e^{+-eps} for every x (z the
+released label, L the RR likelihood), so an attacker told which canaries are informative guesses right on
+each of them with probability exactly q = e^eps / (1 + e^eps), the largest per-guess accuracy eps-DP allows;
+on an uninformative canary the shown label and M do not depend on b, so any guess is a fair coin. Taking
+fewer guesses loses sample size at the same accuracy, taking more dilutes the accuracy toward 1/2, so this
+oracle's evidence (c' = I informative canaries, c ~ Bin(I, q)) is the best the game can produce. The ceiling
+is the pure binomial (one-sided Clopper-Pearson) bound of lia_spark.bounds at the expected counts,
+c' = round(E[I]) with E[I] = sum_i p_i (1 - p'_i) + p'_i (1 - p_i) (p = P(y=1|x), p' = M'(x)) and
+c = round(q c'), at the per-test confidence of a single attack's Bonferroni sweep, 1 - (1 - confidence) / k
+(k sweep points). It is a reference, not a hard cap: a real attacker's bound fluctuates around its mean
+and can exceed it in a draw. With the logistic proxy the same formula is used (q is then approximate: M' is
+within about 1e-3 of the truth on average).
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import math
 import os
+import time
 
 import numpy as np
 import pandas as pd
@@ -21,6 +50,10 @@ from scipy.special import expit
 from lia_spark import audit, bounds, posteriors
 
 PROXIES = ("true", "logistic")
+EPSILONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+COMBINED = "combined"  # every attack of the study, best over attacks x sweep points with the confidence split
+NULL_TARGETS = ("posterior", "proxy")  # label-blind targets: M(x) = P(y=1|x), M = M'
+MAX_SHARE = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,91 +97,338 @@ def logistic_proxy(sample: MixtureSample, *, fresh: MixtureSample) -> np.ndarray
     return model.predict_proba(sample.features)[:, 1]
 
 
-def _single_point(correct: np.ndarray, guesses: int, *, canaries: int, confidence: float) -> np.ndarray:
-    return bounds.epsilon_lower_bound_sweep(canaries=canaries, guesses=np.full(len(correct), guesses),
-                                            correct=correct, confidence=confidence)
+@dataclasses.dataclass(frozen=True)
+class Ceiling:
+    """The oracle attacker's bound (module docstring): expected informative canaries, its counts and bound."""
+
+    bound: float
+    informative: float
+    guesses: int
+    correct: int
 
 
-def study(*, n: int = 1_000_000, dimension: int = 5, epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0),
-          repetitions: int = 100, guess_shares: tuple[float, ...] = (0.001, 0.01),
-          proxies: tuple[str, ...] = PROXIES, confidence: float = 0.95, t: float = 2.0,
-          seed: int = 0) -> pd.DataFrame:
-    """Audit RR(eps) for each eps and counterfactual source; binomial (Theorem 17) bounds per repetition.
+def ceiling(posterior: np.ndarray, proxy: np.ndarray, *, epsilon: float, confidence: float = 0.95,
+            tests: int = 1) -> Ceiling:
+    """Bound of the attacker that guesses b' = 0 iff y^b = z on exactly the informative canaries of RR(eps).
 
-    Measures: the bound at a fixed c' = share * n for each share in ``guess_shares`` (confidence as given),
-    and the best over the sweep c' = 1%, ..., 100% plus 0.1% in the "paper" (max at ``confidence``) and
-    "bonferroni" (confidence split over the sweep) conventions.
+    c' = round(sum_i p_i (1 - p'_i) + p'_i (1 - p_i)), c = round(c' e^eps / (1 + e^eps)), pure binomial bound
+    at 1 - (1 - confidence) / tests (see the module docstring for why this is the game's best evidence).
+    """
+    posterior = np.asarray(posterior, dtype=np.float64)
+    proxy = np.asarray(proxy, dtype=np.float64)
+    informative = float(np.sum(posterior * (1.0 - proxy) + proxy * (1.0 - posterior)))
+    guesses = int(min(max(round(informative), 1), len(posterior)))
+    correct = int(round(guesses * expit(epsilon)))
+    level = audit.convention_confidence(confidence, convention="bonferroni", points=tests)
+    bound = bounds.epsilon_lower_bound(canaries=len(posterior), guesses=guesses, correct=correct, confidence=level)
+    return Ceiling(bound=bound, informative=informative, guesses=guesses, correct=correct)
 
+
+def _stream(seed: int, draw: int, purpose: str) -> np.random.Generator:
+    """Generator of one purpose in one draw: keyed on (seed, draw, purpose) only, so a cell's draws do not depend
+    on which other cells or epsilons are run."""
+    words = [int(b) for b in hashlib.blake2b(purpose.encode("utf-8"), digest_size=16).digest()]
+    return np.random.default_rng(np.random.SeedSequence([seed, draw, *words]))
+
+
+def study_cells(*, epsilons: tuple[float, ...], proxies: tuple[str, ...]) -> list[tuple[str, str, str, float]]:
+    """(setting, target, proxy, epsilon) of every cell: RR cells, then the null cells (epsilon 0)."""
+    cells = [("rr", "rr_posterior", proxy, float(epsilon)) for epsilon in epsilons for proxy in proxies]
+    for proxy in proxies:
+        for target in NULL_TARGETS:
+            if not (target == "proxy" and proxy == "true"):  # M = M' = P(y=1|x): the "posterior" cell already
+                cells.append(("null", target, proxy, 0.0))
+    return cells
+
+
+def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] = EPSILONS, draws: int = 50,
+          null_draws: int | None = None, proxies: tuple[str, ...] = PROXIES,
+          attacks: tuple[str, ...] = audit.DEFAULT_ATTACKS, confidence: float = 0.95, seed: int = 0,
+          time_budget: float | None = None) -> pd.DataFrame:
+    """Audit RR(eps) and label-blind targets on independently redrawn data, release and game per draw.
+
+    Per cell and draw, every attack alone (Bonferroni over its k sweep points, and the paper convention) and,
+    with several attacks, all of them together (``COMBINED``: Bonferroni over attacks x sweep points, and the
+    paper convention = max over everything at ``confidence`` per test); binomial (pure, Theorem 17) bounds.
+
+    Args:
+        n: canaries per draw (rows of the mixture); the logistic proxy is fitted on n fresh rows.
+        draws: independent draws of the RR cells; null_draws: of the null cells (default ``draws``; either
+            may be 0).
+        time_budget: seconds; no new draw starts once it is spent (the first always runs).
     Returns:
-        One row per (proxy, epsilon, measure): eps_lb_mean, eps_lb_std (ddof 1), share_above (eps_lb > eps),
-        repetitions.
+        One row per (draw, cell, tau rule, attack, convention): draw, setting ("rr"/"null"), target, proxy,
+        epsilon (0 for null), tau_rule and tau, attack, convention, eps_lb, best_guesses, best_attack (the
+        winning attack of ``COMBINED``), ceiling, informative (E[I]), proxy_tv (mean |P(y=1|x) - M'(x)|).
+        tau_rule "0": bounds with tau = 0, as the paper (and a production audit, which cannot know tau) runs
+        them; "max_tv" (logistic proxy only): tau = max_i |P(y=1|x_i) - M'(x_i)|, the TV bound the theorem
+        needs when M' is not the true posterior (known here because the truth is). ``attrs``: seconds,
+        draws_run, null_draws_run and the parameters.
+    Raises:
+        ValueError: on an unknown proxy, no epsilons, draws < 1 or a bad attack.
     """
     for proxy in proxies:
         if proxy not in PROXIES:
             raise ValueError(f"proxies must be among {', '.join(PROXIES)}, got {proxy!r}")
-    rng = np.random.default_rng(seed)
-    sample = gaussian_mixture(n, dimension=dimension, rng=rng)
-    predictions = {"true": sample.posterior}
-    if "logistic" in proxies:
-        predictions["logistic"] = logistic_proxy(sample, fresh=gaussian_mixture(n, dimension=dimension, rng=rng))
+    null_draws = draws if null_draws is None else null_draws
+    if draws < 0 or null_draws < 0 or max(draws, null_draws) < 1:
+        raise ValueError(f"draws and null_draws must be >= 0, one of them >= 1, got draws={draws}, "
+                         f"null_draws={null_draws}")
+    names = tuple(attack.name for attack in audit.resolve_attacks(attacks))
+    cells = study_cells(epsilons=tuple(epsilons), proxies=tuple(proxies))
     row_ids = np.arange(n, dtype=np.int64)
-    sweep = audit.guess_grid(n)
-    fixed = {share: int(np.clip(np.floor(share * n + 0.5), 1, n)) for share in guess_shares}
-    guesses = np.union1d(sweep, list(fixed.values()))
-    rows = []
-    for epsilon in epsilons:
-        released = randomized_response(sample.labels, epsilon=epsilon, rng=rng)
-        target = posteriors.rr(sample.posterior, released, epsilon=epsilon).posterior
-        for proxy in proxies:
-            correct = audit.count_correct(row_ids, sample.labels, target, predictions[proxy], seed=seed,
-                                          repetitions=repetitions, guesses=guesses, t=t)
-            measures = {}
-            for share, count in fixed.items():
-                column = int(np.searchsorted(guesses, count))
-                measures[f"c'={share:.1%}"] = _single_point(correct[:, column], count, canaries=n,
-                                                            confidence=confidence)
-            in_sweep = np.isin(guesses, sweep)
-            swept = audit.evaluate_sweep(correct[:, in_sweep], guesses[in_sweep], canaries=n, confidence=confidence,
-                                         families=("binomial",), table_families=())
-            for convention in audit.CONVENTIONS:
-                measures[f"sweep, {convention}"] = swept.best[f"eps_binomial_{convention}"]
-            for measure, values in measures.items():
-                rows.append({"proxy": proxy, "epsilon": epsilon, "measure": measure,
-                             "eps_lb_mean": float(values.mean()),
-                             "eps_lb_std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
-                             "share_above": float(np.mean(values > epsilon)), "repetitions": repetitions})
-    return pd.DataFrame(rows)
+    grid = audit.guess_grid(n)
+    started = time.monotonic()
+    rows, draws_run, null_run = [], 0, 0
+    for draw in range(max(draws, null_draws)):
+        if draw > 0 and time_budget is not None and time.monotonic() - started > time_budget:
+            break
+        sample = gaussian_mixture(n, dimension=dimension, rng=_stream(seed, draw, "rows"))
+        predictions = {"true": sample.posterior}
+        if "logistic" in proxies:
+            fresh = gaussian_mixture(n, dimension=dimension, rng=_stream(seed, draw, "logistic fit rows"))
+            predictions["logistic"] = logistic_proxy(sample, fresh=fresh)
+        targets = {}
+        if draw < draws:
+            for epsilon in epsilons:
+                released = randomized_response(sample.labels, epsilon=epsilon,
+                                               rng=_stream(seed, draw, f"rr {float(epsilon)!r}"))
+                targets[float(epsilon)] = posteriors.rr(sample.posterior, released, epsilon=epsilon).posterior
+            draws_run += 1
+        null_run += draw < null_draws
+        for setting, target_kind, proxy, epsilon in cells:
+            if (setting == "rr" and draw >= draws) or (setting == "null" and draw >= null_draws):
+                continue
+            target = {"rr_posterior": targets.get(epsilon), "posterior": sample.posterior,
+                      "proxy": predictions[proxy]}[target_kind]
+            game_seed = int(_stream(seed, draw, f"game {setting} {target_kind} {proxy} {epsilon!r}").integers(2**62))
+            counts = audit.count_correct_attacks(row_ids, sample.labels, target, predictions[proxy], seed=game_seed,
+                                                 repetitions=1, guesses=grid, attacks=names)
+            top = (ceiling(sample.posterior, predictions[proxy], epsilon=epsilon, confidence=confidence,
+                           tests=len(grid)) if setting == "rr" else None)
+            gap = np.abs(sample.posterior - predictions[proxy])
+            common = {"draw": draw, "setting": setting, "target": target_kind, "proxy": proxy, "epsilon": epsilon,
+                      "ceiling": top.bound if top else 0.0, "informative": top.informative if top else math.nan,
+                      "proxy_tv": float(gap.mean())}
+            taus = {"0": 0.0} if proxy == "true" else {"0": 0.0, "max_tv": float(gap.max())}
+            for rule, tau in taus.items():
+                measures = {name: audit.evaluate_sweep(counts[name], grid, canaries=n, confidence=confidence,
+                                                       tau=tau, families=("binomial",), table_families=())
+                            for name in names}
+                if len(names) > 1:
+                    measures[COMBINED] = audit.evaluate_attacks(counts, grid, canaries=n, confidence=confidence,
+                                                                tau=tau, families=("binomial",))
+                for name, result in measures.items():
+                    for convention in audit.CONVENTIONS:
+                        key = f"eps_binomial_{convention}"
+                        winner = result.best_attacks[key][0] if name == COMBINED else name
+                        rows.append({**common, "tau_rule": rule, "tau": tau, "attack": name,
+                                     "convention": convention, "eps_lb": float(result.best[key][0]),
+                                     "best_guesses": int(result.best_guesses[key][0]), "best_attack": winner})
+    table = pd.DataFrame(rows)
+    table.attrs.update({"seconds": time.monotonic() - started, "draws_run": draws_run, "null_draws_run": null_run,
+                        "n": n, "dimension": dimension, "confidence": confidence, "sweep_points": len(grid),
+                        "attacks": list(names), "seed": seed})
+    return table
 
 
-def markdown_table(table: pd.DataFrame) -> str:
-    """The study as a Markdown table: eps_lb mean +- std and the share of repetitions with eps_lb > eps."""
-    lines = ["| proxy | eps | measure | eps_lb mean +- std | share eps_lb > eps |", "|---|---|---|---|---|"]
-    for row in table.itertuples(index=False):
-        lines.append(f"| {row.proxy} | {row.epsilon:g} | {row.measure} | {row.eps_lb_mean:.3f} +- "
-                     f"{row.eps_lb_std:.3f} | {row.share_above:.0%} |")
+def summarize_study(records: pd.DataFrame) -> pd.DataFrame:
+    """Per (setting, target, proxy, epsilon, tau_rule, attack, convention): draws, eps_lb mean and std (ddof 1),
+    share of draws with eps_lb > eps and with eps_lb > 0, mean eps_lb / eps, mean ceiling and mean eps_lb / mean
+    ceiling (NaN where eps or the ceiling is 0)."""
+    keys = ["setting", "target", "proxy", "epsilon", "tau_rule", "attack", "convention"]
+    out = []
+    for key, group in records.groupby(keys, sort=False):
+        values = group["eps_lb"].to_numpy()
+        row = dict(zip(keys, key))
+        epsilon, top = row["epsilon"], float(group["ceiling"].mean())
+        row.update({"draws": len(values), "eps_lb_mean": float(values.mean()),
+                    "eps_lb_std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+                    "share_above": float(np.mean(values > epsilon)), "share_positive": float(np.mean(values > 0)),
+                    "ratio_eps": float(values.mean() / epsilon) if epsilon > 0 else math.nan,
+                    "ceiling_mean": top, "ratio_ceiling": float(values.mean() / top) if top > 0 else math.nan})
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def theorem_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows whose bounds meet the theorem's hypotheses: tau = 0 for the true proxy, tau = max TV for the others."""
+    with_tv = set(summary.loc[summary["tau_rule"] == "max_tv", "proxy"])
+    return summary[(summary["tau_rule"] == "max_tv") | ~summary["proxy"].isin(with_tv)]
+
+
+@dataclasses.dataclass(frozen=True)
+class DefaultChoice:
+    """The tightest valid attack of a study: name and the per-attack evidence (Bonferroni convention).
+
+    ``evidence`` columns: attack, valid, max_share_above (RR cells), max_null_share_positive (null cells),
+    mean_ratio_eps and min_ratio_eps (over RR cells), mean_ratio_ceiling.
+    """
+
+    attack: str | None
+    evidence: pd.DataFrame
+
+
+def pick_default(summary: pd.DataFrame, *, max_share: float = MAX_SHARE) -> DefaultChoice:
+    """Tightest valid measure: share of eps_lb > eps <= max_share in every RR cell and share of eps_lb > 0 <=
+    max_share in every null cell (Bonferroni convention, :func:`theorem_rows`); tightest = largest mean over RR
+    cells of eps_lb / eps."""
+    valid_rows = theorem_rows(summary)
+    valid_rows = valid_rows[valid_rows["convention"] == "bonferroni"]
+    evidence = []
+    for attack, group in valid_rows.groupby("attack", sort=False):
+        rr, null = group[group["setting"] == "rr"], group[group["setting"] == "null"]
+        max_above = float(rr["share_above"].max()) if len(rr) else math.nan
+        max_null = float(null["share_positive"].max()) if len(null) else 0.0
+        evidence.append({"attack": attack, "valid": bool(max_above <= max_share and max_null <= max_share),
+                         "max_share_above": max_above, "max_null_share_positive": max_null,
+                         "mean_ratio_eps": float(rr["ratio_eps"].mean()), "min_ratio_eps": float(rr["ratio_eps"].min()),
+                         "mean_ratio_ceiling": float(rr["ratio_ceiling"].mean())})
+    evidence = pd.DataFrame(evidence).sort_values("mean_ratio_eps", ascending=False, kind="stable")
+    valid = evidence[evidence["valid"]]
+    return DefaultChoice(attack=str(valid["attack"].iloc[0]) if len(valid) else None,
+                         evidence=evidence.reset_index(drop=True))
+
+
+def _attack_label(attack: str, attacks: list[str]) -> str:
+    return f"all {len(attacks)} (split)" if attack == COMBINED else attack
+
+
+def null_table(summary: pd.DataFrame) -> list[str]:
+    """Markdown lines: share of draws with eps_lb > 0 per null cell, tau rule and attack (Bonferroni / paper)."""
+    null = summary[summary["setting"] == "null"]
+    if null.empty:
+        return []
+    attacks = list(dict.fromkeys(null["attack"]))
+    singles = [a for a in attacks if a != COMBINED]
+    lines = ["Null (label-blind target: any eps_lb > 0 is a false positive): share of draws with eps_lb > 0, "
+             "Bonferroni / paper convention (paper = not a valid bound):", "",
+             "| proxy | target | tau | draws | " + " | ".join(_attack_label(a, singles) for a in attacks) + " |",
+             "|---|---|---|---|" + "---|" * len(attacks)]
+    for (proxy, target, rule), group in null.groupby(["proxy", "target", "tau_rule"], sort=False):
+        by = group.set_index(["attack", "convention"])
+        label = "M(x) = P(y=1 given x)" if target == "posterior" else "M = M'"
+        cells = [f"{by.loc[(a, 'bonferroni'), 'share_positive']:.1%} / {by.loc[(a, 'paper'), 'share_positive']:.1%}"
+                 for a in attacks]
+        tau = "max TV" if rule == "max_tv" else "0"
+        lines.append(f"| {proxy} | {label} | {tau} | {int(group['draws'].iloc[0])} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown_report(records: pd.DataFrame, *, max_share: float = MAX_SHARE) -> str:
+    """The study as Markdown: valid (Bonferroni, :func:`theorem_rows`) tables, the null, the default attack, the
+    logistic proxy at tau = 0, then the paper convention."""
+    everything = summarize_study(records)
+    summary = theorem_rows(everything)
+    attacks = list(dict.fromkeys(records["attack"]))
+    singles = [a for a in attacks if a != COMBINED]
+    heads = " | ".join(_attack_label(a, singles) for a in attacks)
+    bonf = summary[summary["convention"] == "bonferroni"]
+    rr = bonf[bonf["setting"] == "rr"]
+    if rr.empty:
+        return "\n".join(null_table(everything))
+    lines = ["eps_lb / eps (share of draws with eps_lb > eps), Bonferroni, binomial bound, mean over draws; "
+             "logistic proxy with tau = max TV:", "",
+             f"| proxy | eps | ceiling / eps | {heads} |", "|---|---|---|" + "---|" * len(attacks)]
+    for (proxy, epsilon), group in rr.groupby(["proxy", "epsilon"], sort=False):
+        by = group.set_index("attack")
+        cells = [f"{by.loc[a, 'ratio_eps']:.2f} ({by.loc[a, 'share_above']:.0%})" for a in attacks]
+        lines.append(f"| {proxy} | {epsilon:g} | {by['ceiling_mean'].iloc[0] / epsilon:.2f} | " + " | ".join(cells)
+                     + " |")
+    lines += ["", "eps_lb / ceiling (mean eps_lb over mean ceiling), same rows:", "",
+              f"| proxy | eps | ceiling | {heads} |", "|---|---|---|" + "---|" * len(attacks)]
+    for (proxy, epsilon), group in rr.groupby(["proxy", "epsilon"], sort=False):
+        by = group.set_index("attack")
+        lines.append(f"| {proxy} | {epsilon:g} | {by['ceiling_mean'].iloc[0]:.3f} | "
+                     + " | ".join(f"{by.loc[a, 'ratio_ceiling']:.2f}" for a in attacks) + " |")
+    lines += ["", "Full valid table: eps_lb mean +- std over draws, share of draws with eps_lb > eps, "
+              "mean eps_lb / eps and mean eps_lb / mean ceiling:", "",
+              "| proxy | eps | attack | eps_lb mean +- std | share > eps | eps_lb / eps | eps_lb / ceiling | draws |",
+              "|---|---|---|---|---|---|---|---|"]
+    for row in rr.itertuples(index=False):
+        lines.append(f"| {row.proxy} | {row.epsilon:g} | {_attack_label(row.attack, singles)} | "
+                     f"{row.eps_lb_mean:.3f} +- {row.eps_lb_std:.3f} | {row.share_above:.0%} | {row.ratio_eps:.3f} | "
+                     f"{row.ratio_ceiling:.3f} | {row.draws} |")
+    lines += ["", *null_table(everything)]
+    choice = pick_default(everything, max_share=max_share)
+    lines += ["", f"Default attack: the tightest valid measure (share of draws with eps_lb > eps <= {max_share:.0%} "
+              f"in every RR cell and share with eps_lb > 0 <= {max_share:.0%} in every null cell, rows as in the "
+              "first table; tightest = largest mean eps_lb / eps over the RR cells):", "",
+              "| attack | valid | max share > eps | max null share > 0 | mean eps_lb / eps | min eps_lb / eps | "
+              "mean eps_lb / ceiling |", "|---|---|---|---|---|---|---|"]
+    for row in choice.evidence.itertuples(index=False):
+        lines.append(f"| {_attack_label(row.attack, singles)} | {'yes' if row.valid else 'no'} | "
+                     f"{row.max_share_above:.0%} | {row.max_null_share_positive:.1%} | {row.mean_ratio_eps:.3f} | "
+                     f"{row.min_ratio_eps:.3f} | {row.mean_ratio_ceiling:.3f} |")
+    lines += ["", f"Winner: **{choice.attack}**." if choice.attack else "Winner: none is valid.", ""]
+    zero = everything[(everything["tau_rule"] == "0") & (everything["setting"] == "rr")
+                      & (everything["convention"] == "bonferroni") & (everything["proxy"] != "true")]
+    if len(zero):
+        lines += ["Logistic proxy with tau = 0 (as the paper and a production audit run it), Bonferroni: "
+                  "eps_lb / eps (share of draws with eps_lb > eps):", "",
+                  f"| proxy | eps | {heads} |", "|---|---|" + "---|" * len(attacks)]
+        for (proxy, epsilon), group in zero.groupby(["proxy", "epsilon"], sort=False):
+            by = group.set_index("attack")
+            lines.append(f"| {proxy} | {epsilon:g} | " + " | ".join(
+                f"{by.loc[a, 'ratio_eps']:.3f} ({by.loc[a, 'share_above']:.0%})" for a in attacks) + " |")
+        lines.append("")
+    paper = summary[(summary["convention"] == "paper") & (summary["setting"] == "rr")]
+    lines += ["Paper convention, not a valid bound (max over the sweep, every point at 95%): eps_lb mean +- std and "
+              "share of draws with eps_lb > eps:", "",
+              f"| proxy | eps | {heads} |", "|---|---|" + "---|" * len(attacks)]
+    for (proxy, epsilon), group in paper.groupby(["proxy", "epsilon"], sort=False):
+        by = group.set_index("attack")
+        cells = [f"{by.loc[a, 'eps_lb_mean']:.3f} +- {by.loc[a, 'eps_lb_std']:.3f} ({by.loc[a, 'share_above']:.0%})"
+                 for a in attacks]
+        lines.append(f"| {proxy} | {epsilon:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def plot_study(table: pd.DataFrame, *, path: str) -> str:
-    """PNG: eps_lb mean +- std against the true eps, one panel per proxy, one line per measure, with y = x."""
+def invalid_cells(summary: pd.DataFrame, *, max_share: float = MAX_SHARE) -> pd.DataFrame:
+    """Bonferroni rows (:func:`theorem_rows`) breaking validity: RR cells with share eps_lb > eps, null cells with
+    share eps_lb > 0, above ``max_share``."""
+    bonf = theorem_rows(summary)
+    bonf = bonf[bonf["convention"] == "bonferroni"]
+    bad = ((bonf["setting"] == "rr") & (bonf["share_above"] > max_share)) | (
+        (bonf["setting"] == "null") & (bonf["share_positive"] > max_share))
+    return bonf[bad]
+
+
+def plot_study(records: pd.DataFrame, *, path: str) -> str:
+    """PNG: eps_lb mean +- std against the true eps (log2 axes), one panel per proxy; one line per valid measure
+    (Bonferroni), the ceiling, eps_lb = eps, and the combined attack under the paper convention (grey, dotted)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    proxies = list(dict.fromkeys(table["proxy"]))
-    figure, axes = plt.subplots(1, len(proxies), figsize=(5.0 * len(proxies), 4.0), squeeze=False)
+    summary = theorem_rows(summarize_study(records))
+    rr = summary[summary["setting"] == "rr"]
+    attacks = list(dict.fromkeys(rr["attack"]))
+    singles = [a for a in attacks if a != COMBINED]
+    proxies = list(dict.fromkeys(rr["proxy"]))
+    figure, axes = plt.subplots(1, len(proxies), figsize=(6.0 * len(proxies), 4.5), squeeze=False, sharey=True)
     for axis, proxy in zip(axes[0], proxies):
-        rows = table[table["proxy"] == proxy]
-        for measure, group in rows.groupby("measure", sort=False):
+        rows = rr[rr["proxy"] == proxy]
+        valid = rows[rows["convention"] == "bonferroni"]
+        for attack in attacks:
+            group = valid[valid["attack"] == attack]
             axis.errorbar(group["epsilon"], group["eps_lb_mean"], yerr=group["eps_lb_std"], marker="o", capsize=3,
-                          label=measure)
-        top = float(rows["epsilon"].max())
-        axis.plot([0, top], [0, top], color="black", linestyle="--", linewidth=1, label="eps_lb = eps")
+                          linewidth=2.0 if attack == COMBINED else 1.2, label=f"{_attack_label(attack, singles)}")
+        ceiling_rows = valid.drop_duplicates("epsilon")
+        axis.plot(ceiling_rows["epsilon"], ceiling_rows["ceiling_mean"], color="black", linewidth=1.5,
+                  label="ceiling (oracle on informative canaries)")
+        paper = rows[(rows["convention"] == "paper") & (rows["attack"] == attacks[-1])]
+        axis.plot(paper["epsilon"], paper["eps_lb_mean"], color="grey", linestyle=":", marker=".",
+                  label=f"{_attack_label(attacks[-1], singles)}, paper convention (not a valid bound)")
+        epsilons = np.sort(rows["epsilon"].unique())
+        axis.plot(epsilons, epsilons, color="black", linestyle="--", linewidth=1, label="eps_lb = eps")
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log", base=2)
         axis.set_xlabel("true epsilon of RR")
-        axis.set_ylabel("epsilon lower bound (95%)")
-        axis.set_title(f"counterfactuals: {proxy} posterior")
-        axis.legend(fontsize=8)
+        axis.set_ylabel("epsilon lower bound (95%, Bonferroni)")
+        axis.set_title(f"counterfactuals: {proxy} posterior ({int(valid['draws'].max())} draws per point)")
+        axis.legend(fontsize=7)
     figure.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path, dpi=120)

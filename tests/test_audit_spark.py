@@ -60,7 +60,9 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     keys = hashing.hash_bits(5, audit.CANARY_PURPOSE, table["row_id"].to_numpy())
     sample = table.iloc[np.argsort(keys)[:2000]]
     guesses = audit.guess_grid(2000)
-    expected = _kernel_counts(sample, seed=5, repetitions=12, guesses=guesses)
+    expected = _kernel_counts(sample, seed=5, repetitions=12, guesses=guesses, score=config.audit.score,
+                              t=config.audit.t)
+    assert config.audit.score == "log_ratio"  # the default attack
     results = spark.read.parquet(f"{output}/results").toPandas().sort_values(["repetition", "guesses"])
     np.testing.assert_array_equal(results["correct"].to_numpy().reshape(12, -1), expected)
     csv = pd.read_csv(f"{output}/results.csv")
@@ -70,5 +72,10 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     assert summary["best"]["eps_binomial_bonferroni"]["mean"] == pytest.approx(best.mean(), abs=1e-12)
     assert all(os.path.getsize(f) > 0 for f in result.artifacts())
     assert result.metrics()["audit_eps_binomial"] == pytest.approx(best.mean(), abs=1e-12)
+    headline = result.headline  # first repetition's valid bound; no train-stage marker: the claim is not stated
+    assert headline.eps_lb == best[0] and headline.tests == 101 and headline.repetitions == 12
+    assert result.console_summary().endswith("for a target trained with an unknown mechanism at claimed eps = "
+                                             f"not stated; over 12 repetitions {best.mean():.3f} +- "
+                                             f"{best.std(ddof=1):.3f}")
     again = run_audit(spark, config)
     assert again.skipped and again.summary == result.summary

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -239,3 +240,17 @@ def test_round_trip_of_the_synthetic_twin(spark, tmp_path):
     result = run_ingest(spark, config)
     assert (result.input_lines, result.malformed_rows, result.corrupt_files) == (5000, 0, 0)
     pd.testing.assert_frame_equal(_table(spark, config.parquet_path), _table(spark, twin.parquet_path))
+
+
+def test_reuse_follows_the_fields_read_and_the_input_files(spark, tmp_path, days):
+    root, _ = days
+    inputs = tmp_path / "in"
+    shutil.copytree(root / "plain", inputs)
+    config = _config(tmp_path, [inputs])
+    first = run_ingest(spark, config)
+    assert not first.skipped and run_ingest(spark, config).skipped
+    assert not run_ingest(spark, _config(tmp_path, [inputs], max_malformed_share=0.01)).skipped
+    with open(inputs / "day_1", "a", encoding="utf-8") as handle:  # the input changes: one more line
+        handle.write((inputs / "day_1").read_text(encoding="utf-8").splitlines()[0] + "\n")
+    changed = run_ingest(spark, _config(tmp_path, [inputs], max_malformed_share=0.01))
+    assert not changed.skipped and changed.rows_per_day == {0: 3000, 1: 1701}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,13 @@ def test_demo_config_covers_every_step():
     config = load_config(REPO / "conf" / "demo.yaml")
     assert config.run.stages == tuple(DEPENDS_ON)
     assert config.tracking.enabled
+
+
+def test_unwritable_output_folder_fails_in_seconds_before_any_stage(spark, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    config = _untracked(Config(), output_dir=str(blocker / "out"))
+    started = time.monotonic()
+    with pytest.raises(PermissionError, match=r"run.output_dir: cannot write to .*a-file/out"):
+        run_pipeline(spark, config)
+    assert time.monotonic() - started < 30

@@ -60,7 +60,9 @@ def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):
     assert result["spark_master"] == "local[2]"
     assert [s["status"] for s in result["steps"]] == ["reused"] * (len(DEPENDS_ON) - 1) + ["ran"]
     assert "session on local[2] (3 shuffle partitions)" in completed.stdout + completed.stderr
-    assert completed.stdout.rstrip().splitlines()[-1].startswith("report: ")
+    *_, report, headline = completed.stdout.rstrip().splitlines()  # tracking disabled: no MLflow line
+    assert report.startswith("report: ") and headline.startswith("audit: eps >= ")
+    assert "at 95% (Bonferroni over" in headline and "for a target trained with none at claimed eps = inf" in headline
 
 
 def test_spark_submit_data_and_posteriors_on_local_cluster_with_the_wheel(spark, wheel, tmp_path):
@@ -85,3 +87,24 @@ def test_spark_submit_data_and_posteriors_on_local_cluster_with_the_wheel(spark,
     assert sorted(os.listdir(out / "posteriors" / "rows")) == [f"part-{p:05d}.parquet" for p in range(4)]
     settings = len(pd.read_csv(out / "posteriors" / "summary.csv"))
     assert spark.read.parquet(str(out / "posteriors" / "rows")).count() == settings * 2000
+
+
+def test_readme_cluster_command_with_a_remote_output_folder_on_local_cluster(spark, wheel, tmp_path):
+    """README's `spark-submit --py-files WHEEL jobs/pipeline.py ... run.output_dir=hdfs:///...`, with a Hadoop
+    file system that Python cannot open (viewfs mounted on a local folder) and separate executor JVMs."""
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    conf = write_conf(tmp_path / "conf.yaml", tmp_path / "unused", "", synthetic={"rows_per_day": 3000},
+                      tracking={"enabled": False}, spark={"master": "local[1]", "shuffle_partitions": 4})
+    master = "local-cluster[2,1,1024]"
+    completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--conf",
+                         f"spark.hadoop.fs.viewfs.mounttable.readme.link./lia=file://{mounted}", "--py-files",
+                         str(wheel), str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf),
+                         "run.output_dir=viewfs://readme/lia/run1"], tmp_path)
+    result = _result(completed.stdout)
+    assert {s["step"]: s["status"] for s in result["steps"]} == {step: "ran" for step in DEPENDS_ON}
+    for folder in ("data", "truth", "models", "posteriors", "utility", "audit", "report"):
+        assert (mounted / "run1" / folder / "_LIA_COMPLETE").is_file(), folder
+    assert len(pd.read_csv(mounted / "run1" / "posteriors" / "summary.csv")) == 4
+    assert json.loads((mounted / "run1" / "audit" / "summary.json").read_text())["repetitions"] == 3
+    assert not list(tmp_path.glob("viewfs*")) and not (tmp_path / "unused").exists()

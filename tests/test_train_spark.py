@@ -73,10 +73,42 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     assert os.path.exists(os.path.join(out, "models", MARKER))
 
 
+def _assert_priors_are_the_proxy_predictions(out: str, result) -> pd.DataFrame:
+    """models/priors: (row_id, proxy_prediction) for every row of mechanisms.day (1 = the target day), equal to
+    the proxy predictions the stage computed for the target's canary and test rows."""
+    priors = pd.read_parquet(os.path.join(out, "models", "priors"))
+    assert list(priors.dtypes.astype(str).items()) == [("row_id", "int64"), ("proxy_prediction", "float64")]
+    assert len(priors) == ROWS_PER_DAY == result.rows["priors"] and priors["row_id"].is_unique
+    assert np.all(priors["row_id"].to_numpy() >> 40 == 1)
+    known = pd.concat([pd.read_parquet(os.path.join(out, "models", name), columns=["row_id", "proxy_prediction"])
+                       for name in ("canaries", "test_predictions")])
+    merged = known.merge(priors, on="row_id", suffixes=("", "_prior"))
+    assert len(merged) == len(known) > 0.9 * ROWS_PER_DAY
+    np.testing.assert_allclose(merged["proxy_prediction_prior"], merged["proxy_prediction"], rtol=0, atol=1e-6)
+    return priors
+
+
+PROXY_PRIORS = "mechanisms.prior_column=proxy_prediction"
+
+
+def test_synthetic_default_prior_writes_no_proxy_priors(in_memory_run):
+    config, result = in_memory_run
+    assert not os.path.exists(os.path.join(config.run.output_dir, "models", "priors")) and "priors" not in result.rows
+
+
+def test_in_memory_proxy_priors_score_every_row_of_the_day(spark, parquet_path, tmp_path):
+    """Scored on the executors (the pickled proxy in mapInPandas): equal to the in-memory proxy's predictions."""
+    result = run_train_models(spark, _config(parquet_path, str(tmp_path), PROXY_PRIORS))
+    _assert_priors_are_the_proxy_predictions(str(tmp_path), result)
+    assert result.metrics()["rows_priors"] == ROWS_PER_DAY
+
+
 def test_distributed_matches_in_memory_auc(spark, parquet_path, tmp_path, in_memory_run):
     in_memory = in_memory_run[1]
     distributed = run_train_models(spark, _config(parquet_path, str(tmp_path), *RR_SETTINGS,
-                                                  "models.execution=distributed"))
+                                                  "models.execution=distributed", PROXY_PRIORS))
+    priors = _assert_priors_are_the_proxy_predictions(str(tmp_path), distributed)
+    _assert_equal_to_saved_proxy(spark, _config(parquet_path, str(tmp_path), "models.execution=distributed"), priors)
     released = spark.read.parquet(os.path.join(str(tmp_path), "models", "canaries")).toPandas()
     expected = spark.read.parquet(os.path.join(in_memory.output_dir, "canaries")).toPandas()
     merged = released.merge(expected, on="row_id")
@@ -96,7 +128,28 @@ def test_llp_target_has_no_released_labels(spark, parquet_path, tmp_path):
     assert result.metrics()["auc_test_target"] > 0.58
 
 
+def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
+    """The distributed priors equal the saved xgboost.spark proxy's predictions computed in memory on the
+    driver for the same rows (features of the proxy's own encoding)."""
+    import xgboost as xgb
+
+    from lia_spark.engine import train
+
+    proxy_rows = train.spark_features.day_rows(spark, config.parquet_path, config.models.proxy_day)
+    spec = train._feature_spec(proxy_rows, config)
+    day = train.spark_features.day_rows(spark, config.parquet_path, config.mechanisms.day)
+    data = train.collect_model_data(train._features(day, spec, config), spec, "xgboost")
+    model = xgb.XGBClassifier()
+    model.load_model(os.path.join(config.run.output_dir, "models", "proxy.ubj"))
+    expected = pd.DataFrame({"row_id": data.row_ids, "expected": model.predict_proba(
+        pd.DataFrame(data.features, columns=spec.feature_columns))[:, 1]})
+    merged = expected.merge(priors, on="row_id")
+    assert len(merged) == len(priors)
+    np.testing.assert_allclose(merged["proxy_prediction"], merged["expected"], rtol=0, atol=1e-6)
+
+
 def test_catboost_in_memory(spark, parquet_path, tmp_path):
-    result = run_train_models(spark, _config(parquet_path, str(tmp_path), "models.library=catboost"))
+    result = run_train_models(spark, _config(parquet_path, str(tmp_path), "models.library=catboost", PROXY_PRIORS))
+    _assert_priors_are_the_proxy_predictions(str(tmp_path), result)
     assert result.metrics()["auc_test_target"] > 0.6
     assert {os.path.basename(path) for path in result.model_files} == {"proxy.cbm", "target.cbm"}

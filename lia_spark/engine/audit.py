@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import tempfile
 import time
 from typing import Any, Iterator
 
@@ -36,16 +37,18 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import audit, hashing
+from lia_spark import audit, hashing, label_mechanisms
 from lia_spark.config import AuditConfig, Config
-from lia_spark.engine.outputs import committed_output, local_output_path, marker_fields, reusable_marker
+from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, read_marker, reported_path,
+                                     reusable_output, stage_fingerprint)
+from lia_spark.headline import Headline
 
 logger = logging.getLogger(__name__)
 
 CANARY_COLUMNS = ("row_id", "label", "target_prediction", "proxy_prediction")
 RANGE_CANDIDATES = 500_000  # target candidates per range (bounds the memory of one applyInPandas call)
 SAMPLE_ROWS_PER_RANGE = 1000
-_LOCAL_WRITES = "audit writes its CSV, JSON and plot"
+FILES = ("results.csv", "summary.json", "plots/eps_vs_guesses.png")  # beside the results table
 
 
 def canary_path(config: Config) -> str:
@@ -234,7 +237,8 @@ def results_frame(sweep: audit.SweepBounds) -> pd.DataFrame:
 
 
 def plot_sweep(frame: pd.DataFrame, *, path: str, title: str) -> str:
-    """PNG of the mean (+- std band over repetitions) per-point epsilon lower bound against c'."""
+    """PNG (the local file ``path``) of the mean (+- std band over repetitions) per-point epsilon lower bound
+    against c'."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -285,30 +289,44 @@ class AuditResult:
         return cls(**values)
 
     def metrics(self) -> dict[str, float]:
-        """``audit_<bound>_<convention>_mean/std`` for each best bound, plus the default convention's epsilons."""
+        """The headline's ``eps_lb`` (and ``claimed_eps``), ``audit_<bound>_<convention>_mean/std`` for each best
+    bound ("paper": the paper's convention, not a valid bound), and ``audit_eps_<family>``: the valid
+    (Bonferroni) mean."""
         metrics = {"audit_canaries": float(self.canaries), "audit_repetitions": float(self.repetitions),
-                   "audit_seconds": self.seconds}
+                   "audit_seconds": self.seconds, **self.headline.metrics()}
         for key, stats in self.summary["best"].items():
             metrics[f"audit_{key}_mean"] = stats["mean"]
             metrics[f"audit_{key}_std"] = stats["std"]
-            if key.startswith("eps_") and key.endswith(f"_{self.convention}"):
-                metrics[f"audit_{key[:-len(self.convention) - 1]}"] = stats["mean"]
+            if key.startswith("eps_") and key.endswith("_bonferroni"):
+                metrics[f"audit_{key[:-len('_bonferroni')]}"] = stats["mean"]
         return {key: value for key, value in metrics.items() if math.isfinite(value)}
 
+    @property
+    def headline(self) -> Headline:
+        """The valid bound beside the claimed epsilon (:class:`lia_spark.headline.Headline`)."""
+        return Headline.from_dict(self.summary["headline"])
+
+    def console_summary(self) -> str:
+        """The headline line, printed last by the job."""
+        return f"audit: {self.headline.text()}"
+
     def artifacts(self) -> list[str]:
-        """results.csv, summary.json and the plot (local paths)."""
+        """results.csv, summary.json and the plot (URIs when the output folder is remote: see
+        :func:`lia_spark.engine.outputs.local_copies`)."""
         return list(self.files)
 
 
 def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None = None) -> AuditResult:
     """Audit the canary table (``canaries`` or :func:`canary_path`) and write ``<run.output_dir>/audit``.
 
-    Skipped when the output is complete and run.force is false.
+    Reused when the output is complete with the same fingerprint (audit settings, seed, canary table;
+    :func:`lia_spark.engine.outputs.reusable_output`) and run.force is false; never for a ``canaries`` frame.
     """
     settings = config.audit
     output = os.path.join(config.run.output_dir, "audit")
-    local_output = local_output_path(output, writes=_LOCAL_WRITES)
-    marker = reusable_marker(spark, output, force=config.run.force, stage="audit")
+    output_path = reported_path(output)
+    fingerprint = stage_fingerprint(spark, "audit", config, inputs={"canaries": canary_path(config)})
+    marker = reusable_output(spark, [output], fingerprint, force=config.run.force or canaries is not None)
     if marker is not None:
         return AuditResult.from_dict(marker, skipped=True)
     started = time.monotonic()
@@ -334,25 +352,52 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         "best": audit.summarize(sweep.best),
         "best_guesses_median": {key: float(np.median(v)) for key, v in sweep.best_guesses.items()},
     }
+    summary["headline"] = _headline(spark, config, sweep, tests=len(guesses)).to_dict()
     if sweep.gdp_tau_vacuous and "gdp" in settings.bounds:
         logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", settings.tau)
     frame = results_frame(sweep)
     metadata: dict[str, Any] = {}
-    with committed_output(spark, output, metadata) as staging:
+    with (committed_output(spark, output, metadata, fingerprint=fingerprint) as staging,
+          tempfile.TemporaryDirectory(prefix="lia-audit-") as local):
         spark.sparkContext.setJobDescription("audit: write results")
         spark.createDataFrame(frame).coalesce(1).write.parquet(f"{staging}/results")
-        local_staging = local_output_path(staging, writes=_LOCAL_WRITES)
-        frame.to_csv(os.path.join(local_staging, "results.csv"), index=False)
-        with open(os.path.join(local_staging, "summary.json"), "w", encoding="utf-8") as handle:
+        frame.to_csv(os.path.join(local, FILES[0]), index=False)
+        with open(os.path.join(local, FILES[1]), "w", encoding="utf-8") as handle:
             json.dump(summary, handle, indent=2, sort_keys=True)
-        plot_sweep(frame, path=os.path.join(local_staging, "plots", "eps_vs_guesses.png"),
+        plot_sweep(frame, path=os.path.join(local, FILES[2]),
                    title=f"audit: {m} canaries, {settings.repetitions} repetitions")
-        files = tuple(os.path.join(local_output, name)
-                      for name in ("results.csv", "summary.json", os.path.join("plots", "eps_vs_guesses.png")))
-        result = AuditResult(output_path=local_output, canaries=m, repetitions=settings.repetitions,
+        for name in FILES:  # written locally, copied to the output folder on any Hadoop file system
+            copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
+        files = tuple(os.path.join(output_path, name) for name in FILES)
+        result = AuditResult(output_path=output_path, canaries=m, repetitions=settings.repetitions,
                              guess_counts=len(guesses), convention=settings.convention, summary=summary,
                              files=files, seconds=time.monotonic() - started)
         metadata.update(result.to_dict())
-    logger.info("audit: done in %.1f s; mean best per repetition (%s): %s", result.seconds, settings.convention,
-                {k: round(v["mean"], 4) for k, v in summary["best"].items() if k.endswith(settings.convention)})
+    logger.info("audit: done in %.1f s; paper convention, not a valid bound (mean best per repetition): %s",
+                result.seconds, {k: round(v["mean"], 4) for k, v in summary["best"].items() if k.endswith("paper")})
+    log = logger.warning if result.headline.is_finding else logger.info
+    log("audit: %s", result.headline.text())
     return result
+
+
+def claimed_privacy(spark: SparkSession, config: Config) -> tuple[str, float]:
+    """(training mechanism, claimed epsilon) of the audited target, from the train stage's marker when the
+    canaries are its output (no noise: eps = inf); ("an unknown mechanism", NaN) for a canary table given by
+    audit.canary_path or without the train stage's marker."""
+    marker = None if config.audit.canary_path else read_marker(spark, os.path.dirname(canary_path(config)))
+    if marker is None:
+        return "an unknown mechanism", math.nan
+    mechanism, epsilon, bag_size = marker["mechanism"], float(marker["epsilon"]), int(marker["bag_size"])
+    name = f"{mechanism} (k = {bag_size})" if mechanism in label_mechanisms.BAG_MECHANISMS else mechanism
+    return name, math.inf if mechanism in ("none", "llp") else epsilon
+
+
+def _headline(spark: SparkSession, config: Config, sweep: audit.SweepBounds, *, tests: int) -> Headline:
+    """The first repetition's valid (Bonferroni) bound of the binomial family (GDP when only it is computed)."""
+    family = "binomial" if "binomial" in config.audit.bounds else "gdp"
+    valid = np.asarray(sweep.best[f"eps_{family}_bonferroni"], dtype=np.float64)
+    mechanism, claimed = claimed_privacy(spark, config)
+    return Headline(eps_lb=float(valid[0]), eps_lb_mean=float(valid.mean()),
+                    eps_lb_std=float(valid.std(ddof=1)) if len(valid) > 1 else 0.0, repetitions=len(valid),
+                    confidence=config.audit.confidence, tests=tests, delta=config.audit.delta, mechanism=mechanism,
+                    claimed_epsilon=claimed)

@@ -29,7 +29,9 @@ from pyspark.sql import functions as F
 
 from lia_spark.config import Config
 from lia_spark.criteo import CAT_COLUMNS, DAY, INT_COLUMNS, LABEL, ROW_ID, STORAGE_DDL, split_row_id
-from lia_spark.engine.outputs import committed_output, delete_path, hadoop_filesystem, marker_fields, read_marker
+from lia_spark.engine.outputs import (committed_output, delete_path, hadoop_filesystem, marker_fields, reusable_output,
+                                     stage_fingerprint)
+from lia_spark.fingerprint import Fingerprint
 from lia_spark.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
 
 logger = logging.getLogger(__name__)
@@ -94,18 +96,6 @@ class GenerateResult:
     def artifacts(self) -> list[str]:
         """No local files: the outputs are tables and TSV folders."""
         return []
-
-
-def _parameters(config: Config) -> dict[str, Any]:
-    """The settings that determine every output byte (a marker with other values is stale)."""
-    synthetic = config.synthetic
-    return {"seed": config.run.seed, "rows_per_day": synthetic.rows_per_day, "days": synthetic.days,
-            "click_rate_target": synthetic.click_rate}
-
-
-def _marker_matches(spark: SparkSession, path: str, parameters: dict[str, Any]) -> bool:
-    marker = read_marker(spark, path)
-    return marker is not None and all(marker.get(key) == value for key, value in parameters.items())
 
 
 def partition_count(config: Config, default_parallelism: int) -> int:
@@ -233,12 +223,12 @@ def concatenate_parts_by_day(spark: SparkSession, parts_folder: str, target_fold
 
 
 def _write_tsv(spark: SparkSession, config: Config, params: TwinParameters, partitions: int,
-               parameters: dict[str, Any]) -> list[str]:
+               fingerprint: Fingerprint) -> list[str]:
     synthetic = config.synthetic
     final = os.path.join(config.run.output_dir, "criteo")
     suffix = ".gz" if synthetic.gzip else ""
-    metadata: dict[str, Any] = dict(parameters, gzip=synthetic.gzip)
-    with committed_output(spark, final, metadata) as staging:
+    metadata: dict[str, Any] = {}
+    with committed_output(spark, final, metadata, fingerprint=fingerprint) as staging:
         spark.sparkContext.setJobDescription("generate: Criteo TSV parts")
         lines = generated_lines(spark, params, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
                                 partitions=partitions)
@@ -253,9 +243,9 @@ def _write_tsv(spark: SparkSession, config: Config, params: TwinParameters, part
 
 
 def _write_truth(spark: SparkSession, config: Config, params: TwinParameters, data_path: str,
-                 parameters: dict[str, Any]) -> None:
+                 fingerprint: Fingerprint) -> None:
     final = os.path.join(config.run.output_dir, "truth")
-    with committed_output(spark, final, dict(parameters, intercepts=list(params.intercepts))) as staging:
+    with committed_output(spark, final, {"intercepts": list(params.intercepts)}, fingerprint=fingerprint) as staging:
         spark.sparkContext.setJobDescription("generate: truth table (row_id, day, eta)")
         truth_from_rows(spark.read.parquet(data_path), params).write.partitionBy(DAY).parquet(staging)
 
@@ -279,40 +269,34 @@ def run_generate(spark: SparkSession, config: Config) -> GenerateResult:
         raise ValueError(f"data.source must be 'synthetic' for the generate stage, got {config.data.source!r}")
     started = time.monotonic()
     synthetic = config.synthetic
-    parameters = _parameters(config)
     data_path = config.parquet_path
     truth_path = os.path.join(config.run.output_dir, "truth")
     tsv_path = os.path.join(config.run.output_dir, "criteo")
-    force = config.run.force
-    data_done = not force and _marker_matches(spark, data_path, parameters)
-    truth_done = data_done and _marker_matches(spark, truth_path, parameters)
-    tsv_done = not synthetic.write_tsv or (
-        data_done and _marker_matches(spark, tsv_path, dict(parameters, gzip=synthetic.gzip)))
-    if data_done and truth_done and tsv_done:
-        logger.info("generate: skipped, %s and %s are complete for these settings", data_path, truth_path)
-        return dataclasses.replace(GenerateResult.from_dict(read_marker(spark, data_path)), skipped=True)
+    fingerprint = stage_fingerprint(spark, "generate", config)
+    tsv_fingerprint = stage_fingerprint(spark, "generate", config, gzip=synthetic.gzip)
+    marker = reusable_output(spark, [data_path, truth_path], fingerprint, force=config.run.force)
+    tsv_done = not synthetic.write_tsv or reusable_output(spark, [tsv_path], tsv_fingerprint,
+                                                          force=config.run.force) is not None
+    if marker is not None and tsv_done:
+        return dataclasses.replace(GenerateResult.from_dict(marker), skipped=True)
 
     params = calibrate_twin(seed=config.run.seed, click_rate=synthetic.click_rate, days=synthetic.days)
     partitions = partition_count(config, spark.sparkContext.defaultParallelism)
+    if marker is not None:  # data and truth are current: only the Criteo files are missing or stale
+        tsv_paths = _write_tsv(spark, config, params, partitions, tsv_fingerprint)
+        return dataclasses.replace(GenerateResult.from_dict(marker), tsv_paths=tuple(tsv_paths),
+                                   seconds=time.monotonic() - started)
     logger.info("generate: %d rows x %d days in %d partitions, b0(day) = %s", synthetic.rows_per_day,
                 synthetic.days, partitions, ", ".join(f"{b0:.4f}" for b0 in params.intercepts))
     tsv_paths: list[str] = []
-    if data_done:
-        if not truth_done:
-            _write_truth(spark, config, params, data_path, parameters)
-        if not tsv_done:
-            tsv_paths = _write_tsv(spark, config, params, partitions, parameters)
-        result = GenerateResult.from_dict(read_marker(spark, data_path))
-        return dataclasses.replace(result, tsv_paths=tuple(tsv_paths) or result.tsv_paths,
-                                   seconds=time.monotonic() - started)
     metadata: dict[str, Any] = {}
-    with committed_output(spark, data_path, metadata) as staging:
+    with committed_output(spark, data_path, metadata, fingerprint=fingerprint) as staging:
         spark.sparkContext.setJobDescription("generate: twin rows to Parquet")
         generated_rows(spark, params, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
                        partitions=partitions).write.partitionBy(DAY).parquet(staging)
-        _write_truth(spark, config, params, staging, parameters)
+        _write_truth(spark, config, params, staging, fingerprint)
         if synthetic.write_tsv:
-            tsv_paths = _write_tsv(spark, config, params, partitions, parameters)
+            tsv_paths = _write_tsv(spark, config, params, partitions, tsv_fingerprint)
         rows_by_day, clicks_by_day = _day_counts(spark, staging)
         result = GenerateResult(
             seed=config.run.seed, rows_per_day=synthetic.rows_per_day, days=synthetic.days,

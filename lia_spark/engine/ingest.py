@@ -37,7 +37,8 @@ from pyspark.sql import functions as F
 
 from lia_spark import criteo
 from lia_spark.config import Config
-from lia_spark.engine.outputs import committed_output, hadoop_filesystem, read_marker
+from lia_spark.engine.outputs import committed_output, hadoop_filesystem, marker_fields, reusable_output, stage_fingerprint
+from lia_spark.fingerprint import Fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class IngestResult:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "IngestResult":
-        fields = dict(values)
+        fields = marker_fields(cls, values)
         fields["rows_per_day"] = {int(day): int(rows) for day, rows in fields["rows_per_day"].items()}
         fields["files"] = [FileCounts(**item) for item in fields["files"]]
         return cls(**fields)
@@ -421,23 +422,23 @@ def _build_result(config: Config, sources: list[SourceFile], scans: list[_FileSc
 
 
 def _write_quarantine(spark: SparkSession, path: str, malformed: DataFrame, sources: list[SourceFile],
-                      statuses: list[str], metadata: dict) -> None:
+                      statuses: list[str], metadata: dict, fingerprint: Fingerprint) -> None:
     """Malformed lines (1-based line numbers) plus one entry per damaged file; ~1M entries per Parquet file."""
     lines = malformed.select("file", (F.col("line_index") + 1).alias("line_number"), "raw_line", "reason")
     damaged = [(source.path, None, None, status) for source, status in zip(sources, statuses)
                if status in (TRUNCATED_GZIP, SIZE_MISMATCH)]
     entries = lines.unionByName(spark.createDataFrame(damaged, QUARANTINE_DDL))
     files = metadata["malformed_rows"] // _QUARANTINE_FILE_ROWS + 1  # coalesce never adds partitions
-    with committed_output(spark, path, metadata) as staging:
+    with committed_output(spark, path, metadata, fingerprint=fingerprint) as staging:
         entries.coalesce(files).sortWithinPartitions("file", "line_number").write.parquet(staging)
 
 
 def _write_data(spark: SparkSession, lines: DataFrame, result: IngestResult, block_offsets: dict, file_days: dict,
-                started: float) -> IngestResult:
+                started: float, fingerprint: Fingerprint) -> IngestResult:
     """Parse and write the valid rows; commit only when the rows written per day match the scan's counts."""
     parsed = lines.mapInArrow(_parse_partition_fn(block_offsets, file_days), criteo.STORAGE_DDL)
     metadata: dict[str, Any] = {}
-    with committed_output(spark, result.parquet_path, metadata) as staging:
+    with committed_output(spark, result.parquet_path, metadata, fingerprint=fingerprint) as staging:
         parsed.write.partitionBy(criteo.DAY).parquet(staging)
         spark.sparkContext.setJobDescription("ingest: verify written row counts")
         written = {row[criteo.DAY]: row["count"] for row in
@@ -461,9 +462,10 @@ def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
         MalformedShareError: malformed share above ``data.max_malformed_share`` (quarantine committed,
             data not written).
     """
-    marker = None if config.run.force else read_marker(spark, config.parquet_path)
-    if marker is not None and read_marker(spark, config.quarantine_path) is not None:
-        logger.info("ingest: %s is complete, skipping (run.force=false)", config.parquet_path)
+    fingerprint = stage_fingerprint(spark, "ingest", config,
+                                    inputs={f"criteo:{path}": path for path in config.data.criteo_paths})
+    marker = reusable_output(spark, [config.parquet_path, config.quarantine_path], fingerprint, force=config.run.force)
+    if marker is not None:
         return dataclasses.replace(IngestResult.from_dict(marker), skipped=True)
     started = time.monotonic()
     context = spark.sparkContext
@@ -485,7 +487,7 @@ def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
             if item.status != "ok":
                 logger.warning("ingest: %s is %s (%d lines decoded)", item.file, item.status, item.lines)
         context.setJobDescription("ingest: write quarantine")
-        _write_quarantine(spark, config.quarantine_path, malformed, sources, statuses, result.to_dict())
+        _write_quarantine(spark, config.quarantine_path, malformed, sources, statuses, result.to_dict(), fingerprint)
     finally:
         scanned.unpersist()
     logger.info("ingest: %d lines, %d valid, %d malformed (%s), %d corrupt files; quarantine written at %.1f s",
@@ -499,7 +501,7 @@ def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
             f"exceeds data.max_malformed_share={limit:.4%}; data not written to {config.parquet_path}, "
             f"malformed lines are in {config.quarantine_path} ({result.malformed_by_reason})")
     context.setJobDescription("ingest: parse and write Parquet by day")
-    result = _write_data(spark, lines, result, offsets, file_days, started)
+    result = _write_data(spark, lines, result, offsets, file_days, started, fingerprint)
     context.setJobDescription(None)
     logger.info("ingest: wrote %d rows to %s in %.1f s", result.valid_rows, config.parquet_path, result.seconds)
     return result

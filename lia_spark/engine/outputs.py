@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import uuid
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
-from lia_spark.config import is_remote_path
+from lia_spark.config import Config, is_remote_path
+from lia_spark.fingerprint import (FINGERPRINT_KEY, Fingerprint, changes, marker_fingerprint, sealed_marker,
+                                   stage_parameters, verified_marker)
 
 logger = logging.getLogger(__name__)
 
@@ -44,21 +49,79 @@ def delete_path(spark: SparkSession, path: str) -> None:
 
 
 def read_marker(spark: SparkSession, path: str) -> dict[str, Any] | None:
-    """The committed metadata of a complete output folder, or None when it is absent or incomplete."""
+    """The committed metadata of a complete output folder, or None when it is absent, incomplete or unreadable
+    (a marker that cannot be read, e.g. a file system checksum error after a hand edit, or that is not a JSON
+    object is reported and treated as absent)."""
+    from py4j.protocol import Py4JJavaError
+
     marker = f"{path.rstrip('/')}/{MARKER}"
     if not path_exists(spark, marker):
         return None
-    text = read_text(spark, marker)
-    return json.loads(text) if text.strip() else {}
+    try:
+        content = json.loads(read_text(spark, marker) or "{}")
+    except (json.JSONDecodeError, Py4JJavaError) as error:
+        content = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    if not isinstance(content, dict):
+        logger.warning("%s cannot be read as a JSON object (%s); the output is treated as incomplete", marker,
+                       content if isinstance(content, str) else type(content).__name__)
+        return None
+    return content
 
 
-def reusable_marker(spark: SparkSession, path: str, *, force: bool, stage: str) -> dict[str, Any] | None:
-    """The marker of ``path`` when the stage may re-use that complete output (logged), else None: absent,
-    incomplete, or ``force`` (run.force) asks for a recomputation."""
-    marker = None if force else read_marker(spark, path)
-    if marker is not None:
-        logger.info("%s: %s is complete, skipped", stage, path)
-    return marker
+def listing_fingerprint(spark: SparkSession, path: str) -> str:
+    """SHA-256 of every file below ``path`` (relative name, size, modification time): the identity of an input
+    that carries no marker, such as raw Criteo files or a user's table; "missing" when it does not exist."""
+    filesystem, hadoop_path = hadoop_filesystem(spark, path)
+    if not filesystem.exists(hadoop_path):
+        return "missing"
+    root = str(filesystem.getFileStatus(hadoop_path).getPath().toString())
+    files, listing = [], filesystem.listFiles(hadoop_path, True)
+    while listing.hasNext():
+        status = listing.next()
+        files.append((str(status.getPath().toString())[len(root):], int(status.getLen()),
+                      int(status.getModificationTime())))
+    return hashlib.sha256(json.dumps(sorted(files)).encode("utf-8")).hexdigest()
+
+
+def output_fingerprint(spark: SparkSession, path: str) -> str:
+    """Fingerprint of an input table: its verified marker's (or, for a table inside a committed stage folder such
+    as ``models/canaries``, the folder's), else :func:`listing_fingerprint`."""
+    trimmed = path.rstrip("/")
+    for folder in (trimmed, trimmed.rsplit("/", 1)[0]):
+        marker = read_marker(spark, folder)
+        verified = verified_marker(marker)[0] if marker is not None else None
+        if verified is not None:
+            return marker_fingerprint(verified)
+    return listing_fingerprint(spark, trimmed)
+
+
+def reusable_output(spark: SparkSession, paths: Sequence[str], fingerprint: Fingerprint, *, force: bool
+                    ) -> dict[str, Any] | None:
+    """The marker of ``paths[0]`` when every folder in ``paths`` is complete with a trusted marker whose
+    fingerprint equals ``fingerprint``, else None; logs why the stage is reused or recomputed (naming the
+    fields that changed). ``force`` (run.force) always recomputes."""
+    stage = fingerprint.stage
+    if force:
+        logger.info("%s: recomputing (run.force=true)", stage)
+        return None
+    markers = []
+    for path in paths:
+        marker = read_marker(spark, path)
+        if marker is None:
+            logger.info("%s: computing, %s has no complete output", stage, path)
+            return None
+        verified, why = verified_marker(marker)
+        if verified is None:
+            logger.warning("%s: recomputing, %s is not trusted: %s", stage, path, why)
+            return None
+        if marker_fingerprint(verified) != fingerprint.value:
+            changed = changes(verified[FINGERPRINT_KEY], fingerprint)
+            logger.info("%s: recomputing, %s was produced by other settings: %s", stage, path,
+                        "; ".join(changed) or "its inputs changed")
+            return None
+        markers.append(verified)
+    logger.info("%s: reusing %s (fingerprint %s matches)", stage, ", ".join(paths), fingerprint.value[:12])
+    return markers[0]
 
 
 def is_complete(spark: SparkSession, path: str) -> bool:
@@ -67,10 +130,13 @@ def is_complete(spark: SparkSession, path: str) -> bool:
 
 
 @contextlib.contextmanager
-def committed_output(spark: SparkSession, path: str, metadata: dict[str, Any] | None = None) -> Iterator[str]:
+def committed_output(spark: SparkSession, path: str, metadata: dict[str, Any] | None = None, *,
+                     fingerprint: Fingerprint | None = None) -> Iterator[str]:
     """Yield a fresh temporary path; on success replace ``path`` by it and write the completion marker.
 
-    ``metadata`` may be filled in by the caller inside the ``with`` block; it is written to the marker.
+    ``metadata`` may be filled in by the caller inside the ``with`` block; it is written to the marker, sealed
+    with ``fingerprint`` (:func:`lia_spark.fingerprint.sealed_marker`) when given, so :func:`reusable_output`
+    can tell later whether the output still matches its configuration and inputs.
     On any exception the temporary path is deleted and ``path`` is left untouched.
     """
     final = path.rstrip("/")
@@ -84,7 +150,8 @@ def committed_output(spark: SparkSession, path: str, metadata: dict[str, Any] | 
     filesystem, staging_path = hadoop_filesystem(spark, staging)
     if not filesystem.exists(staging_path):
         filesystem.mkdirs(staging_path)
-    write_text(spark, f"{staging}/{MARKER}", json.dumps(metadata, sort_keys=True, default=str))
+    content = sealed_marker(metadata, fingerprint) if fingerprint is not None else metadata
+    write_text(spark, f"{staging}/{MARKER}", json.dumps(content, sort_keys=True, default=str))
     delete_path(spark, final)
     _, final_path = hadoop_filesystem(spark, final)
     filesystem.mkdirs(final_path.getParent())
@@ -121,18 +188,47 @@ def copy_from_local(spark: SparkSession, local_path: str, path: str) -> None:
                                  target)
 
 
-def local_output_path(path: str, *, writes: str) -> str:
-    """Plain local path of an output folder (``file:`` URIs unwrapped) for stages that write files locally.
+@contextlib.contextmanager
+def local_copies(spark: SparkSession, paths: Sequence[str]) -> Iterator[list[str]]:
+    """Local files for ``paths`` (e.g. a stage's ``artifacts()`` for MLflow), valid inside the ``with`` block.
 
-    Raises:
-        ValueError: naming run.output_dir when ``path`` is on a remote file system; ``writes`` says what the
-            stage writes locally (e.g. "posteriors writes its CSV and plots").
+    Local paths are yielded as they are (``file:`` URIs as plain paths). Remote files and folders are copied
+    (Hadoop ``copyToLocalFile``) into a fresh temporary directory, keeping their names, and that directory is
+    deleted at exit. A remote path that does not exist is left out (logged).
     """
+    copies: list[str] = []
+    directory = None
+    try:
+        for index, path in enumerate(paths):
+            local = local_folder(path)
+            if local is not None:
+                copies.append(local)
+                continue
+            filesystem, source = hadoop_filesystem(spark, path)
+            if not filesystem.exists(source):
+                logger.warning("%s does not exist; no local copy", path)
+                continue
+            directory = directory or tempfile.mkdtemp(prefix="lia-copies-")
+            target = os.path.join(directory, str(index), str(source.getName()))
+            filesystem.copyToLocalFile(False, source, spark.sparkContext._jvm.org.apache.hadoop.fs.Path(
+                f"file://{target}"), True)  # raw local file system: no .crc files beside the copies
+            copies.append(target)
+        yield copies
+    finally:
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def local_folder(path: str) -> str | None:
+    """``path`` as a plain local path (plain, or a ``file:`` URI unwrapped), None on any other file system."""
     if path.startswith("file:"):
         return "/" + path[len("file:"):].lstrip("/")
-    if is_remote_path(path):
-        raise ValueError(f"run.output_dir: {writes} locally, got remote path {path!r}")
-    return path
+    return None if is_remote_path(path) else path
+
+
+def reported_path(path: str) -> str:
+    """The path a stage reports for an output: plain for a local folder (``file:`` URIs unwrapped), else the URI."""
+    return local_folder(path) or path
 
 
 def marker_fields(result_type: type, payload: dict[str, Any]) -> dict[str, Any]:
@@ -140,3 +236,29 @@ def marker_fields(result_type: type, payload: dict[str, Any]) -> dict[str, Any]:
     names = {field.name for field in dataclasses.fields(result_type)}
     return {key: value for key, value in payload.items() if key in names}
 
+
+def stage_fingerprint(spark: SparkSession, stage: str, config: Config, *, inputs: Mapping[str, str] | None = None,
+                      **extra: Any) -> Fingerprint:
+    """:class:`lia_spark.fingerprint.Fingerprint` of ``stage`` under ``config``: the fields it reads
+    (:data:`lia_spark.fingerprint.STAGE_FIELDS`) plus ``extra``, and the :func:`output_fingerprint` of each
+    input table (``{role: path}``)."""
+    return Fingerprint(stage, stage_parameters(stage, config.to_dict(), **extra),
+                       {role: output_fingerprint(spark, path) for role, path in (inputs or {}).items()})
+
+
+def check_writable(spark: SparkSession, folder: str, *, field: str = "run.output_dir") -> None:
+    """Create ``folder`` if needed and write and delete a probe file there through its Hadoop file system.
+
+    Raises:
+        PermissionError: naming ``field`` and the file system's own reason when the folder cannot be written.
+    """
+    from py4j.protocol import Py4JJavaError
+
+    probe = f"{folder.rstrip('/')}/._lia_write_check-{uuid.uuid4().hex[:12]}"
+    try:
+        write_text(spark, probe, "")
+        delete_path(spark, probe)
+    except Py4JJavaError as error:
+        reason = str(error.java_exception.toString())
+        raise PermissionError(f"{field}: cannot write to {folder} ({reason}); choose a folder this job can write, "
+                              f"got {folder!r}") from None

@@ -8,6 +8,7 @@ pipeline; outputs of finished stages stay committed, the MLflow run is marked FA
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import shutil
@@ -19,7 +20,9 @@ from typing import Any, Callable, Sequence
 from pyspark.sql import SparkSession
 
 from lia_spark.config import Config, is_remote_path
-from lia_spark.engine.outputs import committed_output, copy_from_local, is_complete, read_marker
+from lia_spark.engine.outputs import (check_writable, committed_output, copy_from_local, is_complete, local_copies,
+                                     path_exists, read_marker)
+from lia_spark.fingerprint import marker_fingerprint, verified_marker
 from lia_spark.report import REPORT_FILE, ReportResult, render_report
 
 logger = logging.getLogger(__name__)
@@ -40,6 +43,7 @@ class StageOutcome:
     result: Any = None
     error: str = ""
     exception: BaseException | None = dataclasses.field(default=None, repr=False, compare=False)
+    fingerprint: str = ""
 
     def metrics(self) -> dict[str, float]:
         """The stage result's metrics (empty when it did not run)."""
@@ -91,13 +95,17 @@ class PipelineResult:
                 "tracking_uri": self.tracking_uri, "steps": [outcome.to_dict() for outcome in self.steps]}
 
     def console_summary(self) -> str:
-        """Closing lines for the console: status per step, the report and the MLflow run."""
+        """Closing lines for the console: status per step, the report, the MLflow run and, last, the audit's
+        headline (:class:`lia_spark.headline.Headline`)."""
         lines = [f"lia-spark pipeline {self.run_name!r}: "
                  + ", ".join(f"{o.step}={o.status} ({o.seconds:.1f} s)" for o in self.steps)]
         if self.report_path:
             lines.append(f"report: {self.report_path}")
         if self.mlflow_location:
             lines.append(f"MLflow: {self.mlflow_location}")
+        audit = self.step("audit")
+        if audit is not None and audit.result is not None:
+            lines.append(audit.result.console_summary())  # the headline comes last
         return "\n".join(lines)
 
 
@@ -121,14 +129,25 @@ def completion_paths(step: str, config: Config) -> tuple[str, ...]:
 
 
 def step_complete(spark: SparkSession, step: str, config: Config) -> bool:
-    """True when the step's committed output exists (the stage will reuse it unless run.force)."""
+    """True when the step's committed output exists (reused only if its fingerprint matches the config)."""
     return any(is_complete(spark, path) for path in completion_paths(step, config))
+
+
+def step_fingerprint(spark: SparkSession, step: str, config: Config) -> str:
+    """The fingerprint sealed into the step's committed output ("" for the report or an unsealed output)."""
+    if step == "report":
+        return ""
+    marker = read_marker(spark, completion_paths(step, config)[0])
+    verified = verified_marker(marker)[0] if marker is not None else None
+    return marker_fingerprint(verified) if verified is not None else ""
 
 
 def write_report(spark: SparkSession, config: Config, steps: Sequence[StageOutcome], *,
                  mlflow_location: str = "") -> ReportResult:
     """Render the report and commit it to ``OUT/report`` (any Hadoop file system); always rewritten."""
-    text, figures, tables = render_report(config, steps, mlflow_location=mlflow_location)
+    with contextlib.ExitStack() as copies:  # a remote output folder's CSVs and plots, fetched to embed them
+        local = {o.step: copies.enter_context(local_copies(spark, o.artifacts())) for o in steps}
+        text, figures, tables = render_report(config, steps, mlflow_location=mlflow_location, local_artifacts=local)
     local = Path(tempfile.mkdtemp(prefix="lia-report-")) / REPORT_FILE
     local.write_text(text, encoding="utf-8")
     final = f"{config.run.output_dir.rstrip('/')}/report"
@@ -162,14 +181,32 @@ def _row_counts(metrics: dict[str, float]) -> str:
     return ", ".join(f"{key}={value:,.0f}" for key, value in sorted(counts.items())[:6]) or "no row counts"
 
 
-def _check_inputs(spark: SparkSession, config: Config) -> None:
-    """Steps that read the data table need it complete when the data step itself is not selected."""
-    selected = config.run.stages
-    if "data" in selected or not {"train", "posteriors"} & set(selected):
-        return
-    if not is_complete(spark, config.parquet_path):
-        raise ValueError(f"run.stages: {list(selected)} reads the data table but {config.parquet_path} is "
+def check_before_stages(spark: SparkSession, config: Config) -> None:
+    """Fail in seconds, before any stage runs, on what would fail later: an output folder that cannot be
+    written, missing Criteo inputs, a data or canary table that the selected steps read but nothing produces,
+    and an attacker prior that cannot be resolved (the tracking store is checked by the tracker itself).
+
+    Raises:
+        PermissionError: run.output_dir cannot be written.
+        ValueError: naming the field (data.criteo_paths, run.stages, audit.canary_path, mechanisms.prior_*).
+    """
+    selected = set(config.run.stages)
+    if "data" in selected and config.data.source == "criteo":
+        from lia_spark.engine.ingest import list_sources
+
+        list_sources(spark, config.data.criteo_paths)
+    if "data" not in selected and {"train", "posteriors", "utility"} & selected and not is_complete(
+            spark, config.parquet_path):
+        raise ValueError(f"run.stages: {list(config.run.stages)} reads the data table but {config.parquet_path} is "
                          "missing or incomplete; add 'data' to run.stages or set data.parquet_path")
+    if "audit" in selected and config.audit.canary_path and not path_exists(spark, config.audit.canary_path):
+        raise ValueError(f"audit.canary_path: no such table, got {config.audit.canary_path!r}; set it to a canary "
+                         "table or leave it empty for the train stage's")
+    if "posteriors" in selected:
+        from lia_spark.engine.privatize import check_prior_source
+
+        check_prior_source(spark, config)
+    check_writable(spark, config.run.output_dir)  # last: it creates the folder
 
 
 def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str, StageOutcome],
@@ -187,10 +224,9 @@ def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str
     if function is None:
         logger.warning("pipeline: %s unavailable: stage module for %r is not installed yet", step, stage)
         return StageOutcome(step, stage, "unavailable", error=f"stage {stage!r} is not installed")
-    reused = not config.run.force and step != "report" and step_complete(spark, step, config)
     sc = spark.sparkContext
     sc.setJobGroup(f"lia-spark-{step}", f"{config.run.name}: {step} ({stage})", interruptOnCancel=False)
-    logger.info("pipeline: %s (%s) started%s", step, stage, " - output complete, reusing it" if reused else "")
+    logger.info("pipeline: %s (%s) started", step, stage)
     started = time.monotonic()
     try:
         result = function(spark, config)
@@ -201,7 +237,9 @@ def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
         sc.setLocalProperty("spark.job.description", None)
-    outcome = StageOutcome(step, stage, "reused" if reused else "ran", time.monotonic() - started, result)
+    reused = bool(getattr(result, "skipped", False))
+    outcome = StageOutcome(step, stage, "reused" if reused else "ran", time.monotonic() - started, result,
+                           fingerprint=step_fingerprint(spark, step, config))
     logger.info("pipeline: %s %s in %.1f s (%s)", step, outcome.status, outcome.seconds, _row_counts(outcome.metrics()))
     return outcome
 
@@ -220,7 +258,7 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
 
         tracker = PipelineTracker(config)
         tracker.check()
-    _check_inputs(spark, config)
+    check_before_stages(spark, config)
     result = PipelineResult(config.run.name, config.run.output_dir, spark.sparkContext.master)
     if tracker is not None:
         result.mlflow_run_id = tracker.start()
@@ -238,8 +276,12 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
             outcomes[step] = outcome
             result.steps.append(outcome)
             if tracker is not None and outcome.status in ("ran", "reused", "failed"):
-                tracker.log_stage(step, status=outcome.status, seconds=outcome.seconds, metrics=outcome.metrics(),
-                                  artifacts=outcome.artifacts(), error=outcome.error)
+                with local_copies(spark, outcome.artifacts() if outcome.status == "ran" else []) as artifacts:
+                    tracker.log_stage(step, status=outcome.status, seconds=outcome.seconds,
+                                      metrics=outcome.metrics(), artifacts=artifacts, error=outcome.error,
+                                      fingerprint=outcome.fingerprint)
+                if step == "audit" and outcome.result is not None:
+                    tracker.set_tags(outcome.result.headline.tags())
                 if step == "data" and outcome.status != "failed":
                     tracker.log_data_marker(read_marker(spark, config.parquet_path) or {})
                 if step == "report" and outcome.status != "failed":

@@ -19,12 +19,15 @@ and one shuffle:
   size, so every bagged and every RR setting runs vectorized on each chunk. All bags hold exactly k rows
   except at most one remainder bag per unit (SPEC 2: per independent bagging unit). Memory is one unit
   (about mechanisms.rows_per_bagging_unit rows) plus one Parquet row group.
-- The stage's workers write the per-row results themselves (pyarrow, one file per partition, committed by
-  rename, :func:`write_posteriors`) with a plot sample, and return only a digest: per setting and histogram
-  bin of |I| the rows, min, max and advantage sums, and the rows per unit. Summaries come from the digest;
-  a percentile whose bin holds several values is picked exactly by a second, narrow pass over just that bin
-  (:func:`summarize_digest`, ranked on the driver or by a Spark window): exact order statistics, infinities
-  kept, no sort of all rows. The driver draws the plots from the sample meanwhile.
+- For a local output folder the stage's workers write the per-row results themselves (pyarrow, one file per
+  partition, committed by rename, :func:`write_posteriors`) with a plot sample, and return only a digest: per
+  setting and histogram bin of |I| the rows, min, max and advantage sums, and the rows per unit. For a remote
+  one (hdfs://, s3a://, ...: Python workers have no Hadoop file system) Spark's writer writes the rows and a
+  second pass over the cached shuffled units computes the same digest (:func:`spark_write_posteriors`); the
+  plot sample is then a Spark filter on the rows read back (:func:`plot_sample`). Summaries come from the
+  digest; a percentile whose bin holds several values is picked exactly by a second, narrow pass over just
+  that bin (:func:`summarize_digest`, ranked on the driver or by a Spark window): exact order statistics,
+  infinities kept, no sort of all rows. The driver draws the plots from the sample meanwhile.
 - Noise is keyed on (setting seed, bag id or row id); a setting's seed is derived from the run seed and the
   setting's name, so settings draw independent noise. Nothing depends on partitions, executors or retries.
 - Labels other than 0/1 and priors outside [0, 1] fail the job naming the row; a row id repeated on one side
@@ -40,13 +43,15 @@ import logging
 import math
 import os
 import shutil
+import tempfile
 import time
 import urllib.parse
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pyspark import StorageLevel, inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -54,7 +59,8 @@ from pyspark.sql.types import BinaryType, DoubleType, IntegerType, LongType, Str
 
 from lia_spark import advantage, hashing, mechanisms, posteriors
 from lia_spark.config import Config, MechanismsConfig
-from lia_spark.engine.outputs import committed_output, local_output_path, marker_fields, reusable_marker
+from lia_spark.engine.outputs import (committed_output, copy_from_local, delete_path, local_folder, marker_fields,
+                                     reported_path, reusable_output, stage_fingerprint)
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +74,6 @@ INPUT_BATCH_ROWS = 1 << 20  # rows per batch read from an input file (bounds a r
 INPUT_PART_ROWS = 1 << 21  # rows per reading task (about: whole row groups)
 ROWS_PER_CALL = 65_536  # input rows per chunk, at most ...
 OUTPUT_ROWS_PER_CALL = 1 << 19  # ... and about this many output rows (input rows x settings)
-_LOCAL_WRITES = "posteriors writes its CSV and plots"
 ROW_SCHEMA = StructType([
     StructField("row_id", LongType(), False),
     StructField("mechanism", StringType(), False),
@@ -101,6 +106,7 @@ DIGEST_SCHEMA = StructType([
 ])
 ARROW_DIGEST_SCHEMA = to_arrow_schema(DIGEST_SCHEMA)
 DRIVER_SELECTED_ROWS = 1 << 23  # exact percentiles: up to this many bin rows are ranked on the driver
+SELECTED_SCHEMA = "target int, abs_I double"  # result rows inside a percentile's bin (target = the bin's index)
 ROWS_PER_ROW_GROUP = 1 << 20  # rows per Parquet row group of the worker-written result files (about)
 ARROW_CODECS = {"none": "none", "uncompressed": "none", "snappy": "snappy", "gzip": "gzip", "brotli": "brotli",
                 "lz4": "lz4", "lz4_raw": "lz4", "zstd": "zstd"}  # Spark's Parquet codec names -> pyarrow's
@@ -155,19 +161,137 @@ def rows_per_call(bag_sizes: Sequence[int], *, settings: int = 1, bags_per_group
 # --------------------------------------------------------------------------------------------- input
 
 
+AUTO_PRIOR, TRUE_PRIOR, PROXY_PRIOR = "auto", "eta", "proxy_prediction"  # mechanisms.prior_column values
+
+
+@dataclasses.dataclass(frozen=True)
+class PriorSource:
+    """The attacker's prior: ``column`` of the Parquet table at ``path``; ``step`` is the pipeline step that
+    writes that table ("data" for the twin's truth, "train" for models/priors and models/canaries), None for
+    a table of mechanisms.prior_path."""
+
+    column: str
+    path: str
+    step: str | None
+
+
+CANARY_COLUMNS = ("row_id", "label", "released_label", "target_prediction", "proxy_prediction")  # models/canaries
+
+
+def proxy_priors_path(config: Config) -> str:
+    """``<run.output_dir>/models/priors``: the proxy model's prediction for every row of mechanisms.day."""
+    return os.path.join(config.run.output_dir, "models", "priors")
+
+
+def resolve_prior(config: Config) -> PriorSource:
+    """The prior every stage uses. Column: mechanisms.prior_column, where ``auto`` is ``eta`` when data.source
+    is synthetic (the twin's true P(y=1|x)) and ``proxy_prediction`` otherwise. Table: mechanisms.prior_path
+    when set, else ``<out>/truth`` for ``eta``, ``<out>/models/priors`` for ``proxy_prediction`` and
+    ``<out>/models/canaries`` (the target's training rows only) for any other column."""
+    section, out = config.mechanisms, config.run.output_dir
+    column = section.prior_column
+    if column == AUTO_PRIOR:
+        column = TRUE_PRIOR if config.data.source == "synthetic" else PROXY_PRIOR
+    if section.prior_path:
+        return PriorSource(column, section.prior_path, None)
+    if column == TRUE_PRIOR:
+        return PriorSource(column, os.path.join(out, "truth"), "data")
+    if column == PROXY_PRIOR:
+        return PriorSource(column, proxy_priors_path(config), "train")
+    return PriorSource(column, os.path.join(out, "models", "canaries"), "train")
+
+
+def needs_proxy_priors(config: Config) -> bool:
+    """True when the resolved prior is the train stage's ``models/priors`` table (so train writes it)."""
+    return resolve_prior(config).path == proxy_priors_path(config)
+
+
 def prior_source(config: Config) -> str:
-    """Where the prior column lives: mechanisms.prior_path, else the twin's truth table for ``eta``, else
-    the canary table of the train stage."""
-    if config.mechanisms.prior_path:
-        return config.mechanisms.prior_path
-    if config.mechanisms.prior_column == "eta":
-        return os.path.join(config.run.output_dir, "truth")
-    return os.path.join(config.run.output_dir, "models", "canaries")
+    """The table holding the prior column (:func:`resolve_prior`)."""
+    return resolve_prior(config).path
+
+
+def _table_columns(spark: SparkSession, path: str) -> list[str] | None:
+    """Columns of the Parquet table at ``path`` from its schema (file footers, no rows); None when it is missing
+    or unreadable."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        return spark.read.parquet(path).columns
+    except AnalysisException:
+        return None
+
+
+def check_prior_source(spark: SparkSession, config: Config, *, pending: Sequence[str] | None = None) -> None:
+    """Fail early, naming mechanisms.prior_column / mechanisms.prior_path, when the posteriors stage could not
+    read its prior (:func:`resolve_prior`). Only schemas are read, never rows.
+
+    A table that a pipeline step writes (the twin's truth: ``data`` with data.source=synthetic; models/priors
+    and models/canaries: ``train``) counts as resolvable when that step is in ``pending`` (the steps still to
+    run before posteriors; default run.stages, and nothing is checked when posteriors is not among them) or
+    when it already exists (stage outputs appear only once committed whole). The posteriors stage itself passes
+    ``pending=()``.
+
+    Raises:
+        ValueError: eta asked for on data that is not the synthetic twin (without a prior_path), a prior_path
+            that does not exist or is not Parquet, a table without row_id or the column, or a stage-written
+            table that is missing and whose step does not run.
+    """
+    from lia_spark.engine.outputs import is_complete
+
+    if pending is None:
+        if "posteriors" not in config.run.stages:
+            return
+        pending = config.run.stages
+    section, prior = config.mechanisms, resolve_prior(config)
+    wanted = f"{section.prior_column!r}" + (f" (resolved to {prior.column!r})" if section.prior_column != prior.column
+                                            else "")
+    if prior.column == TRUE_PRIOR and prior.step is not None and config.data.source != "synthetic":
+        raise ValueError(
+            f"mechanisms.prior_column: eta exists only in the synthetic twin's truth table (data.source=synthetic); "
+            f"use mechanisms.prior_column=auto (the proxy model's prediction) or set mechanisms.prior_path to a "
+            f"table with row_id and eta, got prior_column='eta' with data.source={config.data.source!r}")
+    if prior.step is None:
+        columns = _table_columns(spark, prior.path)
+        if columns is None:
+            raise ValueError(
+                f"mechanisms.prior_path: {prior.path} does not exist or is not a Parquet table; set it to a Parquet "
+                f"table with row_id and {prior.column}, or leave it empty for the default table of "
+                f"mechanisms.prior_column, got {prior.path!r}")
+    else:
+        if prior.step in pending:
+            if prior.path != proxy_priors_path(config) and prior.step == "train" and prior.column not in CANARY_COLUMNS:
+                raise ValueError(
+                    f"mechanisms.prior_column: the train stage's canary table {prior.path} has no column "
+                    f"{prior.column!r} (columns: {', '.join(CANARY_COLUMNS)}); use auto, eta, proxy_prediction or "
+                    f"one of those, or set mechanisms.prior_path to a table with row_id and {prior.column}, "
+                    f"got {wanted}")
+            return  # the train stage writes models/priors whenever the resolved prior needs them
+        columns = _table_columns(spark, prior.path)  # stage outputs appear only when committed whole
+        if columns is None:
+            writer = {"data": "the generate stage", "train": "the train stage"}[prior.step]
+            folder = os.path.dirname(prior.path)
+            why = (f"{folder} is complete but was committed without it (by a run whose prior did not need "
+                   f"it); run step 'train' again with this configuration (run.force=true recomputes)"
+                   if prior.step == "train" and is_complete(spark, folder)
+                   else f"it is missing or incomplete; run step {prior.step!r} first (run.stages)")
+            raise ValueError(
+                f"mechanisms.prior_column: the prior {prior.column!r} is read from {prior.path}, which {writer} "
+                f"writes, but {why}, or set mechanisms.prior_path to a Parquet table with row_id and "
+                f"{prior.column}, got {wanted}")
+    missing = [name for name in ("row_id", prior.column) if name not in columns]
+    if missing:
+        field = "mechanisms.prior_column" if "row_id" in columns else "mechanisms.prior_path"
+        raise ValueError(
+            f"{field}: {prior.path} has no column {', '.join(map(repr, missing))} (columns: {', '.join(columns)}); "
+            f"set mechanisms.prior_column to its prior column or mechanisms.prior_path to a table with row_id and "
+            f"{prior.column}, got prior_column={wanted}, prior_path={section.prior_path!r}")
 
 
 def load_input(spark: SparkSession, config: Config) -> tuple[DataFrame, DataFrame]:
     """The day's data rows (row_id, label) and its prior rows (row_id, prior = the prior column), unjoined."""
-    column, source = config.mechanisms.prior_column, prior_source(config)
+    prior = resolve_prior(config)
+    column, source = prior.column, prior.path
     rows = (spark.read.parquet(config.parquet_path)
             .where(F.col("day") == config.mechanisms.day)
             .select(F.col("row_id").cast("long"), F.col("label")))
@@ -556,12 +680,22 @@ def _stream_posteriors(batches: Iterator[pa.RecordBatch], *, plan: PassPlan) -> 
 
 class _DigestAccumulator:
     """Per-setting histogram digests of |I| (:func:`lia_spark.advantage.bin_digest`), merged as they pile up so
-    memory stays bounded by settings x occupied bins."""
+    memory stays bounded by settings x occupied bins, and the rows per bagging unit."""
 
     MERGE_EVERY = 64
 
     def __init__(self) -> None:
         self.parts: dict[str, tuple[Setting, list[dict[str, np.ndarray]]]] = {}  # by name: NaN epsilons
+        self.unit_rows: dict[int, int] = {}
+
+    def posteriors(self, plan: PassPlan, unit: int, first_position: int, rows: dict[str, np.ndarray]
+                   ) -> Iterator[pa.RecordBatch]:
+        """Each setting's batch of :func:`chunk_posteriors` on one chunk of :meth:`PassPlan.chunks`, added to the
+        digests; the unit's rows counted."""
+        self.unit_rows[unit] = first_position + rows["row_id"].size
+        for setting, batch in chunk_posteriors(unit, first_position, rows, plan.settings, plan.seed):
+            self.add(setting, batch)
+            yield batch
 
     def add(self, setting: Setting, batch: pa.RecordBatch) -> None:
         _, parts = self.parts.setdefault(setting.name, (setting, []))
@@ -572,10 +706,16 @@ class _DigestAccumulator:
             parts[:] = [advantage.merge_bin_digests(parts)]
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        """One batch of :data:`DIGEST_SCHEMA` rows per setting."""
+        """One batch of :data:`DIGEST_SCHEMA` rows per setting, then the rows per bagging unit (mechanism
+        :data:`UNIT_ROWS`, bin = unit)."""
         for setting, parts in self.parts.values():
             digest = advantage.merge_bin_digests(parts)
             yield _digest_batch(setting.mechanism, setting.epsilon, setting.bag_size, digest)
+        if self.unit_rows:
+            units = np.fromiter(self.unit_rows, np.int64, len(self.unit_rows))
+            sizes = {"bin": units, "rows": np.fromiter(self.unit_rows.values(), np.int64, len(self.unit_rows))}
+            yield _digest_batch(UNIT_ROWS, math.nan, 0, {
+                **{name: np.zeros(units.size) for name in advantage.DIGEST_FIELDS}, **sizes})
 
 
 def _digest_batch(mechanism: str, epsilon: float, bag_size: int, digest: dict[str, np.ndarray]) -> pa.RecordBatch:
@@ -651,24 +791,27 @@ def _write_rows_and_digest(batches: Iterator[pa.RecordBatch], *, plan: PassPlan,
     plot sample to ``files.sample_dir`` (one file per partition, :func:`_task_parquet`); Spark gets back only
     their digest (:data:`DIGEST_SCHEMA`): per setting and bin of |I| (:func:`lia_spark.advantage.bin_digest`)
     plus the rows per bagging unit."""
-    digests, unit_rows, sample = _DigestAccumulator(), {}, []
+    digests, sample = _DigestAccumulator(), []
     with _task_parquet(files.rows_dir, ARROW_ROW_SCHEMA, files.codec) as writer:
         for unit, first_position, rows in plan.chunks(batches):
-            unit_rows[unit] = first_position + rows["row_id"].size
             sampled = pa.array(plot_sample_mask(rows["row_id"], fraction=files.sample_fraction, seed=plan.seed))
-            for setting, batch in chunk_posteriors(unit, first_position, rows, plan.settings, plan.seed):
-                digests.add(setting, batch)
+            for batch in digests.posteriors(plan, unit, first_position, rows):
                 writer.add(batch)
                 sample.append(batch.select(PLOT_COLUMNS).filter(sampled))
     with _task_parquet(files.sample_dir, ARROW_PLOT_SCHEMA, files.codec) as writer:
         for batch in sample:
             writer.add(batch)
     yield from digests.batches()
-    if unit_rows:
-        units = np.fromiter(unit_rows, np.int64, len(unit_rows))
-        sizes = {"bin": units, "rows": np.fromiter(unit_rows.values(), np.int64, len(unit_rows))}
-        yield _digest_batch(UNIT_ROWS, math.nan, 0, {**{name: np.zeros(units.size) for name in advantage.DIGEST_FIELDS},
-                                                    **sizes})
+
+
+def _digest_only(batches: Iterator[pa.RecordBatch], *, plan: PassPlan) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: the digest of :func:`_write_rows_and_digest` (the same per-unit computation) without
+    writing anything."""
+    digests = _DigestAccumulator()
+    for unit, first_position, rows in plan.chunks(batches):
+        for _ in digests.posteriors(plan, unit, first_position, rows):
+            pass
+    yield from digests.batches()
 
 
 def shuffled_units(blobs: DataFrame, *, unit_bits: int) -> DataFrame:
@@ -728,18 +871,44 @@ def write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Se
     codec = ARROW_CODECS.get(blobs.sparkSession.conf.get("spark.sql.parquet.compression.codec", "zstd"), "zstd")
     files = ResultFiles(rows_dir=os.path.join(output_dir, "rows"), sample_dir=os.path.join(output_dir, "_plot_sample"),
                         sample_fraction=sample_fraction, codec=codec)
-    body = functools.partial(_write_rows_and_digest, plan=plan, files=files)
-    exact = "decimal(38,18)"  # units' sums added exactly, so the total does not depend on their order
-    digest = (ordered.mapInArrow(body, DIGEST_SCHEMA).groupBy(*SETTING_KEYS, "bin")
-              .agg(F.sum("rows").alias("rows"), F.min("low").alias("low"), F.max("high").alias("high"),
-                   F.sum(F.col("additive").cast(exact)).cast("double").alias("additive"),
-                   F.sum(F.col("realized").cast(exact)).cast("double").alias("realized"))
-              .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
-              .toPandas())
+    digest = _digest_totals(ordered.mapInArrow(functools.partial(_write_rows_and_digest, plan=plan, files=files),
+                                               DIGEST_SCHEMA))
     _committed_rows(files.sample_dir)
     check_result_files(files.rows_dir, expected=int(digest.loc[digest["mechanism"] == UNIT_ROWS, "rows"].sum())
                        * len(settings))
     return digest
+
+
+def spark_write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Setting], seed: int,
+                           unit_bits: int = 0, bags_per_group: int = 0) -> pd.DataFrame:
+    """The rows of :func:`compute_posteriors` for the input packed in ``blobs``, written by Spark's DataFrame
+    writer to ``output_dir/rows`` (any Hadoop file system; executors need no disk shared with the driver), and
+    the digest :func:`write_posteriors` returns. The shuffled units are cached and passed over twice: the rows
+    go to the writer, then the per-unit code of :func:`write_posteriors` runs the settings again and returns
+    only their digest (no second read or shuffle of the input), so digest and summaries equal the local
+    path's exactly. Other arguments as :func:`compute_posteriors`."""
+    ordered, plan = _one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group)
+    ordered = ordered.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        ordered.mapInArrow(functools.partial(_stream_posteriors, plan=plan), ROW_SCHEMA).write.parquet(
+            f"{output_dir}/rows")
+        spark = blobs.sparkSession
+        spark.sparkContext.setJobDescription("posteriors: digest of the per-row results (settings run again)")
+        return _digest_totals(ordered.mapInArrow(functools.partial(_digest_only, plan=plan), DIGEST_SCHEMA))
+    finally:
+        ordered.unpersist()
+
+
+def _digest_totals(digests: DataFrame) -> pd.DataFrame:
+    """Digest rows (:data:`DIGEST_SCHEMA`) summed over bagging units, on the driver. Each unit's sums are fixed
+    by its rows; adding them as decimals rounded to 1e-18 makes the totals independent of partitioning."""
+    exact = "decimal(38,18)"  # units' sums added exactly, so the total does not depend on their order
+    return (digests.groupBy(*SETTING_KEYS, "bin")
+            .agg(F.sum("rows").alias("rows"), F.min("low").alias("low"), F.max("high").alias("high"),
+                 F.sum(F.col("additive").cast(exact)).cast("double").alias("additive"),
+                 F.sum(F.col("realized").cast(exact)).cast("double").alias("realized"))
+            .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
+            .toPandas())
 
 
 def check_result_files(directory: str, *, expected: int) -> None:
@@ -797,7 +966,7 @@ def posterior_input(spark: SparkSession, config: Config) -> PosteriorInput:
         reader, packed = "spark", functools.partial(frame_blobs, data, priors)
     else:
         parts = [*input_parts(data_path, side=LABEL, column=LABEL, day=section.day),
-                 *input_parts(prior_path, side=PRIOR, column=section.prior_column, day=section.day)]
+                 *input_parts(prior_path, side=PRIOR, column=resolve_prior(config).column, day=section.day)]
         rows = day_rows(spark, parts)
         data_rows, prior_rows = rows[LABEL], rows[PRIOR]
         reader, packed = "pyarrow", functools.partial(file_blobs, spark, parts)
@@ -811,10 +980,11 @@ def posterior_input(spark: SparkSession, config: Config) -> PosteriorInput:
 # ------------------------------------------------------------------------------------------ summaries
 
 
-def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows_dir: str, *,
+def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows: str | DataFrame, *,
                      driver_rows: int = DRIVER_SELECTED_ROWS) -> pd.DataFrame:
     """One row per setting with the columns :data:`SUMMARY_COLUMNS`, from the digest of
-    :func:`write_posteriors` and the result files it wrote to ``rows_dir``.
+    :func:`write_posteriors` (or :func:`spark_write_posteriors`) and the result rows: the folder of files
+    :func:`write_posteriors` wrote, or the rows as a Spark DataFrame.
 
     Means are digest sums over rows. Percentiles of |I| are exact order statistics
     (:func:`lia_spark.advantage.digest_percentiles`): read off a bin holding one value (RR, +inf), else
@@ -844,22 +1014,21 @@ def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows_dir: str, *
             else:
                 record[f"abs_I_p{q}"] = where
         records.append(record)
-    files = [os.path.join(rows_dir, name) for name in sorted(os.listdir(rows_dir)) if name.endswith(".parquet")]
-    for (*_, q, index, _), value in zip(wanted, _values_at_ranks(spark, files, wanted, driver_rows=driver_rows)):
+    for (*_, q, index, _), value in zip(wanted, _values_at_ranks(spark, rows, wanted, driver_rows=driver_rows)):
         records[index][f"abs_I_p{q}"] = value
     stats = pd.DataFrame(records, columns=SUMMARY_COLUMNS)
     stats["bag_size"] = stats["bag_size"].astype("int32")
     return stats.sort_values(SETTING_KEYS, ignore_index=True)
 
 
-def _values_at_ranks(spark: SparkSession, files: Sequence[str], wanted: list[tuple], *, driver_rows: int
+def _values_at_ranks(spark: SparkSession, rows: str | DataFrame, wanted: list[tuple], *, driver_rows: int
                      ) -> list[float]:
     """|I| at rank r among the rows of a setting with low <= |I| <= high, per wanted (setting, low, high, r, q,
     index, rows in the range).
 
-    Python tasks read the result files (pyarrow: the setting columns and I) and return only the rows inside
-    those ranges; ``np.partition`` on the driver (at most ``driver_rows`` rows in all) or one window
-    ``row_number`` over them picks the ranks."""
+    Python tasks read the result rows (:func:`_rows_in_ranges`: the setting columns and I) and return only the
+    rows inside those ranges; ``np.partition`` on the driver (at most ``driver_rows`` rows in all) or one
+    window ``row_number`` over them picks the ranks."""
     if not wanted:
         return []
     spark.sparkContext.setJobDescription("posteriors: exact order statistics of |I| inside histogram bins")
@@ -869,9 +1038,7 @@ def _values_at_ranks(spark: SparkSession, files: Sequence[str], wanted: list[tup
     for setting in {setting.name: setting for setting, *_ in wanted}.values():  # by name: NaN epsilons
         by_setting[_setting_key(setting.mechanism, setting.epsilon, setting.bag_size)] = [
             (index[(name, low, high)], low, high) for name, low, high in ranges if name == setting.name]
-    body = functools.partial(_rows_in_ranges, files=tuple(files), ranges=by_setting)
-    tasks = max(1, min(len(files), spark.sparkContext.defaultParallelism * 4))
-    selected = spark.range(len(files), numPartitions=tasks).mapInArrow(body, "target int, abs_I double")
+    selected = _rows_in_ranges(spark, rows, by_setting)
     if sum({(setting.name, low, high): rows for setting, low, high, *_, rows in wanted}.values()) <= driver_rows:
         table = selected.toArrow()
         targets, values = table.column("target").to_numpy(), table.column("abs_I").to_numpy()
@@ -891,10 +1058,26 @@ def _setting_key(mechanism: str, epsilon: float, bag_size: int) -> tuple[str, in
     return mechanism, int(np.float64(epsilon).view(np.int64)), int(bag_size)
 
 
-def _rows_in_ranges(batches: Iterator[pa.RecordBatch], *, files: Sequence[str],
-                    ranges: dict[tuple, list[tuple[int, float, float]]]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body over file indices: (target, |I|) of the rows of each file whose setting has ranges
-    (target, low, high) and whose |I| lies in one. Each setting's rows are runs (written batch by batch)."""
+def _rows_in_ranges(spark: SparkSession, rows: str | DataFrame, ranges: dict[tuple, list[tuple[int, float, float]]]
+                    ) -> DataFrame:
+    """(target, |I|) of the result rows whose setting has ranges (target, low, high) and whose |I| lies in one:
+    Python tasks read the files in the folder ``rows`` with pyarrow (:func:`_file_rows_in_ranges`), or the
+    batches Spark reads of the DataFrame ``rows`` (:func:`_frame_rows_in_ranges`), which Spark first narrows to
+    the rows whose |I| lies in any of the ranges."""
+    if isinstance(rows, DataFrame):
+        spans = sorted({(low, high) for targets in ranges.values() for _, low, high in targets})
+        inside = functools.reduce(lambda a, b: a | b, [F.abs("I").between(low, high) for low, high in spans])
+        return rows.where(inside).select(*SETTING_KEYS, "I").mapInArrow(
+            functools.partial(_frame_rows_in_ranges, ranges=ranges), SELECTED_SCHEMA)
+    files = [os.path.join(rows, name) for name in sorted(os.listdir(rows)) if name.endswith(".parquet")]
+    body = functools.partial(_file_rows_in_ranges, files=tuple(files), ranges=ranges)
+    tasks = max(1, min(len(files), spark.sparkContext.defaultParallelism * 4))
+    return spark.range(len(files), numPartitions=tasks).mapInArrow(body, SELECTED_SCHEMA)
+
+
+def _file_rows_in_ranges(batches: Iterator[pa.RecordBatch], *, files: Sequence[str],
+                         ranges: dict[tuple, list[tuple[int, float, float]]]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body over file indices: :func:`_in_ranges` of each row group of each file."""
     import pyarrow.parquet as pq
 
     for batch in batches:
@@ -902,20 +1085,36 @@ def _rows_in_ranges(batches: Iterator[pa.RecordBatch], *, files: Sequence[str],
             parquet = pq.ParquetFile(files[file_index], read_dictionary=["mechanism"])
             for group in range(parquet.num_row_groups):
                 table = parquet.read_row_group(group, columns=[*SETTING_KEYS, "I"])
-                mechanism = table.column("mechanism").combine_chunks()
-                codes = mechanism.indices.to_numpy()
-                epsilon_bits = table.column("epsilon").to_numpy().view(np.int64)
-                bag_size = table.column("bag_size").to_numpy()
-                abs_i = np.abs(table.column("I").to_numpy())
-                starts = np.flatnonzero(np.r_[True, (codes[1:] != codes[:-1]) | (bag_size[1:] != bag_size[:-1])
-                                              | (epsilon_bits[1:] != epsilon_bits[:-1])])
-                for start, end in zip(starts, np.r_[starts[1:], codes.size]):
-                    key = (mechanism.dictionary[codes[start]].as_py(), int(epsilon_bits[start]), int(bag_size[start]))
-                    for target, low, high in ranges.get(key, ()):
-                        values = abs_i[start:end]
-                        inside = values[(values >= low) & (values <= high)]
-                        yield pa.RecordBatch.from_arrays([pa.array(np.full(inside.size, target, np.int32)),
-                                                          pa.array(inside)], names=["target", "abs_I"])
+                yield from _in_ranges(table.column("mechanism").combine_chunks(), table.column("epsilon").to_numpy(),
+                                      table.column("bag_size").to_numpy(), table.column("I").to_numpy(), ranges)
+
+
+def _frame_rows_in_ranges(batches: Iterator[pa.RecordBatch], *, ranges: dict[tuple, list[tuple[int, float, float]]]
+                          ) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body over result rows (setting columns and I) read by Spark: :func:`_in_ranges` of each batch."""
+    for batch in batches:
+        yield from _in_ranges(batch.column("mechanism").dictionary_encode(),
+                              batch.column("epsilon").to_numpy(zero_copy_only=False),
+                              batch.column("bag_size").to_numpy(zero_copy_only=False),
+                              batch.column("I").to_numpy(zero_copy_only=False), ranges)
+
+
+def _in_ranges(mechanism: pa.DictionaryArray, epsilon: np.ndarray, bag_size: np.ndarray, i: np.ndarray,
+               ranges: dict[tuple, list[tuple[int, float, float]]]) -> Iterator[pa.RecordBatch]:
+    """(target, |I|) of the rows of one batch of result columns whose setting has ranges (target, low, high) and
+    whose |I| lies in one. Each setting's rows are runs (written batch by batch)."""
+    codes = mechanism.indices.to_numpy()
+    epsilon_bits = epsilon.view(np.int64)
+    abs_i = np.abs(i)
+    starts = np.flatnonzero(np.r_[True, (codes[1:] != codes[:-1]) | (bag_size[1:] != bag_size[:-1])
+                                  | (epsilon_bits[1:] != epsilon_bits[:-1])])
+    for start, end in zip(starts, np.r_[starts[1:], codes.size]):
+        key = (mechanism.dictionary[codes[start]].as_py(), int(epsilon_bits[start]), int(bag_size[start]))
+        for target, low, high in ranges.get(key, ()):
+            values = abs_i[start:end]
+            inside = values[(values >= low) & (values <= high)]
+            yield pa.RecordBatch.from_arrays([pa.array(np.full(inside.size, target, np.int32)),
+                                              pa.array(inside)], names=["target", "abs_I"])
 
 
 def bag_counts(digest: pd.DataFrame, settings: Sequence[Setting]) -> dict[str, dict[str, Any]]:
@@ -933,12 +1132,30 @@ def bag_counts(digest: pd.DataFrame, settings: Sequence[Setting]) -> dict[str, d
 def plot_sample_mask(row_ids: np.ndarray, *, fraction: float, seed: int) -> np.ndarray:
     """Rows kept for the plots, the same rows in every setting: the row's hash xxhash64(stream, row_id)
     (:func:`lia_spark.hashing.spark_row_hash`), read as unsigned, lies below fraction x 2^64."""
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"fraction: must be in (0, 1], got {fraction!r}")
-    threshold = math.floor(fraction * 2.0 ** 64) - 2 ** 63  # signed hash < threshold <=> unsigned < fraction 2^64
-    if threshold >= 2 ** 63:
+    threshold = _plot_sample_threshold(fraction)
+    if threshold is None:
         return np.ones(np.shape(row_ids), dtype=bool)
     return hashing.spark_row_hash(seed, PLOT_SAMPLE_PURPOSE, row_ids) < threshold
+
+
+def plot_sample(rows: DataFrame, *, fraction: float, seed: int) -> pd.DataFrame:
+    """:data:`PLOT_COLUMNS` of the result rows (read by Spark) that :func:`plot_sample_mask` keeps, collected to
+    the driver (small by design): the same rule as a predicate on Spark's ``xxhash64``."""
+    rows.sparkSession.sparkContext.setJobDescription("posteriors: plot sample of the per-row results")
+    threshold = _plot_sample_threshold(fraction)
+    if threshold is not None:
+        stream = F.lit(hashing.signed_stream_key(seed, PLOT_SAMPLE_PURPOSE)).cast("long")
+        rows = rows.where(F.xxhash64(stream, F.col("row_id")) < F.lit(threshold).cast("long"))
+    return rows.select(*PLOT_COLUMNS).toPandas()
+
+
+def _plot_sample_threshold(fraction: float) -> int | None:
+    """The signed hash bound of the plot sample (signed hash < threshold <=> unsigned < fraction x 2^64), None
+    when every row is kept."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction: must be in (0, 1], got {fraction!r}")
+    threshold = math.floor(fraction * 2.0 ** 64) - 2 ** 63
+    return None if threshold >= 2 ** 63 else threshold
 
 
 # ------------------------------------------------------------------------------------------------ stage
@@ -988,13 +1205,37 @@ class PosteriorsResult:
         return metrics
 
     def artifacts(self) -> list[str]:
-        """The summary CSV and the plot PNGs (local paths)."""
+        """The summary CSV and the plot PNGs (URIs when the output folder is remote: see
+        :func:`lia_spark.engine.outputs.local_copies`)."""
         return [self.summary_csv, *self.plots]
 
 
 def _native(value: Any) -> Any:
     """numpy scalars -> Python scalars (the marker is JSON)."""
     return value.item() if isinstance(value, np.generic) else value
+
+
+def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | DataFrame,
+                       sample: Callable[[], pd.DataFrame], *, folder: str, staging: str
+                       ) -> tuple[pd.DataFrame, list[str]]:
+    """The summary (:func:`summarize_digest` of the digest and ``rows``), written as Parquet to
+    ``staging/summary`` (any file system) and as ``summary.csv`` to the local ``folder``, and the plots of
+    ``sample()`` in ``folder/plots``, read and drawn in a thread while Spark ranks |I|. Returns the summary
+    and the plot files' names relative to ``folder``."""
+    from lia_spark.plots import plot_posteriors  # driver only: keeps matplotlib out of the Python workers
+
+    def draw() -> list[str]:
+        return plot_posteriors(sample(), output_dir=os.path.join(folder, "plots"))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as plotter:
+        plots = plotter.submit(inheritable_thread_target(spark)(draw))  # its Spark jobs keep the job group
+        summary = summarize_digest(spark, digest, rows)
+        (spark.createDataFrame(summary).coalesce(1)
+         .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
+         .write.parquet(f"{staging}/summary"))
+        summary.to_csv(os.path.join(folder, "summary.csv"), index=False)
+        written = plots.result()
+    return summary, [os.path.relpath(path, folder) for path in written]
 
 
 def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
@@ -1004,54 +1245,61 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
     ``summary.csv`` and ``plots/*.png``, committed atomically. Skipped when complete and not run.force.
     """
     output = os.path.join(config.run.output_dir, "posteriors")
-    local_output = local_output_path(output, writes=_LOCAL_WRITES)
-    marker = reusable_marker(spark, output, force=config.run.force, stage="posteriors")
+    output_path = reported_path(output)
+    fingerprint = stage_fingerprint(spark, "posteriors", config,
+                                    inputs={"data": config.parquet_path, "priors": prior_source(config)})
+    marker = reusable_output(spark, [output], fingerprint, force=config.run.force)
     if marker is not None:
         return PosteriorsResult.from_dict(marker, skipped=True)
+    check_prior_source(spark, config, pending=())
     started = time.monotonic()
     section = config.mechanisms
     settings = settings_grid(section)
-    logger.info("posteriors: day %d, prior %s, %d settings", section.day, section.prior_column, len(settings))
+    prior = resolve_prior(config)
+    logger.info("posteriors: day %d, prior %s from %s, %d settings", section.day, prior.column, prior.path,
+                len(settings))
     metadata: dict[str, Any] = {}
-    with committed_output(spark, output, metadata) as staging:
+    with committed_output(spark, output, metadata, fingerprint=fingerprint) as staging:
         source = posterior_input(spark, config)
         data_rows, unit_bits = source.data_rows, source.unit_bits
         logger.info("posteriors: %d data rows, %d bagging units, read by %s", data_rows, 1 << unit_bits,
                     source.reader)
-        local_staging = local_output_path(staging, writes=_LOCAL_WRITES)
+        local_staging = local_folder(staging)
         spark.sparkContext.setJobDescription("posteriors: bag, release, posteriors; write per-row results")
-        digest = write_posteriors(
-            source.blobs, output_dir=local_staging, settings=settings, seed=config.run.seed,
-            unit_bits=unit_bits, bags_per_group=section.bags_per_group,
-            sample_fraction=min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1)))
-        logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
-        sample_dir = os.path.join(local_staging, "_plot_sample")
-        from lia_spark.plots import plot_posteriors  # driver only: keeps matplotlib out of the Python workers
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as plotter:  # drawn while Spark ranks |I|
-            plots = plotter.submit(plot_posteriors, pd.read_parquet(sample_dir),
-                                   output_dir=os.path.join(local_staging, "plots"))
-            summary = summarize_digest(spark, digest, os.path.join(local_staging, "rows"))
-            input_rows = int(summary["rows"].max()) if len(summary) else 0
-            logger.info("posteriors: %d input rows, %d result rows, summarized after %.1f s", input_rows,
-                        int(summary["rows"].sum()), time.monotonic() - started)
-            (spark.createDataFrame(summary).coalesce(1)
-             .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
-             .write.parquet(f"{staging}/summary"))
-            summary.to_csv(os.path.join(local_staging, "summary.csv"), index=False)
-            written = plots.result()
-        shutil.rmtree(sample_dir)
+        grid = {"settings": settings, "seed": config.run.seed, "unit_bits": unit_bits,
+                "bags_per_group": section.bags_per_group}
+        sample_fraction = min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1))
+        if local_staging is not None:  # the Python workers write the rows and the plot sample themselves
+            digest = write_posteriors(source.blobs, output_dir=local_staging, sample_fraction=sample_fraction, **grid)
+            logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
+            sample_dir = os.path.join(local_staging, "_plot_sample")
+            summary, plots = _summary_and_plots(spark, digest, os.path.join(local_staging, "rows"),
+                                                functools.partial(pd.read_parquet, sample_dir), folder=local_staging,
+                                                staging=staging)
+            shutil.rmtree(sample_dir)
+        else:  # a remote folder: Spark writes the rows and reads them back; CSV and plots are copied
+            digest = spark_write_posteriors(source.blobs, output_dir=staging, **grid)
+            logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
+            rows = spark.read.parquet(f"{staging}/rows")
+            sample = functools.partial(plot_sample, rows, fraction=sample_fraction, seed=config.run.seed)
+            with tempfile.TemporaryDirectory(prefix="lia-posteriors-") as local:
+                summary, plots = _summary_and_plots(spark, digest, rows, sample, folder=local, staging=staging)
+                for name in ("summary.csv", *plots):
+                    copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
+        input_rows = int(summary["rows"].max()) if len(summary) else 0
+        logger.info("posteriors: %d input rows, %d result rows, summarized after %.1f s", input_rows,
+                    int(summary["rows"].sum()), time.monotonic() - started)
         bags = bag_counts(digest, settings)
         if not section.write_rows:
-            shutil.rmtree(os.path.join(local_staging, "rows"))
+            delete_path(spark, f"{staging}/rows")
         if input_rows < data_rows:
             logger.warning("posteriors: %d of %d data rows have no prior in %s and were not released",
                            data_rows - input_rows, data_rows, prior_source(config))
         result = PosteriorsResult(
-            output_path=local_output, input_rows=input_rows, settings=len(settings), rows_written=section.write_rows,
+            output_path=output_path, input_rows=input_rows, settings=len(settings), rows_written=section.write_rows,
             summary=tuple({key: _native(value) for key, value in record.items()} for record in summary.to_dict("records")),
             bagging_units=1 << unit_bits, rows_without_prior=data_rows - input_rows, bags=bags,
-            plots=tuple(os.path.join(local_output, os.path.relpath(p, local_staging)) for p in written),
+            plots=tuple(os.path.join(output_path, name) for name in plots),
             seconds=time.monotonic() - started)
         metadata.update(result.to_dict())
     logger.info("posteriors: done in %.1f s (%.0f input rows/s)", result.seconds, input_rows / max(result.seconds, 1e-9))

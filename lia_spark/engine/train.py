@@ -3,7 +3,10 @@
 Outputs under ``<run.output_dir>/models`` (committed atomically, resumable): ``canaries`` (Parquet: row_id,
 label, released_label, target_prediction, proxy_prediction of the target's training rows),
 ``test_predictions`` (row_id, label, target_prediction, proxy_prediction of the target day's test rows),
-model files (``proxy``/``target``/``stage1`` as xgboost ``.ubj`` or catboost ``.cbm``) and ``metrics.json``.
+model files (``proxy``/``target``/``stage1`` as xgboost ``.ubj`` or catboost ``.cbm``), ``metrics.json`` and,
+when the posteriors stage's prior is the proxy's prediction (:func:`lia_spark.engine.privatize.needs_proxy_priors`:
+data.source=criteo with mechanisms.prior_column=auto, or prior_column=proxy_prediction), ``priors`` (row_id,
+proxy_prediction of every row of mechanisms.day, scored on the executors by :func:`write_proxy_priors`).
 
 Two execution paths with the same outputs: ``in_memory`` collects one day's features to the driver (Arrow)
 and fits there; ``distributed`` fits ``xgboost.spark.SparkXGBClassifier`` on the cluster (label-level
@@ -12,13 +15,15 @@ mechanisms only: proportion matching needs a custom objective, which xgboost.spa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
 import os
+import pickle
 import tempfile
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -30,11 +35,13 @@ from lia_spark import features, hashing, label_mechanisms, training
 from lia_spark.config import Config
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine import features as spark_features
-from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, is_complete, marker_fields, path_exists,
-                                     read_marker, write_text)
+from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, path_exists,
+                                     reusable_output, stage_fingerprint, write_text)
+from lia_spark.engine.privatize import PROXY_PRIOR, needs_proxy_priors
 
 logger = logging.getLogger(__name__)
 
+PRIORS_SCHEMA = f"{ROW_ID} long, {PROXY_PRIOR} double"
 SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, split int, released_label int, target_prediction double, "
                  "proxy_prediction double")
 
@@ -124,8 +131,8 @@ def collect_model_data(frame: DataFrame, spec: features.FeatureSpec, library: st
                               cat_features=spec.cat_features, feature_names=columns)
 
 
-def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame,
-               target_rows: DataFrame) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float]]:
+def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame
+               ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec]:
     m, params, seconds = config.models, boosting_params(config), {}
     sc = spark.sparkContext
     sc.setJobDescription("train: proxy features")
@@ -160,7 +167,7 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame,
     models = {"proxy": proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds.update({f"fit_{name}": model.fit_seconds for name, model in models.items()})
     extra = {f"{name}@proxy_own_day": value for name, value in proxy_day_metrics.items()}
-    return spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra
+    return spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra, proxy_spec
 
 
 def _spark_classifier(spark: SparkSession, config: Config, columns: list[str], label: str):
@@ -198,8 +205,8 @@ def _release_column(frame: DataFrame, *, mechanism: str, epsilon: float, seed: i
     return frame.mapInPandas(batches, schema)
 
 
-def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame,
-                 target_rows: DataFrame) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float]]:
+def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame
+                 ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec]:
     m, seed, seconds = config.models, training_seed(config), {}
     if m.library != "xgboost" or m.training_mechanism in label_mechanisms.BAG_MECHANISMS:
         raise ValueError(f"models.execution: distributed supports xgboost with {label_mechanisms.LABEL_MECHANISMS}, "
@@ -255,7 +262,52 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame,
     else:
         scored = scored.withColumn("target_prediction", F.col("target_raw"))
     scored = scored.select(ROW_ID, LABEL, "split", "released_label", "target_prediction", "proxy_prediction")
-    return scored, models, seconds, {}
+    return scored, models, seconds, {}, proxy_spec
+
+
+def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: tuple[str, ...]
+                       ) -> Iterator[pd.DataFrame]:
+    """mapInPandas body: (row_id, proxy_prediction) of feature batches, predicted by the pickled
+    :class:`lia_spark.training.FittedModel` in the broadcast ``model`` (unpickled once per task)."""
+    fitted: training.FittedModel = pickle.loads(model.value)
+    if fitted.library == "xgboost":
+        fitted.model.set_param({"nthread": 1})  # one core per Spark task; the predictions do not depend on it
+    for frame in frames:
+        if frame.empty:
+            continue
+        matrix = frame[list(columns)] if fitted.library == "catboost" else frame[list(columns)].to_numpy(np.float32)
+        yield pd.DataFrame({ROW_ID: frame[ROW_ID].to_numpy(np.int64), PROXY_PRIOR: fitted.predict(matrix)})
+
+
+def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: features.FeatureSpec, path: str) -> int:
+    """Score every row of mechanisms.day with the proxy model and write Parquet (row_id long, proxy_prediction
+    double) to ``path``; returns the rows written.
+
+    Distributed, nothing proportional to the rows on the driver: the features are built on the executors with
+    the proxy's own encoding ``spec`` (:func:`_features`, as for its training); an in-memory proxy
+    (:class:`lia_spark.training.FittedModel`, xgboost or catboost) is pickled once, broadcast and predicts in
+    ``mapInPandas`` (exactly :meth:`~lia_spark.training.FittedModel.predict`); a fitted xgboost.spark model
+    (models.execution=distributed) scores by its own ``transform``.
+    """
+    spark.sparkContext.setJobDescription(f"train: proxy priors of day {config.mechanisms.day}")
+    frame = _features(spark_features.day_rows(spark, config.parquet_path, config.mechanisms.day), spec, config)
+    shipped = None
+    if isinstance(proxy, training.FittedModel):
+        shipped = spark.sparkContext.broadcast(pickle.dumps(proxy))
+        columns = tuple(spec.feature_columns)
+        priors = frame.select(ROW_ID, *columns).mapInPandas(
+            functools.partial(_predicted_batches, model=shipped, columns=columns), PRIORS_SCHEMA)
+    else:
+        priors = _positive_probability(proxy, frame, PROXY_PRIOR).select(
+            F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double"))
+    try:
+        priors.write.parquet(path)
+    finally:
+        if shipped is not None:
+            shipped.destroy()
+    written = spark.read.parquet(path).count()  # from the Parquet footers
+    logger.info("train: proxy priors of %d rows of day %d written to %s", written, config.mechanisms.day, path)
+    return written
 
 
 def _lp2st_halves(seed: int):
@@ -306,9 +358,13 @@ def _write_json(spark: SparkSession, payload: dict[str, Any], path: str) -> None
 def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
     """Train proxy and target models; write canaries, test predictions, models and metrics (resumable)."""
     out = models_dir(config)
-    if not config.run.force and is_complete(spark, out):
-        logger.info("train: %s is complete, skipped (run.force=false)", out)
-        return dataclasses.replace(TrainResult.from_dict(read_marker(spark, out)), skipped=True)
+    section = config.mechanisms  # with proxy priors, train also scores the released day
+    priors_fields = ({"mechanisms.day": section.day, "mechanisms.prior_column": section.prior_column}
+                     if needs_proxy_priors(config) else {})
+    fingerprint = stage_fingerprint(spark, "train", config, inputs={"data": config.parquet_path}, **priors_fields)
+    marker = reusable_output(spark, [out], fingerprint, force=config.run.force)
+    if marker is not None:
+        return dataclasses.replace(TrainResult.from_dict(marker), skipped=True)
     m = config.models
     started = time.monotonic()
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
@@ -316,10 +372,10 @@ def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
     proxy_rows = spark_features.day_rows(spark, config.parquet_path, m.proxy_day)
     target_rows = spark_features.day_rows(spark, config.parquet_path, m.target_day)
     run = _in_memory if m.execution == "in_memory" else _distributed
-    scored, models, seconds, extra_metrics = run(spark, config, proxy_rows, target_rows)
+    scored, models, seconds, extra_metrics, proxy_spec = run(spark, config, proxy_rows, target_rows)
     scored = scored.cache()
     metadata: dict[str, Any] = {}
-    with committed_output(spark, out, metadata) as staging:
+    with committed_output(spark, out, metadata, fingerprint=fingerprint) as staging:
         spark.sparkContext.setJobDescription("train: write canaries and test predictions")
         scored.where(F.col("split") == training.SPLIT_TRAIN).select(
             ROW_ID, LABEL, "released_label", "target_prediction", "proxy_prediction").write.parquet(f"{staging}/canaries")
@@ -329,6 +385,10 @@ def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
                 .assign(name=lambda f: f["split"].map({0: "train_target", 1: "valid_target", 2: "test_target"}))
                 [["name", "count"]].itertuples(index=False)}
         test_metrics = {**_test_metrics(scored), **extra_metrics}
+        if needs_proxy_priors(config):
+            prior_started = time.monotonic()
+            rows["priors"] = write_proxy_priors(spark, config, models["proxy"], proxy_spec, f"{staging}/priors")
+            seconds["write_priors"] = time.monotonic() - prior_started
         files = _save_models(spark, models, staging)
         seconds["total"] = time.monotonic() - started
         result = TrainResult(output_dir=out, library=m.library, execution=m.execution, mechanism=m.training_mechanism,
@@ -371,8 +431,13 @@ UTILITY_FILES = ("tradeoff.csv", "tradeoff_additive.png", "tradeoff_p98.png")
 UTILITY_EXTRA_MECHANISMS = ("rr_debiased", "lp_2st")
 
 
+def _posterior_summary_path(config: Config) -> str:
+    """The posteriors stage's summary table, whose LLP advantages the utility table carries."""
+    return os.path.join(config.run.output_dir, "posteriors", "summary")
+
+
 def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | None:
-    path = os.path.join(config.run.output_dir, "posteriors", "summary")
+    path = _posterior_summary_path(config)
     if not path_exists(spark, f"{path}/{MARKER}") and not path_exists(spark, f"{path}/_SUCCESS"):
         logger.warning("utility: no posterior summary at %s; only RR-family advantages (closed form)", path)
         return None
@@ -389,9 +454,11 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
     from lia_spark import utility
 
     out = os.path.join(config.run.output_dir, "utility")
-    if not config.run.force and is_complete(spark, out):
-        logger.info("utility: %s is complete, skipped (run.force=false)", out)
-        return dataclasses.replace(UtilityResult(**read_marker(spark, out)), skipped=True)
+    fingerprint = stage_fingerprint(spark, "utility", config, inputs={"data": config.parquet_path,
+                                                                      "posteriors": _posterior_summary_path(config)})
+    marker = reusable_output(spark, [out], fingerprint, force=config.run.force)
+    if marker is not None:
+        return dataclasses.replace(UtilityResult(**marker_fields(UtilityResult, marker)), skipped=True)
     m, params, seed = config.models, boosting_params(config), training_seed(config)
     started = time.monotonic()
     target_rows = spark_features.day_rows(spark, config.parquet_path, m.target_day)
@@ -417,7 +484,8 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
             data.rows(data.split == training.SPLIT_TRAIN))
     table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config), priors=priors)
     metadata: dict[str, Any] = {}
-    with committed_output(spark, out, metadata) as staging, tempfile.TemporaryDirectory() as local:
+    with (committed_output(spark, out, metadata, fingerprint=fingerprint) as staging,
+          tempfile.TemporaryDirectory() as local):
         table.to_csv(os.path.join(local, UTILITY_FILES[0]), index=False)
         utility.plot_tradeoff(table, advantage="mean_additive_advantage", path=os.path.join(local, UTILITY_FILES[1]))
         utility.plot_tradeoff(table, advantage="abs_I_p98", path=os.path.join(local, UTILITY_FILES[2]))

@@ -1,0 +1,13 @@
+"""spark-submit job: train and audit a target per training mechanism x claimed epsilon, the observational-auditing
+paper's Table 2 (eps lower bounds) and Table 5 (utility) in one command, resumable per cell.
+
+    spark-submit [--py-files dist/lia_spark-0.1.0-py3-none-any.whl] jobs/audit_table.py --conf FILE [overrides]
+"""
+import sys
+
+from lia_spark.cli import job_main
+from lia_spark.engine.table import run_audit_table
+
+if __name__ == "__main__":
+    sys.exit(job_main(run_audit_table, sys.argv[1:],
+                      "lia-spark audit-table: eps lower bound per training mechanism x claimed epsilon"))

@@ -1,0 +1,299 @@
+"""``lia-spark audit-table``: train and audit one target per training mechanism x claimed epsilon (Kalemaj et al.,
+"Observational Auditing of Label Privacy", 2025, Table 2 and Table 5) in one command, resumable per cell.
+
+1. The day-partitioned data of ``run.output_dir``: the data step's stage (generate for data.source=synthetic,
+   ingest for criteo; reused when its fingerprint matches) when ``data`` is in run.stages, else the existing
+   ``data.parquet_path``.
+2. For every cell of :func:`lia_spark.table.table_cells`: the user's config with ``models.training_mechanism``,
+   ``models.epsilon`` and ``models.bag_size`` of the cell, ``run.output_dir = <out>/table/cells/<cell>`` and
+   ``data.parquet_path`` = the shared data table, through the train stage then the audit stage. Both reuse
+   their committed output when its fingerprint matches, so a re-run recomputes only missing or changed cells.
+   A failing cell is recorded (status ``failed`` and its error) and the next one runs.
+3. ``<out>/table/``: ``eps_lb.csv`` (rows = mechanisms, columns = claimed epsilons, ``mean +- std`` of the
+   valid Bonferroni best bound), ``cells.csv`` (one row per cell), ``utility.csv``, ``published.csv`` (the
+   paper's values, labelled as such) and ``eps_lb_vs_claimed.png``; written locally and copied through
+   Hadoop's FileSystem API, so ``run.output_dir`` may be remote.
+4. MLflow (tracking.enabled): a parent run, one nested run per cell, the files as the parent's artifacts.
+
+Raises :class:`TableCellsFailed` (naming the failed cells) after writing the table when any cell failed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import tempfile
+import time
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from lia_spark import table
+from lia_spark.config import Config
+from lia_spark.engine.audit import AuditResult, run_audit
+from lia_spark.engine.outputs import (check_writable, copy_from_local, local_copies, local_folder, path_exists,
+                                     read_marker)
+from lia_spark.engine.train import TrainResult, run_train_models
+from lia_spark.fingerprint import marker_fingerprint, verified_marker
+
+logger = logging.getLogger(__name__)
+
+TABLE_FILES = ("eps_lb.csv", "cells.csv", "utility.csv", "published.csv", "eps_lb_vs_claimed.png")
+
+
+def table_dir(config: Config) -> str:
+    """``<run.output_dir>/table``."""
+    return f"{config.run.output_dir.rstrip('/')}/table"
+
+
+def cell_dir(config: Config, cell: table.Cell) -> str:
+    """``<run.output_dir>/table/cells/<cell name>``: the cell's own run.output_dir (models/, audit/)."""
+    return f"{table_dir(config)}/cells/{cell.name}"
+
+
+def cell_config(config: Config, cell: table.Cell) -> Config:
+    """The user's config for one cell: its training mechanism, epsilon and bag size, its own output folder, the
+    shared data table and the cell's own canary table (audit.canary_path cleared)."""
+    return dataclasses.replace(
+        config,
+        run=dataclasses.replace(config.run, output_dir=cell_dir(config, cell)),
+        data=dataclasses.replace(config.data, parquet_path=config.parquet_path),
+        models=dataclasses.replace(config.models, training_mechanism=cell.mechanism, epsilon=cell.epsilon,
+                                   bag_size=cell.bag_size),
+        audit=dataclasses.replace(config.audit, canary_path=""),
+    )
+
+
+@dataclasses.dataclass
+class CellOutcome:
+    """One cell: ``ran`` (train or audit computed), ``reused`` (both outputs reused) or ``failed`` (``error``)."""
+
+    cell: table.Cell
+    output_dir: str
+    status: str
+    seconds: float
+    train: TrainResult | None = None
+    audit: AuditResult | None = None
+    error: str = ""
+
+    def record(self) -> dict[str, Any]:
+        """The cell's row of ``cells.csv`` (:func:`lia_spark.table.cell_record`)."""
+        return table.cell_record(
+            self.cell, status=self.status, summary=self.audit.summary if self.audit else None,
+            test_metrics=self.train.test_metrics if self.train else None,
+            train_seconds=float(self.train.seconds.get("total", math.nan)) if self.train else math.nan,
+            audit_seconds=float(self.audit.seconds) if self.audit else math.nan, seconds=self.seconds,
+            error=self.error, output_dir=self.output_dir)
+
+    def metrics(self) -> dict[str, float]:
+        """eps_lb mean/std (valid and paper convention), target test AUC and log-loss (finite values only)."""
+        row = self.record()
+        keys = ("eps_lb_mean", "eps_lb_std", "eps_lb_paper_convention_mean", "eps_lb_paper_convention_std",
+                "test_auc", "test_log_loss")
+        return {key: float(row[key]) for key in keys if math.isfinite(float(row[key]))}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The cell's row of ``cells.csv`` (the full train and audit results are in its output folder)."""
+        return self.record()
+
+
+@dataclasses.dataclass
+class TableResult:
+    """Every cell's outcome, the mechanisms skipped as unsupported, the table's files and the MLflow run."""
+
+    output_dir: str
+    cells: list[CellOutcome]
+    unsupported: dict[str, str]
+    files: tuple[str, ...]
+    seconds: float
+    data_stage: str = ""
+    mlflow_run_id: str = ""
+    mlflow_location: str = ""
+
+    def cell(self, name: str) -> CellOutcome:
+        """The outcome of the cell called ``name`` (e.g. ``rr-eps1``)."""
+        return next(outcome for outcome in self.cells if outcome.cell.name == name)
+
+    def failed(self) -> list[CellOutcome]:
+        """The cells that failed."""
+        return [outcome for outcome in self.cells if outcome.status == "failed"]
+
+    def findings(self) -> list[CellOutcome]:
+        """Cells whose mean valid eps_lb exceeds their claimed epsilon."""
+        return [outcome for outcome in self.cells if outcome.record()["exceeds_claimed"]]
+
+    def metrics(self) -> dict[str, float]:
+        """Cell counts per status and the total seconds."""
+        counts = {f"cells_{status}": float(sum(o.status == status for o in self.cells))
+                  for status in ("ran", "reused", "failed")}
+        return {**counts, "cells": float(len(self.cells)), "findings": float(len(self.findings())),
+                "seconds": self.seconds}
+
+    def artifacts(self) -> list[str]:
+        """The table's files (URIs when the output folder is remote)."""
+        return list(self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly summary: output folder, files, unsupported mechanisms and every cell."""
+        return {"output_dir": self.output_dir, "files": list(self.files), "unsupported": self.unsupported,
+                "seconds": round(self.seconds, 3), "data_stage": self.data_stage,
+                "mlflow_run_id": self.mlflow_run_id, "cells": [outcome.to_dict() for outcome in self.cells]}
+
+    def console_summary(self) -> str:
+        """One line per status, the findings, the files and the MLflow run."""
+        by_status: dict[str, list[str]] = {}
+        for outcome in self.cells:
+            by_status.setdefault(outcome.status, []).append(outcome.cell.name)
+        lines = [f"lia-spark audit-table: {len(self.cells)} cells in {self.seconds:.1f} s; "
+                 + "; ".join(f"{status} {len(names)}" for status, names in by_status.items())]
+        if self.unsupported:
+            lines.append("skipped (unsupported): " + "; ".join(f"{k}: {v}" for k, v in self.unsupported.items()))
+        for outcome in self.findings():
+            row = outcome.record()
+            lines.append(f"FINDING {outcome.cell.name}: eps_lb {row['eps_lb_mean']:.3f} > claimed eps "
+                         f"{outcome.cell.epsilon:g}")
+        lines.append(f"table: {self.output_dir}/eps_lb.csv (and {', '.join(TABLE_FILES[1:])})")
+        if self.mlflow_location:
+            lines.append(f"MLflow: {self.mlflow_location}")
+        return "\n".join(lines)
+
+
+class TableCellsFailed(RuntimeError):
+    """Some cells failed; the table of the others is written and ``result`` holds every outcome. Re-run the same
+    command to resume: finished cells are reused."""
+
+    def __init__(self, result: TableResult) -> None:
+        self.result = result
+        names = ", ".join(f"{o.cell.name} ({o.error})" for o in result.failed())
+        super().__init__(f"audit-table: {len(result.failed())} of {len(result.cells)} cells failed: {names}; "
+                         f"the other cells are in {result.output_dir}; re-run the same command to resume")
+
+
+def _audit_fingerprint(spark: SparkSession, output_dir: str) -> str:
+    marker = read_marker(spark, f"{output_dir}/audit")
+    verified = verified_marker(marker)[0] if marker is not None else None
+    return marker_fingerprint(verified) if verified is not None else ""
+
+
+def _run_cell(spark: SparkSession, config: Config, cell: table.Cell) -> CellOutcome:
+    conf = cell_config(config, cell)
+    out = conf.run.output_dir
+    sc = spark.sparkContext
+    sc.setJobGroup(f"lia-spark-table-{cell.name}", f"{config.run.name}: audit-table cell {cell.name}",
+                   interruptOnCancel=False)
+    started = time.monotonic()
+    train = audit = None
+    try:
+        check_writable(spark, out, field=f"run.output_dir (audit-table cell {cell.name})")
+        train = run_train_models(spark, conf)
+        audit = run_audit(spark, conf)
+    except Exception as error:  # noqa: BLE001 - a failing cell is recorded and the other cells go on
+        seconds = time.monotonic() - started
+        message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        logger.exception("audit-table: cell %s failed after %.1f s", cell.name, seconds)
+        return CellOutcome(cell, out, "failed", seconds, train, audit, error=message)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    status = "reused" if train.skipped and audit.skipped else "ran"
+    outcome = CellOutcome(cell, out, status, time.monotonic() - started, train, audit)
+    row = outcome.record()
+    logger.info("audit-table: cell %s %s in %.1f s: eps_lb %s (claimed %s), test AUC %.4f, log-loss %.4f",
+                cell.name, status, outcome.seconds, table.mean_std_text(row["eps_lb_mean"], row["eps_lb_std"]),
+                table.epsilon_text(cell.epsilon), row["test_auc"], row["test_log_loss"])
+    if row["exceeds_claimed"]:
+        logger.warning("audit-table: FINDING: cell %s: valid eps_lb %.3f exceeds the claimed eps %s", cell.name,
+                       row["eps_lb_mean"], table.epsilon_text(cell.epsilon))
+    return outcome
+
+
+def _prepare_data(spark: SparkSession, config: Config) -> str:
+    """Run (or reuse) the data step's stage when ``data`` is in run.stages; else require the existing table."""
+    if "data" not in config.run.stages:
+        if not path_exists(spark, config.parquet_path):
+            raise ValueError(f"run.stages: {list(config.run.stages)} has no 'data' step but {config.parquet_path} "
+                             "does not exist; add 'data' to run.stages or set data.parquet_path")
+        logger.info("audit-table: using the data table %s ('data' not in run.stages)", config.parquet_path)
+        return "existing"
+    from lia_spark.stages import load_stage
+
+    stage = "generate" if config.data.source == "synthetic" else "ingest"
+    result = load_stage(stage)(spark, config)
+    status = "reused" if getattr(result, "skipped", False) else "ran"
+    logger.info("audit-table: data step %s %s (%s)", stage, status, config.parquet_path)
+    return f"{stage} {status}"
+
+
+def write_table(spark: SparkSession, config: Config, outcomes: list[CellOutcome]) -> tuple[str, ...]:
+    """Write the table's files locally, copy them into ``<out>/table/`` (any Hadoop file system); their paths."""
+    out = table_dir(config)
+    cells = pd.DataFrame([outcome.record() for outcome in outcomes], columns=list(table.CELL_COLUMNS))
+    with tempfile.TemporaryDirectory(prefix="lia-table-") as local:
+        frames = {"eps_lb.csv": table.wide_table(cells, epsilons=config.table.epsilons), "cells.csv": cells,
+                  "utility.csv": table.utility_table(cells), "published.csv": table.published_table()}
+        for name, frame in frames.items():
+            frame.to_csv(os.path.join(local, name), index=False)
+        table.plot_eps_lb(cells, path=os.path.join(local, TABLE_FILES[-1]),
+                          title=f"{config.run.name}: valid eps_lb ({config.models.library}, "
+                                f"{config.audit.repetitions} repetitions, delta={config.audit.delta:g})")
+        spark.sparkContext.setJobDescription("audit-table: write the table")
+        for name in TABLE_FILES:
+            copy_from_local(spark, os.path.join(local, name), f"{out}/{name}")
+    local_out = local_folder(out)
+    return tuple(os.path.join(local_out if local_out is not None else out, name) for name in TABLE_FILES)
+
+
+def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
+    """Train and audit every cell of ``config.table`` (resumable per cell) and write ``<out>/table/``.
+
+    Raises:
+        lia_spark.config.ConfigError: no mechanism of table.mechanisms can be trained with models.library /
+            models.execution, or audit.bounds lacks binomial (before anything runs).
+        lia_spark.tracking.TrackingError: the tracking store is unreachable (before any cell).
+        PermissionError: run.output_dir cannot be written.
+        TableCellsFailed: after the table is written, when any cell failed (naming them).
+    """
+    started = time.monotonic()
+    cells, unsupported = table.table_cells(config)
+    for name, reason in unsupported.items():
+        logger.warning("audit-table: skipping %s: %s", name, reason)
+    tracker = None
+    if config.tracking.enabled:
+        from lia_spark.tracking import AuditTableTracker
+
+        tracker = AuditTableTracker(config, run_name=f"{config.run.name} audit-table")
+        tracker.check()
+    check_writable(spark, config.run.output_dir)
+    logger.info("audit-table: %d cells (%s) below %s/cells", len(cells), ", ".join(c.name for c in cells),
+                table_dir(config))
+    data_stage = _prepare_data(spark, config)
+    result = TableResult(table_dir(config), [], unsupported, (), 0.0, data_stage)
+    failed = True
+    if tracker is not None:
+        result.mlflow_run_id = tracker.start()
+        result.mlflow_location = tracker.location()
+    try:
+        for index, cell in enumerate(cells, start=1):
+            logger.info("audit-table: cell %d/%d %s", index, len(cells), cell.name)
+            outcome = _run_cell(spark, config, cell)
+            result.cells.append(outcome)
+            if tracker is not None:
+                tracker.log_cell(cell.name, mechanism=cell.mechanism, claimed_epsilon=cell.epsilon,
+                                 bag_size=cell.bag_size, status=outcome.status, seconds=outcome.seconds,
+                                 metrics=outcome.metrics(), error=outcome.error,
+                                 fingerprint=_audit_fingerprint(spark, outcome.output_dir))
+        result.files = write_table(spark, config, result.cells)
+        result.seconds = time.monotonic() - started
+        if tracker is not None:
+            with local_copies(spark, result.files) as artifacts:
+                tracker.log_table(metrics=result.metrics(), artifacts=artifacts)
+        failed = bool(result.failed())
+    finally:
+        if tracker is not None:
+            tracker.end(failed=failed)
+    logger.info("%s", result.console_summary())
+    if result.failed():
+        raise TableCellsFailed(result)
+    return result

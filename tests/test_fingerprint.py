@@ -1,0 +1,107 @@
+"""Fingerprints of stage outputs (pure): which fields each stage reads, sealed markers, change reports."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from lia_spark.config import Config, ConfigError, load_config
+from lia_spark.fingerprint import (CHECKSUM_KEY, FINGERPRINT_KEY, STAGE_FIELDS, UNREAD_FIELDS, Fingerprint, changes,
+                                   expand_fields, marker_fingerprint, sealed_marker, stage_parameters, verified_marker)
+
+
+def _config_dict(*overrides: str) -> dict:
+    return load_config(None, overrides).to_dict()
+
+
+def test_every_config_field_is_read_by_a_stage_or_declared_unread():
+    values = Config().to_dict()
+    every = {f"{section}.{key}" for section, keys in values.items() for key in keys}
+    read = {name for fields in STAGE_FIELDS.values() for name in expand_fields(fields, values)}
+    unread = set(expand_fields(UNREAD_FIELDS, values))
+    assert read | unread == every, "classify every new config field in lia_spark/fingerprint.py"
+    assert read & unread == set()
+
+
+def _different(value):
+    """Another value of the same type."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1 if math.isfinite(value) else 1.0
+    if isinstance(value, list):
+        return [*value, value[-1]] if value else ["/x"]
+    return f"{value}-other"
+
+
+@pytest.mark.parametrize("stage", sorted(STAGE_FIELDS))
+def test_each_field_a_stage_reads_changes_its_fingerprint_and_unread_ones_do_not(stage):
+    base = Fingerprint(stage, stage_parameters(stage, _config_dict()), {})
+    unread = Fingerprint(stage, stage_parameters(stage, _config_dict("run.name=other", "spark.master=local[1]")), {})
+    assert unread.value == base.value
+    for field in expand_fields(STAGE_FIELDS[stage], Config().to_dict()):
+        section, key = field.split(".", 1)
+        values = _config_dict()
+        values[section][key] = _different(values[section][key])
+        moved = Fingerprint(stage, stage_parameters(stage, values), {})
+        assert moved.value != base.value, field
+        assert [text.split(" ")[0] for text in changes(base.to_dict(), moved)] == [field]
+
+
+def test_input_fingerprints_and_code_version_enter_the_fingerprint():
+    parameters = stage_parameters("audit", _config_dict())
+    base = Fingerprint("audit", parameters, {"canaries": "a" * 64})
+    assert Fingerprint("audit", parameters, {"canaries": "b" * 64}).value != base.value
+    assert Fingerprint("audit", parameters, {"canaries": "a" * 64}, code_version="9.9").value != base.value
+    assert changes(base.to_dict(), Fingerprint("audit", parameters, {"canaries": "b" * 64})) == ["input canaries changed"]
+
+
+def test_infinite_and_list_values_are_json_stable():
+    parameters = stage_parameters("utility", _config_dict())
+    assert parameters["models.utility_epsilons"][-1] == "inf"
+    json.dumps(parameters, allow_nan=False)  # strict JSON: no Infinity
+    assert stage_parameters("utility", _config_dict()) == parameters
+
+
+def test_sealed_marker_round_trip_and_tampering():
+    fingerprint = Fingerprint("audit", stage_parameters("audit", _config_dict()), {"canaries": "c" * 64})
+    marker = json.loads(json.dumps(sealed_marker({"canaries": 1000, "summary": {"best": 1.5}}, fingerprint)))
+    verified, why = verified_marker(marker)
+    assert why == "" and marker_fingerprint(verified) == fingerprint.value
+    edited = dict(marker, canaries=999)  # a hand-edited count
+    assert verified_marker(edited)[0] is None and "checksum" in verified_marker(edited)[1]
+    resealed = json.loads(json.dumps(marker))  # parameters edited and the checksum recomputed by hand
+    resealed[FINGERPRINT_KEY]["parameters"]["audit.repetitions"] = 1
+    resealed.pop(CHECKSUM_KEY)
+    resealed = sealed_like(resealed)
+    assert verified_marker(resealed)[0] is None and "does not match" in verified_marker(resealed)[1]
+    old_style = {key: value for key, value in marker.items() if key not in (FINGERPRINT_KEY, CHECKSUM_KEY)}
+    assert verified_marker(old_style)[0] is None and "older" in verified_marker(old_style)[1]
+
+
+def sealed_like(content: dict) -> dict:
+    """A marker whose checksum was recomputed over edited content (what a careful hand-edit would do)."""
+    import hashlib
+
+    text = json.dumps(content, sort_keys=True, default=str)
+    return dict(content, **{CHECKSUM_KEY: hashlib.sha256(text.encode("utf-8")).hexdigest()})
+
+
+@pytest.mark.parametrize("text, expected", [("1e-5", 1e-5), ("1E-5", 1e-5), (".5", 0.5), ("5.", 5.0),
+                                            ("inf", math.inf), (".inf", math.inf), ("Infinity", math.inf),
+                                            ("2.5e+1", 25.0)])
+def test_floats_as_typed(text, expected):
+    field = "audit.delta" if expected < 1 else "models.epsilon"
+    config = load_config(None, [f"{field}={text}"])
+    assert (config.audit.delta if expected < 1 else config.models.epsilon) == expected
+
+
+def test_float_in_yaml_file_and_bad_text(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("audit:\n  delta: 1e-5\nmechanisms:\n  epsilons: [1e-1, .5, 2]\n", encoding="utf-8")
+    config = load_config(path)
+    assert config.audit.delta == 1e-5 and config.mechanisms.epsilons == (0.1, 0.5, 2.0)
+    for bad in ("abc", "nan", "1e", "1.2.3"):
+        with pytest.raises(ConfigError, match="audit.delta"):
+            load_config(None, [f"audit.delta={bad}"])
