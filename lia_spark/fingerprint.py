@@ -81,12 +81,20 @@ def stage_parameters(stage: str, config: Mapping[str, Mapping[str, Any]], **extr
     return values
 
 
+# Modules that produce no stage output (command line, orchestration, tracking, report, the audit table's
+# collation): editing them does not change what a stage computes, so they stay out of code_version().
+NON_COMPUTING_MODULES = ("cli.py", "stages.py", "tracking.py", "report.py", "table.py", "engine/pipeline.py",
+                         "engine/table.py", "engine/session.py")
+
+
 @functools.cache
 def code_version() -> str:
-    """lia-spark's version plus the first 12 hex digits of the SHA-256 of its Python sources, so an output of
-    edited code is never reused; the version alone where the sources are not files (a zip on --py-files)."""
+    """lia-spark's version plus the first 12 hex digits of the SHA-256 of the Python sources that compute stage
+    outputs (all but :data:`NON_COMPUTING_MODULES`), so an output of edited code is never reused; the version
+    alone where the sources are not files (a zip on --py-files)."""
     package = Path(__file__).resolve().parent
-    sources = sorted(package.rglob("*.py")) if package.is_dir() else []
+    sources = sorted(path for path in package.rglob("*.py")  # nothing when the package is inside a zip
+                     if path.relative_to(package).as_posix() not in NON_COMPUTING_MODULES)
     if not sources:
         return __version__
     digest = hashlib.sha256()

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from lia_spark.config import Config, ConfigError, load_config
-from lia_spark.fingerprint import (CHECKSUM_KEY, FINGERPRINT_KEY, STAGE_FIELDS, UNREAD_FIELDS, Fingerprint, changes,
-                                   expand_fields, marker_fingerprint, sealed_marker, stage_parameters, verified_marker)
+from lia_spark import __version__
+from lia_spark.fingerprint import (CHECKSUM_KEY, FINGERPRINT_KEY, NON_COMPUTING_MODULES, STAGE_FIELDS, UNREAD_FIELDS,
+                                   Fingerprint, changes, code_version, expand_fields, marker_fingerprint, sealed_marker,
+                                   stage_parameters, verified_marker)
 
 
 def _config_dict(*overrides: str) -> dict:
@@ -105,3 +108,11 @@ def test_float_in_yaml_file_and_bad_text(tmp_path):
     for bad in ("abc", "nan", "1e", "1.2.3"):
         with pytest.raises(ConfigError, match="audit.delta"):
             load_config(None, [f"audit.delta={bad}"])
+
+
+def test_code_version_hashes_the_computing_sources():
+    package = Path(__file__).resolve().parent.parent / "lia_spark"
+    assert all((package / name).is_file() for name in NON_COMPUTING_MODULES)  # no stale names
+    version, digest = code_version().split("+")
+    assert version == __version__ and len(digest) == 12
+    assert Fingerprint("audit", {}, {}).code_version == code_version()

@@ -12,7 +12,8 @@
 3. ``<out>/table/``: ``eps_lb.csv`` (rows = mechanisms, columns = claimed epsilons, ``mean +- std`` of the
    valid Bonferroni best bound), ``cells.csv`` (one row per cell), ``utility.csv``, ``published.csv`` (the
    paper's values, labelled as such) and ``eps_lb_vs_claimed.png``; written locally and copied through
-   Hadoop's FileSystem API, so ``run.output_dir`` may be remote.
+   Hadoop's FileSystem API, so ``run.output_dir`` may be remote. Each file is replaced whole on every run; the
+   folder is not committed as one (the cells' committed outputs live below it).
 4. MLflow (tracking.enabled): a parent run, one nested run per cell, the files as the parent's artifacts.
 
 Raises :class:`TableCellsFailed` (naming the failed cells) after writing the table when any cell failed.
