@@ -36,7 +36,8 @@ def run(spark, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(run):
-    return mlflow.MlflowClient(run.tracking_uri)
+    mlflow.set_tracking_uri(run.tracking_uri)  # fluent calls (search_logged_models, models:/ URIs) use the global
+    return mlflow.MlflowClient(run.tracking_uri)  # URI, which other tests' pipelines leave on their own stores
 
 
 def _children(client, run_id: str):
