@@ -29,3 +29,30 @@ def write_section(name: str, markdown: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     BENCHMARKS_FILE.write_text(text, encoding="utf-8")
+
+
+def process_tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds (user + system) of a process and its live descendants (Spark's JVM, its Python workers), from
+    /proc: the steadier cost figure on a shared machine, where wall times depend on other jobs."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[tuple[int, float]]] = {}
+    own = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu = (int(fields[11]) + int(fields[12])) / ticks
+        own[int(entry)] = cpu
+        children.setdefault(int(fields[1]), []).append((int(entry), cpu))
+    root = root or os.getpid()
+    total, pending = own.get(root, 0.0), [root]
+    while pending:
+        for pid, cpu in children.get(pending.pop(), []):
+            total += cpu
+            pending.append(pid)
+    return total
+

@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from lia_spark import hashing
+from lia_spark import _audit_game, hashing
 
 SCORES = ("difference", "log_ratio")
 CONVENTIONS = ("paper", "bonferroni")
@@ -196,27 +196,33 @@ def game_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, see
     y1 ~ Bernoulli(M'(x)) and b ~ Bernoulli(1/2) are keyed on (seed, purpose with the repetition, row_id), so a
     row's draws do not depend on which other rows are processed with it.
     """
-    hidden = np.empty((repetitions, len(row_ids)), dtype=bool)
-    shown = np.empty((repetitions, len(row_ids)), dtype=bool)
-    true_one = np.asarray(label) == 1
-    for repetition in range(repetitions):
-        counterfactual_one = hashing.bernoulli(seed, counterfactual_purpose(repetition), row_ids, proxy) == 1
-        hidden[repetition] = hashing.bernoulli(seed, hidden_bit_purpose(repetition), row_ids, 0.5) == 1
-        shown[repetition] = np.where(hidden[repetition], counterfactual_one, true_one)
-    return hidden, shown
+    shown, hidden = _packed_draws(row_ids, label, proxy, seed=seed, repetitions=repetitions)
+    return unpack_bits(hidden, repetitions), unpack_bits(shown, repetitions)
 
 
-def pack_bits(bits: np.ndarray) -> np.ndarray:
-    """(R, n) bool -> (n, ceil(R / 64)) uint64 words; bit r of a row's words (little-endian) is bits[r, row]."""
-    repetitions, n = bits.shape
+def _packed_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, seed: int,
+                  repetitions: int) -> tuple[np.ndarray, np.ndarray]:
+    """(shown, hidden) as (m, ceil(R / 64)) packed words (:func:`lia_spark._audit_game.play`)."""
+    counterfactual_keys = np.array([hashing.stream_key(seed, counterfactual_purpose(r)) for r in range(repetitions)],
+                                   dtype=np.uint64)
+    hidden_keys = np.array([hashing.stream_key(seed, hidden_bit_purpose(r)) for r in range(repetitions)],
+                           dtype=np.uint64)
+    ids = np.ascontiguousarray(row_ids, dtype=np.int64).view(np.uint64)
+    return _audit_game.play(ids, np.ascontiguousarray(np.asarray(label) == 1),
+                            np.ascontiguousarray(proxy, dtype=np.float64), counterfactual_keys, hidden_keys)
+
+
+def repetition_mask(repetitions: int) -> np.ndarray:
+    """(ceil(R / 64),) uint64 words with exactly the bits of repetitions 0..R-1 set."""
     words = -(-repetitions // 64)
-    packed = np.zeros((words * 8, n), dtype=np.uint8)
-    packed[: -(-repetitions // 8)] = np.packbits(bits, axis=0, bitorder="little")
-    return np.ascontiguousarray(packed.T).view("<u8").reshape(n, words)
+    mask = np.full(words, np.uint64(2**64 - 1), dtype=np.uint64)
+    if repetitions % 64:
+        mask[-1] = np.uint64((1 << (repetitions % 64)) - 1)
+    return mask
 
 
 def unpack_bits(words: np.ndarray, repetitions: int) -> np.ndarray:
-    """Inverse of :func:`pack_bits`: (n, W) uint64 words -> (R, n) bool."""
+    """(n, W) packed uint64 words (bit r of a row's words, little-endian, is repetition r) -> (R, n) bool."""
     words = np.ascontiguousarray(words, dtype="<u8")
     as_bytes = np.ascontiguousarray(words.view(np.uint8).reshape(len(words), -1).T)
     return np.unpackbits(as_bytes, axis=0, count=repetitions, bitorder="little").view(bool)
@@ -242,6 +248,38 @@ class Candidates:
 
     def __len__(self) -> int:
         return len(self.abs_score)
+
+    def subset(self, rows: np.ndarray) -> "Candidates":
+        """The candidates selected by a boolean mask or an index array."""
+        return Candidates(abs_score=self.abs_score[rows], tie=self.tie[rows], label=self.label[rows],
+                          active=self.active[rows], correct=self.correct[rows])
+
+    def to_bytes(self) -> bytes:
+        """The columns back to back (abs_score, tie, active, correct, label): :meth:`from_bytes` reads them."""
+        return b"".join(np.ascontiguousarray(column).tobytes()
+                        for column in (self.abs_score, self.tie, self.active, self.correct, self.label))
+
+    @classmethod
+    def from_bytes(cls, blob: bytes, *, repetitions: int) -> "Candidates":
+        """Inverse of :meth:`to_bytes` for candidates of ``repetitions`` games."""
+        words = -(-repetitions // 64)
+        n, extra = divmod(len(blob), 8 + 8 + 16 * words + 1)
+        if extra:
+            raise ValueError(f"candidate blob of {len(blob)} bytes is not a whole number of candidates")
+        columns, offset = [], 0
+        for dtype, shape in ((np.float64, (n,)), (np.uint64, (n,)), (np.uint64, (n, words)),
+                             (np.uint64, (n, words)), (np.int8, (n,))):
+            count = int(np.prod(shape))
+            columns.append(np.frombuffer(blob, dtype=dtype, count=count, offset=offset).reshape(shape))
+            offset += count * np.dtype(dtype).itemsize
+        abs_score, tie, active, correct, label = columns
+        return cls(abs_score=abs_score, tie=tie, label=label, active=active, correct=correct)
+
+    @classmethod
+    def concatenate(cls, parts: "list[Candidates]") -> "Candidates":
+        """All candidates of ``parts`` in one set (order kept)."""
+        return cls(*(np.concatenate([getattr(part, field.name) for part in parts])
+                     for field in dataclasses.fields(cls)))
 
 
 def tie_hashes(row_ids: np.ndarray, *, seed: int) -> np.ndarray:
@@ -287,11 +325,14 @@ def _checked_canaries(row_ids, label, target, proxy, *, repetitions: int):
 
 @dataclasses.dataclass(frozen=True)
 class _Game:
-    """The draws of one set of games, shared by every attack: which candidates are shown, and b per candidate."""
+    """The draws of one set of games, shared by every attack: which candidates are shown, and b per candidate.
 
-    active: np.ndarray  # (R, n) bool over the candidates shown at least once
-    active_words: np.ndarray  # pack_bits(active)
-    hidden: np.ndarray  # (R, n) bool: b of the candidate's row
+    All bit sets are (n, ceil(R / 64)) packed words over the candidates shown at least once.
+    """
+
+    active: np.ndarray  # bit r: repetition r shows this candidate's label
+    hidden: np.ndarray  # bit r: b of the candidate's row in repetition r
+    mask: np.ndarray  # repetition_mask(R)
     keep: np.ndarray  # (2m,) bool: candidates shown at least once
     tie: np.ndarray
     label: np.ndarray
@@ -299,20 +340,20 @@ class _Game:
     @classmethod
     def play(cls, row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, seed: int,
              repetitions: int) -> "_Game":
-        hidden, shown = game_draws(row_ids, label, proxy, seed=seed, repetitions=repetitions)
-        active = np.concatenate([~shown, shown], axis=1)
-        keep = active.any(axis=0)
+        shown, hidden = _packed_draws(row_ids, label, proxy, seed=seed, repetitions=repetitions)
+        mask = repetition_mask(repetitions)
+        active = np.concatenate([~shown & mask, shown])  # candidates of label 0, then of label 1
+        keep = (active != 0).any(axis=1)
         tie, labels = candidate_ties_labels(row_ids, seed=seed)
-        active = active[:, keep]
-        hidden = np.concatenate([hidden, hidden], axis=1)[:, keep]
-        return cls(active=active, active_words=pack_bits(active), hidden=hidden, keep=keep, tie=tie[keep],
-                   label=labels[keep])
+        return cls(active=active[keep], hidden=np.concatenate([hidden, hidden])[keep], mask=mask, keep=keep,
+                   tie=tie[keep], label=labels[keep])
 
     def candidates(self, target: np.ndarray, proxy: np.ndarray, attack: Attack) -> Candidates:
         scores = candidate_scores(target, proxy, score=attack.score, t=attack.t)[self.keep]
-        correct = self.active & (self.hidden == (scores <= 0.0))  # the guess is b' = 1 iff s <= 0
-        return Candidates(abs_score=np.abs(scores), tie=self.tie, label=self.label, active=self.active_words,
-                          correct=pack_bits(correct))
+        guess_one = (scores <= 0.0)[:, None]  # the guess is b' = 1 iff s <= 0; correct iff b' = b
+        correct = self.active & np.where(guess_one, self.hidden, ~self.hidden & self.mask)
+        return Candidates(abs_score=np.abs(scores), tie=self.tie, label=self.label, active=self.active,
+                          correct=correct)
 
 
 def candidate_order(abs_score: np.ndarray, tie: np.ndarray, label: np.ndarray) -> np.ndarray:
@@ -331,24 +372,16 @@ def correct_at_ranks(active: np.ndarray, correct: np.ndarray, ranks: np.ndarray,
         (R, k) int64: with p the position of the rank-th active candidate, the number of correct candidates at
         positions <= p (correct implies active).
     """
-    ranks = np.asarray(ranks, dtype=np.int64)
-    out = np.full(ranks.shape, -1, dtype=np.int64)
-    active_bits = unpack_bits(active, repetitions)
-    correct_bits = unpack_bits(correct, repetitions)
-    for repetition in range(repetitions):
-        active_positions = np.flatnonzero(active_bits[repetition])
-        valid = (ranks[repetition] >= 1) & (ranks[repetition] <= len(active_positions))
-        if not valid.any():
-            continue
-        cut_positions = active_positions[ranks[repetition, valid] - 1]
-        out[repetition, valid] = np.searchsorted(np.flatnonzero(correct_bits[repetition]), cut_positions,
-                                                 side="right")
-    return out
+    ranks = np.ascontiguousarray(ranks, dtype=np.int64)
+    if ranks.shape[0] != repetitions:
+        raise ValueError(f"ranks must have one row per repetition ({repetitions}), got shape {ranks.shape}")
+    return _audit_game.correct_at_ranks(np.ascontiguousarray(active, dtype=np.uint64),
+                                        np.ascontiguousarray(correct, dtype=np.uint64), ranks)
 
 
 def bit_totals(words: np.ndarray, *, repetitions: int) -> np.ndarray:
     """Number of set bits per repetition over all rows of (n, W) packed words -> (R,) int64."""
-    return np.count_nonzero(unpack_bits(words, repetitions), axis=1).astype(np.int64)
+    return _audit_game.bit_totals(np.ascontiguousarray(words, dtype=np.uint64), repetitions)
 
 
 def count_correct(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
@@ -411,13 +444,22 @@ def range_ids(abs_score: np.ndarray, tie: np.ndarray, boundary_abs: np.ndarray,
     """Range index of each candidate: the number of boundaries at or before its key in candidate order.
 
     A boundary (a, h) is at or before the key (|s|, tie) iff a > |s|, or a == |s| and h <= tie. Candidates
-    with equal keys (only the two of one row can have them) fall into the same range.
+    with equal keys (only the two of one row can have them) fall into the same range. Boundaries are in
+    candidate order (|s| descending, then tie ascending), so two binary searches on |s| and one on the ties of
+    boundaries sharing a candidate's |s| count them: O(n log P).
     """
-    abs_score = np.asarray(abs_score, dtype=np.float64)[:, None]
-    tie = np.asarray(tie, dtype=np.uint64)[:, None]
-    before = (boundary_abs[None, :] > abs_score) | ((boundary_abs[None, :] == abs_score)
-                                                   & (boundary_tie[None, :] <= tie))
-    return before.sum(axis=1).astype(np.int32)
+    negated = -np.asarray(boundary_abs, dtype=np.float64)  # ascending
+    boundary_tie = np.asarray(boundary_tie, dtype=np.uint64)
+    key = -np.asarray(abs_score, dtype=np.float64)
+    tie = np.asarray(tie, dtype=np.uint64)
+    higher = np.searchsorted(negated, key, side="left")  # boundaries with a larger |s|
+    equal_end = np.searchsorted(negated, key, side="right")
+    ranges = higher.astype(np.int64)
+    for start in np.unique(higher[equal_end > higher]):  # boundaries sharing |s|: compare ties
+        rows = (higher == start) & (equal_end > higher)
+        block = boundary_tie[start:equal_end[rows][0]]
+        ranges[rows] += np.searchsorted(block, tie[rows], side="right")
+    return ranges.astype(np.int32)
 
 
 def convention_confidence(confidence: float, *, convention: str, points: int) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lia_spark import audit, bounds
+from lia_spark import audit, bounds, hashing
 
 
 def _canaries(m: int, *, rng: np.random.Generator, tied_rows: int = 0):
@@ -60,10 +60,51 @@ def test_draws_have_the_game_distribution():
     np.testing.assert_array_equal(again[:, ::-1], hidden)  # keyed on row id, not position
 
 
-def test_pack_unpack_round_trip():
+@pytest.mark.parametrize("repetitions", [1, 64, 70])
+def test_draws_equal_the_keyed_bernoulli_definition(repetitions):
+    """The numba game equals y1 = Bernoulli(M') and b = Bernoulli(1/2) drawn with hashing.bernoulli per repetition."""
+    rng = np.random.default_rng(5)
+    row_ids, label, _, proxy = _canaries(3000, rng=rng)
+    proxy[:50] = 0.0
+    proxy[50:100] = 1.0
+    hidden, shown = audit.game_draws(row_ids, label, proxy, seed=9, repetitions=repetitions)
+    for r in range(repetitions):
+        y1 = hashing.bernoulli(9, audit.counterfactual_purpose(r), row_ids, proxy) == 1
+        b = hashing.bernoulli(9, audit.hidden_bit_purpose(r), row_ids, 0.5) == 1
+        np.testing.assert_array_equal(hidden[r], b)
+        np.testing.assert_array_equal(shown[r], np.where(b, y1, label == 1))
+
+
+def test_candidates_survive_bytes_subset_and_concatenation():
+    rng = np.random.default_rng(2)
+    row_ids, label, target, proxy = _canaries(500, rng=rng)
+    found = audit.candidates(row_ids, label, target, proxy, seed=1, repetitions=70)
+    halves = [found.subset(np.arange(len(found)) < 300), found.subset(np.arange(300, len(found)))]
+    again = audit.Candidates.concatenate([audit.Candidates.from_bytes(half.to_bytes(), repetitions=70)
+                                          for half in halves])
+    for name in ("abs_score", "tie", "label", "active", "correct"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(found, name))
+    with pytest.raises(ValueError, match="whole number"):
+        audit.Candidates.from_bytes(found.to_bytes()[:-1], repetitions=70)
+
+
+def test_range_ids_count_boundaries_at_or_before_each_key():
+    """Brute force of the definition, with boundaries sharing |s| (ties broken by the tie hash)."""
+    rng = np.random.default_rng(4)
+    abs_score = rng.choice([0.0, 0.25, 0.5, 1.0], size=2000)
+    tie = rng.integers(0, 2**64, size=2000, dtype=np.uint64)
+    order = audit.candidate_order(abs_score, tie, np.zeros(2000, dtype=np.int8))
+    boundary_abs, boundary_tie = abs_score[order][::97], tie[order][::97]
+    expected = [sum((a > s) or (a == s and h <= t) for a, h in zip(boundary_abs, boundary_tie))
+                for s, t in zip(abs_score, tie)]
+    np.testing.assert_array_equal(audit.range_ids(abs_score, tie, boundary_abs, boundary_tie), expected)
+
+
+def test_unpack_and_totals_read_the_packed_layout():
     bits = np.random.default_rng(0).random((130, 7)) < 0.5
-    words = audit.pack_bits(bits)
-    assert words.shape == (7, 3) and words.dtype == np.uint64
+    words = np.zeros((7, 3), dtype=np.uint64)  # bit r % 64 of word r // 64 holds repetition r
+    for r, row in zip(*np.nonzero(bits)):
+        words[row, r // 64] |= np.uint64(1) << np.uint64(r % 64)
     np.testing.assert_array_equal(audit.unpack_bits(words, 130), bits)
     np.testing.assert_array_equal(audit.bit_totals(words, repetitions=130), bits.sum(axis=1))
 

@@ -6,13 +6,16 @@ candidates in the global candidate order (|s| desc, tie hash asc). The stage nev
 
 1. *Range boundaries* - candidate keys of a hash-selected sample of rows (about 1000 per range) give P - 1
    cut keys; any cut keys are exact, the sample only balances the range sizes.
-2. *Candidates* (mapInPandas, one pass over the canaries) - per batch: the games of all R repetitions,
-   vectorized; each shown candidate carries its key, its range id and its activity / correctness bits packed
-   in ceil(R / 64) longs. Persisted (deterministic: a recomputation gives the same rows).
-3. *Range totals* (mapInPandas + groupBy sum) - exact active and correct counts per (range, repetition). The
-   driver turns them into exclusive prefix offsets; range k holds the global active ranks
+2. *Candidates* (mapInPandas, one pass over the canaries) - per batch: the games of all R repetitions (numba
+   kernel, :mod:`lia_spark._audit_game`); each shown candidate has a key, a range id and its activity /
+   correctness bits packed in ceil(R / 64) words. Each batch emits one row per candidate range: the range's
+   candidates as one binary blob (:meth:`lia_spark.audit.Candidates.to_bytes`) and their active / correct
+   totals per repetition. Persisted (deterministic: a recomputation gives the same rows); a few large binary
+   rows per task keep the JVM's caching and shuffle cost small.
+3. *Range totals* (posexplode + groupBy sum of the blobs' totals) - exact active and correct counts per (range,
+   repetition). The driver turns them into exclusive prefix offsets; range k holds the global active ranks
    offset[k, r] + 1 .. offset[k, r] + total[k, r] of repetition r.
-4. *Cut evaluation* (groupBy(range).applyInPandas) - each range sorts its candidates once, and for every
+4. *Cut evaluation* (groupBy(range).applyInPandas over the blobs) - each range sorts its candidates once, and for every
    (r, c') whose cut rank falls inside it reads the correct count at local rank c' - offset[k, r]; adding the
    correct-count offset gives c exactly. One output row per (r, c').
 
@@ -106,49 +109,53 @@ def _sample_keys(df: DataFrame, *, settings: AuditConfig, seed: int, fraction: f
     return keys["abs_score"].to_numpy(dtype=np.float64), _as_uint64(keys["tie"])
 
 
-def _candidate_schema(words: int) -> str:
-    bits = ", ".join([f"active_{w} bigint" for w in range(words)] + [f"correct_{w} bigint" for w in range(words)])
-    return f"range int, abs_score double, tie bigint, label tinyint, {bits}"
+CANDIDATE_SCHEMA = "range int, active_total array<bigint>, correct_total array<bigint>, candidates binary"
 
 
-def _candidate_frames(batches: Iterator[pd.DataFrame], *, settings: AuditConfig, seed: int,
-                      boundary_abs: np.ndarray, boundary_tie: np.ndarray) -> Iterator[pd.DataFrame]:
+def _candidate_blobs(batches: Iterator[pd.DataFrame], *, settings: AuditConfig, seed: int,
+                     boundary_abs: np.ndarray, boundary_tie: np.ndarray) -> Iterator[pd.DataFrame]:
+    """Per batch and candidate range: the range's candidates as one blob and their totals per repetition."""
+    repetitions = settings.repetitions
     for frame in batches:
         row_ids, label, target, proxy = _canary_arrays(frame)
-        found = audit.candidates(row_ids, label, target, proxy, seed=seed, repetitions=settings.repetitions,
+        found = audit.candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions,
                                  score=settings.score, t=settings.t)
-        columns = {"range": audit.range_ids(found.abs_score, found.tie, boundary_abs, boundary_tie),
-                   "abs_score": found.abs_score, "tie": found.tie.view(np.int64), "label": found.label}
-        for name, words in (("active", found.active), ("correct", found.correct)):
-            for w in range(words.shape[1]):
-                columns[f"{name}_{w}"] = words[:, w].view(np.int64)
-        yield pd.DataFrame(columns)
+        ranges = audit.range_ids(found.abs_score, found.tie, boundary_abs, boundary_tie)
+        order = np.argsort(ranges, kind="stable")
+        present, starts = np.unique(ranges[order], return_index=True)
+        rows = []
+        for range_id, chunk in zip(present, np.split(order, starts[1:])):
+            part = found.subset(chunk)
+            rows.append((int(range_id), audit.bit_totals(part.active, repetitions=repetitions),
+                         audit.bit_totals(part.correct, repetitions=repetitions), part.to_bytes()))
+        yield pd.DataFrame(rows, columns=["range", "active_total", "correct_total", "candidates"])
 
 
-def _words(frame: pd.DataFrame, name: str, count: int) -> np.ndarray:
-    return np.column_stack([frame[f"{name}_{w}"].to_numpy(dtype=np.int64) for w in range(count)]).view(np.uint64)
-
-
-def _range_totals(batches: Iterator[pd.DataFrame], *, repetitions: int, words: int) -> Iterator[pd.DataFrame]:
-    for frame in batches:
-        for range_id, rows in frame.groupby("range", sort=False):
-            yield pd.DataFrame({
-                "range": np.int32(range_id), "repetition": np.arange(repetitions, dtype=np.int32),
-                "active": audit.bit_totals(_words(rows, "active", words), repetitions=repetitions),
-                "correct": audit.bit_totals(_words(rows, "correct", words), repetitions=repetitions)})
-
-
-def _evaluate_range(rows: pd.DataFrame, *, repetitions: int, words: int, guesses: np.ndarray,
-                    active_offset: np.ndarray, correct_offset: np.ndarray) -> pd.DataFrame:
-    range_id = int(rows["range"].iloc[0])
-    order = audit.candidate_order(rows["abs_score"].to_numpy(dtype=np.float64), _as_uint64(rows["tie"]),
-                                  rows["label"].to_numpy())
+def _evaluate_range(blobs: pd.DataFrame, *, repetitions: int, guesses: np.ndarray, active_offset: np.ndarray,
+                    correct_offset: np.ndarray) -> pd.DataFrame:
+    range_id = int(blobs["range"].iloc[0])
+    found = audit.Candidates.concatenate([audit.Candidates.from_bytes(blob, repetitions=repetitions)
+                                          for blob in blobs["candidates"]])
+    order = audit.candidate_order(found.abs_score, found.tie, found.label)
     local_ranks = guesses[None, :] - active_offset[range_id][:, None]
-    local = audit.correct_at_ranks(_words(rows, "active", words)[order], _words(rows, "correct", words)[order],
-                                   local_ranks, repetitions=repetitions)
+    local = audit.correct_at_ranks(found.active[order], found.correct[order], local_ranks, repetitions=repetitions)
     repetition, index = np.nonzero(local >= 0)
     return pd.DataFrame({"repetition": repetition.astype(np.int32), "guess_index": index.astype(np.int32),
                          "correct": local[repetition, index] + correct_offset[range_id, repetition]})
+
+
+def _range_totals(candidates: DataFrame, *, parts: int, repetitions: int) -> tuple[np.ndarray, np.ndarray]:
+    """(active, correct) totals per (range, repetition), summed by Spark over the candidate blobs."""
+    exploded = candidates.select("range", F.posexplode(F.arrays_zip("active_total", "correct_total")))
+    totals = (exploded.groupBy("range", F.col("pos").alias("repetition"))
+              .agg(F.sum("col.active_total").alias("active"), F.sum("col.correct_total").alias("correct"))
+              .toPandas())
+    active = np.zeros((parts, repetitions), dtype=np.int64)
+    correct = np.zeros((parts, repetitions), dtype=np.int64)
+    ranges, reps = totals["range"].to_numpy(), totals["repetition"].to_numpy()
+    active[ranges, reps] = totals["active"].to_numpy()
+    correct[ranges, reps] = totals["correct"].to_numpy()
+    return active, correct
 
 
 def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
@@ -169,7 +176,7 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
     """
     spark = df.sparkSession
     context = spark.sparkContext
-    repetitions, words = settings.repetitions, -(-settings.repetitions // 64)
+    repetitions = settings.repetitions
     context.setJobDescription("audit: count canaries")
     m = df.count()
     if m == 0:
@@ -187,31 +194,23 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
                 len(guesses), parts)
 
     def candidate_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        return _candidate_frames(batches, settings=settings, seed=seed, boundary_abs=boundary_abs,
-                                 boundary_tie=boundary_tie)
+        return _candidate_blobs(batches, settings=settings, seed=seed, boundary_abs=boundary_abs,
+                                boundary_tie=boundary_tie)
 
-    candidates = df.mapInPandas(candidate_batches, _candidate_schema(words)).persist(StorageLevel.MEMORY_AND_DISK)
+    # a few large binary rows per task: cheap to cache and to shuffle (no per-candidate rows in the JVM)
+    candidates = df.mapInPandas(candidate_batches, CANDIDATE_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         context.setJobDescription(f"audit: play {repetitions} games, totals per candidate range")
-        totals = (candidates.mapInPandas(lambda b: _range_totals(b, repetitions=repetitions, words=words),
-                                         "range int, repetition int, active long, correct long")
-                  .groupBy("range", "repetition").agg(F.sum("active").alias("active"),
-                                                      F.sum("correct").alias("correct"))
-                  .toPandas())
-        active_total = np.zeros((parts, repetitions), dtype=np.int64)
-        correct_total = np.zeros((parts, repetitions), dtype=np.int64)
-        ranges, reps = totals["range"].to_numpy(), totals["repetition"].to_numpy()
-        active_total[ranges, reps] = totals["active"].to_numpy()
-        correct_total[ranges, reps] = totals["correct"].to_numpy()
+        active_total, correct_total = _range_totals(candidates, parts=parts, repetitions=repetitions)
         active_offset = np.cumsum(active_total, axis=0) - active_total
         correct_offset = np.cumsum(correct_total, axis=0) - correct_total
 
-        def evaluate(rows: pd.DataFrame) -> pd.DataFrame:
-            return _evaluate_range(rows, repetitions=repetitions, words=words, guesses=guesses,
-                                   active_offset=active_offset, correct_offset=correct_offset)
+        def evaluate(blobs: pd.DataFrame) -> pd.DataFrame:
+            return _evaluate_range(blobs, repetitions=repetitions, guesses=guesses, active_offset=active_offset,
+                                   correct_offset=correct_offset)
 
         context.setJobDescription("audit: sort each candidate range once, exact counts at the cut ranks")
-        cuts = (candidates.groupBy("range")
+        cuts = (candidates.select("range", "candidates").groupBy("range")
                 .applyInPandas(evaluate, "repetition int, guess_index int, correct long").toPandas())
     finally:
         candidates.unpersist()
