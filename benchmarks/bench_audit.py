@@ -1,4 +1,4 @@
-"""Benchmark: the audit stage (SPEC 8: 1M canaries x 100 repetitions x 101 sweep points, both bound families,
+"""Benchmark: the audit stage (target: 1M canaries x 100 repetitions x 101 sweep points, both bound families,
 <= 60 s), the in-process audit kernel with one and with several attacks, and the validity study on randomized
 response (Kalemaj et al., "Observational Auditing of Label Privacy", 2025, arXiv:2511.14084, App. 11).
 
@@ -6,7 +6,7 @@ response (Kalemaj et al., "Observational Auditing of Label Privacy", 2025, arXiv
         [--master local[2]] [--validity-from DIR]
 
 Audit input: m canaries with a CTR-like proxy M'(x) = expit(N(-2, 1.2)), labels y ~ Bernoulli(M'(x)) and a target
-that saw RR(eps=2) labels: M(x) = P(y = 1 | x, released label) (SPEC 3), all hashed from the row id.
+that saw RR(eps=2) labels: M(x) = P(y = 1 | x, released label) (docs/math.md §3), all hashed from the row id.
 Figures:
 - stage: ``run_audit`` wall time (read Parquet, exact distributed counts, bounds on the driver, write outputs);
 - counts: the distributed counting alone (:func:`lia_spark.engine.audit.distributed_counts`);
@@ -98,7 +98,7 @@ def bench_audit(m: int, master: str) -> str:
         "",
         "| figure | seconds | canary-repetitions/s per core |",
         "|---|---|---|",
-        f"| stage `run_audit` end to end (SPEC target <= 60 s) | {stage_seconds:.1f} | "
+        f"| stage `run_audit` end to end (target <= 60 s) | {stage_seconds:.1f} | "
         f"{row_reps / stage_seconds / cores:,.0f} |",
         f"| distributed exact counts only | {counts_seconds:.1f} | {row_reps / counts_seconds / cores:,.0f} |",
         f"| bounds on the driver (both families, both conventions) | {bounds_seconds:.1f} | - |",
