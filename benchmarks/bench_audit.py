@@ -6,7 +6,7 @@ response (Kalemaj et al., "Observational Auditing of Label Privacy", 2025, arXiv
         [--master local[2]] [--validity-from DIR]
 
 Audit input: m canaries with a CTR-like proxy M'(x) = expit(N(-2, 1.2)), labels y ~ Bernoulli(M'(x)) and a target
-that saw RR(eps=2) labels: M(x) = P(y = 1 | x, released label) (SPEC 3), all hashed from the row id.
+that saw RR(eps=2) labels: M(x) = P(y = 1 | x, released label) (docs/math.md §3), all hashed from the row id.
 Figures:
 - stage: ``run_audit`` (read Parquet, exact distributed counts, bounds on the driver, write outputs);
 - counts: the distributed counting alone (:func:`lia_spark.engine.audit.distributed_counts`);

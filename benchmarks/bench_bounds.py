@@ -1,4 +1,4 @@
-"""Benchmark the epsilon lower bounds (SPEC 6): single calls, a 101-point sweep, and 100 audit repetitions.
+"""Benchmark the epsilon lower bounds (docs/math.md §6): single calls, a 101-point sweep, and 100 audit repetitions.
 
 Floor: one scipy.stats.binom.sf call at the same c' (the unit of work of any binomial bound), measured in
 the same run; every figure is quoted as time and as a ratio to that floor. Writes section "bounds" of

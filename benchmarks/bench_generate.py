@@ -1,4 +1,4 @@
-"""Benchmark the synthetic twin's generation (SPEC 8): twin rows to Parquet vs Spark writing random columns.
+"""Benchmark the synthetic twin's generation: twin rows to Parquet vs Spark writing random columns.
 
 Floor: ``spark.range(n)`` plus 40 ``rand``-derived long columns written to Parquet in the same session.
 Also times the Criteo TSV writer (text parts plus per-day concatenation) and the pure numpy generator.
@@ -82,7 +82,7 @@ def main(rows: int, master: str) -> None:
         f"| {seconds['tsv']:.1f} | {rate['tsv']:,.0f} | {rate['tsv'] / cores:,.0f} | {rate['tsv'] / rate['floor']:.2f} |",
         "",
         f"Pure numpy generator (`synthetic.generate_rows`, one thread): {kernel_rows / kernel:,.0f} rows/s. "
-        "SPEC 8 target: twin -> Parquet >= 0.50 of the floor.",
+        "Target: twin -> Parquet >= 0.50 of the floor.",
     ]
     write_section("generate", "## Synthetic twin generation\n\n" + "\n".join(lines))
     sys.stdout.write("\n".join(lines) + "\n")

@@ -1,4 +1,4 @@
-"""Ingest throughput vs Spark's own CSV reader on the same Criteo TSV (SPEC 8: >= 50% of the CSV reader).
+"""Ingest throughput vs Spark's own CSV reader on the same Criteo TSV (target: >= 50% of the CSV reader).
 
     .venv/bin/python benchmarks/bench_ingest.py [--rows 1000000 | --quick] [--repeats 1] [--workdir /tmp/bench_ingest]
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000, help="TSV rows (split over 2 days)")
     parser.add_argument("--repeats", type=int, default=2, help="best of; the first run also warms up Spark")
     parser.add_argument("--workdir", default="/tmp/bench_ingest")
-    parser.add_argument("--quick", action="store_true", help="200k rows (a smoke run, below the 1M of SPEC 8)")
+    parser.add_argument("--quick", action="store_true", help="200k rows (a smoke run, below the benchmark's 1M rows)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.quick:
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, label in labels.items():
         lines.append(f"| {label} | {seconds[name]:.1f} | {rate[name]:,.0f} | {rate[name] / cores:,.0f} | "
                      f"{rate['ingest'] / rate[name]:.2f} |")
-    lines += ["", f"SPEC 8 target: ingest >= 0.5 x the CSV reader -> ratio vs CSV->Parquet "
+    lines += ["", f"Target: ingest >= 0.5 x the CSV reader -> ratio vs CSV->Parquet "
               f"{rate['ingest'] / rate['csv_parquet']:.2f}, vs CSV read-only {rate['ingest'] / rate['csv_noop']:.2f}."]
     write_section("ingest", "\n".join(lines))
     print("\n".join(lines))

@@ -1,4 +1,4 @@
-"""Benchmark: memory of the posteriors compute as the input grows (SPEC 8: flat per executor).
+"""Benchmark: memory of the posteriors compute as the input grows (target: flat per executor).
 
     .venv/bin/python benchmarks/bench_posteriors_memory.py [--rows 2000000 20000000] [--master local[2]]
 
@@ -91,7 +91,7 @@ def main(argv=None) -> None:
     ]
     lines += [f"| {r['rows']:,} | {r['units']} | {r['seconds']:.1f} | {r['python_max_mib']:.0f} | {r['python_processes']} "
               f"| {r['jvm_mib']:.0f} |" for r in results]
-    lines += ["", "Target (SPEC 8): memory per executor flat as rows grow. A reading task holds one input batch "
+    lines += ["", "Target: memory per executor flat as rows grow. A reading task holds one input batch "
               "(1M rows) and its blobs; a unit task holds one bagging unit (about mechanisms.rows_per_bagging_unit "
               "data rows and their priors), one Parquet row group being written and the digests, so its peak should "
               "not move with 10x the rows; the JVM heap is capped by its setting and only streams shuffle blocks to "

@@ -1,4 +1,4 @@
-"""Benchmark: Spark posteriors stage end to end vs the in-process kernel on the same cores (SPEC 8).
+"""Benchmark: Spark posteriors stage end to end vs the in-process kernel on the same cores.
 
     .venv/bin/python benchmarks/bench_posteriors_spark.py [--rows 10000000] [--master local[2]]
 
@@ -270,14 +270,14 @@ def main(argv=None) -> None:
         f"up to 1.5x within minutes); stage vs B (wall / CPU) per round: {round_ratios}. B's work run as {cores} "
         f"concurrent processes delivers {concurrent_ceiling / stage_ceiling:.0%} of one core's rate x {cores} "
         f"(shared caches and memory bandwidth); against that measured rate the stage is at "
-        f"{results / stage_seconds / concurrent_ceiling:.0%} (wall). The SPEC 8 ratio above stays against the "
+        f"{results / stage_seconds / concurrent_ceiling:.0%} (wall). The target ratio above stays against the "
         f"ideal x {cores}.",
         "CPU s = CPU time of the driver, the Spark JVM and its Python workers (from /proc), so the CPU ratio is "
         "meaningful on a shared machine. Spark figures are warm, like the ceilings: the session first ran the "
         f"whole stage once on {args.rows // 50:,} rows ({warm_up_seconds:.1f} s), loading the Python workers, numba "
         "kernels, matplotlib and the JVM's generated code; a first run in a fresh session pays that once (about "
         "7-9 s more at 10M rows, measured 2026-11-22).",
-        "SPEC 8 target: Spark stages >= 50% of the in-process kernel ceiling on the same cores.",
+        "Target: Spark stages >= 50% of the in-process kernel ceiling on the same cores.",
         "Ceiling B does the stage's own work: its summaries are the stage's (means, share infinite, exact "
         "percentiles; no empirical CDFs) and it writes with the stage's writer (dictionary encoding only on the "
         "setting columns). Figures before 2026-11-22 08:00 UTC had B computing CDFs with pyarrow's default "

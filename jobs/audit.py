@@ -1,4 +1,4 @@
-"""spark-submit job: observational one-run label-inference audit of the canary table (SPEC 5, 6)."""
+"""spark-submit job: observational one-run label-inference audit of the canary table (docs/math.md §5, §6)."""
 import sys
 
 from lia_spark.cli import job_main

@@ -1,4 +1,4 @@
-"""spark-submit job: write the synthetic Criteo twin (SPEC 1.2) - Parquet data, truth table, optional TSV."""
+"""spark-submit job: write the synthetic Criteo twin (docs/math.md §1.2) - Parquet data, truth table, optional TSV."""
 import sys
 
 from lia_spark.cli import job_main

@@ -1,4 +1,4 @@
-"""spark-submit job: Criteo TSV (day_N[.gz] or train.txt) -> day-partitioned Parquet plus quarantine (SPEC 1.1)."""
+"""spark-submit job: Criteo TSV (day_N[.gz] or train.txt) -> day-partitioned Parquet plus quarantine (docs/math.md §1.1)."""
 import sys
 
 from lia_spark.cli import job_main

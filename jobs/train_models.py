@@ -1,4 +1,4 @@
-"""spark-submit job: proxy M' and target M gradient-boosted models, canary table and test predictions (SPEC 4)."""
+"""spark-submit job: proxy M' and target M gradient-boosted models, canary table and test predictions (docs/math.md §4)."""
 import sys
 
 from lia_spark.cli import job_main

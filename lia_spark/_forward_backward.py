@@ -1,4 +1,4 @@
-"""Numba kernel: leave-one-out likelihoods of one release of a bag's label sum (SPEC section 3).
+"""Numba kernel: leave-one-out likelihoods of one release of a bag's label sum (docs/math.md §3).
 
 For a bag with priors e_1..e_k and a release z whose likelihood given the true label sum b is w(b),
 item i's likelihoods are

@@ -1,6 +1,6 @@
-"""Reconstruction advantages and their summaries (SPEC section 3).
+"""Reconstruction advantages and their summaries (docs/math.md §3).
 
-auditing-privacy-mechanisms-via-label-inference-attacks.txt sec. 3-4. The multiplicative advantage
+[BDG+24] sec. 3-4. The multiplicative advantage
 I_i = log P(z | y_i = 1) - log P(z | y_i = 0) comes straight from the posterior kernels
 (lia_spark.posteriors, never from rounded posteriors). The additive advantage of a row is the
 informed Bayes attacker's expected success max(post, 1 - post) minus the uninformed one's

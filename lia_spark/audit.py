@@ -1,4 +1,4 @@
-"""Observational one-run label-inference audit game (SPEC 5; Kalemaj, Melis, Boucher, Mironov, Mahloujifar,
+"""Observational one-run label-inference audit game (docs/math.md §5; Kalemaj, Melis, Boucher, Mironov, Mahloujifar,
 "Observational Auditing of Label Privacy", 2025, arXiv:2511.14084, Algorithm 2).
 
 For canary i with features x_i, true label y0_i, target prediction M(x_i) = P(y=1|x_i) and proxy prediction
@@ -502,7 +502,7 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
                    delta: float = 0.0, tau: float = 0.0, families: tuple[str, ...] = ("binomial", "gdp"),
                    table_families: tuple[str, ...] = ("binomial",),
                    conventions: tuple[str, ...] = CONVENTIONS, tests: int | None = None) -> SweepBounds:
-    """Bounds of SPEC 6 for each repetition's counts (lia_spark.bounds), under both conventions of SPEC 5.
+    """Bounds of docs/math.md §6 for each repetition's counts (lia_spark.bounds), under both conventions of docs/math.md §5.4.
 
     The best bound per repetition uses bounds.best_* (same value as the max of the per-point bounds, far cheaper
     for GDP); per-point bounds are evaluated only for ``table_families``. ``tests`` is the number of tests the

@@ -1,4 +1,4 @@
-"""Epsilon lower bounds from the counts of the one-run audit (SPEC 6).
+"""Epsilon lower bounds from the counts of the one-run audit (docs/math.md §6).
 
 Inputs are m canaries, c' guesses and c correct guesses; gamma = 1 - confidence; tau bounds the TV
 distance between the true and the proxy label distribution. Three families:
@@ -108,7 +108,7 @@ def effective_gdp_delta(delta: float) -> float:
 
 
 def gdp_tau_vacuous(*, canaries: int, guesses, tau: float):
-    """True where the f-DP tau variant can reject nothing: tau >= c'/m (SPEC 6 note).
+    """True where the f-DP tau variant can reject nothing: tau >= c'/m (docs/math.md §6.3).
 
     Then Phi(Phi^{-1}(r) - mu) - tau <= r - tau <= 0 for every reachable r <= c'/m, so h never moves.
     """
@@ -164,7 +164,7 @@ def accuracy_of_epsilon(epsilon: float, *, tau: float = 0.0) -> float:
 # ----------------------------------------------------------------------------------- binomial with delta
 def binomial_p_value(*, epsilon: float, canaries: int, guesses: int, correct: int, delta: float = 0.0,
                      tau: float = 0.0) -> float:
-    """p(eps) = P[Bin(c', q(eps)) >= c] + 2 m delta max_{i=1..c} P[c-i <= Bin(c', q) <= c-1] / i (SPEC 6)."""
+    """p(eps) = P[Bin(c', q(eps)) >= c] + 2 m delta max_{i=1..c} P[c-i <= Bin(c', q) <= c-1] / i (docs/math.md §6.2)."""
     m, g, c = _check_counts(canaries, guesses, correct)
     return _p_value(float(epsilon), m, int(g), int(c), _check_delta(delta), _check_tau(tau))
 
@@ -317,7 +317,7 @@ def _certified_accept(r: float, h: float, w: float, mu: float, tau: float, limit
 
 @njit()
 def _gdp_rejected(mu: float, tau: float, m: int, g: int, c: int, gamma: float) -> bool:
-    """Algorithm 3 as SPEC 6 writes it; True iff mu is rejected (r + h > c'/m at the end).
+    """Algorithm 3 as docs/math.md §6.3 writes it; True iff mu is rejected (r + h > c'/m at the end).
 
     r and h never decrease, so the loop stops as soon as r + h > c'/m; it also stops early once the
     remaining steps are certified not to get there (see _certified_accept; a speed-up only).
@@ -380,7 +380,7 @@ def _mu_cap(m: int, g: np.ndarray, c: np.ndarray, gamma: float, tau: float) -> n
 
 def gdp_rejects(*, mu: float, canaries: int, guesses: int, correct: int, confidence: float = 0.95,
                 tau: float = 0.0) -> bool:
-    """Whether Algorithm 3 (SPEC 6) rejects mu-GDP for these counts."""
+    """Whether Algorithm 3 (docs/math.md §6.3) rejects mu-GDP for these counts."""
     if not mu >= 0.0:
         raise ValueError(f"mu must be >= 0, got mu={mu}")
     m, g, c = _check_counts(canaries, guesses, correct)
@@ -434,7 +434,7 @@ def gdp_epsilon(mu: float, *, delta: float) -> float:
 # ----------------------------------------------------------------------------------------- public entry
 def epsilon_lower_bound(*, canaries: int, guesses: int, correct: int, confidence: float = 0.95,
                         delta: float = 0.0, tau: float = 0.0, method: str = "binomial") -> float:
-    """Epsilon lower bound at the given confidence from one (m, c', c) (SPEC 6, 7).
+    """Epsilon lower bound at the given confidence from one (m, c', c) (docs/math.md §6).
 
     Args:
         canaries: m >= 1.

@@ -85,7 +85,7 @@ class SparkConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    """Where the day-partitioned Parquet table comes from and goes to (SPEC 1.1)."""
+    """Where the day-partitioned Parquet table comes from and goes to (docs/math.md §1.1)."""
 
     source: str = "synthetic"
     criteo_paths: tuple[str, ...] = ()
@@ -110,7 +110,7 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SyntheticConfig:
-    """Synthetic Criteo twin (SPEC 1.2): size, days, target click rate and output formats."""
+    """Synthetic Criteo twin (docs/math.md §1.2): size, days, target click rate and output formats."""
 
     rows_per_day: int = 100_000
     days: int = 2
@@ -132,7 +132,7 @@ class SyntheticConfig:
 
 @dataclasses.dataclass(frozen=True)
 class MechanismsConfig:
-    """Release mechanisms of SPEC 2 applied over an (epsilon, bag size) grid, posteriors per SPEC 3.
+    """Release mechanisms of docs/math.md §2 applied over an (epsilon, bag size) grid, posteriors per docs/math.md §3.
 
     The attacker's prior: ``prior_column`` ``auto`` is ``eta`` (the twin's true P(y=1|x), ``<out>/truth``)
     when data.source is synthetic, else ``proxy_prediction`` (the proxy model's prediction for every row of
@@ -181,7 +181,7 @@ class MechanismsConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelsConfig:
-    """Proxy M' (earlier day, true labels) and target M (later day, privatized labels), SPEC 4."""
+    """Proxy M' (earlier day, true labels) and target M (later day, privatized labels), docs/math.md §4."""
 
     library: str = "xgboost"
     execution: str = "in_memory"
@@ -245,7 +245,7 @@ class ModelsConfig:
 
 @dataclasses.dataclass(frozen=True)
 class AuditConfig:
-    """Observational one-run audit (SPEC 5) and its epsilon lower bounds (SPEC 6)."""
+    """Observational one-run audit (docs/math.md §5) and its epsilon lower bounds (docs/math.md §6)."""
 
     repetitions: int = 100
     score: str = "log_ratio"  # the tightest valid attack of the study in BENCHMARKS.md

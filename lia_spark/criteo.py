@@ -1,4 +1,4 @@
-"""The Criteo click-log format (SPEC 1.1): column names, storage schema and stable row ids.
+"""The Criteo click-log format (docs/math.md §1.1): column names, storage schema and stable row ids.
 
 A line is 40 tab-separated fields: ``label``, ``I1..I13`` (integers, may be negative), ``C1..C26``
 (32-bit hashes as 8 lowercase hex characters); an empty field is missing. Stored as Parquet with

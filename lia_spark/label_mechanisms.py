@@ -1,4 +1,4 @@
-"""Training-label mechanisms for the target model (SPEC 2, last item; observational paper sec. 6).
+"""Training-label mechanisms for the target model (docs/math.md §2.6; observational paper sec. 6).
 
 Pure numpy. Every random draw is keyed on (seed, purpose, row_id) through :mod:`lia_spark.hashing`, so a
 row's released label does not depend on how the rows are partitioned or ordered.
@@ -11,7 +11,7 @@ row's released label does not depend on how the rows are partitioned or ordered.
 - rr_debiased: RR labels; the model's predictions q are noise-corrected, p = (q - pi)/(1 - 2 pi), clipped.
 - lp_2st: RR on one half of the rows, RRWithPrior on the other half with a stage-1 model as the prior
   (the model-dependent orchestration lives in :mod:`lia_spark.training`).
-- llp / llp_laplace / llp_geometric: bag proportions released per bag of k rows (SPEC 2).
+- llp / llp_laplace / llp_geometric: bag proportions released per bag of k rows (docs/math.md §2).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def randomized_response(labels: np.ndarray, row_ids: np.ndarray, *, epsilon: flo
 
 def rr_with_prior(labels: np.ndarray, prior: np.ndarray, row_ids: np.ndarray, *, epsilon: float,
                   seed: int) -> np.ndarray:
-    """Binary RRWithPrior: argmax of the prior where |logit p| >= eps, RR(eps) elsewhere (SPEC 2).
+    """Binary RRWithPrior: argmax of the prior where |logit p| >= eps, RR(eps) elsewhere (docs/math.md §2.6).
 
     Args:
         labels: true labels in {0, 1}.
@@ -96,7 +96,7 @@ def bag_proportions(row_ids: np.ndarray, labels: np.ndarray, *, mechanism: str, 
                     seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Bag the rows (:func:`lia_spark.mechanisms.assign_bags`) and release each bag's proportion.
 
-    llp releases S/k; llp_laplace S/k + Laplace(1/(k eps)); llp_geometric f(clip(S + G, 0, k))/k (SPEC 2).
+    llp releases S/k; llp_laplace S/k + Laplace(1/(k eps)); llp_geometric f(clip(S + G, 0, k))/k (docs/math.md §2).
     Noise is keyed on the bag's smallest row id, so disjoint row sets bagged with one seed get
     independent noise.
 

@@ -1,7 +1,7 @@
-"""Label-privacy releases of SPEC section 2 as pure functions of (seed, purpose, id).
+"""Label-privacy releases of docs/math.md §2 as pure functions of (seed, purpose, id).
 
-auditing-privacy-mechanisms-via-label-inference-attacks.txt sec. 2, 4 and
-unified-analysis-of-label-inference-attacks.txt sec. 2, 6. Every random draw comes from
+[BDG+24] sec. 2, 4 and
+[BDG+23] sec. 2, 6. Every random draw comes from
 lia_spark.hashing keyed on (seed, purpose, row or bag id), so a release never depends on
 partitioning, executor count or retries. Bags are bag-contiguous: the rows of bag b are
 sum(bag_sizes[:b]) .. sum(bag_sizes[:b+1]) - 1.
@@ -156,7 +156,7 @@ def unit_bag_ids(units, positions, *, bag_size: int) -> np.ndarray:
 
 def assign_bags(row_ids, *, bag_size: int, seed: int, unit_bits: int | None = None) -> np.ndarray:
     """Uniformly random partition into bags of exactly ``bag_size`` rows, at most one smaller remainder bag per
-    bagging unit (SPEC 2: per independent bagging unit).
+    bagging unit (docs/math.md §2.2: per independent bagging unit).
 
     Rule (the Spark stage implements the same rule distributedly): key each row by :func:`bagging_keys`, the
     unit is the key's top ``unit_bits`` bits (:func:`bagging_units`; default :func:`bagging_unit_bits` of the

@@ -2,7 +2,7 @@
 
 Pure: takes a pandas sample of the posteriors stage's rows (columns mechanism, epsilon, bag_size, prior,
 posterior, I, additive_advantage) and writes files; no Spark. Spindle plots follow the auditing paper
-(auditing-privacy-mechanisms-via-label-inference-attacks.txt, Fig. 2): each point is a row, x = prior
+([BDG+24], Fig. 2): each point is a row, x = prior
 eta, y = posterior; points far from the diagonal are rows whose label the release reveals.
 """
 from __future__ import annotations

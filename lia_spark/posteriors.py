@@ -1,7 +1,7 @@
 """Per-row attacker posteriors and multiplicative advantages for RR, LLP, LLP+Laplace and LLP+Geom.
 
-SPEC section 3 (auditing-privacy-mechanisms-via-label-inference-attacks.txt sec. 4,
-unified-analysis-of-label-inference-attacks.txt sec. 6). For a bag with priors eta_1..eta_k and a
+docs/math.md §3 ([BDG+24] sec. 4,
+[BDG+23] sec. 6). For a bag with priors eta_1..eta_k and a
 release z with likelihood f(z | b) given the true label sum b,
 
     post_i = eta_i L_1 / (eta_i L_1 + (1 - eta_i) L_0),   L_y = sum_b P_{-i}(b - y) f(z | b),
@@ -156,7 +156,7 @@ def _one_bag(priors) -> tuple[np.ndarray, np.ndarray]:
 
 
 def llp(priors, bag_sum) -> Posteriors:
-    """LLP posteriors of one bag with priors eta_1..eta_k and label sum s (SPEC section 3)."""
+    """LLP posteriors of one bag with priors eta_1..eta_k and label sum s (docs/math.md §3)."""
     eta, sizes = _one_bag(priors)
     return llp_bags(eta, sizes, [bag_sum])
 

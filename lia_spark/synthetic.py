@@ -1,4 +1,4 @@
-"""Synthetic Criteo twin (SPEC 1.2): a pure, counter-based generator of Criteo-format rows with known eta.
+"""Synthetic Criteo twin (docs/math.md §1.2): a pure, counter-based generator of Criteo-format rows with known eta.
 
 Every draw is ``lia_spark.hashing`` keyed on (seed, purpose, row_id) with ``row_id = day << 40 | position``,
 so any subset of rows is generated identically whatever the batching. Per row:

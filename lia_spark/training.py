@@ -1,4 +1,4 @@
-"""In-memory gradient-boosted models on privatized labels (SPEC 4): XGBoost, CatBoost, proportion matching.
+"""In-memory gradient-boosted models on privatized labels (docs/math.md §4): XGBoost, CatBoost, proportion matching.
 
 Pure (no Spark): arrays in, fitted models and metrics out. The Spark stage collects one day's features to
 the driver and calls :func:`train_target` / :func:`fit_model`; the distributed path reuses the label
@@ -264,7 +264,7 @@ class TargetFit:
 
 def train_target(data: ModelData, *, mechanism: str, epsilon: float, seed: int, params: BoostingParams,
                  prior: np.ndarray | None = None, bag_size: int = 1) -> TargetFit:
-    """Train the target model on labels privatized by a training mechanism (SPEC 2).
+    """Train the target model on labels privatized by a training mechanism (docs/math.md §2.6).
 
     The mechanism releases the labels of the training and validation rows (test labels stay true for
     utility). ``prior`` (P(y=1|x) per row, e.g. the proxy's prediction) is needed by rr_with_prior;

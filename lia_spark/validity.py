@@ -4,7 +4,7 @@ Mahloujifar, "Observational Auditing of Label Privacy", 2025, arXiv:2511.14084, 
 Data: y ~ Bernoulli(1/2), x | y ~ N(e_y, I_d) with e_y the y-th unit vector of R^d, so the true posterior is
 P(y = 1 | x) = sigmoid(x_1 - x_0) (the log-likelihood ratio of the two Gaussians). The mechanism attacked is
 RR(eps) on the labels; the "target model" of canary i is the Bayes posterior of its label given x_i and its
-released label, M(x_i) = P(y_i = 1 | x_i, z_i) (SPEC 3, RR posterior with the true prior). Counterfactual
+released label, M(x_i) = P(y_i = 1 | x_i, z_i) (docs/math.md §3.2, RR posterior with the true prior). Counterfactual
 labels come from the true posterior ("true") or from a scikit-learn logistic regression with default
 hyper-parameters fitted on fresh data ("logistic"). RR(eps) is eps-label-DP, so a valid audit at 95% has
 eps_lb > eps with probability at most 5%.

@@ -1,4 +1,4 @@
-"""The audit game kernel (SPEC 5): grid, scores, draws, counts from one sort, bounds over the sweep."""
+"""The audit game kernel (docs/math.md §5): grid, scores, draws, counts from one sort, bounds over the sweep."""
 from __future__ import annotations
 
 import numpy as np

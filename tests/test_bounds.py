@@ -1,4 +1,4 @@
-"""Epsilon lower bounds (SPEC 6): closed forms against direct searches, round trips, monotonicity, extremes.
+"""Epsilon lower bounds (docs/math.md §6): closed forms against direct searches, round trips, monotonicity, extremes.
 
 Monotonicities that hold by construction and are tested:
 - pure binomial: non-decreasing in c at fixed c' (the tail P[Bin(c', q) >= c] falls as c grows);
@@ -40,7 +40,7 @@ def tail(eps, guesses, correct, tau=0.0):
 
 
 def reference_p_value(eps, m, guesses, correct, delta, tau=0.0):
-    """p(eps) of SPEC 6 with alpha from full binomial cdf differences (no window)."""
+    """p(eps) of docs/math.md §6.2 with alpha from full binomial cdf differences (no window)."""
     q = bounds.accuracy_of_epsilon(eps, tau=tau)
     i = np.arange(1, correct + 1)
     window = stats.binom.cdf(correct - 1, guesses, q) - stats.binom.cdf(correct - i - 1, guesses, q)
@@ -48,7 +48,7 @@ def reference_p_value(eps, m, guesses, correct, delta, tau=0.0):
 
 
 def reference_rejects(mu, m, guesses, correct, gamma=GAMMA, tau=0.0):
-    """Algorithm 3 as SPEC 6 writes it, all c steps, scipy's ndtr/ndtri."""
+    """Algorithm 3 as docs/math.md §6.3 writes it, all c steps, scipy's ndtr/ndtri."""
     r, h = gamma * correct / m, gamma * (guesses - correct) / m
     for i in range(correct - 1, -1, -1):
         h_new = max(h, max(0.0, special.ndtr(special.ndtri(r) - mu) - tau))

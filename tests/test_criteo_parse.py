@@ -17,7 +17,7 @@ _HEX = re.compile(r"[0-9a-fA-F]{8}")
 
 
 def reference_parse(line: str) -> tuple[str | None, list]:
-    """(reason or None, [label, I1..I13, C1..C26] with None for missing) by the SPEC 1.1 rules, one line at a time."""
+    """(reason or None, [label, I1..I13, C1..C26] with None for missing) by the docs/math.md §1.1 rules, one line at a time."""
     if line[:5].lower() == "label":
         return "header", []
     fields = line.split("\t")

@@ -1,4 +1,4 @@
-"""Training-label mechanisms: RRWithPrior against the SPEC 2 rule, flip rates against theory, bag releases."""
+"""Training-label mechanisms: RRWithPrior against the docs/math.md §2.6 rule, flip rates against theory, bag releases."""
 from __future__ import annotations
 
 import math
@@ -24,7 +24,7 @@ def population():
 def test_rr_with_prior_matches_spec_rule_exactly(population, epsilon):
     labels, prior, ids = population
     released = lm.rr_with_prior(labels, prior, ids, epsilon=epsilon, seed=9)
-    # SPEC 2, written independently: |log(p/(1-p))| >= eps -> argmax of the prior, else RR(eps) with the
+    # docs/math.md §2.6, written independently: |log(p/(1-p))| >= eps -> argmax of the prior, else RR(eps) with the
     # same keyed flips as the RR release.
     with np.errstate(divide="ignore"):
         confident = np.abs(np.log(prior / (1.0 - prior))) >= epsilon
@@ -84,7 +84,7 @@ def test_bag_proportions_llp_exact_and_noisy_moments():
     assert abs(noise.mean()) < 5 * math.sqrt(var / noise.size)
     assert abs(noise.var() - var) < 5 * math.sqrt(20 * var**2 / noise.size)
     _, geometric = lm.bag_proportions(ids, labels, mechanism="llp_geometric", epsilon=1.0, bag_size=k, seed=5)
-    # Post-processed clipped geometric noise is unbiased (SPEC 2).
+    # Post-processed clipped geometric noise is unbiased (docs/math.md §2.5).
     diff = (geometric - alpha)[sizes == k]
     assert abs(diff.mean()) < 5 * diff.std() / math.sqrt(diff.size)
 

@@ -19,7 +19,7 @@ REL = 1e-12  # enumeration checks, k <= 12: posterior relative error and |I| err
 
 
 def _weights(mechanism: str, k: int, value: float, epsilon: float) -> list[Decimal]:
-    """f(z | b) for b = 0..k up to a constant, in Decimal (the SPEC formulas written out again)."""
+    """f(z | b) for b = 0..k up to a constant, in Decimal (the docs/math.md §3.3 formulas written out again)."""
     if mechanism == "llp":
         return [Decimal(1 if b == value else 0) for b in range(k + 1)]
     eps = Decimal(epsilon)

@@ -1,6 +1,6 @@
-"""Pure synthetic-twin generator (SPEC 1.2): marginals, missing blocks, click rate, determinism, learnability.
+"""Pure synthetic-twin generator (docs/math.md §1.2): marginals, missing blocks, click rate, determinism, learnability.
 
-Reference values are the SPEC's own numbers (click rate 3.2%, missing-block rates, I5/I10 quantiles,
+Reference values are the design targets of docs/math.md §1.2 (click rate 3.2%, missing-block rates, I5/I10 quantiles,
 7.5% of I2 = -1, the GBDT band AUC 0.74-0.80 / log-loss 0.125-0.134); the statistics are computed here
 with plain numpy on 1M rows of day 0.
 """
@@ -15,7 +15,7 @@ from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, make_row_id
 SEED = 20261122
 ROWS = 1_000_000
 
-# SPEC 1.2 missing blocks and their rates.
+# docs/math.md §1.2 missing blocks and their rates.
 SPEC_BLOCKS = {
     ("I1", "I10"): 0.45, ("I12",): 0.77, ("I4", "I13", "I6"): 0.22, ("I7", "I9", "I11"): 0.04,
     ("C3", "C4", "C12", "C16", "C21", "C24"): 0.035, ("C19", "C20", "C25", "C26"): 0.44, ("C22",): 0.76,

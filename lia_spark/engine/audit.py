@@ -1,4 +1,4 @@
-"""Spark stage of the observational one-run audit (SPEC 5, 6): exact counts for every repetition and c'.
+"""Spark stage of the observational one-run audit (docs/math.md §5, §6): exact counts for every repetition and c'.
 
 Exact distributed top-c' (lia_spark.audit explains the candidates): each canary row yields two candidates
 (label 0, label 1) with keys fixed over repetitions, and repetition r's top c' rows are the first c' active

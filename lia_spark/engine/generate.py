@@ -1,4 +1,4 @@
-"""Generate stage: the synthetic Criteo twin (SPEC 1.2) as day-partitioned Parquet, truth table and Criteo TSV.
+"""Generate stage: the synthetic Criteo twin (docs/math.md §1.2) as day-partitioned Parquet, truth table and Criteo TSV.
 
 ``spark.range`` over ``rows_per_day x days`` line numbers, cut into partitions that never straddle a day, feeds
 :func:`lia_spark.synthetic.generate_rows` through ``mapInPandas``. Outputs (each committed atomically):

@@ -1,4 +1,4 @@
-"""Stage ``posteriors``: release one day's labels through the mechanisms of SPEC 2, posteriors per SPEC 3.
+"""Stage ``posteriors``: release one day's labels through the mechanisms of docs/math.md §2, posteriors per docs/math.md §3.
 
 Data movement only; the math is in :mod:`lia_spark.mechanisms`, :mod:`lia_spark.posteriors` and
 :mod:`lia_spark.advantage`. The whole (mechanism x epsilon x bag size) grid comes from one read of the input
@@ -17,7 +17,7 @@ and one shuffle:
   its neighbour after the sort (rows without a prior are counted, not bagged). Rows at position p of unit u
   are in bag ``u * 2^40 + p div k`` for every k; chunks cut at multiples of lcm(k) hold whole bags of every
   size, so every bagged and every RR setting runs vectorized on each chunk. All bags hold exactly k rows
-  except at most one remainder bag per unit (SPEC 2: per independent bagging unit). Memory is one unit
+  except at most one remainder bag per unit (docs/math.md §2.2: per independent bagging unit). Memory is one unit
   (about mechanisms.rows_per_bagging_unit rows) plus one Parquet row group.
 - For a local output folder the stage's workers write the per-row results themselves (pyarrow, one file per
   partition, committed by rename, :func:`write_posteriors`) with a plot sample, and return only a digest: per

@@ -1,4 +1,4 @@
-"""Train stage: proxy M' (proxy_day, true labels) and target M (target_day, privatized labels), SPEC 4.
+"""Train stage: proxy M' (proxy_day, true labels) and target M (target_day, privatized labels), docs/math.md §4.
 
 Outputs under ``<run.output_dir>/models`` (committed atomically, resumable): ``canaries`` (Parquet: row_id,
 label, released_label, target_prediction, proxy_prediction of the target's training rows),
