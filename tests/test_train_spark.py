@@ -1,6 +1,7 @@
 """Train stage on local Spark: canary table contract, resumability, in-memory vs xgboost.spark, LLP targets."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -153,3 +154,22 @@ def test_catboost_in_memory(spark, parquet_path, tmp_path):
     _assert_priors_are_the_proxy_predictions(str(tmp_path), result)
     assert result.metrics()["auc_test_target"] > 0.6
     assert {os.path.basename(path) for path in result.model_files} == {"proxy.cbm", "target.cbm"}
+
+
+def test_cells_of_one_process_share_the_proxy_and_match_a_fresh_process(spark, parquet_path, tmp_path):
+    """A second target on the same data and models fields reuses the prepared proxy / target day; its outputs
+    equal those of a process that prepares them itself (everything in the preparation is deterministic)."""
+    from lia_spark.engine import train
+
+    run_train_models(spark, _config(parquet_path, str(tmp_path / "first"), "models.training_mechanism=none"),
+                     share_preparation=True)
+    second = _config(parquet_path, str(tmp_path / "second"), "models.training_mechanism=lp_2st", "models.epsilon=1.0")
+    shared = run_train_models(spark, second, share_preparation=True)
+    assert "proxy_reused" in shared.seconds and "collect_proxy" not in shared.seconds
+    fresh = run_train_models(spark, dataclasses.replace(
+        second, run=dataclasses.replace(second.run, output_dir=str(tmp_path / "fresh"))))
+    assert "collect_proxy" in fresh.seconds and not train._PREPARED  # not shared: nothing kept
+    read = lambda result: (spark.read.parquet(os.path.join(result.output_dir, "canaries")).toPandas()
+                           .sort_values("row_id").reset_index(drop=True))
+    pd.testing.assert_frame_equal(read(shared), read(fresh))
+    assert shared.test_metrics == fresh.test_metrics

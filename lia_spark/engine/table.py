@@ -188,7 +188,7 @@ def _run_cell(spark: SparkSession, config: Config, cell: table.Cell) -> CellOutc
     train = audit = None
     try:
         check_writable(spark, out, field=f"run.output_dir (audit-table cell {cell.name})")
-        train = run_train_models(spark, conf)
+        train = run_train_models(spark, conf, share_preparation=True)
         audit = run_audit(spark, conf)
     except Exception as error:  # noqa: BLE001 - a failing cell is recorded and the other cells go on
         seconds = time.monotonic() - started

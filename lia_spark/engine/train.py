@@ -35,8 +35,8 @@ from lia_spark import features, hashing, label_mechanisms, training
 from lia_spark.config import Config
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine import features as spark_features
-from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, path_exists,
-                                     reusable_output, stage_fingerprint, write_text)
+from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, output_fingerprint,
+                                     path_exists, reusable_output, stage_fingerprint, write_text)
 from lia_spark.engine.privatize import PROXY_PRIOR, needs_proxy_priors
 
 logger = logging.getLogger(__name__)
@@ -131,8 +131,38 @@ def collect_model_data(frame: DataFrame, spec: features.FeatureSpec, library: st
                               cat_features=spec.cat_features, feature_names=columns)
 
 
-def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame
-               ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec]:
+@dataclasses.dataclass(frozen=True)
+class PreparedDays:
+    """What the in-memory path computes before the target's labels are privatized: the proxy, its metrics on its
+    own day's test rows, its predictions on the target day, the target day's features and the timings."""
+
+    proxy: training.FittedModel
+    proxy_spec: features.FeatureSpec
+    proxy_day_metrics: dict[str, float]
+    proxy_prediction: np.ndarray
+    target_data: training.ModelData
+    seconds: dict[str, float]
+
+
+_PREPARED: dict[str, PreparedDays] = {}  # the last preparation, keyed by everything it depends on
+
+
+def _preparation_key(spark: SparkSession, config: Config) -> str:
+    """Data fingerprint, seed and every models field except the training mechanism of the target."""
+    models = dataclasses.replace(config.models, training_mechanism="none", epsilon=math.inf, bag_size=1,
+                                 utility_epsilons=[], utility_bag_sizes=[])
+    return repr((output_fingerprint(spark, config.parquet_path), config.run.seed, models))
+
+
+def prepared_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame, *,
+                  share: bool) -> PreparedDays:
+    """Fit the proxy and collect the target day's features. With ``share`` the result is kept for the next call
+    with the same key: the cells of ``lia-spark audit-table`` differ only in the target's training mechanism, so
+    they share this step (everything in it is deterministic in its key; only the last one is kept)."""
+    key = _preparation_key(spark, config)
+    if share and key in _PREPARED:
+        logger.info("train: proxy and target-day features reused from the previous cell of this process")
+        return dataclasses.replace(_PREPARED[key], seconds={"proxy_reused": 0.0})
     m, params, seconds = config.models, boosting_params(config), {}
     sc = spark.sparkContext
     sc.setJobDescription("train: proxy features")
@@ -154,8 +184,22 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
     target_spec = _feature_spec(target_rows, config)
     data = collect_model_data(_features(target_rows, target_spec, config), target_spec, m.library)
     seconds["collect_target"] = time.monotonic() - started
+    prepared = PreparedDays(proxy=proxy, proxy_spec=proxy_spec, proxy_day_metrics=proxy_day_metrics,
+                            proxy_prediction=proxy_prediction, target_data=data, seconds=seconds)
+    _PREPARED.clear()
+    if share:
+        _PREPARED[key] = prepared
+    return prepared
+
+
+def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame, *,
+               share_preparation: bool = False
+               ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec]:
+    m = config.models
+    prepared = prepared_days(spark, config, proxy_rows, target_rows, share=share_preparation)
+    data, proxy, proxy_prediction = prepared.target_data, prepared.proxy, prepared.proxy_prediction
     fit = training.train_target(data, mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
-                                params=params, prior=proxy_prediction, bag_size=m.bag_size)
+                                params=boosting_params(config), prior=proxy_prediction, bag_size=m.bag_size)
     logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
                 fit.model.fit_seconds)
     released = (pd.array(fit.released_labels, dtype="Int32") if fit.released_labels is not None
@@ -165,9 +209,10 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
                            "target_prediction": fit.model.predict(data.features),
                            "proxy_prediction": proxy_prediction})
     models = {"proxy": proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
-    seconds.update({f"fit_{name}": model.fit_seconds for name, model in models.items()})
-    extra = {f"{name}@proxy_own_day": value for name, value in proxy_day_metrics.items()}
-    return spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra, proxy_spec
+    seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
+                                      if name != "proxy" or "proxy_reused" not in prepared.seconds}}
+    extra = {f"{name}@proxy_own_day": value for name, value in prepared.proxy_day_metrics.items()}
+    return spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra, prepared.proxy_spec
 
 
 def _spark_classifier(spark: SparkSession, config: Config, columns: list[str], label: str):
@@ -355,8 +400,12 @@ def _write_json(spark: SparkSession, payload: dict[str, Any], path: str) -> None
     write_text(spark, path, json.dumps(payload, indent=2, sort_keys=True, default=str))
 
 
-def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
-    """Train proxy and target models; write canaries, test predictions, models and metrics (resumable)."""
+def run_train_models(spark: SparkSession, config: Config, *, share_preparation: bool = False) -> TrainResult:
+    """Train proxy and target models; write canaries, test predictions, models and metrics (resumable).
+
+    ``share_preparation`` (in_memory only): keep the fitted proxy and the target day's features for the next call
+    in this process with the same data, seed and models fields apart from the training mechanism
+    (:func:`prepared_days`); ``lia-spark audit-table`` sets it."""
     out = models_dir(config)
     section = config.mechanisms  # with proxy priors, train also scores the released day
     priors_fields = ({"mechanisms.day": section.day, "mechanisms.prior_column": section.prior_column}
@@ -371,7 +420,10 @@ def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
                 m.proxy_day, m.target_day, m.training_mechanism, m.epsilon, m.bag_size)
     proxy_rows = spark_features.day_rows(spark, config.parquet_path, m.proxy_day)
     target_rows = spark_features.day_rows(spark, config.parquet_path, m.target_day)
-    run = _in_memory if m.execution == "in_memory" else _distributed
+    if m.execution == "in_memory":
+        run = functools.partial(_in_memory, share_preparation=share_preparation)
+    else:
+        run = _distributed
     scored, models, seconds, extra_metrics, proxy_spec = run(spark, config, proxy_rows, target_rows)
     scored = scored.cache()
     metadata: dict[str, Any] = {}
