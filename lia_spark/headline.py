@@ -30,6 +30,7 @@ class Headline:
     delta: float
     mechanism: str
     claimed_epsilon: float
+    family: str = "binomial"
 
     @property
     def is_finding(self) -> bool:
@@ -37,9 +38,10 @@ class Headline:
         return self.eps_lb > self.claimed_epsilon
 
     def text(self) -> str:
-        """One line: "eps >= X at 95% (Bonferroni over N tests, delta = D) for a target trained with M at claimed
+        """One line: "eps >= X at 95% (F bound, Bonferroni over N tests, delta = D) for a target trained with M at claimed
         eps = Y", then the repetitions' mean +- std, and a FINDING mark when X exceeds Y."""
-        line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} (Bonferroni over {self.tests} tests, delta = "
+        line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} ({self.family} bound, Bonferroni over {self.tests} "
+                f"tests, delta = "
                 f"{self.delta:g}) for a target trained with {self.mechanism} at claimed eps = "
                 f"{_eps(self.claimed_epsilon)}; over {self.repetitions} repetitions {self.eps_lb_mean:.3f} +- "
                 f"{self.eps_lb_std:.3f}")
@@ -69,7 +71,7 @@ class Headline:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Headline":
         """Inverse of :meth:`to_dict`."""
-        fields = {field.name: values[field.name] for field in dataclasses.fields(cls)}
+        fields = {field.name: values[field.name] for field in dataclasses.fields(cls) if field.name in values}
         claimed = fields["claimed_epsilon"]
         fields["claimed_epsilon"] = math.nan if claimed == "not stated" else float(claimed)
         return cls(**fields)

@@ -30,8 +30,13 @@ DISPLAY_NAMES: dict[str, str] = {
     "llp_laplace": "PropMatch on LLP+Lap",
     "llp_geometric": "PropMatch on LLP+Geom",
 }
-BOUND_KEY = "eps_binomial_bonferroni"  # the audit summary's valid (Bonferroni over the sweep) best bound
-PAPER_BOUND_KEY = "eps_binomial_paper"  # the paper's convention (best over the sweep, not a valid joint bound)
+
+
+def bound_keys(summary: Mapping | None) -> tuple[str, str]:
+    """The audit summary's keys of the headline family's valid (Bonferroni over the sweep) best bound and of its
+    paper-convention best bound (best over the sweep, not a valid joint bound)."""
+    family = ((summary or {}).get("headline") or {}).get("family", "binomial")
+    return f"eps_{family}_bonferroni", f"eps_{family}_paper"
 CONVENTION = "bonferroni"
 
 # ---------------------------------------------------------------------------------------------------------
@@ -109,12 +114,9 @@ def table_cells(config: Config) -> tuple[list[Cell], dict[str, str]]:
 
     Raises:
         ConfigError: naming table.mechanisms when no mechanism can be trained with models.library /
-            models.execution, or audit.bounds when it lacks ``binomial`` (the table's bound).
+            models.execution.
     """
     section, models = config.table, config.models
-    if "binomial" not in config.audit.bounds:
-        raise ConfigError(f"audit.bounds: the audit table reports the binomial bound ({BOUND_KEY}); include "
-                          f"binomial, got {list(config.audit.bounds)!r}")
     skipped = {name: reason for name in section.mechanisms
                if (reason := unsupported_reason(name, library=models.library, execution=models.execution))}
     cells: list[Cell] = []
@@ -175,7 +177,7 @@ def wide_table(cells: pd.DataFrame, *, epsilons: Sequence[float]) -> pd.DataFram
 
 
 CELL_COLUMNS = ("cell", "mechanism", "algorithm", "claimed_epsilon", "bag_size", "status", "eps_lb_mean", "eps_lb_std",
-                "eps_lb_min", "eps_lb_max", "exceeds_claimed", "convention", "confidence", "delta", "canaries",
+                "eps_lb_min", "eps_lb_max", "exceeds_claimed", "convention", "bound", "confidence", "delta", "canaries",
                 "repetitions", "eps_lb_paper_convention_mean", "eps_lb_paper_convention_std", "test_auc",
                 "test_log_loss", "train_seconds", "audit_seconds", "seconds", "error", "output_dir")
 
@@ -187,14 +189,15 @@ def cell_record(cell: Cell, *, status: str, summary: Mapping | None, test_metric
     metrics (``TrainResult.test_metrics``, keys ``<metric>@target``); NaN where the cell failed."""
     nan = math.nan
     best = (summary or {}).get("best", {})
-    valid, paper = best.get(BOUND_KEY, {}), best.get(PAPER_BOUND_KEY, {})
+    valid_key, paper_key = bound_keys(summary)
+    valid, paper = best.get(valid_key, {}), best.get(paper_key, {})
     mean = float(valid.get("mean", nan))
     metrics = test_metrics or {}
     return {
         "cell": cell.name, "mechanism": cell.mechanism, "algorithm": cell.algorithm, "claimed_epsilon": cell.epsilon,
         "bag_size": cell.bag_size, "status": status, "eps_lb_mean": mean, "eps_lb_std": float(valid.get("std", nan)),
         "eps_lb_min": float(valid.get("min", nan)), "eps_lb_max": float(valid.get("max", nan)),
-        "exceeds_claimed": exceeds_claim(mean, cell.epsilon), "convention": CONVENTION,
+        "exceeds_claimed": exceeds_claim(mean, cell.epsilon), "convention": CONVENTION, "bound": valid_key,
         "confidence": (summary or {}).get("confidence", nan), "delta": (summary or {}).get("delta", nan),
         "canaries": (summary or {}).get("canaries", nan), "repetitions": (summary or {}).get("repetitions", nan),
         "eps_lb_paper_convention_mean": float(paper.get("mean", nan)),

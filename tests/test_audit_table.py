@@ -12,7 +12,7 @@ import yaml
 
 from lia_spark.cli import main
 from lia_spark.config import ConfigError, config_from_dict, load_config
-from lia_spark.table import (BOUND_KEY, PUBLISHED_EPS_LB, PUBLISHED_LABEL, Cell, inf_position, plot_eps_lb,
+from lia_spark.table import (PUBLISHED_EPS_LB, PUBLISHED_LABEL, Cell, inf_position, plot_eps_lb,
                              published_table, table_cells, wide_table)
 from lia_spark.tracking import KIND_TAG, TABLE_CELL_TAGS
 
@@ -50,8 +50,7 @@ def test_catboost_skips_the_llp_mechanisms_with_a_reason_and_refuses_an_empty_gr
         table_cells(load_config(None, ["models.execution=distributed", "models.library=catboost"]))
     _, skipped = table_cells(load_config(None, ["models.execution=distributed"]))
     assert set(skipped) == {"llp", "llp_laplace", "llp_geometric"}
-    with pytest.raises(ConfigError, match="audit.bounds"):
-        table_cells(load_config(None, ["audit.bounds=[gdp]", "audit.table_bounds=[gdp]"]))
+
 
 
 @pytest.mark.parametrize("override, field", [("table.mechanisms=[rr, pate]", "table.mechanisms"),
@@ -173,7 +172,7 @@ def test_the_table_files_hold_one_row_per_cell_equal_to_the_cells_audit_summarie
     cells = pd.read_csv(out / "cells.csv").set_index("cell")
     assert list(cells.index) == CELLS
     for outcome in third.cells:
-        best = outcome.audit.summary["best"][BOUND_KEY]
+        best = outcome.audit.summary["best"]["eps_binomial_bonferroni"]
         row = cells.loc[outcome.cell.name]
         assert row["eps_lb_mean"] == pytest.approx(best["mean"], rel=1e-12)
         assert row["eps_lb_std"] == pytest.approx(best["std"], rel=1e-12, abs=1e-15)
@@ -183,7 +182,7 @@ def test_the_table_files_hold_one_row_per_cell_equal_to_the_cells_audit_summarie
         assert row["convention"] == "bonferroni" and row["exceeds_claimed"] == (best["mean"] > outcome.cell.epsilon)
     wide = pd.read_csv(out / "eps_lb.csv", keep_default_na=False).set_index("mechanism")
     assert list(wide.index) == ["rr", "llp_laplace"] and list(wide.columns[-2:]) == ["inf", "1"]
-    rr = third.cell("rr-eps1").audit.summary["best"][BOUND_KEY]
+    rr = third.cell("rr-eps1").audit.summary["best"]["eps_binomial_bonferroni"]
     assert wide.loc["rr", "1"].startswith(f"{rr['mean']:.3f} +- {rr['std']:.3f}")
     utility = pd.read_csv(out / "utility.csv").set_index("cell")
     assert list(utility.index) == CELLS and utility["test_log_loss"].notna().all()
@@ -209,7 +208,7 @@ def test_mlflow_parent_and_nested_cell_runs(runs):
         [experiment.experiment_id], f"tags.mlflow.parentRunId = '{third.mlflow_run_id}'")}
     for outcome in third.cells:
         run = children[outcome.cell.name]
-        best = outcome.audit.summary["best"][BOUND_KEY]
+        best = outcome.audit.summary["best"]["eps_binomial_bonferroni"]
         assert set(TABLE_CELL_TAGS) <= set(run.data.tags)
         assert run.data.tags["audit.mechanism"] == outcome.cell.mechanism
         assert run.data.tags["audit.claimed_eps"] == ("inf" if math.isinf(outcome.cell.epsilon) else "1")

@@ -14,8 +14,8 @@ def _headline(**changes) -> Headline:
 
 def test_text_states_bound_confidence_tests_delta_mechanism_and_claim():
     text = _headline().text()
-    assert text == ("eps >= 0.912 at 95% (Bonferroni over 101 tests, delta = 1e-05) for a target trained with rr "
-                    "at claimed eps = 1; over 20 repetitions 0.900 +- 0.031")
+    assert text == ("eps >= 0.912 at 95% (binomial bound, Bonferroni over 101 tests, delta = 1e-05) for a target "
+                    "trained with rr at claimed eps = 1; over 20 repetitions 0.900 +- 0.031")
     assert not _headline().is_finding
 
 
@@ -39,3 +39,16 @@ def test_round_trip_and_mlflow_names():
     assert Headline.from_dict(headline.to_dict()) == headline
     assert set(_headline().tags()) >= {"audit.eps_lb", "audit.claimed_eps", "audit.mechanism"}
     assert _headline().metrics() == {"eps_lb": 0.912, "eps_lb_mean": 0.9, "eps_lb_std": 0.031, "claimed_eps": 1.0}
+
+
+def test_headline_family_is_fixed_by_the_config():
+    """GDP at delta > 0 (the binomial bound's delta term grows with m), binomial at delta = 0."""
+    from lia_spark.config import load_config
+    from lia_spark.engine.audit import headline_family
+
+    assert headline_family(load_config(None, []).audit) == "binomial"
+    assert headline_family(load_config(None, ["audit.delta=1e-5"]).audit) == "gdp"
+    assert headline_family(load_config(None, ["audit.delta=1e-5", "audit.bounds=[binomial]",
+                                              "audit.table_bounds=[binomial]"]).audit) == "binomial"
+    assert headline_family(load_config(None, ["audit.bounds=[gdp]", "audit.table_bounds=[gdp]"]).audit) == "gdp"
+    assert "gdp bound" in _headline(family="gdp").text()

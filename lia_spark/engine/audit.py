@@ -391,12 +391,22 @@ def claimed_privacy(spark: SparkSession, config: Config) -> tuple[str, float]:
     return name, math.inf if mechanism in ("none", "llp") else epsilon
 
 
+def headline_family(settings: AuditConfig) -> str:
+    """The bound family of the headline, fixed by the config before any data is seen (so it stays a valid 95%
+    bound): binomial at delta = 0; GDP when delta > 0 (its delta enters through eps(mu, delta), while the
+    binomial bound's delta term grows with the number of canaries m and is vacuous once m * delta is large);
+    the computed family when only one is."""
+    if "gdp" in settings.bounds and (settings.delta > 0 or "binomial" not in settings.bounds):
+        return "gdp"
+    return "binomial"
+
+
 def _headline(spark: SparkSession, config: Config, sweep: audit.SweepBounds, *, tests: int) -> Headline:
-    """The first repetition's valid (Bonferroni) bound of the binomial family (GDP when only it is computed)."""
-    family = "binomial" if "binomial" in config.audit.bounds else "gdp"
+    """The first repetition's valid (Bonferroni) bound of :func:`headline_family`."""
+    family = headline_family(config.audit)
     valid = np.asarray(sweep.best[f"eps_{family}_bonferroni"], dtype=np.float64)
     mechanism, claimed = claimed_privacy(spark, config)
     return Headline(eps_lb=float(valid[0]), eps_lb_mean=float(valid.mean()),
                     eps_lb_std=float(valid.std(ddof=1)) if len(valid) > 1 else 0.0, repetitions=len(valid),
                     confidence=config.audit.confidence, tests=tests, delta=config.audit.delta, mechanism=mechanism,
-                    claimed_epsilon=claimed)
+                    claimed_epsilon=claimed, family=family)
