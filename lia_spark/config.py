@@ -93,6 +93,7 @@ class DataConfig:
     quarantine_path: str = ""
     max_malformed_share: float = 0.001
     kaggle_days: int = 7
+    allow_truncated_files: bool = False
 
     def validate(self) -> None:
         if self.source not in ("synthetic", "criteo"):

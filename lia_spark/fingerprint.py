@@ -28,7 +28,7 @@ CHECKSUM_KEY = "lia_marker_sha256"
 STAGE_FIELDS: dict[str, tuple[str, ...]] = {
     "generate": ("run.seed", "synthetic.rows_per_day", "synthetic.days", "synthetic.click_rate",
                  "synthetic.partitions"),
-    "ingest": ("data.criteo_paths", "data.max_malformed_share", "data.kaggle_days"),
+    "ingest": ("data.criteo_paths", "data.max_malformed_share", "data.kaggle_days", "data.allow_truncated_files"),
     "train": ("run.seed", "data.source", "models.library", "models.execution", "models.proxy_day",
               "models.target_day", "models.training_mechanism", "models.epsilon", "models.bag_size",
               "models.n_estimators", "models.max_depth", "models.learning_rate", "models.early_stopping_rounds",

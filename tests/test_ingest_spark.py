@@ -18,7 +18,7 @@ import pytest
 from lia_spark import criteo
 from lia_spark.config import config_from_dict
 from lia_spark.engine.generate import run_generate
-from lia_spark.engine.ingest import QUARANTINE_DDL, IngestResult, MalformedShareError, run_ingest
+from lia_spark.engine.ingest import QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError, run_ingest
 from lia_spark.engine.outputs import MARKER
 
 
@@ -169,7 +169,7 @@ def test_malformed_lines_empty_file_and_truncated_gzip(spark, tmp_path):
     clean = _random_rows(rng, 2000)
     whole = gzip.compress("".join(line + "\n" for line in _format(clean)).encode())
     (folder / "day_4.gz").write_bytes(whole[: len(whole) * 2 // 3])
-    config = _config(tmp_path, [folder], max_malformed_share=0.05)
+    config = _config(tmp_path, [folder], max_malformed_share=0.05, allow_truncated_files=True)
     result = run_ingest(spark, config)
 
     by_file = {Path(f.file).name: f for f in result.files}
@@ -180,9 +180,11 @@ def test_malformed_lines_empty_file_and_truncated_gzip(spark, tmp_path):
     assert truncated.status == "truncated_gzip" and 0 < truncated.lines < 2000
     assert result.corrupt_files == 1 and result.empty_files == 1
     assert result.input_lines == result.valid_rows + result.malformed_rows
-    assert result.input_lines == sum(f.lines for f in result.files)
+    assert (truncated.lost_lines, by_file["day_3"].lost_lines, result.lost_lines) == (1, 1, 2)  # at least one each
+    assert result.input_lines == sum(f.lines for f in result.files) + result.lost_lines
     cut_lines = truncated.lines - truncated.valid_rows  # the line cut by the truncation, if any
-    assert result.malformed_rows == sum(result.malformed_by_reason.values()) == len(reasons) + cut_lines
+    assert result.malformed_rows == sum(result.malformed_by_reason.values()) == len(reasons) + cut_lines + 2
+    assert result.malformed_by_reason["lost_to_damaged_file"] == 2
 
     data = _table(spark, config.parquet_path)
     _assert_same(data[data[criteo.DAY] == 2].reset_index(drop=True), expected_day2)
@@ -197,6 +199,30 @@ def test_malformed_lines_empty_file_and_truncated_gzip(spark, tmp_path):
     damaged = quarantine[quarantine["file"].str.endswith("/day_4.gz")]
     assert "truncated_gzip" in set(damaged["reason"]) and damaged["line_number"].isna().sum() == 1
     assert _marker(config.quarantine_path)["malformed_rows"] == result.malformed_rows
+
+
+@pytest.mark.parametrize("damage", ["truncated_gzip", "plain_text_named_gz", "empty"])
+def test_damaged_input_fails_unless_allowed(spark, tmp_path, damage):
+    """Lines lost to a damaged file are input lines: the day fails, naming the field, unless it is allowed."""
+    rng = np.random.default_rng(5)
+    text = "".join(line + "\n" for line in _format(_random_rows(rng, 2000)))
+    folder = tmp_path / "in"
+    folder.mkdir()
+    _write(folder / "day_0", _format(_random_rows(rng, 500)))
+    if damage == "truncated_gzip":
+        whole = gzip.compress(text.encode())
+        (folder / "day_1.gz").write_bytes(whole[: len(whole) * 2 // 3])
+    elif damage == "plain_text_named_gz":
+        (folder / "day_1.gz").write_text(text)
+    else:
+        (folder / "day_1").write_text("")
+    config = _config(tmp_path, [folder])
+    with pytest.raises(DamagedInputError, match=r"data.allow_truncated_files: 1 input file\(s\) .*day_1"):
+        run_ingest(spark, config)
+    assert not Path(config.parquet_path).exists() and _marker(config.quarantine_path) is not None
+    allowed = run_ingest(spark, _config(tmp_path, [folder], name="allowed", allow_truncated_files=True,
+                                        max_malformed_share=0.01))
+    assert allowed.lost_lines >= 1 and allowed.rows_per_day[0] == 500
 
 
 def test_share_above_limit_fails_without_data_output(spark, tmp_path):

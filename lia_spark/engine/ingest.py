@@ -57,6 +57,7 @@ _GZIP_MODULUS = 1 << 32
 _QUARANTINE_FILE_ROWS = 1_000_000
 TRUNCATED_GZIP = "truncated_gzip"
 SIZE_MISMATCH = "size_mismatch"
+LOST_TO_DAMAGED_FILE = "lost_to_damaged_file"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,14 +88,17 @@ class FileCounts:
     valid_rows: int
     malformed: dict[str, int]
     status: str  # ok | empty | truncated_gzip | size_mismatch
+    lost_lines: int = 0  # input lines lost to the damage (a lower bound: at least 1 for a damaged file)
 
 
 @dataclasses.dataclass(frozen=True)
 class IngestResult:
     """What the ingest stage read and wrote. ``input_lines == valid_rows + malformed_rows``.
 
-    ``corrupt_files`` (truncated gzip, size mismatch) are counted apart from lines: their lines decoded
-    before the damage are in ``input_lines``, and each such file has one quarantine entry.
+    ``corrupt_files`` (truncated gzip, size mismatch) and ``empty_files`` are damaged files: their lines decoded
+    before the damage are in ``input_lines``, each such file has one quarantine entry, and ``lost_lines`` (at
+    least one per damaged file: what a truncated gzip lost cannot be known) are input lines too, counted in
+    ``malformed_rows`` and ``malformed_share`` under the reason ``lost_to_damaged_file``.
     """
 
     parquet_path: str
@@ -106,6 +110,7 @@ class IngestResult:
     malformed_by_reason: dict[str, int]
     corrupt_files: int
     empty_files: int
+    lost_lines: int
     rows_per_day: dict[int, int]
     files: list[FileCounts]
     seconds: float
@@ -129,6 +134,7 @@ class IngestResult:
             "ingest_malformed_share": self.malformed_share,
             "ingest_corrupt_files": float(self.corrupt_files),
             "ingest_empty_files": float(self.empty_files),
+            "ingest_lost_lines": float(self.lost_lines),
             "ingest_seconds": self.seconds,
             "ingest_rows_per_second": self.input_lines / self.seconds if self.seconds > 0 else 0.0,
         }
@@ -142,6 +148,11 @@ class IngestResult:
 
 class MalformedShareError(ValueError):
     """The share of malformed lines exceeds ``data.max_malformed_share``; the data output was not written."""
+
+
+class DamagedInputError(ValueError):
+    """Input files are truncated, corrupt or empty and ``data.allow_truncated_files`` is false; the data output
+    was not written (the quarantine names the files)."""
 
 
 # --- input listing -----------------------------------------------------------------------------------
@@ -395,6 +406,18 @@ def _valid_rows_per_day(sources: list[SourceFile], scans: list[_FileScan], file_
     return rows
 
 
+def lost_lines(source: SourceFile, scan: _FileScan, status: str) -> int:
+    """Input lines lost to a damaged file, a lower bound: 0 when intact; for a plain file whose lines do not add up
+    to its size, the missing bytes over the mean line length (at least 1); else 1 (a truncated gzip's lost tail or
+    an empty file's lines cannot be counted)."""
+    if status == "ok":
+        return 0
+    if status == SIZE_MISMATCH and scan.lines:
+        missing = source.size - scan.line_bytes - scan.lines
+        return max(1, -(-missing // max(1, round((scan.line_bytes + scan.lines) / scan.lines))))
+    return 1
+
+
 def _build_result(config: Config, sources: list[SourceFile], scans: list[_FileScan], statuses: list[str],
                   rows_per_day: dict[int, int], seconds: float) -> IngestResult:
     files = []
@@ -403,12 +426,15 @@ def _build_result(config: Config, sources: list[SourceFile], scans: list[_FileSc
         malformed = dict(sorted(scan.malformed.items()))
         files.append(FileCounts(file=source.path, day="kaggle" if source.day is None else str(source.day),
                                 size_bytes=source.size, lines=lines, valid_rows=lines - sum(malformed.values()),
-                                malformed=malformed, status=status))
+                                malformed=malformed, status=status, lost_lines=lost_lines(source, scan, status)))
     by_reason: dict[str, int] = {}
     for item in files:
         for reason, count in item.malformed.items():
             by_reason[reason] = by_reason.get(reason, 0) + count
-    input_lines = sum(item.lines for item in files)
+    lost = sum(item.lost_lines for item in files)
+    if lost:
+        by_reason[LOST_TO_DAMAGED_FILE] = lost
+    input_lines = sum(item.lines for item in files) + lost
     malformed_rows = sum(by_reason.values())
     return IngestResult(
         parquet_path=config.parquet_path, quarantine_path=config.quarantine_path, input_lines=input_lines,
@@ -416,7 +442,7 @@ def _build_result(config: Config, sources: list[SourceFile], scans: list[_FileSc
         malformed_share=malformed_rows / input_lines if input_lines else 0.0,
         malformed_by_reason=dict(sorted(by_reason.items())),
         corrupt_files=sum(status in (TRUNCATED_GZIP, SIZE_MISMATCH) for status in statuses),
-        empty_files=sum(status == "empty" for status in statuses), rows_per_day=rows_per_day,
+        empty_files=sum(status == "empty" for status in statuses), lost_lines=lost, rows_per_day=rows_per_day,
         files=files, seconds=seconds,
     )
 
@@ -459,8 +485,10 @@ def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
 
     Raises:
         ValueError: bad input paths or names.
-        MalformedShareError: malformed share above ``data.max_malformed_share`` (quarantine committed,
-            data not written).
+        DamagedInputError: a truncated, corrupt or empty input file without ``data.allow_truncated_files``
+            (quarantine committed, data not written).
+        MalformedShareError: malformed share above ``data.max_malformed_share``, lost lines of damaged files
+            included (quarantine committed, data not written).
     """
     fingerprint = stage_fingerprint(spark, "ingest", config,
                                     inputs={f"criteo:{path}": path for path in config.data.criteo_paths})
@@ -493,6 +521,14 @@ def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
     logger.info("ingest: %d lines, %d valid, %d malformed (%s), %d corrupt files; quarantine written at %.1f s",
                 result.input_lines, result.valid_rows, result.malformed_rows, result.malformed_by_reason,
                 result.corrupt_files, time.monotonic() - started)
+    damaged = {item.file: item.status for item in result.files if item.status != "ok"}
+    if damaged and not config.data.allow_truncated_files:
+        context.setJobDescription(None)
+        raise DamagedInputError(
+            f"data.allow_truncated_files: {len(damaged)} input file(s) truncated, corrupt or empty, got {damaged}; "
+            f"at least {result.lost_lines} input line(s) lost; data not written to {config.parquet_path} (see "
+            f"{config.quarantine_path}); replace the files, or set data.allow_truncated_files=true to keep the "
+            "lines decoded before the damage")
     limit = config.data.max_malformed_share
     if result.malformed_share > limit:
         context.setJobDescription(None)
