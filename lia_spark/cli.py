@@ -1,18 +1,25 @@
 """Command line: ``lia-spark <stage> --conf FILE [section.key=value ...]`` and the shared job entry point.
 
 Every spark-submit job in ``jobs/`` is ``job_main(run_stage, argv)``: parse ``--conf`` and overrides,
-validate the config, get (or reuse) the SparkSession, run one library function, print its result.
+validate the config, get (or reuse) the SparkSession, run one library function, write its full result as
+strict JSON to ``<run.output_dir>/results/<command>.json`` and print a short summary on stdout (logs go to
+stderr). ``lia-spark config`` prints the resolved config as YAML; ``lia-spark --version`` the version.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
+import math
 import os
 import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+import yaml
+
+from lia_spark import __version__
 from lia_spark.config import Config, ConfigError, load_config
 
 logger = logging.getLogger("lia_spark")
@@ -53,9 +60,44 @@ def notebook_parameters(namespace: Mapping[str, Any], defaults: Mapping[str, str
     return values
 
 
-def _printable(result: Any) -> str:
-    payload = result.to_dict() if hasattr(result, "to_dict") else result
-    return json.dumps(payload, indent=2, sort_keys=True, default=str)
+def _strict(value: Any) -> Any:
+    """JSON-safe copy: NaN -> null, +-inf -> "inf" / "-inf", tuples -> lists, other objects -> str."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, Mapping):
+        return {str(key): _strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(item) for item in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)
+
+
+def strict_json(payload: Any) -> str:
+    """Standard JSON (no NaN / Infinity literals, which ``jq`` and most parsers reject) of a result."""
+    payload = payload.to_dict() if hasattr(payload, "to_dict") else payload
+    return json.dumps(_strict(payload), indent=2, sort_keys=True, allow_nan=False)
+
+
+def result_path(config: Config, command: str) -> str:
+    """``<run.output_dir>/results/<command>.json``: the full result of the last run of a command."""
+    return f"{config.run.output_dir.rstrip('/')}/results/{command}.json"
+
+
+def command_name(stage: StageFunction) -> str:
+    """``run_audit_table`` -> ``audit_table``."""
+    name = getattr(stage, "__name__", "stage")
+    return name[len("run_"):] if name.startswith("run_") else name
+
+
+def config_yaml(config: Config) -> str:
+    """The resolved config as YAML that :func:`lia_spark.config.load_config` reads back to the same config."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {key: plain(item) for key, item in value.items()}
+        return [plain(item) for item in value] if isinstance(value, (list, tuple)) else value
+
+    return yaml.safe_dump(plain(dataclasses.asdict(config)), sort_keys=False, default_flow_style=None, width=110)
 
 
 def job_main(stage: StageFunction, argv: Sequence[str] | None = None, description: str = "") -> int:
@@ -66,6 +108,7 @@ def job_main(stage: StageFunction, argv: Sequence[str] | None = None, descriptio
     except ConfigError as error:
         print(f"lia-spark: configuration error: {error}", file=sys.stderr)
         return 2
+    from lia_spark.engine.outputs import write_text
     from lia_spark.engine.session import get_spark
 
     spark = get_spark(config.spark)
@@ -78,25 +121,54 @@ def job_main(stage: StageFunction, argv: Sequence[str] | None = None, descriptio
         logger.exception("stage %s failed", name)
         print(f"lia-spark: {name} failed: {error}", file=sys.stderr)
         return 1
-    logger.info("stage %s: finished in %.1f s", name, time.monotonic() - started)
-    print(_printable(result))
+    seconds = time.monotonic() - started
+    logger.info("stage %s: finished in %.1f s", name, seconds)
+    path = result_path(config, command_name(stage))
+    write_text(spark, path, strict_json(result) + "\n")
+    print(f"{command_name(stage)}: done in {seconds:.1f} s; full result (JSON): {path}")
     if hasattr(result, "console_summary"):
         print(result.console_summary())
     return 0
 
 
+def show_config(argv: Sequence[str]) -> int:
+    """``lia-spark config [--show] [--conf FILE] [overrides]``: the resolved config as YAML on stdout."""
+    arguments = [item for item in argv if item != "--show"]
+    try:
+        config = config_from_args(arguments, "lia-spark config: print the resolved config (defaults <- file <- "
+                                             "overrides) as YAML")
+    except ConfigError as error:
+        print(f"lia-spark: configuration error: {error}", file=sys.stderr)
+        return 2
+    print(config_yaml(config), end="")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``lia-spark {run,STAGE} [--conf FILE] [overrides]``: ``run`` is the whole pipeline, else one stage's job."""
+    """``lia-spark {run,STAGE,config} [--conf FILE] [overrides]``: ``run`` is the whole pipeline, else one stage's
+    job; ``--help`` (stdout, exit 0), ``--version``."""
     from lia_spark.stages import STAGES
 
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"run": "pipeline", **{name: name for name in STAGES}}
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        names = ", ".join(commands)
-        print(f"usage: lia-spark {{{names}}} [--conf FILE] [section.key=value ...]\n"
-              "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)",
+    usage = (f"usage: lia-spark {{{', '.join([*commands, 'config'])}}} [--conf FILE] [section.key=value ...]\n"
+             "       lia-spark --version\n"
+             "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)\n"
+             "  config [--show] = print the resolved config (defaults <- --conf file <- overrides) as YAML\n"
+             "  <command> --help = the command's options; results: <run.output_dir>/results/<command>.json")
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
+    if argv and argv[0] == "--version":
+        print(f"lia-spark {__version__}")
+        return 0
+    if argv and argv[0] == "config":
+        return show_config(argv[1:])
+    if not argv or argv[0] not in commands:
+        print(usage, file=sys.stderr)
+        print(f"lia-spark: unknown command {argv[0]!r}" if argv else "lia-spark: a command is required",
               file=sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        return 2
     command, rest = argv[0], argv[1:]
     try:
         function = STAGES[commands[command]]()

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import shutil
 import time
 from pathlib import Path
@@ -132,10 +134,35 @@ def test_bad_config_exits_2_with_the_field_named(tmp_path, capsys, text, message
 
 def test_cli_lists_run_and_every_stage(capsys):
     assert main(["--help"]) == 0
-    usage = capsys.readouterr().err
-    for command in ("run", *STAGE_FUNCTIONS):
+    usage = capsys.readouterr().out  # help is output, not an error
+    for command in ("run", "config", *STAGE_FUNCTIONS):
         assert command in usage
     assert main(["nope"]) == 2
+    assert "unknown command 'nope'" in capsys.readouterr().err
+
+
+def test_cli_version_and_resolved_config_round_trip(tmp_path, capsys):
+    from lia_spark import __version__
+    from lia_spark.config import load_config
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"lia-spark {__version__}"
+    overrides = ["audit.delta=1e-5", "models.epsilon=.inf", "mechanisms.epsilons=[0.5]",
+                 "spark.extra={spark.executor.memory: 2g}"]
+    assert main(["config", "--show", "--conf", str(REPO / "conf" / "demo.yaml"), *overrides]) == 0
+    shown = tmp_path / "shown.yaml"
+    shown.write_text(capsys.readouterr().out, encoding="utf-8")
+    assert load_config(shown) == load_config(REPO / "conf" / "demo.yaml", overrides)
+    assert main(["config", "audit.delta=-1"]) == 2 and "audit.delta" in capsys.readouterr().err
+
+
+def test_results_are_strict_json():
+    from lia_spark.cli import strict_json
+
+    payload = {"a": math.nan, "b": [math.inf, -math.inf, 1.5], "c": (1, "x"), "d": {"e": None}}
+    text = strict_json(payload)
+    assert json.loads(text) == {"a": None, "b": ["inf", "-inf", 1.5], "c": [1, "x"], "d": {"e": None}}
+    assert "NaN" not in text and "Infinity" not in text
 
 
 def test_demo_config_covers_every_step():

@@ -38,11 +38,14 @@ def _submit(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return completed
 
 
-def _result(stdout: str) -> dict:
-    """The job's printed JSON result (a block from a line "{" to a line "}"); log lines may surround it."""
-    lines = stdout.splitlines()
-    start, end = lines.index("{"), len(lines) - lines[::-1].index("}")
-    return json.loads("\n".join(lines[start:end]))
+def _result(stdout: str, mounts: dict[str, Path] | None = None) -> dict:
+    """The job's full result: the strict JSON file named on stdout ("full result (JSON): <path>"), a mounted
+    Hadoop path read through its local folder."""
+    (line,) = [line for line in stdout.splitlines() if "full result (JSON): " in line]
+    path = line.split("full result (JSON): ", 1)[1]
+    for prefix, folder in (mounts or {}).items():
+        path = path.replace(prefix, str(folder))
+    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def test_wheel_holds_the_package(wheel):
@@ -101,7 +104,7 @@ def test_readme_cluster_command_with_a_remote_output_folder_on_local_cluster(spa
                          f"spark.hadoop.fs.viewfs.mounttable.readme.link./lia=file://{mounted}", "--py-files",
                          str(wheel), str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf),
                          "run.output_dir=viewfs://readme/lia/run1"], tmp_path)
-    result = _result(completed.stdout)
+    result = _result(completed.stdout, {"viewfs://readme/lia": mounted})
     assert {s["step"]: s["status"] for s in result["steps"]} == {step: "ran" for step in DEPENDS_ON}
     for folder in ("data", "truth", "models", "posteriors", "utility", "audit", "report"):
         assert (mounted / "run1" / folder / "_LIA_COMPLETE").is_file(), folder
