@@ -20,9 +20,7 @@ import math
 import numpy as np
 
 from lia_spark import hashing, mechanisms
-
-LABEL_MECHANISMS = ("none", "rr", "rr_with_prior", "lp_2st", "rr_debiased")
-BAG_MECHANISMS = ("llp", "llp_laplace", "llp_geometric")
+from lia_spark.names import BAG_MECHANISMS, LLP
 
 PURPOSE_HALF = "train-labels/lp2st-half"
 
@@ -111,11 +109,7 @@ def bag_proportions(row_ids: np.ndarray, labels: np.ndarray, *, mechanism: str, 
     order = np.argsort(bag_index, kind="stable")
     sizes = np.bincount(bag_index)
     sums = mechanisms.bag_sums(labels[order], sizes)
-    if mechanism == "llp" or math.isinf(epsilon):
-        return bag_index, sums / sizes
     bag_keys = np.full(sizes.size, np.iinfo(np.int64).max)
     np.minimum.at(bag_keys, bag_index, ids)
-    if mechanism == "llp_laplace":
-        return bag_index, mechanisms.laplace_release(sums, sizes, bag_keys, epsilon=epsilon, seed=seed)
-    _, released = mechanisms.geometric_release(sums, sizes, bag_keys, epsilon=epsilon, seed=seed)
-    return bag_index, released
+    release = mechanisms.BAG_RELEASES[LLP if math.isinf(epsilon) else mechanism]
+    return bag_index, release(sums, sizes, bag_keys, epsilon=epsilon, seed=seed).proportion

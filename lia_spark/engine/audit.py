@@ -37,7 +37,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import audit, hashing, label_mechanisms
+from lia_spark import audit, hashing, names
 from lia_spark.config import AuditConfig, Config
 from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, read_marker, reported_path,
                                      reusable_output, stage_fingerprint)
@@ -297,8 +297,8 @@ class AuditResult:
         for key, stats in self.summary["best"].items():
             metrics[f"audit_{key}_mean"] = stats["mean"]
             metrics[f"audit_{key}_std"] = stats["std"]
-            if key.startswith("eps_") and key.endswith("_bonferroni"):
-                metrics[f"audit_{key[:-len('_bonferroni')]}"] = stats["mean"]
+            if key.startswith("eps_") and key.endswith(f"_{names.BONFERRONI}"):
+                metrics[f"audit_{key[:-len(f'_{names.BONFERRONI}')]}"] = stats["mean"]
         return {key: value for key, value in metrics.items() if math.isfinite(value)}
 
     @property
@@ -353,7 +353,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         "best_guesses_median": {key: float(np.median(v)) for key, v in sweep.best_guesses.items()},
     }
     summary["headline"] = _headline(spark, config, sweep, tests=len(guesses)).to_dict()
-    if sweep.gdp_tau_vacuous and "gdp" in settings.bounds:
+    if sweep.gdp_tau_vacuous and names.GDP in settings.bounds:
         logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", settings.tau)
     frame = results_frame(sweep)
     metadata: dict[str, Any] = {}
@@ -374,7 +374,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
                              files=files, seconds=time.monotonic() - started)
         metadata.update(result.to_dict())
     logger.info("audit: done in %.1f s; paper convention, not a valid bound (mean best per repetition): %s",
-                result.seconds, {k: round(v["mean"], 4) for k, v in summary["best"].items() if k.endswith("paper")})
+                result.seconds, {k: round(v["mean"], 4) for k, v in summary["best"].items() if k.endswith(names.PAPER)})
     log = logger.warning if result.headline.is_finding else logger.info
     log("audit: %s", result.headline.text())
     return result
@@ -388,14 +388,14 @@ def claimed_privacy(spark: SparkSession, config: Config) -> tuple[str, float]:
     if marker is None:
         return "an unknown mechanism", math.nan
     mechanism, epsilon, bag_size = marker["mechanism"], float(marker["epsilon"]), int(marker["bag_size"])
-    name = f"{mechanism} (k = {bag_size})" if mechanism in label_mechanisms.BAG_MECHANISMS else mechanism
-    return name, math.inf if mechanism in ("none", "llp") else epsilon
+    name = f"{mechanism} (k = {bag_size})" if mechanism in names.BAG_MECHANISMS else mechanism
+    return name, math.inf if mechanism in (names.NONE, names.LLP) else epsilon
 
 
 def _headline(spark: SparkSession, config: Config, sweep: audit.SweepBounds, *, tests: int) -> Headline:
     """The first repetition's valid (Bonferroni) bound of the binomial family (GDP when only it is computed)."""
-    family = "binomial" if "binomial" in config.audit.bounds else "gdp"
-    valid = np.asarray(sweep.best[f"eps_{family}_bonferroni"], dtype=np.float64)
+    family = names.BINOMIAL if names.BINOMIAL in config.audit.bounds else names.GDP
+    valid = np.asarray(sweep.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
     mechanism, claimed = claimed_privacy(spark, config)
     return Headline(eps_lb=float(valid[0]), eps_lb_mean=float(valid.mean()),
                     eps_lb_std=float(valid.std(ddof=1)) if len(valid) > 1 else 0.0, repetitions=len(valid),
