@@ -21,11 +21,6 @@ STAGE_FUNCTIONS: dict[str, str] = {
 }
 
 
-def stage_module(name: str) -> str:
-    """Dotted module that defines stage ``name``'s run function."""
-    return STAGE_FUNCTIONS[name].split(":", 1)[0]
-
-
 def load_stage(name: str) -> Callable[..., Any]:
     """Import and return stage ``name``'s ``run_*(spark, config)`` function."""
     module, function = STAGE_FUNCTIONS[name].split(":", 1)

@@ -37,7 +37,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import audit, hashing, names
+from lia_spark import audit, hashing, layout, names
 from lia_spark.config import AuditConfig, Config
 from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, read_marker, reported_path,
                                      reusable_output, stage_fingerprint)
@@ -53,7 +53,7 @@ FILES = ("results.csv", "summary.json", "plots/eps_vs_guesses.png")  # beside th
 
 def canary_path(config: Config) -> str:
     """The canary table read by the stage: audit.canary_path, else <run.output_dir>/models/canaries."""
-    return config.audit.canary_path or os.path.join(config.run.output_dir, "models", "canaries")
+    return config.audit.canary_path or layout.canaries_path(config)
 
 
 def _as_uint64(column: pd.Series) -> np.ndarray:
@@ -323,7 +323,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
     :func:`lia_spark.engine.outputs.reusable_output`) and run.force is false; never for a ``canaries`` frame.
     """
     settings = config.audit
-    output = os.path.join(config.run.output_dir, "audit")
+    output = layout.audit_path(config)
     output_path = reported_path(output)
     fingerprint = stage_fingerprint(spark, "audit", config, inputs={"canaries": canary_path(config)})
     marker = reusable_output(spark, [output], fingerprint, force=config.run.force or canaries is not None)

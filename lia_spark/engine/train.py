@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
-from lia_spark import features, hashing, label_mechanisms, training
+from lia_spark import features, hashing, label_mechanisms, layout, training
 from lia_spark.config import Config
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine import features as spark_features
@@ -44,11 +44,6 @@ logger = logging.getLogger(__name__)
 PRIORS_SCHEMA = f"{ROW_ID} long, {PROXY_PRIOR} double"
 SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, split int, released_label int, target_prediction double, "
                  "proxy_prediction double")
-
-
-def models_dir(config: Config) -> str:
-    """``<run.output_dir>/models``."""
-    return os.path.join(config.run.output_dir, "models")
 
 
 def training_seed(config: Config) -> int:
@@ -103,7 +98,7 @@ class TrainResult:
     def artifacts(self) -> list[str]:
         """Model files, metrics.json and the two tables' folders."""
         return self.model_files + [os.path.join(self.output_dir, name)
-                                   for name in ("metrics.json", "canaries", "test_predictions")]
+                                   for name in (layout.MODEL_METRICS, layout.CANARIES, layout.TEST_PREDICTIONS)]
 
 
 def _feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
@@ -357,7 +352,7 @@ def _write_json(spark: SparkSession, payload: dict[str, Any], path: str) -> None
 
 def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
     """Train proxy and target models; write canaries, test predictions, models and metrics (resumable)."""
-    out = models_dir(config)
+    out = layout.models_path(config)
     section = config.mechanisms  # with proxy priors, train also scores the released day
     priors_fields = ({"mechanisms.day": section.day, "mechanisms.prior_column": section.prior_column}
                      if needs_proxy_priors(config) else {})
@@ -378,16 +373,17 @@ def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
     with committed_output(spark, out, metadata, fingerprint=fingerprint) as staging:
         spark.sparkContext.setJobDescription("train: write canaries and test predictions")
         scored.where(F.col("split") == training.SPLIT_TRAIN).select(
-            ROW_ID, LABEL, "released_label", "target_prediction", "proxy_prediction").write.parquet(f"{staging}/canaries")
+            ROW_ID, LABEL, "released_label", "target_prediction", "proxy_prediction").write.parquet(layout.under(staging, layout.CANARIES))
         scored.where(F.col("split") == training.SPLIT_TEST).select(
-            ROW_ID, LABEL, "target_prediction", "proxy_prediction").write.parquet(f"{staging}/test_predictions")
+            ROW_ID, LABEL, "target_prediction", "proxy_prediction").write.parquet(layout.under(staging, layout.TEST_PREDICTIONS))
         rows = {name: int(count) for name, count in scored.groupBy("split").count().toPandas()
                 .assign(name=lambda f: f["split"].map({0: "train_target", 1: "valid_target", 2: "test_target"}))
                 [["name", "count"]].itertuples(index=False)}
         test_metrics = {**_test_metrics(scored), **extra_metrics}
         if needs_proxy_priors(config):
             prior_started = time.monotonic()
-            rows["priors"] = write_proxy_priors(spark, config, models["proxy"], proxy_spec, f"{staging}/priors")
+            rows["priors"] = write_proxy_priors(spark, config, models["proxy"], proxy_spec,
+                                               layout.under(staging, layout.PROXY_PRIORS))
             seconds["write_priors"] = time.monotonic() - prior_started
         files = _save_models(spark, models, staging)
         seconds["total"] = time.monotonic() - started
@@ -395,7 +391,7 @@ def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
                              epsilon=m.epsilon, bag_size=m.bag_size, proxy_day=m.proxy_day, target_day=m.target_day,
                              rows=rows, test_metrics=test_metrics, seconds=seconds,
                              model_files=[os.path.join(out, name) for name in files])
-        _write_json(spark, result.to_dict(), f"{staging}/metrics.json")
+        _write_json(spark, result.to_dict(), layout.under(staging, layout.MODEL_METRICS))
         metadata.update(result.to_dict())
     scored.unpersist()
     logger.info("train: done in %.1f s, test AUC target %.4f proxy %.4f", seconds["total"],
@@ -431,13 +427,8 @@ UTILITY_FILES = ("tradeoff.csv", "tradeoff_additive.png", "tradeoff_p98.png")
 UTILITY_EXTRA_MECHANISMS = ("rr_debiased", "lp_2st")
 
 
-def _posterior_summary_path(config: Config) -> str:
-    """The posteriors stage's summary table, whose LLP advantages the utility table carries."""
-    return os.path.join(config.run.output_dir, "posteriors", "summary")
-
-
 def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | None:
-    path = _posterior_summary_path(config)
+    path = layout.posterior_summary_path(config)
     if not path_exists(spark, f"{path}/{MARKER}") and not path_exists(spark, f"{path}/_SUCCESS"):
         logger.warning("utility: no posterior summary at %s; only RR-family advantages (closed form)", path)
         return None
@@ -453,9 +444,9 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
     """
     from lia_spark import utility
 
-    out = os.path.join(config.run.output_dir, "utility")
+    out = layout.utility_path(config)
     fingerprint = stage_fingerprint(spark, "utility", config, inputs={"data": config.parquet_path,
-                                                                      "posteriors": _posterior_summary_path(config)})
+                                                                      "posteriors": layout.posterior_summary_path(config)})
     marker = reusable_output(spark, [out], fingerprint, force=config.run.force)
     if marker is not None:
         return dataclasses.replace(UtilityResult(**marker_fields(UtilityResult, marker)), skipped=True)
