@@ -136,7 +136,7 @@ class MechanismsConfig:
     The attacker's prior: ``prior_column`` ``auto`` is ``eta`` (the twin's true P(y=1|x), ``<out>/truth``)
     when data.source is synthetic, else ``proxy_prediction`` (the proxy model's prediction for every row of
     ``day``, ``<out>/models/priors``, written by the train stage); ``prior_path`` overrides the table
-    (:func:`lia_spark.engine.privatize.resolve_prior`).
+    (:func:`lia_spark.engine.posteriors.prior.resolve_prior`).
     """
 
     day: int = 1

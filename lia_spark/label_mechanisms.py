@@ -23,6 +23,7 @@ from lia_spark import hashing, mechanisms
 from lia_spark.names import BAG_MECHANISMS, LLP
 
 PURPOSE_HALF = "train-labels/lp2st-half"
+DEBIAS_CLIP = 1e-6  # noise-corrected predictions are clipped to [DEBIAS_CLIP, 1 - DEBIAS_CLIP]
 
 
 def rr_flip_probability(*, epsilon: float) -> float:
@@ -66,7 +67,7 @@ def rr_with_prior(labels: np.ndarray, prior: np.ndarray, row_ids: np.ndarray, *,
                     randomized_response(labels, row_ids, epsilon=epsilon, seed=seed)).astype(np.int8)
 
 
-def debias_rr_predictions(predictions: np.ndarray, *, epsilon: float, clip: float = 1e-6) -> np.ndarray:
+def debias_rr_predictions(predictions: np.ndarray, *, epsilon: float, clip: float = DEBIAS_CLIP) -> np.ndarray:
     """Noise correction of a model fitted to RR labels: p = (q - pi)/(1 - 2 pi), clipped to [clip, 1-clip].
 
     E[released | x] = pi + (1 - 2 pi) P(y=1|x), so inverting the affine map recovers P(y=1|x).

@@ -13,7 +13,7 @@ STAGE_FUNCTIONS: dict[str, str] = {
     "generate": "lia_spark.engine.generate:run_generate",
     "ingest": "lia_spark.engine.ingest:run_ingest",
     "train": "lia_spark.engine.train:run_train_models",
-    "posteriors": "lia_spark.engine.privatize:run_posteriors",
+    "posteriors": "lia_spark.engine.posteriors.stage:run_posteriors",
     "utility": "lia_spark.engine.train:run_utility_tradeoff",
     "audit": "lia_spark.engine.audit:run_audit",
     "pipeline": "lia_spark.engine.pipeline:run_pipeline",

@@ -323,7 +323,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
     :func:`lia_spark.engine.outputs.reusable_output`) and run.force is false; never for a ``canaries`` frame.
     """
     settings = config.audit
-    output = layout.audit_path(config)
+    output = layout.output_path(config, layout.AUDIT)
     output_path = reported_path(output)
     fingerprint = stage_fingerprint(spark, "audit", config, inputs={"canaries": canary_path(config)})
     marker = reusable_output(spark, [output], fingerprint, force=config.run.force or canaries is not None)

@@ -50,6 +50,17 @@ class StageOutcome:
         """The stage result's artifact paths (empty when it did not run)."""
         return list(self.result.artifacts()) if self.result is not None else []
 
+    def models(self) -> list[str]:
+        """The model files of a train result (MLflow logs them as models); none for other stages."""
+        return list(self.result.model_files) if self.stage == "train" and self.result is not None else []
+
+    def settings(self) -> list[dict[str, Any]]:
+        """One row per mechanism setting (one nested MLflow run each): the posteriors summary, the utility table;
+        none for other stages."""
+        if self.result is None or self.stage not in ("posteriors", "utility"):
+            return []
+        return [dict(row) for row in (self.result.summary if self.stage == "posteriors" else self.result.table)]
+
     def to_dict(self) -> dict[str, Any]:
         """Status, timing and the stage result's own to_dict()."""
         return {"step": self.step, "stage": self.stage, "status": self.status, "seconds": round(self.seconds, 3),
@@ -119,10 +130,11 @@ def completion_paths(step: str, config: Config) -> tuple[str, ...]:
     The stage folder itself (stages that commit it whole) or the table inside it (:mod:`lia_spark.layout`).
     """
     return {"data": (config.parquet_path,),
-            "train": (layout.models_path(config), layout.canaries_path(config)),
-            "posteriors": (layout.posteriors_path(config), layout.posterior_summary_path(config)),
-            "utility": (layout.utility_path(config),), "audit": (layout.audit_path(config),),
-            "report": (layout.report_path(config),)}[step]
+            "train": (layout.output_path(config, layout.MODELS), layout.canaries_path(config)),
+            "posteriors": (layout.output_path(config, layout.POSTERIORS), layout.posterior_summary_path(config)),
+            "utility": (layout.output_path(config, layout.UTILITY),),
+            "audit": (layout.output_path(config, layout.AUDIT),),
+            "report": (layout.output_path(config, layout.REPORT),)}[step]
 
 
 def step_complete(spark: SparkSession, step: str, config: Config) -> bool:
@@ -147,7 +159,7 @@ def write_report(spark: SparkSession, config: Config, steps: Sequence[StageOutco
         text, figures, tables = render_report(config, steps, mlflow_location=mlflow_location, local_artifacts=local)
     local = Path(tempfile.mkdtemp(prefix="lia-report-")) / REPORT_FILE
     local.write_text(text, encoding="utf-8")
-    final = layout.report_path(config)
+    final = layout.output_path(config, layout.REPORT)
     spark.sparkContext.setJobDescription("report: write report.html")
     with committed_output(spark, final, {"figures": figures, "tables": tables}) as staging:
         copy_from_local(spark, str(local), f"{staging}/{REPORT_FILE}")
@@ -187,7 +199,7 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
         raise ValueError(f"audit.canary_path: no such table, got {config.audit.canary_path!r}; set it to a canary "
                          "table or leave it empty for the train stage's")
     if "posteriors" in selected:
-        from lia_spark.engine.privatize import check_prior_source
+        from lia_spark.engine.posteriors.prior import check_prior_source
 
         check_prior_source(spark, config)
     check_writable(spark, config.run.output_dir)  # last: it creates the folder
@@ -254,9 +266,12 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
             outcomes[step] = outcome
             result.steps.append(outcome)
             if tracker is not None and outcome.status in ("ran", "reused", "failed"):
-                with local_copies(spark, outcome.artifacts() if outcome.status == "ran" else []) as artifacts:
+                ran = outcome.status == "ran"
+                with (local_copies(spark, outcome.artifacts() if ran else []) as artifacts,
+                      local_copies(spark, outcome.models() if ran else []) as models):
                     tracker.log_stage(step, status=outcome.status, seconds=outcome.seconds,
-                                      metrics=outcome.metrics(), artifacts=artifacts, error=outcome.error,
+                                      metrics=outcome.metrics(), artifacts=artifacts, models=models,
+                                      settings=outcome.settings(), error=outcome.error,
                                       fingerprint=outcome.fingerprint)
                 if step == "audit" and outcome.result is not None:
                     tracker.set_tags(outcome.result.headline.tags())

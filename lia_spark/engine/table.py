@@ -221,7 +221,7 @@ def _prepare_data(spark: SparkSession, config: Config) -> str:
 
 def write_table(spark: SparkSession, config: Config, outcomes: list[CellOutcome]) -> tuple[str, ...]:
     """Write the table's files locally, copy them into ``<out>/table/`` (any Hadoop file system); their paths."""
-    out = layout.table_path(config)
+    out = layout.output_path(config, layout.TABLE)
     cells = pd.DataFrame([outcome.record() for outcome in outcomes], columns=list(table.CELL_COLUMNS))
     with tempfile.TemporaryDirectory(prefix="lia-table-") as local:
         frames = {"eps_lb.csv": table.wide_table(cells, epsilons=config.table.epsilons), "cells.csv": cells,
@@ -260,9 +260,9 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
         tracker.check()
     check_writable(spark, config.run.output_dir)
     logger.info("audit-table: %d cells (%s) below %s/cells", len(cells), ", ".join(c.name for c in cells),
-                layout.table_path(config))
+                layout.output_path(config, layout.TABLE))
     data_stage = _prepare_data(spark, config)
-    result = TableResult(layout.table_path(config), [], unsupported, (), 0.0, data_stage)
+    result = TableResult(layout.output_path(config, layout.TABLE), [], unsupported, (), 0.0, data_stage)
     failed = True
     if tracker is not None:
         result.mlflow_run_id = tracker.start()

@@ -4,8 +4,8 @@ Outputs under ``<run.output_dir>/models`` (committed atomically, resumable): ``c
 label, released_label, target_prediction, proxy_prediction of the target's training rows),
 ``test_predictions`` (row_id, label, target_prediction, proxy_prediction of the target day's test rows),
 model files (``proxy``/``target``/``stage1`` as xgboost ``.ubj`` or catboost ``.cbm``), ``metrics.json`` and,
-when the posteriors stage's prior is the proxy's prediction (:func:`lia_spark.engine.privatize.needs_proxy_priors`:
-data.source=criteo with mechanisms.prior_column=auto, or prior_column=proxy_prediction), ``priors`` (row_id,
+when the posteriors stage's prior is the proxy's prediction
+(:func:`lia_spark.engine.posteriors.prior.needs_proxy_priors`: data.source=criteo with mechanisms.prior_column=auto, or prior_column=proxy_prediction), ``priors`` (row_id,
 proxy_prediction of every row of mechanisms.day, scored on the executors by :func:`write_proxy_priors`).
 
 Two execution paths with the same outputs: ``in_memory`` collects one day's features to the driver (Arrow)
@@ -37,7 +37,8 @@ from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine import features as spark_features
 from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, path_exists,
                                      reusable_output, stage_fingerprint, write_text)
-from lia_spark.engine.privatize import PROXY_PRIOR, needs_proxy_priors
+from lia_spark.engine.posteriors.prior import needs_proxy_priors
+from lia_spark.names import BAG_MECHANISMS, LABEL_MECHANISMS, LP_2ST, NONE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR
 
 logger = logging.getLogger(__name__)
 
@@ -183,8 +184,9 @@ def _positive_probability(model, frame: DataFrame, name: str) -> DataFrame:
         *[c for c in scored.columns if c not in frame.columns and c != name])
 
 
-def _release_column(frame: DataFrame, *, mechanism: str, epsilon: float, seed: int, prior: str | None) -> DataFrame:
-    """Add ``released_label`` by mapInPandas over the pure label mechanisms (prior column for rr_with_prior)."""
+def _release_column(frame: DataFrame, *, epsilon: float, seed: int, prior: str | None) -> DataFrame:
+    """Add ``released_label`` by mapInPandas over the pure label mechanisms: RR, or RRWithPrior on the ``prior``
+    column when one is named."""
     schema = StructType(frame.schema.fields + [StructField("released_label", IntegerType())])
 
     def batches(frames):
@@ -203,8 +205,8 @@ def _release_column(frame: DataFrame, *, mechanism: str, epsilon: float, seed: i
 def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame
                  ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec]:
     m, seed, seconds = config.models, training_seed(config), {}
-    if m.library != "xgboost" or m.training_mechanism in label_mechanisms.BAG_MECHANISMS:
-        raise ValueError(f"models.execution: distributed supports xgboost with {label_mechanisms.LABEL_MECHANISMS}, "
+    if m.library != "xgboost" or m.training_mechanism in BAG_MECHANISMS:
+        raise ValueError(f"models.execution: distributed supports xgboost with {LABEL_MECHANISMS}, "
                          f"got library={m.library}, training_mechanism={m.training_mechanism}")
     sc = spark.sparkContext
     proxy_spec = _feature_spec(proxy_rows, config)
@@ -222,17 +224,17 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
               .withColumn("is_valid", F.col("split") == 1).cache())
     models: dict[str, Any] = {"proxy": proxy}
     eps, mechanism = m.epsilon, m.training_mechanism
-    if mechanism == "none" or math.isinf(eps):
+    if mechanism == NONE or math.isinf(eps):
         released = target.withColumn("released_label", F.col(LABEL))
-    elif mechanism in ("rr", "rr_debiased"):
-        released = _release_column(target, mechanism="rr", epsilon=eps, seed=seed, prior=None)
-    elif mechanism == "rr_with_prior":
-        released = _release_column(target, mechanism=mechanism, epsilon=eps, seed=seed, prior="proxy_prediction")
+    elif mechanism in (RR, RR_DEBIASED):
+        released = _release_column(target, epsilon=eps, seed=seed, prior=None)
+    elif mechanism == RR_WITH_PRIOR:
+        released = _release_column(target, epsilon=eps, seed=seed, prior=PROXY_PRIOR)
     else:
         half = F.col("lp2st_first")
         halves = target.mapInPandas(_lp2st_halves(seed), StructType(target.schema.fields
                                                                     + [StructField("lp2st_first", BooleanType())]))
-        rr = _release_column(halves, mechanism="rr", epsilon=eps, seed=seed, prior=None).cache()
+        rr = _release_column(halves, epsilon=eps, seed=seed, prior=None).cache()
         sc.setJobDescription("train: lp_2st stage 1 (xgboost.spark)")
         started = time.monotonic()
         stage1 = _spark_classifier(spark, config, columns, "released_label").fit(rr.where(half & fit_rows))
@@ -240,7 +242,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
         models["stage1"] = stage1
         prior = _debiased(_positive_probability(stage1, rr.drop("released_label"), "stage1_raw"), eps,
                           "stage1_raw", "stage1_prior")
-        second = _release_column(prior, mechanism="rr_with_prior", epsilon=eps, seed=seed, prior="stage1_prior")
+        second = _release_column(prior, epsilon=eps, seed=seed, prior="stage1_prior")
         released = (rr.select(ROW_ID, F.col("released_label").alias("rr_label"))
                     .join(second, ROW_ID)
                     .withColumn("released_label", F.when(half, F.col("rr_label")).otherwise(F.col("released_label")))
@@ -252,7 +254,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     seconds["fit_target"] = time.monotonic() - started
     models["target"] = target_model
     scored = _positive_probability(target_model, released, "target_raw")
-    if mechanism == "rr_debiased" and not math.isinf(eps):
+    if mechanism == RR_DEBIASED and not math.isinf(eps):
         scored = _debiased(scored, eps, "target_raw", "target_prediction")
     else:
         scored = scored.withColumn("target_prediction", F.col("target_raw"))
@@ -285,7 +287,7 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
     (models.execution=distributed) scores by its own ``transform``.
     """
     spark.sparkContext.setJobDescription(f"train: proxy priors of day {config.mechanisms.day}")
-    frame = _features(spark_features.day_rows(spark, config.parquet_path, config.mechanisms.day), spec, config)
+    frame = _features(spark_features.read_day(spark, config.parquet_path, config.mechanisms.day), spec, config)
     shipped = None
     if isinstance(proxy, training.FittedModel):
         shipped = spark.sparkContext.broadcast(pickle.dumps(proxy))
@@ -314,11 +316,12 @@ def _lp2st_halves(seed: int):
 
 
 def _debiased(frame: DataFrame, epsilon: float, source: str, name: str) -> DataFrame:
-    """Column ``name`` = noise-corrected ``source``, (q - pi)/(1 - 2 pi) clipped to [1e-6, 1 - 1e-6] as in
+    """Column ``name`` = noise-corrected ``source``, (q - pi)/(1 - 2 pi) clipped to [c, 1 - c] (c = DEBIAS_CLIP) as in
     :func:`lia_spark.label_mechanisms.debias_rr_predictions`."""
     pi = label_mechanisms.rr_flip_probability(epsilon=epsilon)
     corrected = (F.col(source) - F.lit(pi)) / F.lit(1.0 - 2.0 * pi)
-    return frame.withColumn(name, F.least(F.greatest(corrected, F.lit(1e-6)), F.lit(1.0 - 1e-6)))
+    clip = label_mechanisms.DEBIAS_CLIP
+    return frame.withColumn(name, F.least(F.greatest(corrected, F.lit(clip)), F.lit(1.0 - clip)))
 
 
 def _test_metrics(scored: DataFrame) -> dict[str, float]:
@@ -352,7 +355,7 @@ def _write_json(spark: SparkSession, payload: dict[str, Any], path: str) -> None
 
 def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
     """Train proxy and target models; write canaries, test predictions, models and metrics (resumable)."""
-    out = layout.models_path(config)
+    out = layout.output_path(config, layout.MODELS)
     section = config.mechanisms  # with proxy priors, train also scores the released day
     priors_fields = ({"mechanisms.day": section.day, "mechanisms.prior_column": section.prior_column}
                      if needs_proxy_priors(config) else {})
@@ -364,18 +367,19 @@ def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
     started = time.monotonic()
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
                 m.proxy_day, m.target_day, m.training_mechanism, m.epsilon, m.bag_size)
-    proxy_rows = spark_features.day_rows(spark, config.parquet_path, m.proxy_day)
-    target_rows = spark_features.day_rows(spark, config.parquet_path, m.target_day)
+    proxy_rows = spark_features.read_day(spark, config.parquet_path, m.proxy_day)
+    target_rows = spark_features.read_day(spark, config.parquet_path, m.target_day)
     run = _in_memory if m.execution == "in_memory" else _distributed
     scored, models, seconds, extra_metrics, proxy_spec = run(spark, config, proxy_rows, target_rows)
     scored = scored.cache()
     metadata: dict[str, Any] = {}
     with committed_output(spark, out, metadata, fingerprint=fingerprint) as staging:
         spark.sparkContext.setJobDescription("train: write canaries and test predictions")
-        scored.where(F.col("split") == training.SPLIT_TRAIN).select(
-            ROW_ID, LABEL, "released_label", "target_prediction", "proxy_prediction").write.parquet(layout.under(staging, layout.CANARIES))
+        scored.where(F.col("split") == training.SPLIT_TRAIN).select(*layout.CANARY_COLUMNS).write.parquet(
+            layout.under(staging, layout.CANARIES))
         scored.where(F.col("split") == training.SPLIT_TEST).select(
-            ROW_ID, LABEL, "target_prediction", "proxy_prediction").write.parquet(layout.under(staging, layout.TEST_PREDICTIONS))
+            ROW_ID, LABEL, "target_prediction", "proxy_prediction").write.parquet(
+            layout.under(staging, layout.TEST_PREDICTIONS))
         rows = {name: int(count) for name, count in scored.groupBy("split").count().toPandas()
                 .assign(name=lambda f: f["split"].map({0: "train_target", 1: "valid_target", 2: "test_target"}))
                 [["name", "count"]].itertuples(index=False)}
@@ -424,7 +428,7 @@ class UtilityResult:
 
 
 UTILITY_FILES = ("tradeoff.csv", "tradeoff_additive.png", "tradeoff_p98.png")
-UTILITY_EXTRA_MECHANISMS = ("rr_debiased", "lp_2st")
+UTILITY_EXTRA_MECHANISMS = (RR_DEBIASED, LP_2ST)
 
 
 def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | None:
@@ -444,7 +448,7 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
     """
     from lia_spark import utility
 
-    out = layout.utility_path(config)
+    out = layout.output_path(config, layout.UTILITY)
     fingerprint = stage_fingerprint(spark, "utility", config, inputs={"data": config.parquet_path,
                                                                       "posteriors": layout.posterior_summary_path(config)})
     marker = reusable_output(spark, [out], fingerprint, force=config.run.force)
@@ -452,7 +456,7 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
         return dataclasses.replace(UtilityResult(**marker_fields(UtilityResult, marker)), skipped=True)
     m, params, seed = config.models, boosting_params(config), training_seed(config)
     started = time.monotonic()
-    target_rows = spark_features.day_rows(spark, config.parquet_path, m.target_day)
+    target_rows = spark_features.read_day(spark, config.parquet_path, m.target_day)
     spark.sparkContext.setJobDescription("utility: target-day features")
     spec = _feature_spec(target_rows, config)
     data = collect_model_data(_features(target_rows, spec, config), spec, m.library)
@@ -464,7 +468,7 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
         fit = training.train_target(data, mechanism=mechanism, epsilon=math.inf if math.isnan(epsilon) else epsilon,
                                     seed=seed, params=params, bag_size=bag_size)
         scores = training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test)))
-        if priors is None and mechanism == "rr" and math.isinf(epsilon):
+        if priors is None and mechanism == RR and math.isinf(epsilon):
             priors = fit.model.predict(data.rows(data.split == training.SPLIT_TRAIN))
         rows.append({"mechanism": mechanism, "epsilon": epsilon, "bag_size": bag_size, **scores,
                      "fit_seconds": fit.model.fit_seconds})
