@@ -20,7 +20,8 @@ from benchmarks._report import write_section  # noqa: E402
 from lia_spark.config import load_config  # noqa: E402
 from lia_spark.engine.generate import run_generate  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
-from lia_spark.engine.train import run_train_models, run_utility_tradeoff  # noqa: E402
+from lia_spark.engine.train import run_train_models  # noqa: E402
+from lia_spark.engine.utility import run_utility_tradeoff  # noqa: E402
 
 logger = logging.getLogger("bench_training")
 

@@ -14,7 +14,7 @@ STAGE_FUNCTIONS: dict[str, str] = {
     "ingest": "lia_spark.engine.ingest:run_ingest",
     "train": "lia_spark.engine.train:run_train_models",
     "posteriors": "lia_spark.engine.posteriors.stage:run_posteriors",
-    "utility": "lia_spark.engine.train:run_utility_tradeoff",
+    "utility": "lia_spark.engine.utility:run_utility_tradeoff",
     "audit": "lia_spark.engine.audit:run_audit",
     "pipeline": "lia_spark.engine.pipeline:run_pipeline",
     "audit-table": "lia_spark.engine.table:run_audit_table",  # command `lia-spark audit-table` (Table 2)

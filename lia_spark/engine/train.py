@@ -35,10 +35,10 @@ from lia_spark import features, hashing, label_mechanisms, layout, training
 from lia_spark.config import Config
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine import features as spark_features
-from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, path_exists,
-                                     reusable_output, stage_fingerprint, write_text)
+from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, reusable_output,
+                                     stage_fingerprint, write_text)
 from lia_spark.engine.posteriors.prior import needs_proxy_priors
-from lia_spark.names import BAG_MECHANISMS, LABEL_MECHANISMS, LP_2ST, NONE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR
+from lia_spark.names import BAG_MECHANISMS, LABEL_MECHANISMS, NONE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,9 @@ class TrainResult:
                                    for name in (layout.MODEL_METRICS, layout.CANARIES, layout.TEST_PREDICTIONS)]
 
 
-def _feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
+def feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
+    """How the models section encodes the categoricals of ``spark_rows``: catboost natively, else hashed or by a
+    frequency vocabulary learned on the training split."""
     m = config.models
     if m.library == "catboost":
         return features.FeatureSpec(encoding="native", hash_buckets=m.hash_buckets)
@@ -113,7 +115,9 @@ def _feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec
     return features.FeatureSpec(encoding="frequency", hash_buckets=m.hash_buckets, vocabulary=vocabulary)
 
 
-def _features(rows: DataFrame, spec: features.FeatureSpec, config: Config) -> DataFrame:
+def model_features(rows: DataFrame, spec: features.FeatureSpec, config: Config) -> DataFrame:
+    """The model feature frame of ``rows`` (:func:`lia_spark.engine.features.feature_frame` with the run's seed and
+    split)."""
     return spark_features.feature_frame(rows, spec, seed=config.run.seed, shares=config.models.split)
 
 
@@ -132,9 +136,9 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
     m, params, seconds = config.models, boosting_params(config), {}
     sc = spark.sparkContext
     sc.setJobDescription("train: proxy features")
-    proxy_spec = _feature_spec(proxy_rows, config)
+    proxy_spec = feature_spec(proxy_rows, config)
     started = time.monotonic()
-    proxy_data = collect_model_data(_features(proxy_rows, proxy_spec, config), proxy_spec, m.library)
+    proxy_data = collect_model_data(model_features(proxy_rows, proxy_spec, config), proxy_spec, m.library)
     seconds["collect_proxy"] = time.monotonic() - started
     proxy = training.fit_model(proxy_data, proxy_data.labels, proxy_data.split == training.SPLIT_TRAIN,
                                proxy_data.split == training.SPLIT_VALID, params=params)
@@ -144,11 +148,11 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
     del proxy_data
     sc.setJobDescription("train: target-day features")
     started = time.monotonic()
-    with_proxy_features = collect_model_data(_features(target_rows, proxy_spec, config), proxy_spec, m.library)
+    with_proxy_features = collect_model_data(model_features(target_rows, proxy_spec, config), proxy_spec, m.library)
     proxy_prediction = proxy.predict(with_proxy_features.features)
     del with_proxy_features
-    target_spec = _feature_spec(target_rows, config)
-    data = collect_model_data(_features(target_rows, target_spec, config), target_spec, m.library)
+    target_spec = feature_spec(target_rows, config)
+    data = collect_model_data(model_features(target_rows, target_spec, config), target_spec, m.library)
     seconds["collect_target"] = time.monotonic() - started
     fit = training.train_target(data, mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
                                 params=params, prior=proxy_prediction, bag_size=m.bag_size)
@@ -209,17 +213,17 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
         raise ValueError(f"models.execution: distributed supports xgboost with {LABEL_MECHANISMS}, "
                          f"got library={m.library}, training_mechanism={m.training_mechanism}")
     sc = spark.sparkContext
-    proxy_spec = _feature_spec(proxy_rows, config)
+    proxy_spec = feature_spec(proxy_rows, config)
     columns = proxy_spec.feature_columns
     fit_rows = (F.col(features.SPLIT_COLUMN) < 2)
-    proxy_frame = _features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col("split") == 1)
+    proxy_frame = model_features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col("split") == 1)
     sc.setJobDescription("train: proxy (xgboost.spark)")
     started = time.monotonic()
     proxy = _spark_classifier(spark, config, columns, LABEL).fit(proxy_frame.where(fit_rows))
     seconds["fit_proxy"] = time.monotonic() - started
-    proxy_on_target = _positive_probability(proxy, _features(target_rows, proxy_spec, config), "proxy_prediction")
-    target_spec = _feature_spec(target_rows, config)
-    target = (_features(target_rows, target_spec, config).select(ROW_ID, *columns)
+    proxy_on_target = _positive_probability(proxy, model_features(target_rows, proxy_spec, config), "proxy_prediction")
+    target_spec = feature_spec(target_rows, config)
+    target = (model_features(target_rows, target_spec, config).select(ROW_ID, *columns)
               .join(proxy_on_target.select(ROW_ID, LABEL, "split", "proxy_prediction"), ROW_ID)
               .withColumn("is_valid", F.col("split") == 1).cache())
     models: dict[str, Any] = {"proxy": proxy}
@@ -287,7 +291,7 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
     (models.execution=distributed) scores by its own ``transform``.
     """
     spark.sparkContext.setJobDescription(f"train: proxy priors of day {config.mechanisms.day}")
-    frame = _features(spark_features.read_day(spark, config.parquet_path, config.mechanisms.day), spec, config)
+    frame = model_features(spark_features.read_day(spark, config.parquet_path, config.mechanisms.day), spec, config)
     shipped = None
     if isinstance(proxy, training.FittedModel):
         shipped = spark.sparkContext.broadcast(pickle.dumps(proxy))
@@ -400,93 +404,4 @@ def run_train_models(spark: SparkSession, config: Config) -> TrainResult:
     scored.unpersist()
     logger.info("train: done in %.1f s, test AUC target %.4f proxy %.4f", seconds["total"],
                 test_metrics["auc@target"], test_metrics["auc@proxy"])
-    return result
-
-
-@dataclasses.dataclass
-class UtilityResult:
-    """Privacy-utility tradeoff: one row per setting (mechanism, eps, k) with test AUC and advantages."""
-
-    output_dir: str
-    settings: int
-    seconds: float
-    table: list[dict[str, Any]]
-    skipped: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (also the completion marker's content)."""
-        return dataclasses.asdict(self)
-
-    def metrics(self) -> dict[str, float]:
-        """auc_test_<mechanism>_eps<e>_k<k> per setting."""
-        return {f"auc_test_{row['mechanism']}_eps{row['epsilon']}_k{row['bag_size']}": float(row["auc"])
-                for row in self.table}
-
-    def artifacts(self) -> list[str]:
-        """The CSV table and the two PNG plots."""
-        return [os.path.join(self.output_dir, name) for name in UTILITY_FILES]
-
-
-UTILITY_FILES = ("tradeoff.csv", "tradeoff_additive.png", "tradeoff_p98.png")
-UTILITY_EXTRA_MECHANISMS = (RR_DEBIASED, LP_2ST)
-
-
-def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | None:
-    path = layout.posterior_summary_path(config)
-    if not path_exists(spark, f"{path}/{MARKER}") and not path_exists(spark, f"{path}/_SUCCESS"):
-        logger.warning("utility: no posterior summary at %s; only RR-family advantages (closed form)", path)
-        return None
-    return spark.read.parquet(path).toPandas()
-
-
-def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
-    """Train the target (in memory) for every setting of the utility grid; write table and two plots.
-
-    Output ``<run.output_dir>/utility`` (beside, not inside, ``models/``, so re-training keeps it):
-    tradeoff.csv, tradeoff_additive.png, tradeoff_p98.png. Run it after the posteriors stage so the table
-    carries the LLP advantages; without their summary only the RR family's closed forms are used.
-    """
-    from lia_spark import utility
-
-    out = layout.output_path(config, layout.UTILITY)
-    fingerprint = stage_fingerprint(spark, "utility", config, inputs={"data": config.parquet_path,
-                                                                      "posteriors": layout.posterior_summary_path(config)})
-    marker = reusable_output(spark, [out], fingerprint, force=config.run.force)
-    if marker is not None:
-        return dataclasses.replace(UtilityResult(**marker_fields(UtilityResult, marker)), skipped=True)
-    m, params, seed = config.models, boosting_params(config), training_seed(config)
-    started = time.monotonic()
-    target_rows = spark_features.read_day(spark, config.parquet_path, m.target_day)
-    spark.sparkContext.setJobDescription("utility: target-day features")
-    spec = _feature_spec(target_rows, config)
-    data = collect_model_data(_features(target_rows, spec, config), spec, m.library)
-    test = data.split == training.SPLIT_TEST
-    grid = utility.utility_grid(epsilons=m.utility_epsilons, bag_sizes=m.utility_bag_sizes,
-                                extra_mechanisms=UTILITY_EXTRA_MECHANISMS)
-    rows, priors = [], None
-    for mechanism, epsilon, bag_size in grid:
-        fit = training.train_target(data, mechanism=mechanism, epsilon=math.inf if math.isnan(epsilon) else epsilon,
-                                    seed=seed, params=params, bag_size=bag_size)
-        scores = training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test)))
-        if priors is None and mechanism == RR and math.isinf(epsilon):
-            priors = fit.model.predict(data.rows(data.split == training.SPLIT_TRAIN))
-        rows.append({"mechanism": mechanism, "epsilon": epsilon, "bag_size": bag_size, **scores,
-                     "fit_seconds": fit.model.fit_seconds})
-        logger.info("utility: %s eps=%s k=%d -> AUC %.4f (%.1f s)", mechanism, epsilon, bag_size, scores["auc"],
-                    fit.model.fit_seconds)
-    if priors is None:
-        priors = training.fit_model(data, data.labels, data.split == 0, data.split == 1, params=params).predict(
-            data.rows(data.split == training.SPLIT_TRAIN))
-    table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config), priors=priors)
-    metadata: dict[str, Any] = {}
-    with (committed_output(spark, out, metadata, fingerprint=fingerprint) as staging,
-          tempfile.TemporaryDirectory() as local):
-        table.to_csv(os.path.join(local, UTILITY_FILES[0]), index=False)
-        utility.plot_tradeoff(table, advantage="mean_additive_advantage", path=os.path.join(local, UTILITY_FILES[1]))
-        utility.plot_tradeoff(table, advantage="abs_I_p98", path=os.path.join(local, UTILITY_FILES[2]))
-        for name in UTILITY_FILES:
-            copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
-        result = UtilityResult(output_dir=out, settings=len(table), seconds=time.monotonic() - started,
-                               table=table.to_dict(orient="records"))
-        metadata.update(result.to_dict())
     return result

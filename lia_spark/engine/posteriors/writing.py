@@ -241,7 +241,12 @@ def posterior_rows(blobs: DataFrame, *, settings: Sequence[Setting], seed: int, 
         bags_per_group: bags of the largest size per chunk (0 = automatic, see
             :func:`lia_spark.posterior_grid.rows_per_call`).
     """
-    ordered, plan = _one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group)
+    return _pass_rows(*_one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits,
+                                 bags_per_group=bags_per_group))
+
+
+def _pass_rows(ordered: DataFrame, plan: PassPlan) -> DataFrame:
+    """The per-row results of the pass over the shuffled units ``ordered``."""
     return ordered.mapInArrow(functools.partial(_stream_posteriors, plan=plan), ROW_SCHEMA)
 
 
@@ -273,17 +278,16 @@ def write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Se
 
 def spark_write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Setting], seed: int,
                            unit_bits: int = 0, bags_per_group: int = 0) -> pd.DataFrame:
-    """The rows of :func:`posterior_rows`, written by Spark's DataFrame
-    writer to ``output_dir/rows`` (any Hadoop file system; executors need no disk shared with the driver), and
-    the digest :func:`write_posteriors` returns. The shuffled units are cached and passed over twice: the rows
-    go to the writer, then the per-unit code of :func:`write_posteriors` runs the settings again and returns
-    only their digest (no second read or shuffle of the input), so digest and summaries equal the local
-    path's exactly. Other arguments as :func:`posterior_rows`."""
+    """The rows of :func:`posterior_rows`, written by Spark's DataFrame writer to ``output_dir/rows`` (any Hadoop
+    file system; executors need no disk shared with the driver), and the digest :func:`write_posteriors` returns.
+    The shuffled units are cached and passed over twice: the rows go to the writer, then the per-unit code of
+    :func:`write_posteriors` runs the settings again and returns only their digest (no second read or shuffle
+    of the input), so digest and summaries equal the local path's exactly. Other arguments as
+    :func:`posterior_rows`."""
     ordered, plan = _one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group)
     ordered = ordered.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        ordered.mapInArrow(functools.partial(_stream_posteriors, plan=plan), ROW_SCHEMA).write.parquet(
-            layout.under(output_dir, layout.ROWS))
+        _pass_rows(ordered, plan).write.parquet(layout.under(output_dir, layout.ROWS))
         spark = blobs.sparkSession
         spark.sparkContext.setJobDescription("posteriors: digest of the per-row results (settings run again)")
         return _digest_totals(ordered.mapInArrow(functools.partial(_digest_only, plan=plan), DIGEST_SCHEMA))
