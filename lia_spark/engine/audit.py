@@ -298,7 +298,7 @@ class AuditResult:
             metrics[f"audit_{key}_mean"] = stats["mean"]
             metrics[f"audit_{key}_std"] = stats["std"]
             if key.startswith("eps_") and key.endswith(f"_{names.BONFERRONI}"):
-                metrics[f"audit_{key[:-len(f'_{names.BONFERRONI}')]}"] = stats["mean"]
+                metrics[f"audit_{key.removesuffix(f'_{names.BONFERRONI}')}"] = stats["mean"]
         return {key: value for key, value in metrics.items() if math.isfinite(value)}
 
     @property

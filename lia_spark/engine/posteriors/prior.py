@@ -108,8 +108,8 @@ def check_prior_source(spark: SparkSession, config: Config, *, pending: Sequence
                 raise ValueError(
                     f"mechanisms.prior_column: the train stage's canary table {prior.path} has no column "
                     f"{prior.column!r} (columns: {', '.join(layout.CANARY_COLUMNS)}); use auto, eta, "
-                    f"proxy_prediction or one of those, or set mechanisms.prior_path to a table with row_id and {prior.column}, "
-                    f"got {wanted}")
+                    f"proxy_prediction or one of those, or set mechanisms.prior_path to a table with row_id and "
+                    f"{prior.column}, got {wanted}")
             return  # the train stage writes models/priors whenever the resolved prior needs them
         columns = _table_columns(spark, prior.path)  # stage outputs appear only when committed whole
         if columns is None:
