@@ -6,7 +6,7 @@ Each size runs in a fresh process with its own local Spark (driver memory 1g by 
 grow into a big heap at the larger size): the same input and settings as
 bench_posteriors_spark.py, the stage's pass (bagging, posteriors, the workers writing the per-row results as
 Parquet and returning their digest), then the peak resident memory (VmHWM) of every Python worker and of the
-Spark JVM is read from /proc. A reading task holds one input batch (privatize.INPUT_BATCH_ROWS rows) and its
+Spark JVM is read from /proc. A reading task holds one input batch (lia_spark.engine.posteriors.reading.INPUT_BATCH_ROWS rows) and its
 blobs; a unit task holds one bagging unit, one Parquet row group being written and the digests (settings x
 bins of |I|), so a Python worker's peak should not depend on the number of rows; the JVM's peak is
 bounded by its heap setting and grows lazily up to it, so it is reported, not judged.
@@ -39,19 +39,20 @@ def measure(rows: int, master: str, workdir: str, driver_memory: str) -> dict:
     """Write the input (if missing), run the stage's pass once (rows written, then removed), report seconds and
     peak memory."""
     from lia_spark.config import SparkConfig
-    from lia_spark.engine import privatize
+    from lia_spark.engine.posteriors.units import posterior_input
+    from lia_spark.engine.posteriors.writing import write_posteriors
     from lia_spark.engine.session import get_spark
+    from lia_spark.posterior_grid import settings_grid
 
     spark = get_spark(SparkConfig(master=master, driver_memory=driver_memory, extra={"spark.ui.enabled": "false"}))
     root = os.path.join(workdir, f"n{rows}")
     write_input(spark, root, rows)
     config = bench_config(root)
-    source = privatize.posterior_input(spark, config)
+    source = posterior_input(spark, config)
     unit_bits, output_dir = source.unit_bits, os.path.join(root, "memory_pass")
     started = time.perf_counter()
-    privatize.write_posteriors(source.blobs, output_dir=output_dir,
-                               settings=privatize.settings_grid(config.mechanisms), seed=config.run.seed,
-                               unit_bits=unit_bits, sample_fraction=2000 / rows)
+    write_posteriors(source.blobs, output_dir=output_dir, settings=settings_grid(config.mechanisms),
+                     seed=config.run.seed, unit_bits=unit_bits, sample_fraction=2000 / rows)
     seconds = time.perf_counter() - started
     shutil.rmtree(output_dir)
     jvm, descendants, _ = spark_processes(spark)

@@ -7,14 +7,15 @@ hashed from the row id. Settings: LLP and LLP+Geom(eps=1) at k = 8 and 64 (4 set
 Figures (Spark after one run of the whole stage on 2% of the rows, so Python workers, numba kernels,
 matplotlib and the JVM's generated code are loaded, as the in-process ceilings are):
 - in-process compute ceiling: one process, one core, arrays in memory: bagging keys, the random permutation
-  (sort), unit chunks and :func:`privatize.chunk_posteriors` to Arrow batches — the work of the Spark
+  (sort), unit chunks and :func:`lia_spark.engine.posteriors.writing.setting_batches` (the kernel
+  :func:`lia_spark.posterior_grid.chunk_posteriors` to Arrow batches) — the work of the Spark
   compute step without Spark; times the number of cores (ideal scaling, so the ratio is conservative);
 - in-process stage ceiling: the same plus reading the Parquet input (pyarrow), the prior join (numpy),
-  writing the per-row results as zstd Parquet with the stage's writer (:class:`privatize.RowGroupWriter`)
+  writing the per-row results as zstd Parquet with the stage's writer (:class:`lia_spark.engine.posteriors.writing.RowGroupWriter`)
   and the stage's per-setting summaries (means, share infinite, exact percentiles of |I| by one
   ``np.partition``) — the numpy single-process version of the stage's work (plots aside); times the number
   of cores;
-- Spark compute: :func:`privatize.posterior_rows` of the stage's input (pyarrow reading tasks, keys, blob
+- Spark compute: :func:`lia_spark.engine.posteriors.writing.posterior_rows` of the stage's input (pyarrow reading tasks, keys, blob
   shuffle, per-unit sort and posteriors, result rows handed back to Spark) into Spark's ``noop`` sink;
 - Spark stage: ``run_posteriors`` end to end (counts, the pass with worker-written rows, summaries, bag
   counts, plots);
@@ -112,9 +113,10 @@ def spark_cpu_seconds(spark) -> float:
 
 def in_process_batches(ids: np.ndarray, labels: np.ndarray, priors: np.ndarray, settings):
     """The Spark compute step's work in one process: keys, the random permutation, unit chunks, kernels."""
-    from lia_spark.engine import privatize
+    from lia_spark.engine.posteriors.writing import setting_batches
+    from lia_spark.posterior_grid import rows_per_call, unit_chunks
 
-    chunk_rows = privatize.rows_per_call([s.bag_size for s in settings], settings=len(settings))
+    chunk_rows = rows_per_call([s.bag_size for s in settings], settings=len(settings))
     keys = mechanisms.bagging_keys(ids, seed=SEED)
     order = np.argsort(keys)  # one sort of everything: no partitioning, no pairing of sides
     units = mechanisms.bagging_units(keys[order], unit_bits=mechanisms.bagging_unit_bits(ids.size))
@@ -122,9 +124,8 @@ def in_process_batches(ids: np.ndarray, labels: np.ndarray, priors: np.ndarray, 
     whole_units = ((int(units[start]), {"row_id": ids[order[start:end]], "label": labels[order[start:end]],
                                         "prior": priors[order[start:end]]})
                    for start, end in zip(starts, np.r_[starts[1:], ids.size]))
-    for unit, first, chunk in privatize.unit_chunks(whole_units, chunk_rows=chunk_rows):
-        for _, batch in privatize.chunk_posteriors(unit, first, chunk, settings, SEED):
-            yield batch
+    for chunk in unit_chunks(whole_units, chunk_rows=chunk_rows):
+        yield from setting_batches(chunk, settings, SEED)
 
 
 def kernel_rate(settings, rows: int) -> tuple[float, float]:
@@ -142,7 +143,7 @@ def in_process_stage_rate(root: str, settings, output: str) -> tuple[float, floa
     join on row_id (numpy), :func:`in_process_batches`, write the rows as zstd Parquet (pyarrow)."""
     import pyarrow.dataset as ds
 
-    from lia_spark.engine import privatize
+    from lia_spark.engine.posteriors.writing import ARROW_ROW_SCHEMA, RowGroupWriter
 
     wall, cpu = time.perf_counter(), time.process_time()
     data = ds.dataset(os.path.join(root, "data"), partitioning="hive").to_table(
@@ -154,7 +155,7 @@ def in_process_stage_rate(root: str, settings, output: str) -> tuple[float, floa
     found = truth_ids[by_id][at] == data_ids
     priors = truth.column("eta").to_numpy()[by_id][at][found]
     produced, per_setting = 0, {}
-    writer = privatize.RowGroupWriter(output, privatize.ARROW_ROW_SCHEMA, "zstd")  # the stage's file writer
+    writer = RowGroupWriter(output, ARROW_ROW_SCHEMA, "zstd")  # the stage's file writer
     for batch in in_process_batches(data_ids[found], data.column("label").to_numpy()[found], priors, settings):
         writer.add(batch)
         produced += batch.num_rows
@@ -206,29 +207,32 @@ def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
-    from lia_spark.engine import privatize
+    from lia_spark.engine.posteriors.stage import run_posteriors
+    from lia_spark.engine.posteriors.units import posterior_input
+    from lia_spark.engine.posteriors.writing import posterior_rows
     from lia_spark.engine.session import get_spark
+    from lia_spark.posterior_grid import settings_grid
 
     spark = get_spark(SparkConfig(master=args.master, driver_memory="4g", extra={"spark.ui.enabled": "false"}))
     cores = spark.sparkContext.defaultParallelism
     root = os.path.join(args.workdir, f"n{args.rows}")
     write_input(spark, root, args.rows)
     config = bench_config(root)
-    settings = privatize.settings_grid(config.mechanisms)
+    settings = settings_grid(config.mechanisms)
     results = len(settings) * args.rows
 
     warm_up_root = os.path.join(args.workdir, f"n{args.rows // 50}")  # the stage on 2% of the rows, first run
     write_input(spark, warm_up_root, args.rows // 50)
-    warm_up_seconds, _ = _timed(spark, lambda: privatize.run_posteriors(spark, bench_config(warm_up_root)))
+    warm_up_seconds, _ = _timed(spark, lambda: run_posteriors(spark, bench_config(warm_up_root)))
     shutil.rmtree(os.path.join(warm_up_root, "posteriors"), ignore_errors=True)
-    source = privatize.posterior_input(spark, config)  # counts run here, outside the timing
+    source = posterior_input(spark, config)  # counts run here, outside the timing
     unit_bits = source.unit_bits
-    rows = privatize.posterior_rows(source.blobs, settings=settings, seed=SEED, unit_bits=unit_bits)
+    rows = posterior_rows(source.blobs, settings=settings, seed=SEED, unit_bits=unit_bits)
     stage_file = os.path.join(root, "in_process_rows.parquet")
     rounds = []  # the machine's speed drifts: each round measures all four, back to back
     for _ in range(args.rounds):
         compute_seconds, compute_cpu = _timed(spark, lambda: rows.write.format("noop").mode("overwrite").save())
-        stage_seconds, stage_cpu = _timed(spark, lambda: privatize.run_posteriors(spark, config))
+        stage_seconds, stage_cpu = _timed(spark, lambda: run_posteriors(spark, config))
         shutil.rmtree(os.path.join(root, "posteriors"), ignore_errors=True)
         rounds.append((compute_seconds, compute_cpu, stage_seconds, stage_cpu, *kernel_rate(settings, args.kernel_rows),
                        *in_process_stage_rate(root, settings, stage_file), concurrent_stage_rate(root, settings, cores)))

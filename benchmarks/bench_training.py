@@ -20,7 +20,8 @@ from benchmarks._report import write_section  # noqa: E402
 from lia_spark.config import load_config  # noqa: E402
 from lia_spark.engine.generate import run_generate  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
-from lia_spark.engine.train import run_train_models, run_utility_tradeoff  # noqa: E402
+from lia_spark.engine.train import run_train_models  # noqa: E402
+from lia_spark.engine.utility import run_utility_tradeoff  # noqa: E402
 
 logger = logging.getLogger("bench_training")
 
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
         write_section("training", "\n".join(lines))
     grid = [f"models.utility_epsilons=[{args.epsilons}]", f"models.utility_bag_sizes=[{args.bag_sizes}]"]
     if "posteriors" not in skip:
-        from lia_spark.engine.privatize import run_posteriors
+        from lia_spark.engine.posteriors.stage import run_posteriors
 
         finite = ",".join(e for e in args.epsilons.split(",") if e.strip() not in ("inf", ".inf"))
         run_posteriors(spark, load_config(None, [f"run.output_dir={small.run.output_dir}", "run.force=true",

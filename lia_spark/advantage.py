@@ -103,7 +103,7 @@ class AdvantageSummary:
     cdf_additive: tuple[np.ndarray, np.ndarray] = field(repr=False)
 
     def row(self) -> dict:
-        """The flat summary columns (layout.md), without the CDFs."""
+        """The flat summary columns (docs/layout.md: posteriors/summary), without the CDFs."""
         out = asdict(self)
         out.pop("cdf_abs_I")
         out.pop("cdf_additive")

@@ -40,11 +40,11 @@ import math
 import numpy as np
 
 from lia_spark import _audit_game, hashing
+from lia_spark.names import (BINOMIAL, BOUND_FAMILIES, CONVENTIONS, DIFFERENCE, GDP, LOG_RATIO, PAPER, SCORES,
+                             bound_key)
 
-SCORES = ("difference", "log_ratio")
-CONVENTIONS = ("paper", "bonferroni")
-DEFAULT_ATTACKS = ("difference_t0", "difference_t2", "difference_t8", "log_ratio")
-_DIFFERENCE_PREFIX = "difference_t"
+DEFAULT_ATTACKS = ("difference_t0", "difference_t2", "difference_t8", LOG_RATIO)
+_DIFFERENCE_PREFIX = f"{DIFFERENCE}_t"
 TIE_BREAK_PURPOSE = "audit/tie_break"
 CANARY_PURPOSE = "audit/canary_sample"
 _TINY = np.finfo(np.float64).tiny
@@ -82,7 +82,7 @@ def guess_grid(canaries: int, *, step_percent: float = 1.0, extra_share: float =
     return np.unique(counts)
 
 
-def label_scores(target: np.ndarray, proxy: np.ndarray, shown: np.ndarray | int, *, score: str = "difference",
+def label_scores(target: np.ndarray, proxy: np.ndarray, shown: np.ndarray | int, *, score: str = DIFFERENCE,
                  t: float = 2.0) -> np.ndarray:
     """Attack score s of showing label ``shown`` (array or 0/1), elementwise; see the module docstring.
 
@@ -100,7 +100,7 @@ def label_scores(target: np.ndarray, proxy: np.ndarray, shown: np.ndarray | int,
     shown_one = np.asarray(shown) == 1
     target_shown = np.where(shown_one, target, 1.0 - target)
     proxy_shown = np.where(shown_one, proxy, 1.0 - proxy)
-    if score == "log_ratio":
+    if score == LOG_RATIO:
         return np.log(np.maximum(target_shown, _TINY)) - np.log(np.maximum(proxy_shown, _TINY))
     return (target_shown - proxy_shown) * (1.0 - proxy_shown) ** t
 
@@ -115,8 +115,8 @@ class Attack:
     @property
     def name(self) -> str:
         """``log_ratio`` or ``difference_t<t>`` (t printed exactly: ``difference_t2``, ``difference_t0.5``)."""
-        if self.score == "log_ratio":
-            return "log_ratio"
+        if self.score == LOG_RATIO:
+            return LOG_RATIO
         short = f"{self.t:g}"
         return _DIFFERENCE_PREFIX + (short if float(short) == self.t else repr(float(self.t)))
 
@@ -129,10 +129,10 @@ def parse_attack(attack: "str | Attack") -> Attack:
     """
     if isinstance(attack, Attack):
         score, t = attack.score, attack.t
-    elif attack == "log_ratio":
-        score, t = "log_ratio", 0.0
+    elif attack == LOG_RATIO:
+        score, t = LOG_RATIO, 0.0
     elif isinstance(attack, str) and attack.startswith(_DIFFERENCE_PREFIX):
-        score = "difference"
+        score = DIFFERENCE
         try:
             t = float(attack[len(_DIFFERENCE_PREFIX):])
         except ValueError:
@@ -144,7 +144,7 @@ def parse_attack(attack: "str | Attack") -> Attack:
         raise ValueError(f"score must be one of {', '.join(SCORES)}, got score={score!r}")
     if not (math.isfinite(t) and t >= 0.0):
         raise ValueError(f"attack {attack!r}: t must be a finite number >= 0, got t={t}")
-    return Attack(score=score, t=0.0 if score == "log_ratio" else float(t))
+    return Attack(score=score, t=0.0 if score == LOG_RATIO else float(t))
 
 
 def resolve_attacks(attacks) -> tuple[Attack, ...]:
@@ -165,7 +165,7 @@ def resolve_attacks(attacks) -> tuple[Attack, ...]:
     return parsed
 
 
-def attack_name(score: str = "difference", t: float = 2.0) -> str:
+def attack_name(score: str = DIFFERENCE, t: float = 2.0) -> str:
     """Name of the attack of the ``score=`` / ``t=`` API: ``attack_name("difference", 2.0) == "difference_t2"``."""
     return parse_attack(Attack(score=score, t=t)).name
 
@@ -301,7 +301,7 @@ def candidate_ties_labels(row_ids: np.ndarray, *, seed: int) -> tuple[np.ndarray
 
 
 def candidates(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
-               repetitions: int, score: str = "difference", t: float = 2.0) -> Candidates:
+               repetitions: int, score: str = DIFFERENCE, t: float = 2.0) -> Candidates:
     """Play ``repetitions`` games on a batch of canaries and return their shown candidates (module docstring).
 
     Raises:
@@ -385,7 +385,7 @@ def bit_totals(words: np.ndarray, *, repetitions: int) -> np.ndarray:
 
 
 def count_correct(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
-                  repetitions: int, guesses: np.ndarray, score: str = "difference", t: float = 2.0) -> np.ndarray:
+                  repetitions: int, guesses: np.ndarray, score: str = DIFFERENCE, t: float = 2.0) -> np.ndarray:
     """In-process audit: c for every repetition and every guess count in ``guesses`` from one sort -> (R, k) int64.
 
     Raises:
@@ -471,7 +471,7 @@ def convention_confidence(confidence: float, *, convention: str, points: int) ->
         raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got convention={convention!r}")
     if points < 1:
         raise ValueError(f"points must be >= 1, got points={points}")
-    return confidence if convention == "paper" else 1.0 - (1.0 - confidence) / points
+    return confidence if convention == PAPER else 1.0 - (1.0 - confidence) / points
 
 
 @dataclasses.dataclass(frozen=True)
@@ -499,8 +499,8 @@ class SweepBounds:
 
 
 def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, confidence: float = 0.95,
-                   delta: float = 0.0, tau: float = 0.0, families: tuple[str, ...] = ("binomial", "gdp"),
-                   table_families: tuple[str, ...] = ("binomial",),
+                   delta: float = 0.0, tau: float = 0.0, families: tuple[str, ...] = BOUND_FAMILIES,
+                   table_families: tuple[str, ...] = (BINOMIAL,),
                    conventions: tuple[str, ...] = CONVENTIONS, tests: int | None = None) -> SweepBounds:
     """Bounds of docs/math.md §6 for each repetition's counts (lia_spark.bounds), under both conventions of docs/math.md §5.4.
 
@@ -539,22 +539,22 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
     for convention in conventions:
         level = convention_confidence(confidence, convention=convention, points=tests)
         for family in table_families:
-            per_guess[f"eps_{family}_{convention}"] = bounds.epsilon_lower_bound_sweep(
+            per_guess[bound_key(family, convention)] = bounds.epsilon_lower_bound_sweep(
                 canaries=canaries, guesses=grid, correct=correct, confidence=level, delta=delta, tau=tau,
                 method=family)
         accuracy = bounds.clopper_pearson_lower(correct, grid, confidence=level)
         record(f"accuracy_lb_{convention}", list(accuracy.max(axis=1)), list(accuracy.argmax(axis=1)))
-        if "binomial" in families:
+        if BINOMIAL in families:
             found = [bounds.best_epsilon_lower_bound(canaries=canaries, guesses=guesses, correct=correct[r],
-                                                     confidence=level, delta=delta, tau=tau, method="binomial")
+                                                     confidence=level, delta=delta, tau=tau, method=BINOMIAL)
                      for r in range(repetitions)]
-            record(f"eps_binomial_{convention}", [f.value for f in found], [f.index for f in found])
-        if "gdp" in families:
+            record(bound_key(BINOMIAL, convention), [f.value for f in found], [f.index for f in found])
+        if GDP in families:
             found = [bounds.best_gdp_mu_lower_bound(canaries=canaries, guesses=guesses, correct=correct[r],
                                                     confidence=level, tau=tau) for r in range(repetitions)]
             indices = [f.index for f in found]
             record(f"mu_gdp_{convention}", [f.value for f in found], indices)
-            record(f"eps_gdp_{convention}", [bounds.gdp_epsilon(f.value, delta=gdp_delta) for f in found], indices)
+            record(bound_key(GDP, convention), [bounds.gdp_epsilon(f.value, delta=gdp_delta) for f in found], indices)
     vacuous = bool(np.all(bounds.gdp_tau_vacuous(canaries=canaries, guesses=guesses, tau=tau)))
     return SweepBounds(guesses=guesses, correct=correct, per_guess=per_guess, best=best, best_guesses=best_guesses,
                        gdp_delta=gdp_delta, gdp_tau_vacuous=vacuous)
@@ -605,7 +605,7 @@ class AttackBounds:
 
 def evaluate_attacks(correct: dict[str, np.ndarray], guesses: np.ndarray, *, canaries: int,
                      confidence: float = 0.95, delta: float = 0.0, tau: float = 0.0,
-                     families: tuple[str, ...] = ("binomial", "gdp"), table_families: tuple[str, ...] = (),
+                     families: tuple[str, ...] = BOUND_FAMILIES, table_families: tuple[str, ...] = (),
                      conventions: tuple[str, ...] = CONVENTIONS) -> AttackBounds:
     """Best bound per repetition over every attack and sweep point, the confidence split over all of them.
 

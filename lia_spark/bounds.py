@@ -31,10 +31,11 @@ import numpy as np
 from scipy import optimize, special
 
 from lia_spark._jit import njit_for
+from lia_spark.names import BINOMIAL, BOUND_FAMILIES, GDP
 
 njit = njit_for(__file__)
 
-METHODS = ("binomial", "gdp")
+METHODS = BOUND_FAMILIES
 GDP_DEFAULT_DELTA = 1e-5
 MU_TOLERANCE = 1e-7
 MU_MAX = 64.0  # Phi(z - 64) underflows to 0 for every z = Phi^{-1}(r), r < 1: no larger mu is ever rejected.
@@ -433,7 +434,7 @@ def gdp_epsilon(mu: float, *, delta: float) -> float:
 
 # ----------------------------------------------------------------------------------------- public entry
 def epsilon_lower_bound(*, canaries: int, guesses: int, correct: int, confidence: float = 0.95,
-                        delta: float = 0.0, tau: float = 0.0, method: str = "binomial") -> float:
+                        delta: float = 0.0, tau: float = 0.0, method: str = BINOMIAL) -> float:
     """Epsilon lower bound at the given confidence from one (m, c', c) (docs/math.md §6).
 
     Args:
@@ -454,7 +455,7 @@ def epsilon_lower_bound(*, canaries: int, guesses: int, correct: int, confidence
     gamma, delta, tau = _gamma(confidence), _check_delta(delta), _check_tau(tau)
     m, g, c = _check_counts(canaries, guesses, correct)
     g, c = int(g), int(c)
-    if method == "gdp":
+    if method == GDP:
         mu = gdp_mu_lower_bound(canaries=m, guesses=g, correct=c, confidence=confidence, tau=tau)
         return gdp_epsilon(mu, delta=effective_gdp_delta(delta))
     eps_pure = float(_pure_binomial(np.int64(g), np.int64(c), gamma, tau))
@@ -464,12 +465,12 @@ def epsilon_lower_bound(*, canaries: int, guesses: int, correct: int, confidence
 
 
 def epsilon_lower_bound_sweep(*, canaries: int, guesses, correct, confidence: float = 0.95,
-                              delta: float = 0.0, tau: float = 0.0, method: str = "binomial") -> np.ndarray:
+                              delta: float = 0.0, tau: float = 0.0, method: str = BINOMIAL) -> np.ndarray:
     """epsilon_lower_bound elementwise over arrays of (c', c); the pure binomial bound is one vectorized call."""
     method = _check_method(method)
     gamma, delta, tau = _gamma(confidence), _check_delta(delta), _check_tau(tau)
     m, g, c = _check_counts(canaries, guesses, correct)
-    if method == "gdp":
+    if method == GDP:
         mus = gdp_mu_lower_bound_sweep(canaries=m, guesses=g, correct=c, confidence=confidence, tau=tau)
         eff = effective_gdp_delta(delta)
         return np.vectorize(lambda mu: gdp_epsilon(float(mu), delta=eff), otypes=[float])(mus)
@@ -506,7 +507,7 @@ def best_gdp_mu_lower_bound(*, canaries: int, guesses, correct, confidence: floa
 
 
 def best_epsilon_lower_bound(*, canaries: int, guesses, correct, confidence: float = 0.95,
-                             delta: float = 0.0, tau: float = 0.0, method: str = "binomial") -> SweepBest:
+                             delta: float = 0.0, tau: float = 0.0, method: str = BINOMIAL) -> SweepBest:
     """max over the sweep of epsilon_lower_bound and its index (-1 when nothing is rejected).
 
     "gdp": eps(delta) of best_gdp_mu_lower_bound (eps(delta) is increasing in mu). "binomial" with delta > 0:
@@ -515,7 +516,7 @@ def best_epsilon_lower_bound(*, canaries: int, guesses, correct, confidence: flo
     method = _check_method(method)
     gamma, delta, tau = _gamma(confidence), _check_delta(delta), _check_tau(tau)
     m, g, c = _check_counts(canaries, guesses, correct)
-    if method == "gdp":
+    if method == GDP:
         mu = best_gdp_mu_lower_bound(canaries=m, guesses=g, correct=c, confidence=confidence, tau=tau)
         return SweepBest(gdp_epsilon(mu.value, delta=effective_gdp_delta(delta)), mu.index)
     g, c = g.ravel(), c.ravel()

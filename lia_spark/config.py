@@ -17,11 +17,10 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-POSTERIOR_MECHANISMS = ("rr", "llp", "llp_laplace", "llp_geometric")
+from lia_spark import names
+from lia_spark.names import POSTERIOR_MECHANISMS, TRAINING_MECHANISMS
+
 PIPELINE_STAGES = ("data", "train", "posteriors", "utility", "audit", "report")
-TRAINING_MECHANISMS = (
-    "none", "rr", "rr_with_prior", "lp_2st", "rr_debiased", "llp", "llp_laplace", "llp_geometric",
-)
 
 
 class ConfigError(ValueError):
@@ -138,11 +137,11 @@ class MechanismsConfig:
     The attacker's prior: ``prior_column`` ``auto`` is ``eta`` (the twin's true P(y=1|x), ``<out>/truth``)
     when data.source is synthetic, else ``proxy_prediction`` (the proxy model's prediction for every row of
     ``day``, ``<out>/models/priors``, written by the train stage); ``prior_path`` overrides the table
-    (:func:`lia_spark.engine.privatize.resolve_prior`).
+    (:func:`lia_spark.engine.posteriors.prior.resolve_prior`).
     """
 
     day: int = 1
-    prior_column: str = "auto"
+    prior_column: str = names.AUTO_PRIOR
     names: tuple[str, ...] = POSTERIOR_MECHANISMS
     epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
     bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -167,8 +166,8 @@ class MechanismsConfig:
             if not (0.0 < epsilon < math.inf):
                 _fail("mechanisms.epsilons", epsilon, "must be finite and > 0")
         for bag_size in self.bag_sizes:
-            if not 1 <= bag_size <= 4096:
-                _fail("mechanisms.bag_sizes", bag_size, "must be in [1, 4096]")
+            if not 1 <= bag_size <= names.MAX_BAG_SIZE:
+                _fail("mechanisms.bag_sizes", bag_size, f"must be in [1, {names.MAX_BAG_SIZE}]")
         if self.bags_per_group < 0:
             _fail("mechanisms.bags_per_group", self.bags_per_group, "must be >= 0 (0 = automatic)")
         if self.rows_per_bagging_unit < 0:
@@ -188,13 +187,13 @@ class ModelsConfig:
     execution: str = "in_memory"
     proxy_day: int = 0
     target_day: int = 1
-    training_mechanism: str = "none"
+    training_mechanism: str = names.NONE
     epsilon: float = math.inf
     bag_size: int = 1
-    n_estimators: int = 200
-    max_depth: int = 6
-    learning_rate: float = 0.1
-    early_stopping_rounds: int = 20
+    n_estimators: int = names.N_ESTIMATORS
+    max_depth: int = names.MAX_DEPTH
+    learning_rate: float = names.LEARNING_RATE
+    early_stopping_rounds: int = names.EARLY_STOPPING_ROUNDS
     split: tuple[float, ...] = (0.8, 0.04, 0.16)
     hash_buckets: int = 1 << 18
     categorical_encoding: str = "frequency"
@@ -249,7 +248,7 @@ class AuditConfig:
     """Observational one-run audit (docs/math.md §5) and its epsilon lower bounds (docs/math.md §6)."""
 
     repetitions: int = 100
-    score: str = "log_ratio"  # the tightest valid attack of the study in BENCHMARKS.md
+    score: str = names.LOG_RATIO  # the tightest valid attack of the study in BENCHMARKS.md
     t: float = 2.0
     confidence: float = 0.95
     delta: float = 0.0
@@ -257,16 +256,16 @@ class AuditConfig:
     canaries: int = 0
     sweep_step_percent: float = 1.0
     extra_guess_share: float = 0.001
-    convention: str = "bonferroni"
-    bounds: tuple[str, ...] = ("binomial", "gdp")
-    table_bounds: tuple[str, ...] = ("binomial",)
+    convention: str = names.BONFERRONI
+    bounds: tuple[str, ...] = names.BOUND_FAMILIES
+    table_bounds: tuple[str, ...] = (names.BINOMIAL,)
     canary_path: str = ""
 
     def validate(self) -> None:
         if self.repetitions < 1:
             _fail("audit.repetitions", self.repetitions, "must be >= 1")
-        if self.score not in ("difference", "log_ratio"):
-            _fail("audit.score", self.score, "must be one of difference, log_ratio")
+        if self.score not in names.SCORES:
+            _fail("audit.score", self.score, f"must be one of {', '.join(names.SCORES)}")
         if not self.t >= 0:
             _fail("audit.t", self.t, "must be >= 0")
         if not 0.0 < self.confidence < 1.0:
@@ -281,11 +280,11 @@ class AuditConfig:
             _fail("audit.sweep_step_percent", self.sweep_step_percent, "must be in (0, 100]")
         if not 0.0 <= self.extra_guess_share <= 1.0:
             _fail("audit.extra_guess_share", self.extra_guess_share, "must be in [0, 1]")
-        if self.convention not in ("bonferroni", "paper"):
-            _fail("audit.convention", self.convention, "must be one of bonferroni, paper")
+        if self.convention not in names.CONVENTIONS:
+            _fail("audit.convention", self.convention, f"must be one of {', '.join(names.CONVENTIONS)}")
         for method in self.bounds:
-            if method not in ("binomial", "gdp"):
-                _fail("audit.bounds", method, "must be one of binomial, gdp")
+            if method not in names.BOUND_FAMILIES:
+                _fail("audit.bounds", method, f"must be one of {', '.join(names.BOUND_FAMILIES)}")
         for method in self.table_bounds:
             if method not in self.bounds:
                 _fail("audit.table_bounds", method, "must be one of the families in audit.bounds")
@@ -317,8 +316,8 @@ class TableConfig:
     configured models.library / models.execution cannot train are skipped with a warning
     (:func:`lia_spark.table.table_cells`)."""
 
-    mechanisms: tuple[str, ...] = ("none", "rr", "rr_with_prior", "rr_debiased", "lp_2st", "llp", "llp_laplace",
-                                   "llp_geometric")
+    mechanisms: tuple[str, ...] = (names.NONE, names.RR, names.RR_WITH_PRIOR, names.RR_DEBIASED, names.LP_2ST,
+                                   *names.BAG_MECHANISMS)
     epsilons: tuple[float, ...] = (math.inf, 8.0, 4.0, 2.0, 1.0, 0.1)
     bag_sizes: tuple[int, ...] = (8,)
 
@@ -337,11 +336,11 @@ class TableConfig:
                 _fail("table.epsilons", epsilon, "must be > 0 (inf = no noise)")
         if len(set(self.epsilons)) != len(self.epsilons):
             _fail("table.epsilons", self.epsilons, "must not repeat an epsilon")
-        if any(name.startswith("llp") for name in self.mechanisms) and not self.bag_sizes:
+        if any(name in names.BAG_MECHANISMS for name in self.mechanisms) and not self.bag_sizes:
             _fail("table.bag_sizes", self.bag_sizes, "must list at least one bag size for the llp mechanisms")
         for bag_size in self.bag_sizes:
-            if not 1 <= bag_size <= 4096:
-                _fail("table.bag_sizes", bag_size, "must be in [1, 4096]")
+            if not 1 <= bag_size <= names.MAX_BAG_SIZE:
+                _fail("table.bag_sizes", bag_size, f"must be in [1, {names.MAX_BAG_SIZE}]")
         if len(set(self.bag_sizes)) != len(self.bag_sizes):
             _fail("table.bag_sizes", self.bag_sizes, "must not repeat a bag size")
 

@@ -20,11 +20,10 @@ import math
 import numpy as np
 
 from lia_spark import hashing, mechanisms
-
-LABEL_MECHANISMS = ("none", "rr", "rr_with_prior", "lp_2st", "rr_debiased")
-BAG_MECHANISMS = ("llp", "llp_laplace", "llp_geometric")
+from lia_spark.names import BAG_MECHANISMS, LLP
 
 PURPOSE_HALF = "train-labels/lp2st-half"
+DEBIAS_CLIP = 1e-6  # noise-corrected predictions are clipped to [DEBIAS_CLIP, 1 - DEBIAS_CLIP]
 
 
 def rr_flip_probability(*, epsilon: float) -> float:
@@ -68,7 +67,7 @@ def rr_with_prior(labels: np.ndarray, prior: np.ndarray, row_ids: np.ndarray, *,
                     randomized_response(labels, row_ids, epsilon=epsilon, seed=seed)).astype(np.int8)
 
 
-def debias_rr_predictions(predictions: np.ndarray, *, epsilon: float, clip: float = 1e-6) -> np.ndarray:
+def debias_rr_predictions(predictions: np.ndarray, *, epsilon: float, clip: float = DEBIAS_CLIP) -> np.ndarray:
     """Noise correction of a model fitted to RR labels: p = (q - pi)/(1 - 2 pi), clipped to [clip, 1-clip].
 
     E[released | x] = pi + (1 - 2 pi) P(y=1|x), so inverting the affine map recovers P(y=1|x).
@@ -111,11 +110,7 @@ def bag_proportions(row_ids: np.ndarray, labels: np.ndarray, *, mechanism: str, 
     order = np.argsort(bag_index, kind="stable")
     sizes = np.bincount(bag_index)
     sums = mechanisms.bag_sums(labels[order], sizes)
-    if mechanism == "llp" or math.isinf(epsilon):
-        return bag_index, sums / sizes
     bag_keys = np.full(sizes.size, np.iinfo(np.int64).max)
     np.minimum.at(bag_keys, bag_index, ids)
-    if mechanism == "llp_laplace":
-        return bag_index, mechanisms.laplace_release(sums, sizes, bag_keys, epsilon=epsilon, seed=seed)
-    _, released = mechanisms.geometric_release(sums, sizes, bag_keys, epsilon=epsilon, seed=seed)
-    return bag_index, released
+    release = mechanisms.BAG_RELEASES[LLP if math.isinf(epsilon) else mechanism]
+    return bag_index, release(sums, sizes, bag_keys, epsilon=epsilon, seed=seed).proportion

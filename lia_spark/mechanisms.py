@@ -8,10 +8,13 @@ sum(bag_sizes[:b]) .. sum(bag_sizes[:b+1]) - 1.
 """
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import numpy as np
 from scipy.special import expit, logit
 
 from lia_spark import hashing
+from lia_spark.names import LLP, LLP_GEOMETRIC, LLP_LAPLACE
 
 RR_PURPOSE = "mechanism/rr"
 BAGGING_PURPOSE = "mechanism/bagging"
@@ -56,14 +59,19 @@ def epsilon_from_flip_probability(flip: float) -> float:
     return float(-logit(pi))
 
 
+def flip_labels(labels, uniforms, *, epsilon: float) -> np.ndarray:
+    """RR(eps) given one Uniform(0, 1) draw u per label: y XOR 1{u < pi}, pi = 1/(1+e^eps) (int8)."""
+    flips = np.asarray(uniforms) < np.asarray(flip_probability(epsilon))
+    return (np.asarray(labels) ^ flips).astype(np.int8)
+
+
 def rr_release(labels, row_ids, *, epsilon: float, seed: int) -> np.ndarray:
-    """RR(eps): y XOR Bernoulli(pi) with pi = 1/(1+e^eps), the flip keyed on (seed, "mechanism/rr", row_id)."""
+    """RR(eps): :func:`flip_labels` with u keyed on (seed, "mechanism/rr", row_id)."""
     y = _check_labels(labels)
     ids = np.asarray(row_ids)
     if ids.shape != y.shape:
         raise ValueError(f"row_ids must be shaped like labels {y.shape}, got row_ids with shape {ids.shape}")
-    flips = hashing.bernoulli(seed, RR_PURPOSE, ids, flip_probability(epsilon))
-    return (y ^ flips).astype(np.int8)
+    return flip_labels(y, hashing.uniform(seed, RR_PURPOSE, ids), epsilon=epsilon)
 
 
 def bag_sums(labels, bag_sizes) -> np.ndarray:
@@ -113,6 +121,34 @@ def geometric_release(bag_sums, bag_sizes, bag_ids, *, epsilon: float, seed: int
     g2 = np.floor(np.log(hashing.uniform(seed, GEOMETRIC_PURPOSE, ids, 1)) / -eps)
     clipped = np.clip(sums + (g1 - g2), 0, sizes).astype(np.int64)
     return clipped, geometric_post_process(clipped, sizes, epsilon=eps) / sizes
+
+
+class BagRelease(NamedTuple):
+    """What a bag mechanism releases, per bag: the value posteriors condition on (``observed``: the sum S for
+    LLP, the noisy proportion for LLP+Lap, the clipped noisy sum Z for LLP+Geom) and the released proportion."""
+
+    observed: np.ndarray
+    proportion: np.ndarray
+
+
+def llp_release(bag_sums, bag_sizes, bag_ids, *, epsilon: float, seed: int) -> BagRelease:
+    """LLP(k): the exact proportion S/k (no noise: epsilon, seed and bag ids are not used)."""
+    sums, sizes, _ = _per_bag(bag_sums, bag_sizes, bag_ids)
+    return BagRelease(sums, sums / sizes)
+
+
+def _laplace_bag_release(bag_sums, bag_sizes, bag_ids, *, epsilon: float, seed: int) -> BagRelease:
+    released = laplace_release(bag_sums, bag_sizes, bag_ids, epsilon=epsilon, seed=seed)
+    return BagRelease(released, released)
+
+
+def _geometric_bag_release(bag_sums, bag_sizes, bag_ids, *, epsilon: float, seed: int) -> BagRelease:
+    return BagRelease(*geometric_release(bag_sums, bag_sizes, bag_ids, epsilon=epsilon, seed=seed))
+
+
+# The release of each bag mechanism: (bag_sums, bag_sizes, bag_ids, *, epsilon, seed) -> BagRelease.
+BAG_RELEASES: dict[str, Callable[..., BagRelease]] = {
+    LLP: llp_release, LLP_LAPLACE: _laplace_bag_release, LLP_GEOMETRIC: _geometric_bag_release}
 
 
 def geometric_post_process(clipped_sums, bag_sizes, *, epsilon: float) -> np.ndarray:

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lia_spark.advantage import empirical_cdf  # noqa: E402
+from lia_spark.names import RR  # noqa: E402
 
 _PANEL_INCHES = 2.2
 _MAX_COLUMNS = 10
@@ -52,7 +53,7 @@ def spindle_plot(sample: pd.DataFrame, *, mechanism: str, path: str) -> str:
         cell = rows[_same_epsilon(rows["epsilon"], epsilon) & (rows["bag_size"] == k)]
         axis.plot([0, 1], [0, 1], color="0.6", linewidth=0.8)
         axis.scatter(cell["prior"], cell["posterior"], s=2, alpha=0.3, color="tab:blue", rasterized=True)
-        label = _epsilon_text(epsilon) if mechanism == "rr" else f"{_epsilon_text(epsilon)}, k={k}"
+        label = _epsilon_text(epsilon) if mechanism == RR else f"{_epsilon_text(epsilon)}, k={k}"
         axis.set_title(f"{label} (n={len(cell)})", fontsize=8)
         axis.set_xlim(0, 1)
         axis.set_ylim(-0.02, 1.02)
@@ -86,7 +87,7 @@ def cdf_plot(sample: pd.DataFrame, *, mechanism: str, column: str, xlabel: str, 
                 continue
             x, share = empirical_cdf(np.abs(cell) if column == "I" else cell)
             finite = np.isfinite(x)
-            label = "k=1" if mechanism == "rr" else f"k={k}"
+            label = "k=1" if mechanism == RR else f"k={k}"
             if finite.any():
                 axis.step(x[finite], share[finite], where="post", color=color, linewidth=1.2, label=label)
             else:

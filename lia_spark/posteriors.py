@@ -21,13 +21,13 @@ offsets sum(bag_sizes[:b]) .. sum(bag_sizes[:b+1]) - 1, one release per bag.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from scipy.special import expit
 
 from lia_spark import _forward_backward as fb
-
-MAX_BAG_SIZE = 4096  # the kernel keeps a (k+1) x (k+2) float64 table of forward messages
+from lia_spark.names import LLP, LLP_GEOMETRIC, LLP_LAPLACE, MAX_BAG_SIZE
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,17 @@ def llp_geometric_bags(priors, bag_sizes, clipped_sums, *, epsilon: float) -> Po
     offsets = _offsets(eta, bag_sizes)
     z = _integer_sums(clipped_sums, np.diff(offsets), "clipped_sums")
     return _run(eta, offsets, fb.GEOMETRIC, z, eps)
+
+
+def _llp_bags_any_epsilon(priors, bag_sizes, bag_sums, *, epsilon: float) -> Posteriors:
+    """:func:`llp_bags` (plain LLP has no epsilon)."""
+    return llp_bags(priors, bag_sizes, bag_sums)
+
+
+# The posteriors of each bag mechanism given what it released per bag (the ``observed`` value of
+# lia_spark.mechanisms.BAG_RELEASES): (priors, bag_sizes, observed, *, epsilon) -> Posteriors.
+BAG_POSTERIORS: dict[str, Callable[..., Posteriors]] = {
+    LLP: _llp_bags_any_epsilon, LLP_LAPLACE: llp_laplace_bags, LLP_GEOMETRIC: llp_geometric_bags}
 
 
 def warm_up() -> None:

@@ -24,7 +24,7 @@ MAX_TABLE_ROWS = 60
 STYLE = """body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:.5em 0 1.5em}
 td,th{border:1px solid #ccc;padding:2px 8px;text-align:right;font-size:90%}th{background:#eee}
 td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
-.failed{color:#b00}.unavailable,.blocked,.skipped{color:#888}"""
+.failed{color:#b00}.skipped{color:#888}"""
 
 
 @dataclasses.dataclass

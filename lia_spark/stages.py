@@ -13,17 +13,12 @@ STAGE_FUNCTIONS: dict[str, str] = {
     "generate": "lia_spark.engine.generate:run_generate",
     "ingest": "lia_spark.engine.ingest:run_ingest",
     "train": "lia_spark.engine.train:run_train_models",
-    "posteriors": "lia_spark.engine.privatize:run_posteriors",
-    "utility": "lia_spark.engine.train:run_utility_tradeoff",
+    "posteriors": "lia_spark.engine.posteriors.stage:run_posteriors",
+    "utility": "lia_spark.engine.utility:run_utility_tradeoff",
     "audit": "lia_spark.engine.audit:run_audit",
     "pipeline": "lia_spark.engine.pipeline:run_pipeline",
     "audit-table": "lia_spark.engine.table:run_audit_table",  # command `lia-spark audit-table` (Table 2)
 }
-
-
-def stage_module(name: str) -> str:
-    """Dotted module that defines stage ``name``'s run function."""
-    return STAGE_FUNCTIONS[name].split(":", 1)[0]
 
 
 def load_stage(name: str) -> Callable[..., Any]:

@@ -16,28 +16,29 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from lia_spark.config import Config, ConfigError
-from lia_spark.label_mechanisms import BAG_MECHANISMS
+from lia_spark.names import (BAG_MECHANISMS, BINOMIAL, BONFERRONI, LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, NONE, PAPER,
+                             RR, RR_DEBIASED, RR_WITH_PRIOR, bound_key)
 
 # The paper's names of the training mechanisms (Ghazi et al. 2021, "Deep Learning with Label Differential Privacy",
 # for LP-1ST / LP-2ST; proportion matching on label proportions, auditing paper sec. 2).
 DISPLAY_NAMES: dict[str, str] = {
-    "none": "non-private (none)",
-    "rr": "LP-1ST",
-    "rr_with_prior": "LP-1ST (domain prior)",
-    "rr_debiased": "LP-1ST (noise correction)",
-    "lp_2st": "LP-2ST",
-    "llp": "PropMatch on LLP",
-    "llp_laplace": "PropMatch on LLP+Lap",
-    "llp_geometric": "PropMatch on LLP+Geom",
+    NONE: "non-private (none)",
+    RR: "LP-1ST",
+    RR_WITH_PRIOR: "LP-1ST (domain prior)",
+    RR_DEBIASED: "LP-1ST (noise correction)",
+    LP_2ST: "LP-2ST",
+    LLP: "PropMatch on LLP",
+    LLP_LAPLACE: "PropMatch on LLP+Lap",
+    LLP_GEOMETRIC: "PropMatch on LLP+Geom",
 }
+CONVENTION = BONFERRONI
 
 
 def bound_keys(summary: Mapping | None) -> tuple[str, str]:
     """The audit summary's keys of the headline family's valid (Bonferroni over the sweep) best bound and of its
     paper-convention best bound (best over the sweep, not a valid joint bound)."""
-    family = ((summary or {}).get("headline") or {}).get("family", "binomial")
-    return f"eps_{family}_bonferroni", f"eps_{family}_paper"
-CONVENTION = "bonferroni"
+    family = ((summary or {}).get("headline") or {}).get("family", BINOMIAL)
+    return bound_key(family, BONFERRONI), bound_key(family, PAPER)
 
 # ---------------------------------------------------------------------------------------------------------
 # Published values: Kalemaj, Melis, Boucher, Mironov, Mahloujifar, "Observational Auditing of Label Privacy",
@@ -63,8 +64,8 @@ PUBLISHED_LOG_LOSS: dict[str, tuple[float | None, ...]] = {
     "LP-2ST": (0.130, 0.130, 0.123, 0.207, 0.342, 0.527),
     "PATE": (0.130, 0.151, 0.156, 0.188, 0.255, 0.680),
 }
-PUBLISHED_MECHANISMS: dict[str, str | None] = {"LP-1ST": "rr", "LP-1ST (domain prior)": "rr_with_prior",
-                                               "LP-1ST (noise correction)": "rr_debiased", "LP-2ST": "lp_2st",
+PUBLISHED_MECHANISMS: dict[str, str | None] = {"LP-1ST": RR, "LP-1ST (domain prior)": RR_WITH_PRIOR,
+                                               "LP-1ST (noise correction)": RR_DEBIASED, "LP-2ST": LP_2ST,
                                                "PATE": None}
 
 
@@ -79,9 +80,9 @@ class Cell:
     @property
     def name(self) -> str:
         """Folder-safe name: ``none``, ``rr-eps8``, ``rr-eps0.1``, ``llp-k8``, ``llp_laplace-k8-eps1``."""
-        if self.mechanism == "none":
-            return "none"
-        if self.mechanism == "llp":
+        if self.mechanism == NONE:
+            return NONE
+        if self.mechanism == LLP:
             return f"llp-k{self.bag_size}"
         bag = f"-k{self.bag_size}" if self.mechanism in BAG_MECHANISMS else ""
         return f"{self.mechanism}{bag}-eps{epsilon_text(self.epsilon)}"
@@ -123,10 +124,10 @@ def table_cells(config: Config) -> tuple[list[Cell], dict[str, str]]:
     for name in section.mechanisms:
         if name in skipped:
             continue
-        if name == "none":
-            cells.append(Cell("none", math.inf))
-        elif name == "llp":
-            cells.extend(Cell("llp", math.inf, k) for k in section.bag_sizes)
+        if name == NONE:
+            cells.append(Cell(NONE, math.inf))
+        elif name == LLP:
+            cells.extend(Cell(LLP, math.inf, k) for k in section.bag_sizes)
         elif name in BAG_MECHANISMS:
             cells.extend(Cell(name, epsilon, k) for k in section.bag_sizes for epsilon in section.epsilons)
         else:

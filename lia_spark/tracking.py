@@ -1,21 +1,22 @@
 """MLflow tracking of pipeline runs; the only module of lia_spark that imports mlflow.
 
 One MLflow experiment per config (``tracking.experiment``), one parent run per pipeline run, one
-nested run per stage, and below the posteriors stage one nested run per mechanism setting (a row of
-``OUT/posteriors/summary.csv``). The parent run holds the flattened config, seed, data fingerprint,
+nested run per stage, and below the posteriors stage one nested run per mechanism setting (a row of the
+stage result's summary). The parent run holds the flattened config, seed, data fingerprint,
 git commit and package versions as params and every stage metric as ``<stage>.<metric>``; stage runs
-hold their own metrics, artifacts and (train) the model files as xgboost/catboost MLflow models.
+hold their own metrics, artifacts and (train) the model files as xgboost/catboost MLflow models. Everything
+logged comes from the stage results the pipeline passes in; no artifact is read back to find it.
 
 Store: ``tracking.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the
 working directory with artifacts in ``./mlruns`` beside the database file.
 """
 from __future__ import annotations
 
-import csv
 import hashlib
 import importlib.metadata
 import json
 import logging
+import math
 import os
 import platform
 import subprocess
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from lia_spark.config import Config, TrackingConfig
+from lia_spark.names import SETTING_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +36,6 @@ STAGE_TAG = "lia_spark.stage"
 FINGERPRINT_TAG = "lia_spark.output_fingerprint"
 REUSED_FROM_TAG = "lia_spark.reused_from_run"
 MAX_PARAM_CHARS = 500
-POSTERIOR_SETTING_KEYS = ("mechanism", "epsilon", "bag_size")
-MODEL_STAGE = "train"
 
 
 class TrackingError(RuntimeError):
@@ -145,14 +145,11 @@ def finite_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     return numbers
 
 
-def _xgboost_model(path: Path) -> Any | None:
+def _xgboost_model(path: Path) -> Any:
     import xgboost
 
     booster = xgboost.Booster()
-    try:
-        booster.load_model(str(path))
-    except xgboost.core.XGBoostError:
-        return None
+    booster.load_model(str(path))
     return booster
 
 
@@ -186,11 +183,10 @@ def _model_name(path: Path) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in path.stem) or "model"
 
 
-def log_model_file(path: Path) -> str | None:
-    """Log one model file (``.ubj``/``.json`` xgboost, ``.cbm`` catboost) with its signature; return its URI.
+def log_model_file(path: Path) -> str:
+    """Log one model file (``.cbm`` catboost, any other xgboost) with its signature; return its URI.
 
-    Explicit pip requirements skip MLflow's slow requirement inference. Returns None for files that are
-    not models (a ``.json`` that xgboost cannot load).
+    Explicit pip requirements skip MLflow's slow requirement inference.
     """
     import mlflow
 
@@ -202,8 +198,6 @@ def log_model_file(path: Path) -> str | None:
                                          pip_requirements=[f"catboost=={catboost.__version__}"])
         return info.model_uri
     booster = _xgboost_model(path)
-    if booster is None:
-        return None
     import xgboost
 
     info = mlflow.xgboost.log_model(booster, name=_model_name(path), signature=_xgboost_signature(booster),
@@ -211,20 +205,9 @@ def log_model_file(path: Path) -> str | None:
     return info.model_uri
 
 
-def posterior_settings(path: Path) -> list[dict[str, str]]:
-    """Rows of a posteriors ``summary.csv`` (one per mechanism setting), or [] for any other CSV."""
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        if not set(POSTERIOR_SETTING_KEYS) <= set(reader.fieldnames or ()):
-            return []
-        return list(reader)
-
-
-def _as_number(text: str) -> float | None:
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return None
+def _param_text(value: Any) -> str:
+    """A setting key as the summary CSV writes it: "" for NaN (plain LLP's epsilon), else ``str``."""
+    return "" if isinstance(value, float) and math.isnan(value) else str(value)
 
 
 class PipelineTracker:
@@ -277,8 +260,13 @@ class PipelineTracker:
         mlflow.log_params(data_fingerprint(marker))
 
     def log_stage(self, stage: str, *, status: str, seconds: float, metrics: Mapping[str, Any],
-                  artifacts: Sequence[str], error: str = "", fingerprint: str = "") -> None:
+                  artifacts: Sequence[str], models: Sequence[str] = (),
+                  settings: Sequence[Mapping[str, Any]] = (), error: str = "", fingerprint: str = "") -> None:
         """One nested run for ``stage``: status, timing, metrics, artifacts, models and per-setting runs.
+
+        ``artifacts`` and ``models`` are local files (``models``: the train stage's model files, logged as MLflow
+        models when tracking.log_models); ``settings`` are the posteriors stage's summary rows (one nested run
+        each). All three are logged only when the stage ran.
 
         The parent run also gets ``<stage>.<metric>`` and ``<stage>.seconds`` so runs compare in one table.
         The stage run is tagged with the fingerprint of the output it produced or reused
@@ -301,6 +289,10 @@ class PipelineTracker:
             if status == "ran":
                 for text in artifacts:
                     self._log_artifact(stage, Path(text))
+                if self.config.tracking.log_models:
+                    for text in models:
+                        logger.info("tracking: logged model %s as %s", Path(text).name, log_model_file(Path(text)))
+                self._log_settings(stage, settings)
             if status == "failed":
                 mlflow.end_run(status="FAILED")
 
@@ -326,24 +318,20 @@ class PipelineTracker:
             mlflow.log_artifacts(str(path), artifact_path=f"{stage}/{path.name}")
             return
         mlflow.log_artifact(str(path), artifact_path=stage)
-        if stage == MODEL_STAGE and self.config.tracking.log_models and path.suffix in (".ubj", ".json", ".cbm"):
-            uri = log_model_file(path)
-            if uri is not None:
-                logger.info("tracking: logged model %s as %s", path.name, uri)
-        if path.suffix == ".csv":
-            self._log_settings(stage, posterior_settings(path))
 
-    def _log_settings(self, stage: str, rows: list[dict[str, str]]) -> None:
-        """Nested run per mechanism setting: its (mechanism, epsilon, bag_size) as params, the rest as metrics."""
+    def _log_settings(self, stage: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Nested run per mechanism setting: its (mechanism, epsilon, bag_size) as params, the rest (numbers but
+        NaN) as metrics."""
         import mlflow
 
         for row in rows:
-            setting = {key: row[key] for key in POSTERIOR_SETTING_KEYS}
+            setting = {key: _param_text(row[key]) for key in SETTING_KEY}
             name = "-".join(f"{key}={value}" for key, value in setting.items())
-            values = {key: _as_number(text) for key, text in row.items() if key not in setting}
+            values = {key: float(value) for key, value in row.items() if key not in setting
+                      and isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)}
             with mlflow.start_run(run_name=name, nested=True, tags={KIND_TAG: "setting", STAGE_TAG: stage}):
                 mlflow.log_params(setting)
-                mlflow.log_metrics({key: value for key, value in values.items() if value is not None})
+                mlflow.log_metrics(values)
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
         """Tags of the parent run (e.g. the audit headline's ``audit.eps_lb``, ``audit.claimed_eps``)."""

@@ -32,6 +32,8 @@ from scipy.special import expit, logit
 from sklearn.metrics import log_loss, roc_auc_score
 
 from lia_spark import label_mechanisms as lm
+from lia_spark import names
+from lia_spark.names import BAG_MECHANISMS, LP_2ST, NONE, RR, RR_DEBIASED, RR_WITH_PRIOR, TRAINING_MECHANISMS
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +45,10 @@ _PROB_CLIP = 1e-7
 class BoostingParams:
     """Hyper-parameters shared by both libraries; threads = 0 uses every core."""
 
-    n_estimators: int = 200
-    max_depth: int = 6
-    learning_rate: float = 0.1
-    early_stopping_rounds: int = 20
+    n_estimators: int = names.N_ESTIMATORS
+    max_depth: int = names.MAX_DEPTH
+    learning_rate: float = names.LEARNING_RATE
+    early_stopping_rounds: int = names.EARLY_STOPPING_ROUNDS
     threads: int = 0
     seed: int = 0
 
@@ -275,25 +277,25 @@ def train_target(data: ModelData, *, mechanism: str, epsilon: float, seed: int, 
     """
     train, valid = data.split == SPLIT_TRAIN, data.split == SPLIT_VALID
     labels, ids = data.labels.astype(np.int8), data.row_ids
-    if mechanism in lm.BAG_MECHANISMS:
+    if mechanism in BAG_MECHANISMS:
         train_bags, valid_bags = (Bags(*lm.bag_proportions(ids[rows], labels[rows], mechanism=mechanism,
                                                            epsilon=epsilon, bag_size=bag_size, seed=seed))
                                   for rows in (train, valid))
         return TargetFit(fit_model(data, labels, train, valid, params=params, train_bags=train_bags,
                                    valid_bags=valid_bags), None)
-    if mechanism in ("none", "rr", "rr_debiased") or math.isinf(epsilon):
-        released = labels if math.isinf(epsilon) or mechanism == "none" else \
+    if mechanism in (NONE, RR, RR_DEBIASED) or math.isinf(epsilon):
+        released = labels if math.isinf(epsilon) or mechanism == NONE else \
             lm.randomized_response(labels, ids, epsilon=epsilon, seed=seed)
         model = fit_model(data, released, train, valid, params=params)
-        if mechanism == "rr_debiased" and not math.isinf(epsilon):
+        if mechanism == RR_DEBIASED and not math.isinf(epsilon):
             model.debias_epsilon = epsilon
         return TargetFit(model, released)
-    if mechanism == "rr_with_prior":
+    if mechanism == RR_WITH_PRIOR:
         if prior is None:
             raise ValueError("training_mechanism rr_with_prior needs a prior (proxy predictions), got None")
         released = lm.rr_with_prior(labels, prior, ids, epsilon=epsilon, seed=seed)
         return TargetFit(fit_model(data, released, train, valid, params=params), released)
-    if mechanism == "lp_2st":
+    if mechanism == LP_2ST:
         first = lm.lp2st_first_half(ids, seed=seed)
         rr_labels = lm.randomized_response(labels, ids, epsilon=epsilon, seed=seed)
         stage1 = fit_model(data, rr_labels, train & first, valid & first, params=params)
@@ -304,4 +306,4 @@ def train_target(data: ModelData, *, mechanism: str, epsilon: float, seed: int, 
         released = np.where(first, rr_labels,
                             lm.rr_with_prior(labels, stage1_prior, ids, epsilon=epsilon, seed=seed)).astype(np.int8)
         return TargetFit(fit_model(data, released, train, valid, params=params), released, stage1)
-    raise ValueError(f"training_mechanism must be one of {lm.LABEL_MECHANISMS + lm.BAG_MECHANISMS}, got {mechanism!r}")
+    raise ValueError(f"training_mechanism must be one of {TRAINING_MECHANISMS}, got {mechanism!r}")

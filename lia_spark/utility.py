@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from lia_spark.advantage import rr_closed_form_advantage
+from lia_spark.names import LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, RR, RR_DEBIASED, RR_WITH_PRIOR
 
-KEY = ["mechanism", "epsilon", "bag_size"]
 ADVANTAGES = {"mean_additive_advantage": "expected additive advantage", "abs_I_p98": "98th percentile of |I|"}
-RR_FAMILY = ("rr", "rr_debiased", "lp_2st", "rr_with_prior")
+RR_FAMILY = (RR, RR_DEBIASED, LP_2ST, RR_WITH_PRIOR)
 
 
 def utility_grid(*, epsilons: Sequence[float], bag_sizes: Sequence[int],
@@ -26,9 +26,9 @@ def utility_grid(*, epsilons: Sequence[float], bag_sizes: Sequence[int],
     """Settings (mechanism, epsilon, bag size): rr x eps (inf = true labels), llp x k, noisy llp x finite eps x k,
     and each extra label mechanism x finite eps. LLP rows carry epsilon NaN, RR-family rows bag size 1."""
     finite = [float(e) for e in epsilons if math.isfinite(e)]
-    grid = [("rr", float(e), 1) for e in epsilons]
-    grid += [("llp", math.nan, int(k)) for k in bag_sizes]
-    grid += [(name, e, int(k)) for name in ("llp_laplace", "llp_geometric") for k in bag_sizes for e in finite]
+    grid = [(RR, float(e), 1) for e in epsilons]
+    grid += [(LLP, math.nan, int(k)) for k in bag_sizes]
+    grid += [(name, e, int(k)) for name in (LLP_LAPLACE, LLP_GEOMETRIC) for k in bag_sizes for e in finite]
     grid += [(name, e, 1) for name in extra_mechanisms for e in finite]
     return grid
 
@@ -82,13 +82,13 @@ def plot_tradeoff(table: pd.DataFrame, *, advantage: str, path: str, title: str 
     figure, axis = plt.subplots(figsize=(7.5, 5))
     shown = table[np.isfinite(table[advantage].astype(float))]
     for (mechanism, bag_size), group in shown.groupby(["mechanism", "bag_size"], sort=True):
-        if mechanism == "llp":
+        if mechanism == LLP:
             continue
         group = group.sort_values(advantage)
         label = mechanism if mechanism in RR_FAMILY else f"{mechanism} k={bag_size}"
-        style = "-o" if mechanism in RR_FAMILY else ("--s" if mechanism == "llp_laplace" else ":^")
+        style = "-o" if mechanism in RR_FAMILY else ("--s" if mechanism == LLP_LAPLACE else ":^")
         axis.plot(group[advantage], group["auc"], style, label=label, markersize=4, linewidth=1)
-    llp = shown[shown["mechanism"] == "llp"].sort_values(advantage)
+    llp = shown[shown["mechanism"] == LLP].sort_values(advantage)
     if len(llp):
         axis.plot(llp[advantage], llp["auc"], "-D", color="black", label="llp (over k)", markersize=4)
     dropped = len(table) - len(shown)

@@ -47,7 +47,8 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from lia_spark import audit, bounds, posteriors
+from lia_spark import audit, bounds, mechanisms, posteriors
+from lia_spark.names import BINOMIAL, BONFERRONI, PAPER, bound_key
 
 PROXIES = ("true", "logistic")
 EPSILONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
@@ -82,11 +83,8 @@ def gaussian_mixture(n: int, *, dimension: int = 5, rng: np.random.Generator) ->
 
 
 def randomized_response(labels: np.ndarray, *, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """RR(eps): flip each binary label independently with probability 1 / (1 + e^eps)."""
-    if not epsilon > 0:
-        raise ValueError(f"epsilon must be > 0, got epsilon={epsilon}")
-    flips = rng.random(len(labels)) < expit(-epsilon)
-    return (np.asarray(labels) ^ flips).astype(np.int8)
+    """RR(eps) of :func:`lia_spark.mechanisms.flip_labels` with the uniforms drawn from ``rng``."""
+    return mechanisms.flip_labels(labels, rng.random(len(labels)), epsilon=epsilon)
 
 
 def logistic_proxy(sample: MixtureSample, *, fresh: MixtureSample) -> np.ndarray:
@@ -119,7 +117,7 @@ def ceiling(posterior: np.ndarray, proxy: np.ndarray, *, epsilon: float, confide
     informative = float(np.sum(posterior * (1.0 - proxy) + proxy * (1.0 - posterior)))
     guesses = int(min(max(round(informative), 1), len(posterior)))
     correct = int(round(guesses * expit(epsilon)))
-    level = audit.convention_confidence(confidence, convention="bonferroni", points=tests)
+    level = audit.convention_confidence(confidence, convention=BONFERRONI, points=tests)
     bound = bounds.epsilon_lower_bound(canaries=len(posterior), guesses=guesses, correct=correct, confidence=level)
     return Ceiling(bound=bound, informative=informative, guesses=guesses, correct=correct)
 
@@ -213,14 +211,14 @@ def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] =
             taus = {"0": 0.0} if proxy == "true" else {"0": 0.0, "max_tv": float(gap.max())}
             for rule, tau in taus.items():
                 measures = {name: audit.evaluate_sweep(counts[name], grid, canaries=n, confidence=confidence,
-                                                       tau=tau, families=("binomial",), table_families=())
+                                                       tau=tau, families=(BINOMIAL,), table_families=())
                             for name in names}
                 if len(names) > 1:
                     measures[COMBINED] = audit.evaluate_attacks(counts, grid, canaries=n, confidence=confidence,
-                                                                tau=tau, families=("binomial",))
+                                                                tau=tau, families=(BINOMIAL,))
                 for name, result in measures.items():
                     for convention in audit.CONVENTIONS:
-                        key = f"eps_binomial_{convention}"
+                        key = bound_key(BINOMIAL, convention)
                         winner = result.best_attacks[key][0] if name == COMBINED else name
                         rows.append({**common, "tau_rule": rule, "tau": tau, "attack": name,
                                      "convention": convention, "eps_lb": float(result.best[key][0]),
@@ -274,7 +272,7 @@ def pick_default(summary: pd.DataFrame, *, max_share: float = MAX_SHARE) -> Defa
     max_share in every null cell (Bonferroni convention, :func:`theorem_rows`); tightest = largest mean over RR
     cells of eps_lb / eps."""
     valid_rows = theorem_rows(summary)
-    valid_rows = valid_rows[valid_rows["convention"] == "bonferroni"]
+    valid_rows = valid_rows[valid_rows["convention"] == BONFERRONI]
     evidence = []
     for attack, group in valid_rows.groupby("attack", sort=False):
         rr, null = group[group["setting"] == "rr"], group[group["setting"] == "null"]
@@ -308,7 +306,7 @@ def null_table(summary: pd.DataFrame) -> list[str]:
     for (proxy, target, rule), group in null.groupby(["proxy", "target", "tau_rule"], sort=False):
         by = group.set_index(["attack", "convention"])
         label = "M(x) = P(y=1 given x)" if target == "posterior" else "M = M'"
-        cells = [f"{by.loc[(a, 'bonferroni'), 'share_positive']:.1%} / {by.loc[(a, 'paper'), 'share_positive']:.1%}"
+        cells = [f"{by.loc[(a, BONFERRONI), 'share_positive']:.1%} / {by.loc[(a, PAPER), 'share_positive']:.1%}"
                  for a in attacks]
         tau = "max TV" if rule == "max_tv" else "0"
         lines.append(f"| {proxy} | {label} | {tau} | {int(group['draws'].iloc[0])} | " + " | ".join(cells) + " |")
@@ -323,7 +321,7 @@ def markdown_report(records: pd.DataFrame, *, max_share: float = MAX_SHARE) -> s
     attacks = list(dict.fromkeys(records["attack"]))
     singles = [a for a in attacks if a != COMBINED]
     heads = " | ".join(_attack_label(a, singles) for a in attacks)
-    bonf = summary[summary["convention"] == "bonferroni"]
+    bonf = summary[summary["convention"] == BONFERRONI]
     rr = bonf[bonf["setting"] == "rr"]
     if rr.empty:
         return "\n".join(null_table(everything))
@@ -362,7 +360,7 @@ def markdown_report(records: pd.DataFrame, *, max_share: float = MAX_SHARE) -> s
                      f"{row.min_ratio_eps:.3f} | {row.mean_ratio_ceiling:.3f} |")
     lines += ["", f"Winner: **{choice.attack}**." if choice.attack else "Winner: none is valid.", ""]
     zero = everything[(everything["tau_rule"] == "0") & (everything["setting"] == "rr")
-                      & (everything["convention"] == "bonferroni") & (everything["proxy"] != "true")]
+                      & (everything["convention"] == BONFERRONI) & (everything["proxy"] != "true")]
     if len(zero):
         lines += ["Logistic proxy with tau = 0 (as the paper and a production audit run it), Bonferroni: "
                   "eps_lb / eps (share of draws with eps_lb > eps):", "",
@@ -372,7 +370,7 @@ def markdown_report(records: pd.DataFrame, *, max_share: float = MAX_SHARE) -> s
             lines.append(f"| {proxy} | {epsilon:g} | " + " | ".join(
                 f"{by.loc[a, 'ratio_eps']:.3f} ({by.loc[a, 'share_above']:.0%})" for a in attacks) + " |")
         lines.append("")
-    paper = summary[(summary["convention"] == "paper") & (summary["setting"] == "rr")]
+    paper = summary[(summary["convention"] == PAPER) & (summary["setting"] == "rr")]
     lines += ["Paper convention, not a valid bound (max over the sweep, every point at 95%): eps_lb mean +- std and "
               "share of draws with eps_lb > eps:", "",
               f"| proxy | eps | {heads} |", "|---|---|" + "---|" * len(attacks)]
@@ -388,7 +386,7 @@ def invalid_cells(summary: pd.DataFrame, *, max_share: float = MAX_SHARE) -> pd.
     """Bonferroni rows (:func:`theorem_rows`) breaking validity: RR cells with share eps_lb > eps, null cells with
     share eps_lb > 0, above ``max_share``."""
     bonf = theorem_rows(summary)
-    bonf = bonf[bonf["convention"] == "bonferroni"]
+    bonf = bonf[bonf["convention"] == BONFERRONI]
     bad = ((bonf["setting"] == "rr") & (bonf["share_above"] > max_share)) | (
         (bonf["setting"] == "null") & (bonf["share_positive"] > max_share))
     return bonf[bad]
@@ -410,7 +408,7 @@ def plot_study(records: pd.DataFrame, *, path: str) -> str:
     figure, axes = plt.subplots(1, len(proxies), figsize=(6.0 * len(proxies), 4.5), squeeze=False, sharey=True)
     for axis, proxy in zip(axes[0], proxies):
         rows = rr[rr["proxy"] == proxy]
-        valid = rows[rows["convention"] == "bonferroni"]
+        valid = rows[rows["convention"] == BONFERRONI]
         for attack in attacks:
             group = valid[valid["attack"] == attack]
             axis.errorbar(group["epsilon"], group["eps_lb_mean"], yerr=group["eps_lb_std"], marker="o", capsize=3,
@@ -418,7 +416,7 @@ def plot_study(records: pd.DataFrame, *, path: str) -> str:
         ceiling_rows = valid.drop_duplicates("epsilon")
         axis.plot(ceiling_rows["epsilon"], ceiling_rows["ceiling_mean"], color="black", linewidth=1.5,
                   label="ceiling (oracle on informative canaries)")
-        paper = rows[(rows["convention"] == "paper") & (rows["attack"] == attacks[-1])]
+        paper = rows[(rows["convention"] == PAPER) & (rows["attack"] == attacks[-1])]
         axis.plot(paper["epsilon"], paper["eps_lb_mean"], color="grey", linestyle=":", marker=".",
                   label=f"{_attack_label(attacks[-1], singles)}, paper convention (not a valid bound)")
         epsilons = np.sort(rows["epsilon"].unique())

@@ -1,4 +1,5 @@
-"""The three rings: pure kernels never import pyspark or mlflow; only tracking imports mlflow."""
+"""The three rings: kernels import no engine module, pyspark or mlflow; only engine modules import pyspark; only
+tracking imports mlflow; the vocabulary imports nothing and the posterior grid only numpy."""
 from __future__ import annotations
 
 import ast
@@ -28,3 +29,22 @@ def test_kernels_import_neither_pyspark_nor_mlflow():
 def test_only_tracking_imports_mlflow():
     importers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if "mlflow" in _imported_roots(p))
     assert importers in ([], ["tracking.py"])
+
+
+def test_kernels_import_no_engine_module():
+    kernels = [p for p in PACKAGE.glob("*.py") if p.name not in ("cli.py", "stages.py", "tracking.py")]
+    offenders = {p.name: [node.module for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                          if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lia_spark.engine")]
+                 for p in kernels}
+    assert {name: modules for name, modules in offenders.items() if modules} == {}
+
+
+def test_vocabulary_imports_nothing_and_the_posterior_grid_only_numpy():
+    assert _imported_roots(PACKAGE / "names.py") == set()
+    assert _imported_roots(PACKAGE / "posterior_grid.py") <= {"__future__", "dataclasses", "math", "typing", "numpy",
+                                                             "lia_spark"}
+
+
+def test_only_engine_modules_import_pyspark():
+    importers = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if "pyspark" in _imported_roots(p)}
+    assert importers and all(name.startswith("engine/") for name in importers)

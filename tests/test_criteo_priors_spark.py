@@ -19,10 +19,12 @@ import pytest
 from lia_spark import criteo
 from lia_spark.cli import main
 from lia_spark.config import config_from_dict, load_config
-from lia_spark.engine import privatize
 from lia_spark.engine.generate import run_generate
 from lia_spark.engine.outputs import MARKER, committed_output
 from lia_spark.engine.pipeline import run_pipeline
+from lia_spark.engine.posteriors.prior import (PriorSource, check_prior_source, needs_proxy_priors, prior_source,
+                                               resolve_prior)
+from lia_spark.engine.posteriors.stage import run_posteriors
 
 TWIN_ROWS = 4000
 HAND_ROWS = 3000
@@ -110,7 +112,7 @@ def test_readme_criteo_command_on_hand_written_day_files(spark, tmp_path):
                                           encoding="ascii")
     out = tmp_path / "runs" / "criteo"
     config = load_config(None, [*_readme_command(out, files)[1:], *_shrink(tmp_path)])
-    assert privatize.resolve_prior(config) == privatize.PriorSource("proxy_prediction", str(out / "models" / "priors"),
+    assert resolve_prior(config) == PriorSource("proxy_prediction", str(out / "models" / "priors"),
                                                                     "train")
     result = run_pipeline(spark, config)
     assert {o.step: o.status for o in result.steps} == {"data": "ran", "train": "ran", "posteriors": "ran",
@@ -145,9 +147,9 @@ def test_resolve_prior_defaults_and_overrides(tmp_path):
          ("score", "/tables/p", None)),
     ]
     for config, (column, path, step) in cases:
-        assert privatize.resolve_prior(config) == privatize.PriorSource(column, str(path), step)
-        assert privatize.prior_source(config) == str(path)
-        assert privatize.needs_proxy_priors(config) == (path == out / "models" / "priors")
+        assert resolve_prior(config) == PriorSource(column, str(path), step)
+        assert prior_source(config) == str(path)
+        assert needs_proxy_priors(config) == (path == out / "models" / "priors")
 
 
 def _write_table(spark, path: Path, columns: dict) -> str:
@@ -156,7 +158,7 @@ def _write_table(spark, path: Path, columns: dict) -> str:
 
 
 def test_check_prior_source_names_the_field(spark, tmp_path):
-    check = privatize.check_prior_source
+    check = check_prior_source
     with pytest.raises(ValueError, match=r"mechanisms.prior_column: eta exists only in the synthetic twin's truth "
                                          r"table .*mechanisms.prior_column=auto .*mechanisms.prior_path"):
         check(spark, _criteo(tmp_path, "mechanisms.prior_column=eta"))
@@ -194,7 +196,7 @@ def test_posteriors_stage_alone_fails_clearly_without_priors(spark, tmp_path):
     """No raw FileNotFoundError: the stage checks its prior first."""
     with pytest.raises(ValueError, match=r"mechanisms.prior_column: the prior 'proxy_prediction' is read from "
                                          r".*/models/priors"):
-        privatize.run_posteriors(spark, _criteo(tmp_path))
+        run_posteriors(spark, _criteo(tmp_path))
     assert not (tmp_path / "out" / "posteriors").exists()
 
 

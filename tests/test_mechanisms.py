@@ -118,7 +118,7 @@ XXHASH64_SEED_42 = [-5252525462095825812, -7001672635703045582, 3858142552250413
 
 
 def test_xxhash64_long_equals_sparks_xxhash64():
-    """Fixed values printed by Spark; tests/test_privatize_spark checks the bagging key expression on live data."""
+    """Fixed values printed by Spark; tests/test_posteriors_spark checks the bagging key expression on live data."""
     assert hashing.xxhash64_long(np.array([0, 1, -1], dtype=np.int64), hashing.SPARK_HASH_SEED).tolist() == XXHASH64_SEED_42
 
 

@@ -21,9 +21,13 @@ import pytest
 from lia_spark import advantage
 from lia_spark.config import config_from_dict
 from lia_spark.criteo import make_row_id
-from lia_spark.engine import privatize
 from lia_spark.engine.audit import run_audit
 from lia_spark.engine.outputs import MARKER, is_complete, local_copies, write_text
+from lia_spark.engine.posteriors.stage import run_posteriors
+from lia_spark.engine.posteriors.summary import plot_sample, summarize_digest
+from lia_spark.engine.posteriors.units import frame_blobs
+from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, spark_write_posteriors
+from lia_spark.posterior_grid import plot_sample_mask, settings_grid
 
 SEED = 20261122
 ROWS = 6000
@@ -91,10 +95,10 @@ def both(spark, tmp_path_factory):
                           ).repartition(3).write.partitionBy("day").parquet(str(inputs / "data"))
     spark.createDataFrame(pd.DataFrame({"row_id": row_ids, "day": days.astype(np.int32), "eta": eta})
                           ).write.parquet(str(inputs / "truth"))
-    local = privatize.run_posteriors(spark, _posteriors_config(str(root / "local"), inputs))
+    local = run_posteriors(spark, _posteriors_config(str(root / "local"), inputs))
     uri = mount(spark, root / "mounted")
     with empty_cwd(root / "cwd"):
-        remote = privatize.run_posteriors(spark, _posteriors_config(f"{uri}/out", inputs))
+        remote = run_posteriors(spark, _posteriors_config(f"{uri}/out", inputs))
     return {"root": root, "inputs": inputs, "uri": uri, "local": local, "remote": remote,
             "local_dir": root / "local" / "posteriors", "remote_dir": root / "mounted" / "out" / "posteriors"}
 
@@ -137,37 +141,37 @@ def test_remote_posteriors_report_uris_and_commit_every_file(both):
 def test_remote_plot_sample_is_the_workers_sample(both, spark):
     """The Spark predicate (xxhash64) keeps exactly the rows of plot_sample_mask, in every setting."""
     rows = spark.read.parquet(f"{both['uri']}/out/posteriors/rows")
-    sample = privatize.plot_sample(rows, fraction=0.1, seed=SEED)
-    assert list(sample.columns) == privatize.PLOT_COLUMNS
+    sample = plot_sample(rows, fraction=0.1, seed=SEED)
+    assert list(sample.columns) == PLOT_COLUMNS
     ids = _rows(both["local_dir"])["row_id"].to_numpy()
-    kept = ids[privatize.plot_sample_mask(ids, fraction=0.1, seed=SEED)]
+    kept = ids[plot_sample_mask(ids, fraction=0.1, seed=SEED)]
     assert 0 < len(sample) == len(kept) and sorted(sample["row_id"]) == sorted(kept)
-    assert len(privatize.plot_sample(rows, fraction=1.0, seed=SEED)) == 7 * ROWS
+    assert len(plot_sample(rows, fraction=1.0, seed=SEED)) == 7 * ROWS
 
 
 def test_remote_posteriors_without_rows(both, spark, python_cwd):
     """write_rows=false deletes the Spark-written rows through Hadoop; the summary is still the local one."""
     mounted = both["root"] / "mounted_no_rows"
     config = _posteriors_config(f"{mount(spark, mounted)}/out", both["inputs"], write_rows=False)
-    result = privatize.run_posteriors(spark, config)
+    result = run_posteriors(spark, config)
     assert not result.rows_written
     assert _listing(mounted / "out" / "posteriors") == [MARKER, "plots", "summary", "summary.csv"]
     pd.testing.assert_frame_equal(pd.read_parquet(mounted / "out" / "posteriors" / "summary"),
                                   pd.read_parquet(both["local_dir"] / "summary"), check_exact=True)
-    assert privatize.run_posteriors(spark, config).skipped
+    assert run_posteriors(spark, config).skipped
 
 
 def test_remote_percentiles_ranked_on_driver_or_by_spark(both, spark):
     """summarize_digest over Spark-read rows: the exact order statistics, ranked on the driver or by a window."""
     rows = spark.read.parquet(f"{both['uri']}/out/posteriors/rows")
-    settings = privatize.settings_grid(_posteriors_config("unused", both["inputs"]).mechanisms)
-    digest = privatize.spark_write_posteriors(
-        privatize.frame_blobs(rows.where("mechanism = 'rr'").select("row_id", "label", "prior"), None, seed=SEED,
-                              unit_bits=2),
+    rr_rows = rows.where("mechanism = 'rr'")
+    settings = settings_grid(_posteriors_config("unused", both["inputs"]).mechanisms)
+    digest = spark_write_posteriors(
+        frame_blobs(rr_rows.select("row_id", "label"), rr_rows.select("row_id", "prior"), seed=SEED, unit_bits=2),
         output_dir=f"{both['uri']}/again", settings=settings, seed=SEED, unit_bits=2)
     again = spark.read.parquet(f"{both['uri']}/again/rows")
-    on_driver = privatize.summarize_digest(spark, digest, again)
-    in_spark = privatize.summarize_digest(spark, digest, again, driver_rows=0)
+    on_driver = summarize_digest(spark, digest, again)
+    in_spark = summarize_digest(spark, digest, again, driver_rows=0)
     pd.testing.assert_frame_equal(on_driver, in_spark, check_exact=True)
     local_rows = _rows(both["local_dir"])
     for record in on_driver.to_dict("records"):

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from lia_spark.engine.outputs import is_complete
-from lia_spark.engine.pipeline import DEPENDS_ON
+from lia_spark.config import PIPELINE_STAGES
 from pipeline_support import PYTHON, REPO, tiny_run, write_conf
 
 SPARK_SUBMIT = str(Path(PYTHON).with_name("spark-submit"))
@@ -61,7 +61,7 @@ def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):
                          str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path)
     result = _result(completed.stdout)
     assert result["spark_master"] == "local[2]"
-    assert [s["status"] for s in result["steps"]] == ["reused"] * (len(DEPENDS_ON) - 1) + ["ran"]
+    assert [s["status"] for s in result["steps"]] == ["reused"] * (len(PIPELINE_STAGES) - 1) + ["ran"]
     assert "session on local[2] (3 shuffle partitions)" in completed.stdout + completed.stderr
     *_, report, headline = completed.stdout.rstrip().splitlines()  # tracking disabled: no MLflow line
     assert report.startswith("report: ") and headline.startswith("audit: eps >= ")
@@ -82,7 +82,7 @@ def test_spark_submit_data_and_posteriors_on_local_cluster_with_the_wheel(spark,
     assert result["spark_master"] == master
     assert f"session on {master} (5 shuffle partitions)" in completed.stdout + completed.stderr
     assert {s["step"]: s["status"] for s in result["steps"]} == {
-        step: "ran" if step in ("data", "posteriors") else "skipped" for step in DEPENDS_ON}
+        step: "ran" if step in ("data", "posteriors") else "skipped" for step in PIPELINE_STAGES}
     assert is_complete(spark, str(out / "data"))
     assert spark.read.parquet(str(out / "data")).count() == 2 * 2000
     # posteriors: the executors' Python workers wrote one result file per bagging unit, all seen by the driver
@@ -105,7 +105,7 @@ def test_readme_cluster_command_with_a_remote_output_folder_on_local_cluster(spa
                          str(wheel), str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf),
                          "run.output_dir=viewfs://readme/lia/run1"], tmp_path)
     result = _result(completed.stdout, {"viewfs://readme/lia": mounted})
-    assert {s["step"]: s["status"] for s in result["steps"]} == {step: "ran" for step in DEPENDS_ON}
+    assert {s["step"]: s["status"] for s in result["steps"]} == {step: "ran" for step in PIPELINE_STAGES}
     for folder in ("data", "truth", "models", "posteriors", "utility", "audit", "report"):
         assert (mounted / "run1" / folder / "_LIA_COMPLETE").is_file(), folder
     assert len(pd.read_csv(mounted / "run1" / "posteriors" / "summary.csv")) == 4

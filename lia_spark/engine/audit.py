@@ -40,7 +40,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import audit, hashing, label_mechanisms
+from lia_spark import audit, hashing, layout, names
 from lia_spark.config import AuditConfig, Config
 from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, read_marker, reported_path,
                                      reusable_output, stage_fingerprint)
@@ -56,7 +56,7 @@ FILES = ("results.csv", "summary.json", "plots/eps_vs_guesses.png")  # beside th
 
 def canary_path(config: Config) -> str:
     """The canary table read by the stage: audit.canary_path, else <run.output_dir>/models/canaries."""
-    return config.audit.canary_path or os.path.join(config.run.output_dir, "models", "canaries")
+    return config.audit.canary_path or layout.canaries_path(config)
 
 
 def _as_uint64(column: pd.Series) -> np.ndarray:
@@ -296,8 +296,8 @@ class AuditResult:
         for key, stats in self.summary["best"].items():
             metrics[f"audit_{key}_mean"] = stats["mean"]
             metrics[f"audit_{key}_std"] = stats["std"]
-            if key.startswith("eps_") and key.endswith("_bonferroni"):
-                metrics[f"audit_{key[:-len('_bonferroni')]}"] = stats["mean"]
+            if key.startswith("eps_") and key.endswith(f"_{names.BONFERRONI}"):
+                metrics[f"audit_{key.removesuffix(f'_{names.BONFERRONI}')}"] = stats["mean"]
         return {key: value for key, value in metrics.items() if math.isfinite(value)}
 
     @property
@@ -322,7 +322,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
     :func:`lia_spark.engine.outputs.reusable_output`) and run.force is false; never for a ``canaries`` frame.
     """
     settings = config.audit
-    output = os.path.join(config.run.output_dir, "audit")
+    output = layout.output_path(config, layout.AUDIT)
     output_path = reported_path(output)
     fingerprint = stage_fingerprint(spark, "audit", config, inputs={"canaries": canary_path(config)})
     marker = reusable_output(spark, [output], fingerprint, force=config.run.force or canaries is not None)
@@ -352,7 +352,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         "best_guesses_median": {key: float(np.median(v)) for key, v in sweep.best_guesses.items()},
     }
     summary["headline"] = _headline(spark, config, sweep, tests=len(guesses)).to_dict()
-    if sweep.gdp_tau_vacuous and "gdp" in settings.bounds:
+    if sweep.gdp_tau_vacuous and names.GDP in settings.bounds:
         logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", settings.tau)
     frame = results_frame(sweep)
     metadata: dict[str, Any] = {}
@@ -373,7 +373,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
                              files=files, seconds=time.monotonic() - started)
         metadata.update(result.to_dict())
     logger.info("audit: done in %.1f s; paper convention, not a valid bound (mean best per repetition): %s",
-                result.seconds, {k: round(v["mean"], 4) for k, v in summary["best"].items() if k.endswith("paper")})
+                result.seconds, {k: round(v["mean"], 4) for k, v in summary["best"].items() if k.endswith(names.PAPER)})
     log = logger.warning if result.headline.is_finding else logger.info
     log("audit: %s", result.headline.text())
     return result
@@ -387,8 +387,8 @@ def claimed_privacy(spark: SparkSession, config: Config) -> tuple[str, float]:
     if marker is None:
         return "an unknown mechanism", math.nan
     mechanism, epsilon, bag_size = marker["mechanism"], float(marker["epsilon"]), int(marker["bag_size"])
-    name = f"{mechanism} (k = {bag_size})" if mechanism in label_mechanisms.BAG_MECHANISMS else mechanism
-    return name, math.inf if mechanism in ("none", "llp") else epsilon
+    name = f"{mechanism} (k = {bag_size})" if mechanism in names.BAG_MECHANISMS else mechanism
+    return name, math.inf if mechanism in (names.NONE, names.LLP) else epsilon
 
 
 def headline_family(settings: AuditConfig) -> str:
@@ -396,15 +396,15 @@ def headline_family(settings: AuditConfig) -> str:
     bound): binomial at delta = 0; GDP when delta > 0 (its delta enters through eps(mu, delta), while the
     binomial bound's delta term grows with the number of canaries m and is vacuous once m * delta is large);
     the computed family when only one is."""
-    if "gdp" in settings.bounds and (settings.delta > 0 or "binomial" not in settings.bounds):
-        return "gdp"
-    return "binomial"
+    if names.GDP in settings.bounds and (settings.delta > 0 or names.BINOMIAL not in settings.bounds):
+        return names.GDP
+    return names.BINOMIAL
 
 
 def _headline(spark: SparkSession, config: Config, sweep: audit.SweepBounds, *, tests: int) -> Headline:
     """The first repetition's valid (Bonferroni) bound of :func:`headline_family`."""
     family = headline_family(config.audit)
-    valid = np.asarray(sweep.best[f"eps_{family}_bonferroni"], dtype=np.float64)
+    valid = np.asarray(sweep.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
     mechanism, claimed = claimed_privacy(spark, config)
     return Headline(eps_lb=float(valid[0]), eps_lb_mean=float(valid.mean()),
                     eps_lb_std=float(valid.std(ddof=1)) if len(valid) > 1 else 0.0, repetitions=len(valid),

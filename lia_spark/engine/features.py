@@ -8,7 +8,7 @@ from lia_spark import features
 from lia_spark.criteo import CAT_COLUMNS, DAY, LABEL, ROW_ID
 
 
-def day_rows(spark: SparkSession, parquet_path: str, day: int) -> DataFrame:
+def read_day(spark: SparkSession, parquet_path: str, day: int) -> DataFrame:
     """One day of the day-partitioned storage table."""
     return spark.read.parquet(parquet_path).where(F.col(DAY) == day)
 

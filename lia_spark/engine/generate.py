@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lia_spark import layout
 from lia_spark.config import Config
 from lia_spark.criteo import CAT_COLUMNS, DAY, INT_COLUMNS, LABEL, ROW_ID, STORAGE_DDL, split_row_id
 from lia_spark.engine.outputs import (committed_output, delete_path, hadoop_filesystem, marker_fields, reusable_output,
@@ -225,7 +226,7 @@ def concatenate_parts_by_day(spark: SparkSession, parts_folder: str, target_fold
 def _write_tsv(spark: SparkSession, config: Config, params: TwinParameters, partitions: int,
                fingerprint: Fingerprint) -> list[str]:
     synthetic = config.synthetic
-    final = os.path.join(config.run.output_dir, "criteo")
+    final = layout.output_path(config, layout.CRITEO_TSV)
     suffix = ".gz" if synthetic.gzip else ""
     metadata: dict[str, Any] = {}
     with committed_output(spark, final, metadata, fingerprint=fingerprint) as staging:
@@ -244,7 +245,7 @@ def _write_tsv(spark: SparkSession, config: Config, params: TwinParameters, part
 
 def _write_truth(spark: SparkSession, config: Config, params: TwinParameters, data_path: str,
                  fingerprint: Fingerprint) -> None:
-    final = os.path.join(config.run.output_dir, "truth")
+    final = layout.output_path(config, layout.TRUTH)
     with committed_output(spark, final, {"intercepts": list(params.intercepts)}, fingerprint=fingerprint) as staging:
         spark.sparkContext.setJobDescription("generate: truth table (row_id, day, eta)")
         truth_from_rows(spark.read.parquet(data_path), params).write.partitionBy(DAY).parquet(staging)
@@ -270,8 +271,8 @@ def run_generate(spark: SparkSession, config: Config) -> GenerateResult:
     started = time.monotonic()
     synthetic = config.synthetic
     data_path = config.parquet_path
-    truth_path = os.path.join(config.run.output_dir, "truth")
-    tsv_path = os.path.join(config.run.output_dir, "criteo")
+    truth_path = layout.output_path(config, layout.TRUTH)
+    tsv_path = layout.output_path(config, layout.CRITEO_TSV)
     fingerprint = stage_fingerprint(spark, "generate", config)
     tsv_fingerprint = stage_fingerprint(spark, "generate", config, gzip=synthetic.gzip)
     marker = reusable_output(spark, [data_path, truth_path], fingerprint, force=config.run.force)

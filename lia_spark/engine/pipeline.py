@@ -1,10 +1,9 @@
 """End-to-end pipeline: data (generate | ingest) -> train -> posteriors -> utility -> audit -> report, in MLflow.
 
 Each step calls one stage function registered in :mod:`lia_spark.stages`. Steps are chosen by
-``run.stages``; a step whose output is already complete is reused by the stage itself unless
-``run.force``. A stage module that is not installed is reported as ``unavailable`` and the steps that
-need its outputs as ``blocked``; the pipeline never fails for that alone. A failing stage stops the
-pipeline; outputs of finished stages stay committed, the MLflow run is marked FAILED, the error is raised.
+``run.stages`` and run in the order of :data:`lia_spark.config.PIPELINE_STAGES`; a step whose output is already
+complete is reused by the stage itself unless ``run.force``. A failing stage stops the pipeline; outputs of
+finished stages stay committed, the MLflow run is marked FAILED, the error is raised.
 """
 from __future__ import annotations
 
@@ -19,7 +18,8 @@ from typing import Any, Callable, Sequence
 
 from pyspark.sql import SparkSession
 
-from lia_spark.config import Config, is_remote_path
+from lia_spark import layout
+from lia_spark.config import PIPELINE_STAGES, Config, is_remote_path
 from lia_spark.engine.outputs import (check_writable, committed_output, copy_from_local, is_complete, local_copies,
                                      path_exists, read_marker)
 from lia_spark.fingerprint import marker_fingerprint, verified_marker
@@ -27,14 +27,11 @@ from lia_spark.report import REPORT_FILE, ReportResult, render_report
 
 logger = logging.getLogger(__name__)
 
-DEPENDS_ON: dict[str, tuple[str, ...]] = {"data": (), "train": ("data",), "posteriors": ("data",),
-                                          "utility": ("data",), "audit": ("train",), "report": ()}
-UNFINISHED = ("unavailable", "blocked", "failed")
 
 
 @dataclasses.dataclass
 class StageOutcome:
-    """What one pipeline step did: ran, reused (complete output), skipped (config), unavailable, blocked, failed."""
+    """What one pipeline step did: ran, reused (complete output), skipped (not in run.stages) or failed."""
 
     step: str
     stage: str
@@ -52,6 +49,17 @@ class StageOutcome:
     def artifacts(self) -> list[str]:
         """The stage result's artifact paths (empty when it did not run)."""
         return list(self.result.artifacts()) if self.result is not None else []
+
+    def models(self) -> list[str]:
+        """The model files of a train result (MLflow logs them as models); none for other stages."""
+        return list(self.result.model_files) if self.stage == "train" and self.result is not None else []
+
+    def settings(self) -> list[dict[str, Any]]:
+        """One row per mechanism setting (one nested MLflow run each): the posteriors summary, the utility table;
+        none for other stages."""
+        if self.result is None or self.stage not in ("posteriors", "utility"):
+            return []
+        return [dict(row) for row in (self.result.summary if self.stage == "posteriors" else self.result.table)]
 
     def to_dict(self) -> dict[str, Any]:
         """Status, timing and the stage result's own to_dict()."""
@@ -119,13 +127,14 @@ def stage_for(step: str, config: Config) -> str:
 def completion_paths(step: str, config: Config) -> tuple[str, ...]:
     """Committed folders, any of which with a ``_LIA_COMPLETE`` marker means the step's output exists.
 
-    The stage folder itself (stages that commit it whole) or the table the layout contract names.
+    The stage folder itself (stages that commit it whole) or the table inside it (:mod:`lia_spark.layout`).
     """
-    out = config.run.output_dir.rstrip("/")
-    return {"data": (config.parquet_path,), "train": (f"{out}/models", f"{out}/models/canaries"),
-            "posteriors": (f"{out}/posteriors", f"{out}/posteriors/summary"), "utility": (f"{out}/utility",),
-            "audit": (f"{out}/audit",),
-            "report": (f"{out}/report",)}[step]
+    return {"data": (config.parquet_path,),
+            "train": (layout.output_path(config, layout.MODELS), layout.canaries_path(config)),
+            "posteriors": (layout.output_path(config, layout.POSTERIORS), layout.posterior_summary_path(config)),
+            "utility": (layout.output_path(config, layout.UTILITY),),
+            "audit": (layout.output_path(config, layout.AUDIT),),
+            "report": (layout.output_path(config, layout.REPORT),)}[step]
 
 
 def step_complete(spark: SparkSession, step: str, config: Config) -> bool:
@@ -150,7 +159,7 @@ def write_report(spark: SparkSession, config: Config, steps: Sequence[StageOutco
         text, figures, tables = render_report(config, steps, mlflow_location=mlflow_location, local_artifacts=local)
     local = Path(tempfile.mkdtemp(prefix="lia-report-")) / REPORT_FILE
     local.write_text(text, encoding="utf-8")
-    final = f"{config.run.output_dir.rstrip('/')}/report"
+    final = layout.output_path(config, layout.REPORT)
     spark.sparkContext.setJobDescription("report: write report.html")
     with committed_output(spark, final, {"figures": figures, "tables": tables}) as staging:
         copy_from_local(spark, str(local), f"{staging}/{REPORT_FILE}")
@@ -161,19 +170,6 @@ def write_report(spark: SparkSession, config: Config, steps: Sequence[StageOutco
         shutil.rmtree(local.parent, ignore_errors=True)
     logger.info("report: %s (%d plots, %d tables)", path, figures, tables)
     return ReportResult(path=path, html_path=path if is_local else str(local), figures=figures, tables=tables)
-
-
-def _load_stage(stage: str) -> Callable[[SparkSession, Config], Any] | None:
-    """The stage's run function, or None when its module is not installed yet."""
-    from lia_spark.stages import load_stage, stage_module
-
-    module = stage_module(stage)
-    try:
-        return load_stage(stage)
-    except ModuleNotFoundError as error:
-        if error.name == module:
-            return None
-        raise
 
 
 def _row_counts(metrics: dict[str, float]) -> str:
@@ -203,7 +199,7 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
         raise ValueError(f"audit.canary_path: no such table, got {config.audit.canary_path!r}; set it to a canary "
                          "table or leave it empty for the train stage's")
     if "posteriors" in selected:
-        from lia_spark.engine.privatize import check_prior_source
+        from lia_spark.engine.posteriors.prior import check_prior_source
 
         check_prior_source(spark, config)
     check_writable(spark, config.run.output_dir)  # last: it creates the folder
@@ -211,19 +207,13 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
 
 def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str, StageOutcome],
               report: Callable[[SparkSession, Config, list[StageOutcome]], Any]) -> StageOutcome:
+    from lia_spark.stages import load_stage
+
     stage = stage_for(step, config)
     if step not in config.run.stages:
         logger.info("pipeline: %s skipped (not in run.stages)", step)
         return StageOutcome(step, stage, "skipped")
-    missing = [dep for dep in DEPENDS_ON[step] if outcomes[dep].status in UNFINISHED]
-    if missing:
-        logger.warning("pipeline: %s blocked: needs %s, which is %s", step, ", ".join(missing),
-                       ", ".join(outcomes[dep].status for dep in missing))
-        return StageOutcome(step, stage, "blocked", error=f"needs {', '.join(missing)}")
-    function = (lambda s, c: report(s, c, list(outcomes.values()))) if step == "report" else _load_stage(stage)
-    if function is None:
-        logger.warning("pipeline: %s unavailable: stage module for %r is not installed yet", step, stage)
-        return StageOutcome(step, stage, "unavailable", error=f"stage {stage!r} is not installed")
+    function = (lambda s, c: report(s, c, list(outcomes.values()))) if step == "report" else load_stage(stage)
     sc = spark.sparkContext
     sc.setJobGroup(f"lia-spark-{step}", f"{config.run.name}: {step} ({stage})", interruptOnCancel=False)
     logger.info("pipeline: %s (%s) started", step, stage)
@@ -271,14 +261,17 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
     outcomes: dict[str, StageOutcome] = {}
     failed: StageOutcome | None = None
     try:
-        for step in DEPENDS_ON:
+        for step in PIPELINE_STAGES:
             outcome = _run_step(spark, config, step, outcomes, report)
             outcomes[step] = outcome
             result.steps.append(outcome)
             if tracker is not None and outcome.status in ("ran", "reused", "failed"):
-                with local_copies(spark, outcome.artifacts() if outcome.status == "ran" else []) as artifacts:
+                ran = outcome.status == "ran"
+                with (local_copies(spark, outcome.artifacts() if ran else []) as artifacts,
+                      local_copies(spark, outcome.models() if ran else []) as models):
                     tracker.log_stage(step, status=outcome.status, seconds=outcome.seconds,
-                                      metrics=outcome.metrics(), artifacts=artifacts, error=outcome.error,
+                                      metrics=outcome.metrics(), artifacts=artifacts, models=models,
+                                      settings=outcome.settings(), error=outcome.error,
                                       fingerprint=outcome.fingerprint)
                 if step == "audit" and outcome.result is not None:
                     tracker.set_tags(outcome.result.headline.tags())
@@ -293,10 +286,7 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
                 break
     finally:
         if tracker is not None:
-            tracker.end(failed=failed is not None or len(outcomes) < len(DEPENDS_ON))
-    unavailable = [o.step for o in result.steps if o.status in ("unavailable", "blocked")]
-    if unavailable:
-        logger.warning("pipeline: not run (stage modules missing): %s", ", ".join(unavailable))
+            tracker.end(failed=failed is not None or len(outcomes) < len(PIPELINE_STAGES))
     if failed is not None:
         raise RuntimeError(f"stage {failed.step} ({failed.stage}) failed: {failed.error}; outputs of finished "
                            f"stages are kept under {config.run.output_dir}") from failed.exception

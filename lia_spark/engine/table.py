@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from lia_spark import table
+from lia_spark import layout, table
 from lia_spark.config import Config
 from lia_spark.engine.audit import AuditResult, run_audit
 from lia_spark.engine.outputs import (check_writable, copy_from_local, local_copies, local_folder, path_exists,
@@ -44,14 +44,6 @@ logger = logging.getLogger(__name__)
 TABLE_FILES = ("eps_lb.csv", "cells.csv", "utility.csv", "published.csv", "eps_lb_vs_claimed.png")
 
 
-def table_dir(config: Config) -> str:
-    """``<run.output_dir>/table``."""
-    return f"{config.run.output_dir.rstrip('/')}/table"
-
-
-def cell_dir(config: Config, cell: table.Cell) -> str:
-    """``<run.output_dir>/table/cells/<cell name>``: the cell's own run.output_dir (models/, audit/)."""
-    return f"{table_dir(config)}/cells/{cell.name}"
 
 
 def cell_config(config: Config, cell: table.Cell) -> Config:
@@ -59,7 +51,7 @@ def cell_config(config: Config, cell: table.Cell) -> Config:
     shared data table and the cell's own canary table (audit.canary_path cleared)."""
     return dataclasses.replace(
         config,
-        run=dataclasses.replace(config.run, output_dir=cell_dir(config, cell)),
+        run=dataclasses.replace(config.run, output_dir=layout.table_cell_path(config, cell.name)),
         data=dataclasses.replace(config.data, parquet_path=config.parquet_path),
         models=dataclasses.replace(config.models, training_mechanism=cell.mechanism, epsilon=cell.epsilon,
                                    bag_size=cell.bag_size),
@@ -173,7 +165,7 @@ class TableCellsFailed(RuntimeError):
 
 
 def _audit_fingerprint(spark: SparkSession, output_dir: str) -> str:
-    marker = read_marker(spark, f"{output_dir}/audit")
+    marker = read_marker(spark, layout.under(output_dir, layout.AUDIT))
     verified = verified_marker(marker)[0] if marker is not None else None
     return marker_fingerprint(verified) if verified is not None else ""
 
@@ -229,7 +221,7 @@ def _prepare_data(spark: SparkSession, config: Config) -> str:
 
 def write_table(spark: SparkSession, config: Config, outcomes: list[CellOutcome]) -> tuple[str, ...]:
     """Write the table's files locally, copy them into ``<out>/table/`` (any Hadoop file system); their paths."""
-    out = table_dir(config)
+    out = layout.output_path(config, layout.TABLE)
     cells = pd.DataFrame([outcome.record() for outcome in outcomes], columns=list(table.CELL_COLUMNS))
     with tempfile.TemporaryDirectory(prefix="lia-table-") as local:
         frames = {"eps_lb.csv": table.wide_table(cells, epsilons=config.table.epsilons), "cells.csv": cells,
@@ -268,9 +260,9 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
         tracker.check()
     check_writable(spark, config.run.output_dir)
     logger.info("audit-table: %d cells (%s) below %s/cells", len(cells), ", ".join(c.name for c in cells),
-                table_dir(config))
+                layout.output_path(config, layout.TABLE))
     data_stage = _prepare_data(spark, config)
-    result = TableResult(table_dir(config), [], unsupported, (), 0.0, data_stage)
+    result = TableResult(layout.output_path(config, layout.TABLE), [], unsupported, (), 0.0, data_stage)
     failed = True
     if tracker is not None:
         result.mlflow_run_id = tracker.start()

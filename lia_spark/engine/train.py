@@ -4,8 +4,8 @@ Outputs under ``<run.output_dir>/models`` (committed atomically, resumable): ``c
 label, released_label, target_prediction, proxy_prediction of the target's training rows),
 ``test_predictions`` (row_id, label, target_prediction, proxy_prediction of the target day's test rows),
 model files (``proxy``/``target``/``stage1`` as xgboost ``.ubj`` or catboost ``.cbm``), ``metrics.json`` and,
-when the posteriors stage's prior is the proxy's prediction (:func:`lia_spark.engine.privatize.needs_proxy_priors`:
-data.source=criteo with mechanisms.prior_column=auto, or prior_column=proxy_prediction), ``priors`` (row_id,
+when the posteriors stage's prior is the proxy's prediction
+(:func:`lia_spark.engine.posteriors.prior.needs_proxy_priors`: data.source=criteo with mechanisms.prior_column=auto, or prior_column=proxy_prediction), ``priors`` (row_id,
 proxy_prediction of every row of mechanisms.day, scored on the executors by :func:`write_proxy_priors`).
 
 Two execution paths with the same outputs: ``in_memory`` collects one day's features to the driver (Arrow)
@@ -31,24 +31,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
-from lia_spark import features, hashing, label_mechanisms, training
+from lia_spark import features, hashing, label_mechanisms, layout, training
 from lia_spark.config import Config
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine import features as spark_features
-from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, output_fingerprint,
-                                     path_exists, reusable_output, stage_fingerprint, write_text)
-from lia_spark.engine.privatize import PROXY_PRIOR, needs_proxy_priors
+from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, output_fingerprint,
+                                     reusable_output, stage_fingerprint, write_text)
+from lia_spark.engine.posteriors.prior import needs_proxy_priors
+from lia_spark.names import BAG_MECHANISMS, LABEL_MECHANISMS, NONE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR
 
 logger = logging.getLogger(__name__)
 
 PRIORS_SCHEMA = f"{ROW_ID} long, {PROXY_PRIOR} double"
 SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, split int, released_label int, target_prediction double, "
                  "proxy_prediction double")
-
-
-def models_dir(config: Config) -> str:
-    """``<run.output_dir>/models``."""
-    return os.path.join(config.run.output_dir, "models")
 
 
 def training_seed(config: Config) -> int:
@@ -103,10 +99,12 @@ class TrainResult:
     def artifacts(self) -> list[str]:
         """Model files, metrics.json and the two tables' folders."""
         return self.model_files + [os.path.join(self.output_dir, name)
-                                   for name in ("metrics.json", "canaries", "test_predictions")]
+                                   for name in (layout.MODEL_METRICS, layout.CANARIES, layout.TEST_PREDICTIONS)]
 
 
-def _feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
+def feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
+    """How the models section encodes the categoricals of ``spark_rows``: catboost natively, else hashed or by a
+    frequency vocabulary learned on the training split."""
     m = config.models
     if m.library == "catboost":
         return features.FeatureSpec(encoding="native", hash_buckets=m.hash_buckets)
@@ -117,7 +115,9 @@ def _feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec
     return features.FeatureSpec(encoding="frequency", hash_buckets=m.hash_buckets, vocabulary=vocabulary)
 
 
-def _features(rows: DataFrame, spec: features.FeatureSpec, config: Config) -> DataFrame:
+def model_features(rows: DataFrame, spec: features.FeatureSpec, config: Config) -> DataFrame:
+    """The model feature frame of ``rows`` (:func:`lia_spark.engine.features.feature_frame` with the run's seed and
+    split)."""
     return spark_features.feature_frame(rows, spec, seed=config.run.seed, shares=config.models.split)
 
 
@@ -166,9 +166,9 @@ def prepared_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, ta
     m, params, seconds = config.models, boosting_params(config), {}
     sc = spark.sparkContext
     sc.setJobDescription("train: proxy features")
-    proxy_spec = _feature_spec(proxy_rows, config)
+    proxy_spec = feature_spec(proxy_rows, config)
     started = time.monotonic()
-    proxy_data = collect_model_data(_features(proxy_rows, proxy_spec, config), proxy_spec, m.library)
+    proxy_data = collect_model_data(model_features(proxy_rows, proxy_spec, config), proxy_spec, m.library)
     seconds["collect_proxy"] = time.monotonic() - started
     proxy = training.fit_model(proxy_data, proxy_data.labels, proxy_data.split == training.SPLIT_TRAIN,
                                proxy_data.split == training.SPLIT_VALID, params=params)
@@ -178,11 +178,11 @@ def prepared_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, ta
     del proxy_data
     sc.setJobDescription("train: target-day features")
     started = time.monotonic()
-    with_proxy_features = collect_model_data(_features(target_rows, proxy_spec, config), proxy_spec, m.library)
+    with_proxy_features = collect_model_data(model_features(target_rows, proxy_spec, config), proxy_spec, m.library)
     proxy_prediction = proxy.predict(with_proxy_features.features)
     del with_proxy_features
-    target_spec = _feature_spec(target_rows, config)
-    data = collect_model_data(_features(target_rows, target_spec, config), target_spec, m.library)
+    target_spec = feature_spec(target_rows, config)
+    data = collect_model_data(model_features(target_rows, target_spec, config), target_spec, m.library)
     seconds["collect_target"] = time.monotonic() - started
     prepared = PreparedDays(proxy=proxy, proxy_spec=proxy_spec, proxy_day_metrics=proxy_day_metrics,
                             proxy_prediction=proxy_prediction, target_data=data, seconds=seconds)
@@ -233,8 +233,9 @@ def _positive_probability(model, frame: DataFrame, name: str) -> DataFrame:
         *[c for c in scored.columns if c not in frame.columns and c != name])
 
 
-def _release_column(frame: DataFrame, *, mechanism: str, epsilon: float, seed: int, prior: str | None) -> DataFrame:
-    """Add ``released_label`` by mapInPandas over the pure label mechanisms (prior column for rr_with_prior)."""
+def _release_column(frame: DataFrame, *, epsilon: float, seed: int, prior: str | None) -> DataFrame:
+    """Add ``released_label`` by mapInPandas over the pure label mechanisms: RR, or RRWithPrior on the ``prior``
+    column when one is named."""
     schema = StructType(frame.schema.fields + [StructField("released_label", IntegerType())])
 
     def batches(frames):
@@ -253,36 +254,36 @@ def _release_column(frame: DataFrame, *, mechanism: str, epsilon: float, seed: i
 def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame
                  ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec]:
     m, seed, seconds = config.models, training_seed(config), {}
-    if m.library != "xgboost" or m.training_mechanism in label_mechanisms.BAG_MECHANISMS:
-        raise ValueError(f"models.execution: distributed supports xgboost with {label_mechanisms.LABEL_MECHANISMS}, "
+    if m.library != "xgboost" or m.training_mechanism in BAG_MECHANISMS:
+        raise ValueError(f"models.execution: distributed supports xgboost with {LABEL_MECHANISMS}, "
                          f"got library={m.library}, training_mechanism={m.training_mechanism}")
     sc = spark.sparkContext
-    proxy_spec = _feature_spec(proxy_rows, config)
+    proxy_spec = feature_spec(proxy_rows, config)
     columns = proxy_spec.feature_columns
     fit_rows = (F.col(features.SPLIT_COLUMN) < 2)
-    proxy_frame = _features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col("split") == 1)
+    proxy_frame = model_features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col("split") == 1)
     sc.setJobDescription("train: proxy (xgboost.spark)")
     started = time.monotonic()
     proxy = _spark_classifier(spark, config, columns, LABEL).fit(proxy_frame.where(fit_rows))
     seconds["fit_proxy"] = time.monotonic() - started
-    proxy_on_target = _positive_probability(proxy, _features(target_rows, proxy_spec, config), "proxy_prediction")
-    target_spec = _feature_spec(target_rows, config)
-    target = (_features(target_rows, target_spec, config).select(ROW_ID, *columns)
+    proxy_on_target = _positive_probability(proxy, model_features(target_rows, proxy_spec, config), "proxy_prediction")
+    target_spec = feature_spec(target_rows, config)
+    target = (model_features(target_rows, target_spec, config).select(ROW_ID, *columns)
               .join(proxy_on_target.select(ROW_ID, LABEL, "split", "proxy_prediction"), ROW_ID)
               .withColumn("is_valid", F.col("split") == 1).cache())
     models: dict[str, Any] = {"proxy": proxy}
     eps, mechanism = m.epsilon, m.training_mechanism
-    if mechanism == "none" or math.isinf(eps):
+    if mechanism == NONE or math.isinf(eps):
         released = target.withColumn("released_label", F.col(LABEL))
-    elif mechanism in ("rr", "rr_debiased"):
-        released = _release_column(target, mechanism="rr", epsilon=eps, seed=seed, prior=None)
-    elif mechanism == "rr_with_prior":
-        released = _release_column(target, mechanism=mechanism, epsilon=eps, seed=seed, prior="proxy_prediction")
+    elif mechanism in (RR, RR_DEBIASED):
+        released = _release_column(target, epsilon=eps, seed=seed, prior=None)
+    elif mechanism == RR_WITH_PRIOR:
+        released = _release_column(target, epsilon=eps, seed=seed, prior=PROXY_PRIOR)
     else:
         half = F.col("lp2st_first")
         halves = target.mapInPandas(_lp2st_halves(seed), StructType(target.schema.fields
                                                                     + [StructField("lp2st_first", BooleanType())]))
-        rr = _release_column(halves, mechanism="rr", epsilon=eps, seed=seed, prior=None).cache()
+        rr = _release_column(halves, epsilon=eps, seed=seed, prior=None).cache()
         sc.setJobDescription("train: lp_2st stage 1 (xgboost.spark)")
         started = time.monotonic()
         stage1 = _spark_classifier(spark, config, columns, "released_label").fit(rr.where(half & fit_rows))
@@ -290,7 +291,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
         models["stage1"] = stage1
         prior = _debiased(_positive_probability(stage1, rr.drop("released_label"), "stage1_raw"), eps,
                           "stage1_raw", "stage1_prior")
-        second = _release_column(prior, mechanism="rr_with_prior", epsilon=eps, seed=seed, prior="stage1_prior")
+        second = _release_column(prior, epsilon=eps, seed=seed, prior="stage1_prior")
         released = (rr.select(ROW_ID, F.col("released_label").alias("rr_label"))
                     .join(second, ROW_ID)
                     .withColumn("released_label", F.when(half, F.col("rr_label")).otherwise(F.col("released_label")))
@@ -302,7 +303,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     seconds["fit_target"] = time.monotonic() - started
     models["target"] = target_model
     scored = _positive_probability(target_model, released, "target_raw")
-    if mechanism == "rr_debiased" and not math.isinf(eps):
+    if mechanism == RR_DEBIASED and not math.isinf(eps):
         scored = _debiased(scored, eps, "target_raw", "target_prediction")
     else:
         scored = scored.withColumn("target_prediction", F.col("target_raw"))
@@ -335,7 +336,7 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
     (models.execution=distributed) scores by its own ``transform``.
     """
     spark.sparkContext.setJobDescription(f"train: proxy priors of day {config.mechanisms.day}")
-    frame = _features(spark_features.day_rows(spark, config.parquet_path, config.mechanisms.day), spec, config)
+    frame = model_features(spark_features.read_day(spark, config.parquet_path, config.mechanisms.day), spec, config)
     shipped = None
     if isinstance(proxy, training.FittedModel):
         shipped = spark.sparkContext.broadcast(pickle.dumps(proxy))
@@ -364,11 +365,12 @@ def _lp2st_halves(seed: int):
 
 
 def _debiased(frame: DataFrame, epsilon: float, source: str, name: str) -> DataFrame:
-    """Column ``name`` = noise-corrected ``source``, (q - pi)/(1 - 2 pi) clipped to [1e-6, 1 - 1e-6] as in
+    """Column ``name`` = noise-corrected ``source``, (q - pi)/(1 - 2 pi) clipped to [c, 1 - c] (c = DEBIAS_CLIP) as in
     :func:`lia_spark.label_mechanisms.debias_rr_predictions`."""
     pi = label_mechanisms.rr_flip_probability(epsilon=epsilon)
     corrected = (F.col(source) - F.lit(pi)) / F.lit(1.0 - 2.0 * pi)
-    return frame.withColumn(name, F.least(F.greatest(corrected, F.lit(1e-6)), F.lit(1.0 - 1e-6)))
+    clip = label_mechanisms.DEBIAS_CLIP
+    return frame.withColumn(name, F.least(F.greatest(corrected, F.lit(clip)), F.lit(1.0 - clip)))
 
 
 def _test_metrics(scored: DataFrame) -> dict[str, float]:
@@ -406,7 +408,7 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
     ``share_preparation`` (in_memory only): keep the fitted proxy and the target day's features for the next call
     in this process with the same data, seed and models fields apart from the training mechanism
     (:func:`prepared_days`); ``lia-spark audit-table`` sets it."""
-    out = models_dir(config)
+    out = layout.output_path(config, layout.MODELS)
     section = config.mechanisms  # with proxy priors, train also scores the released day
     priors_fields = ({"mechanisms.day": section.day, "mechanisms.prior_column": section.prior_column}
                      if needs_proxy_priors(config) else {})
@@ -418,8 +420,8 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
     started = time.monotonic()
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
                 m.proxy_day, m.target_day, m.training_mechanism, m.epsilon, m.bag_size)
-    proxy_rows = spark_features.day_rows(spark, config.parquet_path, m.proxy_day)
-    target_rows = spark_features.day_rows(spark, config.parquet_path, m.target_day)
+    proxy_rows = spark_features.read_day(spark, config.parquet_path, m.proxy_day)
+    target_rows = spark_features.read_day(spark, config.parquet_path, m.target_day)
     if m.execution == "in_memory":
         run = functools.partial(_in_memory, share_preparation=share_preparation)
     else:
@@ -429,17 +431,19 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
     metadata: dict[str, Any] = {}
     with committed_output(spark, out, metadata, fingerprint=fingerprint) as staging:
         spark.sparkContext.setJobDescription("train: write canaries and test predictions")
-        scored.where(F.col("split") == training.SPLIT_TRAIN).select(
-            ROW_ID, LABEL, "released_label", "target_prediction", "proxy_prediction").write.parquet(f"{staging}/canaries")
+        scored.where(F.col("split") == training.SPLIT_TRAIN).select(*layout.CANARY_COLUMNS).write.parquet(
+            layout.under(staging, layout.CANARIES))
         scored.where(F.col("split") == training.SPLIT_TEST).select(
-            ROW_ID, LABEL, "target_prediction", "proxy_prediction").write.parquet(f"{staging}/test_predictions")
+            ROW_ID, LABEL, "target_prediction", "proxy_prediction").write.parquet(
+            layout.under(staging, layout.TEST_PREDICTIONS))
         rows = {name: int(count) for name, count in scored.groupBy("split").count().toPandas()
                 .assign(name=lambda f: f["split"].map({0: "train_target", 1: "valid_target", 2: "test_target"}))
                 [["name", "count"]].itertuples(index=False)}
         test_metrics = {**_test_metrics(scored), **extra_metrics}
         if needs_proxy_priors(config):
             prior_started = time.monotonic()
-            rows["priors"] = write_proxy_priors(spark, config, models["proxy"], proxy_spec, f"{staging}/priors")
+            rows["priors"] = write_proxy_priors(spark, config, models["proxy"], proxy_spec,
+                                               layout.under(staging, layout.PROXY_PRIORS))
             seconds["write_priors"] = time.monotonic() - prior_started
         files = _save_models(spark, models, staging)
         seconds["total"] = time.monotonic() - started
@@ -447,103 +451,9 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
                              epsilon=m.epsilon, bag_size=m.bag_size, proxy_day=m.proxy_day, target_day=m.target_day,
                              rows=rows, test_metrics=test_metrics, seconds=seconds,
                              model_files=[os.path.join(out, name) for name in files])
-        _write_json(spark, result.to_dict(), f"{staging}/metrics.json")
+        _write_json(spark, result.to_dict(), layout.under(staging, layout.MODEL_METRICS))
         metadata.update(result.to_dict())
     scored.unpersist()
     logger.info("train: done in %.1f s, test AUC target %.4f proxy %.4f", seconds["total"],
                 test_metrics["auc@target"], test_metrics["auc@proxy"])
-    return result
-
-
-@dataclasses.dataclass
-class UtilityResult:
-    """Privacy-utility tradeoff: one row per setting (mechanism, eps, k) with test AUC and advantages."""
-
-    output_dir: str
-    settings: int
-    seconds: float
-    table: list[dict[str, Any]]
-    skipped: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (also the completion marker's content)."""
-        return dataclasses.asdict(self)
-
-    def metrics(self) -> dict[str, float]:
-        """auc_test_<mechanism>_eps<e>_k<k> per setting."""
-        return {f"auc_test_{row['mechanism']}_eps{row['epsilon']}_k{row['bag_size']}": float(row["auc"])
-                for row in self.table}
-
-    def artifacts(self) -> list[str]:
-        """The CSV table and the two PNG plots."""
-        return [os.path.join(self.output_dir, name) for name in UTILITY_FILES]
-
-
-UTILITY_FILES = ("tradeoff.csv", "tradeoff_additive.png", "tradeoff_p98.png")
-UTILITY_EXTRA_MECHANISMS = ("rr_debiased", "lp_2st")
-
-
-def _posterior_summary_path(config: Config) -> str:
-    """The posteriors stage's summary table, whose LLP advantages the utility table carries."""
-    return os.path.join(config.run.output_dir, "posteriors", "summary")
-
-
-def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | None:
-    path = _posterior_summary_path(config)
-    if not path_exists(spark, f"{path}/{MARKER}") and not path_exists(spark, f"{path}/_SUCCESS"):
-        logger.warning("utility: no posterior summary at %s; only RR-family advantages (closed form)", path)
-        return None
-    return spark.read.parquet(path).toPandas()
-
-
-def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
-    """Train the target (in memory) for every setting of the utility grid; write table and two plots.
-
-    Output ``<run.output_dir>/utility`` (beside, not inside, ``models/``, so re-training keeps it):
-    tradeoff.csv, tradeoff_additive.png, tradeoff_p98.png. Run it after the posteriors stage so the table
-    carries the LLP advantages; without their summary only the RR family's closed forms are used.
-    """
-    from lia_spark import utility
-
-    out = os.path.join(config.run.output_dir, "utility")
-    fingerprint = stage_fingerprint(spark, "utility", config, inputs={"data": config.parquet_path,
-                                                                      "posteriors": _posterior_summary_path(config)})
-    marker = reusable_output(spark, [out], fingerprint, force=config.run.force)
-    if marker is not None:
-        return dataclasses.replace(UtilityResult(**marker_fields(UtilityResult, marker)), skipped=True)
-    m, params, seed = config.models, boosting_params(config), training_seed(config)
-    started = time.monotonic()
-    target_rows = spark_features.day_rows(spark, config.parquet_path, m.target_day)
-    spark.sparkContext.setJobDescription("utility: target-day features")
-    spec = _feature_spec(target_rows, config)
-    data = collect_model_data(_features(target_rows, spec, config), spec, m.library)
-    test = data.split == training.SPLIT_TEST
-    grid = utility.utility_grid(epsilons=m.utility_epsilons, bag_sizes=m.utility_bag_sizes,
-                                extra_mechanisms=UTILITY_EXTRA_MECHANISMS)
-    rows, priors = [], None
-    for mechanism, epsilon, bag_size in grid:
-        fit = training.train_target(data, mechanism=mechanism, epsilon=math.inf if math.isnan(epsilon) else epsilon,
-                                    seed=seed, params=params, bag_size=bag_size)
-        scores = training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test)))
-        if priors is None and mechanism == "rr" and math.isinf(epsilon):
-            priors = fit.model.predict(data.rows(data.split == training.SPLIT_TRAIN))
-        rows.append({"mechanism": mechanism, "epsilon": epsilon, "bag_size": bag_size, **scores,
-                     "fit_seconds": fit.model.fit_seconds})
-        logger.info("utility: %s eps=%s k=%d -> AUC %.4f (%.1f s)", mechanism, epsilon, bag_size, scores["auc"],
-                    fit.model.fit_seconds)
-    if priors is None:
-        priors = training.fit_model(data, data.labels, data.split == 0, data.split == 1, params=params).predict(
-            data.rows(data.split == training.SPLIT_TRAIN))
-    table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config), priors=priors)
-    metadata: dict[str, Any] = {}
-    with (committed_output(spark, out, metadata, fingerprint=fingerprint) as staging,
-          tempfile.TemporaryDirectory() as local):
-        table.to_csv(os.path.join(local, UTILITY_FILES[0]), index=False)
-        utility.plot_tradeoff(table, advantage="mean_additive_advantage", path=os.path.join(local, UTILITY_FILES[1]))
-        utility.plot_tradeoff(table, advantage="abs_I_p98", path=os.path.join(local, UTILITY_FILES[2]))
-        for name in UTILITY_FILES:
-            copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
-        result = UtilityResult(output_dir=out, settings=len(table), seconds=time.monotonic() - started,
-                               table=table.to_dict(orient="records"))
-        metadata.update(result.to_dict())
     return result

@@ -17,7 +17,14 @@ import pytest
 from lia_spark import advantage, hashing, mechanisms, posteriors
 from lia_spark.config import config_from_dict
 from lia_spark.criteo import STORAGE_DDL, make_row_id
-from lia_spark.engine import privatize
+from lia_spark.engine.posteriors.reading import input_parts, load_input, local_path, side_row_counts, side_rows
+from lia_spark.engine.posteriors.stage import run_posteriors
+from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, summarize_digest
+from lia_spark.engine.posteriors.units import (ARROW_SIDE_SCHEMA, bagged_units, file_blobs, frame_blobs,
+                                               partition_codes, posterior_input, shuffled_units, unpacked)
+from lia_spark.engine.posteriors.writing import UNIT_ROWS, check_result_files, posterior_rows, write_posteriors
+from lia_spark.names import SETTING_KEY
+from lia_spark.posterior_grid import Setting, plot_sample_mask, setting_seed
 
 ROWS = 20_000
 SEED = 20261122
@@ -46,13 +53,19 @@ def stage(spark, tmp_path_factory):
         "run": {"output_dir": str(out), "seed": SEED},
         "mechanisms": {"day": 1, "epsilons": list(EPSILONS), "bag_sizes": list(BAG_SIZES), "plot_sample_rows": 500},
     })
-    result = privatize.run_posteriors(spark, config)
+    result = run_posteriors(spark, config)
     rows = pd.read_parquet(out / "posteriors" / "rows")
     day1 = truth[truth["day"] == 1].merge(data[["row_id", "label"]], on="row_id").rename(columns={"eta": "prior"})
     return {"spark": spark, "config": config, "result": result, "rows": rows, "input": day1, "out": out}
 
 
-def _setting_rows(rows: pd.DataFrame, setting: privatize.Setting) -> pd.DataFrame:
+def _posterior_rows(data, priors, settings, *, unit_bits=0, bags_per_group=0):
+    """The stage's per-row results (Spark rows) of data rows (row_id, label) and prior rows (row_id, prior)."""
+    blobs = frame_blobs(data, priors, seed=SEED, unit_bits=unit_bits)
+    return posterior_rows(blobs, settings=settings, seed=SEED, unit_bits=unit_bits, bags_per_group=bags_per_group)
+
+
+def _setting_rows(rows: pd.DataFrame, setting: Setting) -> pd.DataFrame:
     eps = rows["epsilon"].isna() if math.isnan(setting.epsilon) else rows["epsilon"] == setting.epsilon
     cell = rows[(rows["mechanism"] == setting.mechanism) & eps & (rows["bag_size"] == setting.bag_size)]
     return cell.sort_values("row_id", ignore_index=True)
@@ -76,7 +89,7 @@ def test_grid_and_day_filter(stage):
 def test_bags_exact_and_match_in_process_sort(stage, k):
     for mechanism in ("llp", "llp_geometric"):
         eps = math.nan if mechanism == "llp" else EPSILONS[0]
-        cell = _setting_rows(stage["rows"], privatize.Setting(mechanism, eps, k))
+        cell = _setting_rows(stage["rows"], Setting(mechanism, eps, k))
         sizes = cell.groupby("bag_id").size()
         assert list(sizes.index) == list(range(-(-ROWS // k)))
         assert (sizes.iloc[:-1] == k).all() and sizes.iloc[-1] == (ROWS % k or k)
@@ -96,18 +109,18 @@ def test_bagged_settings_equal_kernels_in_process(stage):
         sums = np.add.reduceat(bagged["label"].to_numpy(np.int64), np.r_[0, np.cumsum(sizes)[:-1]])
         priors = bagged["prior"].to_numpy()
         for eps in EPSILONS:
-            lap = privatize.Setting("llp_laplace", eps, k)
+            lap = Setting("llp_laplace", eps, k)
             released = mechanisms.laplace_release(sums, sizes, bag_ids, epsilon=eps,
-                                                  seed=privatize.setting_seed(SEED, lap))
+                                                  seed=setting_seed(SEED, lap))
             expected = posteriors.llp_laplace_bags(priors, sizes, released, epsilon=eps)
             _assert_rows_equal(stage["rows"], lap, bagged, np.repeat(released, sizes), expected)
-            geo = privatize.Setting("llp_geometric", eps, k)
+            geo = Setting("llp_geometric", eps, k)
             clipped, released = mechanisms.geometric_release(sums, sizes, bag_ids, epsilon=eps,
-                                                             seed=privatize.setting_seed(SEED, geo))
+                                                             seed=setting_seed(SEED, geo))
             expected = posteriors.llp_geometric_bags(priors, sizes, clipped, epsilon=eps)
             _assert_rows_equal(stage["rows"], geo, bagged, np.repeat(released, sizes), expected)
         expected = posteriors.llp_bags(priors, sizes, sums)
-        _assert_rows_equal(stage["rows"], privatize.Setting("llp", math.nan, k), bagged,
+        _assert_rows_equal(stage["rows"], Setting("llp", math.nan, k), bagged,
                            np.repeat(sums / sizes, sizes), expected)
 
 
@@ -115,8 +128,8 @@ def test_rr_settings_equal_kernels_in_process(stage):
     truth = stage["input"].sort_values("row_id", ignore_index=True)
     ids, labels = truth["row_id"].to_numpy(), truth["label"].to_numpy()
     for eps in EPSILONS:
-        setting = privatize.Setting("rr", eps, 1)
-        released = mechanisms.rr_release(labels, ids, epsilon=eps, seed=privatize.setting_seed(SEED, setting))
+        setting = Setting("rr", eps, 1)
+        released = mechanisms.rr_release(labels, ids, epsilon=eps, seed=setting_seed(SEED, setting))
         expected = posteriors.rr(truth["prior"].to_numpy(), released, epsilon=eps)
         cell = _assert_rows_equal(stage["rows"], setting, truth, released, expected)
         assert cell["bag_id"].isna().all()
@@ -140,20 +153,20 @@ def _assert_rows_equal(rows, setting, reference, released, expected) -> pd.DataF
 
 
 def test_summary_equals_in_process_summaries(stage):
-    summary = pd.read_parquet(stage["out"] / "posteriors" / "summary").sort_values(privatize.SETTING_KEYS, ignore_index=True)
+    summary = pd.read_parquet(stage["out"] / "posteriors" / "summary").sort_values(list(SETTING_KEY), ignore_index=True)
     csv = pd.read_csv(stage["out"] / "posteriors" / "summary.csv")
-    assert list(summary.columns) == privatize.SUMMARY_COLUMNS == list(csv.columns)
+    assert list(summary.columns) == SUMMARY_COLUMNS == list(csv.columns)
     pd.testing.assert_frame_equal(csv, summary, check_dtype=False, rtol=1e-15)
     infinite_percentiles = 0
     for record in summary.to_dict("records"):
-        setting = privatize.Setting(record["mechanism"], record["epsilon"], int(record["bag_size"]))
+        setting = Setting(record["mechanism"], record["epsilon"], int(record["bag_size"]))
         cell = _setting_rows(stage["rows"], setting)
         result = posteriors.Posteriors(cell["posterior"].to_numpy(), cell["I"].to_numpy())
         expected = advantage.summarize(result, cell["prior"].to_numpy(), cell["label"].to_numpy(),
                                        mechanism=setting.mechanism, epsilon=setting.epsilon,
                                        bag_size=setting.bag_size).row()
         assert record["rows"] == expected["rows"] == ROWS
-        for column in privatize.SUMMARY_COLUMNS[4:]:
+        for column in SUMMARY_COLUMNS[4:]:
             assert record[column] == pytest.approx(expected[column], rel=1e-12, abs=1e-15), (setting, column)
         infinite_percentiles += sum(math.isinf(record[f"abs_I_p{q}"]) for q in advantage.PERCENTILES)
     assert infinite_percentiles >= 4  # llp at k=1 releases every label: all |I| are inf
@@ -175,7 +188,7 @@ def test_plots_and_metrics_written(stage):
 
 def test_complete_output_is_reused(stage):
     result = stage["result"]
-    again = privatize.run_posteriors(stage["spark"], stage["config"])
+    again = run_posteriors(stage["spark"], stage["config"])
     assert again.skipped
     # NaN epsilons (llp) compare unequal as objects, so compare the summaries as frames.
     pd.testing.assert_frame_equal(pd.DataFrame(again.summary), pd.DataFrame(result.summary), check_like=True)
@@ -184,16 +197,15 @@ def test_complete_output_is_reused(stage):
 def test_partitioning_does_not_change_results(stage):
     spark = stage["spark"]
     source = stage["input"][["row_id", "label", "prior"]].iloc[:3000]
-    settings = [privatize.Setting("rr", 1.0, 1), privatize.Setting("llp_geometric", 2.0, 8),
-                privatize.Setting("llp_laplace", 2.0, 64)]
+    settings = [Setting("rr", 1.0, 1), Setting("llp_geometric", 2.0, 8),
+                Setting("llp_laplace", 2.0, 64)]
     outputs = []
     for partitions, shuffle_partitions in [(1, 1), (2, 2), (8, 5)]:
         data = spark.createDataFrame(source[["row_id", "label"]]).repartition(partitions)
         priors = spark.createDataFrame(source[["row_id", "prior"]].iloc[::-1]).repartition(partitions + 1)
         spark.conf.set("spark.sql.shuffle.partitions", shuffle_partitions)
         try:
-            got = privatize.compute_posteriors(data, priors=priors, settings=settings, seed=SEED, unit_bits=2,
-                                               bags_per_group=3)
+            got = _posterior_rows(data, priors, settings, unit_bits=2, bags_per_group=3)
             outputs.append(got.toPandas().sort_values(["mechanism", "row_id"], ignore_index=True))
         finally:
             spark.conf.unset("spark.sql.shuffle.partitions")
@@ -205,10 +217,9 @@ def test_partitioning_does_not_change_results(stage):
 def test_bagging_units_exact_bags_and_kernel_rule(stage):
     """Several units: exactly k rows per bag except at most one remainder bag per unit, ids as the kernel's."""
     spark, source = stage["spark"], stage["input"]
-    settings = [privatize.Setting("llp", math.nan, 8), privatize.Setting("llp", math.nan, 64)]
-    rows = privatize.compute_posteriors(spark.createDataFrame(source[["row_id", "label"]]),
-                                        priors=spark.createDataFrame(source[["row_id", "prior"]]),
-                                        settings=settings, seed=SEED, unit_bits=3).toPandas()
+    settings = [Setting("llp", math.nan, 8), Setting("llp", math.nan, 64)]
+    rows = _posterior_rows(spark.createDataFrame(source[["row_id", "label"]]),
+                           spark.createDataFrame(source[["row_id", "prior"]]), settings, unit_bits=3).toPandas()
     unit_sizes = np.bincount(mechanisms.bagging_units(mechanisms.bagging_keys(source["row_id"], seed=SEED), unit_bits=3))
     assert unit_sizes.size == 8 and unit_sizes.min() > 64
     for setting in settings:
@@ -228,7 +239,7 @@ def test_partition_hash_equals_sparks_hash(stage):
     frame = stage["spark"].createDataFrame(pd.DataFrame({"x": values.astype(np.int32)}))
     got = frame.selectExpr("x", "hash(x) AS h", "pmod(hash(x), 200) AS p").toPandas()
     np.testing.assert_array_equal(got["h"], hashing.spark_hash_int(got["x"].to_numpy()))
-    codes = pd.DataFrame({"x": np.asarray(privatize.partition_codes(200), dtype=np.int32)})
+    codes = pd.DataFrame({"x": np.asarray(partition_codes(200), dtype=np.int32)})
     placed = stage["spark"].createDataFrame(codes).selectExpr("pmod(hash(x), 200) AS p").toPandas()
     assert placed["p"].tolist() == list(range(200))
 
@@ -246,14 +257,14 @@ def test_bagging_keys_equal_sparks_xxhash64(stage):
 
 def test_rows_without_prior_are_counted_and_repeated_rows_fail(stage):
     spark, source = stage["spark"], stage["input"].iloc[:2000]
-    settings = [privatize.Setting("llp", math.nan, 8)]
+    settings = [Setting("llp", math.nan, 8)]
     data = spark.createDataFrame(source[["row_id", "label"]])
     priors = spark.createDataFrame(source[["row_id", "prior"]].iloc[100:])
-    rows = privatize.compute_posteriors(data, priors=priors, settings=settings, seed=SEED).toPandas()
+    rows = _posterior_rows(data, priors, settings).toPandas()
     assert sorted(rows["row_id"]) == sorted(source["row_id"].iloc[100:])
     repeated = spark.createDataFrame(pd.concat([source[["row_id", "prior"]], source[["row_id", "prior"]].iloc[5:6]]))
     with pytest.raises(Exception, match=f"row_id: {source['row_id'].iloc[5]} appears more than once"):
-        privatize.compute_posteriors(data, priors=repeated, settings=settings, seed=SEED).collect()
+        _posterior_rows(data, repeated, settings).collect()
 
 
 def test_bagged_units_pair_sides_in_key_order_from_any_batches():
@@ -273,7 +284,7 @@ def test_bagged_units_pair_sides_in_key_order_from_any_batches():
     for cut in (1, 3, 1000):
         batches = [pa.RecordBatch.from_pandas(sides.iloc[start:start + cut], preserve_index=False)
                    for start in range(0, len(sides), cut)]
-        units = list(privatize.bagged_units(iter(batches), seed=SEED, unit_bits=2))
+        units = list(bagged_units(iter(batches), seed=SEED, unit_bits=2))
         assert [unit for unit, _ in units] == sorted({unit for unit, _ in units})
         merged = {name: np.concatenate([rows[name] for _, rows in units]) for name in ("row_id", "label", "prior")}
         np.testing.assert_array_equal(merged["row_id"], ids[both][order])
@@ -283,39 +294,17 @@ def test_bagged_units_pair_sides_in_key_order_from_any_batches():
                                       mechanisms.bagging_units(keys[order], unit_bits=2))
 
 
-def test_key_order_breaks_collisions_by_row_id_then_side():
-    """Equal 64-bit keys (forced here; real collisions are rare) are ordered by row id, data row first."""
-    keys = np.array([5, 9, 5, 5, 2, 5, 2])
-    ids = np.array([8, 1, 3, 8, 4, 3, 4])
-    is_prior = np.array([True, False, False, False, True, True, False])
-    order = privatize._key_order(keys, ids, is_prior)
-    assert list(zip(keys[order], ids[order], is_prior[order])) == [
-        (2, 4, False), (2, 4, True), (5, 3, False), (5, 3, True), (5, 8, False), (5, 8, True), (9, 1, False)]
-    pairs = privatize._key_order(keys[[0, 3, 4, 6]], ids[[0, 3, 4, 6]], is_prior[[0, 3, 4, 6]])  # runs of two only
-    assert list(zip(ids[[0, 3, 4, 6]][pairs], is_prior[[0, 3, 4, 6]][pairs])) == [(4, False), (4, True), (8, False),
-                                                                                   (8, True)]
-
-
-def test_unit_chunks_hold_whole_bags_and_positions():
-    units = [(0, {"row_id": np.arange(100)}), (1, {"row_id": np.arange(100, 137)}), (3, {"row_id": np.arange(137, 201)})]
-    chunks = list(privatize.unit_chunks(iter(units), chunk_rows=32))
-    assert [(u, first, len(rows["row_id"])) for u, first, rows in chunks] == [
-        (0, 0, 32), (0, 32, 32), (0, 64, 32), (0, 96, 4), (1, 0, 32), (1, 32, 5), (3, 0, 32), (3, 32, 32)]
-    assert np.concatenate([rows["row_id"] for *_, rows in chunks]).tolist() == list(range(201))
-
-
 def test_bad_labels_fail_naming_the_row(stage):
     spark = stage["spark"]
     data = spark.createDataFrame(pd.DataFrame({"row_id": [1, 2, 3], "label": [0, 2, 1]}))
     priors = spark.createDataFrame(pd.DataFrame({"row_id": [1, 2, 3], "prior": [0.1, 0.2, 0.3]}))
     with pytest.raises(Exception, match="label: must be 0 or 1, got 2 at row_id 2"):
-        privatize.compute_posteriors(data, priors=priors, settings=[privatize.Setting("rr", 1.0, 1)], seed=SEED).collect()
+        _posterior_rows(data, priors, [Setting("rr", 1.0, 1)]).collect()
     labels = spark.createDataFrame(pd.DataFrame({"row_id": [1, 2, 3], "label": [0, 1, 1]}))
     for bad in (1.5, -0.25, math.nan):
         priors = spark.createDataFrame(pd.DataFrame({"row_id": [1, 2, 3], "prior": [0.1, 0.2, bad]}))
         with pytest.raises(Exception, match=r"prior: must be in \[0, 1\], got (1.5|-0.25|NaN|null) at row_id 3"):
-            privatize.compute_posteriors(labels, priors=priors, settings=[privatize.Setting("rr", 1.0, 1)],
-                                         seed=SEED).collect()
+            _posterior_rows(labels, priors, [Setting("rr", 1.0, 1)]).collect()
 
 
 @pytest.mark.parametrize("unit_bits", [0, 3, 7])
@@ -326,14 +315,14 @@ def test_each_unit_is_shuffled_whole_to_its_own_partition(stage, unit_bits):
     spark = stage["spark"]
     frame = spark.range(4000, numPartitions=3).select(F.col("id").alias("row_id"), (F.col("id") % 2).alias("label"),
                                                      F.lit(0.5).alias("prior"))
-    blobs = privatize.shuffled_units(privatize.frame_blobs(frame, None, seed=SEED, unit_bits=unit_bits),
-                                     unit_bits=unit_bits)
+    blobs = shuffled_units(frame_blobs(frame.select("row_id", "label"), frame.select("row_id", "prior"), seed=SEED,
+                                       unit_bits=unit_bits), unit_bits=unit_bits)
 
     def placement(batches):
         import pyarrow as pa
         from pyspark import TaskContext
 
-        for batch in privatize.unpacked(batches):
+        for batch in unpacked(batches):
             partition = pa.array(np.full(batch.num_rows, TaskContext.get().partitionId(), dtype=np.int32))
             yield pa.RecordBatch.from_arrays([batch.column("row_id"), partition], names=["row_id", "partition"])
 
@@ -344,14 +333,15 @@ def test_each_unit_is_shuffled_whole_to_its_own_partition(stage, unit_bits):
 
 
 def test_worker_written_files_equal_spark_rows_for_any_partitioning(stage, tmp_path):
-    """write_posteriors: the files hold exactly compute_posteriors' rows, whatever the input partitioning; a
+    """write_posteriors: the files hold exactly posterior_rows' rows, whatever the input partitioning; a
     rerun into the same folder (a retried job) replaces them with identical files and drops attempt leftovers."""
     import pyarrow.parquet as pq
 
     spark, source = stage["spark"], stage["input"][["row_id", "label", "prior"]].iloc[:5000]
-    settings = [privatize.Setting("rr", 2.0, 1), privatize.Setting("llp", math.nan, 8),
-                privatize.Setting("llp_laplace", 1.0, 64)]
-    expected = (privatize.compute_posteriors(spark.createDataFrame(source), settings=settings, seed=SEED, unit_bits=2)
+    settings = [Setting("rr", 2.0, 1), Setting("llp", math.nan, 8),
+                Setting("llp_laplace", 1.0, 64)]
+    expected = (_posterior_rows(spark.createDataFrame(source[["row_id", "label"]]),
+                                spark.createDataFrame(source[["row_id", "prior"]]), settings, unit_bits=2)
                 .toPandas().sort_values(["mechanism", "row_id"], ignore_index=True))
     digests = []
     for partitions in (1, 3):
@@ -359,26 +349,26 @@ def test_worker_written_files_equal_spark_rows_for_any_partitioning(stage, tmp_p
         priors = spark.createDataFrame(source[["row_id", "prior"]].iloc[::-1]).repartition(partitions + 1)
         (tmp_path / "rows").mkdir(exist_ok=True)
         (tmp_path / "rows" / ".part-00000.parquet.attempt-7").write_bytes(b"partial")
-        blobs = privatize.frame_blobs(data, priors, seed=SEED, unit_bits=2)
-        digests.append(privatize.write_posteriors(blobs, output_dir=str(tmp_path), settings=settings, seed=SEED,
+        blobs = frame_blobs(data, priors, seed=SEED, unit_bits=2)
+        digests.append(write_posteriors(blobs, output_dir=str(tmp_path), settings=settings, seed=SEED,
                                                   unit_bits=2, sample_fraction=0.1))
         names = sorted(os.listdir(tmp_path / "rows"))
         assert names == [f"part-{p:05d}.parquet" for p in range(4)]
         written = pq.read_table(tmp_path / "rows").to_pandas().sort_values(["mechanism", "row_id"], ignore_index=True)
         pd.testing.assert_frame_equal(written, expected, check_exact=True, check_dtype=False)
         sample = pd.read_parquet(tmp_path / "_plot_sample")
-        kept = privatize.plot_sample_mask(source["row_id"].to_numpy(), fraction=0.1, seed=SEED)
+        kept = plot_sample_mask(source["row_id"].to_numpy(), fraction=0.1, seed=SEED)
         assert sorted(sample["row_id"]) == sorted(np.repeat(source["row_id"].to_numpy()[kept], len(settings)))
-    keys = [*privatize.SETTING_KEYS, "bin"]
+    keys = [*list(SETTING_KEY), "bin"]
     first, second = (d.sort_values(keys, ignore_index=True) for d in digests)
     pd.testing.assert_frame_equal(first, second, check_exact=True)
-    units = first[first["mechanism"] == privatize.UNIT_ROWS]
+    units = first[first["mechanism"] == UNIT_ROWS]
     assert units["rows"].sum() == len(source) and units["bin"].tolist() == [0, 1, 2, 3]
     with pytest.raises(OSError, match="run.output_dir: the Python workers wrote 15001 result rows"):
-        privatize.check_result_files(str(tmp_path / "rows"), expected=15001)
+        check_result_files(str(tmp_path / "rows"), expected=15001)
     # exact percentiles inside the bins: ranked on the driver or by Spark's window, the same exact values
-    on_driver = privatize.summarize_digest(spark, second, str(tmp_path / "rows"))
-    in_spark = privatize.summarize_digest(spark, second, str(tmp_path / "rows"), driver_rows=0)
+    on_driver = summarize_digest(spark, second, str(tmp_path / "rows"))
+    in_spark = summarize_digest(spark, second, str(tmp_path / "rows"), driver_rows=0)
     pd.testing.assert_frame_equal(on_driver, in_spark, check_exact=True)
     selected = 0
     for setting, summary in zip(sorted(settings, key=lambda s: (s.mechanism, s.bag_size)), on_driver.itertuples()):
@@ -392,16 +382,6 @@ def test_worker_written_files_equal_spark_rows_for_any_partitioning(stage, tmp_p
     assert selected > 0  # some percentiles needed the rows of their bin
 
 
-def test_plot_sample_mask_keeps_the_fraction_on_hashed_ids():
-    ids = make_row_id(np.ones(200_000, dtype=np.int32), np.arange(200_000))
-    kept = privatize.plot_sample_mask(ids, fraction=0.01, seed=SEED)
-    assert abs(kept.mean() - 0.01) < 5 * math.sqrt(0.01 * 0.99 / ids.size)
-    assert privatize.plot_sample_mask(ids, fraction=1.0, seed=SEED).all()
-    np.testing.assert_array_equal(kept, privatize.plot_sample_mask(ids[::-1], fraction=0.01, seed=SEED)[::-1])
-    with pytest.raises(ValueError, match="fraction: must be in"):
-        privatize.plot_sample_mask(ids, fraction=0.0, seed=SEED)
-
-
 def test_stage_without_rows_keeps_summaries_only(stage, tmp_path):
     config = config_from_dict({
         "run": {"output_dir": str(tmp_path), "seed": SEED},
@@ -409,7 +389,7 @@ def test_stage_without_rows_keeps_summaries_only(stage, tmp_path):
         "mechanisms": {"day": 1, "names": ["rr", "llp"], "epsilons": [1.0], "bag_sizes": [8], "write_rows": False,
                        "plot_sample_rows": 100, "prior_path": str(stage["out"] / "truth")},
     })
-    result = privatize.run_posteriors(stage["spark"], config)
+    result = run_posteriors(stage["spark"], config)
     assert not result.rows_written and result.input_rows == ROWS
     listed = sorted(name for name in os.listdir(tmp_path / "posteriors") if not name.endswith(".crc"))
     assert listed == ["_LIA_COMPLETE", "plots", "summary", "summary.csv"]
@@ -422,7 +402,7 @@ def _side_rows_of(blobs) -> pd.DataFrame:
     import pyarrow as pa
 
     batches = [pa.RecordBatch.from_pandas(blobs.toPandas(), preserve_index=False)]
-    table = pa.Table.from_batches(list(privatize.unpacked(iter(batches))), privatize.ARROW_SIDE_SCHEMA)
+    table = pa.Table.from_batches(list(unpacked(iter(batches))), ARROW_SIDE_SCHEMA)
     return table.to_pandas().sort_values(["row_id", "value"], ignore_index=True)
 
 
@@ -430,23 +410,23 @@ def test_pyarrow_reader_packs_what_spark_reads(stage):
     """Local inputs: pyarrow tasks (hive day directories for the data, an in-file day column for the truth
     table) pack exactly the rows Spark's reader packs; a file: URI reads the same; other schemes go to Spark."""
     spark, config = stage["spark"], stage["config"]
-    source = privatize.posterior_input(spark, config)
+    source = posterior_input(spark, config)
     assert source.reader == "pyarrow" and source.data_rows == source.prior_rows == ROWS and source.unit_bits == 0
-    data, priors = privatize.load_input(spark, config)
-    expected = _side_rows_of(privatize.frame_blobs(data, priors, seed=SEED, unit_bits=3))
+    data, priors = load_input(spark, config)
+    expected = _side_rows_of(frame_blobs(data, priors, seed=SEED, unit_bits=3))
     assert len(expected) == 2 * ROWS
-    parts = [*privatize.input_parts(f"{stage['out']}/data", side="label", column="label", day=1, rows_per_part=5000),
-             *privatize.input_parts(str(stage["out"] / "truth"), side="prior", column="eta", day=1)]
+    parts = [*input_parts(f"{stage['out']}/data", side="label", column="label", day=1, rows_per_part=5000),
+             *input_parts(str(stage["out"] / "truth"), side="prior", column="eta", day=1)]
     assert {part.day for part in parts} == {None, 1}  # directories pruned / rows filtered
-    got = _side_rows_of(privatize.file_blobs(spark, parts, seed=SEED, unit_bits=3))
+    got = _side_rows_of(file_blobs(spark, parts, seed=SEED, unit_bits=3))
     pd.testing.assert_frame_equal(got, expected, check_exact=True)
-    assert privatize.local_path(f"file://{stage['out']}/data") == f"{stage['out']}/data"
-    assert privatize.local_path("/dbfs/x") == "/dbfs/x"
-    assert privatize.local_path("s3a://bucket/x") is None and privatize.local_path("dbfs:/x") is None
-    assert privatize.local_path("/data/day=*/") is None
+    assert local_path(f"file://{stage['out']}/data") == f"{stage['out']}/data"
+    assert local_path("/dbfs/x") == "/dbfs/x"
+    assert local_path("s3a://bucket/x") is None and local_path("dbfs:/x") is None
+    assert local_path("/data/day=*/") is None
     empty_day = config_from_dict({**stage["config"].to_dict(), "mechanisms": {"day": 5}})
     with pytest.raises(ValueError, match="mechanisms.day: .*/data holds no rows of day 5, got 5"):
-        privatize.posterior_input(spark, empty_day)
+        posterior_input(spark, empty_day)
 
 
 def test_input_parts_hold_whole_row_groups_of_the_day(spark, tmp_path):
@@ -460,22 +440,22 @@ def test_input_parts_hold_whole_row_groups_of_the_day(spark, tmp_path):
         (tmp_path / name).mkdir()
         table = pa.table({"row_id": ids, "day": days.astype(np.int32), "eta": np.linspace(0, 1, 1000)})
         pq.write_table(table, tmp_path / name / "priors.parquet", row_group_size=100)
-    parts = privatize.input_parts(str(tmp_path / "sorted"), side="prior", column="eta", day=4, rows_per_part=250)
+    parts = input_parts(str(tmp_path / "sorted"), side="prior", column="eta", day=4, rows_per_part=250)
     assert [(part.row_groups, part.rows, part.footer_day_rows) for part in parts] == [
         ((5, 6, 7), 300, 300), ((8, 9), 200, 200)]
-    assert privatize.day_rows(spark, parts) == {"label": 0, "prior": 500}
+    assert side_row_counts(spark, parts) == {"label": 0, "prior": 500}
     np.testing.assert_array_equal(np.concatenate([ids for part in parts for ids, _ in part.side_rows()]),
                                   np.arange(500, 1000))
-    parts = privatize.input_parts(str(tmp_path / "mixed"), side="prior", column="eta", day=4, rows_per_part=250)
+    parts = input_parts(str(tmp_path / "mixed"), side="prior", column="eta", day=4, rows_per_part=250)
     assert [(part.row_groups, part.rows, part.footer_day_rows) for part in parts] == [
         ((0, 1, 2), 300, None), ((3, 4, 5), 300, None), ((6, 7, 8), 300, None), ((9,), 100, None)]
-    assert privatize.day_rows(spark, parts) == {"label": 0, "prior": 500}
+    assert side_row_counts(spark, parts) == {"label": 0, "prior": 500}
     np.testing.assert_array_equal(np.concatenate([ids for part in parts for ids, _ in part.side_rows()]),
                                   np.arange(1, 1000, 2))
     with pytest.raises(ValueError, match="mechanisms.prior_column: .* has no column 'score' for the prior rows"):
-        privatize.input_parts(str(tmp_path / "sorted"), side="prior", column="score", day=4)
+        input_parts(str(tmp_path / "sorted"), side="prior", column="score", day=4)
     with pytest.raises(ValueError, match="data.parquet_path: .* has no column 'label' for the label rows"):
-        privatize.input_parts(str(tmp_path / "sorted"), side="label", column="label", day=4)
+        input_parts(str(tmp_path / "sorted"), side="label", column="label", day=4)
 
 
 def test_bad_rows_in_local_files_fail_naming_the_row(stage, tmp_path):
@@ -491,8 +471,8 @@ def test_bad_rows_in_local_files_fail_naming_the_row(stage, tmp_path):
         folder = tmp_path / str(number)
         folder.mkdir()
         pq.write_table(pa.table({"row_id": pa.array([1, 2, 3], pa.int64()), column: values}), folder / "p.parquet")
-        parts = privatize.input_parts(str(folder), side=side, column=column, day=1)
+        parts = input_parts(str(folder), side=side, column=column, day=1)
         with pytest.raises(Exception, match=message):
-            privatize.file_blobs(stage["spark"], parts, seed=SEED, unit_bits=0).collect()
+            file_blobs(stage["spark"], parts, seed=SEED, unit_bits=0).collect()
     with pytest.raises(ValueError, match="row_id: must not be null, got null in a label row"):
-        privatize.side_rows("label", pa.array([1, None], pa.int64()), pa.array([0, 1]))
+        side_rows("label", pa.array([1, None], pa.int64()), pa.array([0, 1]))

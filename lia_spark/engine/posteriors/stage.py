@@ -1,0 +1,196 @@
+"""Stage ``posteriors``: release one day's labels through the mechanisms of docs/math.md §2, posteriors per docs/math.md §3.
+
+Data movement only; the math is in :mod:`lia_spark.posterior_grid` (with :mod:`lia_spark.mechanisms`,
+:mod:`lia_spark.posteriors` and :mod:`lia_spark.advantage`). The whole (mechanism x epsilon x bag size) grid
+comes from one read of the input and one shuffle:
+
+- :mod:`~lia_spark.engine.posteriors.reading`: the day's data rows (row_id, label) and prior rows
+  (row_id, prior; :mod:`~lia_spark.engine.posteriors.prior` says which table and column), read by pyarrow
+  in Python tasks for local Parquet inputs, by Spark for any other.
+- :mod:`~lia_spark.engine.posteriors.units`: rows packed by bagging unit into Arrow blobs, one shuffle puts
+  each unit whole on its own partition.
+- :mod:`~lia_spark.engine.posteriors.writing`: one pass per unit runs every setting on chunks of whole bags and
+  writes the per-row results (the workers themselves for a local output folder, Spark's writer for a remote
+  one), returning only a digest per setting and histogram bin of |I|.
+- :mod:`~lia_spark.engine.posteriors.summary`: summaries from the digest, exact percentiles from a narrow
+  second pass over single bins; the driver draws the plots from a sample meanwhile.
+
+Noise is keyed on (setting seed, bag id or row id); nothing depends on partitions, executors or retries.
+Labels other than 0/1 and priors outside [0, 1] fail the job naming the row; a row id repeated on one side
+fails naming the id; data rows without a prior are counted (``rows_without_prior``) and left out.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+from pyspark import inheritable_thread_target
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lia_spark import layout
+from lia_spark.config import Config
+from lia_spark.engine.outputs import (committed_output, copy_from_local, delete_path, local_folder, marker_fields,
+                                     reported_path, reusable_output, stage_fingerprint)
+from lia_spark.engine.posteriors.prior import check_prior_source, prior_source, resolve_prior
+from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plot_sample, summarize_digest
+from lia_spark.engine.posteriors.units import posterior_input
+from lia_spark.engine.posteriors.writing import spark_write_posteriors, write_posteriors
+from lia_spark.posterior_grid import Setting, settings_grid
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class PosteriorsResult:
+    """Outcome of the posteriors stage: where outputs went, the per-setting summary and bag counts."""
+
+    output_path: str
+    input_rows: int
+    settings: int
+    rows_written: bool
+    summary: tuple[dict[str, Any], ...]
+    bags: dict[str, dict[str, Any]]
+    plots: tuple[str, ...]
+    seconds: float
+    bagging_units: int = 1
+    rows_without_prior: int = 0
+    skipped: bool = False
+
+    @property
+    def summary_csv(self) -> str:
+        return os.path.join(self.output_path, layout.SUMMARY_CSV)
+
+    def to_dict(self) -> dict[str, Any]:
+        payload = dataclasses.asdict(self)
+        payload["summary"] = [dict(row) for row in self.summary]
+        payload["plots"] = list(self.plots)
+        return payload
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False) -> "PosteriorsResult":
+        values = marker_fields(cls, payload)
+        values.update(summary=tuple(values["summary"]), plots=tuple(values["plots"]), skipped=skipped)
+        return cls(**values)
+
+    def metrics(self) -> dict[str, float]:
+        """Flat finite metrics: ``<setting>_<statistic>`` per setting plus input size and throughput."""
+        metrics = {"posteriors_input_rows": float(self.input_rows), "posteriors_seconds": self.seconds,
+                   "posteriors_rows_without_prior": float(self.rows_without_prior)}
+        for row in self.summary:
+            name = Setting(row["mechanism"], float(row["epsilon"]), int(row["bag_size"])).name
+            for column in SUMMARY_COLUMNS[4:]:
+                if math.isfinite(row[column]):
+                    metrics[f"{name}_{column}"] = float(row[column])
+        return metrics
+
+    def artifacts(self) -> list[str]:
+        """The summary CSV and the plot PNGs (URIs when the output folder is remote: see
+        :func:`lia_spark.engine.outputs.local_copies`)."""
+        return [self.summary_csv, *self.plots]
+
+
+def _native(value: Any) -> Any:
+    """numpy scalars -> Python scalars (the marker is JSON)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | DataFrame,
+                       sample: Callable[[], pd.DataFrame], *, folder: str, staging: str
+                       ) -> tuple[pd.DataFrame, list[str]]:
+    """The summary (:func:`summarize_digest` of the digest and ``rows``), written as Parquet to
+    ``staging/summary`` (any file system) and as ``summary.csv`` to the local ``folder``, and the plots of
+    ``sample()`` in ``folder/plots``, read and drawn in a thread while Spark ranks |I|. Returns the summary
+    and the plot files' names relative to ``folder``."""
+    from lia_spark.plots import plot_posteriors  # driver only: keeps matplotlib out of the Python workers
+
+    def draw() -> list[str]:
+        return plot_posteriors(sample(), output_dir=os.path.join(folder, layout.PLOTS))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as plotter:
+        plots = plotter.submit(inheritable_thread_target(spark)(draw))  # its Spark jobs keep the job group
+        summary = summarize_digest(spark, digest, rows)
+        (spark.createDataFrame(summary).coalesce(1)
+         .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
+         .write.parquet(layout.under(staging, layout.SUMMARY)))
+        summary.to_csv(os.path.join(folder, layout.SUMMARY_CSV), index=False)
+        written = plots.result()
+    return summary, [os.path.relpath(path, folder) for path in written]
+
+
+def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
+    """Release config.mechanisms.day through the grid of settings; write rows, summaries and plots.
+
+    Output ``<run.output_dir>/posteriors``: ``rows`` (if mechanisms.write_rows), ``summary`` (Parquet),
+    ``summary.csv`` and ``plots/*.png``, committed atomically. Skipped when complete and not run.force.
+    """
+    output = layout.output_path(config, layout.POSTERIORS)
+    output_path = reported_path(output)
+    fingerprint = stage_fingerprint(spark, "posteriors", config,
+                                    inputs={"data": config.parquet_path, "priors": prior_source(config)})
+    marker = reusable_output(spark, [output], fingerprint, force=config.run.force)
+    if marker is not None:
+        return PosteriorsResult.from_dict(marker, skipped=True)
+    check_prior_source(spark, config, pending=())
+    started = time.monotonic()
+    section = config.mechanisms
+    settings = settings_grid(section)
+    prior = resolve_prior(config)
+    logger.info("posteriors: day %d, prior %s from %s, %d settings", section.day, prior.column, prior.path,
+                len(settings))
+    metadata: dict[str, Any] = {}
+    with committed_output(spark, output, metadata, fingerprint=fingerprint) as staging:
+        source = posterior_input(spark, config)
+        data_rows, unit_bits = source.data_rows, source.unit_bits
+        logger.info("posteriors: %d data rows, %d bagging units, read by %s", data_rows, 1 << unit_bits,
+                    source.reader)
+        local_staging = local_folder(staging)
+        spark.sparkContext.setJobDescription("posteriors: bag, release, posteriors; write per-row results")
+        grid = {"settings": settings, "seed": config.run.seed, "unit_bits": unit_bits,
+                "bags_per_group": section.bags_per_group}
+        sample_fraction = min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1))
+        if local_staging is not None:  # the Python workers write the rows and the plot sample themselves
+            digest = write_posteriors(source.blobs, output_dir=local_staging, sample_fraction=sample_fraction, **grid)
+            logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
+            sample_dir = os.path.join(local_staging, layout.PLOT_SAMPLE)
+            summary, plots = _summary_and_plots(spark, digest, os.path.join(local_staging, layout.ROWS),
+                                                functools.partial(pd.read_parquet, sample_dir), folder=local_staging,
+                                                staging=staging)
+            shutil.rmtree(sample_dir)
+        else:  # a remote folder: Spark writes the rows and reads them back; CSV and plots are copied
+            digest = spark_write_posteriors(source.blobs, output_dir=staging, **grid)
+            logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
+            rows = spark.read.parquet(layout.under(staging, layout.ROWS))
+            sample = functools.partial(plot_sample, rows, fraction=sample_fraction, seed=config.run.seed)
+            with tempfile.TemporaryDirectory(prefix="lia-posteriors-") as local:
+                summary, plots = _summary_and_plots(spark, digest, rows, sample, folder=local, staging=staging)
+                for name in (layout.SUMMARY_CSV, *plots):
+                    copy_from_local(spark, os.path.join(local, name), layout.under(staging, name))
+        input_rows = int(summary["rows"].max()) if len(summary) else 0
+        logger.info("posteriors: %d input rows, %d result rows, summarized after %.1f s", input_rows,
+                    int(summary["rows"].sum()), time.monotonic() - started)
+        bags = bag_counts(digest, settings)
+        if not section.write_rows:
+            delete_path(spark, layout.under(staging, layout.ROWS))
+        if input_rows < data_rows:
+            logger.warning("posteriors: %d of %d data rows have no prior in %s and were not released",
+                           data_rows - input_rows, data_rows, prior_source(config))
+        result = PosteriorsResult(
+            output_path=output_path, input_rows=input_rows, settings=len(settings), rows_written=section.write_rows,
+            summary=tuple({key: _native(value) for key, value in record.items()} for record in summary.to_dict("records")),
+            bagging_units=1 << unit_bits, rows_without_prior=data_rows - input_rows, bags=bags,
+            plots=tuple(os.path.join(output_path, name) for name in plots),
+            seconds=time.monotonic() - started)
+        metadata.update(result.to_dict())
+    logger.info("posteriors: done in %.1f s (%.0f input rows/s)", result.seconds, input_rows / max(result.seconds, 1e-9))
+    return result

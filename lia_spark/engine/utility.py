@@ -1,0 +1,118 @@
+"""Utility stage: the privacy-utility tradeoff, target AUC against the attacker's advantage per setting (docs/math.md §4).
+
+Trains the target in memory on the target day for every setting of :func:`lia_spark.utility.utility_grid` and
+joins the test AUC with the advantages of the posteriors stage's summary (the RR family's closed forms where
+the summary has none). Output ``<run.output_dir>/utility``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import tempfile
+import time
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from lia_spark import layout, training
+from lia_spark.config import Config
+from lia_spark.engine import features as spark_features
+from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, path_exists,
+                                     reusable_output, stage_fingerprint)
+from lia_spark.engine.train import (boosting_params, collect_model_data, feature_spec, model_features,
+                                    training_seed)
+from lia_spark.names import LP_2ST, RR, RR_DEBIASED
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class UtilityResult:
+    """Privacy-utility tradeoff: one row per setting (mechanism, eps, k) with test AUC and advantages."""
+
+    output_dir: str
+    settings: int
+    seconds: float
+    table: list[dict[str, Any]]
+    skipped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly dict (also the completion marker's content)."""
+        return dataclasses.asdict(self)
+
+    def metrics(self) -> dict[str, float]:
+        """auc_test_<mechanism>_eps<e>_k<k> per setting."""
+        return {f"auc_test_{row['mechanism']}_eps{row['epsilon']}_k{row['bag_size']}": float(row["auc"])
+                for row in self.table}
+
+    def artifacts(self) -> list[str]:
+        """The CSV table and the two PNG plots."""
+        return [os.path.join(self.output_dir, name) for name in UTILITY_FILES]
+
+
+UTILITY_FILES = ("tradeoff.csv", "tradeoff_additive.png", "tradeoff_p98.png")
+UTILITY_EXTRA_MECHANISMS = (RR_DEBIASED, LP_2ST)
+
+
+def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | None:
+    path = layout.posterior_summary_path(config)
+    if not path_exists(spark, f"{path}/{MARKER}") and not path_exists(spark, f"{path}/_SUCCESS"):
+        logger.warning("utility: no posterior summary at %s; only RR-family advantages (closed form)", path)
+        return None
+    return spark.read.parquet(path).toPandas()
+
+
+def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
+    """Train the target (in memory) for every setting of the utility grid; write table and two plots.
+
+    Output ``<run.output_dir>/utility`` (beside, not inside, ``models/``, so re-training keeps it):
+    tradeoff.csv, tradeoff_additive.png, tradeoff_p98.png. Run it after the posteriors stage so the table
+    carries the LLP advantages; without their summary only the RR family's closed forms are used.
+    """
+    from lia_spark import utility
+
+    out = layout.output_path(config, layout.UTILITY)
+    fingerprint = stage_fingerprint(spark, "utility", config, inputs={"data": config.parquet_path,
+                                                                      "posteriors": layout.posterior_summary_path(config)})
+    marker = reusable_output(spark, [out], fingerprint, force=config.run.force)
+    if marker is not None:
+        return dataclasses.replace(UtilityResult(**marker_fields(UtilityResult, marker)), skipped=True)
+    m, params, seed = config.models, boosting_params(config), training_seed(config)
+    started = time.monotonic()
+    target_rows = spark_features.read_day(spark, config.parquet_path, m.target_day)
+    spark.sparkContext.setJobDescription("utility: target-day features")
+    spec = feature_spec(target_rows, config)
+    data = collect_model_data(model_features(target_rows, spec, config), spec, m.library)
+    test = data.split == training.SPLIT_TEST
+    grid = utility.utility_grid(epsilons=m.utility_epsilons, bag_sizes=m.utility_bag_sizes,
+                                extra_mechanisms=UTILITY_EXTRA_MECHANISMS)
+    rows, priors = [], None
+    for mechanism, epsilon, bag_size in grid:
+        fit = training.train_target(data, mechanism=mechanism, epsilon=math.inf if math.isnan(epsilon) else epsilon,
+                                    seed=seed, params=params, bag_size=bag_size)
+        scores = training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test)))
+        if priors is None and mechanism == RR and math.isinf(epsilon):
+            priors = fit.model.predict(data.rows(data.split == training.SPLIT_TRAIN))
+        rows.append({"mechanism": mechanism, "epsilon": epsilon, "bag_size": bag_size, **scores,
+                     "fit_seconds": fit.model.fit_seconds})
+        logger.info("utility: %s eps=%s k=%d -> AUC %.4f (%.1f s)", mechanism, epsilon, bag_size, scores["auc"],
+                    fit.model.fit_seconds)
+    if priors is None:
+        priors = training.fit_model(data, data.labels, data.split == 0, data.split == 1, params=params).predict(
+            data.rows(data.split == training.SPLIT_TRAIN))
+    table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config), priors=priors)
+    metadata: dict[str, Any] = {}
+    with (committed_output(spark, out, metadata, fingerprint=fingerprint) as staging,
+          tempfile.TemporaryDirectory() as local):
+        table.to_csv(os.path.join(local, UTILITY_FILES[0]), index=False)
+        utility.plot_tradeoff(table, advantage="mean_additive_advantage", path=os.path.join(local, UTILITY_FILES[1]))
+        utility.plot_tradeoff(table, advantage="abs_I_p98", path=os.path.join(local, UTILITY_FILES[2]))
+        for name in UTILITY_FILES:
+            copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
+        result = UtilityResult(output_dir=out, settings=len(table), seconds=time.monotonic() - started,
+                               table=table.to_dict(orient="records"))
+        metadata.update(result.to_dict())
+    return result

@@ -1,0 +1,54 @@
+"""The vocabulary of lia_spark, defined once: mechanism names, the setting key, score, convention and bound names,
+the bag-size limit and the boosting defaults. No imports: every ring may import it.
+"""
+
+# Release mechanisms (docs/math.md §2) whose posteriors the posteriors stage computes.
+RR = "rr"
+LLP = "llp"
+LLP_LAPLACE = "llp_laplace"
+LLP_GEOMETRIC = "llp_geometric"
+BAG_MECHANISMS = (LLP, LLP_LAPLACE, LLP_GEOMETRIC)  # release one value per bag of k rows
+POSTERIOR_MECHANISMS = (RR, *BAG_MECHANISMS)
+
+# Training-label mechanisms of the target model (docs/math.md §2.6): label-level ones, then the bag ones.
+NONE = "none"  # the true labels (epsilon = infinity)
+RR_WITH_PRIOR = "rr_with_prior"
+LP_2ST = "lp_2st"
+RR_DEBIASED = "rr_debiased"
+LABEL_MECHANISMS = (NONE, RR, RR_WITH_PRIOR, LP_2ST, RR_DEBIASED)
+TRAINING_MECHANISMS = (*LABEL_MECHANISMS, *BAG_MECHANISMS)
+
+# The key of one setting (a cell of a mechanism grid): columns of the posteriors' rows, summaries, utility table.
+MECHANISM, EPSILON, BAG_SIZE = "mechanism", "epsilon", "bag_size"
+SETTING_KEY = (MECHANISM, EPSILON, BAG_SIZE)
+
+# Bags: the posterior kernel keeps a (k+1) x (k+2) float64 table of forward messages, exact up to this size.
+MAX_BAG_SIZE = 4096
+
+# The attacker's prior column (mechanisms.prior_column).
+AUTO_PRIOR = "auto"  # eta on the synthetic twin, the proxy's prediction otherwise
+TRUE_PRIOR = "eta"  # the twin's true P(y=1|x)
+PROXY_PRIOR = "proxy_prediction"  # the proxy model's prediction
+
+# Audit scores (docs/math.md §5 step 2), conventions and bound families (docs/math.md §6).
+DIFFERENCE = "difference"
+LOG_RATIO = "log_ratio"
+SCORES = (DIFFERENCE, LOG_RATIO)
+PAPER = "paper"  # best sweep point, each at the full confidence: not a valid bound
+BONFERRONI = "bonferroni"  # confidence split over every sweep point: the valid bound
+CONVENTIONS = (PAPER, BONFERRONI)
+BINOMIAL = "binomial"
+GDP = "gdp"
+BOUND_FAMILIES = (BINOMIAL, GDP)
+
+
+def bound_key(family: str, convention: str) -> str:
+    """Name of a best-over-the-sweep bound in the audit's results: ``eps_<family>_<convention>``."""
+    return f"eps_{family}_{convention}"
+
+
+# Gradient-boosting defaults (models.* and lia_spark.training.BoostingParams).
+N_ESTIMATORS = 200
+MAX_DEPTH = 6
+LEARNING_RATE = 0.1
+EARLY_STOPPING_ROUNDS = 20
