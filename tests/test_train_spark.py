@@ -137,9 +137,9 @@ def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
     from lia_spark.engine import train
 
     proxy_rows = train.spark_features.read_day(spark, config.parquet_path, config.models.proxy_day)
-    spec = train._feature_spec(proxy_rows, config)
+    spec = train.feature_spec(proxy_rows, config)
     day = train.spark_features.read_day(spark, config.parquet_path, config.mechanisms.day)
-    data = train.collect_model_data(train._features(day, spec, config), spec, "xgboost")
+    data = train.collect_model_data(train.model_features(day, spec, config), spec, "xgboost")
     model = xgb.XGBClassifier()
     model.load_model(os.path.join(config.run.output_dir, "models", "proxy.ubj"))
     expected = pd.DataFrame({"row_id": data.row_ids, "expected": model.predict_proba(
