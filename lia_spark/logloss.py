@@ -135,8 +135,8 @@ def float64_tolerance(*, n_rows: int, max_loss: float) -> float:
     return (n_rows + 2) * 2.0 ** -53 * max_loss
 
 
-def _product(values: Sequence[int]) -> int:
-    """prod(values) by a balanced tree (quasi-linear for big integers, where a running product is quadratic)."""
+def product(values: Sequence[int]) -> int:
+    """prod(values) by a balanced tree (subquadratic with Karatsuba products; a running product is quadratic)."""
     items = list(values) or [1]
     while len(items) > 1:
         items = [items[j] * items[j + 1] if j + 1 < len(items) else items[j] for j in range(0, len(items), 2)]
@@ -163,7 +163,7 @@ def exact_likelihood(labels, odds: Sequence[int]) -> Fraction:
     v = [int(x) for x in odds]
     if y.ndim != 1 or y.size != len(v) or not np.all((y == 0) | (y == 1)):
         raise ValueError(f"labels must be 0/1 with one entry per odds value ({len(v)}), got shape {y.shape}")
-    return Fraction(_product([x for x, label in zip(v, y) if label == 1]), _product([x + 1 for x in v]))
+    return Fraction(product([x for x, label in zip(v, y) if label == 1]), product([x + 1 for x in v]))
 
 
 def single_query_decode(likelihood: Fraction, odds: Sequence[int]) -> np.ndarray:
@@ -173,7 +173,7 @@ def single_query_decode(likelihood: Fraction, odds: Sequence[int]) -> np.ndarray
         ValueError: when q is not an integer (the oracle was not exact or the odds are not these).
     """
     v = [int(x) for x in odds]
-    numerator = likelihood.numerator * _product([x + 1 for x in v])
+    numerator = likelihood.numerator * product([x + 1 for x in v])
     q, remainder = divmod(numerator, likelihood.denominator)
     if remainder:
         raise ValueError("T exp(-N LLOSS) is not an integer: the reported likelihood is not exact for these odds")
