@@ -83,7 +83,8 @@ def block_predictions(start: int, block: np.ndarray) -> Column:
 
 def exact_likelihood(rows: DataFrame, *, count: int) -> tuple[Fraction, np.ndarray]:
     """The exact oracle of Theorem 1 on positions < count with odds v = the first ``count`` primes:
-    exp(-N LLOSS) = prod_{y = 1} p / prod (1 + p), products per partition (mapInPandas) multiplied on the driver.
+    exp(-N LLOSS) = prod_{y = 1} p / prod (1 + p); the label-dependent numerator is formed per partition
+    (mapInPandas) and multiplied on the driver, the denominator depends on the submitted odds only.
 
     Returns:
         (the exact likelihood, the odds).
@@ -93,7 +94,7 @@ def exact_likelihood(rows: DataFrame, *, count: int) -> tuple[Fraction, np.ndarr
     def products(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         positives = []
         for frame in batches:
-            chosen = frame[(frame[POSITION] < count) & (frame[LABEL] == 1)]
+            chosen = frame[frame[LABEL] == 1]
             positives.extend(int(p) for p in odds[chosen[POSITION].to_numpy(dtype=np.int64)])
         product = logloss.product(positives)
         yield pd.DataFrame({"product": [product.to_bytes((product.bit_length() + 7) // 8 or 1, "big")]})
