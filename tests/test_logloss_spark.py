@@ -38,7 +38,8 @@ def _config(root: Path, data_path: str, **logloss_values):
     return config_from_dict({
         "run": {"name": "logloss-test", "output_dir": str(root / "out")},
         "data": {"parquet_path": data_path},
-        "logloss": {"decimals": [9, 2], "noise_scales": [1e-9, 1e-3], "queries": 2, "single_query_rows": 500,
+        "logloss": {"decimals": [9, 2], "noises": ["laplace"], "noise_scales": [1e-3], "queries": 2,
+                    "single_query_rows": 500,
                     **logloss_values},
         "tracking": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "logloss-tests"},
     })
@@ -70,7 +71,7 @@ def test_logloss_attack_writes_the_report_and_tracks_aggregates_only(spark, data
     assert sorted(str(Path(f).relative_to(out)) for f in result.files) == sorted(FILES)
     assert all(Path(f).is_file() for f in result.files)
     results = pd.read_csv(out / "results.csv")
-    assert len(results) == 2 * (1 + 2 + 2 * 2)  # attacks x (exact + roundings + noises x scales)
+    assert len(results) == 2 * (1 + 2 + 1)  # attacks x (exact + roundings + noises x scales)
     exact = results[results["oracle"] == "exact"].set_index("attack")
     assert (exact["accuracy"] == 1.0).all() and (exact["status"] == "exact").all()
     assert exact.loc["binary", "labels_per_query"] > exact.loc["primes", "labels_per_query"] >= 5
@@ -78,6 +79,7 @@ def test_logloss_attack_writes_the_report_and_tracks_aggregates_only(spark, data
     defender = pd.read_csv(out / "defender.csv").set_index("oracle")
     assert defender.loc["round2", "primes"] == "stopped"  # 2 (e^{N tau} - 1) >= 1/2
     assert defender.loc["round2", "binary"] == "exact"  # |rounding error| <= tau: Lemma 2
+    assert defender.loc["laplace0.001", "primes"] == "stopped"
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert summary["single_query"] == {**summary["single_query"], "rows": 500, "accuracy": 1.0}
     assert "round2" in summary["stopped_by"]["primes"]
