@@ -345,6 +345,50 @@ class TableConfig:
             _fail("table.bag_sizes", self.bag_sizes, "must not repeat a bag size")
 
 
+LOGLOSS_ATTACKS = ("primes", "binary")
+LOGLOSS_NOISES = ("laplace", "gaussian")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoglossConfig:
+    """``lia-spark logloss-attack`` (SPEC 10): the day whose labels the log-loss oracle holds, the oracle settings
+    tried (the exact float64 oracle, each rounding, each noise x scale) and how many blocks are attacked per
+    (attack, setting) against the Spark oracle."""
+
+    day: int = 1
+    attacks: tuple[str, ...] = LOGLOSS_ATTACKS
+    decimals: tuple[int, ...] = (15, 12, 9, 6, 4, 2)
+    noises: tuple[str, ...] = LOGLOSS_NOISES
+    noise_scales: tuple[float, ...] = (1e-12, 1e-9, 1e-6, 1e-3)
+    failure_probability: float = 1e-6
+    queries: int = 4
+    single_query_rows: int = 10_000
+
+    def validate(self) -> None:
+        if self.day < 0:
+            _fail("logloss.day", self.day, "must be >= 0")
+        if not self.attacks:
+            _fail("logloss.attacks", self.attacks, "must list at least one attack")
+        for attack in self.attacks:
+            if attack not in LOGLOSS_ATTACKS:
+                _fail("logloss.attacks", attack, f"must be one of {', '.join(LOGLOSS_ATTACKS)}")
+        for decimals in self.decimals:
+            if not 0 <= decimals <= 17:
+                _fail("logloss.decimals", decimals, "must be in [0, 17]")
+        for noise in self.noises:
+            if noise not in LOGLOSS_NOISES:
+                _fail("logloss.noises", noise, f"must be one of {', '.join(LOGLOSS_NOISES)}")
+        for scale in self.noise_scales:
+            if not 0.0 < scale < math.inf:
+                _fail("logloss.noise_scales", scale, "must be finite and > 0")
+        if not 0.0 < self.failure_probability < 1.0:
+            _fail("logloss.failure_probability", self.failure_probability, "must be in (0, 1)")
+        if self.queries < 1:
+            _fail("logloss.queries", self.queries, "must be >= 1")
+        if self.single_query_rows < 1:
+            _fail("logloss.single_query_rows", self.single_query_rows, "must be >= 1")
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """The whole job configuration, one frozen section per stage."""
@@ -358,6 +402,7 @@ class Config:
     audit: AuditConfig = dataclasses.field(default_factory=AuditConfig)
     tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
     table: TableConfig = dataclasses.field(default_factory=TableConfig)
+    logloss: LoglossConfig = dataclasses.field(default_factory=LoglossConfig)
 
     @property
     def parquet_path(self) -> str:

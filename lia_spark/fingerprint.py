@@ -40,6 +40,7 @@ STAGE_FIELDS: dict[str, tuple[str, ...]] = {
                 "models.categorical_encoding", "models.min_category_count", "models.utility_epsilons",
                 "models.utility_bag_sizes"),
     "audit": ("run.seed", "audit.*"),
+    "logloss": ("run.seed", "logloss.*"),
 }
 # Fields no stage's output depends on: identity and location of the run, session settings, tracking.
 UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "run.stages", "spark.*",

@@ -85,6 +85,11 @@ INVALID = [
     ("spark.shuffle_partitions=-4", "spark.shuffle_partitions", "-4"),
     ("tracking.experiment=' '", "tracking.experiment", "' '"),
     ("audit.colour=blue", "audit.colour", "blue"),
+    ("logloss.attacks=[primes, lattice]", "logloss.attacks", "lattice"),
+    ("logloss.noise_scales=[0]", "logloss.noise_scales", "0"),
+    ("logloss.decimals=[18]", "logloss.decimals", "18"),
+    ("logloss.failure_probability=1", "logloss.failure_probability", "1"),
+    ("logloss.queries=0", "logloss.queries", "0"),
     ("nonsense.key=1", "nonsense", "1"),
 ]
 

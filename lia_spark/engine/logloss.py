@@ -1,0 +1,284 @@
+"""``lia-spark logloss-attack``: label inference from log-loss scores against a Spark oracle (SPEC section 10).
+
+The oracle holds one day of the data table (``<data>/day=d``: row_id, label) and answers a submitted
+prediction vector with its log-loss, a Spark aggregate ``-(1/N) sum(label ? ln u : ln(1 - u))`` (exact float64;
+the service's rounding and noise are applied to that one number, :class:`lia_spark.logloss.OracleSettings`).
+A row's position is the low 40 bits of its row_id (its line in the day's source file); the stage requires the
+positions of the day to be exactly 0..N-1, the alignment of predictions to rows that the attacks assume.
+
+The submitted vector of a block query is a Spark expression of the position (1/2 outside the block, the
+block's b predictions from an array literal inside), so no query ships anything proportional to the rows.
+The attacks decode each block on the driver; only the labels of the ``logloss.queries`` attacked blocks per
+(attack, oracle setting) reach the driver (to measure accuracy), plus, for the single-query attack in exact
+arithmetic, the oracle's exact answer on the first ``logloss.single_query_rows`` rows (one integer of about
+17 bits per row, reduced per partition). "Queries for N labels" is the plan's ceil(N / b), not a replay of
+N / b Spark jobs.
+
+Outputs under ``<run.output_dir>/logloss`` (committed atomically, fingerprinted): ``results.csv`` (one row per
+attack x oracle setting), ``defender.csv`` (which settings stop each attack), ``summary.json`` and
+``plots/accuracy.png``, ``plots/labels_per_query.png``. MLflow: a parent run and a ``logloss`` stage run with
+the aggregate metrics and these files (never a per-row label).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from fractions import Fraction
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lia_spark import logloss, logloss_plots
+from lia_spark.config import Config, LoglossConfig
+from lia_spark.criteo import DAY, LABEL, POSITION_BITS, ROW_ID
+from lia_spark.engine.outputs import (check_writable, committed_output, copy_from_local, local_copies, marker_fields,
+                                     reported_path, reusable_output, stage_fingerprint)
+
+logger = logging.getLogger(__name__)
+
+POSITION = "position"
+FILES = ("results.csv", "defender.csv", "summary.json", "plots/accuracy.png", "plots/labels_per_query.png")
+
+
+def oracle_table(spark: SparkSession, config: Config) -> DataFrame:
+    """(position, label) of ``logloss.day`` from the data table, persisted (every query scans it).
+
+    Raises:
+        ValueError: naming logloss.day when the day has no rows or its positions are not 0..N-1.
+    """
+    day = config.logloss.day
+    rows = (spark.read.parquet(config.parquet_path).where(F.col(DAY) == day)
+            .select((F.col(ROW_ID).bitwiseAND((1 << POSITION_BITS) - 1)).alias(POSITION), F.col(LABEL).cast("int")))
+    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    count, low, high = rows.agg(F.count("*"), F.min(POSITION), F.max(POSITION)).first()
+    if count == 0 or low != 0 or high != count - 1:
+        rows.unpersist()
+        raise ValueError(f"logloss.day: the oracle needs positions 0..N-1 of one day, got {count} rows with "
+                         f"positions {low}..{high} for logloss.day={day}")
+    return rows
+
+
+def spark_log_loss(rows: DataFrame, predictions: Column) -> float:
+    """-(1/N) sum_i [y_i ln u_i + (1 - y_i) ln(1 - u_i)] of ``predictions`` (a Column of the rows) in float64."""
+    total, count = rows.agg(F.sum(F.when(F.col(LABEL) == 1, F.log(predictions)).otherwise(F.log1p(-predictions))),
+                            F.count("*")).first()
+    return -float(total) / count
+
+
+def block_predictions(start: int, block: np.ndarray) -> Column:
+    """The submitted vector of a block query: block[position - start] inside the block, 1/2 elsewhere."""
+    inside = (F.col(POSITION) >= start) & (F.col(POSITION) < start + block.size)
+    values = F.array(*[F.lit(float(u)) for u in block])
+    return F.when(inside, F.element_at(values, (F.col(POSITION) - start + 1).cast("int"))).otherwise(F.lit(0.5))
+
+
+def exact_likelihood(rows: DataFrame, *, count: int) -> tuple[Fraction, np.ndarray]:
+    """The exact oracle of Theorem 1 on positions < count with odds v = the first ``count`` primes:
+    exp(-N LLOSS) = prod_{y = 1} p / prod (1 + p); the label-dependent numerator is formed per partition
+    (mapInPandas) and multiplied on the driver, the denominator depends on the submitted odds only.
+
+    Returns:
+        (the exact likelihood, the odds).
+    """
+    odds = logloss.primes(count)
+
+    def products(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        positives = []
+        for frame in batches:
+            chosen = frame[frame[LABEL] == 1]
+            positives.extend(int(p) for p in odds[chosen[POSITION].to_numpy(dtype=np.int64)])
+        product = logloss.product(positives)
+        yield pd.DataFrame({"product": [product.to_bytes((product.bit_length() + 7) // 8 or 1, "big")]})
+
+    parts = rows.where(F.col(POSITION) < count).mapInPandas(products, "product binary").collect()
+    numerator = logloss.product([int.from_bytes(bytes(part["product"]), "big") for part in parts])
+    return Fraction(numerator, logloss.product([int(p) + 1 for p in odds])), odds
+
+
+def oracle_settings(settings: LoglossConfig) -> list[logloss.OracleSettings]:
+    """The grid: the exact float64 oracle, then each rounding, then each noise x scale (one factor at a time)."""
+    grid = [logloss.OracleSettings()]
+    grid += [logloss.OracleSettings(decimals=d) for d in settings.decimals]
+    grid += [logloss.OracleSettings(noise=n, noise_scale=s) for n in settings.noises for s in settings.noise_scales]
+    return grid
+
+
+def _true_labels(rows: DataFrame, count: int) -> np.ndarray:
+    found = rows.where(F.col(POSITION) < count).toPandas().sort_values(POSITION)
+    return found[LABEL].to_numpy(dtype=np.int64)
+
+
+def attack_setting(rows: DataFrame, *, attack: str, oracle: logloss.OracleSettings, n_rows: int,
+                   settings: LoglossConfig, rng: np.random.Generator) -> dict[str, Any]:
+    """Plan ``attack`` for the oracle's error bound, run its first ``settings.queries`` blocks against the Spark
+    oracle and measure the accuracy on them; status exact | partial | stopped (no decodable block)."""
+    max_loss = logloss.LN2 + 2 * logloss.MAX_WEIGHT / n_rows
+    tolerance = (oracle.error_bound(failure_probability=settings.failure_probability)
+                 + logloss.float64_tolerance(n_rows=n_rows, max_loss=max_loss))
+    plan = logloss.plan(attack, n_rows=n_rows, tolerance=tolerance)
+    row = {"attack": attack, "oracle": oracle.name, "decimals": oracle.decimals, "noise": oracle.noise,
+           "noise_scale": oracle.noise_scale, "tolerance": tolerance, "labels_per_query": plan.block_size,
+           "queries_for_all": plan.queries, "labels_checked": 0, "accuracy": math.nan,
+           "expected_accuracy": math.nan, "seconds_per_query": math.nan, "status": "stopped"}
+    if plan.block_size == 0:
+        return row
+    started = time.monotonic()
+    recovered = logloss.run_block_attack(
+        plan, lambda start, block: oracle.release(spark_log_loss(rows, block_predictions(start, block)), rng),
+        blocks=settings.queries)
+    truth = _true_labels(rows, recovered.size)
+    row.update(labels_checked=int(truth.size), accuracy=float((recovered == truth).mean()),
+               seconds_per_query=(time.monotonic() - started) / -(-truth.size // plan.block_size))
+    row["status"] = "exact" if row["accuracy"] == 1.0 else "partial"
+    if attack == "binary" and (oracle.noise == "none") != (oracle.decimals is None):
+        row["expected_accuracy"] = logloss.binary_attack_expected_accuracy(truth, plan, oracle)
+    return row
+
+
+def defender_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Rows = oracle settings, columns = attacks, cells = status (stopped: no block decodable at the oracle's
+    error bound; partial: some checked labels wrong; exact: every checked label recovered)."""
+    table = results.pivot(index="oracle", columns="attack", values="status")
+    return table.reindex(results["oracle"].drop_duplicates()).reset_index()
+
+
+@dataclasses.dataclass(frozen=True)
+class LoglossResult:
+    """Outcome of the log-loss attack stage: sizes, the summary and the output files."""
+
+    output_path: str
+    n_rows: int
+    settings: int
+    summary: dict[str, Any]
+    files: tuple[str, ...]
+    seconds: float
+    skipped: bool = False
+    mlflow_run_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        payload = dataclasses.asdict(self)
+        payload["files"] = list(self.files)
+        return payload
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False) -> "LoglossResult":
+        values = marker_fields(cls, payload)
+        values.update(files=tuple(values["files"]), skipped=skipped, mlflow_run_id="")
+        return cls(**values)
+
+    def metrics(self) -> dict[str, float]:
+        """Rows, the single-query result and, per attack, labels per query and queries for N at the exact oracle."""
+        metrics = {"logloss_rows": float(self.n_rows), "logloss_seconds": self.seconds,
+                   "single_query_rows": float(self.summary["single_query"]["rows"]),
+                   "single_query_accuracy": float(self.summary["single_query"]["accuracy"])}
+        for attack, values in self.summary["exact_oracle"].items():
+            metrics.update({f"{attack}_{key}": float(value) for key, value in values.items()})
+        return metrics
+
+    def console_summary(self) -> str:
+        exact = ", ".join(f"{a}: {v['labels_per_query']:.0f} labels/query, {v['queries_for_all']:.0f} queries"
+                          for a, v in self.summary["exact_oracle"].items())
+        return f"logloss-attack on {self.n_rows} labels (exact float64 oracle): {exact}"
+
+
+def run_logloss_attack(spark: SparkSession, config: Config) -> LoglossResult:
+    """Run the attacks of SPEC 10 against the Spark oracle of ``logloss.day`` and write ``<out>/logloss``.
+
+    Reused when the output is complete with the same fingerprint (logloss.*, run.seed, the data table).
+
+    Raises:
+        lia_spark.tracking.TrackingError: the tracking store is unreachable (before any query).
+        ValueError: naming logloss.day when its rows are missing or not positioned 0..N-1.
+    """
+    settings = config.logloss
+    output = os.path.join(config.run.output_dir, "logloss")
+    tracker = None
+    if config.tracking.enabled:
+        from lia_spark.tracking import PipelineTracker
+
+        tracker = PipelineTracker(config, run_name=f"{config.run.name} logloss-attack")
+        tracker.check()
+    fingerprint = stage_fingerprint(spark, "logloss", config, inputs={"data": config.parquet_path})
+    marker = reusable_output(spark, [output], fingerprint, force=config.run.force)
+    result = LoglossResult.from_dict(marker, skipped=True) if marker is not None else None
+    if result is None:
+        check_writable(spark, config.run.output_dir)
+        result = _attack_and_write(spark, config, output, fingerprint)
+    if tracker is not None:
+        run_id = tracker.start()
+        failed = True
+        try:
+            with local_copies(spark, result.files) as artifacts:
+                tracker.log_stage("logloss", status="reused" if result.skipped else "ran", seconds=result.seconds,
+                                  metrics=result.metrics(), artifacts=artifacts, fingerprint=fingerprint.value)
+            failed = False
+        finally:
+            tracker.end(failed=failed)
+        result = dataclasses.replace(result, mlflow_run_id=run_id)
+    logger.info("%s", result.console_summary())
+    return result
+
+
+def _attack_and_write(spark: SparkSession, config: Config, output: str, fingerprint) -> LoglossResult:
+    settings = config.logloss
+    started = time.monotonic()
+    spark.sparkContext.setJobDescription(f"logloss: oracle table of day {settings.day}")
+    rows = oracle_table(spark, config)
+    try:
+        n_rows = rows.count()
+        rng = np.random.default_rng([config.run.seed, settings.day])
+        grid = oracle_settings(settings)
+        records = []
+        for oracle in grid:
+            for attack in settings.attacks:
+                spark.sparkContext.setJobDescription(f"logloss: {attack} attack, oracle {oracle.name}")
+                records.append(attack_setting(rows, attack=attack, oracle=oracle, n_rows=n_rows, settings=settings,
+                                              rng=rng))
+                logger.info("logloss: %s vs %s: %s", attack, oracle.name, records[-1]["status"])
+        single_rows = min(settings.single_query_rows, n_rows)
+        spark.sparkContext.setJobDescription("logloss: single query in exact arithmetic")
+        likelihood, odds = exact_likelihood(rows, count=single_rows)
+        single = logloss.single_query_decode(likelihood, odds)
+        single_accuracy = float((single == _true_labels(rows, single_rows)).mean())
+    finally:
+        rows.unpersist()
+    results = pd.DataFrame.from_records(records)
+    exact = results[results["oracle"] == "exact"].set_index("attack")
+    summary = {
+        "day": settings.day, "rows": n_rows, "failure_probability": settings.failure_probability,
+        "queries_per_setting": settings.queries,
+        "single_query": {"rows": single_rows, "accuracy": single_accuracy,
+                         "likelihood_bits": likelihood.numerator.bit_length() + likelihood.denominator.bit_length()},
+        "exact_oracle": {attack: {"labels_per_query": float(exact.loc[attack, "labels_per_query"]),
+                                  "queries_for_all": float(exact.loc[attack, "queries_for_all"]),
+                                  "accuracy": float(exact.loc[attack, "accuracy"])} for attack in exact.index},
+        "stopped_by": {attack: results[(results["attack"] == attack) & (results["status"] == "stopped")]["oracle"]
+                       .tolist() for attack in settings.attacks},
+    }
+    output_path = reported_path(output)
+    metadata: dict[str, Any] = {}
+    with (committed_output(spark, output, metadata, fingerprint=fingerprint) as staging,
+          tempfile.TemporaryDirectory(prefix="lia-logloss-") as local):
+        os.makedirs(os.path.join(local, "plots"))
+        results.to_csv(os.path.join(local, FILES[0]), index=False)
+        defender_table(results).to_csv(os.path.join(local, FILES[1]), index=False)
+        with open(os.path.join(local, FILES[2]), "w", encoding="utf-8") as handle:
+            json.dump(summary, handle, indent=2, sort_keys=True)
+        logloss_plots.accuracy_plot(results, path=os.path.join(local, FILES[3]))
+        logloss_plots.labels_per_query_plot(results, n_rows=n_rows, path=os.path.join(local, FILES[4]))
+        for name in FILES:
+            copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
+        result = LoglossResult(output_path=output_path, n_rows=n_rows, settings=len(results), summary=summary,
+                               files=tuple(os.path.join(output_path, name) for name in FILES),
+                               seconds=time.monotonic() - started)
+        metadata.update(result.to_dict())
+    return result
