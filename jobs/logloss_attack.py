@@ -1,4 +1,4 @@
-"""spark-submit job: label inference from log-loss scores against a Spark oracle of one day (SPEC 10)."""
+"""spark-submit job: label inference from log-loss scores against a Spark oracle of one day (docs/math.md §10)."""
 import sys
 
 from lia_spark.cli import job_main

@@ -351,7 +351,7 @@ LOGLOSS_NOISES = ("laplace", "gaussian")
 
 @dataclasses.dataclass(frozen=True)
 class LoglossConfig:
-    """``lia-spark logloss-attack`` (SPEC 10): the day whose labels the log-loss oracle holds, the oracle settings
+    """``lia-spark logloss-attack`` (docs/math.md §10): the day whose labels the log-loss oracle holds, the oracle settings
     tried (the exact float64 oracle, each rounding, each noise x scale) and how many blocks are attacked per
     (attack, setting) against the Spark oracle."""
 

@@ -1,4 +1,4 @@
-"""Pointwise conditional maximal leakage of one label about each release (SPEC section 9), in nats.
+"""Pointwise conditional maximal leakage of one label about each release (docs/math.md §9), in nats.
 
 Issa, Wagner, Kamath, An operational approach to information leakage, IEEE Trans. Inf. Theory 2020,
 arXiv:1807.07878 (Def. 6); Saeidian, Cervia, Oechtering, Skoglund, Quantifying membership privacy via
@@ -10,7 +10,7 @@ For one label Y_i, a release Z and the attacker's side information w (the other 
 
 because sum_z max(g_1, g_0) = sum_z g_0 + sum_z (g_1 - g_0)^+. With Q = P_{-i} the Poisson-binomial pmf of
 the other labels of the bag, g_y(z) = sum_b Q(b - y) f(z | b), so g_1 - g_0 = sum_b c_b f(z | b) with
-c_b = Q(b - 1) - Q(b). Per mechanism (f as in SPEC sections 2-3):
+c_b = Q(b - 1) - Q(b). Per mechanism (f as in docs/math.md §2-§3):
 
 - RR: TV = (e^eps - 1)/(e^eps + 1) for every prior: L = log(2 e^eps / (1 + e^eps)).
 - LLP (f(z | b) = 1{z = b}): TV = sum_b (c_b)^+.
@@ -42,7 +42,7 @@ import numpy as np
 
 from lia_spark import _forward_backward as fb
 from lia_spark._jit import njit_for
-from lia_spark.posteriors import MAX_BAG_SIZE, _check_priors, _offsets
+from lia_spark.posteriors import MAX_BAG_SIZE, bag_offsets, checked_priors
 
 njit = njit_for(__file__)
 
@@ -188,7 +188,7 @@ def _rr(epsilon: float) -> float:
 
 
 def worst_case(mechanism: str, *, epsilon: float = math.inf, bag_size: int = 1) -> float:
-    """Maximal leakage of one label when the attacker knows the bag's other labels (SPEC section 9), nats.
+    """Maximal leakage of one label when the attacker knows the bag's other labels (docs/math.md §9), nats.
 
     rr: log(2 e^eps / (1 + e^eps)); llp: log 2; llp_laplace: log(2 - e^{-eps/2}) (Laplace(1/eps) on the sum);
     llp_geometric: max over the other labels' sum s = 0..k-1 of log(1 + TV) from the clipped geometric pmf
@@ -227,8 +227,8 @@ def per_row_bags(mechanism: str, priors, bag_sizes, *, epsilon: float = math.inf
         epsilon: the mechanism's epsilon (inf for llp).
     """
     eps = _check_mechanism(mechanism, epsilon)
-    eta = _check_priors(priors)
-    offsets = _offsets(eta, bag_sizes)
+    eta = checked_priors(priors)
+    offsets = bag_offsets(eta, bag_sizes)
     if mechanism == "rr":
         return np.full(eta.shape, _rr(eps))
     out = np.empty_like(eta)
@@ -237,10 +237,10 @@ def per_row_bags(mechanism: str, priors, bag_sizes, *, epsilon: float = math.inf
 
 
 def per_row(mechanism: str, priors, *, epsilon: float = math.inf) -> np.ndarray:
-    """Leakage of each row of ONE bag given the priors of the other rows (SPEC section 7; rr: elementwise)."""
+    """Leakage of each row of ONE bag given the priors of the other rows (rr: elementwise)."""
     if mechanism == "rr":
         eps = _check_mechanism(mechanism, epsilon)
-        return np.full(_check_priors(priors, "priors").shape, _rr(eps))
+        return np.full(checked_priors(priors, "priors").shape, _rr(eps))
     eta = np.asarray(priors, dtype=np.float64)
     if eta.ndim != 1 or eta.size == 0:
         raise ValueError(f"priors must be a non-empty 1-D array for one bag, got shape {eta.shape}")

@@ -45,7 +45,8 @@ def _check_epsilon(epsilon: float) -> float:
     return eps
 
 
-def _check_priors(priors, name: str = "priors") -> np.ndarray:
+def checked_priors(priors, name: str = "priors") -> np.ndarray:
+    """``priors`` as contiguous float64, each strictly inside (0, 1) (ValueError naming ``name`` otherwise)."""
     arr = np.ascontiguousarray(priors, dtype=np.float64)
     if arr.size and not (np.all(arr > 0.0) and np.all(arr < 1.0)):
         bad = arr[~((arr > 0.0) & (arr < 1.0))][0]
@@ -53,7 +54,8 @@ def _check_priors(priors, name: str = "priors") -> np.ndarray:
     return arr
 
 
-def _offsets(priors: np.ndarray, bag_sizes) -> np.ndarray:
+def bag_offsets(priors: np.ndarray, bag_sizes) -> np.ndarray:
+    """Start of every bag in the row order of ``priors`` plus the end: (len(bag_sizes) + 1,) int64, validated."""
     if priors.ndim != 1:
         raise ValueError(f"priors must be 1-D, got priors with shape {priors.shape}")
     sizes = np.asarray(bag_sizes)
@@ -98,7 +100,7 @@ def rr(prior, released, *, epsilon: float) -> Posteriors:
     """Randomized response: post = (1-pi) eta / ((1-pi) eta + pi (1-eta)) if released 1, else
     pi eta / (pi eta + (1-pi)(1-eta)), pi = 1/(1+e^eps); I = +eps / -eps exactly. Elementwise."""
     eps = _check_epsilon(epsilon)
-    eta = _check_priors(prior, "prior")
+    eta = checked_priors(prior, "prior")
     rel = np.asarray(released)
     if rel.shape != eta.shape or not np.all((rel == 0) | (rel == 1)):
         raise ValueError(f"released must be 0/1 labels shaped like prior {eta.shape}, got released={released!r}")
@@ -112,8 +114,8 @@ def rr(prior, released, *, epsilon: float) -> Posteriors:
 
 def llp_bags(priors, bag_sizes, bag_sums) -> Posteriors:
     """LLP over many bags: post_i = eta_i P_{-i}(s-1) / (eta_i P_{-i}(s-1) + (1-eta_i) P_{-i}(s))."""
-    eta = _check_priors(priors)
-    offsets = _offsets(eta, bag_sizes)
+    eta = checked_priors(priors)
+    offsets = bag_offsets(eta, bag_sizes)
     sums = _integer_sums(bag_sums, np.diff(offsets), "bag_sums")
     return _run(eta, offsets, fb.LLP, sums, 1.0)
 
@@ -121,8 +123,8 @@ def llp_bags(priors, bag_sizes, bag_sums) -> Posteriors:
 def llp_laplace_bags(priors, bag_sizes, released_proportions, *, epsilon: float) -> Posteriors:
     """LLP + Laplace(1/(k eps)) on the proportion over many bags: f(alpha | b) ~ exp(-k eps |alpha - b/k|)."""
     eps = _check_epsilon(epsilon)
-    eta = _check_priors(priors)
-    offsets = _offsets(eta, bag_sizes)
+    eta = checked_priors(priors)
+    offsets = bag_offsets(eta, bag_sizes)
     alpha = _per_bag(released_proportions, offsets.size - 1, "released_proportions")
     return _run(eta, offsets, fb.LAPLACE, alpha * np.diff(offsets), eps)
 
@@ -130,8 +132,8 @@ def llp_laplace_bags(priors, bag_sizes, released_proportions, *, epsilon: float)
 def llp_geometric_bags(priors, bag_sizes, clipped_sums, *, epsilon: float) -> Posteriors:
     """LLP + two-sided geometric noise on the sum, clipped to [0, k], over many bags (conditions on Z)."""
     eps = _check_epsilon(epsilon)
-    eta = _check_priors(priors)
-    offsets = _offsets(eta, bag_sizes)
+    eta = checked_priors(priors)
+    offsets = bag_offsets(eta, bag_sizes)
     z = _integer_sums(clipped_sums, np.diff(offsets), "clipped_sums")
     return _run(eta, offsets, fb.GEOMETRIC, z, eps)
 

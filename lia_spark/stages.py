@@ -18,7 +18,7 @@ STAGE_FUNCTIONS: dict[str, str] = {
     "audit": "lia_spark.engine.audit:run_audit",
     "pipeline": "lia_spark.engine.pipeline:run_pipeline",
     "audit-table": "lia_spark.engine.table:run_audit_table",  # command `lia-spark audit-table` (Table 2)
-    "logloss-attack": "lia_spark.engine.logloss:run_logloss_attack",  # SPEC 10
+    "logloss-attack": "lia_spark.engine.logloss:run_logloss_attack",  # docs/math.md §10
 }
 
 

@@ -1,4 +1,4 @@
-"""``lia-spark logloss-attack``: label inference from log-loss scores against a Spark oracle (SPEC section 10).
+"""``lia-spark logloss-attack``: label inference from log-loss scores against a Spark oracle (docs/math.md §10).
 
 The oracle holds one day of the data table (``<data>/day=d``: row_id, label) and answers a submitted
 prediction vector with its log-loss, a Spark aggregate ``-(1/N) sum(label ? ln u : ln(1 - u))`` (exact float64;
@@ -191,7 +191,7 @@ class LoglossResult:
 
 
 def run_logloss_attack(spark: SparkSession, config: Config) -> LoglossResult:
-    """Run the attacks of SPEC 10 against the Spark oracle of ``logloss.day`` and write ``<out>/logloss``.
+    """Run the attacks of docs/math.md §10 against the Spark oracle of ``logloss.day`` and write ``<out>/logloss``.
 
     Reused when the output is complete with the same fingerprint (logloss.*, run.seed, the data table).
 
