@@ -182,7 +182,7 @@ def summarize(posteriors: Posteriors, priors, labels, *, mechanism: str, epsilon
 # monotone in |I|, 0 is bin 0, +inf is bin INFINITE_BIN alone and NaN lies above it.
 BIN_SHIFT = 48
 INFINITE_BIN = int(np.float64(np.inf).view(np.int64)) >> BIN_SHIFT
-DIGEST_FIELDS = ("bin", "rows", "low", "high", "additive", "realized")
+DIGEST_FIELDS = ("bin", "rows", "low", "high", "additive", "realized", "leakage")
 
 
 def abs_i_bins(abs_i) -> np.ndarray:
@@ -190,9 +190,10 @@ def abs_i_bins(abs_i) -> np.ndarray:
     return np.ascontiguousarray(abs_i, dtype=np.float64).view(np.int64) >> BIN_SHIFT
 
 
-def bin_digest(abs_i, additive, realized) -> dict[str, np.ndarray]:
+def bin_digest(abs_i, additive, realized, leakage=None) -> dict[str, np.ndarray]:
     """Per occupied bin of |I| (ascending): rows, min ``low`` and max ``high`` of |I|, and the sums of the
-    additive and realized advantages (:data:`DIGEST_FIELDS`)."""
+    additive and realized advantages and of the rows' maximal leakage (NaN when ``leakage`` is None: not
+    computed) (:data:`DIGEST_FIELDS`)."""
     values = np.sort(np.asarray(abs_i, dtype=np.float64))
     if not values.size:
         return merge_bin_digests([])
@@ -205,7 +206,9 @@ def bin_digest(abs_i, additive, realized) -> dict[str, np.ndarray]:
     at = occupied[abs_i_bins(abs_i) - bins[0]]
     return {"bin": bins, "rows": (ends - starts).astype(np.int64), "low": values[starts], "high": values[ends - 1],
             "additive": np.bincount(at, weights=additive, minlength=bins.size),
-            "realized": np.bincount(at, weights=realized, minlength=bins.size)}
+            "realized": np.bincount(at, weights=realized, minlength=bins.size),
+            "leakage": (np.full(bins.size, np.nan) if leakage is None
+                        else np.bincount(at, weights=leakage, minlength=bins.size))}
 
 
 def merge_bin_digests(digests) -> dict[str, np.ndarray]:
@@ -220,7 +223,8 @@ def merge_bin_digests(digests) -> dict[str, np.ndarray]:
     np.maximum.at(high, at, joined["high"])
     return {"bin": bins, "rows": np.bincount(at, weights=joined["rows"], minlength=bins.size).astype(np.int64),
             "low": low, "high": high, "additive": np.bincount(at, weights=joined["additive"], minlength=bins.size),
-            "realized": np.bincount(at, weights=joined["realized"], minlength=bins.size)}
+            "realized": np.bincount(at, weights=joined["realized"], minlength=bins.size),
+            "leakage": np.bincount(at, weights=joined["leakage"], minlength=bins.size)}
 
 
 def digest_percentiles(digest: dict[str, np.ndarray]) -> dict[float, float | tuple[int, int]]:

@@ -150,6 +150,7 @@ class MechanismsConfig:
     write_rows: bool = True
     prior_path: str = ""
     plot_sample_rows: int = 2000
+    max_leakage: bool = False
 
     def validate(self) -> None:
         if self.day < 0:

@@ -16,7 +16,7 @@ from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from lia_spark import advantage, hashing, mechanisms, posteriors
+from lia_spark import advantage, hashing, leakage, mechanisms, posteriors
 from lia_spark.config import MechanismsConfig
 from lia_spark.names import BAG_MECHANISMS, LLP, RR
 
@@ -133,21 +133,26 @@ class SettingRows(NamedTuple):
 
 
 def _setting_rows(setting: Setting, rows: dict[str, np.ndarray], bag_ids: np.ndarray | None, released: np.ndarray,
-                  result: posteriors.Posteriors) -> SettingRows:
-    """Posteriors plus the additive and realized advantages of one setting on one chunk."""
+                  result: posteriors.Posteriors, max_leakage: np.ndarray | None) -> SettingRows:
+    """Posteriors plus the additive and realized advantages (and the maximal leakage, NaN when not computed) of
+    one setting on one chunk."""
     prior, label = rows["prior"], rows["label"]
     return SettingRows(setting, {
         "row_id": rows["row_id"], "bag_id": bag_ids, "prior": prior, "label": label.astype(np.int32, copy=False),
         "released": np.asarray(released, dtype=np.float64), "posterior": result.posterior,
         "I": result.multiplicative_advantage,
         "additive_advantage": advantage.additive_advantage(result.posterior, prior),
-        "realized_advantage": advantage.realized_advantage(result.posterior, prior, label)})
+        "realized_advantage": advantage.realized_advantage(result.posterior, prior, label),
+        "max_leakage": np.full(prior.size, np.nan) if max_leakage is None else max_leakage})
 
 
-def chunk_posteriors(chunk: UnitChunk, settings: Sequence[Setting], seed: int) -> Iterator[SettingRows]:
+def chunk_posteriors(chunk: UnitChunk, settings: Sequence[Setting], seed: int, *,
+                     max_leakage: bool = False) -> Iterator[SettingRows]:
     """Every setting on one chunk (whole bags of every bagged size): bag of a row =
     :func:`lia_spark.mechanisms.unit_bag_ids`; bag mechanisms release through
-    :data:`lia_spark.mechanisms.BAG_RELEASES` and are inverted by :data:`lia_spark.posteriors.BAG_POSTERIORS`."""
+    :data:`lia_spark.mechanisms.BAG_RELEASES` and are inverted by :data:`lia_spark.posteriors.BAG_POSTERIORS`.
+    With ``max_leakage`` each row also gets its pointwise maximal leakage given the priors of its bag
+    (:func:`lia_spark.leakage.per_row_bags`, docs/math.md §9; it depends on the bags, not on the release)."""
     rows = chunk.rows
     labels, priors = rows["label"].astype(np.int64), rows["prior"]
     positions = chunk.first_position + np.arange(labels.size, dtype=np.int64)
@@ -160,11 +165,15 @@ def chunk_posteriors(chunk: UnitChunk, settings: Sequence[Setting], seed: int) -
             release = mechanisms.BAG_RELEASES[setting.mechanism](sums, bag_sizes, bag_ids, epsilon=eps,
                                                                  seed=setting_seed(seed, setting))
             result = posteriors.BAG_POSTERIORS[setting.mechanism](priors, bag_sizes, release.observed, epsilon=eps)
-            yield _setting_rows(setting, rows, row_bags, np.repeat(release.proportion, bag_sizes), result)
+            leaked = (leakage.per_row_bags(setting.mechanism, priors, bag_sizes,
+                                           epsilon=math.inf if math.isnan(eps) else eps) if max_leakage else None)
+            yield _setting_rows(setting, rows, row_bags, np.repeat(release.proportion, bag_sizes), result, leaked)
     for setting in (s for s in settings if s.mechanism == RR):
         released = mechanisms.rr_release(labels, rows["row_id"], epsilon=setting.epsilon,
                                          seed=setting_seed(seed, setting))
-        yield _setting_rows(setting, rows, None, released, posteriors.rr(priors, released, epsilon=setting.epsilon))
+        leaked = np.full(labels.size, leakage.worst_case(RR, epsilon=setting.epsilon)) if max_leakage else None
+        yield _setting_rows(setting, rows, None, released, posteriors.rr(priors, released, epsilon=setting.epsilon),
+                            leaked)
 
 
 class DigestAccumulator:
@@ -177,10 +186,11 @@ class DigestAccumulator:
         self.parts: dict[str, tuple[Setting, list[dict[str, np.ndarray]]]] = {}  # by name: NaN epsilons
         self.unit_rows: dict[int, int] = {}
 
-    def posteriors(self, chunk: UnitChunk, settings: Sequence[Setting], seed: int) -> Iterator[SettingRows]:
+    def posteriors(self, chunk: UnitChunk, settings: Sequence[Setting], seed: int, *,
+                   max_leakage: bool = False) -> Iterator[SettingRows]:
         """:func:`chunk_posteriors` of one chunk, each setting's rows added to its digest; the unit's rows counted."""
         self.unit_rows[chunk.unit] = chunk.first_position + chunk.rows["row_id"].size
-        for computed in chunk_posteriors(chunk, settings, seed):
+        for computed in chunk_posteriors(chunk, settings, seed, max_leakage=max_leakage):
             self.add(computed)
             yield computed
 
@@ -189,7 +199,7 @@ class DigestAccumulator:
         _, parts = self.parts.setdefault(computed.setting.name, (computed.setting, []))
         columns = computed.columns
         parts.append(advantage.bin_digest(np.abs(columns["I"]), columns["additive_advantage"],
-                                          columns["realized_advantage"]))
+                                          columns["realized_advantage"], columns["max_leakage"]))
         if len(parts) >= self.MERGE_EVERY:
             parts[:] = [advantage.merge_bin_digests(parts)]
 

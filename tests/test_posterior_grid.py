@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from lia_spark import advantage, mechanisms, posteriors
+from lia_spark import advantage, leakage, mechanisms, posteriors
 from lia_spark.config import MechanismsConfig
 from lia_spark.criteo import make_row_id
 from lia_spark.posterior_grid import (DigestAccumulator, Setting, UnitChunk, chunk_posteriors, key_order,
@@ -90,6 +90,29 @@ def test_chunk_posteriors_equal_the_kernels_on_the_chunks_bags():
     np.testing.assert_array_equal(rr["I"], np.where(released == 1, 1.0, -1.0))
     np.testing.assert_array_equal(rr["additive_advantage"],
                                   advantage.additive_advantage(rr["posterior"], rows["prior"]))
+
+
+def test_max_leakage_of_each_row_is_the_kernels_on_its_bag_and_summed_in_the_digest():
+    """With max_leakage, each row's value is lia_spark.leakage on the chunk's bags (RR: the worst case); without,
+    NaN; the digest sums it per bin."""
+    rng = np.random.default_rng(3)
+    n = 32
+    rows = {"row_id": np.arange(n, dtype=np.int64), "label": rng.integers(0, 2, n).astype(np.int32),
+            "prior": rng.uniform(0.05, 0.95, n)}
+    settings = [Setting("rr", 2.0, 1), Setting("llp", math.nan, 8), Setting("llp_geometric", 1.0, 4)]
+    chunk = UnitChunk(0, 0, rows)
+    computed = {r.setting: r.columns for r in chunk_posteriors(chunk, settings, SEED, max_leakage=True)}
+    for setting in settings[1:]:
+        sizes = np.full(n // setting.bag_size, setting.bag_size)
+        eps = math.inf if math.isnan(setting.epsilon) else setting.epsilon
+        np.testing.assert_array_equal(computed[setting]["max_leakage"],
+                                      leakage.per_row_bags(setting.mechanism, rows["prior"], sizes, epsilon=eps))
+    np.testing.assert_allclose(computed[settings[0]]["max_leakage"], leakage.worst_case("rr", epsilon=2.0))
+    assert all(np.isnan(r.columns["max_leakage"]).all() for r in chunk_posteriors(chunk, settings, SEED))
+    digests = DigestAccumulator()
+    list(digests.posteriors(chunk, settings, SEED, max_leakage=True))
+    for setting, digest in digests.digests():
+        assert digest["leakage"].sum() == pytest.approx(computed[setting]["max_leakage"].sum(), rel=1e-12)
 
 
 def test_digest_accumulator_counts_unit_rows_and_merges_settings():

@@ -157,7 +157,7 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
         local_staging = local_folder(staging)
         spark.sparkContext.setJobDescription("posteriors: bag, release, posteriors; write per-row results")
         grid = {"settings": settings, "seed": config.run.seed, "unit_bits": unit_bits,
-                "bags_per_group": section.bags_per_group}
+                "bags_per_group": section.bags_per_group, "max_leakage": section.max_leakage}
         sample_fraction = min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1))
         if local_staging is not None:  # the Python workers write the rows and the plot sample themselves
             digest = write_posteriors(source.blobs, output_dir=local_staging, sample_fraction=sample_fraction, **grid)

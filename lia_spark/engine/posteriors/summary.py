@@ -7,6 +7,7 @@ on the driver or by a Spark window): exact order statistics, infinities kept, no
 from __future__ import annotations
 
 import functools
+import math
 import os
 from typing import Any, Iterator, NamedTuple, Sequence
 
@@ -16,7 +17,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from lia_spark import advantage, hashing
+from lia_spark import advantage, hashing, leakage
 from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, UNIT_ROWS
 from lia_spark.names import BAG_MECHANISMS, SETTING_KEY
 from lia_spark.posterior_grid import PLOT_SAMPLE_PURPOSE, Setting, plot_sample_threshold
@@ -25,7 +26,7 @@ DRIVER_SELECTED_ROWS = 1 << 23  # exact percentiles: up to this many bin rows ar
 SELECTED_SCHEMA = "target int, abs_I double"  # result rows inside a percentile's bin (target = the bin's index)
 SUMMARY_COLUMNS = [
     "mechanism", "epsilon", "bag_size", "rows", "mean_additive_advantage", "realized_additive_advantage",
-    *(f"abs_I_p{q}" for q in advantage.PERCENTILES), "share_infinite",
+    *(f"abs_I_p{q}" for q in advantage.PERCENTILES), "share_infinite", "mean_max_leakage", "worst_case_leakage",
 ]
 
 
@@ -73,7 +74,10 @@ def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows: str | Data
         record = {"mechanism": mechanism, "epsilon": setting.epsilon, "bag_size": setting.bag_size, "rows": n,
                   "mean_additive_advantage": columns["additive"].sum() / n,
                   "realized_additive_advantage": columns["realized"].sum() / n,
-                  "share_infinite": int(columns["rows"][columns["bin"] == advantage.INFINITE_BIN].sum()) / n}
+                  "share_infinite": int(columns["rows"][columns["bin"] == advantage.INFINITE_BIN].sum()) / n,
+                  "mean_max_leakage": columns["leakage"].sum() / n,
+                  "worst_case_leakage": leakage.worst_case(mechanism, epsilon=_claimed(setting.epsilon),
+                                                           bag_size=setting.bag_size)}
         for q, where in located.items():
             if isinstance(where, tuple):
                 at, rank = where
@@ -117,6 +121,11 @@ def _values_at_ranks(spark: SparkSession, rows: str | DataFrame, wanted: list[Ra
               .select("target", "rank", "abs_I").collect())
     values = {(row["target"], row["rank"]): float(row["abs_I"]) for row in picked}
     return [values[(index[request.bin], request.rank)] for request in wanted]
+
+
+def _claimed(epsilon: float) -> float:
+    """A setting's epsilon as the leakage kernels take it: plain LLP (NaN) has no noise, eps = inf."""
+    return math.inf if math.isnan(epsilon) else epsilon
 
 
 def _setting_key(mechanism: str, epsilon: float, bag_size: int) -> tuple[str, int, int]:

@@ -46,6 +46,7 @@ ROW_SCHEMA = StructType([
     StructField("I", DoubleType(), False),
     StructField("additive_advantage", DoubleType(), False),
     StructField("realized_advantage", DoubleType(), False),
+    StructField("max_leakage", DoubleType(), False),  # nats; NaN unless mechanisms.max_leakage
 ])
 ARROW_ROW_SCHEMA = to_arrow_schema(ROW_SCHEMA)
 PLOT_COLUMNS = ["row_id", *SETTING_KEY, "prior", "posterior", "I", "additive_advantage"]
@@ -61,6 +62,7 @@ DIGEST_SCHEMA = StructType([
     StructField("high", DoubleType(), False),  # max |I| in the bin
     StructField("additive", DoubleType(), False),  # sum of the additive advantages
     StructField("realized", DoubleType(), False),  # sum of the realized advantages
+    StructField("leakage", DoubleType(), False),  # sum of the rows' maximal leakage (NaN: not computed)
 ])
 ARROW_DIGEST_SCHEMA = to_arrow_schema(DIGEST_SCHEMA)
 ROWS_PER_ROW_GROUP = 1 << 20  # rows per Parquet row group of the worker-written result files (about)
@@ -82,9 +84,10 @@ def row_batch(computed: SettingRows) -> pa.RecordBatch:
     ], schema=ARROW_ROW_SCHEMA)
 
 
-def setting_batches(chunk: UnitChunk, settings: Sequence[Setting], seed: int) -> Iterator[pa.RecordBatch]:
+def setting_batches(chunk: UnitChunk, settings: Sequence[Setting], seed: int, *,
+                    max_leakage: bool = False) -> Iterator[pa.RecordBatch]:
     """:func:`row_batch` of every setting of :func:`lia_spark.posterior_grid.chunk_posteriors` on one chunk."""
-    for computed in chunk_posteriors(chunk, settings, seed):
+    for computed in chunk_posteriors(chunk, settings, seed, max_leakage=max_leakage):
         yield row_batch(computed)
 
 
@@ -96,6 +99,7 @@ class PassPlan:
     seed: int
     unit_bits: int
     chunk_rows: int
+    max_leakage: bool = False
 
     def chunks(self, batches: Iterator[pa.RecordBatch]) -> Iterator[UnitChunk]:
         """Chunks of whole bags from a shuffled partition of blobs (:func:`shuffled_units`)."""
@@ -106,7 +110,7 @@ class PassPlan:
 def _stream_posteriors(batches: Iterator[pa.RecordBatch], *, plan: PassPlan) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: match labels with priors, cut units into chunks, run every setting on each chunk."""
     for chunk in plan.chunks(batches):
-        yield from setting_batches(chunk, plan.settings, plan.seed)
+        yield from setting_batches(chunk, plan.settings, plan.seed, max_leakage=plan.max_leakage)
 
 
 def _digest_batch(mechanism: str, epsilon: float, bag_size: int, digest: dict[str, np.ndarray]) -> pa.RecordBatch:
@@ -196,7 +200,7 @@ def _write_rows_and_digest(batches: Iterator[pa.RecordBatch], *, plan: PassPlan,
     with _task_parquet(files.rows_dir, ARROW_ROW_SCHEMA, files.codec) as writer:
         for chunk in plan.chunks(batches):
             sampled = pa.array(plot_sample_mask(chunk.rows["row_id"], fraction=files.sample_fraction, seed=plan.seed))
-            for computed in digests.posteriors(chunk, plan.settings, plan.seed):
+            for computed in digests.posteriors(chunk, plan.settings, plan.seed, max_leakage=plan.max_leakage):
                 batch = row_batch(computed)
                 writer.add(batch)
                 sample.append(batch.select(PLOT_COLUMNS).filter(sampled))
@@ -211,23 +215,24 @@ def _digest_only(batches: Iterator[pa.RecordBatch], *, plan: PassPlan) -> Iterat
     writing anything."""
     digests = DigestAccumulator()
     for chunk in plan.chunks(batches):
-        for _ in digests.posteriors(chunk, plan.settings, plan.seed):
+        for _ in digests.posteriors(chunk, plan.settings, plan.seed, max_leakage=plan.max_leakage):
             pass
     yield from _digest_batches(digests)
 
 
-def _one_pass(blobs: DataFrame, *, settings: Sequence[Setting], seed: int, unit_bits: int, bags_per_group: int
-              ) -> tuple[DataFrame, PassPlan]:
+def _one_pass(blobs: DataFrame, *, settings: Sequence[Setting], seed: int, unit_bits: int, bags_per_group: int,
+              max_leakage: bool = False) -> tuple[DataFrame, PassPlan]:
     """(:func:`shuffled_units` of the blobs, the plan of the pass over them)."""
     if not settings:
         raise ValueError(f"settings: must hold at least one setting, got {settings!r}")
     chunk_rows = rows_per_call([s.bag_size for s in settings], settings=len(settings), bags_per_group=bags_per_group)
-    plan = PassPlan(settings=tuple(settings), seed=seed, unit_bits=unit_bits, chunk_rows=chunk_rows)
+    plan = PassPlan(settings=tuple(settings), seed=seed, unit_bits=unit_bits, chunk_rows=chunk_rows,
+                    max_leakage=max_leakage)
     return shuffled_units(blobs, unit_bits=unit_bits), plan
 
 
 def posterior_rows(blobs: DataFrame, *, settings: Sequence[Setting], seed: int, unit_bits: int = 0,
-                   bags_per_group: int = 0) -> DataFrame:
+                   bags_per_group: int = 0, max_leakage: bool = False) -> DataFrame:
     """Per-row releases, posteriors and advantages (schema :data:`ROW_SCHEMA`) for every setting, of the input
     packed in ``blobs``.
 
@@ -240,9 +245,10 @@ def posterior_rows(blobs: DataFrame, *, settings: Sequence[Setting], seed: int, 
         unit_bits: 2^unit_bits independent bagging units (:func:`lia_spark.mechanisms.bagging_unit_bits`).
         bags_per_group: bags of the largest size per chunk (0 = automatic, see
             :func:`lia_spark.posterior_grid.rows_per_call`).
+        max_leakage: also each row's maximal leakage (column ``max_leakage``, NaN when false).
     """
     return _pass_rows(*_one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits,
-                                 bags_per_group=bags_per_group))
+                                 bags_per_group=bags_per_group, max_leakage=max_leakage))
 
 
 def _pass_rows(ordered: DataFrame, plan: PassPlan) -> DataFrame:
@@ -251,7 +257,8 @@ def _pass_rows(ordered: DataFrame, plan: PassPlan) -> DataFrame:
 
 
 def write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Setting], seed: int,
-                     unit_bits: int = 0, bags_per_group: int = 0, sample_fraction: float = 1.0) -> pd.DataFrame:
+                     unit_bits: int = 0, bags_per_group: int = 0, sample_fraction: float = 1.0,
+                     max_leakage: bool = False) -> pd.DataFrame:
     """The rows of :func:`posterior_rows`, written by the Python workers as Parquet files to
     ``output_dir/rows`` and a plot sample (:func:`plot_sample_mask`) to ``output_dir/_plot_sample``
     (``output_dir`` is a local path every executor and the driver see alike), and their digest
@@ -263,7 +270,8 @@ def write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Se
     Raises:
         OSError: naming run.output_dir when the driver does not see every row the workers wrote.
     """
-    ordered, plan = _one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group)
+    ordered, plan = _one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group,
+                              max_leakage=max_leakage)
     codec = ARROW_CODECS.get(blobs.sparkSession.conf.get("spark.sql.parquet.compression.codec", "zstd"), "zstd")
     files = ResultFiles(rows_dir=os.path.join(output_dir, layout.ROWS),
                         sample_dir=os.path.join(output_dir, layout.PLOT_SAMPLE), sample_fraction=sample_fraction,
@@ -277,14 +285,15 @@ def write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Se
 
 
 def spark_write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Setting], seed: int,
-                           unit_bits: int = 0, bags_per_group: int = 0) -> pd.DataFrame:
+                           unit_bits: int = 0, bags_per_group: int = 0, max_leakage: bool = False) -> pd.DataFrame:
     """The rows of :func:`posterior_rows`, written by Spark's DataFrame writer to ``output_dir/rows`` (any Hadoop
     file system; executors need no disk shared with the driver), and the digest :func:`write_posteriors` returns.
     The shuffled units are cached and passed over twice: the rows go to the writer, then the per-unit code of
     :func:`write_posteriors` runs the settings again and returns only their digest (no second read or shuffle
     of the input), so digest and summaries equal the local path's exactly. Other arguments as
     :func:`posterior_rows`."""
-    ordered, plan = _one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group)
+    ordered, plan = _one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group,
+                              max_leakage=max_leakage)
     ordered = ordered.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         _pass_rows(ordered, plan).write.parquet(layout.under(output_dir, layout.ROWS))
@@ -302,7 +311,8 @@ def _digest_totals(digests: DataFrame) -> pd.DataFrame:
     return (digests.groupBy(*SETTING_KEY, "bin")
             .agg(F.sum("rows").alias("rows"), F.min("low").alias("low"), F.max("high").alias("high"),
                  F.sum(F.col("additive").cast(exact)).cast("double").alias("additive"),
-                 F.sum(F.col("realized").cast(exact)).cast("double").alias("realized"))
+                 F.sum(F.col("realized").cast(exact)).cast("double").alias("realized"),
+                 F.sum(F.col("leakage").cast(exact)).cast("double").alias("leakage"))
             .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null
             .toPandas())
 
