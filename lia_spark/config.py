@@ -66,6 +66,7 @@ class RunConfig:
     output_dir: str = "runs/default"
     force: bool = False
     stages: tuple[str, ...] = PIPELINE_STAGES
+    stale_lock_hours: float = 24.0
 
     def validate(self) -> None:
         if not self.name.strip():
@@ -83,6 +84,8 @@ class RunConfig:
                 _fail("run.stages", stage, f"must be one of {', '.join(PIPELINE_STAGES)}")
         if len(set(self.stages)) != len(self.stages):
             _fail("run.stages", self.stages, "must not repeat a stage")
+        if not 0.0 < self.stale_lock_hours < math.inf:
+            _fail("run.stale_lock_hours", self.stale_lock_hours, "must be finite and > 0")
 
 
 @dataclasses.dataclass(frozen=True)
