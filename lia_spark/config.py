@@ -85,7 +85,8 @@ class RunConfig:
         if len(set(self.stages)) != len(self.stages):
             _fail("run.stages", self.stages, "must not repeat a stage")
         if not 0.0 < self.stale_lock_hours < math.inf:
-            _fail("run.stale_lock_hours", self.stale_lock_hours, "must be finite and > 0")
+            _fail("run.stale_lock_hours", self.stale_lock_hours, "must be finite and > 0",
+                  "use the hours after which a lock counts as stale, e.g. 24")
 
 
 @dataclasses.dataclass(frozen=True)
