@@ -166,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "       lia-spark --version\n"
              "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)\n"
              "  config [--show] = print the resolved config (defaults <- --conf file <- overrides) as YAML\n"
+             "  track = log a finished output folder to MLflow (after a tracking server failed mid-run)\n"
              "  <command> --help = the command's options; results: <run.output_dir>/results/<command>.json")
     if argv and argv[0] in ("-h", "--help"):
         print(usage)

@@ -201,7 +201,7 @@ def _stop(server: subprocess.Popen) -> None:
     server.wait(timeout=30)
 
 
-def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(data_run, tmp_path, capsys,
+def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(data_run, tmp_path, capsys, caplog,
                                                                                  monkeypatch):
     import logging
 
@@ -224,6 +224,7 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
                 _stop(server)
 
     hook = StopServerAfterData()
+    caplog.set_level(logging.INFO, logger="lia_spark.engine.pipeline")
     logging.getLogger("lia_spark.engine.pipeline").addHandler(hook)
     try:
         assert main(["run", "--conf", str(conf)]) == 0
