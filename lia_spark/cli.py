@@ -101,34 +101,46 @@ def config_yaml(config: Config) -> str:
 
 
 def job_main(stage: StageFunction, argv: Sequence[str] | None = None, description: str = "") -> int:
-    """Run one stage as a command: exit code 0 on success, 2 on a config error, 1 on a failed stage."""
+    """Run one stage as a command, holding the output folder's run lock: exit code 0 on success, 2 on a usage
+    error, 1 on a failed stage; a failure ends as one line on stderr (:func:`lia_spark.failures.failure_line`),
+    its traceback goes to the log."""
     configure_logging()
+    name = command_name(stage)
     try:
         config = config_from_args(argv, description)
-    except ConfigError as error:
-        print(f"lia-spark: configuration error: {error}", file=sys.stderr)
-        return 2
-    from lia_spark.engine.outputs import write_text
-    from lia_spark.engine.session import get_spark
+        from lia_spark.engine.lock import run_lock
+        from lia_spark.engine.outputs import write_text
+        from lia_spark.engine.session import start_spark
 
-    spark = get_spark(config.spark)
-    started = time.monotonic()
-    name = getattr(stage, "__name__", "stage")
-    logger.info("stage %s: started", name)
-    try:
-        result = stage(spark, config)
-    except Exception as error:  # noqa: BLE001 - the job reports any failure as one clear line
-        logger.exception("stage %s failed", name)
-        print(f"lia-spark: {name} failed: {error}", file=sys.stderr)
-        return 1
-    seconds = time.monotonic() - started
-    logger.info("stage %s: finished in %.1f s", name, seconds)
-    path = result_path(config, command_name(stage))
-    write_text(spark, path, strict_json(result) + "\n")
-    print(f"{command_name(stage)}: done in {seconds:.1f} s; full result (JSON): {path}")
+        spark = start_spark(config.spark)
+        with run_lock(spark, config.run.output_dir, command=f"lia-spark {name}",
+                      max_age_hours=config.run.stale_lock_hours):
+            started = time.monotonic()
+            logger.info("stage %s: started", name)
+            result = stage(spark, config)
+            seconds = time.monotonic() - started
+            logger.info("stage %s: finished in %.1f s", name, seconds)
+            path = result_path(config, name)
+            write_text(spark, path, strict_json(result) + "\n")
+    except Exception as error:  # noqa: BLE001 - the command reports any failure as one clear line
+        return report_failure(name, error)
+    print(f"{name}: done in {seconds:.1f} s; full result (JSON): {path}")
     if hasattr(result, "console_summary"):
         print(result.console_summary())
     return 0
+
+
+def report_failure(command: str, error: BaseException) -> int:
+    """Log ``error``'s traceback, print its one line on stderr and return the exit code."""
+    from lia_spark.failures import USAGE_EXIT, failure_line
+
+    line, code = failure_line(error)
+    if code == USAGE_EXIT:
+        logger.debug("%s: usage error", command, exc_info=error)
+    else:
+        logger.error("%s failed", command, exc_info=error)
+    print(f"lia-spark: {line}", file=sys.stderr)
+    return code
 
 
 def show_config(argv: Sequence[str]) -> int:
@@ -138,8 +150,7 @@ def show_config(argv: Sequence[str]) -> int:
         config = config_from_args(arguments, "lia-spark config: print the resolved config (defaults <- file <- "
                                              "overrides) as YAML")
     except ConfigError as error:
-        print(f"lia-spark: configuration error: {error}", file=sys.stderr)
-        return 2
+        return report_failure("config", error)
     print(config_yaml(config), end="")
     return 0
 
@@ -155,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "       lia-spark --version\n"
              "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)\n"
              "  config [--show] = print the resolved config (defaults <- --conf file <- overrides) as YAML\n"
+             "  track = log a finished output folder to MLflow (after a tracking server failed mid-run)\n"
              "  <command> --help = the command's options; results: <run.output_dir>/results/<command>.json")
     if argv and argv[0] in ("-h", "--help"):
         print(usage)

@@ -27,8 +27,29 @@ class ConfigError(ValueError):
     """A configuration value is missing, unknown or out of range; the message names the field."""
 
 
-def _fail(field: str, value: Any, requirement: str) -> typing.NoReturn:
-    raise ConfigError(f"{field}: {requirement}, got {value!r}")
+def _fail(field: str, value: Any, requirement: str, fix: str = "") -> typing.NoReturn:
+    """Raise "<field>: <requirement>, got <value>[; <fix>]"."""
+    raise ConfigError(f"{field}: {requirement}, got {value!r}" + (f"; {fix}" if fix else ""))
+
+
+def _fail_repeats(field: str, values: Sequence[Any]) -> None:
+    """Fail naming ``field`` when ``values`` lists an item twice (every repeat would count the same rows again)."""
+    if len(set(values)) != len(values):
+        _fail(field, list(values), "must not repeat a value", "list each once")
+
+
+GLOB_CHARACTERS = "[]{}*?\\"
+
+
+def _fail_glob(field: str, path: str) -> None:
+    """Fail naming ``field`` when ``path`` holds a character Hadoop reads as a glob pattern."""
+    if any(character in GLOB_CHARACTERS for character in path):
+        _fail(field, path, "holds a character Hadoop reads as a glob pattern ([ ] { } * ? \\), so Spark would "
+              "not find it", "rename the folder or link it under a name without them")
+
+
+_SPARK_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn|"
+                           r"(spark|k8s|mesos)://\S+")
 
 
 def is_remote_path(path: str) -> bool:
@@ -45,6 +66,7 @@ class RunConfig:
     output_dir: str = "runs/default"
     force: bool = False
     stages: tuple[str, ...] = PIPELINE_STAGES
+    stale_lock_hours: float = 24.0
 
     def validate(self) -> None:
         if not self.name.strip():
@@ -53,11 +75,18 @@ class RunConfig:
             _fail("run.seed", self.seed, "must be an integer in [0, 2^63)")
         if not self.output_dir.strip():
             _fail("run.output_dir", self.output_dir, "must be a non-empty path")
+        _fail_glob("run.output_dir", self.output_dir)
+        if not self.stages:
+            _fail("run.stages", self.stages, "must list at least one step",
+                  f"choose from {', '.join(PIPELINE_STAGES)}")
         for stage in self.stages:
             if stage not in PIPELINE_STAGES:
                 _fail("run.stages", stage, f"must be one of {', '.join(PIPELINE_STAGES)}")
         if len(set(self.stages)) != len(self.stages):
             _fail("run.stages", self.stages, "must not repeat a stage")
+        if not 0.0 < self.stale_lock_hours < math.inf:
+            _fail("run.stale_lock_hours", self.stale_lock_hours, "must be finite and > 0",
+                  "use the hours after which a lock counts as stale, e.g. 24")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +101,9 @@ class SparkConfig:
     extra: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def validate(self) -> None:
-        if not self.master.strip():
-            _fail("spark.master", self.master, "must be a Spark master URL such as local[2]")
+        if not _SPARK_MASTER.fullmatch(self.master.strip()):
+            _fail("spark.master", self.master, "must be a Spark master URL",
+                  "use local[N], local[N,F], yarn, spark://host:port or k8s://...")
         if self.shuffle_partitions < 0:
             _fail("spark.shuffle_partitions", self.shuffle_partitions, "must be >= 0 (0 = 4 x cores)")
         if self.arrow_batch_rows < 1:
@@ -100,12 +130,15 @@ class DataConfig:
         if self.source == "criteo" and not self.criteo_paths:
             _fail("data.criteo_paths", self.criteo_paths, "must list day_N[.gz] or train.txt files when source=criteo")
         for path in self.criteo_paths:
+            _fail_glob("data.criteo_paths", path)
             if not is_remote_path(path) and not Path(path).exists():
                 _fail("data.criteo_paths", path, "must name existing files or folders")
         if not 0.0 <= self.max_malformed_share <= 1.0:
             _fail("data.max_malformed_share", self.max_malformed_share, "must be in [0, 1]")
         if self.kaggle_days < 1:
             _fail("data.kaggle_days", self.kaggle_days, "must be >= 1")
+        _fail_glob("data.parquet_path", self.parquet_path)
+        _fail_glob("data.quarantine_path", self.quarantine_path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +196,15 @@ class MechanismsConfig:
         for name in self.names:
             if name not in POSTERIOR_MECHANISMS:
                 _fail("mechanisms.names", name, f"must be one of {', '.join(POSTERIOR_MECHANISMS)}")
+        if set(self.names) - {names.LLP} and not self.epsilons:
+            _fail("mechanisms.epsilons", list(self.epsilons), "must list at least one epsilon for "
+                  f"{', '.join(sorted(set(self.names) - {names.LLP}))}", "list epsilons or drop those mechanisms")
+        if set(self.names) & set(names.BAG_MECHANISMS) and not self.bag_sizes:
+            _fail("mechanisms.bag_sizes", list(self.bag_sizes), "must list at least one bag size for the llp "
+                  "mechanisms", "list bag sizes or drop them from mechanisms.names")
+        _fail_repeats("mechanisms.names", self.names)
+        _fail_repeats("mechanisms.epsilons", self.epsilons)
+        _fail_repeats("mechanisms.bag_sizes", self.bag_sizes)
         for epsilon in self.epsilons:
             if not (0.0 < epsilon < math.inf):
                 _fail("mechanisms.epsilons", epsilon, "must be finite and > 0")
@@ -175,6 +217,7 @@ class MechanismsConfig:
             _fail("mechanisms.rows_per_bagging_unit", self.rows_per_bagging_unit, "must be >= 0 (0 = one unit)")
         if self.plot_sample_rows < 1:
             _fail("mechanisms.plot_sample_rows", self.plot_sample_rows, "must be >= 1")
+        _fail_glob("mechanisms.prior_path", self.prior_path)
         if self.bag_sizes and math.lcm(*self.bag_sizes) > 1 << 20:
             _fail("mechanisms.bag_sizes", self.bag_sizes,
                   "must have a least common multiple <= 1048576 (one pandas call holds whole bags of every size)")
@@ -214,6 +257,16 @@ class ModelsConfig:
             _fail("models.target_day", self.target_day, "must differ from models.proxy_day")
         if self.training_mechanism not in TRAINING_MECHANISMS:
             _fail("models.training_mechanism", self.training_mechanism, f"must be one of {', '.join(TRAINING_MECHANISMS)}")
+        if self.execution == "distributed" and self.library != "xgboost":
+            _fail("models.execution", self.execution, f"trains xgboost only (xgboost.spark), not models.library="
+                  f"{self.library}", "set models.execution=in_memory or models.library=xgboost")
+        if self.training_mechanism in names.BAG_MECHANISMS and (reason := self._no_proportion_matching()):
+            _fail("models.training_mechanism", self.training_mechanism, f"needs proportion matching, which {reason} "
+                  "lacks", "train a label mechanism or use models.library=xgboost, models.execution=in_memory")
+        if self.utility_bag_sizes and self.library != "xgboost":
+            _fail("models.utility_bag_sizes", list(self.utility_bag_sizes), "the utility grid's llp settings need "
+                  f"proportion matching, which models.library={self.library} lacks",
+                  "set models.utility_bag_sizes=[] or models.library=xgboost")
         if not self.epsilon > 0:
             _fail("models.epsilon", self.epsilon, "must be > 0 (inf = no noise)")
         if self.bag_size < 1:
@@ -242,6 +295,17 @@ class ModelsConfig:
         for bag_size in self.utility_bag_sizes:
             if bag_size < 1:
                 _fail("models.utility_bag_sizes", bag_size, "must be >= 1")
+        if not self.utility_epsilons:
+            _fail("models.utility_epsilons", list(self.utility_epsilons), "must list at least one epsilon "
+                  "(inf = true labels)")
+        _fail_repeats("models.utility_epsilons", self.utility_epsilons)
+        _fail_repeats("models.utility_bag_sizes", self.utility_bag_sizes)
+
+    def _no_proportion_matching(self) -> str:
+        """The setting that rules out proportion matching (the llp training objective), "" when none does."""
+        if self.library != "xgboost":
+            return f"models.library={self.library}"
+        return "models.execution=distributed (xgboost.spark)" if self.execution == "distributed" else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,8 +331,9 @@ class AuditConfig:
             _fail("audit.repetitions", self.repetitions, "must be >= 1")
         if self.score not in names.SCORES:
             _fail("audit.score", self.score, f"must be one of {', '.join(names.SCORES)}")
-        if not self.t >= 0:
-            _fail("audit.t", self.t, "must be >= 0")
+        if not 0 <= self.t < math.inf:
+            _fail("audit.t", self.t, "must be finite and >= 0",
+                  "inf turns every score and bound into 0; use a number such as 2")
         if not 0.0 < self.confidence < 1.0:
             _fail("audit.confidence", self.confidence, "must be in (0, 1)")
         if not 0.0 <= self.delta < 1.0:
@@ -289,6 +354,9 @@ class AuditConfig:
         for method in self.table_bounds:
             if method not in self.bounds:
                 _fail("audit.table_bounds", method, "must be one of the families in audit.bounds")
+        _fail_repeats("audit.bounds", self.bounds)
+        _fail_repeats("audit.table_bounds", self.table_bounds)
+        _fail_glob("audit.canary_path", self.canary_path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -495,11 +563,31 @@ def _merge(base: dict[str, Any], update: Mapping[str, Any], origin: str) -> dict
     return merged
 
 
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A YAML mapping names one key twice (plain YAML keeps the last value silently)."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping with a repeated key."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise DuplicateKeyError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"--conf: file not found, got {str(path)!r}")
     try:
-        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+        content = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 - a safe loader
+    except DuplicateKeyError as error:
+        raise ConfigError(f"--conf: {error.problem} in {path} (line {error.problem_mark.line + 1}), got the key "
+                          "twice; keep one of them") from error
     except yaml.YAMLError as error:
         raise ConfigError(f"--conf: {path} is not valid YAML ({error}), got the file's text") from error
     if content is None:
@@ -541,4 +629,23 @@ def config_from_dict(values: Mapping[str, Any]) -> Config:
         if section not in sections:
             raise ConfigError(f"{section}: unknown section (known: {', '.join(sections)}), got {values[section]!r}")
     built = {name: _build_section(name, hints[name], values.get(name) or {}) for name in sections}
-    return Config(**built)
+    config = Config(**built)
+    _check_synthetic_days(config)
+    return config
+
+
+def _check_synthetic_days(config: Config) -> None:
+    """The synthetic twin generated into the default data folder holds days 0..synthetic.days-1: every day
+    a stage reads must be one of them."""
+    if config.data.source != "synthetic" or config.data.parquet_path:
+        return
+    for field, day in day_fields(config).items():
+        if day >= config.synthetic.days:
+            _fail(field, day, f"names a day the synthetic twin does not hold (synthetic.days={config.synthetic.days}"
+                  f" makes days 0..{config.synthetic.days - 1})", "choose one of them or raise synthetic.days")
+
+
+def day_fields(config: Config) -> dict[str, int]:
+    """Every config field that names a day of the data, with its value."""
+    return {"models.proxy_day": config.models.proxy_day, "models.target_day": config.models.target_day,
+            "mechanisms.day": config.mechanisms.day, "logloss.day": config.logloss.day}

@@ -43,7 +43,8 @@ STAGE_FIELDS: dict[str, tuple[str, ...]] = {
     "logloss": ("run.seed", "logloss.*"),
 }
 # Fields no stage's output depends on: identity and location of the run, session settings, tracking.
-UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "run.stages", "spark.*",
+UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "run.stages", "run.stale_lock_hours",
+                                  "spark.*",
                                   "data.parquet_path", "data.quarantine_path", "synthetic.write_tsv",
                                   "synthetic.gzip", "tracking.*",
                                   # audit-table: which cells exist; each cell's own train/audit output is

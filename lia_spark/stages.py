@@ -17,6 +17,7 @@ STAGE_FUNCTIONS: dict[str, str] = {
     "utility": "lia_spark.engine.utility:run_utility_tradeoff",
     "audit": "lia_spark.engine.audit:run_audit",
     "pipeline": "lia_spark.engine.pipeline:run_pipeline",
+    "track": "lia_spark.engine.pipeline:run_track",  # re-log a finished output folder to MLflow
     "audit-table": "lia_spark.engine.table:run_audit_table",  # command `lia-spark audit-table` (Table 2)
     "logloss-attack": "lia_spark.engine.logloss:run_logloss_attack",  # docs/math.md §10
 }

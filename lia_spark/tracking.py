@@ -23,7 +23,7 @@ import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from lia_spark.config import Config, TrackingConfig
 from lia_spark.names import SETTING_KEY
@@ -219,6 +219,21 @@ class PipelineTracker:
         self.tracking_uri = resolve_tracking_uri(config.tracking)
         self.experiment_id = ""
         self.run_id = ""
+        self.not_logged: list[str] = []
+
+    def best_effort(self, what: str, log: Callable[[], Any]) -> None:
+        """Call ``log``; if the store fails, warn, close the runs locally and skip every later call (each named
+        in :attr:`not_logged`), so a tracking server that goes away mid-run never stops the stages."""
+        if self.not_logged:
+            self.not_logged.append(what)
+            return
+        try:
+            log()
+        except Exception as error:  # noqa: BLE001 - MLflow and its HTTP client raise many types
+            logger.warning("tracking: %s not logged, tracking stops for this run (%s)", what,
+                           (str(error).strip().splitlines() or [type(error).__name__])[0])
+            self.not_logged.append(what)
+            _abandon_runs()
 
     def check(self) -> None:
         """Connectivity check with ``tracking.timeout_seconds`` (see :func:`check_tracking_store`)."""
@@ -357,6 +372,17 @@ class PipelineTracker:
             return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
         return (f"run {self.run_id} in experiment {self.config.tracking.experiment!r}; view it with "
                 f"`mlflow ui --backend-store-uri {self.tracking_uri}`")
+
+
+def _abandon_runs() -> None:
+    """End every active MLflow run of this process (marked FAILED where the store still answers)."""
+    import mlflow
+
+    while mlflow.active_run() is not None:
+        try:
+            mlflow.end_run(status="FAILED")
+        except Exception:  # noqa: BLE001 - end_run pops the run before it contacts the store
+            logger.debug("tracking: could not mark run as FAILED", exc_info=True)
 
 
 def pipeline_runs(*, experiment: str, tracking_uri: str, max_results: int = 100) -> Any:

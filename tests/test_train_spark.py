@@ -150,7 +150,8 @@ def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
 
 
 def test_catboost_in_memory(spark, parquet_path, tmp_path):
-    result = run_train_models(spark, _config(parquet_path, str(tmp_path), "models.library=catboost", PROXY_PRIORS))
+    result = run_train_models(spark, _config(parquet_path, str(tmp_path), "models.library=catboost",
+                                             "models.utility_bag_sizes=[]", PROXY_PRIORS))
     _assert_priors_are_the_proxy_predictions(str(tmp_path), result)
     assert result.metrics()["auc_test_target"] > 0.6
     assert {os.path.basename(path) for path in result.model_files} == {"proxy.cbm", "target.cbm"}

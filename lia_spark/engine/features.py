@@ -1,16 +1,34 @@
 """Spark stage for model features: vocabulary counts by aggregation, features by mapInPandas (scales to billions)."""
 from __future__ import annotations
 
+from typing import Mapping
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark import features
+from lia_spark.config import ConfigError
 from lia_spark.criteo import CAT_COLUMNS, DAY, LABEL, ROW_ID
 
 
 def read_day(spark: SparkSession, parquet_path: str, day: int) -> DataFrame:
     """One day of the day-partitioned storage table."""
     return spark.read.parquet(parquet_path).where(F.col(DAY) == day)
+
+
+def check_days_present(spark: SparkSession, parquet_path: str, days: Mapping[str, int]) -> None:
+    """Fail before any work when a config field names a day the table does not hold.
+
+    Args:
+        days: config field -> the day it names, e.g. ``{"models.target_day": 5}``.
+    Raises:
+        ConfigError: naming the first such field, the day and the days present.
+    """
+    present = {int(row[DAY]) for row in spark.read.parquet(parquet_path).select(DAY).distinct().collect()}
+    for field, day in days.items():
+        if day not in present:
+            raise ConfigError(f"{field}: {parquet_path} holds no rows of day {day} (days present: {sorted(present)}),"
+                              f" got {day}; set {field} to one of the days present")
 
 
 def split_rows(rows: DataFrame, *, seed: int, shares: tuple[float, float, float], code: int) -> DataFrame:

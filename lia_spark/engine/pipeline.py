@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import shutil
 import tempfile
@@ -21,12 +22,14 @@ from pyspark.sql import SparkSession
 from lia_spark import layout
 from lia_spark.config import PIPELINE_STAGES, Config, is_remote_path
 from lia_spark.engine.outputs import (check_writable, committed_output, copy_from_local, is_complete, local_copies,
-                                     path_exists, read_marker)
+                                     marker_fields, path_exists, read_marker, reported_path)
 from lia_spark.fingerprint import marker_fingerprint, verified_marker
 from lia_spark.report import REPORT_FILE, ReportResult, render_report
 
 logger = logging.getLogger(__name__)
 
+TRACK_LATER = ("log them once the tracking server answers again with `lia-spark track --conf <your conf> "
+               "[the same overrides]`")
 
 
 @dataclasses.dataclass
@@ -79,6 +82,7 @@ class PipelineResult:
     mlflow_run_id: str = ""
     tracking_uri: str = ""
     mlflow_location: str = ""
+    not_logged: list[str] = dataclasses.field(default_factory=list)
 
     def step(self, name: str) -> StageOutcome | None:
         """The outcome of step ``name``, or None when it was not reached."""
@@ -100,7 +104,8 @@ class PipelineResult:
         """JSON-friendly summary of the run."""
         return {"run_name": self.run_name, "output_dir": self.output_dir, "spark_master": self.spark_master,
                 "report_path": self.report_path, "mlflow_run_id": self.mlflow_run_id,
-                "tracking_uri": self.tracking_uri, "steps": [outcome.to_dict() for outcome in self.steps]}
+                "tracking_uri": self.tracking_uri, "not_logged": list(self.not_logged),
+                "steps": [outcome.to_dict() for outcome in self.steps]}
 
     def console_summary(self) -> str:
         """Closing lines for the console: status per step, the report, the MLflow run and, last, the audit's
@@ -111,6 +116,8 @@ class PipelineResult:
             lines.append(f"report: {self.report_path}")
         if self.mlflow_location:
             lines.append(f"MLflow: {self.mlflow_location}")
+        if self.not_logged:
+            lines.append(f"warning: not logged to MLflow: {', '.join(self.not_logged)}; {TRACK_LATER}")
         audit = self.step("audit")
         if audit is not None and audit.result is not None:
             lines.append(audit.result.console_summary())  # the headline comes last
@@ -234,6 +241,23 @@ def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str
     return outcome
 
 
+def log_outcome(spark: SparkSession, config: Config, tracker: Any, outcome: StageOutcome) -> None:
+    """Log one step's outcome to MLflow (artifacts and models only when it ran), with the parent run's data
+    fingerprint (data), headline tags (audit) and report page (report)."""
+    ran = outcome.status == "ran"
+    with (local_copies(spark, outcome.artifacts() if ran else []) as artifacts,
+          local_copies(spark, outcome.models() if ran else []) as models):
+        tracker.log_stage(outcome.step, status=outcome.status, seconds=outcome.seconds, metrics=outcome.metrics(),
+                          artifacts=artifacts, models=models, settings=outcome.settings(), error=outcome.error,
+                          fingerprint=outcome.fingerprint)
+    if outcome.step == "audit" and outcome.result is not None:
+        tracker.set_tags(outcome.result.headline.tags())
+    if outcome.step == "data" and outcome.status != "failed":
+        tracker.log_data_marker(read_marker(spark, config.parquet_path) or {})
+    if outcome.step == "report" and outcome.status != "failed":
+        tracker.log_report(outcome.result.html_path)
+
+
 def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
     """Run the selected steps in order, tracking each in MLflow when ``tracking.enabled``.
 
@@ -266,19 +290,7 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
             outcomes[step] = outcome
             result.steps.append(outcome)
             if tracker is not None and outcome.status in ("ran", "reused", "failed"):
-                ran = outcome.status == "ran"
-                with (local_copies(spark, outcome.artifacts() if ran else []) as artifacts,
-                      local_copies(spark, outcome.models() if ran else []) as models):
-                    tracker.log_stage(step, status=outcome.status, seconds=outcome.seconds,
-                                      metrics=outcome.metrics(), artifacts=artifacts, models=models,
-                                      settings=outcome.settings(), error=outcome.error,
-                                      fingerprint=outcome.fingerprint)
-                if step == "audit" and outcome.result is not None:
-                    tracker.set_tags(outcome.result.headline.tags())
-                if step == "data" and outcome.status != "failed":
-                    tracker.log_data_marker(read_marker(spark, config.parquet_path) or {})
-                if step == "report" and outcome.status != "failed":
-                    tracker.log_report(outcome.result.html_path)
+                tracker.best_effort(f"stage {step}", functools.partial(log_outcome, spark, config, tracker, outcome))
             if outcome.step == "report" and outcome.result is not None:
                 result.report_path = outcome.result.path
             if outcome.status == "failed":
@@ -286,9 +298,67 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
                 break
     finally:
         if tracker is not None:
-            tracker.end(failed=failed is not None or len(outcomes) < len(PIPELINE_STAGES))
+            tracker.best_effort("the run's end", functools.partial(
+                tracker.end, failed=failed is not None or len(outcomes) < len(PIPELINE_STAGES)))
+            result.not_logged = list(tracker.not_logged)
+            if result.not_logged:
+                logger.warning("tracking: not logged to MLflow: %s; %s", ", ".join(result.not_logged), TRACK_LATER)
     if failed is not None:
         raise RuntimeError(f"stage {failed.step} ({failed.stage}) failed: {failed.error}; outputs of finished "
                            f"stages are kept under {config.run.output_dir}") from failed.exception
     logger.info("%s", result.console_summary())
+    return result
+
+
+def committed_outcome(spark: SparkSession, config: Config, step: str) -> StageOutcome:
+    """A step's committed output as an outcome that ran (its result rebuilt from the marker), or "skipped" when
+    the step has no complete output."""
+    from lia_spark.engine.audit import AuditResult
+    from lia_spark.engine.generate import GenerateResult
+    from lia_spark.engine.ingest import IngestResult
+    from lia_spark.engine.posteriors.stage import PosteriorsResult
+    from lia_spark.engine.train import TrainResult
+    from lia_spark.engine.utility import UtilityResult
+
+    stage = stage_for(step, config)
+    marker = read_marker(spark, completion_paths(step, config)[0])
+    if marker is None:
+        return StageOutcome(step, stage, "skipped")
+    report = layout.output_path(config, layout.REPORT) + f"/{REPORT_FILE}"
+    result = {"generate": GenerateResult.from_dict, "ingest": IngestResult.from_dict, "train": TrainResult.from_dict,
+              "posteriors": PosteriorsResult.from_dict, "audit": AuditResult.from_dict,
+              "utility": lambda values: UtilityResult(**marker_fields(UtilityResult, values)),
+              "report": lambda values: ReportResult(report, reported_path(report), int(values["figures"]),
+                                                    int(values["tables"]))}[stage](marker)
+    return StageOutcome(step, stage, "ran", result=result, fingerprint=step_fingerprint(spark, step, config))
+
+
+def run_track(spark: SparkSession, config: Config) -> PipelineResult:
+    """``lia-spark track``: log a finished output folder to MLflow as a new pipeline run, every step with a
+    complete output as it ran (metrics, artifacts, models, settings and the report, read from the committed
+    outputs; nothing is recomputed). For a run whose tracking server failed mid-run.
+
+    Raises:
+        lia_spark.tracking.TrackingError: the tracking store is unreachable.
+        ValueError: naming run.output_dir when no step of it has a complete output.
+    """
+    from lia_spark.tracking import PipelineTracker
+
+    outcomes = [committed_outcome(spark, config, step) for step in PIPELINE_STAGES]
+    if all(outcome.status == "skipped" for outcome in outcomes):
+        raise ValueError(f"run.output_dir: no step has a complete output there, got {config.run.output_dir!r}; "
+                         "point --conf / run.output_dir at the folder of a finished run")
+    tracker = PipelineTracker(config)
+    tracker.check()
+    result = PipelineResult(config.run.name, config.run.output_dir, spark.sparkContext.master, steps=outcomes,
+                            mlflow_run_id=tracker.start(), tracking_uri=tracker.tracking_uri,
+                            mlflow_location=tracker.location())
+    try:
+        for outcome in outcomes:
+            if outcome.status == "ran":
+                log_outcome(spark, config, tracker, outcome)
+    finally:
+        tracker.end(failed=False)
+    logger.info("track: logged %s to %s", ", ".join(o.step for o in outcomes if o.status == "ran"),
+                result.mlflow_location)
     return result

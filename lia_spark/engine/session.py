@@ -7,7 +7,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from lia_spark.config import SparkConfig
+from lia_spark.config import ConfigError, SparkConfig
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,20 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     logger.info("Spark %s session on %s (%s shuffle partitions)", session.version, session.sparkContext.master,
                 session.conf.get("spark.sql.shuffle.partitions"))
     return session
+
+
+def start_spark(config: SparkConfig) -> SparkSession:
+    """:func:`get_spark` for commands: a session that cannot start is reported naming spark.master.
+
+    Raises:
+        ConfigError: naming spark.master and the first line of Spark's own reason.
+    """
+    try:
+        return get_spark(config)
+    except Exception as error:  # noqa: BLE001 - the JVM's failures arrive as many exception types
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ConfigError(f"spark.master: cannot start a Spark session ({reason}), got {config.master!r}; check "
+                          "spark.master, spark.driver_memory, spark.extra and JAVA_HOME") from error
 
 
 def _submitted_settings() -> set[str]:

@@ -417,6 +417,9 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
     if marker is not None:
         return dataclasses.replace(TrainResult.from_dict(marker), skipped=True)
     m = config.models
+    spark_features.check_days_present(spark, config.parquet_path, {
+        "models.proxy_day": m.proxy_day, "models.target_day": m.target_day,
+        **({"mechanisms.day": section.day} if priors_fields else {})})
     started = time.monotonic()
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
                 m.proxy_day, m.target_day, m.training_mechanism, m.epsilon, m.bag_size)

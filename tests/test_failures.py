@@ -1,0 +1,254 @@
+"""Failures a user can cause end as one line "lia-spark: <field or resource>: ..." with exit code 2 (usage) or 1
+(runtime): wrong config values at load, days the data lacks, a locked output folder, unwritable paths, a full disk
+and a tracking server that goes away mid-run (the run goes on; `lia-spark track` logs it later)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lia_spark.cli import main
+from lia_spark.engine.lock import LOCK_FILE, LockHolder, lock_path, run_lock
+from lia_spark.failures import failure_line, resource_problem
+from pipeline_support import REPO
+
+SMALL = {"run": {"name": "faults", "stages": ["data"]}, "spark": {"master": "local[2]"},
+         "synthetic": {"rows_per_day": 2000, "days": 2},
+         "mechanisms": {"epsilons": [2.0], "bag_sizes": [8]},
+         "models": {"n_estimators": 5, "early_stopping_rounds": 0, "utility_epsilons": [4.0], "utility_bag_sizes": [8],
+                    "hash_buckets": 1024},
+         "audit": {"repetitions": 2}, "tracking": {"enabled": False}}
+
+
+def _conf(path: Path, output_dir: Path, **changes: dict) -> Path:
+    values = {section: dict(items) for section, items in SMALL.items()}
+    values["run"]["output_dir"] = str(output_dir)
+    for section, update in changes.items():
+        values.setdefault(section, {}).update(update)
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return path
+
+
+def _one_line(capsys) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lia-spark: ")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def data_run(spark, tmp_path_factory):
+    """A committed 2-day synthetic table of 2,000 rows per day."""
+    root = tmp_path_factory.mktemp("faults")
+    conf = _conf(root / "conf.yaml", root / "out")
+    assert main(["run", "--conf", str(conf)]) == 0
+    return root
+
+
+@pytest.mark.parametrize("override, field", [
+    ("mechanisms.bag_sizes=[]", "mechanisms.bag_sizes"),
+    ("mechanisms.epsilons=[]", "mechanisms.epsilons"),
+    ("mechanisms.names=[rr, rr]", "mechanisms.names"),
+    ("mechanisms.epsilons=[1, 1.0]", "mechanisms.epsilons"),
+    ("mechanisms.bag_sizes=[8, 8]", "mechanisms.bag_sizes"),
+    ("models.utility_epsilons=[4, 4]", "models.utility_epsilons"),
+    ("audit.t=inf", "audit.t"),
+    ("run.stages=[]", "run.stages"),
+    ("models.library=catboost", "models.utility_bag_sizes"),
+    ("models.target_day=5", "models.target_day"),
+    ("mechanisms.day=2", "mechanisms.day"),
+    ("spark.master=bogus://x", "spark.master"),
+    ("data.parquet_path=/tmp/day[1]", "data.parquet_path"),
+    ("run.stale_lock_hours=0", "run.stale_lock_hours"),
+])
+def test_wrong_values_are_refused_at_load_with_exit_2(tmp_path, capsys, override, field):
+    conf = _conf(tmp_path / "conf.yaml", tmp_path / "out")
+    assert main(["run", "--conf", str(conf), override]) == 2
+    line = _one_line(capsys)
+    assert line.startswith(f"lia-spark: {field}: ") and ", got " in line and "; " in line.split(", got ", 1)[1]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["models.library=catboost", "models.utility_bag_sizes=[]", "models.training_mechanism=llp"],
+     "models.training_mechanism"),
+    (["models.execution=distributed", "models.training_mechanism=llp_laplace"], "models.training_mechanism"),
+    (["models.execution=distributed", "models.library=catboost", "models.utility_bag_sizes=[]"], "models.execution"),
+])
+def test_combinations_the_models_cannot_train_are_refused_at_load(tmp_path, capsys, overrides, field):
+    assert main(["config", "--conf", str(_conf(tmp_path / "conf.yaml", tmp_path / "out")), *overrides]) == 2
+    assert _one_line(capsys).startswith(f"lia-spark: {field}: ")
+
+
+def test_duplicate_yaml_keys_name_the_key_and_the_file(tmp_path, capsys):
+    conf = tmp_path / "conf.yaml"
+    conf.write_text("mechanisms:\n  epsilons: [1.0]\n  day: 1\n  epsilons: [2.0]\n", encoding="utf-8")
+    assert main(["config", "--conf", str(conf)]) == 2
+    line = _one_line(capsys)
+    assert "duplicate key 'epsilons'" in line and str(conf) in line and "line 4" in line
+
+
+def test_a_day_the_data_lacks_fails_before_training(data_run, tmp_path, capsys):
+    data = data_run / "out" / "data"
+    conf = _conf(tmp_path / "conf.yaml", tmp_path / "out", data={"parquet_path": str(data)},
+                 run={"stages": ["train"]}, models={"target_day": 5})
+    assert main(["run", "--conf", str(conf)]) == 2
+    line = _one_line(capsys)
+    assert line.startswith("lia-spark: models.target_day: ") and "holds no rows of day 5" in line
+    assert not (tmp_path / "out" / "models").exists()
+    assert not (tmp_path / "out" / LOCK_FILE).exists(), "the lock is released on failure"
+
+
+def test_a_second_run_into_a_locked_folder_fails_naming_the_holder(spark, data_run, tmp_path):
+    conf = _conf(tmp_path / "conf.yaml", data_run / "out")
+    with run_lock(spark, str(data_run / "out"), command="lia-spark test", max_age_hours=1.0):
+        completed = subprocess.run([sys.executable, "-m", "lia_spark.cli", "run", "--conf", str(conf)], cwd=REPO,
+                                   capture_output=True, text=True, timeout=300, env={**os.environ})
+    assert completed.returncode == 1, completed.stderr[-2000:]
+    line = completed.stderr.strip().splitlines()[-1]
+    assert line.startswith("lia-spark: run.output_dir: another run holds")
+    assert f"pid {os.getpid()} on host {socket.gethostname()}" in line
+    assert not (data_run / "out" / LOCK_FILE).exists()
+
+
+def test_a_stale_lock_is_reported_with_the_command_that_removes_it(data_run, capsys):
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = LockHolder(socket.gethostname(), int(finished.stdout), "lia-spark run", time.time() - 60)
+    path = Path(lock_path(str(data_run / "out")))
+    path.write_text(gone.to_json(), encoding="utf-8")
+    try:
+        assert main(["run", "--conf", str(data_run / "conf.yaml")]) == 1
+        line = _one_line(capsys)
+        assert line.startswith("lia-spark: run.output_dir: stale lock") and f"`rm {path}`" in line
+        assert path.exists(), "a stale lock is never broken silently"
+        path.write_text(LockHolder("elsewhere", 1, "lia-spark run", time.time() - 7200).to_json(), encoding="utf-8")
+        assert main(["run", "--conf", str(data_run / "conf.yaml"), "run.stale_lock_hours=1"]) == 1
+        assert "more than run.stale_lock_hours=1" in _one_line(capsys)
+    finally:
+        path.unlink()
+
+
+def test_an_unwritable_data_folder_is_a_resource_error_naming_the_path(data_run, tmp_path, capsys):
+    target = "/sys/kernel/mm/lia-spark-data"  # sysfs refuses new files, also for root
+    if os.access("/sys/kernel/mm", os.W_OK) and os.geteuid() != 0:
+        pytest.skip("/sys/kernel/mm is writable here")
+    conf = _conf(tmp_path / "conf.yaml", tmp_path / "out", data={"parquet_path": target})
+    assert main(["run", "--conf", str(conf)]) == 1
+    line = _one_line(capsys)
+    assert line.startswith("lia-spark: ") and target in line and "cannot be written" in line
+
+
+def test_a_read_only_output_folder_is_refused_before_any_stage(tmp_path, capsys):
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders; the sysfs case above covers permissions")
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    conf = _conf(tmp_path / "conf.yaml", folder / "out")
+    assert main(["run", "--conf", str(conf)]) == 1
+    assert _one_line(capsys).startswith("lia-spark: run.output_dir: ")
+
+
+def test_a_full_disk_is_a_resource_error_naming_the_path(spark):
+    from py4j.protocol import Py4JJavaError
+
+    with pytest.raises(OSError) as python_error:  # /dev/full answers every write with ENOSPC
+        with open("/dev/full", "w", encoding="utf-8") as stream:
+            stream.write("x")
+    assert "no space left" in failure_line(python_error.value)[0]
+    jvm = spark.sparkContext._jvm
+    raw = jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark.sparkContext._jsc.hadoopConfiguration()).getRaw()
+    with pytest.raises(Py4JJavaError) as java_error:  # Hadoop's own FSError, as copyFromLocalFile raises it
+        stream = raw.create(jvm.org.apache.hadoop.fs.Path("/dev/full"), True)
+        stream.write(bytearray(b"x" * 70000))
+        stream.close()
+    assert resource_problem(RuntimeError("stage failed")) is None
+    line, code = failure_line(java_error.value)
+    assert code == 1 and ": no space left on the device (org.apache.hadoop.fs.FSError" in line
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _start_server(root: Path, port: int) -> subprocess.Popen:
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--default-artifact-root", str(root / "artifacts"),
+         "--workers", "1"], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return server
+        except OSError:
+            time.sleep(0.5)
+    server.kill()
+    raise RuntimeError("mlflow server did not start")
+
+
+def _stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    server.wait(timeout=30)
+
+
+def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(data_run, tmp_path, capsys, caplog,
+                                                                                 monkeypatch):
+    import logging
+
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    port, root = _free_port(), tmp_path / "mlflow"
+    root.mkdir()
+    uri = f"http://127.0.0.1:{port}"
+    conf = _conf(tmp_path / "conf.yaml", data_run / "out", run={"stages": ["data", "report"], "name": "lost"},
+                 tracking={"enabled": True, "tracking_uri": uri, "experiment": "faults", "log_models": False})
+    server = _start_server(root, port)
+
+    class StopServerAfterData(logging.Handler):
+        """Stops the tracking server as soon as the data step has finished (before the pipeline logs it)."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("pipeline: data reused") and server.poll() is None:
+                _stop(server)
+
+    hook = StopServerAfterData()
+    caplog.set_level(logging.INFO, logger="lia_spark.engine.pipeline")
+    logging.getLogger("lia_spark.engine.pipeline").addHandler(hook)
+    try:
+        assert main(["run", "--conf", str(conf)]) == 0
+    finally:
+        logging.getLogger("lia_spark.engine.pipeline").removeHandler(hook)
+        if server.poll() is None:
+            _stop(server)
+    output = capsys.readouterr().out
+    assert "warning: not logged to MLflow: stage data, stage report" in output and "lia-spark track --conf" in output
+    result = json.loads((data_run / "out" / "results" / "pipeline.json").read_text(encoding="utf-8"))
+    assert result["not_logged"][:2] == ["stage data", "stage report"]
+    assert (data_run / "out" / "report" / "report.html").exists()
+
+    server = _start_server(root, port)
+    try:
+        assert main(["track", "--conf", str(conf)]) == 0
+        client = mlflow.MlflowClient(uri)
+        experiment = client.get_experiment_by_name("faults")
+        tracked = json.loads((data_run / "out" / "results" / "track.json").read_text(encoding="utf-8"))
+        children = client.search_runs([experiment.experiment_id],
+                                      f"tags.mlflow.parentRunId = '{tracked['mlflow_run_id']}'")
+        stages = {run.info.run_name: run for run in children if run.data.tags.get("lia_spark.kind") == "stage"}
+        assert set(stages) == {"data", "report"}
+        assert stages["data"].data.metrics["seconds"] == 0.0 and stages["data"].info.status == "FINISHED"
+        assert client.get_run(tracked["mlflow_run_id"]).info.status == "FINISHED"
+    finally:
+        _stop(server)
