@@ -25,6 +25,7 @@ setup(
         "mlflow>=2.16,<4",
         "pyyaml>=6",
         "matplotlib>=3.8",
+        "dp-accounting>=0.4",
     ],
     extras_require={
         "catboost": ["catboost>=1.2,<2"],

@@ -245,6 +245,11 @@ class ModelsConfig:
     num_workers: int = 0
     utility_epsilons: tuple[float, ...] = (0.1, 1.0, 2.0, 4.0, 8.0, math.inf)
     utility_bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    pate_teachers: int = 100
+    pate_queries: int = 10_000
+    pate_noise: str = "gaussian"
+    pate_pseudo_labels: bool = False
+    pate_delta: float = 1e-5
 
     def validate(self) -> None:
         if self.library not in ("xgboost", "catboost"):
@@ -295,6 +300,17 @@ class ModelsConfig:
         for bag_size in self.utility_bag_sizes:
             if bag_size < 1:
                 _fail("models.utility_bag_sizes", bag_size, "must be >= 1")
+        if self.pate_teachers < 1:
+            _fail("models.pate_teachers", self.pate_teachers, "must be >= 1")
+        if self.pate_queries < 1:
+            _fail("models.pate_queries", self.pate_queries, "must be >= 1")
+        if self.pate_noise not in ("gaussian", "laplace"):
+            _fail("models.pate_noise", self.pate_noise, "must be one of gaussian, laplace")
+        if not 0.0 < self.pate_delta < 1.0:
+            _fail("models.pate_delta", self.pate_delta, "must be in (0, 1)")
+        if self.training_mechanism == names.PATE and (self.library, self.execution) != ("xgboost", "in_memory"):
+            _fail("models.training_mechanism", self.training_mechanism,
+                  "pate needs models.library=xgboost and models.execution=in_memory")
         if not self.utility_epsilons:
             _fail("models.utility_epsilons", list(self.utility_epsilons), "must list at least one epsilon "
                   "(inf = true labels)")
@@ -386,7 +402,7 @@ class TableConfig:
     (:func:`lia_spark.table.table_cells`)."""
 
     mechanisms: tuple[str, ...] = (names.NONE, names.RR, names.RR_WITH_PRIOR, names.RR_DEBIASED, names.LP_2ST,
-                                   *names.BAG_MECHANISMS)
+                                   *names.BAG_MECHANISMS, names.PATE)
     epsilons: tuple[float, ...] = (math.inf, 8.0, 4.0, 2.0, 1.0, 0.1)
     bag_sizes: tuple[int, ...] = (8,)
 

@@ -16,7 +16,8 @@ RR_WITH_PRIOR = "rr_with_prior"
 LP_2ST = "lp_2st"
 RR_DEBIASED = "rr_debiased"
 LABEL_MECHANISMS = (NONE, RR, RR_WITH_PRIOR, LP_2ST, RR_DEBIASED)
-TRAINING_MECHANISMS = (*LABEL_MECHANISMS, *BAG_MECHANISMS)
+PATE = "pate"  # teachers on disjoint partitions, a student on noisy vote labels (docs/math.md §4.6)
+TRAINING_MECHANISMS = (*LABEL_MECHANISMS, *BAG_MECHANISMS, PATE)
 
 # The key of one setting (a cell of a mechanism grid): columns of the posteriors' rows, summaries, utility table.
 MECHANISM, EPSILON, BAG_SIZE = "mechanism", "epsilon", "bag_size"

@@ -17,7 +17,7 @@ import pandas as pd
 
 from lia_spark.config import Config, ConfigError
 from lia_spark.names import (BAG_MECHANISMS, BINOMIAL, BONFERRONI, LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, NONE, PAPER,
-                             RR, RR_DEBIASED, RR_WITH_PRIOR, bound_key)
+                             PATE, RR, RR_DEBIASED, RR_WITH_PRIOR, bound_key)
 
 # The paper's names of the training mechanisms (Ghazi et al. 2021, "Deep Learning with Label Differential Privacy",
 # for LP-1ST / LP-2ST; proportion matching on label proportions, auditing paper sec. 2).
@@ -30,6 +30,7 @@ DISPLAY_NAMES: dict[str, str] = {
     LLP: "PropMatch on LLP",
     LLP_LAPLACE: "PropMatch on LLP+Lap",
     LLP_GEOMETRIC: "PropMatch on LLP+Geom",
+    PATE: "PATE",
 }
 CONVENTION = BONFERRONI
 
@@ -45,7 +46,7 @@ def bound_keys(summary: Mapping | None) -> tuple[str, str]:
 # 2025, arXiv:2511.14084. Table 2 (Criteo, 1M rows per day, CatBoost, delta = 1e-5; the highest epsilon over
 # the c' sweep at 95% confidence *per test*, averaged over 100 repetitions: the paper's convention, not a valid
 # 95% bound) and Table 5 (test log-loss). None = not reported ("the training process did not produce
-# meaningful outcomes"). PATE has no counterpart in lia_spark.
+# meaningful outcomes").
 PUBLISHED_LABEL = "published values (paper convention, not a valid bound)"
 PUBLISHED_SOURCE = ('Kalemaj et al., "Observational Auditing of Label Privacy", 2025, arXiv:2511.14084, '
                     "Table 2 (eps_lb mean +- std, Criteo, CatBoost, delta = 1e-5) and Table 5 (test log-loss)")
@@ -66,7 +67,7 @@ PUBLISHED_LOG_LOSS: dict[str, tuple[float | None, ...]] = {
 }
 PUBLISHED_MECHANISMS: dict[str, str | None] = {"LP-1ST": RR, "LP-1ST (domain prior)": RR_WITH_PRIOR,
                                                "LP-1ST (noise correction)": RR_DEBIASED, "LP-2ST": LP_2ST,
-                                               "PATE": None}
+                                               "PATE": PATE}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +106,8 @@ def unsupported_reason(mechanism: str, *, library: str, execution: str) -> str:
         return "models.execution=distributed trains xgboost only (xgboost.spark)"
     if mechanism in BAG_MECHANISMS and execution == "distributed":
         return "proportion matching needs a custom objective, which xgboost.spark (models.execution=distributed) lacks"
+    if mechanism == PATE and (library != "xgboost" or execution != "in_memory"):
+        return "PATE's teachers and student are in-memory xgboost models (models.library=xgboost, execution=in_memory)"
     if mechanism in BAG_MECHANISMS and library == "catboost":
         return "catboost has no proportion-matching objective here; use models.library=xgboost for llp mechanisms"
     return ""

@@ -31,9 +31,10 @@ import pandas as pd
 from scipy.special import expit, logit
 from sklearn.metrics import log_loss, roc_auc_score
 
+from lia_spark import hashing
 from lia_spark import label_mechanisms as lm
-from lia_spark import names
-from lia_spark.names import BAG_MECHANISMS, LP_2ST, NONE, RR, RR_DEBIASED, RR_WITH_PRIOR, TRAINING_MECHANISMS
+from lia_spark import names, pate
+from lia_spark.names import BAG_MECHANISMS, LP_2ST, NONE, PATE, RR, RR_DEBIASED, RR_WITH_PRIOR, TRAINING_MECHANISMS
 
 logger = logging.getLogger(__name__)
 
@@ -257,15 +258,53 @@ def fit_model(data: ModelData, labels: np.ndarray, train: np.ndarray, valid: np.
 
 @dataclasses.dataclass
 class TargetFit:
-    """The target model, the labels it was trained on (None for bag mechanisms) and stage-1 model if any."""
+    """The target model, the labels it was trained on (None for bag mechanisms; NaN on rows without a released
+    label for pate), the stage-1 model if any and the mechanism's own report (pate: eps, delta, T, Q, sigma, ...)."""
 
     model: FittedModel
     released_labels: np.ndarray | None
     stage1: FittedModel | None = None
+    report: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def teacher_model(params: BoostingParams) -> pate.TeacherModel:
+    """PATE's teacher settings: the boosting hyper-parameters without early stopping."""
+    return pate.TeacherModel(n_estimators=params.n_estimators, max_depth=params.max_depth,
+                             learning_rate=params.learning_rate, seed=params.seed)
+
+
+def train_pate(data: ModelData, *, epsilon: float, seed: int, params: BoostingParams,
+               settings: pate.PateSettings) -> TargetFit:
+    """PATE (docs/math.md §4.6): teachers on disjoint partitions of the training rows outside the Q student rows,
+    the student on the noisy vote argmax of the student rows (early stopping on a seeded 10% of them, so no
+    label beyond the Q answers is read); with pseudo-labels, the student is refitted with labels drawn from its
+    own predictions, Bernoulli(p) by row id, on the remaining training rows."""
+    if data.library != "xgboost":
+        raise ValueError(f"training_mechanism pate trains xgboost teachers on a feature matrix, got library={data.library}")
+    train, ids, labels = data.split == SPLIT_TRAIN, data.row_ids, data.labels.astype(np.int8)
+    students = np.zeros(ids.size, dtype=bool)
+    students[train] = pate.student_mask(ids[train], queries=settings.queries, seed=seed)
+    labelled = train & ~students
+    teacher = pate.teacher_index(ids[labelled], teachers=settings.teachers, seed=seed)
+    votes = (settings.votes or pate.sequential_votes(settings.teachers, teacher_model(params)))(
+        ids[labelled], data.rows(labelled), labels[labelled], teacher, data.rows(students))
+    answer = pate.student_labels(votes, ids[students], labels[students], epsilon=epsilon, seed=seed,
+                                 settings=settings)
+    released = np.full(ids.size, np.nan)
+    released[students] = answer.labels
+    holdout = hashing.uniform(seed, pate.HOLDOUT_PURPOSE, ids) < pate.STUDENT_HOLDOUT_SHARE
+    fit_rows, valid_rows = students & ~holdout, students & holdout
+    model = fit_model(data, released, fit_rows, valid_rows, params=params)
+    if settings.pseudo_labels:
+        rest = train & ~students
+        released[rest] = hashing.bernoulli(seed, pate.PSEUDO_PURPOSE, ids[rest], model.predict(data.rows(rest)))
+        model = fit_model(data, released, fit_rows | rest, valid_rows, params=params)
+    return TargetFit(model, released, report=answer.report(settings))
 
 
 def train_target(data: ModelData, *, mechanism: str, epsilon: float, seed: int, params: BoostingParams,
-                 prior: np.ndarray | None = None, bag_size: int = 1) -> TargetFit:
+                 prior: np.ndarray | None = None, bag_size: int = 1,
+                 pate_settings: pate.PateSettings | None = None) -> TargetFit:
     """Train the target model on labels privatized by a training mechanism (docs/math.md §2.6).
 
     The mechanism releases the labels of the training and validation rows (test labels stay true for
@@ -273,8 +312,12 @@ def train_target(data: ModelData, *, mechanism: str, epsilon: float, seed: int, 
     lp_2st trains a stage-1 RR model on one half of the rows, whose noise-corrected predictions are the
     prior of RRWithPrior on the other half; the final model uses both halves' released labels.
     llp mechanisms bag the training and the validation rows separately into bags of ``bag_size``
-    (:func:`lia_spark.label_mechanisms.bag_proportions`) and learn by proportion matching.
+    (:func:`lia_spark.label_mechanisms.bag_proportions`) and learn by proportion matching. pate follows
+    :func:`train_pate` with ``pate_settings`` (default :class:`lia_spark.pate.PateSettings`).
     """
+    if mechanism == PATE:
+        return train_pate(data, epsilon=epsilon, seed=seed, params=params,
+                          settings=pate_settings or pate.PateSettings())
     train, valid = data.split == SPLIT_TRAIN, data.split == SPLIT_VALID
     labels, ids = data.labels.astype(np.int8), data.row_ids
     if mechanism in BAG_MECHANISMS:

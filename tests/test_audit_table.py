@@ -27,8 +27,8 @@ def test_default_grid_has_the_baseline_one_llp_cell_per_bag_size_and_every_mecha
     assert names[0] == "none" and names.count("none") == 1
     assert "llp-k8" in names and not any(name.startswith("llp-k8-eps") for name in names)
     assert {"rr-epsinf", "rr-eps8", "rr-eps0.1", "lp_2st-eps1", "llp_laplace-k8-eps4", "llp_geometric-k8-eps0.1",
-            "rr_with_prior-eps2", "rr_debiased-eps1"} <= set(names)
-    assert len(cells) == 1 + 4 * 6 + 1 + 2 * 6 == len(set(names))
+            "rr_with_prior-eps2", "rr_debiased-eps1", "pate-epsinf", "pate-eps0.1"} <= set(names)
+    assert len(cells) == 1 + 4 * 6 + 1 + 2 * 6 + 6 == len(set(names))
     llp = next(cell for cell in cells if cell.name == "llp-k8")
     assert math.isinf(llp.epsilon) and llp.bag_size == 8
     assert next(c for c in cells if c.name == "rr-eps8").bag_size == 1
@@ -42,18 +42,18 @@ def test_two_bag_sizes_give_llp_cells_per_bag_size():
 
 def test_catboost_skips_the_llp_mechanisms_with_a_reason_and_refuses_an_empty_grid():
     cells, skipped = table_cells(load_config(None, ["models.library=catboost", "models.utility_bag_sizes=[]"]))
-    assert set(skipped) == {"llp", "llp_laplace", "llp_geometric"}
+    assert set(skipped) == {"llp", "llp_laplace", "llp_geometric", "pate"}
     assert "catboost" in skipped["llp"] and not any(c.mechanism.startswith("llp") for c in cells)
     with pytest.raises(ConfigError, match=r"table.mechanisms: none can be trained with models.library=catboost"):
         table_cells(load_config(None, ["models.library=catboost", "models.utility_bag_sizes=[]", "table.mechanisms=[llp]"]))
     with pytest.raises(ConfigError, match="distributed"):
         table_cells(load_config(None, ["models.execution=distributed", "models.library=catboost"]))
     _, skipped = table_cells(load_config(None, ["models.execution=distributed"]))
-    assert set(skipped) == {"llp", "llp_laplace", "llp_geometric"}
+    assert set(skipped) == {"llp", "llp_laplace", "llp_geometric", "pate"}
 
 
 
-@pytest.mark.parametrize("override, field", [("table.mechanisms=[rr, pate]", "table.mechanisms"),
+@pytest.mark.parametrize("override, field", [("table.mechanisms=[rr, dp_sgd]", "table.mechanisms"),
                                              ("table.mechanisms=[]", "table.mechanisms"),
                                              ("table.mechanisms=[rr, rr]", "table.mechanisms"),
                                              ("table.epsilons=[0]", "table.epsilons"),

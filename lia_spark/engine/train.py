@@ -34,11 +34,13 @@ from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 from lia_spark import features, hashing, label_mechanisms, layout, training
 from lia_spark.config import Config
 from lia_spark.criteo import LABEL, ROW_ID
+from lia_spark import pate
 from lia_spark.engine import features as spark_features
+from lia_spark.engine.pate import spark_votes
 from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, output_fingerprint,
                                      reusable_output, stage_fingerprint, write_text)
 from lia_spark.engine.posteriors.prior import needs_proxy_priors
-from lia_spark.names import BAG_MECHANISMS, LABEL_MECHANISMS, NONE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR
+from lia_spark.names import LABEL_MECHANISMS, NONE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +52,15 @@ SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, split int, released_label int, ta
 def training_seed(config: Config) -> int:
     """Seed of the training-label mechanisms, derived from the run seed (63 bits)."""
     return int(hashing.stream_key(config.run.seed, "models/training-labels")) >> 1
+
+
+def pate_settings(spark: SparkSession, config: Config) -> pate.PateSettings:
+    """The models section's PATE settings, the teachers fitted in parallel Spark tasks."""
+    m = config.models
+    return pate.PateSettings(teachers=m.pate_teachers, queries=m.pate_queries, noise=m.pate_noise,
+                             pseudo_labels=m.pate_pseudo_labels, delta=m.pate_delta,
+                             votes=spark_votes(spark, teachers=m.pate_teachers,
+                                               model=training.teacher_model(boosting_params(config))))
 
 
 def boosting_params(config: Config) -> training.BoostingParams:
@@ -76,6 +87,7 @@ class TrainResult:
     seconds: dict[str, float]
     model_files: list[str]
     skipped: bool = False
+    mechanism_report: dict[str, float] = dataclasses.field(default_factory=dict)  # pate: eps, delta, T, Q, sigma, ...
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict (also the completion marker's content)."""
@@ -94,6 +106,7 @@ class TrainResult:
             flat[f"{metric}_test_{model}"] = value
         flat.update({f"seconds_{key}": value for key, value in self.seconds.items()})
         flat.update({f"rows_{key}": float(value) for key, value in self.rows.items()})
+        flat.update({f"{self.mechanism}_{key}": value for key, value in self.mechanism_report.items()})
         return flat
 
     def artifacts(self) -> list[str]:
@@ -194,12 +207,15 @@ def prepared_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, ta
 
 def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame, *,
                share_preparation: bool = False
-               ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec]:
+               ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec,
+                          dict[str, float]]:
     m = config.models
     prepared = prepared_days(spark, config, proxy_rows, target_rows, share=share_preparation)
     data, proxy, proxy_prediction = prepared.target_data, prepared.proxy, prepared.proxy_prediction
+    started = time.monotonic()
     fit = training.train_target(data, mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
-                                params=boosting_params(config), prior=proxy_prediction, bag_size=m.bag_size)
+                                params=boosting_params(config), prior=proxy_prediction, bag_size=m.bag_size,
+                                pate_settings=pate_settings(spark, config))
     logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
                 fit.model.fit_seconds)
     released = (pd.array(fit.released_labels, dtype="Int32") if fit.released_labels is not None
@@ -210,9 +226,10 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
                            "proxy_prediction": proxy_prediction})
     models = {"proxy": proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
-                                      if name != "proxy" or "proxy_reused" not in prepared.seconds}}
+                                      if name != "proxy" or "proxy_reused" not in prepared.seconds},
+               "train_target": time.monotonic() - started}
     extra = {f"{name}@proxy_own_day": value for name, value in prepared.proxy_day_metrics.items()}
-    return spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra, prepared.proxy_spec
+    return spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra, prepared.proxy_spec, fit.report
 
 
 def _spark_classifier(spark: SparkSession, config: Config, columns: list[str], label: str):
@@ -252,9 +269,10 @@ def _release_column(frame: DataFrame, *, epsilon: float, seed: int, prior: str |
 
 
 def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame
-                 ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec]:
+                 ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec,
+                            dict[str, float]]:
     m, seed, seconds = config.models, training_seed(config), {}
-    if m.library != "xgboost" or m.training_mechanism in BAG_MECHANISMS:
+    if m.library != "xgboost" or m.training_mechanism not in LABEL_MECHANISMS:
         raise ValueError(f"models.execution: distributed supports xgboost with {LABEL_MECHANISMS}, "
                          f"got library={m.library}, training_mechanism={m.training_mechanism}")
     sc = spark.sparkContext
@@ -308,7 +326,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     else:
         scored = scored.withColumn("target_prediction", F.col("target_raw"))
     scored = scored.select(ROW_ID, LABEL, "split", "released_label", "target_prediction", "proxy_prediction")
-    return scored, models, seconds, {}, proxy_spec
+    return scored, models, seconds, {}, proxy_spec, {}
 
 
 def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: tuple[str, ...]
@@ -429,7 +447,7 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
         run = functools.partial(_in_memory, share_preparation=share_preparation)
     else:
         run = _distributed
-    scored, models, seconds, extra_metrics, proxy_spec = run(spark, config, proxy_rows, target_rows)
+    scored, models, seconds, extra_metrics, proxy_spec, mechanism_report = run(spark, config, proxy_rows, target_rows)
     scored = scored.cache()
     metadata: dict[str, Any] = {}
     with committed_output(spark, out, metadata, fingerprint=fingerprint) as staging:
@@ -453,7 +471,8 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
         result = TrainResult(output_dir=out, library=m.library, execution=m.execution, mechanism=m.training_mechanism,
                              epsilon=m.epsilon, bag_size=m.bag_size, proxy_day=m.proxy_day, target_day=m.target_day,
                              rows=rows, test_metrics=test_metrics, seconds=seconds,
-                             model_files=[os.path.join(out, name) for name in files])
+                             model_files=[os.path.join(out, name) for name in files],
+                             mechanism_report=mechanism_report)
         _write_json(spark, result.to_dict(), layout.under(staging, layout.MODEL_METRICS))
         metadata.update(result.to_dict())
     scored.unpersist()
