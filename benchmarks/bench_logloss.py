@@ -10,7 +10,6 @@ arithmetic is timed end to end (oracle + decoding).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -64,7 +63,7 @@ def main(argv=None) -> int:
         for attack in logloss.ATTACKS:
             rows.append(block_attack(labels, settings, attack, max_queries=budget))
             print(rows[-1], flush=True)
-    lines = [f"## Log-loss label inference (`benchmarks/bench_logloss.py`)", "",
+    lines = ["## Log-loss label inference (`benchmarks/bench_logloss.py`)", "",
              f"{n:,} labels ~ Bernoulli({CLICK_RATE}), numpy oracle (float64 log-loss of the full N-row vector per "
              "query, then the oracle's rounding or noise); tolerance = the oracle's error bound at failure "
              "probability 1e-6 per query + the float64 summation bound. Wall time on one core; rows marked * ran "

@@ -5,7 +5,8 @@ anywhere in the cause chain is a usage error (exit 2); a full disk or a refused 
 (``OSError`` ENOSPC / EACCES / EPERM / EROFS) or by Hadoop inside a Spark call (``FSError``,
 ``AccessControlException``, ``AccessDeniedException``, "Permission denied", "No space left on device",
 "Mkdirs failed"), is a resource error naming the path (exit 1); anything else is reported by the first line
-of its innermost cause (exit 1).
+of the outermost error that names a config field (``section.key: ...``, this package's convention), else of
+its innermost cause (exit 1).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ _ERRNO_PROBLEMS = {errno.ENOSPC: NO_SPACE, errno.EDQUOT: NO_SPACE, errno.EACCES:
 _JAVA_PROBLEMS = (("No space left on device", NO_SPACE), ("AccessControlException", NOT_WRITABLE),
                   ("AccessDeniedException", NOT_WRITABLE), ("Permission denied", NOT_WRITABLE),
                   ("Read-only file system", NOT_WRITABLE), ("Mkdirs failed to create", NOT_WRITABLE))
+_FIELD = re.compile(r"\s*[a-z_]+\.[a-z_]+[^\s:]*: ")  # "section.key: what is wrong ..."
 _JAVA_PATH = re.compile(r"((?:file|hdfs|s3a?|abfss?|gs|dbfs):/+[^\s:,)'\"]+|(?<![\w.])/[^\s:,)'\"]+)")
 
 
@@ -39,7 +41,8 @@ def failure_line(error: BaseException) -> tuple[str, int]:
         resource = resource_problem(cause)
         if resource is not None:
             return resource, RUNTIME_EXIT
-    return _first_line(_describe(chain[-1])), RUNTIME_EXIT
+    named = next((cause for cause in chain if not _java_messages(cause) and _FIELD.match(str(cause))), None)
+    return _first_line(_describe(named if named is not None else chain[-1])), RUNTIME_EXIT
 
 
 def resource_problem(error: BaseException) -> str | None:

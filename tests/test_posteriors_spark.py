@@ -445,7 +445,7 @@ def test_pyarrow_reader_packs_what_spark_reads(stage):
     assert local_path("/dbfs/x") == "/dbfs/x"
     assert local_path("s3a://bucket/x") is None and local_path("dbfs:/x") is None
     assert local_path("/data/day=*/") is None
-    empty_day = config_from_dict({**stage["config"].to_dict(), "mechanisms": {"day": 5}})
+    empty_day = config_from_dict({**stage["config"].to_dict(), "mechanisms": {"day": 5}, "synthetic": {"days": 6}})
     with pytest.raises(ValueError, match="mechanisms.day: .*/data holds no rows of day 5, got 5"):
         posterior_input(spark, empty_day)
 

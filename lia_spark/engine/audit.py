@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 
 from lia_spark import audit, hashing, layout, names
 from lia_spark.config import AuditConfig, Config
-from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, read_marker, reported_path,
+from lia_spark.engine.outputs import (FilesResult, committed_output, copy_from_local, read_marker, reported_path,
                                      reusable_output, stage_fingerprint)
 from lia_spark.headline import Headline
 
@@ -263,7 +263,7 @@ def plot_sweep(frame: pd.DataFrame, *, path: str, title: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class AuditResult:
+class AuditResult(FilesResult):
     """Outcome of the audit stage: sizes, the summary of best bounds per repetition and output files."""
 
     output_path: str
@@ -275,17 +275,6 @@ class AuditResult:
     files: tuple[str, ...]
     seconds: float
     skipped: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        payload = dataclasses.asdict(self)
-        payload["files"] = list(self.files)
-        return payload
-
-    @classmethod
-    def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False) -> "AuditResult":
-        values = marker_fields(cls, payload)
-        values.update(files=tuple(values["files"]), skipped=skipped)
-        return cls(**values)
 
     def metrics(self) -> dict[str, float]:
         """The headline's ``eps_lb`` (and ``claimed_eps``), ``audit_<bound>_<convention>_mean/std`` for each best

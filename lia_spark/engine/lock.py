@@ -106,7 +106,8 @@ def _held_error(spark: SparkSession, output_dir: str, *, max_age_hours: float) -
 
 @contextlib.contextmanager
 def run_lock(spark: SparkSession, output_dir: str, *, command: str, max_age_hours: float) -> Iterator[LockHolder]:
-    """Hold the lock of ``output_dir`` for the ``with`` block (deleted at exit, also on failure).
+    """Hold the lock of ``output_dir`` for the ``with`` block (deleted at exit, also on failure; a folder the lock
+    created and nothing else used is removed with it, so a run that fails its up-front checks leaves nothing).
 
     Raises:
         RunLockError: another run holds it, or a stale lock blocks it (the message names the holder).
@@ -117,6 +118,8 @@ def run_lock(spark: SparkSession, output_dir: str, *, command: str, max_age_hour
     path = lock_path(output_dir)
     holder = LockHolder.this_process(command)
     filesystem, hadoop_path = hadoop_filesystem(spark, path)
+    folder = hadoop_path.getParent()
+    created_folder = not filesystem.exists(folder)
     try:
         stream = filesystem.create(hadoop_path, False)
     except Py4JJavaError as error:
@@ -135,3 +138,6 @@ def run_lock(spark: SparkSession, output_dir: str, *, command: str, max_age_hour
     finally:
         if read_holder(spark, path) == holder:
             delete_path(spark, path)
+            if created_folder and not [status for status in filesystem.listStatus(folder)
+                                       if not status.getPath().getName().startswith(".")]:
+                filesystem.delete(folder, True)

@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 from lia_spark import logloss, logloss_plots
 from lia_spark.config import Config, LoglossConfig
 from lia_spark.criteo import DAY, LABEL, POSITION_BITS, ROW_ID
-from lia_spark.engine.outputs import (check_writable, committed_output, copy_from_local, local_copies, marker_fields,
+from lia_spark.engine.outputs import (FilesResult, check_writable, committed_output, copy_from_local, local_copies,
                                      reported_path, reusable_output, stage_fingerprint)
 
 logger = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ def defender_table(results: pd.DataFrame) -> pd.DataFrame:
 
 
 @dataclasses.dataclass(frozen=True)
-class LoglossResult:
+class LoglossResult(FilesResult):
     """Outcome of the log-loss attack stage: sizes, the summary and the output files."""
 
     output_path: str
@@ -163,17 +163,6 @@ class LoglossResult:
     seconds: float
     skipped: bool = False
     mlflow_run_id: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        payload = dataclasses.asdict(self)
-        payload["files"] = list(self.files)
-        return payload
-
-    @classmethod
-    def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False) -> "LoglossResult":
-        values = marker_fields(cls, payload)
-        values.update(files=tuple(values["files"]), skipped=skipped, mlflow_run_id="")
-        return cls(**values)
 
     def metrics(self) -> dict[str, float]:
         """Rows, the single-query result and, per attack, labels per query and queries for N at the exact oracle."""
@@ -199,7 +188,6 @@ def run_logloss_attack(spark: SparkSession, config: Config) -> LoglossResult:
         lia_spark.tracking.TrackingError: the tracking store is unreachable (before any query).
         ValueError: naming logloss.day when its rows are missing or not positioned 0..N-1.
     """
-    settings = config.logloss
     output = os.path.join(config.run.output_dir, "logloss")
     tracker = None
     if config.tracking.enabled:

@@ -237,6 +237,22 @@ def marker_fields(result_type: type, payload: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in payload.items() if key in names}
 
 
+class FilesResult:
+    """``to_dict`` / ``from_dict`` of a stage-result dataclass with a ``files`` tuple (a JSON list in its marker)
+    and a ``skipped`` flag (set when the result is read back from a reused output)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        payload = dataclasses.asdict(self)
+        payload["files"] = list(self.files)
+        return payload
+
+    @classmethod
+    def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False):
+        values = marker_fields(cls, payload)
+        values.update(files=tuple(values["files"]), skipped=skipped)
+        return cls(**values)
+
+
 def stage_fingerprint(spark: SparkSession, stage: str, config: Config, *, inputs: Mapping[str, str] | None = None,
                       **extra: Any) -> Fingerprint:
     """:class:`lia_spark.fingerprint.Fingerprint` of ``stage`` under ``config``: the fields it reads
