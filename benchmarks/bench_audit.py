@@ -35,7 +35,7 @@ from scipy.special import expit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import process_tree_cpu_seconds, write_section  # noqa: E402
 
-from lia_spark import audit, hashing, posteriors  # noqa: E402
+from lia_spark import audit, audit_sweep, hashing, posteriors  # noqa: E402
 from lia_spark.config import SparkConfig, config_from_dict  # noqa: E402
 
 SEED = 13
@@ -86,7 +86,7 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
             kernel_counts = timed("kernel", lambda: audit.count_correct(
                 *columns, seed=SEED, repetitions=100, guesses=guesses, score=settings.score, t=settings.t),
                 time.process_time)
-            sweep = timed("bounds", lambda: audit.evaluate_sweep(kernel_counts, guesses, canaries=m,
+            sweep = timed("bounds", lambda: audit_sweep.evaluate_sweep(kernel_counts, guesses, canaries=m,
                                                                  families=("binomial", "gdp")), time.process_time)
             _, _, spark_counts = timed("counts", lambda: distributed_counts(df, settings=settings, seed=SEED),
                                        process_tree_cpu_seconds)
@@ -158,13 +158,13 @@ def bench_kernel(m: int, repetitions: int = 100) -> str:
 
     counts = timed("count_one", lambda: audit.count_correct(*columns, seed=SEED, repetitions=repetitions,
                                                              guesses=guesses))
-    sweep = timed("bounds_one", lambda: audit.evaluate_sweep(counts, guesses, canaries=m, families=families))
+    sweep = timed("bounds_one", lambda: audit_sweep.evaluate_sweep(counts, guesses, canaries=m, families=families))
     several = timed("count_all", lambda: audit.count_correct_attacks(
         *columns, seed=SEED, repetitions=repetitions, guesses=guesses, attacks=audit.DEFAULT_ATTACKS))
     assert np.array_equal(several["difference_t2"], counts), "count_correct_attacks differs from count_correct"
-    combined = timed("bounds_all", lambda: audit.evaluate_attacks(several, guesses, canaries=m, families=families,
+    combined = timed("bounds_all", lambda: audit_sweep.evaluate_attacks(several, guesses, canaries=m, families=families,
                                                                    table_families=("binomial",)))
-    log_ratio = audit.evaluate_sweep(several["log_ratio"], guesses, canaries=m, families=families,
+    log_ratio = audit_sweep.evaluate_sweep(several["log_ratio"], guesses, canaries=m, families=families,
                                      conventions=("bonferroni",))
     row_reps = m * repetitions
     attacks = len(audit.DEFAULT_ATTACKS)
@@ -321,7 +321,7 @@ the game (its own hash seed; one game per draw). {draws} draws per RR cell, {nul
 {draws} draws share their mixture rows between cells). Binomial (pure, Theorem 17) bounds, 95%. Attacks: the
 difference score with t = 0, 2, 8, the log ratio, each alone with 1 - 0.05/{points} per sweep point (Bonferroni
 over the {points} points), and "all 4 (split)": the best over the four attacks x {points} points with
-1 - 0.05/{tests} per test (`lia_spark.audit.evaluate_attacks`). With the logistic proxy the valid rows use
+1 - 0.05/{tests} per test (`lia_spark.audit_sweep.evaluate_attacks`). With the logistic proxy the valid rows use
 tau = max_i |P(y=1|x_i) - M'(x_i)| (the TV bound Theorem 17 needs when M' is not the truth, known here); the same
 draws at tau = 0 are in a separate table. Seed {seed}; wall time {minutes:.1f} min in one process (shared
 2-core machine).

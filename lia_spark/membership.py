@@ -5,7 +5,7 @@ Pure (numpy): 2m candidate rows, each a member of the target's training set with
 log-ratio score log M(x)[y] - log M'(x)[y] at the true label (:func:`lia_spark.audit.label_scores`). The
 attacker orders the candidates by s (ties by a row-id hash), guesses "member" on the ceil(c'/2) highest and
 "non-member" on the floor(c'/2) lowest and abstains elsewhere; the counts go through the same bounds, sweep and
-conventions as the label-inference audit (:func:`lia_spark.audit.evaluate_sweep`, m = 2m candidates).
+conventions as the label-inference audit (:func:`lia_spark.audit_sweep.evaluate_sweep`, m = 2m candidates).
 """
 from __future__ import annotations
 

@@ -47,8 +47,8 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from lia_spark import audit, bounds, mechanisms, posteriors
-from lia_spark.names import BINOMIAL, BONFERRONI, PAPER, bound_key
+from lia_spark import audit, audit_sweep, bounds, mechanisms, posteriors
+from lia_spark.names import BINOMIAL, BONFERRONI, CONVENTIONS, PAPER, bound_key
 
 PROXIES = ("true", "logistic")
 EPSILONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
@@ -117,7 +117,7 @@ def ceiling(posterior: np.ndarray, proxy: np.ndarray, *, epsilon: float, confide
     informative = float(np.sum(posterior * (1.0 - proxy) + proxy * (1.0 - posterior)))
     guesses = int(min(max(round(informative), 1), len(posterior)))
     correct = int(round(guesses * expit(epsilon)))
-    level = audit.convention_confidence(confidence, convention=BONFERRONI, points=tests)
+    level = audit_sweep.convention_confidence(confidence, convention=BONFERRONI, points=tests)
     bound = bounds.epsilon_lower_bound(canaries=len(posterior), guesses=guesses, correct=correct, confidence=level)
     return Ceiling(bound=bound, informative=informative, guesses=guesses, correct=correct)
 
@@ -210,14 +210,14 @@ def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] =
                       "proxy_tv": float(gap.mean())}
             taus = {"0": 0.0} if proxy == "true" else {"0": 0.0, "max_tv": float(gap.max())}
             for rule, tau in taus.items():
-                measures = {name: audit.evaluate_sweep(counts[name], grid, canaries=n, confidence=confidence,
+                measures = {name: audit_sweep.evaluate_sweep(counts[name], grid, canaries=n, confidence=confidence,
                                                        tau=tau, families=(BINOMIAL,), table_families=())
                             for name in names}
                 if len(names) > 1:
-                    measures[COMBINED] = audit.evaluate_attacks(counts, grid, canaries=n, confidence=confidence,
+                    measures[COMBINED] = audit_sweep.evaluate_attacks(counts, grid, canaries=n, confidence=confidence,
                                                                 tau=tau, families=(BINOMIAL,))
                 for name, result in measures.items():
-                    for convention in audit.CONVENTIONS:
+                    for convention in CONVENTIONS:
                         key = bound_key(BINOMIAL, convention)
                         winner = result.best_attacks[key][0] if name == COMBINED else name
                         rows.append({**common, "tau_rule": rule, "tau": tau, "attack": name,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lia_spark import audit, bounds, hashing
+from lia_spark import audit, audit_sweep, bounds, hashing
 
 
 def _canaries(m: int, *, rng: np.random.Generator, tied_rows: int = 0):
@@ -145,7 +145,7 @@ def test_label_blind_target_gives_zero_in_95_percent_of_repetitions():
     grid = audit.guess_grid(m)
     for target in (proxy, np.clip(proxy + rng.normal(0, 0.05, m), 0.001, 0.999)):  # M = M', and M blind to y
         counts = audit.count_correct(row_ids, label, target, proxy, seed=9, repetitions=repetitions, guesses=grid)
-        sweep = audit.evaluate_sweep(counts, grid, canaries=m, families=("binomial", "gdp"), table_families=(),
+        sweep = audit_sweep.evaluate_sweep(counts, grid, canaries=m, families=("binomial", "gdp"), table_families=(),
                                      conventions=("bonferroni",))
         assert np.mean(sweep.best["eps_binomial_bonferroni"] == 0.0) >= 0.95
         assert np.mean(sweep.best["eps_gdp_bonferroni"] == 0.0) >= 0.95
@@ -163,7 +163,7 @@ def test_memorizing_target_gives_a_large_bound():
     # the top |s| rows show y^b = 1 = y0 ((1 - 0.01)^3), and b = 0 there with probability 1 / (1 + 0.01): the game
     # caps the attack's accuracy at 0.990 (eps = log 99 = 4.6); at c' = 200 (1%) nearly every guess is right
     assert counts[:, 1].mean() / grid[1] > 0.97
-    sweep = audit.evaluate_sweep(counts, grid, canaries=m, families=("binomial", "gdp"), table_families=(),
+    sweep = audit_sweep.evaluate_sweep(counts, grid, canaries=m, families=("binomial", "gdp"), table_families=(),
                                  conventions=("bonferroni",))
     # c = 200 of 200 at confidence 1 - 0.05/101 gives q >= 0.000495^(1/200), eps >= 3.66; one miss: eps >= 3.1
     assert sweep.best["eps_binomial_bonferroni"].min() > 2.5
@@ -176,7 +176,7 @@ def test_sweep_best_matches_per_point_maximum_and_conventions_order():
     m = 2000
     grid = audit.guess_grid(m)
     correct = rng.binomial(np.broadcast_to(grid, (3, len(grid))), 0.6)
-    sweep = audit.evaluate_sweep(correct, grid, canaries=m, families=("binomial", "gdp"),
+    sweep = audit_sweep.evaluate_sweep(correct, grid, canaries=m, families=("binomial", "gdp"),
                                  table_families=("binomial", "gdp"))
     for key, per_point in sweep.per_guess.items():
         np.testing.assert_allclose(per_point.max(axis=1), sweep.best[key], atol=1e-5)
@@ -185,6 +185,6 @@ def test_sweep_best_matches_per_point_maximum_and_conventions_order():
     first = bounds.epsilon_lower_bound(canaries=m, guesses=int(grid[3]), correct=int(correct[0, 3]),
                                        confidence=1 - 0.05 / len(grid))
     assert sweep.per_guess["eps_binomial_bonferroni"][0, 3] == pytest.approx(first, abs=1e-12)
-    assert audit.convention_confidence(0.95, convention="bonferroni", points=101) == pytest.approx(1 - 0.05 / 101)
-    summary = audit.summarize(sweep.best)["eps_binomial_paper"]
+    assert audit_sweep.convention_confidence(0.95, convention="bonferroni", points=101) == pytest.approx(1 - 0.05 / 101)
+    summary = audit_sweep.summarize(sweep.best)["eps_binomial_paper"]
     assert summary["mean"] == pytest.approx(sweep.best["eps_binomial_paper"].mean())

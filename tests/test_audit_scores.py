@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from lia_spark import audit, bounds, hashing
+from lia_spark import audit, audit_sweep, bounds, hashing
 
 ATTACKS = audit.DEFAULT_ATTACKS
 TINY = np.finfo(np.float64).tiny
@@ -77,12 +77,12 @@ def test_best_bound_over_attacks_equals_naive_maximum_at_split_confidence():
     k = len(guesses)
     counts = audit.count_correct_attacks(row_ids, label, target, proxy, seed=5, repetitions=repetitions,
                                          guesses=guesses, attacks=ATTACKS)
-    result = audit.evaluate_attacks(counts, guesses, canaries=m, families=("binomial", "gdp"),
+    result = audit_sweep.evaluate_attacks(counts, guesses, canaries=m, families=("binomial", "gdp"),
                                     conventions=("bonferroni", "paper"))
     level = 1.0 - 0.05 / (len(ATTACKS) * k)
     assert result.tests == len(ATTACKS) * k
     assert result.levels == {"bonferroni": pytest.approx(level, abs=1e-15), "paper": 0.95}
-    assert audit.attack_confidence(0.95, convention="bonferroni", attacks=4, points=101) == pytest.approx(
+    assert audit_sweep.attack_confidence(0.95, convention="bonferroni", attacks=4, points=101) == pytest.approx(
         1 - 0.05 / 404, abs=1e-15)
     naive_counts = {attack: _naive_counts(row_ids, label, target, proxy, seed=5, repetitions=repetitions,
                                           guesses=guesses, attack=attack) for attack in ATTACKS}
@@ -117,13 +117,13 @@ def test_split_confidence_is_strictly_more_conservative_than_one_attack():
     guesses = audit.guess_grid(m)
     counts = audit.count_correct_attacks(row_ids, label, target, proxy, seed=6, repetitions=4, guesses=guesses,
                                          attacks=("difference_t2",))
-    alone = audit.evaluate_sweep(counts["difference_t2"], guesses, canaries=m, families=("binomial",),
+    alone = audit_sweep.evaluate_sweep(counts["difference_t2"], guesses, canaries=m, families=("binomial",),
                                  table_families=(), conventions=("bonferroni",))
-    together = audit.evaluate_attacks({"difference_t2": counts["difference_t2"], "copy": counts["difference_t2"]},
+    together = audit_sweep.evaluate_attacks({"difference_t2": counts["difference_t2"], "copy": counts["difference_t2"]},
                                       guesses, canaries=m, families=("binomial",), conventions=("bonferroni",))
     # the same counts tested twice pay for two tests per point: 1 - 0.05 / (2 k) per test, a smaller bound
     assert np.all(together.best["eps_binomial_bonferroni"] < alone.best["eps_binomial_bonferroni"])
-    halved = audit.evaluate_sweep(counts["difference_t2"], guesses, canaries=m, families=("binomial",),
+    halved = audit_sweep.evaluate_sweep(counts["difference_t2"], guesses, canaries=m, families=("binomial",),
                                   table_families=(), conventions=("bonferroni",), tests=2 * len(guesses))
     np.testing.assert_array_equal(together.best["eps_binomial_bonferroni"], halved.best["eps_binomial_bonferroni"])
 
@@ -154,7 +154,7 @@ def test_attack_names():
     with pytest.raises(ValueError, match="at least one"):
         audit.resolve_attacks([])
     with pytest.raises(ValueError, match="same"):
-        audit.evaluate_attacks({"a": np.zeros((2, 3)), "b": np.zeros((3, 3))}, [1, 2, 3], canaries=3)
+        audit_sweep.evaluate_attacks({"a": np.zeros((2, 3)), "b": np.zeros((3, 3))}, [1, 2, 3], canaries=3)
 
 
 def test_label_blind_target_rarely_gives_a_positive_combined_bound():
@@ -168,6 +168,6 @@ def test_label_blind_target_rarely_gives_a_positive_combined_bound():
     guesses = audit.guess_grid(m)
     counts = audit.count_correct_attacks(row_ids, label, target, proxy, seed=10, repetitions=repetitions,
                                          guesses=guesses)
-    result = audit.evaluate_attacks(counts, guesses, canaries=m, families=("binomial",))
+    result = audit_sweep.evaluate_attacks(counts, guesses, canaries=m, families=("binomial",))
     assert np.mean(result.best["eps_binomial_bonferroni"] > 0) <= 0.05
     assert np.mean(result.best["eps_binomial_paper"] > 0) > np.mean(result.best["eps_binomial_bonferroni"] > 0)

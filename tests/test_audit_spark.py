@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import audit, hashing
+from lia_spark import audit, audit_sweep, hashing
 from lia_spark.config import AuditConfig, config_from_dict
 from lia_spark.engine.audit import distributed_counts, run_audit
 from lia_spark.engine.outputs import is_complete
@@ -68,7 +68,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     csv = pd.read_csv(f"{output}/results.csv")
     assert len(csv) == 12 * 101 and {"eps_binomial_paper", "eps_gdp_bonferroni"} <= set(csv.columns)
     summary = json.loads(open(f"{output}/summary.json", encoding="utf-8").read())
-    best = audit.evaluate_sweep(expected, guesses, canaries=2000).best["eps_binomial_bonferroni"]
+    best = audit_sweep.evaluate_sweep(expected, guesses, canaries=2000).best["eps_binomial_bonferroni"]
     assert summary["best"]["eps_binomial_bonferroni"]["mean"] == pytest.approx(best.mean(), abs=1e-12)
     assert all(os.path.getsize(f) > 0 for f in result.artifacts())
     assert result.metrics()["audit_eps_binomial"] == pytest.approx(best.mean(), abs=1e-12)

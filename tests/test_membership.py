@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lia_spark import audit, membership
+from lia_spark import audit, audit_sweep, membership
 from lia_spark.names import BINOMIAL, BONFERRONI, bound_key
 
 KEY = bound_key(BINOMIAL, BONFERRONI)
@@ -32,7 +32,7 @@ def _best_bounds(scores_of, *, repetitions: int, candidates: int) -> np.ndarray:
         ids = np.arange(candidates, dtype=np.int64) + repetition * candidates
         member = membership.membership(ids, seed=repetition)
         correct.append(membership.correct_guesses(scores_of(member, repetition), member, ids, guesses, seed=1))
-    sweep = audit.evaluate_sweep(np.array(correct), guesses, canaries=candidates, families=(BINOMIAL,),
+    sweep = audit_sweep.evaluate_sweep(np.array(correct), guesses, canaries=candidates, families=(BINOMIAL,),
                                  table_families=(), conventions=(BONFERRONI,))
     return sweep.best[KEY]
 

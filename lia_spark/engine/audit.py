@@ -19,7 +19,7 @@ candidates in the global candidate order (|s| desc, tie hash asc). The stage nev
    (r, c') whose cut rank falls inside it reads the correct count at local rank c' - offset[k, r]; adding the
    correct-count offset gives c exactly. One output row per (r, c').
 
-Then the bounds run on the driver (lia_spark.audit.evaluate_sweep). Outputs under ``<run.output_dir>/audit``:
+Then the bounds run on the driver (lia_spark.audit_sweep.evaluate_sweep). Outputs under ``<run.output_dir>/audit``:
 ``results`` (Parquet) and ``results.csv`` (per repetition and c': c', c, per-point bounds), ``summary.json``
 and ``plots/eps_vs_guesses.png``, committed atomically; resumable.
 """
@@ -40,7 +40,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import audit, hashing, layout, names
+from lia_spark import audit, audit_sweep, hashing, layout, names
 from lia_spark.config import AuditConfig, Config
 from lia_spark.engine.outputs import (FilesResult, committed_output, copy_from_local, read_marker, reported_path,
                                      reusable_output, stage_fingerprint)
@@ -221,7 +221,7 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
     return m, guesses, correct
 
 
-def results_frame(sweep: audit.SweepBounds) -> pd.DataFrame:
+def results_frame(sweep: audit_sweep.SweepBounds) -> pd.DataFrame:
     """Long table: one row per (repetition, c') with c, c/c' and the per-point bounds."""
     repetitions, points = sweep.correct.shape
     frame = pd.DataFrame({
@@ -329,7 +329,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
     finally:
         df.unpersist()
     counted = time.monotonic()
-    sweep = audit.evaluate_sweep(correct, guesses, canaries=m, confidence=settings.confidence, delta=settings.delta,
+    sweep = audit_sweep.evaluate_sweep(correct, guesses, canaries=m, confidence=settings.confidence, delta=settings.delta,
                                  tau=settings.tau, families=settings.bounds, table_families=settings.table_bounds)
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
     summary = {
@@ -337,7 +337,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         "confidence": settings.confidence, "delta": settings.delta, "tau": settings.tau,
         "gdp_delta": sweep.gdp_delta, "gdp_tau_vacuous": sweep.gdp_tau_vacuous, "score": settings.score,
         "t": settings.t, "default_convention": settings.convention,
-        "best": audit.summarize(sweep.best),
+        "best": audit_sweep.summarize(sweep.best),
         "best_guesses_median": {key: float(np.median(v)) for key, v in sweep.best_guesses.items()},
     }
     summary["headline"] = _headline(spark, config, sweep, tests=len(guesses)).to_dict()
@@ -390,7 +390,7 @@ def headline_family(settings: AuditConfig) -> str:
     return names.BINOMIAL
 
 
-def _headline(spark: SparkSession, config: Config, sweep: audit.SweepBounds, *, tests: int) -> Headline:
+def _headline(spark: SparkSession, config: Config, sweep: audit_sweep.SweepBounds, *, tests: int) -> Headline:
     """The first repetition's valid (Bonferroni) bound of :func:`headline_family`."""
     family = headline_family(config.audit)
     valid = np.asarray(sweep.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
