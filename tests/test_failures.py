@@ -252,3 +252,48 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
         assert client.get_run(tracked["mlflow_run_id"]).info.status == "FINISHED"
     finally:
         _stop(server)
+
+
+FAULTY_POSTERIORS = """
+import sys
+from lia_spark.config import load_config
+from lia_spark.engine.generate import run_generate
+from lia_spark.engine.posteriors.stage import run_posteriors
+from lia_spark.engine.posteriors.writing import WORKER_EXIT_PROPERTY
+from lia_spark.engine.session import get_spark
+
+out, marker = sys.argv[1], sys.argv[2]
+grid = ["synthetic.rows_per_day=6000", "mechanisms.epsilons=[1.0]", "mechanisms.bag_sizes=[8]",
+        "mechanisms.rows_per_bagging_unit=1024", "spark.master=local[2,3]", "tracking.enabled=false"]
+clean = load_config(None, [*grid, f"run.output_dir={out}/clean"])
+spark = get_spark(clean.spark)
+run_generate(spark, clean)
+run_posteriors(spark, clean)
+faulty = load_config(None, [*grid, f"run.output_dir={out}/faulty", f"data.parquet_path={out}/clean/data",
+                            f"mechanisms.prior_path={out}/clean/truth"])
+spark.sparkContext.setLocalProperty(WORKER_EXIT_PROPERTY, marker)
+run_posteriors(spark, faulty)
+"""
+
+
+def test_a_python_worker_killed_during_posteriors_leaves_the_output_of_a_clean_run(tmp_path):
+    """A worker dies mid-write (first task reaching the fault point, once; master local[2,3] retries tasks):
+    the retried stage's rows and summaries equal a clean run's, and no partial file of the dead attempt stays."""
+    import pandas as pd
+
+    marker = tmp_path / "worker-exited"
+    completed = subprocess.run([sys.executable, "-c", FAULTY_POSTERIORS, str(tmp_path), str(marker)], cwd=REPO,
+                               capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert marker.exists()  # the fault fired: a worker exited during the faulty run
+    assert "Python worker exited unexpectedly" in completed.stderr or "crashed" in completed.stderr
+
+    def rows(run: str) -> pd.DataFrame:
+        table = pd.read_parquet(tmp_path / run / "posteriors" / "rows")
+        return table.sort_values(["mechanism", "epsilon", "bag_size", "row_id"], ignore_index=True)
+
+    pd.testing.assert_frame_equal(rows("clean"), rows("faulty"))
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "clean" / "posteriors" / "summary.csv"),
+                                  pd.read_csv(tmp_path / "faulty" / "posteriors" / "summary.csv"))
+    assert not [name for name in os.listdir(tmp_path / "faulty" / "posteriors" / "rows") if name.startswith(".")
+                and not name.endswith(".crc")]

@@ -179,6 +179,24 @@ def _task_parquet(directory: str, schema: pa.Schema, codec: str) -> Iterator[Row
     os.replace(temporary, os.path.join(directory, name))
 
 
+WORKER_EXIT_PROPERTY = "lia_spark.fault.worker_exit_marker"  # fault tests only (a Spark local property)
+
+
+def _fault_point() -> None:
+    """Fault injection for the recovery test: when the job carries the local property
+    :data:`WORKER_EXIT_PROPERTY` (a marker file path), the first task reaching this point creates the marker and
+    kills its Python worker mid-write, as an out-of-memory kill would; Spark retries the task."""
+    from pyspark import TaskContext
+
+    marker = TaskContext.get().getLocalProperty(WORKER_EXIT_PROPERTY)
+    if marker:
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        os._exit(137)
+
+
 @dataclasses.dataclass(frozen=True)
 class ResultFiles:
     """Where the Python workers write: the per-row results, the plot sample (``sample_fraction`` of the rows,
@@ -204,6 +222,7 @@ def _write_rows_and_digest(batches: Iterator[pa.RecordBatch], *, plan: PassPlan,
                 batch = row_batch(computed)
                 writer.add(batch)
                 sample.append(batch.select(PLOT_COLUMNS).filter(sampled))
+                _fault_point()
     with _task_parquet(files.sample_dir, ARROW_PLOT_SCHEMA, files.codec) as writer:
         for batch in sample:
             writer.add(batch)
