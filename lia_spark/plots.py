@@ -104,10 +104,15 @@ def cdf_plot(sample: pd.DataFrame, *, mechanism: str, column: str, xlabel: str, 
 
 
 def plot_posteriors(sample: pd.DataFrame, *, output_dir: str) -> list[str]:
-    """Spindle plot plus CDFs of |I| and of the additive advantage for every mechanism in ``sample``."""
+    """Spindle plot plus CDFs of |I| and of the additive advantage for every mechanism in ``sample``, and of the
+    rows' maximal leakage when it was computed (``max_leakage`` not all NaN)."""
     os.makedirs(output_dir, exist_ok=True)
     written = []
+    leakage = "max_leakage" in sample and sample["max_leakage"].notna().any()
     for mechanism in sorted(sample["mechanism"].unique()):
+        if leakage:
+            written.append(cdf_plot(sample, mechanism=mechanism, column="max_leakage", xlabel="maximal leakage (nats)",
+                                    path=os.path.join(output_dir, f"cdf_max_leakage_{mechanism}.png")))
         written.append(spindle_plot(sample, mechanism=mechanism, path=os.path.join(output_dir, f"spindle_{mechanism}.png")))
         written.append(cdf_plot(sample, mechanism=mechanism, column="I", xlabel="|I| (multiplicative advantage)",
                                 path=os.path.join(output_dir, f"cdf_abs_I_{mechanism}.png")))

@@ -42,6 +42,22 @@ def test_plot_posteriors_writes_three_pngs_per_mechanism(tmp_path):
         assert content.startswith(PNG_MAGIC) and len(content) > 5_000, path
 
 
+def test_leakage_cdf_only_when_the_leakage_was_computed(tmp_path):
+    from lia_spark import leakage
+
+    sample = _sample()
+    sample["max_leakage"] = math.nan
+    plain = plots.plot_posteriors(sample, output_dir=str(tmp_path / "off"))
+    assert not any("max_leakage" in path.rsplit("/", 1)[-1] for path in plain)
+    rr = sample["mechanism"] == "rr"
+    sample.loc[rr, "max_leakage"] = [leakage.worst_case("rr", epsilon=eps) for eps in sample.loc[rr, "epsilon"]]
+    sample.loc[~rr, "max_leakage"] = leakage.worst_case("llp")
+    written = plots.plot_posteriors(sample, output_dir=str(tmp_path / "on"))
+    names = sorted(name for name in (p.rsplit("/", 1)[-1] for p in written) if "max_leakage" in name)
+    assert names == ["cdf_max_leakage_llp.png", "cdf_max_leakage_rr.png"]
+    assert all(open(tmp_path / "on" / name, "rb").read().startswith(PNG_MAGIC) for name in names)
+
+
 def test_unknown_mechanism_is_named_in_the_error(tmp_path):
     with pytest.raises(ValueError, match="llp_laplace"):
         plots.spindle_plot(_sample(), mechanism="llp_laplace", path=str(tmp_path / "x.png"))

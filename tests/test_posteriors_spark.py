@@ -406,7 +406,9 @@ def test_max_leakage_rows_and_summary(stage, tmp_path):
         "mechanisms": {"day": 1, "names": ["rr", "llp", "llp_laplace"], "epsilons": [1.0], "bag_sizes": [8],
                        "max_leakage": True, "plot_sample_rows": 100, "prior_path": str(stage["out"] / "truth")},
     })
-    run_posteriors(stage["spark"], config)
+    result = run_posteriors(stage["spark"], config)
+    assert sorted(name for name in map(os.path.basename, result.plots) if "max_leakage" in name) == [
+        f"cdf_max_leakage_{mechanism}.png" for mechanism in ("llp", "llp_laplace", "rr")]
     rows = pd.read_parquet(tmp_path / "posteriors" / "rows")
     summary = pd.read_csv(tmp_path / "posteriors" / "summary.csv")
     for record in summary.itertuples():

@@ -49,7 +49,7 @@ ROW_SCHEMA = StructType([
     StructField("max_leakage", DoubleType(), False),  # nats; NaN unless mechanisms.max_leakage
 ])
 ARROW_ROW_SCHEMA = to_arrow_schema(ROW_SCHEMA)
-PLOT_COLUMNS = ["row_id", *SETTING_KEY, "prior", "posterior", "I", "additive_advantage"]
+PLOT_COLUMNS = ["row_id", *SETTING_KEY, "prior", "posterior", "I", "additive_advantage", "max_leakage"]
 ARROW_PLOT_SCHEMA = pa.schema([ARROW_ROW_SCHEMA.field(name) for name in PLOT_COLUMNS])
 UNIT_ROWS = "bagging_unit"  # digest rows holding the rows of one bagging unit (bin = the unit)
 DIGEST_SCHEMA = StructType([
