@@ -384,6 +384,7 @@ class TrackingConfig:
     experiment: str = "lia-spark"
     log_models: bool = True
     timeout_seconds: float = 10.0
+    log_row_data: bool = False
 
     def validate(self) -> None:
         if not self.experiment.strip():

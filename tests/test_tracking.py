@@ -112,6 +112,16 @@ def test_every_stage_artifact_is_logged(run, client):
     assert [a.path for a in report] == ["report/report.html"]
 
 
+def test_per_row_labels_stay_in_the_output_folder_by_default(run, client):
+    """tracking.log_row_data is false by default: the canary and test-prediction tables (row ids with true labels)
+    are not in MLflow, although the train stage wrote them."""
+    train = next(outcome for outcome in run.result.steps if outcome.step == "train")
+    assert all(Path(path).exists() for path in train.result.row_data())
+    stage_runs = {r.info.run_name: r for r in _children(client, run.result.mlflow_run_id)}
+    listed = {Path(a.path).name for a in client.list_artifacts(stage_runs["train"].info.run_id, "train")}
+    assert listed and not listed & {"canaries", "test_predictions"}
+
+
 def test_models_are_logged_with_signatures_and_predict_like_the_files(run, client):
     import xgboost
 

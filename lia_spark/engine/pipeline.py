@@ -242,10 +242,12 @@ def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str
 
 
 def log_outcome(spark: SparkSession, config: Config, tracker: Any, outcome: StageOutcome) -> None:
-    """Log one step's outcome to MLflow (artifacts and models only when it ran), with the parent run's data
-    fingerprint (data), headline tags (audit) and report page (report)."""
+    """Log one step's outcome to MLflow (artifacts and models only when it ran; tables of per-row labels only with
+    tracking.log_row_data), with the parent run's data fingerprint (data), headline tags (audit) and report page
+    (report)."""
     ran = outcome.status == "ran"
-    with (local_copies(spark, outcome.artifacts() if ran else []) as artifacts,
+    row_data = outcome.result.row_data() if config.tracking.log_row_data and hasattr(outcome.result, "row_data") else []
+    with (local_copies(spark, [*outcome.artifacts(), *row_data] if ran else []) as artifacts,
           local_copies(spark, outcome.models() if ran else []) as models):
         tracker.log_stage(outcome.step, status=outcome.status, seconds=outcome.seconds, metrics=outcome.metrics(),
                           artifacts=artifacts, models=models, settings=outcome.settings(), error=outcome.error,

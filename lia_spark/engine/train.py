@@ -110,9 +110,13 @@ class TrainResult:
         return flat
 
     def artifacts(self) -> list[str]:
-        """Model files, metrics.json and the two tables' folders."""
-        return self.model_files + [os.path.join(self.output_dir, name)
-                                   for name in (layout.MODEL_METRICS, layout.CANARIES, layout.TEST_PREDICTIONS)]
+        """Model files and metrics.json; no per-row data (see :meth:`row_data`)."""
+        return [*self.model_files, os.path.join(self.output_dir, layout.MODEL_METRICS)]
+
+    def row_data(self) -> list[str]:
+        """The folders of the tables holding per-row labels (canaries, test predictions): they stay in the output
+        folder and reach MLflow only with tracking.log_row_data."""
+        return [os.path.join(self.output_dir, name) for name in (layout.CANARIES, layout.TEST_PREDICTIONS)]
 
 
 def feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
