@@ -34,6 +34,11 @@ class Setting:
     bag_size: int
 
     @property
+    def noise_epsilon(self) -> float:
+        """The epsilon as the leakage kernels take it: plain LLP (epsilon NaN) adds no noise, inf."""
+        return math.inf if math.isnan(self.epsilon) else self.epsilon
+
+    @property
     def name(self) -> str:
         """Stable text name, e.g. ``llp_laplace_eps1_k8`` (also the MLflow metric prefix)."""
         parts = [self.mechanism]
@@ -165,8 +170,8 @@ def chunk_posteriors(chunk: UnitChunk, settings: Sequence[Setting], seed: int, *
             release = mechanisms.BAG_RELEASES[setting.mechanism](sums, bag_sizes, bag_ids, epsilon=eps,
                                                                  seed=setting_seed(seed, setting))
             result = posteriors.BAG_POSTERIORS[setting.mechanism](priors, bag_sizes, release.observed, epsilon=eps)
-            leaked = (leakage.per_row_bags(setting.mechanism, priors, bag_sizes,
-                                           epsilon=math.inf if math.isnan(eps) else eps) if max_leakage else None)
+            leaked = (leakage.per_row_bags(setting.mechanism, priors, bag_sizes, epsilon=setting.noise_epsilon)
+                      if max_leakage else None)
             yield _setting_rows(setting, rows, row_bags, np.repeat(release.proportion, bag_sizes), result, leaked)
     for setting in (s for s in settings if s.mechanism == RR):
         released = mechanisms.rr_release(labels, rows["row_id"], epsilon=setting.epsilon,

@@ -7,7 +7,6 @@ on the driver or by a Spark window): exact order statistics, infinities kept, no
 from __future__ import annotations
 
 import functools
-import math
 import os
 from typing import Any, Iterator, NamedTuple, Sequence
 
@@ -76,7 +75,7 @@ def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows: str | Data
                   "realized_additive_advantage": columns["realized"].sum() / n,
                   "share_infinite": int(columns["rows"][columns["bin"] == advantage.INFINITE_BIN].sum()) / n,
                   "mean_max_leakage": columns["leakage"].sum() / n,
-                  "worst_case_leakage": leakage.worst_case(mechanism, epsilon=_claimed(setting.epsilon),
+                  "worst_case_leakage": leakage.worst_case(mechanism, epsilon=setting.noise_epsilon,
                                                            bag_size=setting.bag_size)}
         for q, where in located.items():
             if isinstance(where, tuple):
@@ -121,11 +120,6 @@ def _values_at_ranks(spark: SparkSession, rows: str | DataFrame, wanted: list[Ra
               .select("target", "rank", "abs_I").collect())
     values = {(row["target"], row["rank"]): float(row["abs_I"]) for row in picked}
     return [values[(index[request.bin], request.rank)] for request in wanted]
-
-
-def _claimed(epsilon: float) -> float:
-    """A setting's epsilon as the leakage kernels take it: plain LLP (NaN) has no noise, eps = inf."""
-    return math.inf if math.isnan(epsilon) else epsilon
 
 
 def _setting_key(mechanism: str, epsilon: float, bag_size: int) -> tuple[str, int, int]:
