@@ -78,19 +78,20 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
         config = config_from_dict({"run": {"output_dir": os.path.join(workdir, "out"), "seed": SEED},
                                    "audit": {"repetitions": 100, "canary_path": path}})
         settings = config.audit
+        (attack,) = settings.attacks
         guesses = audit.guess_grid(m)
         df = select_canaries(spark.read.parquet(path), seed=SEED, canaries=0)
         distributed_counts(df.limit(20_000), settings=settings, seed=SEED)  # warm-up: Python workers, imports, jit
         audit.count_correct(*(column[:1000] for column in columns), seed=SEED, repetitions=2, guesses=[1])
         for _ in range(rounds):
-            kernel_counts = timed("kernel", lambda: audit.count_correct(
-                *columns, seed=SEED, repetitions=100, guesses=guesses, score=settings.score, t=settings.t),
+            kernel_counts = timed("kernel", lambda: audit.count_correct_attacks(
+                *columns, seed=SEED, repetitions=100, guesses=guesses, attacks=settings.attacks)[attack],
                 time.process_time)
             sweep = timed("bounds", lambda: audit_sweep.evaluate_sweep(kernel_counts, guesses, canaries=m,
                                                                  families=("binomial", "gdp")), time.process_time)
             _, _, spark_counts = timed("counts", lambda: distributed_counts(df, settings=settings, seed=SEED),
                                        process_tree_cpu_seconds)
-            assert np.array_equal(spark_counts, kernel_counts), "Spark counts differ from the in-process kernel"
+            assert np.array_equal(spark_counts[attack], kernel_counts), "Spark counts differ from the in-process kernel"
             shutil.rmtree(config.run.output_dir, ignore_errors=True)
             result = timed("stage", lambda: run_audit(spark, config), process_tree_cpu_seconds)
     finally:
@@ -110,7 +111,7 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
     lines = [
         "## Audit (benchmarks/bench_audit.py)",
         "",
-        f"{m:,} canaries x 100 repetitions x {len(guesses)} sweep points, attack `{audit.attack_name(settings.score, settings.t)}` (the "
+        f"{m:,} canaries x 100 repetitions x {len(guesses)} sweep points, attack `{attack}` (the "
         f"default), binomial + GDP best bound per repetition under both conventions (GDP also at delta = "
         f"{sweep.gdp_delta:g}); target saw RR(eps={RR_EPSILON:g}) labels. Master {master}; {rounds} rounds back to "
         "back, medians (each round's wall time in brackets). CPU s: the whole process tree (driver, Spark's JVM, "

@@ -306,9 +306,22 @@ def candidates(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy
     Raises:
         ValueError: on invalid canary columns (see :func:`validate_canaries`) or repetitions < 1.
     """
+    found = attack_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions,
+                              attacks=(Attack(score=score, t=t),))
+    return next(iter(found.values()))
+
+
+def attack_candidates(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
+                      repetitions: int, attacks=DEFAULT_ATTACKS) -> dict[str, Candidates]:
+    """:func:`candidates` of several attacks on the same games (played once): attack name -> candidates.
+
+    Raises:
+        ValueError: on a bad or repeated attack, invalid canary columns or repetitions < 1.
+    """
+    parsed = resolve_attacks(attacks)
     row_ids, label, target, proxy = _checked_canaries(row_ids, label, target, proxy, repetitions=repetitions)
     game = _Game.play(row_ids, label, proxy, seed=seed, repetitions=repetitions)
-    return game.candidates(target, proxy, Attack(score=score, t=t))
+    return {attack.name: game.candidates(target, proxy, attack) for attack in parsed}
 
 
 def _checked_canaries(row_ids, label, target, proxy, *, repetitions: int):

@@ -39,6 +39,12 @@ def _fail_repeats(field: str, values: Sequence[Any]) -> None:
 
 
 GLOB_CHARACTERS = "[]{}*?\\"
+# keys of earlier versions -> how to say the same now (shown with the unknown-key error)
+REPLACED_KEYS = {
+    "audit.score": "audit.score and audit.t are replaced by audit.attacks, a list of attack names: log_ratio, "
+                   "difference_t<t> (e.g. audit.attacks=[difference_t2] for score difference with t = 2)",
+    "audit.t": "audit.score and audit.t are replaced by audit.attacks (e.g. audit.attacks=[difference_t2])",
+}
 
 
 def _fail_glob(field: str, path: str) -> None:
@@ -329,8 +335,7 @@ class AuditConfig:
     """Observational one-run audit (docs/math.md §5) and its epsilon lower bounds (docs/math.md §6)."""
 
     repetitions: int = 100
-    score: str = names.LOG_RATIO  # the tightest valid attack of the study in BENCHMARKS.md
-    t: float = 2.0
+    attacks: tuple[str, ...] = (names.LOG_RATIO,)  # the tightest valid attack of the study in BENCHMARKS.md
     confidence: float = 0.95
     delta: float = 0.0
     tau: float = 0.0
@@ -345,11 +350,17 @@ class AuditConfig:
     def validate(self) -> None:
         if self.repetitions < 1:
             _fail("audit.repetitions", self.repetitions, "must be >= 1")
-        if self.score not in names.SCORES:
-            _fail("audit.score", self.score, f"must be one of {', '.join(names.SCORES)}")
-        if not 0 <= self.t < math.inf:
-            _fail("audit.t", self.t, "must be finite and >= 0",
-                  "inf turns every score and bound into 0; use a number such as 2")
+        from lia_spark.audit import parse_attack
+
+        if not self.attacks:
+            _fail("audit.attacks", list(self.attacks), "must name at least one attack (e.g. [log_ratio])")
+        for attack in self.attacks:
+            try:
+                parse_attack(attack)
+            except ValueError as error:
+                _fail("audit.attacks", attack, "must be log_ratio or difference_t<t> with a finite number t >= 0 "
+                      "(e.g. difference_t2)", str(error))
+        _fail_repeats("audit.attacks", self.attacks)
         if not 0.0 < self.confidence < 1.0:
             _fail("audit.confidence", self.confidence, "must be in (0, 1)")
         if not 0.0 <= self.delta < 1.0:
@@ -562,7 +573,9 @@ def _build_section(name: str, cls: type, values: Mapping[str, Any]) -> Any:
     known = {f.name for f in dataclasses.fields(cls)}
     for key in values:
         if key not in known:
-            raise ConfigError(f"{name}.{key}: unknown key (known: {', '.join(sorted(known))}), got {values[key]!r}")
+            replaced = REPLACED_KEYS.get(f"{name}.{key}", "")
+            raise ConfigError(f"{name}.{key}: unknown key (known: {', '.join(sorted(known))}), got {values[key]!r}"
+                              + (f"; {replaced}" if replaced else ""))
     kwargs = {key: _coerce(f"{name}.{key}", value, hints[key]) for key, value in values.items()}
     section = cls(**kwargs)
     section.validate()

@@ -31,6 +31,7 @@ class Headline:
     mechanism: str
     claimed_epsilon: float
     family: str = "binomial"
+    tau: float = 0.0
 
     @property
     def is_finding(self) -> bool:
@@ -38,11 +39,12 @@ class Headline:
         return self.eps_lb > self.claimed_epsilon
 
     def text(self) -> str:
-        """One line: "eps >= X at 95% (F bound, Bonferroni over N tests, delta = D) for a target trained with M at claimed
-        eps = Y", then the repetitions' mean +- std, and a FINDING mark when X exceeds Y."""
+        """One line: "eps >= X at 95% (F bound, Bonferroni over N tests, delta = D, tau = T) for a target trained with M
+        at claimed eps = Y", then the repetitions' mean +- std, and a FINDING mark when X exceeds Y. tau = 0 assumes
+        the proxy's label distribution is the true one (docs/math.md §6)."""
         line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} ({self.family} bound, Bonferroni over {self.tests} "
                 f"tests, delta = "
-                f"{self.delta:g}) for a target trained with {self.mechanism} at claimed eps = "
+                f"{self.delta:g}, tau = {self.tau:g}) for a target trained with {self.mechanism} at claimed eps = "
                 f"{_eps(self.claimed_epsilon)}; over {self.repetitions} repetitions {self.eps_lb_mean:.3f} +- "
                 f"{self.eps_lb_std:.3f}")
         if self.is_finding:

@@ -14,7 +14,7 @@ def _headline(**changes) -> Headline:
 
 def test_text_states_bound_confidence_tests_delta_mechanism_and_claim():
     text = _headline().text()
-    assert text == ("eps >= 0.912 at 95% (binomial bound, Bonferroni over 101 tests, delta = 1e-05) for a target "
+    assert text == ("eps >= 0.912 at 95% (binomial bound, Bonferroni over 101 tests, delta = 1e-05, tau = 0) for a target "
                     "trained with rr at claimed eps = 1; over 20 repetitions 0.900 +- 0.031")
     assert not _headline().is_finding
 

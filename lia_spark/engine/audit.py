@@ -94,40 +94,84 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:
     return chosen.repartition(2 * df.sparkSession.sparkContext.defaultParallelism)
 
 
-def _sample_keys(df: DataFrame, *, settings: AuditConfig, seed: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+@dataclasses.dataclass(frozen=True)
+class CandidateRanges:
+    """The candidate ranges of every attack, numbered globally: attack a owns ranges first[a] .. first[a + 1] - 1.
+
+    Attributes:
+        attacks: the attacks, in the order of ``audit.attacks``.
+        boundary_abs, boundary_tie: per attack, the cut keys of :func:`lia_spark.audit.range_boundaries`.
+        first: (A + 1,) global id of each attack's first range; first[A] = the number of ranges.
+    """
+
+    attacks: tuple[audit.Attack, ...]
+    boundary_abs: tuple[np.ndarray, ...]
+    boundary_tie: tuple[np.ndarray, ...]
+    first: np.ndarray
+
+    @classmethod
+    def cut(cls, attacks: tuple[audit.Attack, ...], keys: pd.DataFrame, *, parts: int) -> "CandidateRanges":
+        """Ranges from a sample of candidate keys (columns attack, abs_score, tie) with about ``parts`` per attack."""
+        cuts = [audit.range_boundaries(keys["abs_score"].to_numpy(dtype=np.float64)[rows],
+                                       _as_uint64(keys["tie"])[rows], parts=parts)
+                for rows in (keys["attack"].to_numpy() == index for index in range(len(attacks)))]
+        sizes = [len(boundary_abs) + 1 for boundary_abs, _ in cuts]
+        return cls(attacks=attacks, boundary_abs=tuple(c[0] for c in cuts), boundary_tie=tuple(c[1] for c in cuts),
+                   first=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+
+    @property
+    def count(self) -> int:
+        """Number of ranges over all attacks."""
+        return int(self.first[-1])
+
+    def attack_of(self) -> np.ndarray:
+        """(count,) index of the attack owning each range."""
+        return np.repeat(np.arange(len(self.attacks)), np.diff(self.first))
+
+    def exclusive_offsets(self, totals: np.ndarray) -> np.ndarray:
+        """Per (range, repetition): the sum of ``totals`` over the ranges before it of the same attack."""
+        offsets = np.cumsum(totals, axis=0) - totals
+        return offsets - offsets[self.first[self.attack_of()]]
+
+
+def _sample_keys(df: DataFrame, *, attacks: tuple[audit.Attack, ...], seed: int, fraction: float) -> pd.DataFrame:
+    """Candidate keys (attack index, |s|, tie) of the rows whose tie hash falls below ``fraction`` of its range."""
     threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
 
     def sample(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for frame in batches:
             row_ids, _, target, proxy = _canary_arrays(frame)
             keep = audit.tie_hashes(row_ids, seed=seed) < threshold
-            scores = audit.candidate_scores(target[keep], proxy[keep], score=settings.score, t=settings.t)
             tie, _ = audit.candidate_ties_labels(row_ids[keep], seed=seed)
-            yield pd.DataFrame({"abs_score": np.abs(scores), "tie": tie.view(np.int64)})
+            for index, attack in enumerate(attacks):
+                scores = audit.candidate_scores(target[keep], proxy[keep], score=attack.score, t=attack.t)
+                yield pd.DataFrame({"attack": np.full(len(scores), index, dtype=np.int32),
+                                    "abs_score": np.abs(scores), "tie": tie.view(np.int64)})
 
-    keys = df.mapInPandas(sample, "abs_score double, tie bigint").toPandas()
-    return keys["abs_score"].to_numpy(dtype=np.float64), _as_uint64(keys["tie"])
+    return df.mapInPandas(sample, "attack int, abs_score double, tie bigint").toPandas()
 
 
 CANDIDATE_SCHEMA = "range int, active_total array<bigint>, correct_total array<bigint>, candidates binary"
 
 
-def _candidate_blobs(batches: Iterator[pd.DataFrame], *, settings: AuditConfig, seed: int,
-                     boundary_abs: np.ndarray, boundary_tie: np.ndarray) -> Iterator[pd.DataFrame]:
-    """Per batch and candidate range: the range's candidates as one blob and their totals per repetition."""
-    repetitions = settings.repetitions
+def _candidate_blobs(batches: Iterator[pd.DataFrame], *, repetitions: int, seed: int,
+                     ranges: CandidateRanges) -> Iterator[pd.DataFrame]:
+    """Per batch and candidate range: the range's candidates as one blob and their totals per repetition (the
+    games are played once per batch and shared by every attack)."""
     for frame in batches:
         row_ids, label, target, proxy = _canary_arrays(frame)
-        found = audit.candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions,
-                                 score=settings.score, t=settings.t)
-        ranges = audit.range_ids(found.abs_score, found.tie, boundary_abs, boundary_tie)
-        order = np.argsort(ranges, kind="stable")
-        present, starts = np.unique(ranges[order], return_index=True)
+        found_by_attack = audit.attack_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions,
+                                                  attacks=ranges.attacks)
         rows = []
-        for range_id, chunk in zip(present, np.split(order, starts[1:])):
-            part = found.subset(chunk)
-            rows.append((int(range_id), audit.bit_totals(part.active, repetitions=repetitions),
-                         audit.bit_totals(part.correct, repetitions=repetitions), part.to_bytes()))
+        for index, found in enumerate(found_by_attack.values()):
+            range_of = ranges.first[index] + audit.range_ids(found.abs_score, found.tie, ranges.boundary_abs[index],
+                                                             ranges.boundary_tie[index])
+            order = np.argsort(range_of, kind="stable")
+            present, starts = np.unique(range_of[order], return_index=True)
+            for range_id, chunk in zip(present, np.split(order, starts[1:])):
+                part = found.subset(chunk)
+                rows.append((int(range_id), audit.bit_totals(part.active, repetitions=repetitions),
+                             audit.bit_totals(part.correct, repetitions=repetitions), part.to_bytes()))
         yield pd.DataFrame(rows, columns=["range", "active_total", "correct_total", "candidates"])
 
 
@@ -140,7 +184,8 @@ def _evaluate_range(blobs: pd.DataFrame, *, repetitions: int, guesses: np.ndarra
     local_ranks = guesses[None, :] - active_offset[range_id][:, None]
     local = audit.correct_at_ranks(found.active[order], found.correct[order], local_ranks, repetitions=repetitions)
     repetition, index = np.nonzero(local >= 0)
-    return pd.DataFrame({"repetition": repetition.astype(np.int32), "guess_index": index.astype(np.int32),
+    return pd.DataFrame({"range": np.full(len(repetition), range_id, dtype=np.int32),
+                         "repetition": repetition.astype(np.int32), "guess_index": index.astype(np.int32),
                          "correct": local[repetition, index] + correct_offset[range_id, repetition]})
 
 
@@ -159,17 +204,18 @@ def _range_totals(candidates: DataFrame, *, parts: int, repetitions: int) -> tup
 
 
 def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
-                       guesses: np.ndarray | None = None) -> tuple[int, np.ndarray, np.ndarray]:
-    """Exact c for every repetition and c' of the sweep over a canary DataFrame (module docstring, steps 1-4).
+                       guesses: np.ndarray | None = None) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    """Exact c for every attack, repetition and c' of the sweep over a canary DataFrame (module docstring, steps
+    1-4). Every attack of ``settings.attacks`` is counted on the same games, in the same passes over the canaries.
 
     Args:
         df: canary rows (see :func:`select_canaries`); row ids must be distinct (they key the draws and ties).
-        settings: the audit section (repetitions, score, t, sweep).
+        settings: the audit section (repetitions, attacks, sweep).
         seed: the run seed.
         guesses: guess counts to evaluate; default the sweep of ``settings``.
 
     Returns:
-        (m, guesses (k,), correct (R, k) int64).
+        (m, guesses (k,), attack name -> correct (R, k) int64), the attacks in the order of ``settings.attacks``.
 
     Raises:
         ValueError: if the table is empty.
@@ -184,26 +230,24 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
     if guesses is None:
         guesses = audit.guess_grid(m, step_percent=settings.sweep_step_percent, extra_share=settings.extra_guess_share)
     guesses = np.asarray(guesses, dtype=np.int64)
+    attacks = audit.resolve_attacks(settings.attacks)
     parts = max(4 * context.defaultParallelism, -(-2 * m // RANGE_CANDIDATES))
     context.setJobDescription("audit: sample candidate keys for range boundaries")
-    sample_abs, sample_tie = _sample_keys(df, settings=settings, seed=seed,
-                                          fraction=min(1.0, SAMPLE_ROWS_PER_RANGE * parts / m))
-    boundary_abs, boundary_tie = audit.range_boundaries(sample_abs, sample_tie, parts=parts)
-    parts = len(boundary_abs) + 1
-    logger.info("audit: %d canaries, %d repetitions, %d guess counts, %d candidate ranges", m, repetitions,
-                len(guesses), parts)
+    keys = _sample_keys(df, attacks=attacks, seed=seed, fraction=min(1.0, SAMPLE_ROWS_PER_RANGE * parts / m))
+    ranges = CandidateRanges.cut(attacks, keys, parts=parts)
+    logger.info("audit: %d canaries, %d repetitions, %d guess counts, %d attack(s), %d candidate ranges", m,
+                repetitions, len(guesses), len(attacks), ranges.count)
 
     def candidate_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        return _candidate_blobs(batches, settings=settings, seed=seed, boundary_abs=boundary_abs,
-                                boundary_tie=boundary_tie)
+        return _candidate_blobs(batches, repetitions=repetitions, seed=seed, ranges=ranges)
 
     # a few large binary rows per task: cheap to cache and to shuffle (no per-candidate rows in the JVM)
     candidates = df.mapInPandas(candidate_batches, CANDIDATE_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         context.setJobDescription(f"audit: play {repetitions} games, totals per candidate range")
-        active_total, correct_total = _range_totals(candidates, parts=parts, repetitions=repetitions)
-        active_offset = np.cumsum(active_total, axis=0) - active_total
-        correct_offset = np.cumsum(correct_total, axis=0) - correct_total
+        active_total, correct_total = _range_totals(candidates, parts=ranges.count, repetitions=repetitions)
+        active_offset = ranges.exclusive_offsets(active_total)
+        correct_offset = ranges.exclusive_offsets(correct_total)
 
         def evaluate(blobs: pd.DataFrame) -> pd.DataFrame:
             return _evaluate_range(blobs, repetitions=repetitions, guesses=guesses, active_offset=active_offset,
@@ -211,45 +255,54 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
 
         context.setJobDescription("audit: sort each candidate range once, exact counts at the cut ranks")
         cuts = (candidates.select("range", "candidates").groupBy("range")
-                .applyInPandas(evaluate, "repetition int, guess_index int, correct long").toPandas())
+                .applyInPandas(evaluate, "range int, repetition int, guess_index int, correct long").toPandas())
     finally:
         candidates.unpersist()
-    correct = np.full((repetitions, len(guesses)), -1, dtype=np.int64)
-    correct[cuts["repetition"].to_numpy(), cuts["guess_index"].to_numpy()] = cuts["correct"].to_numpy()
+    correct = np.full((len(attacks), repetitions, len(guesses)), -1, dtype=np.int64)
+    attack_index = ranges.attack_of()[cuts["range"].to_numpy()]
+    correct[attack_index, cuts["repetition"].to_numpy(), cuts["guess_index"].to_numpy()] = cuts["correct"].to_numpy()
     if len(cuts) != correct.size or (correct < 0).any():
-        raise ValueError(f"audit: expected one count per (repetition, c') = {correct.size}, got {len(cuts)}")
-    return m, guesses, correct
+        raise ValueError(f"audit: expected one count per (attack, repetition, c') = {correct.size}, got {len(cuts)}")
+    return m, guesses, {attack.name: counts for attack, counts in zip(attacks, correct)}
 
 
-def results_frame(sweep: audit_sweep.SweepBounds) -> pd.DataFrame:
-    """Long table: one row per (repetition, c') with c, c/c' and the per-point bounds."""
-    repetitions, points = sweep.correct.shape
-    frame = pd.DataFrame({
-        "repetition": np.repeat(np.arange(repetitions, dtype=np.int32), points),
-        "guesses": np.tile(sweep.guesses, repetitions),
-        "correct": sweep.correct.ravel(),
-    })
-    frame["accuracy"] = frame["correct"] / frame["guesses"]
-    for key, values in sweep.per_guess.items():
-        frame[key] = values.ravel()
-    return frame
+def results_frame(bounds: audit_sweep.AttackBounds) -> pd.DataFrame:
+    """Long table: one row per (attack, repetition, c') with c, c/c' and the per-point bounds (each point at the
+    per-test confidence of the audit: the split over attacks x sweep points for "bonferroni")."""
+    frames = []
+    for attack, sweep in bounds.per_attack.items():
+        repetitions, points = sweep.correct.shape
+        frame = pd.DataFrame({
+            "attack": attack,
+            "repetition": np.repeat(np.arange(repetitions, dtype=np.int32), points),
+            "guesses": np.tile(sweep.guesses, repetitions),
+            "correct": sweep.correct.ravel(),
+        })
+        frame["accuracy"] = frame["correct"] / frame["guesses"]
+        for key, values in sweep.per_guess.items():
+            frame[key] = values.ravel()
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
 
 
 def plot_sweep(frame: pd.DataFrame, *, path: str, title: str) -> str:
-    """PNG (the local file ``path``) of the mean (+- std band over repetitions) per-point epsilon lower bound
-    against c'."""
+    """PNG (the local file ``path``) of the mean (+- 1 std band over repetitions) per-point epsilon lower bound
+    against c', one line per attack and bound."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     columns = [c for c in frame.columns if c.startswith("eps_")]
-    stats = frame.groupby("guesses")[columns].agg(["mean", "std"])
     figure, axis = plt.subplots(figsize=(6.4, 4.0))
-    for column in columns:
-        mean, std = stats[(column, "mean")], stats[(column, "std")].fillna(0.0)
-        axis.plot(stats.index, mean, label=column[len("eps_"):].replace("_", ", "))
-        axis.fill_between(stats.index, mean - std, mean + std, alpha=0.2)
+    several = frame["attack"].nunique() > 1
+    for attack, rows in frame.groupby("attack", sort=False):
+        stats = rows.groupby("guesses")[columns].agg(["mean", "std"])
+        for column in columns:
+            mean, std = stats[(column, "mean")], stats[(column, "std")].fillna(0.0)
+            label = column[len("eps_"):].replace("_", ", ")
+            axis.plot(stats.index, mean, label=f"{attack}: {label}" if several else label)
+            axis.fill_between(stats.index, mean - std, mean + std, alpha=0.2)
     axis.set_xscale("log")
     axis.set_xlabel("number of guesses c'")
     axis.set_ylabel("epsilon lower bound")
@@ -329,21 +382,25 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
     finally:
         df.unpersist()
     counted = time.monotonic()
-    sweep = audit_sweep.evaluate_sweep(correct, guesses, canaries=m, confidence=settings.confidence, delta=settings.delta,
-                                 tau=settings.tau, families=settings.bounds, table_families=settings.table_bounds)
+    bounds = audit_sweep.evaluate_attacks(correct, guesses, canaries=m, confidence=settings.confidence,
+                                          delta=settings.delta, tau=settings.tau, families=settings.bounds,
+                                          table_families=settings.table_bounds)
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
     summary = {
         "canaries": m, "repetitions": settings.repetitions, "guesses": guesses.tolist(),
         "confidence": settings.confidence, "delta": settings.delta, "tau": settings.tau,
-        "gdp_delta": sweep.gdp_delta, "gdp_tau_vacuous": sweep.gdp_tau_vacuous, "score": settings.score,
-        "t": settings.t, "default_convention": settings.convention,
-        "best": audit_sweep.summarize(sweep.best),
-        "best_guesses_median": {key: float(np.median(v)) for key, v in sweep.best_guesses.items()},
+        "gdp_delta": bounds.gdp_delta, "gdp_tau_vacuous": bounds.gdp_tau_vacuous, "attacks": list(bounds.attacks),
+        "tests": bounds.tests, "default_convention": settings.convention,
+        "best": audit_sweep.summarize(bounds.best),
+        "best_guesses_median": {key: float(np.median(v)) for key, v in bounds.best_guesses.items()},
+        "best_attack_share": {key: {attack: float(np.mean(winners == attack)) for attack in bounds.attacks}
+                              for key, winners in bounds.best_attacks.items()},
+        "per_attack": {attack: audit_sweep.summarize(sweep.best) for attack, sweep in bounds.per_attack.items()},
     }
-    summary["headline"] = _headline(spark, config, sweep, tests=len(guesses)).to_dict()
-    if sweep.gdp_tau_vacuous and names.GDP in settings.bounds:
+    summary["headline"] = _headline(spark, config, bounds).to_dict()
+    if bounds.gdp_tau_vacuous and names.GDP in settings.bounds:
         logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", settings.tau)
-    frame = results_frame(sweep)
+    frame = results_frame(bounds)
     metadata: dict[str, Any] = {}
     with (committed_output(spark, output, metadata, fingerprint=fingerprint) as staging,
           tempfile.TemporaryDirectory(prefix="lia-audit-") as local):
@@ -390,12 +447,13 @@ def headline_family(settings: AuditConfig) -> str:
     return names.BINOMIAL
 
 
-def _headline(spark: SparkSession, config: Config, sweep: audit_sweep.SweepBounds, *, tests: int) -> Headline:
-    """The first repetition's valid (Bonferroni) bound of :func:`headline_family`."""
+def _headline(spark: SparkSession, config: Config, bounds: audit_sweep.AttackBounds) -> Headline:
+    """The first repetition's valid (Bonferroni over attacks x sweep points) bound of :func:`headline_family`."""
     family = headline_family(config.audit)
-    valid = np.asarray(sweep.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
+    tests = bounds.tests
+    valid = np.asarray(bounds.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
     mechanism, claimed = claimed_privacy(spark, config)
     return Headline(eps_lb=float(valid[0]), eps_lb_mean=float(valid.mean()),
                     eps_lb_std=float(valid.std(ddof=1)) if len(valid) > 1 else 0.0, repetitions=len(valid),
                     confidence=config.audit.confidence, tests=tests, delta=config.audit.delta, mechanism=mechanism,
-                    claimed_epsilon=claimed, family=family)
+                    claimed_epsilon=claimed, family=family, tau=config.audit.tau)
