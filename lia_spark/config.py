@@ -235,6 +235,7 @@ class ModelsConfig:
 
     library: str = "xgboost"
     execution: str = "in_memory"
+    sample_rows_per_day: int = 1_000_000  # in_memory: a seeded sample of about this many rows per day; 0 = whole day
     proxy_day: int = 0
     target_day: int = 1
     training_mechanism: str = names.NONE
@@ -298,6 +299,8 @@ class ModelsConfig:
             _fail("models.categorical_encoding", self.categorical_encoding, "must be one of frequency, hash")
         if self.min_category_count < 1:
             _fail("models.min_category_count", self.min_category_count, "must be >= 1")
+        if self.sample_rows_per_day < 0:
+            _fail("models.sample_rows_per_day", self.sample_rows_per_day, "must be >= 0 (0 = the whole day)")
         if self.num_workers < 0:
             _fail("models.num_workers", self.num_workers, "must be >= 0 (0 = Spark's default parallelism)")
         for epsilon in self.utility_epsilons:

@@ -25,6 +25,7 @@ from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, LABEL, ROW_ID
 ENCODINGS = ("frequency", "hash", "native")
 SPLIT_COLUMN = "split"
 PURPOSE_SPLIT = "model-split"
+PURPOSE_DAY_SAMPLE = "model-day-sample"
 LOG_COLUMNS = tuple(f"log_{name}" for name in INT_COLUMNS)
 FLAG_COLUMNS = tuple(f"missing_{name}" for name in INT_COLUMNS)
 
@@ -89,6 +90,14 @@ def vocabulary_from_counts(counts: Mapping[str, tuple[np.ndarray, np.ndarray]], 
         values[column] = column_values[order][by_value]
         ranks[column] = np.arange(order.size, dtype=np.int64)[by_value]
     return CategoryVocabulary(values, ranks)
+
+
+def in_day_sample(row_ids: np.ndarray, *, seed: int, share: float) -> np.ndarray:
+    """True for the rows of the seeded per-day training sample: uniform(seed, 'model-day-sample', row_id) < share.
+
+    Each row is in with probability ``share``, independently of the others and of the partitioning.
+    """
+    return hashing.uniform(seed, PURPOSE_DAY_SAMPLE, row_ids) < share
 
 
 def split_codes(row_ids: np.ndarray, *, seed: int, shares: tuple[float, float, float]) -> np.ndarray:

@@ -73,6 +73,17 @@ def test_split_shares_and_determinism():
     np.testing.assert_array_equal(features.split_codes(ids[::-1], seed=4, shares=SHARES), codes[::-1])
 
 
+def test_day_sample_share_independence_and_determinism():
+    ids = np.arange(400_000, dtype=np.int64) * 7 + 3
+    chosen = features.in_day_sample(ids, seed=9, share=0.1)
+    assert abs(chosen.mean() - 0.1) < 5 * np.sqrt(0.1 * 0.9 / ids.size)
+    np.testing.assert_array_equal(features.in_day_sample(ids[::-1], seed=9, share=0.1), chosen[::-1])
+    assert not np.array_equal(features.in_day_sample(ids, seed=10, share=0.1), chosen)
+    # the split is a separate draw: the sample keeps the split shares
+    codes = features.split_codes(ids[chosen], seed=9, shares=SHARES)
+    np.testing.assert_allclose(np.bincount(codes, minlength=3) / chosen.sum(), SHARES, atol=0.01)
+
+
 def test_spark_stage_equals_kernel(spark):
     frame = _rows(3000, 3)
     rows = spark.createDataFrame(frame, STORAGE_DDL).repartition(3)

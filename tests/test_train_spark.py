@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import synthetic
-from lia_spark.config import load_config
+from lia_spark import features, synthetic
+from lia_spark.config import ConfigError, load_config
 from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 from lia_spark.engine.outputs import MARKER
-from lia_spark.engine.train import run_train_models
+from lia_spark.engine.train import byte_size, check_driver_fits, run_train_models
 
 ROWS_PER_DAY = 5000
 
@@ -90,6 +90,32 @@ def _assert_priors_are_the_proxy_predictions(out: str, result) -> pd.DataFrame:
 
 
 PROXY_PRIORS = "mechanisms.prior_column=proxy_prediction"
+
+
+def test_in_memory_trains_on_the_seeded_day_sample(spark, parquet_path, tmp_path, in_memory_run):
+    """models.sample_rows_per_day below the day's rows: proxy and target see about that many rows of their day,
+    the canaries are the sample's training split, and the sample does not depend on the partitioning."""
+    config = _config(parquet_path, str(tmp_path / "sampled"), *RR_SETTINGS, "models.sample_rows_per_day=2000")
+    result = run_train_models(spark, config)
+    rows = sum(result.rows[name] for name in ("train_target", "valid_target", "test_target"))
+    assert abs(rows - 2000) < 5 * math.sqrt(2000 * 0.6)  # Bernoulli(0.4) over 5000 rows
+    canaries = spark.read.parquet(os.path.join(config.run.output_dir, "models", "canaries")).toPandas()
+    sample = features.in_day_sample(canaries["row_id"].to_numpy(), seed=config.run.seed, share=2000 / ROWS_PER_DAY)
+    assert sample.all() and len(canaries) == result.rows["train_target"]
+    whole = in_memory_run[1]
+    assert whole.rows["train_target"] > 3500  # the default (1M) keeps a 5000-row day whole
+
+
+def test_whole_day_that_cannot_fit_the_driver_is_refused_naming_the_field():
+    with pytest.raises(ConfigError, match=r"models.sample_rows_per_day: in-memory training would collect "
+                                          r"6,500,000 rows of day 1 .* more than spark.driver.maxResultSize .* "
+                                          r"set models.sample_rows_per_day to at most 4,473,924"):
+        check_driver_fits(6_500_000, {"spark.driver.maxResultSize": byte_size("1g"),
+                                      "half of spark.driver.memory": byte_size("4g") // 2},
+                          day=1, total=6_500_000, sample_rows=0)
+    check_driver_fits(1_010_000, {"spark.driver.maxResultSize": byte_size("1g")}, day=1, total=6_500_000,
+                      sample_rows=1_000_000)
+    assert (byte_size("512m"), byte_size("4096k"), byte_size("2048"), byte_size("0")) == (2**29, 2**22, 2048, 0)
 
 
 def test_synthetic_default_prior_writes_no_proxy_priors(in_memory_run):

@@ -42,6 +42,16 @@ def split_rows(rows: DataFrame, *, seed: int, shares: tuple[float, float, float]
     return rows.mapInPandas(batches, rows.schema)
 
 
+def sample_rows(rows: DataFrame, *, seed: int, share: float) -> DataFrame:
+    """The rows of the seeded per-day sample (:func:`lia_spark.features.in_day_sample`)."""
+
+    def batches(frames):
+        for frame in frames:
+            yield frame.loc[features.in_day_sample(frame[ROW_ID].to_numpy("int64"), seed=seed, share=share)]
+
+    return rows.mapInPandas(batches, rows.schema)
+
+
 def learn_vocabulary(training_rows: DataFrame, *, min_count: int, max_size: int) -> features.CategoryVocabulary:
     """Count every categorical value of the training rows in one aggregation; keep the frequent ones."""
     stacked = training_rows.select(F.explode(F.array(*[

@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
 from lia_spark import features, hashing, label_mechanisms, layout, training
-from lia_spark.config import Config
+from lia_spark.config import Config, ConfigError
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark import pate
 from lia_spark.engine import features as spark_features
@@ -117,6 +117,65 @@ class TrainResult:
         """The folders of the tables holding per-row labels (canaries, test predictions): they stay in the output
         folder and reach MLflow only with tracking.log_row_data."""
         return [os.path.join(self.output_dir, name) for name in (layout.CANARIES, layout.TEST_PREDICTIONS)]
+
+
+IN_MEMORY_BYTES_PER_ROW = 240  # measured: Arrow result bytes of one feature row collected by toPandas (232 B)
+SAMPLE_MARGIN = 1.01  # a Bernoulli sample of n expected rows stays below 1.01 n except with negligible probability
+
+
+def in_memory_rows(spark: SparkSession, config: Config, day: int) -> DataFrame:
+    """The rows of ``day`` the in-memory path collects: the whole day, or, when it holds more than
+    models.sample_rows_per_day > 0 rows, the seeded sample of about that many (the paper's protocol; each row in
+    with probability n / rows, keyed on (seed, row_id), so independent of the partitioning).
+
+    Raises:
+        ConfigError: before any collect, naming models.sample_rows_per_day, when the rows would not fit the
+            driver's limits (spark.driver.maxResultSize, half the driver heap) at IN_MEMORY_BYTES_PER_ROW.
+    """
+    m = config.models
+    rows = spark_features.read_day(spark, config.parquet_path, day)
+    spark.sparkContext.setJobDescription(f"train: count the rows of day {day}")
+    total = rows.count()
+    collected = total
+    if 0 < m.sample_rows_per_day < total:
+        rows = spark_features.sample_rows(rows, seed=config.run.seed, share=m.sample_rows_per_day / total)
+        collected = math.ceil(SAMPLE_MARGIN * m.sample_rows_per_day)
+        logger.info("train: day %d has %d rows; in-memory training on the seeded sample of about %d "
+                    "(models.sample_rows_per_day)", day, total, m.sample_rows_per_day)
+    check_driver_fits(collected, driver_limits(spark), day=day, total=total, sample_rows=m.sample_rows_per_day)
+    return rows
+
+
+def driver_limits(spark: SparkSession) -> dict[str, int]:
+    """Bytes the driver can receive: spark.driver.maxResultSize and half of spark.driver.memory (0 = unlimited
+    is left out)."""
+    limits = {"spark.driver.maxResultSize": byte_size(spark.conf.get("spark.driver.maxResultSize", "1g")),
+              "half of spark.driver.memory": byte_size(spark.conf.get("spark.driver.memory", "1g")) // 2}
+    return {name: size for name, size in limits.items() if size > 0}
+
+
+def check_driver_fits(rows: int, limits: dict[str, int], *, day: int, total: int, sample_rows: int) -> None:
+    """Fail naming models.sample_rows_per_day when ``rows`` feature rows would exceed one of the driver's
+    ``limits`` (name -> bytes) at IN_MEMORY_BYTES_PER_ROW."""
+    needed = rows * IN_MEMORY_BYTES_PER_ROW
+    for name, size in limits.items():
+        if needed > size:
+            fitting = size // IN_MEMORY_BYTES_PER_ROW
+            raise ConfigError(
+                f"models.sample_rows_per_day: in-memory training would collect {rows:,} rows of day {day} "
+                f"({needed / 2**20:,.0f} MiB at {IN_MEMORY_BYTES_PER_ROW} B per row) to the driver, more than "
+                f"{name} ({size / 2**20:,.0f} MiB); the day holds {total:,} rows, got {sample_rows}; set "
+                f"models.sample_rows_per_day to at most {fitting:,} (the paper trains on 1,000,000 rows per day), "
+                "or models.execution=distributed to train on whole days")
+
+
+def byte_size(text: str) -> int:
+    """Bytes of a JVM size string such as 1g, 512m, 4096k or 1024 (bytes); 0 stays 0 (unlimited)."""
+    text = text.strip().lower().removesuffix("b")
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
 
 
 def feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
@@ -445,11 +504,12 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
     started = time.monotonic()
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
                 m.proxy_day, m.target_day, m.training_mechanism, m.epsilon, m.bag_size)
-    proxy_rows = spark_features.read_day(spark, config.parquet_path, m.proxy_day)
-    target_rows = spark_features.read_day(spark, config.parquet_path, m.target_day)
     if m.execution == "in_memory":
+        proxy_rows, target_rows = (in_memory_rows(spark, config, day) for day in (m.proxy_day, m.target_day))
         run = functools.partial(_in_memory, share_preparation=share_preparation)
     else:
+        proxy_rows, target_rows = (spark_features.read_day(spark, config.parquet_path, day)
+                                   for day in (m.proxy_day, m.target_day))
         run = _distributed
     scored, models, seconds, extra_metrics, proxy_spec, mechanism_report = run(spark, config, proxy_rows, target_rows)
     scored = scored.cache()

@@ -19,11 +19,10 @@ from pyspark.sql import SparkSession
 
 from lia_spark import layout, training
 from lia_spark.config import Config
-from lia_spark.engine import features as spark_features
 from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, path_exists,
                                      reusable_output, stage_fingerprint)
-from lia_spark.engine.train import (boosting_params, collect_model_data, feature_spec, model_features,
-                                    training_seed)
+from lia_spark.engine.train import (boosting_params, collect_model_data, feature_spec, in_memory_rows,
+                                    model_features, training_seed)
 from lia_spark.names import LP_2ST, RR, RR_DEBIASED
 
 logger = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
         return dataclasses.replace(UtilityResult(**marker_fields(UtilityResult, marker)), skipped=True)
     m, params, seed = config.models, boosting_params(config), training_seed(config)
     started = time.monotonic()
-    target_rows = spark_features.read_day(spark, config.parquet_path, m.target_day)
+    target_rows = in_memory_rows(spark, config, m.target_day)
     spark.sparkContext.setJobDescription("utility: target-day features")
     spec = feature_spec(target_rows, config)
     data = collect_model_data(model_features(target_rows, spec, config), spec, m.library)
