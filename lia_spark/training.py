@@ -39,7 +39,7 @@ from lia_spark.names import BAG_MECHANISMS, LP_2ST, NONE, PATE, RR, RR_DEBIASED,
 logger = logging.getLogger(__name__)
 
 SPLIT_TRAIN, SPLIT_VALID, SPLIT_TEST = 0, 1, 2
-_PROB_CLIP = 1e-7
+PROBABILITY_CLIP = 1e-7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +61,7 @@ class BoostingParams:
 def _bag_means(probabilities: np.ndarray, bag_index: np.ndarray, n_bags: int) -> tuple[np.ndarray, np.ndarray]:
     sizes = np.bincount(bag_index, minlength=n_bags).astype(np.float64)
     means = np.bincount(bag_index, weights=probabilities, minlength=n_bags) / np.maximum(sizes, 1.0)
-    return np.clip(means, _PROB_CLIP, 1.0 - _PROB_CLIP), sizes
+    return np.clip(means, PROBABILITY_CLIP, 1.0 - PROBABILITY_CLIP), sizes
 
 
 def _check_bags(margins: np.ndarray, bag_index: np.ndarray, alpha: np.ndarray) -> None:
@@ -237,9 +237,18 @@ class ModelData:
 def binary_metrics(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
     """Test AUC and log-loss (predictions clipped to [1e-7, 1 - 1e-7]); NaN AUC if one class is absent."""
     labels = np.asarray(labels)
-    predictions = np.clip(np.asarray(predictions, np.float64), _PROB_CLIP, 1 - _PROB_CLIP)
+    predictions = np.clip(np.asarray(predictions, np.float64), PROBABILITY_CLIP, 1 - PROBABILITY_CLIP)
     auc = float(roc_auc_score(labels, predictions)) if 0 < labels.sum() < labels.size else math.nan
     return {"auc": auc, "log_loss": float(log_loss(labels, predictions, labels=[0, 1]))}
+
+
+def tied_auc_pairs(positives: np.ndarray, negatives: np.ndarray) -> float:
+    """Sum over score groups g (ascending score) of pos_g (neg_below_g + neg_g / 2): the (positive, negative) pairs
+    ranked right, ties counted half. AUC = this sum / (P N) (Mann-Whitney); ``positives``/``negatives`` are the
+    counts of each distinct score, sorted by score."""
+    negatives = np.asarray(negatives, dtype=np.float64)
+    below = np.cumsum(negatives) - negatives
+    return float(np.dot(np.asarray(positives, dtype=np.float64), below + 0.5 * negatives))
 
 
 def fit_model(data: ModelData, labels: np.ndarray, train: np.ndarray, valid: np.ndarray, *,

@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import features, synthetic
+from lia_spark import features, synthetic, training
 from lia_spark.config import ConfigError, load_config
 from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
+from lia_spark.engine import metrics as spark_metrics
 from lia_spark.engine.outputs import MARKER
 from lia_spark.engine.train import byte_size, check_driver_fits, run_train_models
 
@@ -200,3 +201,19 @@ def test_cells_of_one_process_share_the_proxy_and_match_a_fresh_process(spark, p
                            .sort_values("row_id").reset_index(drop=True))
     pd.testing.assert_frame_equal(read(shared), read(fresh))
     assert shared.test_metrics == fresh.test_metrics
+
+
+@pytest.mark.parametrize("partitions", [1, 7])
+def test_spark_metrics_equal_the_in_memory_metrics_with_ties(spark, partitions):
+    """Exact AUC (ties counted half) and log-loss on the executors equal sklearn's, whatever the partitioning."""
+    rng = np.random.default_rng(partitions)
+    labels = (rng.random(20_000) < 0.2).astype(np.int32)
+    predictions = np.round(np.clip(0.2 + 0.3 * (labels - 0.2) + rng.normal(0, 0.2, labels.size), 0, 1), 3)
+    predictions[:50] = 0.0  # clipped to 1e-7 like the in-memory metrics
+    frame = spark.createDataFrame(pd.DataFrame({"label": labels, "p": predictions})).repartition(partitions)
+    expected = training.binary_metrics(labels, predictions)
+    found = spark_metrics.binary_metrics(frame, label="label", prediction="p")
+    assert found["auc"] == pytest.approx(expected["auc"], abs=1e-12)
+    assert found["log_loss"] == pytest.approx(expected["log_loss"], rel=1e-12)
+    one_class = spark_metrics.binary_metrics(frame.where("label = 0"), label="label", prediction="p")
+    assert math.isnan(one_class["auc"]) and one_class["log_loss"] > 0

@@ -36,6 +36,7 @@ from lia_spark.config import Config, ConfigError
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark import pate
 from lia_spark.engine import features as spark_features
+from lia_spark.engine import metrics as spark_metrics
 from lia_spark.engine.pate import spark_votes
 from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, output_fingerprint,
                                      reusable_output, stage_fingerprint, write_text)
@@ -455,13 +456,10 @@ def _debiased(frame: DataFrame, epsilon: float, source: str, name: str) -> DataF
 
 
 def _test_metrics(scored: DataFrame) -> dict[str, float]:
-    test = scored.where(F.col("split") == training.SPLIT_TEST).select(LABEL, "target_prediction",
-                                                                      "proxy_prediction").toPandas()
-    values = {}
-    for model in ("target", "proxy"):
-        for name, value in training.binary_metrics(test[LABEL].to_numpy(), test[f"{model}_prediction"].to_numpy()).items():
-            values[f"{name}@{model}"] = value
-    return values
+    """AUC and log-loss of target and proxy on the test split, on the executors (:mod:`lia_spark.engine.metrics`)."""
+    test = scored.where(F.col("split") == training.SPLIT_TEST)
+    return {f"{name}@{model}": value for model in ("target", "proxy")
+            for name, value in spark_metrics.binary_metrics(test, label=LABEL, prediction=f"{model}_prediction").items()}
 
 
 def _save_models(spark: SparkSession, models: dict[str, Any], staging: str) -> list[str]:
