@@ -93,6 +93,7 @@ def test_spark_stage_equals_kernel(spark):
     counts = {name: np.unique(local_train[name].dropna().to_numpy(np.int64), return_counts=True)
               for name in CAT_COLUMNS}
     expected = features.vocabulary_from_counts(counts, min_count=3, max_size=50)
+    assert max(len(v) for v in vocabulary.values.values()) == 50  # the cap binds (applied on the executors)
     for name in CAT_COLUMNS:
         np.testing.assert_array_equal(vocabulary.values[name], expected.values[name])
         np.testing.assert_array_equal(vocabulary.ranks[name], expected.ranks[name])

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from lia_spark import features
@@ -53,11 +54,18 @@ def sample_rows(rows: DataFrame, *, seed: int, share: float) -> DataFrame:
 
 
 def learn_vocabulary(training_rows: DataFrame, *, min_count: int, max_size: int) -> features.CategoryVocabulary:
-    """Count every categorical value of the training rows in one aggregation; keep the frequent ones."""
+    """Count every categorical value of the training rows in one aggregation; keep the frequent ones.
+
+    The cap applies on the executors (the ``max_size`` most frequent values per column, ties by value, as
+    :func:`lia_spark.features.vocabulary_from_counts` ranks them), so at most 26 x ``max_size`` rows reach the
+    driver however many distinct values the data has.
+    """
     stacked = training_rows.select(F.explode(F.array(*[
         F.struct(F.lit(name).alias("column"), F.col(name).alias("value")) for name in CAT_COLUMNS])).alias("cv"))
-    counts = (stacked.select("cv.column", "cv.value").where(F.col("value").isNotNull())
-              .groupBy("column", "value").count().where(F.col("count") >= min_count).toPandas())
+    frequent = (stacked.select("cv.column", "cv.value").where(F.col("value").isNotNull())
+                .groupBy("column", "value").count().where(F.col("count") >= min_count))
+    rank = F.row_number().over(Window.partitionBy("column").orderBy(F.col("count").desc(), F.col("value")))
+    counts = frequent.withColumn("rank", rank).where(F.col("rank") <= max_size).drop("rank").toPandas()
     grouped = {name: (part["value"].to_numpy("int64"), part["count"].to_numpy("int64"))
                for name, part in counts.groupby("column")}
     return features.vocabulary_from_counts(grouped, min_count=min_count, max_size=max_size)
