@@ -129,6 +129,7 @@ class DataConfig:
     max_malformed_share: float = 0.001
     kaggle_days: int = 7
     allow_truncated_files: bool = False
+    split_gzip: bool = True  # decode each .gz once (one task per file), then scan it in parallel blocks
 
     def validate(self) -> None:
         if self.source not in ("synthetic", "criteo"):

@@ -47,7 +47,7 @@ STAGE_FIELDS: dict[str, tuple[str, ...]] = {
 # Fields no stage's output depends on: identity and location of the run, session settings, tracking.
 UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "run.stages", "run.stale_lock_hours",
                                   "spark.*",
-                                  "data.parquet_path", "data.quarantine_path", "synthetic.write_tsv",
+                                  "data.parquet_path", "data.quarantine_path", "data.split_gzip", "synthetic.write_tsv",
                                   "synthetic.gzip", "tracking.*",
                                   # audit-table: which cells exist; each cell's own train/audit output is
                                   # fingerprinted by the models.* fields the cell sets

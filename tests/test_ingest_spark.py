@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,8 @@ import pytest
 from lia_spark import criteo
 from lia_spark.config import config_from_dict
 from lia_spark.engine.generate import run_generate
-from lia_spark.engine.ingest import QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError, run_ingest
+from lia_spark.engine.ingest import (QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError,
+                                    _decompressed_copies, list_sources, run_ingest)
 from lia_spark.engine.outputs import MARKER
 
 
@@ -114,8 +116,10 @@ def test_round_trip_gzip_identical_rows_and_row_ids_then_resume(spark, tmp_path,
     assert resumed.skipped and dataclasses.replace(resumed, skipped=False) == result
 
 
-def test_row_ids_do_not_depend_on_partitioning(spark, tmp_path, days):
-    """Plain files cut into many blocks and tiny Arrow batches give the rows the gzip test got (one block per file)."""
+@pytest.mark.parametrize("fmt, split_gzip", [("plain", True), ("gz", True), ("gz", False)])
+def test_row_ids_do_not_depend_on_partitioning(spark, tmp_path, days, fmt, split_gzip):
+    """Files cut into many blocks (plain files, and the decompressed copies of gzip files) and tiny Arrow batches
+    give the same rows as one block per file (gzip read directly)."""
     root, expected = days
     settings = {"spark.sql.files.maxPartitionBytes": "131072", "spark.sql.files.openCostInBytes": "1024",
                 "spark.sql.execution.arrow.maxRecordsPerBatch": "333"}
@@ -125,12 +129,18 @@ def test_row_ids_do_not_depend_on_partitioning(spark, tmp_path, days):
             spark.conf.set(key, value)
         lines = spark.read.text(str(root / "plain" / "day_0"))
         assert lines.select("_metadata.file_block_start").distinct().count() >= 4  # really split into blocks
-        config = _config(tmp_path, [root / "plain"], name="split")
-        run_ingest(spark, config)
+        config = _config(tmp_path, [root / fmt], name="split", split_gzip=split_gzip)
+        if fmt == "gz" and split_gzip:  # the copy that the scans read is cut into blocks too
+            copies = _decompressed_copies(spark, list_sources(spark, [str(root / "gz")]), str(tmp_path / "copies"))
+            copy = spark.read.text(copies[0])
+            assert copy.select("_metadata.file_block_start").distinct().count() >= 4 and copy.count() == 3000
+        result = run_ingest(spark, config)
     finally:
         for key, value in previous.items():
             spark.conf.set(key, value)
     _assert_same(_table(spark, config.parquet_path), expected)
+    assert [f.status for f in result.files] == ["ok", "ok"]
+    assert not os.path.exists(f"{config.parquet_path}.gunzip")  # the decompressed copies are removed
 
 
 def _malformed_day(rng: np.random.Generator) -> tuple[list[str], dict[int, str], pd.DataFrame]:

@@ -3,6 +3,12 @@
 Two scans of the text, each a plain file scan feeding ``mapInArrow`` with whole Arrow batches
 (vectorized parsing in :func:`lia_spark.criteo.parse_lines`, no per-row Python), around a driver step:
 
+0. *decompress* (``data.split_gzip``, default on): gzip is not splittable, so a scan of a .gz file is one task.
+   Each .gz file is first decoded once, by Spark's own codec in one task per file (the files concurrently),
+   into a plain text copy beside the output (``<data.parquet_path>.gunzip/f<file index>``, deleted at the end);
+   the scans below read the copies, cut into blocks like any plain file. Block starts are byte offsets in the
+   decoded text either way, so line numbers, row ids and the quarantine do not change; the damage checks
+   still read the original files;
 1. *scan*: per file block (``_metadata.file_block_start``) count lines and bytes, count malformed lines
    per reason, and emit the malformed lines with their index inside the block (a small, cached output);
 2. on the driver: turn the per-block line counts into the first line index of every block (cumulative
@@ -27,6 +33,7 @@ import dataclasses
 import logging
 import posixpath
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterator
 
 import numpy as np
@@ -37,7 +44,8 @@ from pyspark.sql import functions as F
 
 from lia_spark import criteo
 from lia_spark.config import Config
-from lia_spark.engine.outputs import committed_output, hadoop_filesystem, marker_fields, reusable_output, stage_fingerprint
+from lia_spark.engine.outputs import (committed_output, delete_path, hadoop_filesystem, marker_fields, reusable_output,
+                                     stage_fingerprint)
 from lia_spark.fingerprint import Fingerprint
 
 logger = logging.getLogger(__name__)
@@ -54,6 +62,8 @@ _STORAGE_SCHEMA = pa.schema(
     + [(name, pa.int64()) for name in criteo.FEATURE_COLUMNS]
 )
 _GZIP_MODULUS = 1 << 32
+_COPY_PREFIX = "gunzipped-file-"  # step 0's copy of source file i: <data.parquet_path>.gunzip/gunzipped-file-<i>
+_DECOMPRESS_THREADS = 64  # concurrent Spark jobs of step 0 (one task each)
 _QUARANTINE_FILE_ROWS = 1_000_000
 TRUNCATED_GZIP = "truncated_gzip"
 SIZE_MISMATCH = "size_mismatch"
@@ -205,14 +215,36 @@ def _gzip_trailer_size(spark: SparkSession, source: SourceFile) -> int | None:
 
 # --- Spark passes ------------------------------------------------------------------------------------
 
-def _read_lines(spark: SparkSession, sources: list[SourceFile]) -> DataFrame:
-    """Raw lines as binary with (file_index, block_start), in file order within each partition."""
+def _decompressed_copies(spark: SparkSession, sources: list[SourceFile], folder: str) -> dict[int, str]:
+    """Step 0: file index -> a plain text copy of each non-empty .gz source, decoded by Spark in one task per
+    file, the files concurrently (lines decoded before any damage are kept, as in a direct read)."""
+    gzip_sources = [(index, source) for index, source in enumerate(sources) if source.gzip and source.size > 0]
+
+    def decompress(item: tuple[int, SourceFile]) -> tuple[int, str]:
+        index, source = item
+        copy = f"{folder}/{_COPY_PREFIX}{index}"
+        (spark.read.format("text").option("ignoreCorruptFiles", "true").load(source.path).coalesce(1)
+         .write.mode("overwrite").text(copy))
+        return index, copy
+
+    if not gzip_sources:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(len(gzip_sources), _DECOMPRESS_THREADS)) as pool:
+        return dict(pool.map(decompress, gzip_sources))
+
+
+def _read_lines(spark: SparkSession, sources: list[SourceFile], copies: dict[int, str]) -> DataFrame:
+    """Raw lines as binary with (file_index, block_start), in file order within each partition; a source with a
+    decompressed copy (step 0) is read from it."""
     index_of_name = F.create_map(*[item for i, source in enumerate(sources)
                                    for item in (F.lit(source.name), F.lit(i))])
+    copy_index = F.regexp_extract(F.col("_metadata.file_path"), f"/{_COPY_PREFIX}([0-9]+)/[^/]*$", 1)
     frame = (spark.read.format("text").option("ignoreCorruptFiles", "true")
-             .load([source.path for source in sources]))
+             .load([copies.get(index, source.path) for index, source in enumerate(sources)]))
+    by_name = index_of_name[F.col("_metadata.file_name")]
+    file_index = F.when(copy_index != "", copy_index).otherwise(by_name) if copies else by_name
     return frame.select(
-        index_of_name[F.col("_metadata.file_name")].cast("int").alias("file_index"),
+        file_index.cast("int").alias("file_index"),
         F.col("_metadata.file_block_start").alias("block_start"),
         F.col("value").cast("binary").alias("line"),
     )
@@ -496,10 +528,26 @@ def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
     if marker is not None:
         return dataclasses.replace(IngestResult.from_dict(marker), skipped=True)
     started = time.monotonic()
-    context = spark.sparkContext
     sources = list_sources(spark, config.data.criteo_paths)
     logger.info("ingest: %d input files, %.1f MB", len(sources), sum(s.size for s in sources) / 1e6)
-    lines = _read_lines(spark, sources)
+    copies_folder = f"{config.parquet_path}.gunzip"
+    try:
+        return _ingest_sources(spark, config, sources, copies_folder, fingerprint, started)
+    finally:
+        delete_path(spark, copies_folder)
+
+
+def _ingest_sources(spark: SparkSession, config: Config, sources: list[SourceFile], copies_folder: str,
+                    fingerprint: Fingerprint, started: float) -> IngestResult:
+    """Steps 0-3 of the module docstring (see :func:`run_ingest`)."""
+    context = spark.sparkContext
+    copies = {}
+    if config.data.split_gzip:
+        context.setJobDescription("ingest: decompress gzip files once (one task per file)")
+        copies = _decompressed_copies(spark, sources, copies_folder)
+        if copies:
+            logger.info("ingest: %d gzip file(s) decompressed in %.1f s", len(copies), time.monotonic() - started)
+    lines = _read_lines(spark, sources, copies)
     scanned = lines.mapInArrow(_scan_partition, _SCAN_DDL).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         context.setJobDescription("ingest: scan lines, count blocks and malformed lines")
