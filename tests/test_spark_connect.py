@@ -13,12 +13,14 @@ import pytest
 from lia_spark.cli import strict_json
 from pipeline_support import PYTHON, REPO, tiny_run
 
-# The child: the CLI's pipeline over Connect, then, on the same Connect session, the train stage with
-# models.execution=distributed (xgboost.spark needs a SparkContext), whose error it prints.
+# The child: the CLI's pipeline over Connect, then, on the same Connect session, the errors it prints for the
+# train stage with models.execution=distributed (xgboost.spark needs a SparkContext) and for an output folder
+# given as a URI (only the server could reach it).
 CHILD = """
 import sys
 from lia_spark.cli import main
 from lia_spark.config import load_config
+from lia_spark.engine.outputs import check_writable
 from lia_spark.engine.session import get_spark, is_connect
 from lia_spark.engine.train import run_train_models
 
@@ -30,6 +32,10 @@ try:
     run_train_models(spark, config)
 except ValueError as error:
     print("distributed:", error)
+try:
+    check_writable(spark, "s3a://bucket/lia")
+except ValueError as error:
+    print("uri:", error)
 sys.exit(code)
 """
 
@@ -60,6 +66,7 @@ def test_pipeline_over_spark_connect_matches_the_classic_run(run, tmp_path):
     assert completed.returncode == 0, completed.stderr[-4000:]
     assert "distributed: models.execution: distributed (xgboost.spark) needs a classic Spark session" in \
         completed.stdout, completed.stdout[-2000:]
+    assert "uri: run.output_dir: over Spark Connect" in completed.stdout and "/Volumes/" in completed.stdout
 
     connect = json.loads(Path(out / "results" / "pipeline.json").read_text(encoding="utf-8"))
     classic = json.loads(strict_json(run.result).replace(run.config.run.output_dir, str(out)))
