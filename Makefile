@@ -10,7 +10,7 @@ $(STAMP): setup.py
 	bash .ci/ensure-java
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,catboost]'
+	$(PY) -m pip install --quiet -e '.[dev,catboost,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,7 +25,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
-# dist/lia_spark-*.whl for `spark-submit --py-files` (executors also need the install_requires packages).
+# dist/lia_spark-*.whl for `spark-submit --py-files` or a Databricks cluster (executors also need the
+# install_requires packages; pyspark only with the `spark` extra, clusters bring their own).
 wheel: $(STAMP)
 	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
 	@ls dist/lia_spark-*.whl

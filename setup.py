@@ -13,8 +13,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["lia_spark", "lia_spark.*"]),
+    # pyspark is the `spark` extra: a Databricks cluster or a spark-submit image provides its own, which a
+    # plain `pip install lia-spark` must not replace.
     install_requires=[
-        "pyspark>=4.0,<5",
         "pandas>=2.2,<3",
         "pyarrow>=15",
         "numpy>=1.26,<3",
@@ -29,6 +30,7 @@ setup(
     ],
     extras_require={
         "catboost": ["catboost>=1.2,<2"],
+        "spark": ["pyspark[connect]>=4.0,<5"],
         "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3"],
     },
     entry_points={"console_scripts": ["lia-spark=lia_spark.cli:main"]},

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import logging
 import math
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import yaml
@@ -25,6 +27,10 @@ from lia_spark.config import Config, ConfigError, load_config
 logger = logging.getLogger("lia_spark")
 
 StageFunction = Callable[[Any, Config], Any]
+WORKSPACE_CONF = "/Workspace/Users/{user}/lia_spark/conf/demo.yaml"
+CHECKOUT_CONF = Path(__file__).resolve().parent.parent / "conf" / "demo.yaml"
+SPARK_MISSING = ("lia-spark: pyspark is not installed; install it with `pip install 'lia-spark[spark]'`, or run where "
+                 "Spark is provided (a Databricks cluster, spark-submit)")
 
 
 def config_from_args(argv: Sequence[str] | None, description: str) -> Config:
@@ -58,6 +64,22 @@ def notebook_parameters(namespace: Mapping[str, Any], defaults: Mapping[str, str
         else:
             values[name] = os.environ.get(f"LIA_{name.upper()}", default)
     return values
+
+
+def notebook_conf(path: str, namespace: Mapping[str, Any]) -> str | None:
+    """The config file a notebook loads: ``path`` with ``{user}`` replaced by the session's ``current_user()`` (on
+    Databricks the workspace user, as in :data:`WORKSPACE_CONF`). Outside Databricks (no ``dbutils`` in
+    ``namespace``) a file that does not exist falls back to the checkout's conf/demo.yaml, else to None (the
+    built-in defaults)."""
+    if "{user}" in path:
+        from lia_spark.engine.session import get_spark
+
+        path = path.replace("{user}", str(get_spark().sql("SELECT current_user()").first()[0]))
+    if "dbutils" in namespace or os.path.exists(path):
+        return path
+    fallback = str(CHECKOUT_CONF) if CHECKOUT_CONF.exists() else None
+    logger.info("no config file %s outside Databricks: using %s", path, fallback or "the built-in defaults")
+    return fallback
 
 
 def _strict(value: Any) -> Any:
@@ -182,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
+    if importlib.util.find_spec("pyspark") is None:
+        print(SPARK_MISSING, file=sys.stderr)
+        return 2
     try:
         function = STAGES[commands[command]]()
     except ModuleNotFoundError as error:

@@ -56,6 +56,7 @@ def _fail_glob(field: str, path: str) -> None:
 
 _SPARK_MASTER = re.compile(r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn|"
                            r"(spark|k8s|mesos)://\S+")
+_SPARK_REMOTE = re.compile(r"sc://\S+|local(\[(\d+|\*)\])?")
 
 
 def is_remote_path(path: str) -> bool:
@@ -105,8 +106,13 @@ class SparkConfig:
     shuffle_partitions: int = 0
     arrow_batch_rows: int = 100_000
     extra: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    remote: str = ""
 
     def validate(self) -> None:
+        if self.remote and not _SPARK_REMOTE.fullmatch(self.remote.strip()):
+            _fail("spark.remote", self.remote, "must be a Spark Connect URL",
+                  "use sc://host:port (e.g. sc://localhost:15002), local[N] for a local Connect server, or \"\" "
+                  "for a classic session")
         if not _SPARK_MASTER.fullmatch(self.master.strip()):
             _fail("spark.master", self.master, "must be a Spark master URL",
                   "use local[N], local[N,F], yarn, spark://host:port or k8s://...")

@@ -7,21 +7,31 @@
 # MAGIC to recompute).
 # MAGIC
 # MAGIC Parameters (widgets on Databricks, `LIA_CONF` / `LIA_OVERRIDES` environment variables elsewhere):
-# MAGIC `conf` = YAML config path, `overrides` = space-separated `section.key=value` pairs. On Databricks, set
+# MAGIC `conf` = YAML config path (default `/Workspace/Users/{user}/lia_spark/conf/demo.yaml`, `{user}` = you;
+# MAGIC outside Databricks a missing file falls back to the checkout's `conf/demo.yaml`), `overrides` =
+# MAGIC space-separated `section.key=value` pairs. On Databricks, set
 # MAGIC `tracking.experiment` to a workspace path such as `/Users/you@example.com/lia-spark`.
+# MAGIC
+# MAGIC Install: the `%pip` cell below installs lia-spark for this notebook (or install the wheel of `make wheel`,
+# MAGIC e.g. `%pip install /Workspace/Users/<you>/lia_spark/dist/lia_spark-0.1.0-py3-none-any.whl`), without the
+# MAGIC `[spark]` extra: the cluster provides Spark. Runs on classic, shared and serverless compute (Spark Connect).
+
+# COMMAND ----------
+
+# MAGIC %pip install lia-spark
 
 # COMMAND ----------
 
 import shlex
 
-from lia_spark.cli import configure_logging, notebook_parameters
+from lia_spark.cli import WORKSPACE_CONF, configure_logging, notebook_conf, notebook_parameters
 from lia_spark.config import load_config
 from lia_spark.engine.session import get_spark
 
 configure_logging()
-params = notebook_parameters(globals(), {"conf": "conf/demo.yaml", "overrides": ""})
-config = load_config(params["conf"], shlex.split(params["overrides"]))
-spark = get_spark(config.spark)
+params = notebook_parameters(globals(), {"conf": WORKSPACE_CONF, "overrides": ""})
+config = load_config(notebook_conf(params["conf"], globals()), shlex.split(params["overrides"]))
+spark = get_spark(config.spark)  # the cluster's session on Databricks (Spark Connect on shared and serverless)
 
 # COMMAND ----------
 

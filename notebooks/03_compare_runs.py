@@ -8,6 +8,14 @@
 # MAGIC Parameters (widgets on Databricks, `LIA_*` environment variables elsewhere): `experiment`,
 # MAGIC `tracking_uri` (empty = `$MLFLOW_TRACKING_URI` or `sqlite:///mlflow.db`), `metric` (the metric to plot,
 # MAGIC default `audit.audit_eps_binomial_bonferroni_mean`; an unknown name falls back to the first audit metric).
+# MAGIC
+# MAGIC Install: the `%pip` cell below installs lia-spark for this notebook (or install the wheel of `make wheel`,
+# MAGIC e.g. `%pip install /Workspace/Users/<you>/lia_spark/dist/lia_spark-0.1.0-py3-none-any.whl`), without the
+# MAGIC `[spark]` extra: the cluster provides Spark. Runs on classic, shared and serverless compute (Spark Connect).
+
+# COMMAND ----------
+
+# MAGIC %pip install lia-spark
 
 # COMMAND ----------
 

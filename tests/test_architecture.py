@@ -3,6 +3,7 @@ tracking imports mlflow; the vocabulary imports nothing and the posterior grid o
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "lia_spark"
@@ -43,6 +44,14 @@ def test_vocabulary_imports_nothing_and_the_posterior_grid_only_numpy():
     assert _imported_roots(PACKAGE / "names.py") == set()
     assert _imported_roots(PACKAGE / "posterior_grid.py") <= {"__future__", "dataclasses", "math", "typing", "numpy",
                                                              "lia_spark"}
+
+
+def test_only_the_session_and_file_modules_reach_the_jvm():
+    """Spark Connect sessions (Databricks shared and serverless compute) have no SparkContext and no JVM: every
+    other module goes through engine/session.py and engine/filesystem.py, which also work over Connect."""
+    reaching = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                if re.search(r"sparkContext|\._jvm\b|\._jsc\b", p.read_text(encoding="utf-8"))}
+    assert reaching == {"engine/session.py", "engine/filesystem.py"}
 
 
 def test_only_engine_modules_import_pyspark():

@@ -89,6 +89,7 @@ INVALID = [
     ("run.output_dir=''", "run.output_dir", "''"),
     ("spark.driver_memory=lots", "spark.driver_memory", "lots"),
     ("spark.shuffle_partitions=-4", "spark.shuffle_partitions", "-4"),
+    ("spark.remote=http://host:15002", "spark.remote", "http://host:15002"),
     ("tracking.experiment=' '", "tracking.experiment", "' '"),
     ("audit.colour=blue", "audit.colour", "blue"),
     ("logloss.attacks=[primes, lattice]", "logloss.attacks", "lattice"),

@@ -32,10 +32,36 @@ def test_notebooks_are_databricks_source_files_with_widgets():
         text = path.read_text(encoding="utf-8")
         assert text.startswith("# Databricks notebook source\n"), path.name
         cells = text.split("\n# COMMAND ----------\n")
-        assert len(cells) >= 4, path.name
+        assert len(cells) >= 5, path.name
         assert cells[0].splitlines()[1].startswith("# MAGIC %md"), path.name
         assert "notebook_parameters(globals()," in text, path.name
         compile(text, str(path), "exec")
+
+
+def test_notebooks_install_the_package_first_and_default_to_a_workspace_config():
+    """The first code cell is `%pip install lia-spark` (a comment when the file runs as plain Python), without the
+    `spark` extra: the cluster's runtime provides pyspark. The config defaults to a workspace path."""
+    for path in NOTEBOOKS:
+        cells = path.read_text(encoding="utf-8").split("\n# COMMAND ----------\n")
+        assert cells[1].strip() == "# MAGIC %pip install lia-spark", path.name
+        assert "[spark]" not in cells[1]
+    for path in NOTEBOOKS[:2]:
+        text = path.read_text(encoding="utf-8")
+        assert '{"conf": WORKSPACE_CONF' in text and "notebook_conf(params[\"conf\"], globals())" in text, path.name
+        assert "sparkContext" not in text and "_jvm" not in text, path.name
+
+
+def test_workspace_config_falls_back_to_the_checkout_outside_databricks(spark, tmp_path):
+    from lia_spark.cli import CHECKOUT_CONF, WORKSPACE_CONF, notebook_conf
+
+    user = spark.sql("SELECT current_user()").first()[0]
+    assert WORKSPACE_CONF.startswith("/Workspace/Users/{user}/")
+    assert notebook_conf(WORKSPACE_CONF, {}) == str(CHECKOUT_CONF) and CHECKOUT_CONF.exists()
+    workspace = WORKSPACE_CONF.replace("{user}", user)
+    assert notebook_conf(WORKSPACE_CONF, {"dbutils": object()}) == workspace  # on Databricks: the user's file
+    own = tmp_path / "my.yaml"
+    own.write_text("run: {name: mine}\n", encoding="utf-8")
+    assert notebook_conf(str(own), {}) == str(own)
 
 
 def test_widgets_are_used_when_dbutils_exists():

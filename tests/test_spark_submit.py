@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -53,6 +54,27 @@ def test_wheel_holds_the_package(wheel):
     for module in ("lia_spark/engine/pipeline.py", "lia_spark/tracking.py", "lia_spark/report.py",
                    "lia_spark/stages.py", "lia_spark/hashing.py"):
         assert module in names
+
+
+def test_wheel_requires_pyspark_only_with_the_spark_extra(wheel):
+    """On a Databricks cluster (or any image with Spark) `pip install lia-spark` must not replace the runtime's
+    pyspark: the wheel names it only under the `spark` extra."""
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        requirements = [line.split(":", 1)[1].strip() for line in archive.read(metadata).decode().splitlines()
+                        if line.startswith("Requires-Dist:")]
+    spark = [line for line in requirements if line.startswith("pyspark")]
+    assert spark and all('extra == "spark"' in line for line in spark), spark
+    assert any(line.startswith("numpy") and "extra" not in line for line in requirements), requirements
+
+
+def test_cli_without_pyspark_fails_in_one_line_naming_the_extra(monkeypatch, capsys):
+    from lia_spark.cli import main
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # as in an environment without pyspark
+    assert main(["run", "--conf", "conf/demo.yaml"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "lia-spark[spark]" in error, error
 
 
 def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):

@@ -44,6 +44,7 @@ from lia_spark import audit, audit_sweep, hashing, layout, names
 from lia_spark.config import AuditConfig, Config
 from lia_spark.engine.outputs import (FilesResult, committed_output, copy_from_local, read_marker, reported_path,
                                      reusable_output, stage_fingerprint)
+from lia_spark.engine.session import default_parallelism, describe_jobs
 from lia_spark.headline import Headline
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:
     schema = "row_id bigint, label int, target_prediction double, proxy_prediction double, _key bigint"
     chosen = df.mapInPandas(keyed, schema).orderBy("_key").limit(canaries).drop("_key")
     # the top-k arrives as one partition; spread it again (the counts do not depend on the partitioning)
-    return chosen.repartition(2 * df.sparkSession.sparkContext.defaultParallelism)
+    return chosen.repartition(2 * default_parallelism(df.sparkSession))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,9 +222,8 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
         ValueError: if the table is empty.
     """
     spark = df.sparkSession
-    context = spark.sparkContext
     repetitions = settings.repetitions
-    context.setJobDescription("audit: count canaries")
+    describe_jobs(spark, "audit: count canaries")
     m = df.count()
     if m == 0:
         raise ValueError("canary table: must hold at least one row, got 0 rows")
@@ -231,8 +231,8 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
         guesses = audit.guess_grid(m, step_percent=settings.sweep_step_percent, extra_share=settings.extra_guess_share)
     guesses = np.asarray(guesses, dtype=np.int64)
     attacks = audit.resolve_attacks(settings.attacks)
-    parts = max(4 * context.defaultParallelism, -(-2 * m // RANGE_CANDIDATES))
-    context.setJobDescription("audit: sample candidate keys for range boundaries")
+    parts = max(4 * default_parallelism(spark), -(-2 * m // RANGE_CANDIDATES))
+    describe_jobs(spark, "audit: sample candidate keys for range boundaries")
     keys = _sample_keys(df, attacks=attacks, seed=seed, fraction=min(1.0, SAMPLE_ROWS_PER_RANGE * parts / m))
     ranges = CandidateRanges.cut(attacks, keys, parts=parts)
     logger.info("audit: %d canaries, %d repetitions, %d guess counts, %d attack(s), %d candidate ranges", m,
@@ -244,7 +244,7 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
     # a few large binary rows per task: cheap to cache and to shuffle (no per-candidate rows in the JVM)
     candidates = df.mapInPandas(candidate_batches, CANDIDATE_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        context.setJobDescription(f"audit: play {repetitions} games, totals per candidate range")
+        describe_jobs(spark, f"audit: play {repetitions} games, totals per candidate range")
         active_total, correct_total = _range_totals(candidates, parts=ranges.count, repetitions=repetitions)
         active_offset = ranges.exclusive_offsets(active_total)
         correct_offset = ranges.exclusive_offsets(correct_total)
@@ -253,7 +253,7 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
             return _evaluate_range(blobs, repetitions=repetitions, guesses=guesses, active_offset=active_offset,
                                    correct_offset=correct_offset)
 
-        context.setJobDescription("audit: sort each candidate range once, exact counts at the cut ranks")
+        describe_jobs(spark, "audit: sort each candidate range once, exact counts at the cut ranks")
         cuts = (candidates.select("range", "candidates").groupBy("range")
                 .applyInPandas(evaluate, "range int, repetition int, guess_index int, correct long").toPandas())
     finally:
@@ -372,7 +372,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         return AuditResult.from_dict(marker, skipped=True)
     started = time.monotonic()
     if canaries is None:
-        spark.sparkContext.setJobDescription("audit: read canaries")
+        describe_jobs(spark, "audit: read canaries")
         canaries = spark.read.parquet(canary_path(config))
     df = select_canaries(canaries, seed=config.run.seed, canaries=settings.canaries)
     if settings.canaries > 0:
@@ -404,7 +404,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
     metadata: dict[str, Any] = {}
     with (committed_output(spark, output, metadata, fingerprint=fingerprint) as staging,
           tempfile.TemporaryDirectory(prefix="lia-audit-") as local):
-        spark.sparkContext.setJobDescription("audit: write results")
+        describe_jobs(spark, "audit: write results")
         spark.createDataFrame(frame).coalesce(1).write.parquet(f"{staging}/results")
         frame.to_csv(os.path.join(local, FILES[0]), index=False)
         with open(os.path.join(local, FILES[1]), "w", encoding="utf-8") as handle:

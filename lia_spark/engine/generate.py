@@ -30,8 +30,9 @@ from pyspark.sql import functions as F
 from lia_spark import layout
 from lia_spark.config import Config
 from lia_spark.criteo import CAT_COLUMNS, DAY, INT_COLUMNS, LABEL, ROW_ID, STORAGE_DDL, split_row_id
-from lia_spark.engine.outputs import (committed_output, delete_path, hadoop_filesystem, marker_fields, reusable_output,
-                                     stage_fingerprint)
+from lia_spark.engine.filesystem import files_for
+from lia_spark.engine.outputs import committed_output, delete_path, marker_fields, reusable_output, stage_fingerprint
+from lia_spark.engine.session import default_parallelism, describe_jobs
 from lia_spark.fingerprint import Fingerprint
 from lia_spark.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
 
@@ -192,33 +193,22 @@ def truth_from_rows(df: DataFrame, params: TwinParameters) -> DataFrame:
 
 def concatenate_parts_by_day(spark: SparkSession, parts_folder: str, target_folder: str, *, days: int,
                              partitions: int, suffix: str) -> list[str]:
-    """Concatenate Spark text parts in partition order into ``target_folder/day_N<suffix>`` (bytes stay in the JVM).
+    """Concatenate Spark text parts in partition order into ``target_folder/day_N<suffix>`` (on classic sessions
+    the bytes stay in the JVM).
 
     Partition i holds lines of day ``i // (partitions / days)`` only (see :func:`partition_count`).
     """
-    jvm = spark.sparkContext._jvm
-    filesystem, folder = hadoop_filesystem(spark, parts_folder)
+    files = files_for(spark, parts_folder)
     per_day = partitions // days
     parts: dict[int, list[Any]] = {day: [] for day in range(days)}
-    for status in filesystem.listStatus(folder):
-        name = status.getPath().getName()
-        match = _PART_INDEX.match(name)
+    for entry in files.list_folder(parts_folder):
+        match = _PART_INDEX.match(entry.name)
         if match:
-            parts[int(match.group(1)) // per_day].append((int(match.group(1)), name, status.getPath()))
-    configuration = spark.sparkContext._jsc.hadoopConfiguration()
+            parts[int(match.group(1)) // per_day].append((int(match.group(1)), entry.name, entry.path))
     written = []
     for day in range(days):
         target = f"{target_folder.rstrip('/')}/day_{day}{suffix}"
-        stream = filesystem.create(jvm.org.apache.hadoop.fs.Path(target), True)
-        try:
-            for _, _, part_path in sorted(parts[day], key=lambda item: item[:2]):
-                source = filesystem.open(part_path)
-                try:
-                    jvm.org.apache.hadoop.io.IOUtils.copyBytes(source, stream, configuration, False)
-                finally:
-                    source.close()
-        finally:
-            stream.close()
+        files.concatenate([path for _, _, path in sorted(parts[day], key=lambda item: item[:2])], target)
         written.append(target)
     return written
 
@@ -230,12 +220,12 @@ def _write_tsv(spark: SparkSession, config: Config, params: TwinParameters, part
     suffix = ".gz" if synthetic.gzip else ""
     metadata: dict[str, Any] = {}
     with committed_output(spark, final, metadata, fingerprint=fingerprint) as staging:
-        spark.sparkContext.setJobDescription("generate: Criteo TSV parts")
+        describe_jobs(spark, "generate: Criteo TSV parts")
         lines = generated_lines(spark, params, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
                                 partitions=partitions)
         parts = f"{staging}/_parts"
         lines.write.option("compression", "gzip" if synthetic.gzip else "none").text(parts)
-        spark.sparkContext.setJobDescription("generate: concatenate TSV parts per day")
+        describe_jobs(spark, "generate: concatenate TSV parts per day")
         written = concatenate_parts_by_day(spark, parts, staging, days=synthetic.days, partitions=partitions,
                                            suffix=suffix)
         delete_path(spark, parts)
@@ -247,12 +237,12 @@ def _write_truth(spark: SparkSession, config: Config, params: TwinParameters, da
                  fingerprint: Fingerprint) -> None:
     final = layout.output_path(config, layout.TRUTH)
     with committed_output(spark, final, {"intercepts": list(params.intercepts)}, fingerprint=fingerprint) as staging:
-        spark.sparkContext.setJobDescription("generate: truth table (row_id, day, eta)")
+        describe_jobs(spark, "generate: truth table (row_id, day, eta)")
         truth_from_rows(spark.read.parquet(data_path), params).write.partitionBy(DAY).parquet(staging)
 
 
 def _day_counts(spark: SparkSession, data_path: str) -> tuple[dict[str, int], dict[str, int]]:
-    spark.sparkContext.setJobDescription("generate: rows and clicks per day")
+    describe_jobs(spark, "generate: rows and clicks per day")
     counts = (spark.read.parquet(data_path).groupBy(DAY)
               .agg(F.count(F.lit(1)).alias("rows"), F.sum(LABEL).alias("clicks")).collect())
     ordered = sorted(counts, key=lambda row: row[DAY])
@@ -282,7 +272,7 @@ def run_generate(spark: SparkSession, config: Config) -> GenerateResult:
         return dataclasses.replace(GenerateResult.from_dict(marker), skipped=True)
 
     params = calibrate_twin(seed=config.run.seed, click_rate=synthetic.click_rate, days=synthetic.days)
-    partitions = partition_count(config, spark.sparkContext.defaultParallelism)
+    partitions = partition_count(config, default_parallelism(spark))
     if marker is not None:  # data and truth are current: only the Criteo files are missing or stale
         tsv_paths = _write_tsv(spark, config, params, partitions, tsv_fingerprint)
         return dataclasses.replace(GenerateResult.from_dict(marker), tsv_paths=tuple(tsv_paths),
@@ -292,7 +282,7 @@ def run_generate(spark: SparkSession, config: Config) -> GenerateResult:
     tsv_paths: list[str] = []
     metadata: dict[str, Any] = {}
     with committed_output(spark, data_path, metadata, fingerprint=fingerprint) as staging:
-        spark.sparkContext.setJobDescription("generate: twin rows to Parquet")
+        describe_jobs(spark, "generate: twin rows to Parquet")
         generated_rows(spark, params, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
                        partitions=partitions).write.partitionBy(DAY).parquet(staging)
         _write_truth(spark, config, params, staging, fingerprint)

@@ -44,8 +44,9 @@ from pyspark.sql import functions as F
 
 from lia_spark import criteo
 from lia_spark.config import Config
-from lia_spark.engine.outputs import (committed_output, delete_path, hadoop_filesystem, marker_fields, reusable_output,
-                                     stage_fingerprint)
+from lia_spark.engine.filesystem import files_for
+from lia_spark.engine.outputs import committed_output, delete_path, marker_fields, reusable_output, stage_fingerprint
+from lia_spark.engine.session import describe_jobs
 from lia_spark.fingerprint import Fingerprint
 
 logger = logging.getLogger(__name__)
@@ -176,17 +177,16 @@ def list_sources(spark: SparkSession, paths: tuple[str, ...] | list[str]) -> lis
     """
     sources = []
     for path in paths:
-        filesystem, hadoop_path = hadoop_filesystem(spark, path)
-        if not filesystem.exists(hadoop_path):
+        try:
+            files = files_for(spark, path)
+        except ValueError as error:
+            raise ValueError(f"data.criteo_paths: {error}") from None
+        if not files.exists(path):
             raise ValueError(f"data.criteo_paths: no such file or folder, got {path!r}")
-        status = filesystem.getFileStatus(hadoop_path)
-        statuses = filesystem.listStatus(hadoop_path) if status.isDirectory() else [status]
-        for item in statuses:
-            name = item.getPath().getName()
-            if item.isDirectory() or name.startswith((".", "_")):
+        for item in files.list_folder(path):
+            if item.is_folder or item.name.startswith((".", "_")):
                 continue
-            sources.append(SourceFile(path=item.getPath().toString(), size=int(item.getLen()),
-                                      day=criteo.source_day(name)))
+            sources.append(SourceFile(path=item.path, size=item.size, day=criteo.source_day(item.name)))
     if not sources:
         raise ValueError(f"data.criteo_paths: no day_N[.gz] or train.txt files found, got {list(paths)!r}")
     days = [source.day for source in sources]
@@ -203,13 +203,7 @@ def _gzip_trailer_size(spark: SparkSession, source: SourceFile) -> int | None:
     """ISIZE (uncompressed size mod 2^32) from the last 4 bytes of a gzip file; None if too short."""
     if source.size < 18:  # 10-byte header + 8-byte trailer
         return None
-    filesystem, hadoop_path = hadoop_filesystem(spark, source.path)
-    stream = filesystem.open(hadoop_path)
-    try:
-        stream.seek(source.size - 4)
-        trailer = bytes(stream.read() & 0xFF for _ in range(4))
-    finally:
-        stream.close()
+    trailer = files_for(spark, source.path).read_bytes(source.path, source.size - 4, 4)
     return int.from_bytes(trailer, "little")
 
 
@@ -498,7 +492,7 @@ def _write_data(spark: SparkSession, lines: DataFrame, result: IngestResult, blo
     metadata: dict[str, Any] = {}
     with committed_output(spark, result.parquet_path, metadata, fingerprint=fingerprint) as staging:
         parsed.write.partitionBy(criteo.DAY).parquet(staging)
-        spark.sparkContext.setJobDescription("ingest: verify written row counts")
+        describe_jobs(spark, "ingest: verify written row counts")
         written = {row[criteo.DAY]: row["count"] for row in
                    spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(criteo.DAY).count().collect()}
         expected = {day: rows for day, rows in result.rows_per_day.items() if rows}
@@ -540,17 +534,16 @@ def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
 def _ingest_sources(spark: SparkSession, config: Config, sources: list[SourceFile], copies_folder: str,
                     fingerprint: Fingerprint, started: float) -> IngestResult:
     """Steps 0-3 of the module docstring (see :func:`run_ingest`)."""
-    context = spark.sparkContext
     copies = {}
     if config.data.split_gzip:
-        context.setJobDescription("ingest: decompress gzip files once (one task per file)")
+        describe_jobs(spark, "ingest: decompress gzip files once (one task per file)")
         copies = _decompressed_copies(spark, sources, copies_folder)
         if copies:
             logger.info("ingest: %d gzip file(s) decompressed in %.1f s", len(copies), time.monotonic() - started)
     lines = _read_lines(spark, sources, copies)
     scanned = lines.mapInArrow(_scan_partition, _SCAN_DDL).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        context.setJobDescription("ingest: scan lines, count blocks and malformed lines")
+        describe_jobs(spark, "ingest: scan lines, count blocks and malformed lines")
         scans = _collect_scan(scanned, len(sources))
         logger.info("ingest: scanned %d lines in %.1f s", sum(scan.lines for scan in scans), time.monotonic() - started)
         statuses = [_file_status(spark, source, scan) for source, scan in zip(sources, scans)]
@@ -562,7 +555,7 @@ def _ingest_sources(spark: SparkSession, config: Config, sources: list[SourceFil
         for item in result.files:
             if item.status != "ok":
                 logger.warning("ingest: %s is %s (%d lines decoded)", item.file, item.status, item.lines)
-        context.setJobDescription("ingest: write quarantine")
+        describe_jobs(spark, "ingest: write quarantine")
         _write_quarantine(spark, config.quarantine_path, malformed, sources, statuses, result.to_dict(), fingerprint)
     finally:
         scanned.unpersist()
@@ -571,7 +564,7 @@ def _ingest_sources(spark: SparkSession, config: Config, sources: list[SourceFil
                 result.corrupt_files, time.monotonic() - started)
     damaged = {item.file: item.status for item in result.files if item.status != "ok"}
     if damaged and not config.data.allow_truncated_files:
-        context.setJobDescription(None)
+        describe_jobs(spark, None)
         raise DamagedInputError(
             f"data.allow_truncated_files: {len(damaged)} input file(s) truncated, corrupt or empty, got {damaged}; "
             f"at least {result.lost_lines} input line(s) lost; data not written to {config.parquet_path} (see "
@@ -579,13 +572,13 @@ def _ingest_sources(spark: SparkSession, config: Config, sources: list[SourceFil
             "lines decoded before the damage")
     limit = config.data.max_malformed_share
     if result.malformed_share > limit:
-        context.setJobDescription(None)
+        describe_jobs(spark, None)
         raise MalformedShareError(
             f"malformed share {result.malformed_share:.4%} ({result.malformed_rows} of {result.input_lines} lines) "
             f"exceeds data.max_malformed_share={limit:.4%}; data not written to {config.parquet_path}, "
             f"malformed lines are in {config.quarantine_path} ({result.malformed_by_reason})")
-    context.setJobDescription("ingest: parse and write Parquet by day")
+    describe_jobs(spark, "ingest: parse and write Parquet by day")
     result = _write_data(spark, lines, result, offsets, file_days, started, fingerprint)
-    context.setJobDescription(None)
+    describe_jobs(spark, None)
     logger.info("ingest: wrote %d rows to %s in %.1f s", result.valid_rows, config.parquet_path, result.seconds)
     return result

@@ -1,6 +1,7 @@
 """One run per output folder: ``<run.output_dir>/_LIA_LOCK``, created through the Hadoop FileSystem with
 ``overwrite=false`` (atomic on HDFS and object stores with conditional writes; on a local disk the file is read
-back after writing, so of two runs racing for it at most one proceeds).
+back after writing, so of two runs racing for it at most one proceeds), over Spark Connect with Python's
+exclusive create.
 
 The lock holds its holder's host, pid, command and start time. A second run fails fast naming the holder; a
 lock whose holder is gone (no such process on this host) or that is older than ``run.stale_lock_hours`` is
@@ -21,7 +22,8 @@ from typing import Any, Iterator
 from pyspark.sql import SparkSession
 
 from lia_spark.config import is_remote_path
-from lia_spark.engine.outputs import check_writable, delete_path, hadoop_filesystem, read_text
+from lia_spark.engine.filesystem import file_errors, files_for
+from lia_spark.engine.outputs import check_writable, delete_path, read_text
 
 LOCK_FILE = "_LIA_LOCK"
 
@@ -80,12 +82,10 @@ def lock_path(output_dir: str) -> str:
 
 def read_holder(spark: SparkSession, path: str) -> LockHolder | None:
     """The holder recorded in the lock file ``path``; None when it cannot be read (e.g. still being written)."""
-    from py4j.protocol import Py4JJavaError
-
     try:
         values: Any = json.loads(read_text(spark, path))
         return LockHolder(str(values["host"]), int(values["pid"]), str(values["command"]), float(values["started"]))
-    except (Py4JJavaError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+    except (*file_errors(), json.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 
 
@@ -113,24 +113,21 @@ def run_lock(spark: SparkSession, output_dir: str, *, command: str, max_age_hour
         RunLockError: another run holds it, or a stale lock blocks it (the message names the holder).
         PermissionError: the folder cannot be written (:func:`lia_spark.engine.outputs.check_writable`).
     """
-    from py4j.protocol import Py4JJavaError
-
     path = lock_path(output_dir)
     holder = LockHolder.this_process(command)
-    filesystem, hadoop_path = hadoop_filesystem(spark, path)
-    folder = hadoop_path.getParent()
-    created_folder = not filesystem.exists(folder)
     try:
-        stream = filesystem.create(hadoop_path, False)
-    except Py4JJavaError as error:
-        if "FileAlreadyExistsException" in str(error.java_exception.toString()):
-            raise _held_error(spark, output_dir, max_age_hours=max_age_hours) from None
+        files = files_for(spark, path)
+    except ValueError as error:
+        raise ValueError(f"run.output_dir: {error}") from None
+    folder = output_dir.rstrip("/")
+    created_folder = not files.exists(folder)
+    try:
+        created = files.write_text(path, holder.to_json(), overwrite=False)
+    except file_errors():
         check_writable(spark, output_dir)
         raise
-    try:
-        stream.write(bytearray(holder.to_json().encode("utf-8")))
-    finally:
-        stream.close()
+    if not created:
+        raise _held_error(spark, output_dir, max_age_hours=max_age_hours)
     if read_holder(spark, path) != holder:
         raise _held_error(spark, output_dir, max_age_hours=max_age_hours)
     try:
@@ -138,6 +135,6 @@ def run_lock(spark: SparkSession, output_dir: str, *, command: str, max_age_hour
     finally:
         if read_holder(spark, path) == holder:
             delete_path(spark, path)
-            if created_folder and not [status for status in filesystem.listStatus(folder)
-                                       if not status.getPath().getName().startswith(".")]:
-                filesystem.delete(folder, True)
+            if created_folder and not [entry for entry in files.list_folder(folder)
+                                       if not entry.name.startswith(".")]:
+                files.delete(folder)

@@ -42,6 +42,7 @@ from lia_spark.config import Config, LoglossConfig
 from lia_spark.criteo import DAY, LABEL, POSITION_BITS, ROW_ID
 from lia_spark.engine.outputs import (FilesResult, check_writable, committed_output, copy_from_local, local_copies,
                                      reported_path, reusable_output, stage_fingerprint)
+from lia_spark.engine.session import describe_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +220,7 @@ def run_logloss_attack(spark: SparkSession, config: Config) -> LoglossResult:
 def _attack_and_write(spark: SparkSession, config: Config, output: str, fingerprint) -> LoglossResult:
     settings = config.logloss
     started = time.monotonic()
-    spark.sparkContext.setJobDescription(f"logloss: oracle table of day {settings.day}")
+    describe_jobs(spark, f"logloss: oracle table of day {settings.day}")
     rows = oracle_table(spark, config)
     try:
         n_rows = rows.count()
@@ -228,12 +229,12 @@ def _attack_and_write(spark: SparkSession, config: Config, output: str, fingerpr
         records = []
         for oracle in grid:
             for attack in settings.attacks:
-                spark.sparkContext.setJobDescription(f"logloss: {attack} attack, oracle {oracle.name}")
+                describe_jobs(spark, f"logloss: {attack} attack, oracle {oracle.name}")
                 records.append(attack_setting(rows, attack=attack, oracle=oracle, n_rows=n_rows, settings=settings,
                                               rng=rng))
                 logger.info("logloss: %s vs %s: %s", attack, oracle.name, records[-1]["status"])
         single_rows = min(settings.single_query_rows, n_rows)
-        spark.sparkContext.setJobDescription("logloss: single query in exact arithmetic")
+        describe_jobs(spark, "logloss: single query in exact arithmetic")
         likelihood, odds = exact_likelihood(rows, count=single_rows)
         single = logloss.single_query_decode(likelihood, odds)
         single_accuracy = float((single == _true_labels(rows, single_rows)).mean())

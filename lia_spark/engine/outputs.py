@@ -2,7 +2,8 @@
 
 A folder is *complete* only when it holds ``_LIA_COMPLETE`` (JSON with the stage's counts and
 parameters). Readers and resumable pipelines check the marker, so a crashed job never leaves a
-half-written output that looks finished. Works on any Hadoop file system Spark can write to.
+half-written output that looks finished. Works on any Hadoop file system Spark can write to, and over Spark
+Connect on folders the driver sees as local files (:mod:`lia_spark.engine.filesystem`).
 """
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import shutil
 import tempfile
 import uuid
@@ -19,7 +19,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
-from lia_spark.config import Config, is_remote_path
+from lia_spark.config import Config
+from lia_spark.engine.filesystem import error_reason, file_errors, files_for, local_folder
 from lia_spark.fingerprint import (FINGERPRINT_KEY, Fingerprint, changes, marker_fingerprint, sealed_marker,
                                    stage_parameters, verified_marker)
 
@@ -28,38 +29,26 @@ logger = logging.getLogger(__name__)
 MARKER = "_LIA_COMPLETE"
 
 
-def hadoop_filesystem(spark: SparkSession, path: str):
-    """(Hadoop FileSystem, Hadoop Path) for ``path`` on whatever file system its scheme names."""
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
-
-
 def path_exists(spark: SparkSession, path: str) -> bool:
     """True when ``path`` exists on its file system."""
-    filesystem, hadoop_path = hadoop_filesystem(spark, path)
-    return bool(filesystem.exists(hadoop_path))
+    return files_for(spark, path).exists(path)
 
 
 def delete_path(spark: SparkSession, path: str) -> None:
     """Remove ``path`` recursively if it exists."""
-    filesystem, hadoop_path = hadoop_filesystem(spark, path)
-    if filesystem.exists(hadoop_path):
-        filesystem.delete(hadoop_path, True)
+    files_for(spark, path).delete(path)
 
 
 def read_marker(spark: SparkSession, path: str) -> dict[str, Any] | None:
     """The committed metadata of a complete output folder, or None when it is absent, incomplete or unreadable
     (a marker that cannot be read, e.g. a file system checksum error after a hand edit, or that is not a JSON
     object is reported and treated as absent)."""
-    from py4j.protocol import Py4JJavaError
-
     marker = f"{path.rstrip('/')}/{MARKER}"
     if not path_exists(spark, marker):
         return None
     try:
         content = json.loads(read_text(spark, marker) or "{}")
-    except (json.JSONDecodeError, Py4JJavaError) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError, *file_errors()) as error:
         content = f"{type(error).__name__}: {str(error).splitlines()[0]}"
     if not isinstance(content, dict):
         logger.warning("%s cannot be read as a JSON object (%s); the output is treated as incomplete", marker,
@@ -71,16 +60,10 @@ def read_marker(spark: SparkSession, path: str) -> dict[str, Any] | None:
 def listing_fingerprint(spark: SparkSession, path: str) -> str:
     """SHA-256 of every file below ``path`` (relative name, size, modification time): the identity of an input
     that carries no marker, such as raw Criteo files or a user's table; "missing" when it does not exist."""
-    filesystem, hadoop_path = hadoop_filesystem(spark, path)
-    if not filesystem.exists(hadoop_path):
+    files = files_for(spark, path)
+    if not files.exists(path):
         return "missing"
-    root = str(filesystem.getFileStatus(hadoop_path).getPath().toString())
-    files, listing = [], filesystem.listFiles(hadoop_path, True)
-    while listing.hasNext():
-        status = listing.next()
-        files.append((str(status.getPath().toString())[len(root):], int(status.getLen()),
-                      int(status.getModificationTime())))
-    return hashlib.sha256(json.dumps(sorted(files)).encode("utf-8")).hexdigest()
+    return hashlib.sha256(json.dumps(sorted(files.list_files(path))).encode("utf-8")).hexdigest()
 
 
 def output_fingerprint(spark: SparkSession, path: str) -> str:
@@ -147,45 +130,30 @@ def committed_output(spark: SparkSession, path: str, metadata: dict[str, Any] | 
     except BaseException:
         delete_path(spark, staging)
         raise
-    filesystem, staging_path = hadoop_filesystem(spark, staging)
-    if not filesystem.exists(staging_path):
-        filesystem.mkdirs(staging_path)
+    files = files_for(spark, staging)
+    if not files.exists(staging):
+        files.make_folders(staging)
     content = sealed_marker(metadata, fingerprint) if fingerprint is not None else metadata
-    write_text(spark, f"{staging}/{MARKER}", json.dumps(content, sort_keys=True, default=str))
-    delete_path(spark, final)
-    _, final_path = hadoop_filesystem(spark, final)
-    filesystem.mkdirs(final_path.getParent())
-    if not filesystem.rename(staging_path, final_path):
+    files.write_text(f"{staging}/{MARKER}", json.dumps(content, sort_keys=True, default=str))
+    files.delete(final)
+    files.make_parent_folders(final)
+    if not files.rename(staging, final):
         raise OSError(f"could not commit {staging} to {final}")
 
 
 def read_text(spark: SparkSession, path: str) -> str:
-    """Whole small file as text, through the Hadoop file system (textFile skips names starting with '_')."""
-    filesystem, hadoop_path = hadoop_filesystem(spark, path)
-    jvm = spark.sparkContext._jvm
-    stream = filesystem.open(hadoop_path)
-    try:
-        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-    finally:
-        stream.close()
+    """Whole small file as text, through its file system (textFile skips names starting with '_')."""
+    return files_for(spark, path).read_text(path)
 
 
 def write_text(spark: SparkSession, path: str, text: str) -> None:
-    """Create (or overwrite) a small text file on any Hadoop file system."""
-    filesystem, hadoop_path = hadoop_filesystem(spark, path)
-    stream = filesystem.create(hadoop_path, True)
-    try:
-        stream.write(bytearray(text.encode("utf-8")))
-    finally:
-        stream.close()
+    """Create (or overwrite) a small text file on its file system."""
+    files_for(spark, path).write_text(path, text)
 
 
 def copy_from_local(spark: SparkSession, local_path: str, path: str) -> None:
-    """Copy a local file to ``path`` on any Hadoop file system (overwriting)."""
-    jvm = spark.sparkContext._jvm
-    filesystem, target = hadoop_filesystem(spark, path)
-    filesystem.copyFromLocalFile(False, True, jvm.org.apache.hadoop.fs.Path(f"file://{os.path.abspath(local_path)}"),
-                                 target)
+    """Copy a local file to ``path`` on its file system (overwriting)."""
+    files_for(spark, path).copy_from_local(local_path, path)
 
 
 @contextlib.contextmanager
@@ -204,26 +172,18 @@ def local_copies(spark: SparkSession, paths: Sequence[str]) -> Iterator[list[str
             if local is not None:
                 copies.append(local)
                 continue
-            filesystem, source = hadoop_filesystem(spark, path)
-            if not filesystem.exists(source):
+            files = files_for(spark, path)
+            if not files.exists(path):
                 logger.warning("%s does not exist; no local copy", path)
                 continue
             directory = directory or tempfile.mkdtemp(prefix="lia-copies-")
-            target = os.path.join(directory, str(index), str(source.getName()))
-            filesystem.copyToLocalFile(False, source, spark.sparkContext._jvm.org.apache.hadoop.fs.Path(
-                f"file://{target}"), True)  # raw local file system: no .crc files beside the copies
+            target = f"{directory}/{index}/{path.rstrip('/').rsplit('/', 1)[-1]}"
+            files.copy_to_local(path, target)
             copies.append(target)
         yield copies
     finally:
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
-
-
-def local_folder(path: str) -> str | None:
-    """``path`` as a plain local path (plain, or a ``file:`` URI unwrapped), None on any other file system."""
-    if path.startswith("file:"):
-        return "/" + path[len("file:"):].lstrip("/")
-    return None if is_remote_path(path) else path
 
 
 def reported_path(path: str) -> str:
@@ -263,18 +223,20 @@ def stage_fingerprint(spark: SparkSession, stage: str, config: Config, *, inputs
 
 
 def check_writable(spark: SparkSession, folder: str, *, field: str = "run.output_dir") -> None:
-    """Create ``folder`` if needed and write and delete a probe file there through its Hadoop file system.
+    """Create ``folder`` if needed and write and delete a probe file there through its file system.
 
     Raises:
         PermissionError: naming ``field`` and the file system's own reason when the folder cannot be written.
+        ValueError: naming ``field`` when no file system of this session reaches ``folder``
+            (:func:`lia_spark.engine.filesystem.files_for`).
     """
-    from py4j.protocol import Py4JJavaError
-
     probe = f"{folder.rstrip('/')}/._lia_write_check-{uuid.uuid4().hex[:12]}"
     try:
         write_text(spark, probe, "")
         delete_path(spark, probe)
-    except Py4JJavaError as error:
-        reason = str(error.java_exception.toString())
+    except ValueError as error:
+        raise ValueError(f"{field}: {error}") from None
+    except file_errors() as error:
+        reason = error_reason(error)
         raise PermissionError(f"{field}: cannot write to {folder} ({reason}); choose a folder this job can write, "
                               f"got {folder!r}") from None

@@ -11,6 +11,7 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from lia_spark import pate
+from lia_spark.engine.session import describe_jobs, shipped
 
 VOTES_SCHEMA = "teacher int, votes binary"
 
@@ -24,21 +25,19 @@ def spark_votes(spark: SparkSession, *, teachers: int, model: pate.TeacherModel)
         frame = pd.DataFrame(np.asarray(features, dtype=np.float32), columns=columns).assign(
             row_id=np.asarray(row_ids, np.int64), label=np.asarray(labels, np.int32),
             teacher=np.asarray(teacher, np.int32))
-        students = spark.sparkContext.broadcast(np.asarray(student_features, dtype=np.float32))
         settings = dict(n_estimators=model.n_estimators, max_depth=model.max_depth,
                         learning_rate=model.learning_rate, seed=model.seed)
 
-        def fit(group: pd.DataFrame) -> pd.DataFrame:
-            found = pate.teacher_votes(group["row_id"].to_numpy(), group[columns].to_numpy(np.float32),
-                                       group["label"].to_numpy(), students.value, **settings)
-            return pd.DataFrame({"teacher": [int(group["teacher"].iat[0])], "votes": [found.tobytes()]})
+        describe_jobs(spark, f"train: {teachers} PATE teachers")
+        with shipped(spark, np.asarray(student_features, dtype=np.float32)) as students:
 
-        spark.sparkContext.setJobDescription(f"train: {teachers} PATE teachers")
-        try:
+            def fit(group: pd.DataFrame) -> pd.DataFrame:
+                found = pate.teacher_votes(group["row_id"].to_numpy(), group[columns].to_numpy(np.float32),
+                                           group["label"].to_numpy(), students.value, **settings)
+                return pd.DataFrame({"teacher": [int(group["teacher"].iat[0])], "votes": [found.tobytes()]})
+
             rows = (spark.createDataFrame(frame).repartition(teachers, "teacher").groupBy("teacher")
                     .applyInPandas(fit, VOTES_SCHEMA).collect())
-        finally:
-            students.destroy()
         result = np.zeros((teachers, len(student_features)), dtype=np.int8)  # an empty partition votes 0
         for row in rows:
             result[row["teacher"]] = np.frombuffer(row["votes"], dtype=np.int8)

@@ -23,6 +23,7 @@ from lia_spark import layout
 from lia_spark.config import PIPELINE_STAGES, Config, is_remote_path
 from lia_spark.engine.outputs import (check_writable, committed_output, copy_from_local, is_complete, local_copies,
                                      marker_fields, path_exists, read_marker, reported_path)
+from lia_spark.engine.session import describe_jobs, job_group, master_name
 from lia_spark.fingerprint import marker_fingerprint, verified_marker
 from lia_spark.report import REPORT_FILE, ReportResult, render_report
 
@@ -167,7 +168,7 @@ def write_report(spark: SparkSession, config: Config, steps: Sequence[StageOutco
     local = Path(tempfile.mkdtemp(prefix="lia-report-")) / REPORT_FILE
     local.write_text(text, encoding="utf-8")
     final = layout.output_path(config, layout.REPORT)
-    spark.sparkContext.setJobDescription("report: write report.html")
+    describe_jobs(spark, "report: write report.html")
     with committed_output(spark, final, {"figures": figures, "tables": tables}) as staging:
         copy_from_local(spark, str(local), f"{staging}/{REPORT_FILE}")
     path = f"{final}/{REPORT_FILE}"
@@ -221,19 +222,15 @@ def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str
         logger.info("pipeline: %s skipped (not in run.stages)", step)
         return StageOutcome(step, stage, "skipped")
     function = (lambda s, c: report(s, c, list(outcomes.values()))) if step == "report" else load_stage(stage)
-    sc = spark.sparkContext
-    sc.setJobGroup(f"lia-spark-{step}", f"{config.run.name}: {step} ({stage})", interruptOnCancel=False)
     logger.info("pipeline: %s (%s) started", step, stage)
     started = time.monotonic()
     try:
-        result = function(spark, config)
+        with job_group(spark, f"lia-spark-{step}", f"{config.run.name}: {step} ({stage})"):
+            result = function(spark, config)
     except Exception as error:
         seconds = time.monotonic() - started
         logger.error("pipeline: %s failed after %.1f s: %s", step, seconds, error)
         return StageOutcome(step, stage, "failed", seconds, error=f"{type(error).__name__}: {error}", exception=error)
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        sc.setLocalProperty("spark.job.description", None)
     reused = bool(getattr(result, "skipped", False))
     outcome = StageOutcome(step, stage, "reused" if reused else "ran", time.monotonic() - started, result,
                            fingerprint=step_fingerprint(spark, step, config))
@@ -275,7 +272,7 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
         tracker = PipelineTracker(config)
         tracker.check()
     check_before_stages(spark, config)
-    result = PipelineResult(config.run.name, config.run.output_dir, spark.sparkContext.master)
+    result = PipelineResult(config.run.name, config.run.output_dir, master_name(spark))
     if tracker is not None:
         result.mlflow_run_id = tracker.start()
         result.tracking_uri = tracker.tracking_uri
@@ -352,7 +349,7 @@ def run_track(spark: SparkSession, config: Config) -> PipelineResult:
                          "point --conf / run.output_dir at the folder of a finished run")
     tracker = PipelineTracker(config)
     tracker.check()
-    result = PipelineResult(config.run.name, config.run.output_dir, spark.sparkContext.master, steps=outcomes,
+    result = PipelineResult(config.run.name, config.run.output_dir, master_name(spark), steps=outcomes,
                             mlflow_run_id=tracker.start(), tracking_uri=tracker.tracking_uri,
                             mlflow_location=tracker.location())
     try:

@@ -36,6 +36,7 @@ from lia_spark.config import Config
 from lia_spark.engine.audit import AuditResult, run_audit
 from lia_spark.engine.outputs import (check_writable, copy_from_local, local_copies, local_folder, path_exists,
                                      read_marker)
+from lia_spark.engine.session import describe_jobs, job_group
 from lia_spark.engine.train import TrainResult, run_train_models
 from lia_spark.fingerprint import marker_fingerprint, verified_marker
 
@@ -173,23 +174,18 @@ def _audit_fingerprint(spark: SparkSession, output_dir: str) -> str:
 def _run_cell(spark: SparkSession, config: Config, cell: table.Cell) -> CellOutcome:
     conf = cell_config(config, cell)
     out = conf.run.output_dir
-    sc = spark.sparkContext
-    sc.setJobGroup(f"lia-spark-table-{cell.name}", f"{config.run.name}: audit-table cell {cell.name}",
-                   interruptOnCancel=False)
     started = time.monotonic()
     train = audit = None
     try:
-        check_writable(spark, out, field=f"run.output_dir (audit-table cell {cell.name})")
-        train = run_train_models(spark, conf, share_preparation=True)
-        audit = run_audit(spark, conf)
+        with job_group(spark, f"lia-spark-table-{cell.name}", f"{config.run.name}: audit-table cell {cell.name}"):
+            check_writable(spark, out, field=f"run.output_dir (audit-table cell {cell.name})")
+            train = run_train_models(spark, conf, share_preparation=True)
+            audit = run_audit(spark, conf)
     except Exception as error:  # noqa: BLE001 - a failing cell is recorded and the other cells go on
         seconds = time.monotonic() - started
         message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         logger.exception("audit-table: cell %s failed after %.1f s", cell.name, seconds)
         return CellOutcome(cell, out, "failed", seconds, train, audit, error=message)
-    finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        sc.setLocalProperty("spark.job.description", None)
     status = "reused" if train.skipped and audit.skipped else "ran"
     outcome = CellOutcome(cell, out, status, time.monotonic() - started, train, audit)
     row = outcome.record()
@@ -231,7 +227,7 @@ def write_table(spark: SparkSession, config: Config, outcomes: list[CellOutcome]
         table.plot_eps_lb(cells, path=os.path.join(local, TABLE_FILES[-1]),
                           title=f"{config.run.name}: valid eps_lb ({config.models.library}, "
                                 f"{config.audit.repetitions} repetitions, delta={config.audit.delta:g})")
-        spark.sparkContext.setJobDescription("audit-table: write the table")
+        describe_jobs(spark, "audit-table: write the table")
         for name in TABLE_FILES:
             copy_from_local(spark, os.path.join(local, name), f"{out}/{name}")
     local_out = local_folder(out)

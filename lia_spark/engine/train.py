@@ -41,6 +41,7 @@ from lia_spark.engine.pate import spark_votes
 from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, output_fingerprint,
                                      reusable_output, stage_fingerprint, write_text)
 from lia_spark.engine.posteriors.prior import needs_proxy_priors
+from lia_spark.engine.session import default_parallelism, describe_jobs, is_connect, shipped
 from lia_spark.names import LABEL_MECHANISMS, NONE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ def in_memory_rows(spark: SparkSession, config: Config, day: int) -> DataFrame:
     """
     m = config.models
     rows = spark_features.read_day(spark, config.parquet_path, day)
-    spark.sparkContext.setJobDescription(f"train: count the rows of day {day}")
+    describe_jobs(spark, f"train: count the rows of day {day}")
     total = rows.count()
     collected = total
     if 0 < m.sample_rows_per_day < total:
@@ -241,8 +242,7 @@ def prepared_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, ta
         logger.info("train: proxy and target-day features reused from the previous cell of this process")
         return dataclasses.replace(_PREPARED[key], seconds={"proxy_reused": 0.0})
     m, params, seconds = config.models, boosting_params(config), {}
-    sc = spark.sparkContext
-    sc.setJobDescription("train: proxy features")
+    describe_jobs(spark, "train: proxy features")
     proxy_spec = feature_spec(proxy_rows, config)
     started = time.monotonic()
     proxy_data = collect_model_data(model_features(proxy_rows, proxy_spec, config), proxy_spec, m.library)
@@ -253,7 +253,7 @@ def prepared_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, ta
     proxy_test = proxy_data.split == training.SPLIT_TEST
     proxy_day_metrics = training.binary_metrics(proxy_data.labels[proxy_test], proxy.predict(proxy_data.rows(proxy_test)))
     del proxy_data
-    sc.setJobDescription("train: target-day features")
+    describe_jobs(spark, "train: target-day features")
     started = time.monotonic()
     with_proxy_features = collect_model_data(model_features(target_rows, proxy_spec, config), proxy_spec, m.library)
     proxy_prediction = proxy.predict(with_proxy_features.features)
@@ -301,7 +301,8 @@ def _spark_classifier(spark: SparkSession, config: Config, columns: list[str], l
 
     m = config.models
     return SparkXGBClassifier(features_col=columns, label_col=label, validation_indicator_col="is_valid",
-                              num_workers=m.num_workers or spark.sparkContext.defaultParallelism, n_estimators=m.n_estimators, max_depth=m.max_depth,
+                              num_workers=m.num_workers or default_parallelism(spark), n_estimators=m.n_estimators,
+                              max_depth=m.max_depth,
                               learning_rate=m.learning_rate, eval_metric="logloss", tree_method="hist",
                               early_stopping_rounds=m.early_stopping_rounds or None, random_state=config.run.seed % 2**31)
 
@@ -336,15 +337,18 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
                  ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec,
                             dict[str, float]]:
     m, seed, seconds = config.models, training_seed(config), {}
+    if is_connect(spark):
+        raise ValueError("models.execution: distributed (xgboost.spark) needs a classic Spark session, and this one "
+                         "is Spark Connect (Databricks shared or serverless compute, spark.remote), got 'distributed'; "
+                         "use models.execution=in_memory or a classic cluster")
     if m.library != "xgboost" or m.training_mechanism not in LABEL_MECHANISMS:
         raise ValueError(f"models.execution: distributed supports xgboost with {LABEL_MECHANISMS}, "
                          f"got library={m.library}, training_mechanism={m.training_mechanism}")
-    sc = spark.sparkContext
     proxy_spec = feature_spec(proxy_rows, config)
     columns = proxy_spec.feature_columns
     fit_rows = (F.col(features.SPLIT_COLUMN) < 2)
     proxy_frame = model_features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col("split") == 1)
-    sc.setJobDescription("train: proxy (xgboost.spark)")
+    describe_jobs(spark, "train: proxy (xgboost.spark)")
     started = time.monotonic()
     proxy = _spark_classifier(spark, config, columns, LABEL).fit(proxy_frame.where(fit_rows))
     seconds["fit_proxy"] = time.monotonic() - started
@@ -366,7 +370,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
         halves = target.mapInPandas(_lp2st_halves(seed), StructType(target.schema.fields
                                                                     + [StructField("lp2st_first", BooleanType())]))
         rr = _release_column(halves, epsilon=eps, seed=seed, prior=None).cache()
-        sc.setJobDescription("train: lp_2st stage 1 (xgboost.spark)")
+        describe_jobs(spark, "train: lp_2st stage 1 (xgboost.spark)")
         started = time.monotonic()
         stage1 = _spark_classifier(spark, config, columns, "released_label").fit(rr.where(half & fit_rows))
         seconds["fit_stage1"] = time.monotonic() - started
@@ -379,7 +383,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
                     .withColumn("released_label", F.when(half, F.col("rr_label")).otherwise(F.col("released_label")))
                     .drop("rr_label", "stage1_raw", "stage1_prior", "lp2st_first"))
     released = released.cache()
-    sc.setJobDescription("train: target (xgboost.spark)")
+    describe_jobs(spark, "train: target (xgboost.spark)")
     started = time.monotonic()
     target_model = _spark_classifier(spark, config, columns, "released_label").fit(released.where(fit_rows))
     seconds["fit_target"] = time.monotonic() - started
@@ -396,7 +400,8 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
 def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: tuple[str, ...]
                        ) -> Iterator[pd.DataFrame]:
     """mapInPandas body: (row_id, proxy_prediction) of feature batches, predicted by the pickled
-    :class:`lia_spark.training.FittedModel` in the broadcast ``model`` (unpickled once per task)."""
+    :class:`lia_spark.training.FittedModel` shipped as ``model`` (:func:`lia_spark.engine.session.shipped`,
+    unpickled once per task)."""
     fitted: training.FittedModel = pickle.loads(model.value)
     if fitted.library == "xgboost":
         fitted.model.set_param({"nthread": 1})  # one core per Spark task; the predictions do not depend on it
@@ -413,26 +418,21 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
 
     Distributed, nothing proportional to the rows on the driver: the features are built on the executors with
     the proxy's own encoding ``spec`` (:func:`_features`, as for its training); an in-memory proxy
-    (:class:`lia_spark.training.FittedModel`, xgboost or catboost) is pickled once, broadcast and predicts in
+    (:class:`lia_spark.training.FittedModel`, xgboost or catboost) is pickled once, shipped (broadcast on classic
+    sessions) and predicts in
     ``mapInPandas`` (exactly :meth:`~lia_spark.training.FittedModel.predict`); a fitted xgboost.spark model
     (models.execution=distributed) scores by its own ``transform``.
     """
-    spark.sparkContext.setJobDescription(f"train: proxy priors of day {config.mechanisms.day}")
+    describe_jobs(spark, f"train: proxy priors of day {config.mechanisms.day}")
     frame = model_features(spark_features.read_day(spark, config.parquet_path, config.mechanisms.day), spec, config)
-    shipped = None
     if isinstance(proxy, training.FittedModel):
-        shipped = spark.sparkContext.broadcast(pickle.dumps(proxy))
         columns = tuple(spec.feature_columns)
-        priors = frame.select(ROW_ID, *columns).mapInPandas(
-            functools.partial(_predicted_batches, model=shipped, columns=columns), PRIORS_SCHEMA)
+        with shipped(spark, pickle.dumps(proxy)) as model:
+            frame.select(ROW_ID, *columns).mapInPandas(
+                functools.partial(_predicted_batches, model=model, columns=columns), PRIORS_SCHEMA).write.parquet(path)
     else:
-        priors = _positive_probability(proxy, frame, PROXY_PRIOR).select(
-            F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double"))
-    try:
-        priors.write.parquet(path)
-    finally:
-        if shipped is not None:
-            shipped.destroy()
+        _positive_probability(proxy, frame, PROXY_PRIOR).select(
+            F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double")).write.parquet(path)
     written = spark.read.parquet(path).count()  # from the Parquet footers
     logger.info("train: proxy priors of %d rows of day %d written to %s", written, config.mechanisms.day, path)
     return written
@@ -513,7 +513,7 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
     scored = scored.cache()
     metadata: dict[str, Any] = {}
     with committed_output(spark, out, metadata, fingerprint=fingerprint) as staging:
-        spark.sparkContext.setJobDescription("train: write canaries and test predictions")
+        describe_jobs(spark, "train: write canaries and test predictions")
         scored.where(F.col("split") == training.SPLIT_TRAIN).select(*layout.CANARY_COLUMNS).write.parquet(
             layout.under(staging, layout.CANARIES))
         scored.where(F.col("split") == training.SPLIT_TEST).select(

@@ -21,6 +21,7 @@ from lia_spark import layout, training
 from lia_spark.config import Config
 from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, path_exists,
                                      reusable_output, stage_fingerprint)
+from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.train import (boosting_params, collect_model_data, feature_spec, in_memory_rows,
                                     model_features, training_seed)
 from lia_spark.names import LP_2ST, RR, RR_DEBIASED
@@ -82,7 +83,7 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
     m, params, seed = config.models, boosting_params(config), training_seed(config)
     started = time.monotonic()
     target_rows = in_memory_rows(spark, config, m.target_day)
-    spark.sparkContext.setJobDescription("utility: target-day features")
+    describe_jobs(spark, "utility: target-day features")
     spec = feature_spec(target_rows, config)
     data = collect_model_data(model_features(target_rows, spec, config), spec, m.library)
     test = data.split == training.SPLIT_TEST

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 
 from lia_spark.config import Config
 from lia_spark.engine.posteriors.prior import resolve_prior
+from lia_spark.engine.session import default_parallelism
 
 LABEL, PRIOR = "label", "prior"  # the two sides of the input: data rows and prior rows
 INPUT_BATCH_ROWS = 1 << 20  # rows per batch read from an input file (bounds a reading task's memory)
@@ -178,7 +179,7 @@ def side_row_counts(spark: SparkSession, parts: Sequence[InputPart]) -> dict[str
         else:
             rows[part.side] += part.day_row_count()
     if unknown:
-        tasks = min(len(unknown), 4 * spark.sparkContext.defaultParallelism)
+        tasks = min(len(unknown), 4 * default_parallelism(spark))
         counted = spark.range(len(unknown), numPartitions=tasks).mapInArrow(
             functools.partial(_counted_parts, parts=tuple(unknown)), "side string, rows long").collect()
         for side, count in counted:

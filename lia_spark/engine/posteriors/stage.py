@@ -46,6 +46,7 @@ from lia_spark.engine.posteriors.prior import check_prior_source, prior_source, 
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plot_sample, summarize_digest
 from lia_spark.engine.posteriors.units import posterior_input
 from lia_spark.engine.posteriors.writing import spark_write_posteriors, write_posteriors
+from lia_spark.engine.session import describe_jobs
 from lia_spark.posterior_grid import Setting, settings_grid
 
 logger = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
         logger.info("posteriors: %d data rows, %d bagging units, read by %s", data_rows, 1 << unit_bits,
                     source.reader)
         local_staging = local_folder(staging)
-        spark.sparkContext.setJobDescription("posteriors: bag, release, posteriors; write per-row results")
+        describe_jobs(spark, "posteriors: bag, release, posteriors; write per-row results")
         grid = {"settings": settings, "seed": config.run.seed, "unit_bits": unit_bits,
                 "bags_per_group": section.bags_per_group, "max_leakage": section.max_leakage}
         sample_fraction = min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1))

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from lia_spark import advantage, hashing, leakage
 from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, UNIT_ROWS
+from lia_spark.engine.session import default_parallelism, describe_jobs
 from lia_spark.names import BAG_MECHANISMS, SETTING_KEY
 from lia_spark.posterior_grid import PLOT_SAMPLE_PURPOSE, Setting, plot_sample_threshold
 
@@ -101,7 +102,7 @@ def _values_at_ranks(spark: SparkSession, rows: str | DataFrame, wanted: list[Ra
     window ``row_number`` over them picks the ranks."""
     if not wanted:
         return []
-    spark.sparkContext.setJobDescription("posteriors: exact order statistics of |I| inside histogram bins")
+    describe_jobs(spark, "posteriors: exact order statistics of |I| inside histogram bins")
     bins = sorted({request.bin for request in wanted})
     index = {target: i for i, target in enumerate(bins)}
     by_setting: dict[tuple, list[tuple[int, float, float]]] = {}
@@ -140,7 +141,7 @@ def _rows_in_ranges(spark: SparkSession, rows: str | DataFrame, ranges: dict[tup
             functools.partial(_frame_rows_in_ranges, ranges=ranges), SELECTED_SCHEMA)
     files = [os.path.join(rows, name) for name in sorted(os.listdir(rows)) if name.endswith(".parquet")]
     body = functools.partial(_file_rows_in_ranges, files=tuple(files), ranges=ranges)
-    tasks = max(1, min(len(files), spark.sparkContext.defaultParallelism * 4))
+    tasks = max(1, min(len(files), default_parallelism(spark) * 4))
     return spark.range(len(files), numPartitions=tasks).mapInArrow(body, SELECTED_SCHEMA)
 
 
@@ -202,7 +203,7 @@ def plot_sample(rows: DataFrame, *, fraction: float, seed: int) -> pd.DataFrame:
     """:data:`PLOT_COLUMNS` of the result rows (read by Spark) that
     :func:`lia_spark.posterior_grid.plot_sample_mask` keeps, collected to
     the driver (small by design): the same rule as a predicate on Spark's ``xxhash64``."""
-    rows.sparkSession.sparkContext.setJobDescription("posteriors: plot sample of the per-row results")
+    describe_jobs(rows.sparkSession, "posteriors: plot sample of the per-row results")
     threshold = plot_sample_threshold(fraction)
     if threshold is not None:
         stream = F.lit(hashing.signed_stream_key(seed, PLOT_SAMPLE_PURPOSE)).cast("long")

@@ -25,6 +25,7 @@ from lia_spark.config import Config
 from lia_spark.engine.posteriors.prior import prior_source, resolve_prior
 from lia_spark.engine.posteriors.reading import (LABEL, PRIOR, InputPart, input_parts, load_input, local_path,
                                                  side_row_counts, side_rows)
+from lia_spark.engine.session import describe_jobs
 
 ARROW_SIDE_SCHEMA = pa.schema([pa.field("row_id", pa.int64(), False), pa.field("value", pa.float64(), False)])
 BLOB_SCHEMA = StructType([StructField("code", IntegerType(), False), StructField("blob", BinaryType(), False)])
@@ -161,7 +162,7 @@ def posterior_input(spark: SparkSession, config: Config) -> PosteriorInput:
     Raises:
         ValueError: naming mechanisms.day when the data or the prior table holds no row of that day.
     """
-    spark.sparkContext.setJobDescription("posteriors: count rows and priors")
+    describe_jobs(spark, "posteriors: count rows and priors")
     section, seed = config.mechanisms, config.run.seed
     data_path, prior_path = local_path(config.parquet_path), local_path(prior_source(config))
     if data_path is None or prior_path is None:

@@ -29,6 +29,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from lia_spark import advantage, layout
 from lia_spark.engine.posteriors.units import bagged_units, shuffled_units, unpacked
+from lia_spark.engine.session import describe_jobs
 from lia_spark.names import SETTING_KEY
 from lia_spark.posterior_grid import (DigestAccumulator, Setting, SettingRows, UnitChunk, chunk_posteriors,
                                       plot_sample_mask, rows_per_call, unit_chunks)
@@ -317,7 +318,7 @@ def spark_write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Seque
     try:
         _pass_rows(ordered, plan).write.parquet(layout.under(output_dir, layout.ROWS))
         spark = blobs.sparkSession
-        spark.sparkContext.setJobDescription("posteriors: digest of the per-row results (settings run again)")
+        describe_jobs(spark, "posteriors: digest of the per-row results (settings run again)")
         return _digest_totals(ordered.mapInArrow(functools.partial(_digest_only, plan=plan), DIGEST_SCHEMA))
     finally:
         ordered.unpersist()

@@ -1,0 +1,77 @@
+"""The whole pipeline over Spark Connect, as on Databricks shared and serverless compute: ``lia-spark run
+spark.remote=local[2]`` (a local Spark Connect server, in a child process) gives the classic run's results."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lia_spark.cli import strict_json
+from pipeline_support import PYTHON, REPO, tiny_run
+
+# The child: the CLI's pipeline over Connect, then, on the same Connect session, the errors it prints for the
+# train stage with models.execution=distributed (xgboost.spark needs a SparkContext) and for an output folder
+# given as a URI (only the server could reach it).
+CHILD = """
+import sys
+from lia_spark.cli import main
+from lia_spark.config import load_config
+from lia_spark.engine.outputs import check_writable
+from lia_spark.engine.session import get_spark, is_connect
+from lia_spark.engine.train import run_train_models
+
+code = main(["run", "--conf", sys.argv[1]])
+config = load_config(sys.argv[1], ["models.execution=distributed"])
+spark = get_spark(config.spark)
+assert is_connect(spark), type(spark)
+try:
+    run_train_models(spark, config)
+except ValueError as error:
+    print("distributed:", error)
+try:
+    check_writable(spark, "s3a://bucket/lia")
+except ValueError as error:
+    print("uri:", error)
+sys.exit(code)
+"""
+
+
+@pytest.fixture(scope="module")
+def run(spark, tmp_path_factory):
+    return tiny_run(spark, tmp_path_factory)
+
+
+def _without_timings(value: Any) -> Any:
+    """``value`` with every entry whose key names seconds left out (the only numbers two runs may differ in)."""
+    if isinstance(value, dict):
+        return {key: _without_timings(item) for key, item in value.items() if "seconds" not in key}
+    if isinstance(value, list):
+        return [_without_timings(item) for item in value]
+    return value
+
+
+@pytest.mark.timeout(900)
+def test_pipeline_over_spark_connect_matches_the_classic_run(run, tmp_path):
+    out = tmp_path / "out"
+    conf = run.conf_file(tmp_path / "conf.yaml", run={"output_dir": str(out)}, spark={"remote": "local[2]"},
+                         tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    env = {**os.environ, "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON, "SPARK_LOCAL_IP": "127.0.0.1",
+           "MPLBACKEND": "Agg", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    completed = subprocess.run([PYTHON, "-c", CHILD, str(conf)], env=env, cwd=tmp_path, capture_output=True,
+                               text=True, timeout=840)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert "distributed: models.execution: distributed (xgboost.spark) needs a classic Spark session" in \
+        completed.stdout, completed.stdout[-2000:]
+    assert "uri: run.output_dir: over Spark Connect" in completed.stdout and "/Volumes/" in completed.stdout
+
+    connect = json.loads(Path(out / "results" / "pipeline.json").read_text(encoding="utf-8"))
+    classic = json.loads(strict_json(run.result).replace(run.config.run.output_dir, str(out)))
+    assert connect["spark_master"].startswith("spark connect")
+    assert [(step["step"], step["status"]) for step in connect["steps"]] == [
+        (step["step"], "ran") for step in classic["steps"]]
+    assert _without_timings(connect["steps"]) == _without_timings(classic["steps"])
+    assert (out / "report" / "report.html").exists() and not list(out.glob("*._tmp-*"))
