@@ -235,9 +235,10 @@ def results_frame(sweep: audit_sweep.SweepBounds) -> pd.DataFrame:
     return frame
 
 
-def plot_sweep(frame: pd.DataFrame, *, path: str, title: str) -> str:
+def plot_sweep(frame: pd.DataFrame, *, path: str, title: str, confidence: float, deltas: dict[str, float]) -> str:
     """PNG (the local file ``path``) of the mean (+- std band over repetitions) per-point epsilon lower bound
-    against c'."""
+    against c'; each line names its family, convention, confidence and delta (``deltas``: family -> delta), the bands
+    are labelled."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -246,10 +247,14 @@ def plot_sweep(frame: pd.DataFrame, *, path: str, title: str) -> str:
     columns = [c for c in frame.columns if c.startswith("eps_")]
     stats = frame.groupby("guesses")[columns].agg(["mean", "std"])
     figure, axis = plt.subplots(figsize=(6.4, 4.0))
-    for column in columns:
+    for index, column in enumerate(columns):
+        family, convention = column[len("eps_"):].rsplit("_", 1)
         mean, std = stats[(column, "mean")], stats[(column, "std")].fillna(0.0)
-        axis.plot(stats.index, mean, label=column[len("eps_"):].replace("_", ", "))
-        axis.fill_between(stats.index, mean - std, mean + std, alpha=0.2)
+        valid = "" if convention == names.BONFERRONI else ", not a valid bound"
+        axis.plot(stats.index, mean, label=(f"{family}, {convention}{valid} ({confidence:.0%}, "
+                                            f"delta = {deltas.get(family, math.nan):g})"))
+        axis.fill_between(stats.index, mean - std, mean + std, alpha=0.2,
+                          label=f"bands: +-1 std over {frame['repetition'].nunique()} repetitions" if index == 0 else None)
     axis.set_xscale("log")
     axis.set_xlabel("number of guesses c'")
     axis.set_ylabel("epsilon lower bound")
@@ -353,7 +358,8 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         with open(os.path.join(local, FILES[1]), "w", encoding="utf-8") as handle:
             json.dump(summary, handle, indent=2, sort_keys=True)
         plot_sweep(frame, path=os.path.join(local, FILES[2]),
-                   title=f"audit: {m} canaries, {settings.repetitions} repetitions")
+                   title=f"audit: {m} canaries, {settings.repetitions} repetitions", confidence=settings.confidence,
+                   deltas={names.BINOMIAL: settings.delta, names.GDP: sweep.gdp_delta})
         for name in FILES:  # written locally, copied to the output folder on any Hadoop file system
             copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
         files = tuple(os.path.join(output_path, name) for name in FILES)
