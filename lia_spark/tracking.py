@@ -523,21 +523,23 @@ class AuditTableTracker(PipelineTracker):
 
     def log_cell(self, cell: str, *, mechanism: str, claimed_epsilon: float, bag_size: int, status: str,
                  seconds: float, metrics: Mapping[str, Any], error: str = "", fingerprint: str = "") -> None:
-        """Nested run ``cell``: params mechanism, claimed_epsilon, bag_size and status; the finite ``metrics``
-        (eps_lb_mean/std, test_auc, test_log_loss, ...); tags ``audit.eps_lb`` (the mean valid bound),
-        ``audit.claimed_eps``, ``audit.mechanism``. The parent run gets ``<cell>.<metric>``; a failed cell's run
-        ends FAILED with its error as a param."""
+        """Nested run named by the cell's setting key (:func:`lia_spark.names.setting_key`, e.g. ``rr.eps1.k1``):
+        params setting, cell (its folder name), mechanism, claimed_epsilon, bag_size and status; the finite
+        ``metrics`` (eps_lb_mean/std, test_auc, test_log_loss, ...); tags ``audit.eps_lb`` (the mean valid bound),
+        ``audit.claimed_eps``, ``audit.mechanism``. The parent run gets ``<setting key>.<metric>``; a failed cell's
+        run ends FAILED with its error as a param."""
         import mlflow
 
         numbers = finite_metrics(metrics)
+        key = setting_key(mechanism, claimed_epsilon, bag_size)
         claimed = "inf" if math.isinf(claimed_epsilon) else f"{claimed_epsilon:g}"
         eps_lb = numbers.get("eps_lb_mean")
         tags = {KIND_TAG: TABLE_CELL_KIND, "lia_spark.cell": cell, "audit.claimed_eps": claimed,
                 "audit.mechanism": mechanism, "audit.eps_lb": "" if eps_lb is None else f"{eps_lb:.6g}",
                 **({FINGERPRINT_TAG: fingerprint} if fingerprint else {})}
-        mlflow.log_metrics({f"{cell}.{key}": value for key, value in numbers.items()} | {f"{cell}.seconds": seconds})
-        with mlflow.start_run(run_name=cell, nested=True, tags=tags):
-            mlflow.log_params({"cell": cell, "mechanism": mechanism, "claimed_epsilon": claimed,
+        mlflow.log_metrics({f"{key}.{name}": value for name, value in numbers.items()} | {f"{key}.seconds": seconds})
+        with mlflow.start_run(run_name=key, nested=True, tags=tags):
+            mlflow.log_params({"setting": key, "cell": cell, "mechanism": mechanism, "claimed_epsilon": claimed,
                                "bag_size": str(bag_size), "status": status,
                                **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
             mlflow.log_metrics(numbers | {"seconds": seconds})
