@@ -74,6 +74,31 @@ def test_flatten_and_fingerprint():
     assert params["data.fingerprint"] != data_fingerprint({**marker, "rows": 41})["data.fingerprint"]
 
 
+def test_end_closes_an_interrupted_stage_run_but_not_the_callers_outer_run(tmp_path):
+    """A stage interrupted between start_stage and log_stage leaves its run open: end() closes it with the pipeline run
+    (FAILED), and stops there, so a notebook's own active run stays open."""
+    from lia_spark.config import config_from_dict
+    from lia_spark.tracking import PipelineTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = config_from_dict({"run": {"output_dir": str(tmp_path / "out")},
+                               "tracking": {"tracking_uri": uri, "experiment": "interrupted"}})
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient(uri)
+    outer = mlflow.start_run(experiment_id=client.create_experiment("outer"))
+    try:
+        tracker = PipelineTracker(config)
+        tracker.start()
+        tracker.start_stage("data")
+        stage = mlflow.active_run().info.run_id
+        tracker.end(failed=True)
+        assert mlflow.active_run().info.run_id == outer.info.run_id
+    finally:
+        mlflow.end_run()
+    assert client.get_run(stage).info.status == client.get_run(tracker.run_id).info.status == "FAILED"
+    assert client.get_run(outer.info.run_id).info.status == "FINISHED"
+
+
 def test_default_store_is_sqlite_in_the_working_directory(monkeypatch, tmp_path):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
