@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Mapping
 
 import numpy as np
@@ -26,6 +27,7 @@ ENCODINGS = ("frequency", "hash", "native")
 SPLIT_COLUMN = "split"
 PURPOSE_SPLIT = "model-split"
 PURPOSE_DAY_SAMPLE = "model-day-sample"
+ENCODING_SUFFIX = ".encoding.npz"  # beside each model file: the encoding its raw input rows need (save_spec)
 LOG_COLUMNS = tuple(f"log_{name}" for name in INT_COLUMNS)
 FLAG_COLUMNS = tuple(f"missing_{name}" for name in INT_COLUMNS)
 
@@ -123,15 +125,52 @@ def _encode_column(values: pd.Series, column: str, spec: FeatureSpec) -> np.ndar
     return np.where(missing, np.float32(np.nan), ids)
 
 
-def build_features(frame: pd.DataFrame, spec: FeatureSpec, *, seed: int,
-                   shares: tuple[float, float, float]) -> pd.DataFrame:
-    """Rows of the storage schema -> row_id, label, split and the model feature columns."""
-    out = {ROW_ID: frame[ROW_ID].to_numpy(np.int64), LABEL: frame[LABEL].to_numpy(np.int32),
-           SPLIT_COLUMN: split_codes(frame[ROW_ID].to_numpy(np.int64), seed=seed, shares=shares).astype(np.int32)}
+def encode_features(frame: pd.DataFrame, spec: FeatureSpec) -> pd.DataFrame:
+    """The model feature columns (:attr:`FeatureSpec.feature_columns`, in order) of rows with the raw Criteo columns
+    I1..I13 and C1..C26 (missing as NaN or None)."""
+    out = {}
     for name, log_name, flag_name in zip(INT_COLUMNS, LOG_COLUMNS, FLAG_COLUMNS):
-        ints = frame[name].astype("float64").to_numpy(np.float64, na_value=np.nan)
+        ints = pd.to_numeric(frame[name]).astype("float64").to_numpy(np.float64, na_value=np.nan)
         out[log_name] = np.log1p(np.maximum(ints, 0.0)).astype(np.float32)
         out[flag_name] = np.isnan(ints).astype(np.float32)
     for name in CAT_COLUMNS:
         out[name] = _encode_column(frame[name], name, spec)
-    return pd.DataFrame(out)[[ROW_ID, LABEL, SPLIT_COLUMN] + spec.feature_columns]
+    return pd.DataFrame(out, index=frame.index)[spec.feature_columns]
+
+
+def build_features(frame: pd.DataFrame, spec: FeatureSpec, *, seed: int,
+                   shares: tuple[float, float, float]) -> pd.DataFrame:
+    """Rows of the storage schema -> row_id, label, split and the model feature columns."""
+    keys = pd.DataFrame({ROW_ID: frame[ROW_ID].to_numpy(np.int64), LABEL: frame[LABEL].to_numpy(np.int32),
+                         SPLIT_COLUMN: split_codes(frame[ROW_ID].to_numpy(np.int64), seed=seed,
+                                                   shares=shares).astype(np.int32)}, index=frame.index)
+    return pd.concat([keys, encode_features(frame, spec)], axis=1).reset_index(drop=True)
+
+
+def encoding_file(model_file: str) -> str:
+    """Where the feature encoding of a model file is saved: ``<folder>/<model name>.encoding.npz``."""
+    folder, name = os.path.split(model_file)
+    return os.path.join(folder, f"{name.split('.')[0]}{ENCODING_SUFFIX}")
+
+
+def save_spec(spec: FeatureSpec, path: str) -> str:
+    """Write ``spec`` (encoding, hash buckets and any vocabulary) as a compressed ``.npz`` file; return ``path``."""
+    arrays = {"encoding": np.array(spec.encoding), "hash_buckets": np.array(spec.hash_buckets, np.int64)}
+    if spec.vocabulary is not None:
+        for column in CAT_COLUMNS:
+            arrays[f"values/{column}"] = spec.vocabulary.values[column]
+            arrays[f"ranks/{column}"] = spec.vocabulary.ranks[column]
+    with open(path, "wb") as handle:
+        np.savez_compressed(handle, **arrays)
+    return path
+
+
+def load_spec(path: str) -> FeatureSpec:
+    """The :class:`FeatureSpec` written by :func:`save_spec`."""
+    with np.load(path, allow_pickle=False) as stored:
+        vocabulary = None
+        if "values/C1" in stored.files:
+            vocabulary = CategoryVocabulary({c: stored[f"values/{c}"] for c in CAT_COLUMNS},
+                                            {c: stored[f"ranks/{c}"] for c in CAT_COLUMNS})
+        return FeatureSpec(encoding=str(stored["encoding"]), hash_buckets=int(stored["hash_buckets"]),
+                           vocabulary=vocabulary)

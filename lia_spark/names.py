@@ -23,6 +23,15 @@ TRAINING_MECHANISMS = (*LABEL_MECHANISMS, *BAG_MECHANISMS, PATE)
 MECHANISM, EPSILON, BAG_SIZE = "mechanism", "epsilon", "bag_size"
 SETTING_KEY = (MECHANISM, EPSILON, BAG_SIZE)
 
+
+def setting_key(mechanism: str, epsilon: float, bag_size: int) -> str:
+    """The one name of a setting, ``<mechanism>.eps<e>.k<k>`` (``rr.eps1.k1``, ``llp_laplace.eps0.5.k8``): MLflow run
+    names, metric prefixes (``<key>.<statistic>``) and the report. Plain LLP (epsilon NaN: no noise) is ``eps inf``, like an
+    infinite epsilon. No ``=``: MLflow metric names do not allow it, and Spark reads ``a=b`` folders as partitions."""
+    value = float(epsilon)
+    text = "inf" if value != value else f"{value:g}"
+    return f"{mechanism}.eps{text}.k{int(bag_size)}"
+
 # Bags: the posterior kernel keeps a (k+1) x (k+2) float64 table of forward messages, exact up to this size.
 MAX_BAG_SIZE = 4096
 

@@ -68,6 +68,20 @@ def spindle_plot(sample: pd.DataFrame, *, mechanism: str, path: str) -> str:
     return _save(figure, path)
 
 
+def cdf_steps(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A step line (``where="post"``) of the empirical CDF of the finite ``values``: F = 0 from min(0, smallest
+    value - margin), the exact F at each value, held to a margin past the largest. One repeated value (RR's |I| = eps)
+    thus draws a step at that value, not an empty line. Infinite values count in F but are not drawn (the line ends
+    below 1 by their share); empty arrays when every value is infinite."""
+    x, share = empirical_cdf(values)
+    finite = np.isfinite(x)
+    x, share = x[finite], share[finite]
+    if x.size == 0:
+        return x, share
+    margin = 0.05 * max(x[-1] - x[0], abs(x[-1]), 1e-3)
+    return np.concatenate([[min(0.0, x[0] - margin)], x, [x[-1] + margin]]), np.concatenate([[0.0], share, share[-1:]])
+
+
 def cdf_plot(sample: pd.DataFrame, *, mechanism: str, column: str, xlabel: str, path: str) -> str:
     """Empirical CDFs of ``column`` for one mechanism: a panel per epsilon, a line per bag size.
 
@@ -85,11 +99,10 @@ def cdf_plot(sample: pd.DataFrame, *, mechanism: str, column: str, xlabel: str, 
             cell = rows[_same_epsilon(rows["epsilon"], epsilon) & (rows["bag_size"] == k)][column].to_numpy(np.float64)
             if cell.size == 0:
                 continue
-            x, share = empirical_cdf(np.abs(cell) if column == "I" else cell)
-            finite = np.isfinite(x)
+            x, share = cdf_steps(np.abs(cell) if column == "I" else cell)
             label = "k=1" if mechanism == RR else f"k={k}"
-            if finite.any():
-                axis.step(x[finite], share[finite], where="post", color=color, linewidth=1.2, label=label)
+            if x.size:
+                axis.step(x, share, where="post", color=color, linewidth=1.2, label=label)
             else:
                 axis.plot([], [], color=color, label=f"{label}: all infinite")
         axis.set_title(_epsilon_text(epsilon), fontsize=9)

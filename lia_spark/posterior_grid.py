@@ -4,7 +4,7 @@ Pure numpy (docs/math.md §2 and 3). A *setting* is one mechanism with its epsil
 unit are sorted by (bagging key, row_id) (the random order of :func:`lia_spark.mechanisms.assign_bags`); the row
 at position p of unit u is in bag ``u * 2^40 + p div k`` for every k, so a chunk cut at a multiple of lcm(k)
 holds whole bags of every size and every setting runs vectorized on it (:func:`chunk_posteriors`). Noise is
-keyed on (setting seed, bag id or row id), the setting seed on (run seed, setting name): nothing depends on
+keyed on (setting seed, bag id or row id), the setting seed on (run seed, setting label): nothing depends on
 how the rows reach a chunk. :class:`DigestAccumulator` keeps per setting a histogram digest of |I|
 (:func:`lia_spark.advantage.bin_digest`) from which the summaries are exact.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 from lia_spark import advantage, hashing, leakage, mechanisms, posteriors
 from lia_spark.config import MechanismsConfig
-from lia_spark.names import BAG_MECHANISMS, LLP, RR
+from lia_spark.names import BAG_MECHANISMS, LLP, RR, setting_key
 
 ROWS_PER_CALL = 65_536  # input rows per chunk, at most ...
 OUTPUT_ROWS_PER_CALL = 1 << 19  # ... and about this many output rows (input rows x settings)
@@ -40,7 +40,13 @@ class Setting:
 
     @property
     def name(self) -> str:
-        """Stable text name, e.g. ``llp_laplace_eps1_k8`` (also the MLflow metric prefix)."""
+        """The setting's key, e.g. ``llp_laplace.eps1.k8`` (:func:`lia_spark.names.setting_key`)."""
+        return setting_key(self.mechanism, self.epsilon, self.bag_size)
+
+    @property
+    def stream_label(self) -> str:
+        """The text its noise seed is keyed on, e.g. ``llp_laplace_eps1_k8``: fixed, so a seed's releases stay the
+        same across versions (never shown)."""
         parts = [self.mechanism]
         if not math.isnan(self.epsilon):
             parts.append(f"eps{self.epsilon:g}")
@@ -61,7 +67,7 @@ def settings_grid(config: MechanismsConfig) -> list[Setting]:
 
 def setting_seed(seed: int, setting: Setting) -> int:
     """Seed of one setting's noise: the run seed mixed with the setting's name (63 bits)."""
-    return int(hashing.stream_key(seed, f"posteriors/{setting.name}")) >> 1
+    return int(hashing.stream_key(seed, f"posteriors/{setting.stream_label}")) >> 1
 
 
 def rows_per_call(bag_sizes: Sequence[int], *, settings: int = 1, bags_per_group: int = 0) -> int:

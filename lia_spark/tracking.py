@@ -1,10 +1,14 @@
 """MLflow tracking of pipeline runs; the only module of lia_spark that imports mlflow.
 
 One MLflow experiment per config (``tracking.experiment``), one parent run per pipeline run, one
-nested run per stage, and below the posteriors stage one nested run per mechanism setting (a row of the
-stage result's summary). The parent run holds the flattened config, seed, data fingerprint,
-git commit and package versions as params and every stage metric as ``<stage>.<metric>``; stage runs
-hold their own metrics, artifacts and (train) the model files as xgboost/catboost MLflow models. Everything
+nested run per stage (started when the stage starts, so its duration is the stage's), and below the posteriors
+and utility stages one nested run per mechanism setting named by its key (:func:`lia_spark.names.setting_key`).
+The parent run holds the flattened config as params and as ``config.yaml`` (``log_dict``), seed, data fingerprint
+and the versions of every numerical package as params, the git commit as MLflow's ``mlflow.source.git.commit`` tag,
+the audit headline as its description (``mlflow.note.content``) and every stage metric as ``<stage>.<metric>``;
+stage runs hold their own metrics, artifacts, their setting tables (``log_table``) and (train) the model files as
+xgboost/catboost MLflow models. Only finite numbers are metrics: an infinite |I| percentile is left out (the
+setting's ``share_infinite`` says how many rows are unbounded) instead of being stored as 1.8e308. Everything
 logged comes from the stage results the pipeline passes in; no artifact is read back to find it.
 
 Store: ``tracking.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the
@@ -13,24 +17,24 @@ working directory with artifacts in ``./mlruns`` beside the database file.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import logging
 import math
 import os
-import platform
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from lia_spark.config import Config, TrackingConfig
-from lia_spark.names import SETTING_KEY
+from lia_spark.environment import git_commit, package_versions
+from lia_spark.names import BAG_SIZE, EPSILON, MECHANISM, SETTING_KEY, setting_key
 
 logger = logging.getLogger(__name__)
 
-PACKAGES = ("lia-spark", "pyspark", "pandas", "pyarrow", "numpy", "scipy", "xgboost", "catboost", "mlflow")
+GIT_COMMIT_TAG = "mlflow.source.git.commit"
+DESCRIPTION_TAG = "mlflow.note.content"
+CONFIG_FILE = "config.yaml"
 KIND_TAG = "lia_spark.kind"
 STAGE_TAG = "lia_spark.stage"
 FINGERPRINT_TAG = "lia_spark.output_fingerprint"
@@ -109,40 +113,29 @@ def data_fingerprint(marker: Mapping[str, Any]) -> dict[str, str]:
     return params
 
 
-def git_commit() -> str | None:
-    """HEAD commit of the checkout lia_spark runs from, or None outside a git checkout."""
-    try:
-        completed = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent,
-                                   capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    commit = completed.stdout.strip()
-    return commit if completed.returncode == 0 and commit else None
-
-
-def environment_params() -> dict[str, str]:
-    """Git commit (when known), Python and package versions."""
-    params = {"env.python": platform.python_version()}
-    commit = git_commit()
-    if commit:
-        params["env.git_commit"] = commit
-    for package in PACKAGES:
-        try:
-            params[f"env.{package}"] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return params
-
-
 def finite_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """Numeric metrics as floats (NaN and +-inf kept; MLflow stores them); other values are dropped."""
+    """Finite numeric metrics as floats. NaN and +-inf are dropped (MLflow would store inf as 1.8e308), and so
+    are values that are not numbers."""
     numbers: dict[str, float] = {}
     for key, value in metrics.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             logger.warning("tracking: metric %s=%r is not a number; not logged", key, value)
-            continue
-        numbers[str(key)] = float(value)
+        elif math.isfinite(value):
+            numbers[str(key)] = float(value)
     return numbers
+
+
+def table_frame(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """Setting rows as a pandas table for ``mlflow.log_table``: a ``setting`` key column first, non-finite numbers as
+    empty cells (JSON has no inf; ``share_infinite`` keeps the count)."""
+    import numpy as np
+    import pandas as pd
+
+    frame = pd.DataFrame([dict(row) for row in rows])
+    frame.insert(0, "setting", [setting_key(row[MECHANISM], row[EPSILON], row[BAG_SIZE]) for row in rows])
+    numeric = frame.select_dtypes("floating").columns
+    frame[numeric] = frame[numeric].astype("float64").where(np.isfinite(frame[numeric].astype("float64")))
+    return frame.astype(object).where(frame.notna(), None)
 
 
 def _xgboost_model(path: Path) -> Any:
@@ -183,6 +176,13 @@ def _model_name(path: Path) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in path.stem) or "model"
 
 
+def _requirement(*distributions: str) -> str:
+    """``name==version`` of the first of ``distributions`` that is installed (xgboost or xgboost-cpu)."""
+    versions = package_versions()
+    name = next((d for d in distributions if d in versions), distributions[0])
+    return f"{name}=={versions[name]}" if name in versions else name
+
+
 def log_model_file(path: Path) -> str:
     """Log one model file (``.cbm`` catboost, any other xgboost) with its signature; return its URI.
 
@@ -191,17 +191,82 @@ def log_model_file(path: Path) -> str:
     import mlflow
 
     if path.suffix == ".cbm":
-        import catboost
-
         model = _catboost_model(path)
         info = mlflow.catboost.log_model(model, name=_model_name(path), signature=_catboost_signature(model),
-                                         pip_requirements=[f"catboost=={catboost.__version__}"])
+                                         pip_requirements=[_requirement("catboost")])
         return info.model_uri
     booster = _xgboost_model(path)
-    import xgboost
-
     info = mlflow.xgboost.log_model(booster, name=_model_name(path), signature=_xgboost_signature(booster),
-                                    pip_requirements=[f"xgboost=={xgboost.__version__}"])
+                                    pip_requirements=[_requirement("xgboost", "xgboost-cpu")])
+    return info.model_uri
+
+
+RAW_ROWS_SUFFIX = "_raw_rows"
+
+
+def _raw_row_model() -> Any:
+    """A pyfunc model scoring raw Criteo rows (I1..I13, C1..C26 as the data table stores them): it encodes them with
+    the saved feature encoding (:func:`lia_spark.features.encode_features`) and returns the saved xgboost or catboost
+    model's click probability."""
+    import mlflow.pyfunc
+
+    class RawRowModel(mlflow.pyfunc.PythonModel):
+        def load_context(self, context: Any) -> None:
+            from lia_spark import features
+
+            self.spec = features.load_spec(context.artifacts["encoding"])
+            path = Path(context.artifacts["model"])
+            self.model = _catboost_model(path) if path.suffix == ".cbm" else _xgboost_model(path)
+
+        def predict(self, context, model_input, params=None):  # noqa: ANN001,ANN201 - MLflow reads hints as a schema
+            import numpy as np
+
+            from lia_spark import features
+
+            encoded = features.encode_features(model_input, self.spec)
+            if hasattr(self.model, "predict_proba"):
+                return self.model.predict_proba(encoded)[:, 1]
+            import xgboost
+
+            return self.model.predict(xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns)))
+
+    return RawRowModel()
+
+
+def raw_row_example(encoding: Path) -> Any:
+    """Two raw rows for the model's input example, made up, not from the data: integers 1 and each categorical's most
+    frequent value (0 without a vocabulary), then a row with every value missing."""
+    import numpy as np
+    import pandas as pd
+
+    from lia_spark import criteo, features
+
+    spec = features.load_spec(str(encoding))
+    typical = {name: 1.0 for name in criteo.INT_COLUMNS}
+    for name in criteo.CAT_COLUMNS:
+        known = spec.vocabulary.values[name][spec.vocabulary.ranks[name] == 0] if spec.vocabulary else np.zeros(1)
+        typical[name] = float(known[0]) if known.size else 0.0
+    return pd.DataFrame([typical, dict.fromkeys(typical, np.nan)], columns=list(criteo.FEATURE_COLUMNS))
+
+
+def log_raw_row_model(path: Path, encoding: Path) -> str:
+    """Log model file ``path`` with its feature encoding as a pyfunc model ``<name>_raw_rows`` that scores raw Criteo
+    rows (:func:`_raw_row_model`): signature I1..I13, C1..C26 (double, NaN = missing) -> prediction, an input example
+    (:func:`raw_row_example`), the encoding file as an artifact and lia_spark's code; return its URI."""
+    import mlflow
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    from lia_spark import criteo
+
+    signature = ModelSignature(inputs=Schema([ColSpec("double", name, required=False) for name in criteo.FEATURE_COLUMNS]),
+                               outputs=Schema([ColSpec("double", "prediction")]))
+    library = _requirement("catboost") if path.suffix == ".cbm" else _requirement("xgboost", "xgboost-cpu")
+    info = mlflow.pyfunc.log_model(
+        name=f"{_model_name(path)}{RAW_ROWS_SUFFIX}", python_model=_raw_row_model(),
+        artifacts={"model": str(path), "encoding": str(encoding)}, signature=signature,
+        input_example=raw_row_example(encoding), code_paths=[str(Path(__file__).resolve().parent)],
+        pip_requirements=[library, _requirement("numpy"), _requirement("pandas"), _requirement("pyyaml")])
     return info.model_uri
 
 
@@ -223,9 +288,10 @@ class PipelineTracker:
 
     def best_effort(self, what: str, log: Callable[[], Any]) -> None:
         """Call ``log``; if the store fails, warn, close the runs locally and skip every later call (each named
-        in :attr:`not_logged`), so a tracking server that goes away mid-run never stops the stages."""
+        in :attr:`not_logged` once), so a tracking server that goes away mid-run never stops the stages."""
         if self.not_logged:
-            self.not_logged.append(what)
+            if what not in self.not_logged:
+                self.not_logged.append(what)
             return
         try:
             log()
@@ -263,8 +329,12 @@ class PipelineTracker:
         self.run_id = run.info.run_id
         params = flatten(self.config.to_dict())
         params["seed"] = str(self.config.run.seed)
-        params.update(environment_params())
+        params.update({f"env.{package}": version for package, version in package_versions().items()})
         mlflow.log_params(params)
+        mlflow.log_dict(self.config.to_dict(), CONFIG_FILE)
+        commit = git_commit()
+        if commit:
+            mlflow.set_tag(GIT_COMMIT_TAG, commit)
         logger.info("tracking: MLflow run %s in experiment %r (%s)", self.run_id, name, self.tracking_uri)
         return self.run_id
 
@@ -274,14 +344,23 @@ class PipelineTracker:
 
         mlflow.log_params(data_fingerprint(marker))
 
+    def start_stage(self, stage: str) -> None:
+        """Start the nested run of ``stage`` now, as the stage starts (it shows RUNNING while the stage works);
+        :meth:`log_stage` fills and ends it."""
+        import mlflow
+
+        mlflow.start_run(run_name=stage, nested=True, tags={KIND_TAG: "stage", STAGE_TAG: stage})
+
     def log_stage(self, stage: str, *, status: str, seconds: float, metrics: Mapping[str, Any],
                   artifacts: Sequence[str], models: Sequence[str] = (),
                   settings: Sequence[Mapping[str, Any]] = (), error: str = "", fingerprint: str = "") -> None:
-        """One nested run for ``stage``: status, timing, metrics, artifacts, models and per-setting runs.
+        """Fill and end the nested run of ``stage`` (started by :meth:`start_stage`, else now): status, metrics,
+        artifacts, models and per-setting runs; its end time is its start plus the stage's ``seconds``, so the
+        MLflow duration is the stage's own and not the time logging took.
 
         ``artifacts`` and ``models`` are local files (``models``: the train stage's model files, logged as MLflow
-        models when tracking.log_models); ``settings`` are the posteriors stage's summary rows (one nested run
-        each). All three are logged only when the stage ran.
+        models when tracking.log_models); ``settings`` are the posteriors summary or utility table rows (a table
+        ``<stage>/settings.json`` and one nested run each). All three are logged only when the stage ran.
 
         The parent run also gets ``<stage>.<metric>`` and ``<stage>.seconds`` so runs compare in one table.
         The stage run is tagged with the fingerprint of the output it produced or reused
@@ -290,26 +369,45 @@ class PipelineTracker:
         """
         import mlflow
 
+        active = mlflow.active_run()
+        if active is None or active.info.run_id == self.run_id:
+            self.start_stage(stage)
+        run = mlflow.active_run()
         numbers = finite_metrics(metrics)
+        client = mlflow.MlflowClient(self.tracking_uri)
         mlflow.log_metrics({f"{stage}.{key}": value for key, value in numbers.items()}
-                           | {f"{stage}.seconds": seconds})
-        mlflow.set_tag(f"lia_spark.status.{stage}", status)
-        tags = {KIND_TAG: "stage", STAGE_TAG: stage, **({FINGERPRINT_TAG: fingerprint} if fingerprint else {})}
+                           | {f"{stage}.seconds": seconds}, run_id=self.run_id)
+        client.set_tag(self.run_id, f"lia_spark.status.{stage}", status)
+        tags = {FINGERPRINT_TAG: fingerprint} if fingerprint else {}
         producer = self._producing_run(stage, fingerprint) if status == "reused" and fingerprint else None
         if producer:
             tags[REUSED_FROM_TAG] = producer
-        with mlflow.start_run(run_name=stage, nested=True, tags=tags):
-            mlflow.log_params({"stage": stage, "status": status, **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
-            mlflow.log_metrics(numbers | {"seconds": seconds})
-            if status == "ran":
-                for text in artifacts:
-                    self._log_artifact(stage, Path(text))
-                if self.config.tracking.log_models:
-                    for text in models:
-                        logger.info("tracking: logged model %s as %s", Path(text).name, log_model_file(Path(text)))
-                self._log_settings(stage, settings)
-            if status == "failed":
-                mlflow.end_run(status="FAILED")
+        mlflow.set_tags(tags)
+        mlflow.log_params({"stage": stage, "status": status, **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
+        mlflow.log_metrics(numbers | {"seconds": seconds})
+        if status == "ran":
+            for text in artifacts:
+                self._log_artifact(stage, Path(text))
+            if self.config.tracking.log_models:
+                self._log_models([Path(text) for text in models], {Path(text).name: Path(text) for text in artifacts})
+            if settings:
+                mlflow.log_table(table_frame(settings), artifact_file=f"{stage}/settings.json")
+            self._log_settings(stage, settings)
+        final = "FAILED" if status == "failed" else "FINISHED"
+        mlflow.end_run(status=final)
+        client.set_terminated(run.info.run_id, status=final,
+                              end_time=run.info.start_time + round(1000 * seconds))
+
+    def _log_models(self, models: Sequence[Path], artifacts: Mapping[str, Path]) -> None:
+        """Each model file as an MLflow model of its library and, when its feature encoding is among the
+        ``artifacts`` (by file name), as a pyfunc model that scores raw Criteo rows (:func:`log_raw_row_model`)."""
+        from lia_spark.features import encoding_file
+
+        for path in models:
+            logger.info("tracking: logged model %s as %s", path.name, log_model_file(path))
+            encoding = artifacts.get(Path(encoding_file(str(path))).name)
+            if encoding is not None:
+                logger.info("tracking: logged raw-row model %s as %s", path.name, log_raw_row_model(path, encoding))
 
     def _producing_run(self, stage: str, fingerprint: str) -> str | None:
         """The stage run (any experiment of this store) that ran and logged the output with ``fingerprint``."""
@@ -335,24 +433,25 @@ class PipelineTracker:
         mlflow.log_artifact(str(path), artifact_path=stage)
 
     def _log_settings(self, stage: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Nested run per mechanism setting: its (mechanism, epsilon, bag_size) as params, the rest (numbers but
-        NaN) as metrics."""
+        """Nested run per mechanism setting named by its key (:func:`lia_spark.names.setting_key`): the key and its
+        (mechanism, epsilon, bag_size) as params, the rest as metrics when finite (:func:`finite_metrics`)."""
         import mlflow
 
         for row in rows:
             setting = {key: _param_text(row[key]) for key in SETTING_KEY}
-            name = "-".join(f"{key}={value}" for key, value in setting.items())
-            values = {key: float(value) for key, value in row.items() if key not in setting
-                      and isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)}
+            name = setting_key(row[MECHANISM], row[EPSILON], row[BAG_SIZE])
+            values = {key: value for key, value in row.items() if key not in setting
+                      and isinstance(value, (int, float)) and not isinstance(value, bool)}
             with mlflow.start_run(run_name=name, nested=True, tags={KIND_TAG: "setting", STAGE_TAG: stage}):
-                mlflow.log_params(setting)
-                mlflow.log_metrics(values)
+                mlflow.log_params({"setting": name, **setting})
+                mlflow.log_metrics(finite_metrics(values))
 
-    def set_tags(self, tags: Mapping[str, str]) -> None:
-        """Tags of the parent run (e.g. the audit headline's ``audit.eps_lb``, ``audit.claimed_eps``)."""
+    def set_headline(self, headline: Any) -> None:
+        """The audit headline (:class:`lia_spark.headline.Headline`) on the parent run: its tags (``audit.eps_lb``,
+        ``audit.claimed_eps``, ...) and its text as the run's description."""
         import mlflow
 
-        mlflow.set_tags(dict(tags))
+        mlflow.set_tags({**headline.tags(), DESCRIPTION_TAG: headline.text()})
 
     def log_report(self, path: str) -> None:
         """Attach the run's report page to the parent run under ``report/``."""
@@ -361,10 +460,13 @@ class PipelineTracker:
         mlflow.log_artifact(path, artifact_path="report")
 
     def end(self, *, failed: bool) -> None:
-        """Close the parent run as FINISHED or FAILED."""
+        """Close the parent run as FINISHED or FAILED, and a stage run left open by an interrupted stage with it."""
         import mlflow
 
-        mlflow.end_run(status="FAILED" if failed else "FINISHED")
+        while (active := mlflow.active_run()) is not None:  # an outer run of the caller stays open
+            mlflow.end_run(status="FAILED" if failed else "FINISHED")
+            if active.info.run_id == self.run_id:
+                break
 
     def location(self) -> str:
         """Where to look at the run: a UI URL for servers, else the ``mlflow ui`` command for the store."""
@@ -421,23 +523,23 @@ class AuditTableTracker(PipelineTracker):
 
     def log_cell(self, cell: str, *, mechanism: str, claimed_epsilon: float, bag_size: int, status: str,
                  seconds: float, metrics: Mapping[str, Any], error: str = "", fingerprint: str = "") -> None:
-        """Nested run ``cell``: params mechanism, claimed_epsilon, bag_size and status; the finite ``metrics``
-        (eps_lb_mean/std, test_auc, test_log_loss, ...); tags ``audit.eps_lb`` (the mean valid bound),
-        ``audit.claimed_eps``, ``audit.mechanism``. The parent run gets ``<cell>.<metric>``; a failed cell's run
-        ends FAILED with its error as a param."""
-        import math
-
+        """Nested run named by the cell's setting key (:func:`lia_spark.names.setting_key`, e.g. ``rr.eps1.k1``):
+        params setting, cell (its folder name), mechanism, claimed_epsilon, bag_size and status; the finite
+        ``metrics`` (eps_lb_mean/std, test_auc, test_log_loss, ...); tags ``audit.eps_lb`` (the mean valid bound),
+        ``audit.claimed_eps``, ``audit.mechanism``. The parent run gets ``<setting key>.<metric>``; a failed cell's
+        run ends FAILED with its error as a param."""
         import mlflow
 
-        numbers = {key: value for key, value in finite_metrics(metrics).items() if math.isfinite(value)}
+        numbers = finite_metrics(metrics)
+        key = setting_key(mechanism, claimed_epsilon, bag_size)
         claimed = "inf" if math.isinf(claimed_epsilon) else f"{claimed_epsilon:g}"
         eps_lb = numbers.get("eps_lb_mean")
         tags = {KIND_TAG: TABLE_CELL_KIND, "lia_spark.cell": cell, "audit.claimed_eps": claimed,
                 "audit.mechanism": mechanism, "audit.eps_lb": "" if eps_lb is None else f"{eps_lb:.6g}",
                 **({FINGERPRINT_TAG: fingerprint} if fingerprint else {})}
-        mlflow.log_metrics({f"{cell}.{key}": value for key, value in numbers.items()} | {f"{cell}.seconds": seconds})
-        with mlflow.start_run(run_name=cell, nested=True, tags=tags):
-            mlflow.log_params({"cell": cell, "mechanism": mechanism, "claimed_epsilon": claimed,
+        mlflow.log_metrics({f"{key}.{name}": value for name, value in numbers.items()} | {f"{key}.seconds": seconds})
+        with mlflow.start_run(run_name=key, nested=True, tags=tags):
+            mlflow.log_params({"setting": key, "cell": cell, "mechanism": mechanism, "claimed_epsilon": claimed,
                                "bag_size": str(bag_size), "status": status,
                                **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
             mlflow.log_metrics(numbers | {"seconds": seconds})

@@ -70,8 +70,20 @@ def tradeoff_table(utility: pd.DataFrame, summary: pd.DataFrame | None, *, prior
     return table.drop(columns="epsilon_key")
 
 
+def point_label(mechanism: str, epsilon: float, bag_size: int) -> str:
+    """What varies along a tradeoff curve: ``k=<k>`` on plain LLP's (over k), ``eps=<e>`` on the others."""
+    return f"k={int(bag_size)}" if mechanism == LLP else f"eps={float(epsilon):g}"
+
+
+def _label_points(axis, rows: pd.DataFrame, advantage: str) -> None:
+    for row in rows.itertuples(index=False):
+        axis.annotate(point_label(row.mechanism, row.epsilon, row.bag_size), (getattr(row, advantage), row.auc),
+                      fontsize=6, xytext=(3, 3), textcoords="offset points")
+
+
 def plot_tradeoff(table: pd.DataFrame, *, advantage: str, path: str, title: str = "") -> None:
-    """AUC vs advantage: one curve for rr (over eps), llp (over k), noisy llp per k (over eps), extras per name."""
+    """AUC vs advantage: one curve for rr (over eps), llp (over k), noisy llp per k (over eps), extras per name; every
+    point labelled with its eps (or k on plain LLP's curve)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -88,9 +100,11 @@ def plot_tradeoff(table: pd.DataFrame, *, advantage: str, path: str, title: str 
         label = mechanism if mechanism in RR_FAMILY else f"{mechanism} k={bag_size}"
         style = "-o" if mechanism in RR_FAMILY else ("--s" if mechanism == LLP_LAPLACE else ":^")
         axis.plot(group[advantage], group["auc"], style, label=label, markersize=4, linewidth=1)
+        _label_points(axis, group, advantage)
     llp = shown[shown["mechanism"] == LLP].sort_values(advantage)
     if len(llp):
         axis.plot(llp[advantage], llp["auc"], "-D", color="black", label="llp (over k)", markersize=4)
+        _label_points(axis, llp, advantage)
     dropped = len(table) - len(shown)
     axis.set_xlabel(ADVANTAGES[advantage] + (f" ({dropped} settings with unbounded value not shown)" if dropped else ""))
     axis.set_ylabel("target test AUC")

@@ -12,6 +12,7 @@ import yaml
 
 from lia_spark.cli import main
 from lia_spark.config import ConfigError, config_from_dict, load_config
+from lia_spark.names import setting_key
 from lia_spark.table import (PUBLISHED_EPS_LB, PUBLISHED_LABEL, Cell, inf_position, plot_eps_lb,
                              published_table, table_cells, wide_table)
 from lia_spark.tracking import KIND_TAG, TABLE_CELL_TAGS
@@ -103,6 +104,7 @@ def test_published_values_are_labelled_as_not_a_valid_bound():
 
 BLOCKED = "llp_laplace-k8-eps1"
 CELLS = ["rr-epsinf", "rr-eps1", "llp_laplace-k8-epsinf", BLOCKED]
+CELL_KEYS = ["rr.epsinf.k1", "rr.eps1.k1", "llp_laplace.epsinf.k8", "llp_laplace.eps1.k8"]  # their MLflow run names
 
 
 def _values(root) -> dict:
@@ -203,11 +205,12 @@ def test_mlflow_parent_and_nested_cell_runs(runs):
     assert {"table/eps_lb.csv", "table/cells.csv", "table/utility.csv", "table/eps_lb_vs_claimed.png"} <= artifacts
     for parent in parents:
         children = client.search_runs([experiment.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-        assert sorted(c.info.run_name for c in children) == sorted(CELLS)
+        assert sorted(c.info.run_name for c in children) == sorted(CELL_KEYS)
+        assert sorted(c.data.params["cell"] for c in children) == sorted(CELLS)
     children = {c.info.run_name: c for c in client.search_runs(
         [experiment.experiment_id], f"tags.mlflow.parentRunId = '{third.mlflow_run_id}'")}
     for outcome in third.cells:
-        run = children[outcome.cell.name]
+        run = children[setting_key(outcome.cell.mechanism, outcome.cell.epsilon, outcome.cell.bag_size)]
         best = outcome.audit.summary["best"]["eps_binomial_bonferroni"]
         assert set(TABLE_CELL_TAGS) <= set(run.data.tags)
         assert run.data.tags["audit.mechanism"] == outcome.cell.mechanism
@@ -218,4 +221,4 @@ def test_mlflow_parent_and_nested_cell_runs(runs):
         assert run.data.metrics["test_auc"] == pytest.approx(outcome.train.test_metrics["auc@target"], rel=1e-12)
     failed_children = client.search_runs([experiment.experiment_id],
                                          f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
-    assert [c.info.run_name for c in failed_children if c.info.status == "FAILED"] == [BLOCKED]
+    assert [c.data.params["cell"] for c in failed_children if c.info.status == "FAILED"] == [BLOCKED]

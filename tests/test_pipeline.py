@@ -58,8 +58,9 @@ def test_report_embeds_every_plot_and_table(run):
     text = run.report_text
     pngs = [p for p in run.result.artifacts() if p.endswith(".png")]
     csvs = [p for p in run.result.artifacts() if p.endswith(".csv")]
-    assert text.count("data:image/png;base64,") == len(pngs)
-    assert run.result.step("report").result.figures == len(pngs)
+    assert text.count("data:image/png;base64,") == len(pngs) + 1  # + the mechanisms at matched utility
+    assert run.result.step("report").result.figures == len(pngs) + 1
+    assert 'alt="mechanisms_at_matched_utility.png"' in text
     assert run.result.step("report").result.tables == len(csvs)
     for step in STAGE_STEPS:
         assert f"<h2>{step} (" in text

@@ -21,8 +21,10 @@ SEED = 20261122
 
 def test_settings_grid_names_and_chunk_rows():
     grid = settings_grid(MechanismsConfig(names=("rr", "llp", "llp_geometric"), epsilons=(1.0, 0.5), bag_sizes=(8,)))
-    assert [s.name for s in grid] == ["rr_eps1", "rr_eps0.5", "llp_k8", "llp_geometric_eps1_k8",
-                                      "llp_geometric_eps0.5_k8"]
+    assert [s.name for s in grid] == ["rr.eps1.k1", "rr.eps0.5.k1", "llp.epsinf.k8", "llp_geometric.eps1.k8",
+                                      "llp_geometric.eps0.5.k8"]
+    assert [s.stream_label for s in grid] == ["rr_eps1", "rr_eps0.5", "llp_k8", "llp_geometric_eps1_k8",
+                                              "llp_geometric_eps0.5_k8"]  # noise seeds unchanged
     assert rows_per_call([1, 8, 64], settings=4) == 65_536 and rows_per_call([3, 8], bags_per_group=10) == 72
 
 

@@ -181,7 +181,7 @@ def test_plots_and_metrics_written(stage):
     assert metrics["posteriors_input_rows"] == ROWS
     # docs/math.md §3.7 closed form of RR's expected advantage; per-row gains are bounded by 1/2, so the 20k-row mean
     # lies within 0.005 (> 7 standard errors) of it.
-    assert metrics["rr_eps4_mean_additive_advantage"] == pytest.approx(
+    assert metrics["rr.eps4.k1.mean_additive_advantage"] == pytest.approx(
         advantage.rr_closed_form_advantage(stage["input"]["prior"].to_numpy(), epsilon=4.0), abs=0.005)
     assert all(math.isfinite(v) for v in metrics.values())
 

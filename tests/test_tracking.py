@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib.metadata
+import json
 import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,8 +24,10 @@ from lia_spark.cli import job_main
 from lia_spark.engine.outputs import read_marker
 from lia_spark.engine.pipeline import run_pipeline
 from lia_spark.config import TrackingConfig
+from lia_spark.names import setting_key
 from lia_spark.tracking import (
-    KIND_TAG, TrackingError, check_tracking_store, data_fingerprint, flatten, resolve_tracking_uri,
+    DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, TrackingError, check_tracking_store, data_fingerprint, flatten,
+    resolve_tracking_uri,
 )
 from pipeline_support import PYTHON, REPO, tiny_run
 
@@ -46,8 +51,12 @@ def _children(client, run_id: str):
 
 
 def _same(a: float, b: float) -> bool:
-    return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12, abs=1e-300) or (
-        math.isinf(b) and abs(a) >= 1e300)
+    return a == pytest.approx(b, rel=1e-12, abs=1e-300)
+
+
+def _tree(client, run_id: str) -> list:
+    """The run and every run below it."""
+    return [client.get_run(run_id), *(run for child in _children(client, run_id) for run in _tree(client, child.info.run_id))]
 
 
 def _free_port() -> int:
@@ -63,6 +72,31 @@ def test_flatten_and_fingerprint():
     params = data_fingerprint(marker)
     assert params["data.marker.rows"] == "40" and params["data.marker.rows_per_day"] == '{"0": 20, "1": 20}'
     assert params["data.fingerprint"] != data_fingerprint({**marker, "rows": 41})["data.fingerprint"]
+
+
+def test_end_closes_an_interrupted_stage_run_but_not_the_callers_outer_run(tmp_path):
+    """A stage interrupted between start_stage and log_stage leaves its run open: end() closes it with the pipeline run
+    (FAILED), and stops there, so a notebook's own active run stays open."""
+    from lia_spark.config import config_from_dict
+    from lia_spark.tracking import PipelineTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = config_from_dict({"run": {"output_dir": str(tmp_path / "out")},
+                               "tracking": {"tracking_uri": uri, "experiment": "interrupted"}})
+    mlflow.set_tracking_uri(uri)
+    client = mlflow.MlflowClient(uri)
+    outer = mlflow.start_run(experiment_id=client.create_experiment("outer"))
+    try:
+        tracker = PipelineTracker(config)
+        tracker.start()
+        tracker.start_stage("data")
+        stage = mlflow.active_run().info.run_id
+        tracker.end(failed=True)
+        assert mlflow.active_run().info.run_id == outer.info.run_id
+    finally:
+        mlflow.end_run()
+    assert client.get_run(stage).info.status == client.get_run(tracker.run_id).info.status == "FAILED"
+    assert client.get_run(outer.info.run_id).info.status == "FINISHED"
 
 
 def test_default_store_is_sqlite_in_the_working_directory(monkeypatch, tmp_path):
@@ -84,8 +118,39 @@ def test_parent_run_holds_config_seed_fingerprint_commit_and_versions(spark, run
     assert params["run.output_dir"] == run.config.run.output_dir
     assert params["data.fingerprint"] == data_fingerprint(read_marker(spark, run.config.parquet_path))["data.fingerprint"]
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    assert params["env.git_commit"] == commit
+    assert parent.data.tags[GIT_COMMIT_TAG] == commit and "env.git_commit" not in params
+    assert parent.data.tags[DESCRIPTION_TAG] == run.result.step("audit").result.headline.text()
     assert params["env.mlflow"] == mlflow.__version__
+    xgboost_distribution = next(name for name in ("xgboost", "xgboost-cpu") if f"env.{name}" in params)
+    for package in ("pyspark", "numpy", "scipy", "pandas", "pyarrow", xgboost_distribution, "catboost", "numba",
+                    "dp-accounting"):
+        assert params[f"env.{package}"] == importlib.metadata.version(package), package
+    logged_config = Path(mlflow.artifacts.download_artifacts(f"{parent.info.artifact_uri}/config.yaml"))
+    assert yaml.safe_load(logged_config.read_text(encoding="utf-8")) == json.loads(json.dumps(run.config.to_dict()))
+
+
+def test_stage_runs_last_as_long_as_their_stages(run, client):
+    """Each stage's run starts when the stage starts (not after it, as logging did before), and lasts its seconds."""
+    stage_runs = sorted(_children(client, run.result.mlflow_run_id), key=lambda r: r.info.start_time)
+    assert [r.info.run_name for r in stage_runs] == [o.step for o in run.result.steps]
+    for stage_run, following in zip(stage_runs, [*stage_runs[1:], None]):
+        outcome = run.result.step(stage_run.info.run_name)
+        assert (stage_run.info.end_time - stage_run.info.start_time) / 1000 == pytest.approx(outcome.seconds, abs=0.002)
+        if following is not None:  # the next stage starts after this one ended, not long after (logging in between)
+            assert 0 <= following.info.start_time - stage_run.info.end_time < 30_000
+    assert sum(r.info.end_time - r.info.start_time for r in stage_runs) > 0.5 * (
+        stage_runs[-1].info.end_time - stage_runs[0].info.start_time)
+
+
+def test_no_infinity_is_logged_as_a_huge_number(run, client):
+    """MLflow stores inf as 1.8e308: only finite values are metrics anywhere in the run's tree, and an unbounded
+    setting's |I| percentiles are absent while its share of infinite rows is there."""
+    runs = _tree(client, run.result.mlflow_run_id)
+    assert len(runs) > 10
+    for logged in runs:
+        assert all(math.isfinite(v) and abs(v) < 1e300 for v in logged.data.metrics.values()), logged.info.run_name
+    plain_llp = next(r for r in runs if r.info.run_name == "llp.epsinf.k8" and r.data.tags["lia_spark.stage"] == "posteriors")
+    assert plain_llp.data.metrics["share_infinite"] > 0 and "abs_I_p99" not in plain_llp.data.metrics
 
 
 def test_every_stage_metric_is_logged_to_parent_and_stage_run(run, client):
@@ -96,6 +161,9 @@ def test_every_stage_metric_is_logged_to_parent_and_stage_run(run, client):
         logged = stage_runs[outcome.step].data.metrics
         assert outcome.metrics(), f"{outcome.step} reported no metrics"
         for key, value in outcome.metrics().items():
+            if not math.isfinite(value):
+                assert f"{outcome.step}.{key}" not in parent_metrics and key not in logged
+                continue
             assert _same(parent_metrics[f"{outcome.step}.{key}"], float(value)), (outcome.step, key)
             assert _same(logged[key], float(value)), (outcome.step, key)
         assert logged["seconds"] == pytest.approx(outcome.seconds)
@@ -105,7 +173,7 @@ def test_every_stage_artifact_is_logged(run, client):
     stage_runs = {r.info.run_name: r for r in _children(client, run.result.mlflow_run_id)}
     for outcome in run.result.steps:
         listed = {Path(a.path).name for a in client.list_artifacts(stage_runs[outcome.step].info.run_id, outcome.step)}
-        expected = {Path(p).name for p in outcome.artifacts()}
+        expected = {Path(p).name for p in outcome.artifacts()} | ({"settings.json"} if outcome.settings() else set())
         assert expected == listed, outcome.step
         assert expected or outcome.step == "data", f"{outcome.step} reported no artifacts"
     report = client.list_artifacts(run.result.mlflow_run_id, "report")
@@ -139,9 +207,9 @@ def test_models_are_logged_with_signatures_and_predict_like_the_files(run, clien
     stage_run = next(r for r in _children(client, run.result.mlflow_run_id) if r.info.run_name == "train")
     logged = mlflow.search_logged_models(experiment_ids=[stage_run.info.experiment_id],
                                          filter_string=f"source_run_id = '{stage_run.info.run_id}'", output_format="list")
-    assert sorted(m.name for m in logged) == sorted(boosters)
+    assert sorted(m.name for m in logged) == sorted([*boosters, *(f"{name}_raw_rows" for name in boosters)])
     rng = np.random.default_rng(7)
-    for model in logged:
+    for model in [m for m in logged if m.name in boosters]:
         booster = boosters[model.name]
         info = mlflow.models.get_model_info(model.model_uri)
         names = booster.feature_names or [f"f{i}" for i in range(booster.num_features())]
@@ -151,6 +219,32 @@ def test_models_are_logged_with_signatures_and_predict_like_the_files(run, clien
         expected = booster.predict(xgboost.DMatrix(features, feature_names=booster.feature_names))
         np.testing.assert_array_equal(loaded.predict(xgboost.DMatrix(features, feature_names=loaded.feature_names)),
                                       expected)
+
+
+def test_logged_models_score_raw_criteo_rows_through_pyfunc(spark, run, client):
+    """The train stage's <model>_raw_rows pyfunc models take rows of the data table (I1..I13, C1..C26) and give the
+    model's predictions on their encoded features; each has an input example."""
+    import xgboost
+
+    from lia_spark import features
+    from lia_spark.criteo import FEATURE_COLUMNS
+
+    train = run.result.step("train")
+    raw = (spark.read.parquet(run.config.parquet_path).where(f"day = {run.config.models.target_day}")
+           .select(*FEATURE_COLUMNS).limit(300).toPandas().astype("float64"))  # the signature's type: double
+    stage_run = next(r for r in _children(client, run.result.mlflow_run_id) if r.info.run_name == "train")
+    logged = {m.name: m for m in mlflow.search_logged_models(
+        experiment_ids=[stage_run.info.experiment_id], filter_string=f"source_run_id = '{stage_run.info.run_id}'",
+        output_format="list")}
+    for path in map(Path, train.result.model_files):
+        model = logged[f"{path.stem}_raw_rows"]
+        assert mlflow.models.get_model_info(model.model_uri).saved_input_example_info is not None
+        booster = xgboost.Booster()
+        booster.load_model(str(path))
+        encoded = features.encode_features(raw, features.load_spec(features.encoding_file(str(path))))
+        expected = booster.predict(xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns)))
+        scored = mlflow.pyfunc.load_model(model.model_uri).predict(raw)
+        np.testing.assert_allclose(np.asarray(scored, dtype=np.float64).ravel(), expected, rtol=1e-6)
 
 
 def test_one_nested_run_per_posterior_setting(run, client):
@@ -166,6 +260,24 @@ def test_one_nested_run_per_posterior_setting(run, client):
         logged = by_key[(row["mechanism"], row["epsilon"], row["bag_size"])]
         assert logged.data.tags[KIND_TAG] == "setting"
         assert _same(logged.data.metrics["mean_additive_advantage"], float(row["mean_additive_advantage"]))
+    table = mlflow.load_table("posteriors/settings.json", run_ids=[stage_run.info.run_id])
+    assert sorted(table["setting"]) == sorted(r.info.run_name for r in settings)
+
+
+def test_one_setting_key_names_runs_metrics_and_report(run, client):
+    """rr.eps2.k1 style everywhere: setting run names, their "setting" param, stage metric prefixes, the report."""
+    assert setting_key("rr", 2.0, 1) == "rr.eps2.k1" and setting_key("llp", math.nan, 8) == "llp.epsinf.k8"
+    assert setting_key("llp_laplace", 0.5, 8) == "llp_laplace.eps0.5.k8"
+    parent = client.get_run(run.result.mlflow_run_id).data.metrics
+    for stage in ("posteriors", "utility"):
+        stage_run = next(r for r in _children(client, run.result.mlflow_run_id) if r.info.run_name == stage)
+        names = {r.info.run_name for r in _children(client, stage_run.info.run_id)}
+        keys = {setting_key(row["mechanism"], row["epsilon"], row["bag_size"]) for row in run.result.step(stage).settings()}
+        assert names == keys and all(n == r.data.params["setting"] for r in _children(client, stage_run.info.run_id)
+                                     for n in [r.info.run_name])
+        assert all(any(metric.startswith(f"{stage}.{key}.") for metric in parent) for key in keys), stage
+        assert all(key in run.report_text for key in keys), stage
+    assert not [m for m in parent if re.search(r"(rr|llp|lp_2st)\w*_eps|epsnan|eps=", m)]  # the old spellings
 
 
 def test_unreachable_server_fails_fast_before_any_stage(spark, tmp_path, capsys):
@@ -256,3 +368,50 @@ def test_catboost_model_file_is_logged_with_signature_and_predicts_like_the_file
     assert [spec.type.name for spec in info.signature.inputs.inputs] == ["double", "string"]
     loaded = mlflow.catboost.load_model(uri)
     np.testing.assert_array_equal(loaded.predict_proba(frame), model.predict_proba(frame))
+
+
+def _raw_rows(rng: np.random.Generator, n: int):
+    """Raw Criteo rows as the data table stores them (integers and 32-bit categorical values, some missing)."""
+    import pandas as pd
+
+    from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS
+
+    frame = pd.DataFrame({name: rng.integers(0, 50, n).astype(float) for name in INT_COLUMNS}
+                         | {name: rng.choice([11.0, 22.0, 33.0, 4_000_000_000.0], n) for name in CAT_COLUMNS})
+    frame.iloc[::7, 3] = np.nan
+    frame.iloc[::5, 20] = np.nan
+    return frame
+
+
+def test_raw_row_model_scores_criteo_rows_through_pyfunc_like_the_booster(tmp_path):
+    """An xgboost model trained on frequency-encoded features, logged with its encoding: mlflow.pyfunc scores raw rows
+    exactly as encoding + booster do, and the model carries a signature and an input example."""
+    import xgboost
+
+    from lia_spark import features
+    from lia_spark.criteo import CAT_COLUMNS
+    from lia_spark.tracking import log_raw_row_model
+
+    rng = np.random.default_rng(11)
+    raw = _raw_rows(rng, 400)
+    counts = {name: np.unique(raw[name].dropna().to_numpy(np.int64), return_counts=True) for name in CAT_COLUMNS}
+    spec = features.FeatureSpec(encoding="frequency", hash_buckets=16,
+                                vocabulary=features.vocabulary_from_counts(counts, min_count=5, max_size=3))
+    encoded = features.encode_features(raw, spec)
+    labels = (raw["I1"] + 10 * (raw["C2"] == 22.0) > 30).astype(int)
+    booster = xgboost.train({"max_depth": 3}, xgboost.DMatrix(encoded.to_numpy(np.float32), labels,
+                                                              feature_names=list(encoded.columns)), 5)
+    booster.save_model(str(tmp_path / "target.ubj"))
+    encoding = features.save_spec(spec, features.encoding_file(str(tmp_path / "target.ubj")))
+    assert encoding == str(tmp_path / "target.encoding.npz")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = mlflow.MlflowClient().create_experiment("raw", artifact_location=(tmp_path / "mlruns").as_uri())
+    with mlflow.start_run(experiment_id=experiment):
+        uri = log_raw_row_model(tmp_path / "target.ubj", Path(encoding))
+    info = mlflow.models.get_model_info(uri)
+    assert info.signature.inputs.input_names()[:2] == ["I1", "I2"] and len(info.signature.inputs.inputs) == 39
+    assert info.saved_input_example_info is not None
+    scored = mlflow.pyfunc.load_model(uri).predict(raw)
+    expected = booster.predict(xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns)))
+    np.testing.assert_allclose(np.asarray(scored, dtype=np.float64).ravel(), expected, rtol=1e-6)
+    assert len(np.unique(expected)) > 2

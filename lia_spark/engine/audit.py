@@ -19,7 +19,7 @@ candidates in the global candidate order (|s| desc, tie hash asc). The stage nev
    (r, c') whose cut rank falls inside it reads the correct count at local rank c' - offset[k, r]; adding the
    correct-count offset gives c exactly. One output row per (r, c').
 
-Then the bounds run on the driver (lia_spark.audit_sweep.evaluate_sweep). Outputs under ``<run.output_dir>/audit``:
+Then the bounds run on the driver (lia_spark.audit_sweep.evaluate_attacks: the best over the attacks of audit.attacks x the sweep). Outputs under ``<run.output_dir>/audit``:
 ``results`` (Parquet) and ``results.csv`` (per repetition and c': c', c, per-point bounds), ``summary.json``
 and ``plots/eps_vs_guesses.png``, committed atomically; resumable.
 """
@@ -285,9 +285,10 @@ def results_frame(bounds: audit_sweep.AttackBounds) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def plot_sweep(frame: pd.DataFrame, *, path: str, title: str) -> str:
-    """PNG (the local file ``path``) of the mean (+- 1 std band over repetitions) per-point epsilon lower bound
-    against c', one line per attack and bound."""
+def plot_sweep(frame: pd.DataFrame, *, path: str, title: str, confidence: float, deltas: dict[str, float]) -> str:
+    """PNG (the local file ``path``) of the mean (+- std band over repetitions) per-point epsilon lower bound
+    against c', one line per attack and bound; each line names its family, convention, confidence and delta
+    (``deltas``: family -> delta), the bands are labelled."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -296,13 +297,17 @@ def plot_sweep(frame: pd.DataFrame, *, path: str, title: str) -> str:
     columns = [c for c in frame.columns if c.startswith("eps_")]
     figure, axis = plt.subplots(figsize=(6.4, 4.0))
     several = frame["attack"].nunique() > 1
+    band_label = f"bands: +-1 std over {frame['repetition'].nunique()} repetitions"
     for attack, rows in frame.groupby("attack", sort=False):
         stats = rows.groupby("guesses")[columns].agg(["mean", "std"])
         for column in columns:
+            family, convention = column[len("eps_"):].rsplit("_", 1)
             mean, std = stats[(column, "mean")], stats[(column, "std")].fillna(0.0)
-            label = column[len("eps_"):].replace("_", ", ")
+            valid = "" if convention == names.BONFERRONI else ", not a valid bound"
+            label = f"{family}, {convention}{valid} ({confidence:.0%}, delta = {deltas.get(family, math.nan):g})"
             axis.plot(stats.index, mean, label=f"{attack}: {label}" if several else label)
-            axis.fill_between(stats.index, mean - std, mean + std, alpha=0.2)
+            axis.fill_between(stats.index, mean - std, mean + std, alpha=0.2, label=band_label)
+            band_label = None
     axis.set_xscale("log")
     axis.set_xlabel("number of guesses c'")
     axis.set_ylabel("epsilon lower bound")
@@ -410,7 +415,8 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         with open(os.path.join(local, FILES[1]), "w", encoding="utf-8") as handle:
             json.dump(summary, handle, indent=2, sort_keys=True)
         plot_sweep(frame, path=os.path.join(local, FILES[2]),
-                   title=f"audit: {m} canaries, {settings.repetitions} repetitions")
+                   title=f"audit: {m} canaries, {settings.repetitions} repetitions", confidence=settings.confidence,
+                   deltas={names.BINOMIAL: settings.delta, names.GDP: bounds.gdp_delta})
         for name in FILES:  # written locally, copied to the output folder on any Hadoop file system
             copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
         files = tuple(os.path.join(output_path, name) for name in FILES)

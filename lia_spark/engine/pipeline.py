@@ -250,7 +250,7 @@ def log_outcome(spark: SparkSession, config: Config, tracker: Any, outcome: Stag
                           artifacts=artifacts, models=models, settings=outcome.settings(), error=outcome.error,
                           fingerprint=outcome.fingerprint)
     if outcome.step == "audit" and outcome.result is not None:
-        tracker.set_tags(outcome.result.headline.tags())
+        tracker.set_headline(outcome.result.headline)
     if outcome.step == "data" and outcome.status != "failed":
         tracker.log_data_marker(read_marker(spark, config.parquet_path) or {})
     if outcome.step == "report" and outcome.status != "failed":
@@ -285,6 +285,8 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
     failed: StageOutcome | None = None
     try:
         for step in PIPELINE_STAGES:
+            if tracker is not None and step in config.run.stages:  # its MLflow run starts with it: real durations
+                tracker.best_effort(f"stage {step}", functools.partial(tracker.start_stage, step))
             outcome = _run_step(spark, config, step, outcomes, report)
             outcomes[step] = outcome
             result.steps.append(outcome)

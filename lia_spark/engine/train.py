@@ -89,6 +89,7 @@ class TrainResult:
     seconds: dict[str, float]
     model_files: list[str]
     skipped: bool = False
+    encoding_files: list[str] = dataclasses.field(default_factory=list)  # feature encoding per model (.encoding.npz)
     mechanism_report: dict[str, float] = dataclasses.field(default_factory=dict)  # pate: eps, delta, T, Q, sigma, ...
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,8 +113,8 @@ class TrainResult:
         return flat
 
     def artifacts(self) -> list[str]:
-        """Model files and metrics.json; no per-row data (see :meth:`row_data`)."""
-        return [*self.model_files, os.path.join(self.output_dir, layout.MODEL_METRICS)]
+        """Model files, their feature encodings and metrics.json; no per-row data (see :meth:`row_data`)."""
+        return [*self.model_files, *self.encoding_files, os.path.join(self.output_dir, layout.MODEL_METRICS)]
 
     def row_data(self) -> list[str]:
         """The folders of the tables holding per-row labels (canaries, test predictions): they stay in the output
@@ -216,6 +217,7 @@ class PreparedDays:
 
     proxy: training.FittedModel
     proxy_spec: features.FeatureSpec
+    target_spec: features.FeatureSpec
     proxy_day_metrics: dict[str, float]
     proxy_prediction: np.ndarray
     target_data: training.ModelData
@@ -261,7 +263,8 @@ def prepared_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, ta
     target_spec = feature_spec(target_rows, config)
     data = collect_model_data(model_features(target_rows, target_spec, config), target_spec, m.library)
     seconds["collect_target"] = time.monotonic() - started
-    prepared = PreparedDays(proxy=proxy, proxy_spec=proxy_spec, proxy_day_metrics=proxy_day_metrics,
+    prepared = PreparedDays(proxy=proxy, proxy_spec=proxy_spec, target_spec=target_spec,
+                            proxy_day_metrics=proxy_day_metrics,
                             proxy_prediction=proxy_prediction, target_data=data, seconds=seconds)
     _PREPARED.clear()
     if share:
@@ -271,8 +274,8 @@ def prepared_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, ta
 
 def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame, *,
                share_preparation: bool = False
-               ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec,
-                          dict[str, float]]:
+               ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float],
+                          dict[str, features.FeatureSpec], dict[str, float]]:
     m = config.models
     prepared = prepared_days(spark, config, proxy_rows, target_rows, share=share_preparation)
     data, proxy, proxy_prediction = prepared.target_data, prepared.proxy, prepared.proxy_prediction
@@ -293,7 +296,8 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
                                       if name != "proxy" or "proxy_reused" not in prepared.seconds},
                "train_target": time.monotonic() - started}
     extra = {f"{name}@proxy_own_day": value for name, value in prepared.proxy_day_metrics.items()}
-    return spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra, prepared.proxy_spec, fit.report
+    specs = {name: prepared.proxy_spec if name == "proxy" else prepared.target_spec for name in models}
+    return spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra, specs, fit.report
 
 
 def _spark_classifier(spark: SparkSession, config: Config, columns: list[str], label: str):
@@ -334,8 +338,8 @@ def _release_column(frame: DataFrame, *, epsilon: float, seed: int, prior: str |
 
 
 def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame
-                 ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float], features.FeatureSpec,
-                            dict[str, float]]:
+                 ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float],
+                            dict[str, features.FeatureSpec], dict[str, float]]:
     m, seed, seconds = config.models, training_seed(config), {}
     if is_connect(spark):
         raise ValueError("models.execution: distributed (xgboost.spark) needs a classic Spark session, and this one "
@@ -394,7 +398,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     else:
         scored = scored.withColumn("target_prediction", F.col("target_raw"))
     scored = scored.select(ROW_ID, LABEL, "split", "released_label", "target_prediction", "proxy_prediction")
-    return scored, models, seconds, {}, proxy_spec, {}
+    return scored, models, seconds, {}, {name: proxy_spec if name == "proxy" else target_spec for name in models}, {}
 
 
 def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: tuple[str, ...]
@@ -462,9 +466,11 @@ def _test_metrics(scored: DataFrame) -> dict[str, float]:
             for name, value in spark_metrics.binary_metrics(test, label=LABEL, prediction=f"{model}_prediction").items()}
 
 
-def _save_models(spark: SparkSession, models: dict[str, Any], staging: str) -> list[str]:
-    """Write each model file locally, then copy it into the staging folder."""
-    names = []
+def _save_models(spark: SparkSession, models: dict[str, Any], specs: dict[str, features.FeatureSpec],
+                 staging: str) -> tuple[list[str], list[str]]:
+    """Write each model file and its feature encoding (:func:`lia_spark.features.encoding_file`) locally, then copy them into the staging
+    folder; return the names of the model files and of the encodings."""
+    names, encodings = [], []
     with tempfile.TemporaryDirectory() as local:
         for name, model in models.items():
             if isinstance(model, training.FittedModel):
@@ -472,9 +478,12 @@ def _save_models(spark: SparkSession, models: dict[str, Any], staging: str) -> l
             else:
                 path = os.path.join(local, f"{name}.ubj")
                 model.get_booster().save_model(path)
-            copy_from_local(spark, path, f"{staging}/{os.path.basename(path)}")
+            encoding = features.save_spec(specs[name], features.encoding_file(path))
+            for written in (path, encoding):
+                copy_from_local(spark, written, f"{staging}/{os.path.basename(written)}")
             names.append(os.path.basename(path))
-    return names
+            encodings.append(os.path.basename(encoding))
+    return names, encodings
 
 
 def _write_json(spark: SparkSession, payload: dict[str, Any], path: str) -> None:
@@ -509,7 +518,7 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
         proxy_rows, target_rows = (spark_features.read_day(spark, config.parquet_path, day)
                                    for day in (m.proxy_day, m.target_day))
         run = _distributed
-    scored, models, seconds, extra_metrics, proxy_spec, mechanism_report = run(spark, config, proxy_rows, target_rows)
+    scored, models, seconds, extra_metrics, specs, mechanism_report = run(spark, config, proxy_rows, target_rows)
     scored = scored.cache()
     metadata: dict[str, Any] = {}
     with committed_output(spark, out, metadata, fingerprint=fingerprint) as staging:
@@ -525,15 +534,16 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
         test_metrics = {**_test_metrics(scored), **extra_metrics}
         if needs_proxy_priors(config):
             prior_started = time.monotonic()
-            rows["priors"] = write_proxy_priors(spark, config, models["proxy"], proxy_spec,
+            rows["priors"] = write_proxy_priors(spark, config, models["proxy"], specs["proxy"],
                                                layout.under(staging, layout.PROXY_PRIORS))
             seconds["write_priors"] = time.monotonic() - prior_started
-        files = _save_models(spark, models, staging)
+        files, encodings = _save_models(spark, models, specs, staging)
         seconds["total"] = time.monotonic() - started
         result = TrainResult(output_dir=out, library=m.library, execution=m.execution, mechanism=m.training_mechanism,
                              epsilon=m.epsilon, bag_size=m.bag_size, proxy_day=m.proxy_day, target_day=m.target_day,
                              rows=rows, test_metrics=test_metrics, seconds=seconds,
                              model_files=[os.path.join(out, name) for name in files],
+                             encoding_files=[os.path.join(out, name) for name in encodings],
                              mechanism_report=mechanism_report)
         _write_json(spark, result.to_dict(), layout.under(staging, layout.MODEL_METRICS))
         metadata.update(result.to_dict())

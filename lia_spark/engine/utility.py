@@ -24,7 +24,7 @@ from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local,
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.train import (boosting_params, collect_model_data, feature_spec, in_memory_rows,
                                     model_features, training_seed)
-from lia_spark.names import LP_2ST, RR, RR_DEBIASED
+from lia_spark.names import LP_2ST, RR, RR_DEBIASED, setting_key
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +44,8 @@ class UtilityResult:
         return dataclasses.asdict(self)
 
     def metrics(self) -> dict[str, float]:
-        """auc_test_<mechanism>_eps<e>_k<k> per setting."""
-        return {f"auc_test_{row['mechanism']}_eps{row['epsilon']}_k{row['bag_size']}": float(row["auc"])
+        """``<setting key>.auc_test`` per setting (:func:`lia_spark.names.setting_key`)."""
+        return {f"{setting_key(row['mechanism'], row['epsilon'], row['bag_size'])}.auc_test": float(row["auc"])
                 for row in self.table}
 
     def artifacts(self) -> list[str]:

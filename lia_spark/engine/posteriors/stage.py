@@ -85,14 +85,15 @@ class PosteriorsResult:
         return cls(**values)
 
     def metrics(self) -> dict[str, float]:
-        """Flat finite metrics: ``<setting>_<statistic>`` per setting plus input size and throughput."""
+        """Flat finite metrics: ``<setting key>.<statistic>`` per setting (an infinite |I| percentile is left out: the
+        setting's ``share_infinite`` tells how many rows are unbounded) plus input size and throughput."""
         metrics = {"posteriors_input_rows": float(self.input_rows), "posteriors_seconds": self.seconds,
                    "posteriors_rows_without_prior": float(self.rows_without_prior)}
         for row in self.summary:
             name = Setting(row["mechanism"], float(row["epsilon"]), int(row["bag_size"])).name
             for column in SUMMARY_COLUMNS[4:]:
                 if math.isfinite(row[column]):
-                    metrics[f"{name}_{column}"] = float(row[column])
+                    metrics[f"{name}.{column}"] = float(row[column])
         return metrics
 
     def artifacts(self) -> list[str]:
