@@ -328,6 +328,8 @@ class ModelsConfig:
 class AuditConfig:
     """Observational one-run audit (docs/math.md §5) and its epsilon lower bounds (docs/math.md §6)."""
 
+    attack: str = names.LABEL_INFERENCE
+    membership_candidates: int = 20_000
     repetitions: int = 100
     score: str = names.LOG_RATIO  # the tightest valid attack of the study in BENCHMARKS.md
     t: float = 2.0
@@ -343,6 +345,10 @@ class AuditConfig:
     canary_path: str = ""
 
     def validate(self) -> None:
+        if self.attack not in names.ATTACKS:
+            _fail("audit.attack", self.attack, f"must be one of {', '.join(names.ATTACKS)}")
+        if self.membership_candidates < 2:
+            _fail("audit.membership_candidates", self.membership_candidates, "must be >= 2")
         if self.repetitions < 1:
             _fail("audit.repetitions", self.repetitions, "must be >= 1")
         if self.score not in names.SCORES:

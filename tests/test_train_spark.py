@@ -1,4 +1,5 @@
-"""Train stage on local Spark: canary table contract, resumability, in-memory vs xgboost.spark, LLP targets."""
+"""Train stage on local Spark: canary table contract, resumability, in-memory vs xgboost.spark, LLP targets, the
+membership baseline's candidates (with its audit)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,10 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import synthetic
+from lia_spark import membership, synthetic
 from lia_spark.config import load_config
 from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 from lia_spark.engine.outputs import MARKER
+from lia_spark.engine.audit import run_audit
 from lia_spark.engine.train import run_train_models
 
 ROWS_PER_DAY = 5000
@@ -174,3 +176,29 @@ def test_cells_of_one_process_share_the_proxy_and_match_a_fresh_process(spark, p
                            .sort_values("row_id").reset_index(drop=True))
     pd.testing.assert_frame_equal(read(shared), read(fresh))
     assert shared.test_metrics == fresh.test_metrics
+
+
+def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, parquet_path, tmp_path):
+    config = _config(parquet_path, str(tmp_path), *RR_SETTINGS, "audit.attack=membership",
+                     "audit.membership_candidates=600", "audit.sweep_step_percent=10")
+    result = run_train_models(spark, config)
+    out = config.run.output_dir
+    candidates = pd.read_parquet(os.path.join(out, "models", "membership"))
+    assert list(candidates.columns) == ["row_id", "label", "member", "target_prediction", "proxy_prediction"]
+    ids, member = candidates["row_id"].to_numpy(np.int64), candidates["member"].to_numpy(np.int8)
+    assert len(candidates) == 600 and candidates["row_id"].is_unique
+    np.testing.assert_array_equal(member, membership.membership(ids, seed=config.run.seed))
+    canary_ids = set(pd.read_parquet(os.path.join(out, "models", "canaries"))["row_id"])
+    assert canary_ids.isdisjoint(ids[member == 0]) and canary_ids.issuperset(ids[member == 1])
+    assert result.rows["left_out_target"] == (member == 0).sum() and 250 < (member == 0).sum() < 350
+    assert result.attack == "membership" and os.path.join(out, "models", "membership") in result.row_data()
+    audited = run_audit(spark, config)
+    guesses, correct = membership.sweep_counts(ids, candidates["label"].to_numpy(), member,
+                                               candidates["target_prediction"].to_numpy(),
+                                               candidates["proxy_prediction"].to_numpy(), seed=config.run.seed,
+                                               step_percent=10, extra_share=config.audit.extra_guess_share)
+    frame = pd.read_csv(os.path.join(out, "audit", "results.csv"))
+    np.testing.assert_array_equal(frame["guesses"], guesses)
+    np.testing.assert_array_equal(frame["correct"], correct[0])
+    assert audited.canaries == 600 and audited.repetitions == 1 and audited.summary["attack"] == "membership"
+    assert 0.0 <= audited.headline.eps_lb <= 2.0 and audited.headline.claimed_epsilon == 2.0

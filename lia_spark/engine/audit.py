@@ -19,7 +19,9 @@ candidates in the global candidate order (|s| desc, tie hash asc). The stage nev
    (r, c') whose cut rank falls inside it reads the correct count at local rank c' - offset[k, r]; adding the
    correct-count offset gives c exactly. One output row per (r, c').
 
-Then the bounds run on the driver (lia_spark.audit_sweep.evaluate_sweep). Outputs under ``<run.output_dir>/audit``:
+With audit.attack=membership the stage instead counts the membership baseline over the train stage's candidate
+table on the driver (:func:`membership_counts`, docs/math.md §5.8). Then the bounds run on the driver
+(lia_spark.audit_sweep.evaluate_sweep). Outputs under ``<run.output_dir>/audit``:
 ``results`` (Parquet) and ``results.csv`` (per repetition and c': c', c, per-point bounds), ``summary.json``
 and ``plots/eps_vs_guesses.png``, committed atomically; resumable.
 """
@@ -40,7 +42,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import audit, audit_sweep, hashing, layout, names
+from lia_spark import audit, audit_sweep, hashing, layout, membership, names
 from lia_spark.config import AuditConfig, Config
 from lia_spark.engine.outputs import (FilesResult, committed_output, copy_from_local, read_marker, reported_path,
                                      reusable_output, stage_fingerprint)
@@ -304,36 +306,71 @@ class AuditResult(FilesResult):
         return list(self.files)
 
 
-def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None = None) -> AuditResult:
-    """Audit the canary table (``canaries`` or :func:`canary_path`) and write ``<run.output_dir>/audit``.
+def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None
+                           ) -> tuple[int, np.ndarray, np.ndarray]:
+    """(m, guesses, correct (R, k)) of the observational audit of the canary table (``canaries`` or
+    :func:`canary_path`, optionally sampled to audit.canaries rows)."""
+    if canaries is None:
+        spark.sparkContext.setJobDescription("audit: read canaries")
+        canaries = spark.read.parquet(canary_path(config))
+    df = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries)
+    if config.audit.canaries > 0:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)  # the sample's top-k selection is a full scan: run it once
+    try:
+        return distributed_counts(df, settings=config.audit, seed=config.run.seed)
+    finally:
+        df.unpersist()
 
-    Reused when the output is complete with the same fingerprint (audit settings, seed, canary table;
+
+def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndarray, np.ndarray]:
+    """(2m, guesses, correct (1, k)) of the membership baseline (docs/math.md §5.8) over the train stage's
+    candidate table (2m rows, collected to the driver)."""
+    spark.sparkContext.setJobDescription("audit: read membership candidates")
+    frame = spark.read.parquet(layout.membership_path(config)).toPandas()
+    if frame.empty:
+        raise ValueError(f"membership candidates: {layout.membership_path(config)} holds no row; train with "
+                         f"audit.attack={names.MEMBERSHIP}")
+    guesses, correct = membership.sweep_counts(
+        frame["row_id"].to_numpy(np.int64), frame["label"].to_numpy(), frame["member"].to_numpy(np.int8),
+        frame["target_prediction"].to_numpy(np.float64), frame["proxy_prediction"].to_numpy(np.float64),
+        seed=config.run.seed, step_percent=config.audit.sweep_step_percent, extra_share=config.audit.extra_guess_share)
+    return len(frame), guesses, correct
+
+
+def audited_path(config: Config) -> str:
+    """The table the audit reads: the membership candidates with audit.attack=membership, else the canaries."""
+    return layout.membership_path(config) if config.audit.attack == names.MEMBERSHIP else canary_path(config)
+
+
+def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None = None) -> AuditResult:
+    """Audit the canary table (``canaries`` or :func:`canary_path`), or with audit.attack=membership the train
+    stage's membership candidates, and write ``<run.output_dir>/audit``.
+
+    Reused when the output is complete with the same fingerprint (audit settings, seed, audited table;
     :func:`lia_spark.engine.outputs.reusable_output`) and run.force is false; never for a ``canaries`` frame.
     """
     settings = config.audit
     output = layout.output_path(config, layout.AUDIT)
     output_path = reported_path(output)
-    fingerprint = stage_fingerprint(spark, "audit", config, inputs={"canaries": canary_path(config)})
+    fingerprint = stage_fingerprint(spark, "audit", config, inputs={"canaries": audited_path(config)})
     marker = reusable_output(spark, [output], fingerprint, force=config.run.force or canaries is not None)
     if marker is not None:
         return AuditResult.from_dict(marker, skipped=True)
     started = time.monotonic()
-    if canaries is None:
-        spark.sparkContext.setJobDescription("audit: read canaries")
-        canaries = spark.read.parquet(canary_path(config))
-    df = select_canaries(canaries, seed=config.run.seed, canaries=settings.canaries)
-    if settings.canaries > 0:
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)  # the sample's top-k selection is a full scan: run it once
-    try:
-        m, guesses, correct = distributed_counts(df, settings=settings, seed=config.run.seed)
-    finally:
-        df.unpersist()
+    if settings.attack == names.MEMBERSHIP:
+        if canaries is not None:
+            raise ValueError(f"audit.attack={names.MEMBERSHIP} audits the train stage's candidates, not a canary "
+                             "table; got a canaries frame")
+        m, guesses, correct = membership_counts(spark, config)
+    else:
+        m, guesses, correct = label_inference_counts(spark, config, canaries)
+    repetitions = correct.shape[0]
     counted = time.monotonic()
     sweep = audit_sweep.evaluate_sweep(correct, guesses, canaries=m, confidence=settings.confidence, delta=settings.delta,
                                  tau=settings.tau, families=settings.bounds, table_families=settings.table_bounds)
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
     summary = {
-        "canaries": m, "repetitions": settings.repetitions, "guesses": guesses.tolist(),
+        "attack": settings.attack, "canaries": m, "repetitions": repetitions, "guesses": guesses.tolist(),
         "confidence": settings.confidence, "delta": settings.delta, "tau": settings.tau,
         "gdp_delta": sweep.gdp_delta, "gdp_tau_vacuous": sweep.gdp_tau_vacuous, "score": settings.score,
         "t": settings.t, "default_convention": settings.convention,
@@ -353,11 +390,11 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         with open(os.path.join(local, FILES[1]), "w", encoding="utf-8") as handle:
             json.dump(summary, handle, indent=2, sort_keys=True)
         plot_sweep(frame, path=os.path.join(local, FILES[2]),
-                   title=f"audit: {m} canaries, {settings.repetitions} repetitions")
+                   title=f"{settings.attack} audit: {m} canaries, {repetitions} repetitions")
         for name in FILES:  # written locally, copied to the output folder on any Hadoop file system
             copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
         files = tuple(os.path.join(output_path, name) for name in FILES)
-        result = AuditResult(output_path=output_path, canaries=m, repetitions=settings.repetitions,
+        result = AuditResult(output_path=output_path, canaries=m, repetitions=repetitions,
                              guess_counts=len(guesses), convention=settings.convention, summary=summary,
                              files=files, seconds=time.monotonic() - started)
         metadata.update(result.to_dict())
