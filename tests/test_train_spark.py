@@ -11,12 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import membership, synthetic
+from lia_spark import membership, pate, synthetic, training
 from lia_spark.config import load_config
 from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 from lia_spark.engine.outputs import MARKER
 from lia_spark.engine.audit import run_audit
-from lia_spark.engine.train import run_train_models
+from lia_spark.engine.features import read_day
+from lia_spark.engine.train import (boosting_params, membership_candidates, prepared_days, run_train_models,
+                                    training_seed)
 
 ROWS_PER_DAY = 5000
 
@@ -202,3 +204,22 @@ def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, par
     np.testing.assert_array_equal(frame["correct"], correct[0])
     assert audited.canaries == 600 and audited.repetitions == 1 and audited.summary["attack"] == "membership"
     assert 0.0 <= audited.headline.eps_lb <= 2.0 and audited.headline.claimed_epsilon == 2.0
+
+
+def test_pate_teachers_on_spark_do_not_see_the_membership_non_members(spark, parquet_path, tmp_path):
+    """The Spark teachers' student labels equal the sequential reference on the membership run's training rows."""
+    config = _config(parquet_path, str(tmp_path), "models.training_mechanism=pate", "models.epsilon=inf",
+                     "models.pate_teachers=4", "models.pate_queries=300", "audit.attack=membership",
+                     "audit.membership_candidates=1000")
+    run_train_models(spark, config)
+    m = config.models
+    prepared = prepared_days(spark, config, read_day(spark, parquet_path, m.proxy_day),
+                             read_day(spark, parquet_path, m.target_day), share=False)
+    data, member = membership_candidates(prepared.target_data, config)
+    reference = training.train_pate(data, epsilon=math.inf, seed=training_seed(config), params=boosting_params(config),
+                                    settings=pate.PateSettings(teachers=4, queries=300))
+    students = ~np.isnan(reference.released_labels)
+    released = pd.read_parquet(os.path.join(config.run.output_dir, "models", "canaries")).set_index("row_id")
+    assert students.sum() == 300 and (member == 0).sum() > 400
+    np.testing.assert_array_equal(released.loc[data.row_ids[students], "released_label"].to_numpy(),
+                                  reference.released_labels[students])

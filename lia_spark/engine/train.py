@@ -60,12 +60,17 @@ def training_seed(config: Config) -> int:
     return int(hashing.stream_key(config.run.seed, "models/training-labels")) >> 1
 
 
-def pate_settings(config: Config, target_rows: DataFrame, spec: features.FeatureSpec) -> pate.PateSettings:
+def pate_settings(config: Config, target_rows: DataFrame, spec: features.FeatureSpec, *,
+                  left_out: np.ndarray | None = None) -> pate.PateSettings:
     """The models section's PATE settings, the teachers fitted in parallel Spark tasks on the training rows of
-    ``target_rows`` encoded by ``spec`` (the target's own encoding)."""
+    ``target_rows`` encoded by ``spec`` (the target's own encoding), without the row ids ``left_out`` (the
+    membership baseline's non-members)."""
     m = config.models
     training_rows = model_features(target_rows, spec, config).where(
         F.col(features.SPLIT_COLUMN) == training.SPLIT_TRAIN)
+    if left_out is not None and left_out.size:
+        excluded = target_rows.sparkSession.createDataFrame(pd.DataFrame({ROW_ID: left_out.astype(np.int64)}))
+        training_rows = training_rows.join(F.broadcast(excluded), ROW_ID, "left_anti")
     return pate.PateSettings(teachers=m.pate_teachers, queries=m.pate_queries, noise=m.pate_noise,
                              pseudo_labels=m.pate_pseudo_labels, delta=m.pate_delta,
                              votes=spark_votes(training_rows, spec.feature_columns, teachers=m.pate_teachers,
@@ -251,7 +256,8 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
     started = time.monotonic()
     fit = training.train_target(data, mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
                                 params=boosting_params(config), prior=proxy_prediction, bag_size=m.bag_size,
-                                pate_settings=(pate_settings(config, target_rows, prepared.target_spec)
+                                pate_settings=(pate_settings(config, target_rows, prepared.target_spec,
+                                                             left_out=data.row_ids[member == 0])
                                                if m.training_mechanism == PATE else None))
     logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
                 fit.model.fit_seconds)
