@@ -32,8 +32,9 @@ def write_section(name: str, markdown: str) -> None:
 
 
 def process_tree_cpu_seconds(root: int | None = None) -> float:
-    """CPU seconds (user + system) of a process and its live descendants (Spark's JVM, its Python workers), from
-    /proc: the steadier cost figure on a shared machine, where wall times depend on other jobs."""
+    """CPU seconds (user + system) of a process and its live descendants (Spark's JVM, its Python workers), each
+    with its ended and reaped children (a Python worker that exits leaves its time in its parent's), from /proc:
+    the steadier cost figure on a shared machine, where wall times depend on other jobs."""
     ticks = os.sysconf("SC_CLK_TCK")
     children: dict[int, list[tuple[int, float]]] = {}
     own = {}
@@ -45,7 +46,7 @@ def process_tree_cpu_seconds(root: int | None = None) -> float:
                 fields = handle.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        cpu = (int(fields[11]) + int(fields[12])) / ticks
+        cpu = sum(int(value) for value in fields[11:15]) / ticks  # utime, stime, cutime, cstime
         own[int(entry)] = cpu
         children.setdefault(int(fields[1]), []).append((int(entry), cpu))
     root = root or os.getpid()

@@ -78,14 +78,14 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
         config = config_from_dict({"run": {"output_dir": os.path.join(workdir, "out"), "seed": SEED},
                                    "audit": {"repetitions": 100, "canary_path": path}})
         settings = config.audit
-        (attack,) = settings.attacks
+        (attack,) = settings.scores
         guesses = audit.guess_grid(m)
         df = select_canaries(spark.read.parquet(path), seed=SEED, canaries=0)
         distributed_counts(df.limit(20_000), settings=settings, seed=SEED)  # warm-up: Python workers, imports, jit
         audit.count_correct(*(column[:1000] for column in columns), seed=SEED, repetitions=2, guesses=[1])
         for _ in range(rounds):
             kernel_counts = timed("kernel", lambda: audit.count_correct_attacks(
-                *columns, seed=SEED, repetitions=100, guesses=guesses, attacks=settings.attacks)[attack],
+                *columns, seed=SEED, repetitions=100, guesses=guesses, attacks=settings.scores)[attack],
                 time.process_time)
             sweep = timed("bounds", lambda: audit_sweep.evaluate_sweep(kernel_counts, guesses, canaries=m,
                                                                  families=("binomial", "gdp")), time.process_time)

@@ -41,9 +41,9 @@ def _fail_repeats(field: str, values: Sequence[Any]) -> None:
 GLOB_CHARACTERS = "[]{}*?\\"
 # keys of earlier versions -> how to say the same now (shown with the unknown-key error)
 REPLACED_KEYS = {
-    "audit.score": "audit.score and audit.t are replaced by audit.attacks, a list of attack names: log_ratio, "
-                   "difference_t<t> (e.g. audit.attacks=[difference_t2] for score difference with t = 2)",
-    "audit.t": "audit.score and audit.t are replaced by audit.attacks (e.g. audit.attacks=[difference_t2])",
+    "audit.score": "audit.score and audit.t are replaced by audit.scores, a list of score names: log_ratio, "
+                   "difference_t<t> (e.g. audit.scores=[difference_t2] for score difference with t = 2)",
+    "audit.t": "audit.score and audit.t are replaced by audit.scores (e.g. audit.scores=[difference_t2])",
 }
 
 
@@ -344,8 +344,10 @@ class ModelsConfig:
 class AuditConfig:
     """Observational one-run audit (docs/math.md §5) and its epsilon lower bounds (docs/math.md §6)."""
 
+    attack: str = names.LABEL_INFERENCE
+    membership_candidates: int = 20_000
     repetitions: int = 100
-    attacks: tuple[str, ...] = (names.LOG_RATIO,)  # the tightest valid attack of the study in BENCHMARKS.md
+    scores: tuple[str, ...] = (names.LOG_RATIO,)  # the tightest valid attack of the study in BENCHMARKS.md
     confidence: float = 0.95
     delta: float = 0.0
     tau: float = 0.0
@@ -358,19 +360,23 @@ class AuditConfig:
     canary_path: str = ""
 
     def validate(self) -> None:
+        if self.attack not in names.ATTACKS:
+            _fail("audit.attack", self.attack, f"must be one of {', '.join(names.ATTACKS)}")
+        if self.membership_candidates < 2:
+            _fail("audit.membership_candidates", self.membership_candidates, "must be >= 2")
         if self.repetitions < 1:
             _fail("audit.repetitions", self.repetitions, "must be >= 1")
         from lia_spark.audit import parse_attack
 
-        if not self.attacks:
-            _fail("audit.attacks", list(self.attacks), "must name at least one attack (e.g. [log_ratio])")
-        for attack in self.attacks:
+        if not self.scores:
+            _fail("audit.scores", list(self.scores), "must name at least one score (e.g. [log_ratio])")
+        for attack in self.scores:
             try:
                 parse_attack(attack)
             except ValueError as error:
-                _fail("audit.attacks", attack, "must be log_ratio or difference_t<t> with a finite number t >= 0 "
+                _fail("audit.scores", attack, "must be log_ratio or difference_t<t> with a finite number t >= 0 "
                       "(e.g. difference_t2)", str(error))
-        _fail_repeats("audit.attacks", self.attacks)
+        _fail_repeats("audit.scores", self.scores)
         if not 0.0 < self.confidence < 1.0:
             _fail("audit.confidence", self.confidence, "must be in (0, 1)")
         if not 0.0 <= self.delta < 1.0:

@@ -35,7 +35,7 @@ STAGE_FIELDS: dict[str, tuple[str, ...]] = {
               "models.n_estimators", "models.max_depth", "models.learning_rate", "models.early_stopping_rounds",
               "models.split", "models.hash_buckets", "models.categorical_encoding", "models.min_category_count",
               "models.num_workers", "models.pate_teachers", "models.pate_queries", "models.pate_noise",
-              "models.pate_pseudo_labels", "models.pate_delta"),
+              "models.pate_pseudo_labels", "models.pate_delta", "audit.attack", "audit.membership_candidates"),
     "posteriors": ("run.seed", "data.source", "mechanisms.*"),
     "utility": ("run.seed", "models.library", "models.sample_rows_per_day", "models.target_day", "models.n_estimators", "models.max_depth",
                 "models.learning_rate", "models.early_stopping_rounds", "models.split", "models.hash_buckets",

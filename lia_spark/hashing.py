@@ -62,6 +62,14 @@ def hash_bits(seed: int, purpose: str, row_ids: np.ndarray, counter: int = 0) ->
         return mix64(mix64(ids ^ stream_key(seed, purpose)) + offset)
 
 
+def smallest_hashes(seed: int, purpose: str, row_ids: np.ndarray, count: int) -> np.ndarray:
+    """True on the ``count`` rows of ``row_ids`` with the smallest :func:`hash_bits` (a seeded sample of fixed
+    size that does not depend on the row order)."""
+    chosen = np.zeros(np.size(row_ids), dtype=bool)
+    chosen[np.argsort(hash_bits(seed, purpose, row_ids), kind="stable")[:count]] = True
+    return chosen
+
+
 def uniform(seed: int, purpose: str, row_ids: np.ndarray, counter: int = 0) -> np.ndarray:
     """Uniform(0, 1) doubles, strictly inside the interval: u = (top 53 bits + 1/2) / 2^53."""
     bits = hash_bits(seed, purpose, row_ids, counter) >> np.uint64(11)

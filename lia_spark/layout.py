@@ -14,6 +14,8 @@ MODELS = "models"
 CANARIES = "canaries"  # inside models/
 CANARY_COLUMNS = ("row_id", "label", "released_label", "target_prediction", "proxy_prediction")
 TEST_PREDICTIONS = "test_predictions"  # inside models/
+MEMBERSHIP = "membership"  # inside models/, with audit.attack=membership
+MEMBERSHIP_COLUMNS = ("row_id", "label", "member", "target_prediction", "proxy_prediction")
 PROXY_PRIORS = "priors"  # inside models/
 MODEL_METRICS = "metrics.json"  # inside models/
 POSTERIORS = "posteriors"
@@ -42,6 +44,12 @@ def output_path(config: Config, *names: str) -> str:
 def canaries_path(config: Config) -> str:
     """``<out>/models/canaries``: the target's training rows with both models' predictions (train stage)."""
     return output_path(config, MODELS, CANARIES)
+
+
+def membership_path(config: Config) -> str:
+    """``<out>/models/membership``: the membership baseline's candidates, their inclusion bit and both models'
+    predictions (train stage, audit.attack=membership)."""
+    return output_path(config, MODELS, MEMBERSHIP)
 
 
 def proxy_priors_path(config: Config) -> str:

@@ -1,6 +1,6 @@
 """Membership-inference baseline audit (docs/math.md §5.8; [KMB+25] sec. 6.5, [WGC+22], [SNJ23]).
 
-Pure (numpy): 2m candidate rows, each a member of the target's training set with probability 1/2 by a hash of
+Pure (numpy): 2m candidate rows (the training rows with the smallest hash of (seed, row_id)), each a member of the target's training set with probability 1/2 by a hash of
 (seed, row_id); the calibrated score s = loss(M', x, y) - loss(M, x, y) with log-loss, which is the audit's
 log-ratio score log M(x)[y] - log M'(x)[y] at the true label (:func:`lia_spark.audit.label_scores`). The
 attacker orders the candidates by s (ties by a row-id hash), guesses "member" on the ceil(c'/2) highest and
@@ -14,7 +14,20 @@ import numpy as np
 from lia_spark import audit, hashing
 from lia_spark.names import LOG_RATIO
 
-MEMBER_PURPOSE = "audit/membership"
+MEMBER_PURPOSE, CANDIDATE_PURPOSE = "audit/membership", "audit/membership-candidate"
+
+
+def candidate_mask(row_ids: np.ndarray, *, candidates: int, seed: int) -> np.ndarray:
+    """True on the 2m = ``candidates`` rows of ``row_ids`` with the smallest hash (seed, row_id).
+
+    Raises:
+        ValueError: unless 2 <= candidates < len(row_ids) (the target needs rows beyond the candidates).
+    """
+    row_ids = np.asarray(row_ids, dtype=np.int64)
+    if not 2 <= candidates < row_ids.size:
+        raise ValueError(f"audit.membership_candidates must be in [2, {row_ids.size}) (the target's training rows), "
+                         f"got {candidates}")
+    return hashing.smallest_hashes(seed, CANDIDATE_PURPOSE, row_ids, candidates)
 
 
 def membership(row_ids: np.ndarray, *, seed: int) -> np.ndarray:
@@ -49,3 +62,12 @@ def correct_guesses(scores: np.ndarray, member: np.ndarray, row_ids: np.ndarray,
     non_members_bottom = np.concatenate([[0], np.cumsum(~ranked[::-1])])
     top, bottom = (guesses + 1) // 2, guesses // 2
     return members_top[top] + non_members_bottom[bottom]
+
+
+def sweep_counts(row_ids: np.ndarray, label: np.ndarray, member: np.ndarray, target: np.ndarray, proxy: np.ndarray,
+                 *, seed: int, step_percent: float, extra_share: float) -> tuple[np.ndarray, np.ndarray]:
+    """The sweep's guess counts c' over the 2m candidates (:func:`lia_spark.audit.guess_grid`) and the correct
+    counts c as a (1, k) array: one repetition, the inclusion bits being the training run's own draw."""
+    guesses = audit.guess_grid(np.size(row_ids), step_percent=step_percent, extra_share=extra_share)
+    scores = membership_scores(label, target, proxy)
+    return guesses, correct_guesses(scores, member, row_ids, guesses, seed=seed)[None, :]

@@ -40,6 +40,11 @@ AUTO_PRIOR = "auto"  # eta on the synthetic twin, the proxy's prediction otherwi
 TRUE_PRIOR = "eta"  # the twin's true P(y=1|x)
 PROXY_PRIOR = "proxy_prediction"  # the proxy model's prediction
 
+# Audit attacks (audit.attack): observational label inference (docs/math.md §5) or the membership baseline (§5.8).
+LABEL_INFERENCE = "label_inference"
+MEMBERSHIP = "membership"
+ATTACKS = (LABEL_INFERENCE, MEMBERSHIP)
+
 # Audit scores (docs/math.md §5 step 2), conventions and bound families (docs/math.md §6).
 DIFFERENCE = "difference"
 LOG_RATIO = "log_ratio"

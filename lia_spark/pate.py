@@ -5,7 +5,9 @@ student rows, the teacher partitions and the vote noise do not depend on how the
 
 - The Q *student* rows are the Q training rows with the smallest hash; their labels are never read.
 - Every other training row belongs to teacher floor(T u) (u uniform by row id); teacher t is a GBDT fitted on
-  its rows' true labels and votes 1{P_t(y=1|x) >= 1/2} on every student row.
+  its rows' true labels and votes 1{P_t(y=1|x) >= m_t} on every student row, m_t its median prediction over the
+  student rows: "x is in my upper half" (at a 3% click rate a 1/2 threshold makes every vote "no click"; m_t
+  depends on teacher t's rows and the unlabelled student features only, so the sensitivity below is unchanged).
 - Vote counts n_0, n_1 per student row; GNMax releases argmax_c (n_c + N(0, sigma^2)), LNMax
   argmax_c (n_c + Lap(sigma)); ties (only possible without noise) go to a fair coin hashed by row id.
 - Changing one training label changes one teacher's vote: the count vector moves by 1 in two classes (L2
@@ -108,10 +110,7 @@ def student_mask(row_ids: np.ndarray, *, queries: int, seed: int) -> np.ndarray:
     row_ids = np.asarray(row_ids, dtype=np.int64)
     if not 1 <= queries < row_ids.size:
         raise ValueError(f"queries must be in [1, {row_ids.size}) (the training rows), got queries={queries}")
-    keys = hashing.hash_bits(seed, STUDENT_PURPOSE, row_ids)
-    chosen = np.zeros(row_ids.size, dtype=bool)
-    chosen[np.argsort(keys, kind="stable")[:queries]] = True
-    return chosen
+    return hashing.smallest_hashes(seed, STUDENT_PURPOSE, row_ids, queries)
 
 
 def teacher_index(row_ids: np.ndarray, *, teachers: int, seed: int) -> np.ndarray:
@@ -154,7 +153,8 @@ def noisy_argmax(counts: np.ndarray, row_ids: np.ndarray, *, sigma: float, seed:
 def teacher_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarray, student_features: np.ndarray, *,
                   n_estimators: int, max_depth: int, learning_rate: float, seed: int) -> np.ndarray:
     """One teacher: XGBoost (hist, one thread, no early stopping: the day's other labels stay unread) fitted on
-    its rows in row-id order, and its votes 1{P(y=1|x) >= 1/2} on the student rows as int8."""
+    its rows in row-id order, and its votes 1{P(y=1|x) >= m} on the student rows as int8, m = its median
+    prediction over the student rows (a function of this teacher's rows and the student features only)."""
     import xgboost as xgb
 
     order = np.argsort(np.asarray(row_ids, dtype=np.int64), kind="stable")
@@ -163,11 +163,13 @@ def teacher_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarray,
     booster = xgb.train({"tree_method": "hist", "max_depth": max_depth, "eta": learning_rate, "nthread": 1,
                          "seed": seed % 2**31, "verbosity": 0, "objective": "binary:logistic", "base_score": base},
                         xgb.DMatrix(np.asarray(features)[order], label=labels), n_estimators)
-    return (booster.predict(xgb.DMatrix(student_features)) >= 0.5).astype(np.int8)
+    predictions = booster.predict(xgb.DMatrix(student_features))
+    return (predictions >= np.median(predictions)).astype(np.int8)
 
 
-# Votes of every teacher: (row_ids, features, labels, teacher index, student features) -> (T, Q) int8.
-TeacherVotes = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+# Votes of the T teachers on the student rows: (student row ids, student features, partition seed) -> (T, Q) int8.
+# The teachers are fitted on the training rows outside the student rows, row i with teacher teacher_index(i).
+TeacherVotes = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,16 +182,22 @@ class TeacherModel:
     seed: int
 
 
-def sequential_votes(teachers: int, model: TeacherModel) -> TeacherVotes:
-    """Teachers fitted one after another in this process (the reference for the Spark path)."""
+def sequential_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarray, *, teachers: int,
+                     model: TeacherModel) -> TeacherVotes:
+    """Teachers fitted one after another in this process on the training rows (row_ids, features, labels)
+    outside the student rows (the reference for the Spark path)."""
+    row_ids = np.asarray(row_ids, dtype=np.int64)
 
-    def votes(row_ids, features, labels, teacher, student_features) -> np.ndarray:
+    def votes(student_ids: np.ndarray, student_features: np.ndarray, seed: int) -> np.ndarray:
+        labelled = ~np.isin(row_ids, student_ids)
+        teacher = teacher_index(row_ids[labelled], teachers=teachers, seed=seed)
+        ids, rows, answers = row_ids[labelled], np.asarray(features)[labelled], np.asarray(labels)[labelled]
         result = np.zeros((teachers, len(student_features)), dtype=np.int8)
         for index in range(teachers):
-            rows = teacher == index
-            if not rows.any():  # an empty partition votes 0, as a missing group of the Spark path
+            own = teacher == index
+            if not own.any():  # an empty partition votes 0, as a missing group of the Spark path
                 continue
-            result[index] = teacher_votes(row_ids[rows], features[rows], labels[rows], student_features,
+            result[index] = teacher_votes(ids[own], rows[own], answers[own], student_features,
                                           **dataclasses.asdict(model))
         return result
 
@@ -199,7 +207,7 @@ def sequential_votes(teachers: int, model: TeacherModel) -> TeacherVotes:
 @dataclasses.dataclass(frozen=True)
 class PateSettings:
     """T teachers, Q student queries, the noise kind, pseudo-labels, the target delta and how votes are computed
-    (None: :func:`sequential_votes`)."""
+    (None: :func:`sequential_votes` on the training rows)."""
 
     teachers: int = 100
     queries: int = 10_000

@@ -39,6 +39,7 @@ from lia_spark.names import BAG_MECHANISMS, LP_2ST, NONE, PATE, RR, RR_DEBIASED,
 logger = logging.getLogger(__name__)
 
 SPLIT_TRAIN, SPLIT_VALID, SPLIT_TEST = 0, 1, 2
+SPLIT_LEFT_OUT = 3  # training rows left out of the target (the membership baseline's non-members)
 PROBABILITY_CLIP = 1e-7
 
 
@@ -293,10 +294,9 @@ def train_pate(data: ModelData, *, epsilon: float, seed: int, params: BoostingPa
     train, ids, labels = data.split == SPLIT_TRAIN, data.row_ids, data.labels.astype(np.int8)
     students = np.zeros(ids.size, dtype=bool)
     students[train] = pate.student_mask(ids[train], queries=settings.queries, seed=seed)
-    labelled = train & ~students
-    teacher = pate.teacher_index(ids[labelled], teachers=settings.teachers, seed=seed)
-    votes = (settings.votes or pate.sequential_votes(settings.teachers, teacher_model(params)))(
-        ids[labelled], data.rows(labelled), labels[labelled], teacher, data.rows(students))
+    votes_of = settings.votes or pate.sequential_votes(ids[train], data.rows(train), labels[train],
+                                                       teachers=settings.teachers, model=teacher_model(params))
+    votes = votes_of(ids[students], data.rows(students), seed)
     answer = pate.student_labels(votes, ids[students], labels[students], epsilon=epsilon, seed=seed,
                                  settings=settings)
     released = np.full(ids.size, np.nan)

@@ -35,7 +35,7 @@ def _kernel_counts(table: pd.DataFrame, *, seed: int, repetitions: int, guesses:
 def test_distributed_counts_equal_kernel_for_any_partitioning(spark):
     table = _table(6000, seed=1)
     attacks = ("log_ratio", "difference_t0", "difference_t2.5")
-    settings = AuditConfig(repetitions=70, attacks=attacks)
+    settings = AuditConfig(repetitions=70, scores=attacks)
     df = spark.createDataFrame(table)
     kernel = None
     for partitions in (1, 5):
@@ -56,7 +56,7 @@ def test_several_attacks_split_the_confidence_over_attacks_and_sweep_points(spar
     spark.createDataFrame(table).write.parquet(path)
     attacks = ["difference_t2", "log_ratio"]
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 9},
-                               "audit": {"repetitions": 6, "canary_path": path, "attacks": attacks}})
+                               "audit": {"repetitions": 6, "canary_path": path, "scores": attacks}})
     result = run_audit(spark, config)
     guesses = audit.guess_grid(3000)
     counts = audit.count_correct_attacks(
@@ -64,15 +64,15 @@ def test_several_attacks_split_the_confidence_over_attacks_and_sweep_points(spar
         table["proxy_prediction"].to_numpy(), seed=9, repetitions=6, guesses=guesses, attacks=attacks)
     expected = audit_sweep.evaluate_attacks(counts, guesses, canaries=3000)
     key = "eps_binomial_bonferroni"
-    assert result.summary["attacks"] == attacks and result.summary["tests"] == 2 * 101
+    assert result.summary["scores"] == attacks and result.summary["tests"] == 2 * 101
     assert result.summary["best"][key]["mean"] == pytest.approx(expected.best[key].mean(), abs=1e-12)
     alone = audit_sweep.evaluate_sweep(counts["log_ratio"], guesses, canaries=3000).best[key]
     assert (expected.best[key] <= alone + 1e-12).any()  # splitting the confidence costs something somewhere
     assert result.headline.tests == 202 and result.headline.eps_lb == expected.best[key][0]
-    shares = result.summary["best_attack_share"][key]
+    shares = result.summary["best_score_share"][key]
     assert set(shares) == set(attacks) and sum(shares.values()) <= 1.0 + 1e-12
     results = pd.read_csv(f"{tmp_path}/out/audit/results.csv")
-    assert sorted(results["attack"].unique()) == sorted(attacks) and len(results) == 2 * 6 * 101
+    assert sorted(results["score"].unique()) == sorted(attacks) and len(results) == 2 * 6 * 101
 
 
 def test_run_audit_writes_results_and_resumes(spark, tmp_path):
@@ -91,7 +91,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     sample = table.iloc[np.argsort(keys)[:2000]]
     guesses = audit.guess_grid(2000)
     expected = _kernel_counts(sample, seed=5, repetitions=12, guesses=guesses, score="log_ratio")
-    assert config.audit.attacks == ("log_ratio",)  # the default attack
+    assert config.audit.scores == ("log_ratio",)  # the default attack
     results = spark.read.parquet(f"{output}/results").toPandas().sort_values(["repetition", "guesses"])
     np.testing.assert_array_equal(results["correct"].to_numpy().reshape(12, -1), expected)
     csv = pd.read_csv(f"{output}/results.csv")

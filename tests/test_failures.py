@@ -59,7 +59,7 @@ def data_run(spark, tmp_path_factory):
     ("mechanisms.epsilons=[1, 1.0]", "mechanisms.epsilons"),
     ("mechanisms.bag_sizes=[8, 8]", "mechanisms.bag_sizes"),
     ("models.utility_epsilons=[4, 4]", "models.utility_epsilons"),
-    ("audit.attacks=[difference_tinf]", "audit.attacks"),
+    ("audit.scores=[difference_tinf]", "audit.scores"),
     ("run.stages=[]", "run.stages"),
     ("models.library=catboost", "models.utility_bag_sizes"),
     ("models.target_day=5", "models.target_day"),

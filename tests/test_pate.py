@@ -5,6 +5,7 @@ import math
 
 import dp_accounting
 import numpy as np
+import pandas as pd
 import pytest
 from dp_accounting import rdp
 
@@ -73,14 +74,29 @@ def _day(n: int, seed: int) -> training.ModelData:
 
 def test_spark_teachers_equal_sequential_ones_for_any_row_order(spark):
     data = _day(3000, seed=4)
-    teacher = pate.teacher_index(data.row_ids, teachers=6, seed=9)
-    students = data.features[:50]
-    sequential = pate.sequential_votes(6, MODEL)(data.row_ids, data.features, data.labels, teacher, students)
+    students = data.row_ids[:50]
+    sequential = pate.sequential_votes(data.row_ids, data.features, data.labels, teachers=6, model=MODEL)(
+        students, data.features[:50], 9)
     shuffled = np.random.default_rng(0).permutation(data.row_ids.size)
-    parallel = spark_votes(spark, teachers=6, model=MODEL)(data.row_ids[shuffled], data.features[shuffled],
-                                                           data.labels[shuffled], teacher[shuffled], students)
+    columns = [f"f{index}" for index in range(data.features.shape[1])]
+    frame = pd.DataFrame(data.features[shuffled], columns=columns).assign(
+        row_id=data.row_ids[shuffled], label=data.labels[shuffled].astype(np.int32))
+    rows = spark.createDataFrame(frame).repartition(3)
+    parallel = spark_votes(rows, columns, teachers=6, model=MODEL)(students, data.features[:50], 9)
     np.testing.assert_array_equal(parallel, sequential)
     assert 0 < sequential.mean() < 1
+
+
+def test_teachers_vote_for_the_upper_half_of_the_student_rows():
+    """A rare positive class: a 1/2 threshold would make every vote 0; the median threshold splits the student
+    rows in halves, the riskier half voted 1."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4000, 2)).astype(np.float32)
+    labels = (rng.random(4000) < 1 / (1 + np.exp(4.0 - 1.5 * x[:, 0]))).astype(np.int8)  # about 4% positives
+    students = rng.standard_normal((1000, 2)).astype(np.float32)
+    found = pate.teacher_votes(np.arange(4000), x, labels, students, **vars(MODEL))
+    assert labels.mean() < 0.1 and 0.5 <= found.mean() < 0.55
+    assert found[students[:, 0] > 1.0].mean() > 0.9 and found[students[:, 0] < -1.0].mean() < 0.1
 
 
 def test_student_labels_deterministic_and_non_private_at_infinity():
@@ -94,10 +110,9 @@ def test_student_labels_deterministic_and_non_private_at_infinity():
     assert students.sum() == 300
     # eps = inf: the released labels are the plain majority vote of the teachers (ties: the hashed coin)
     train = data.split == training.SPLIT_TRAIN
-    labelled = train & ~students
-    teacher = pate.teacher_index(data.row_ids[labelled], teachers=5, seed=8)
-    votes = pate.sequential_votes(5, training.teacher_model(params))(
-        data.row_ids[labelled], data.features[labelled], data.labels[labelled], teacher, data.features[students])
+    votes = pate.sequential_votes(data.row_ids[train], data.features[train], data.labels[train], teachers=5,
+                                  model=training.teacher_model(params))(
+        data.row_ids[students], data.features[students], 8)
     majority = pate.noisy_argmax(pate.vote_counts(votes), data.row_ids[students], sigma=0.0, seed=8)
     np.testing.assert_array_equal(runs[0].released_labels[students], majority)
     assert runs[0].report["sigma"] == 0.0 and math.isinf(runs[0].report["epsilon"])

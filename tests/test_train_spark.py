@@ -1,4 +1,5 @@
-"""Train stage on local Spark: canary table contract, resumability, in-memory vs xgboost.spark, LLP targets."""
+"""Train stage on local Spark: canary table contract, resumability, in-memory vs xgboost.spark, LLP targets, the
+membership baseline's candidates (with its audit)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,12 +11,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import features, synthetic, training
+from lia_spark import features, membership, pate, synthetic, training
 from lia_spark.config import ConfigError, load_config
 from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 from lia_spark.engine import metrics as spark_metrics
 from lia_spark.engine.outputs import MARKER
-from lia_spark.engine.train import byte_size, check_driver_fits, run_train_models
+from lia_spark.engine.audit import run_audit
+from lia_spark.engine.features import read_day
+from lia_spark.engine.train import (boosting_params, byte_size, check_driver_fits, membership_candidates,
+                                    prepared_days, run_train_models, training_seed)
 
 ROWS_PER_DAY = 5000
 
@@ -217,3 +221,48 @@ def test_spark_metrics_equal_the_in_memory_metrics_with_ties(spark, partitions):
     assert found["log_loss"] == pytest.approx(expected["log_loss"], rel=1e-12)
     one_class = spark_metrics.binary_metrics(frame.where("label = 0"), label="label", prediction="p")
     assert math.isnan(one_class["auc"]) and one_class["log_loss"] > 0
+
+
+def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, parquet_path, tmp_path):
+    config = _config(parquet_path, str(tmp_path), *RR_SETTINGS, "audit.attack=membership",
+                     "audit.membership_candidates=600", "audit.sweep_step_percent=10")
+    result = run_train_models(spark, config)
+    out = config.run.output_dir
+    candidates = pd.read_parquet(os.path.join(out, "models", "membership"))
+    assert list(candidates.columns) == ["row_id", "label", "member", "target_prediction", "proxy_prediction"]
+    ids, member = candidates["row_id"].to_numpy(np.int64), candidates["member"].to_numpy(np.int8)
+    assert len(candidates) == 600 and candidates["row_id"].is_unique
+    np.testing.assert_array_equal(member, membership.membership(ids, seed=config.run.seed))
+    canary_ids = set(pd.read_parquet(os.path.join(out, "models", "canaries"))["row_id"])
+    assert canary_ids.isdisjoint(ids[member == 0]) and canary_ids.issuperset(ids[member == 1])
+    assert result.rows["left_out_target"] == (member == 0).sum() and 250 < (member == 0).sum() < 350
+    assert result.attack == "membership" and os.path.join(out, "models", "membership") in result.row_data()
+    audited = run_audit(spark, config)
+    guesses, correct = membership.sweep_counts(ids, candidates["label"].to_numpy(), member,
+                                               candidates["target_prediction"].to_numpy(),
+                                               candidates["proxy_prediction"].to_numpy(), seed=config.run.seed,
+                                               step_percent=10, extra_share=config.audit.extra_guess_share)
+    frame = pd.read_csv(os.path.join(out, "audit", "results.csv"))
+    np.testing.assert_array_equal(frame["guesses"], guesses)
+    np.testing.assert_array_equal(frame["correct"], correct[0])
+    assert audited.canaries == 600 and audited.repetitions == 1 and audited.summary["attack"] == "membership"
+    assert 0.0 <= audited.headline.eps_lb <= 2.0 and audited.headline.claimed_epsilon == 2.0
+
+
+def test_pate_teachers_on_spark_do_not_see_the_membership_non_members(spark, parquet_path, tmp_path):
+    """The Spark teachers' student labels equal the sequential reference on the membership run's training rows."""
+    config = _config(parquet_path, str(tmp_path), "models.training_mechanism=pate", "models.epsilon=inf",
+                     "models.pate_teachers=4", "models.pate_queries=300", "audit.attack=membership",
+                     "audit.membership_candidates=1000")
+    run_train_models(spark, config)
+    m = config.models
+    prepared = prepared_days(spark, config, read_day(spark, parquet_path, m.proxy_day),
+                             read_day(spark, parquet_path, m.target_day), share=False)
+    data, member = membership_candidates(prepared.target_data, config)
+    reference = training.train_pate(data, epsilon=math.inf, seed=training_seed(config), params=boosting_params(config),
+                                    settings=pate.PateSettings(teachers=4, queries=300))
+    students = ~np.isnan(reference.released_labels)
+    released = pd.read_parquet(os.path.join(config.run.output_dir, "models", "canaries")).set_index("row_id")
+    assert students.sum() == 300 and (member == 0).sum() > 400
+    np.testing.assert_array_equal(released.loc[data.row_ids[students], "released_label"].to_numpy(),
+                                  reference.released_labels[students])

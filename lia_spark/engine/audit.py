@@ -19,7 +19,9 @@ candidates in the global candidate order (|s| desc, tie hash asc). The stage nev
    (r, c') whose cut rank falls inside it reads the correct count at local rank c' - offset[k, r]; adding the
    correct-count offset gives c exactly. One output row per (r, c').
 
-Then the bounds run on the driver (lia_spark.audit_sweep.evaluate_attacks: the best over the attacks of audit.attacks x the sweep). Outputs under ``<run.output_dir>/audit``:
+With audit.attack=membership the stage instead counts the membership baseline over the train stage's candidate
+table on the driver (:func:`membership_counts`, docs/math.md §5.8). Then the bounds run on the driver
+(lia_spark.audit_sweep.evaluate_attacks: the best over the scores of audit.scores x the sweep). Outputs under ``<run.output_dir>/audit``:
 ``results`` (Parquet) and ``results.csv`` (per repetition and c': c', c, per-point bounds), ``summary.json``
 and ``plots/eps_vs_guesses.png``, committed atomically; resumable.
 """
@@ -40,7 +42,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import audit, audit_sweep, hashing, layout, names
+from lia_spark import audit, audit_sweep, hashing, layout, membership, names
 from lia_spark.config import AuditConfig, Config
 from lia_spark.engine.outputs import (FilesResult, committed_output, copy_from_local, read_marker, reported_path,
                                      reusable_output, stage_fingerprint)
@@ -100,7 +102,7 @@ class CandidateRanges:
     """The candidate ranges of every attack, numbered globally: attack a owns ranges first[a] .. first[a + 1] - 1.
 
     Attributes:
-        attacks: the attacks, in the order of ``audit.attacks``.
+        attacks: the attacks, in the order of ``audit.scores``.
         boundary_abs, boundary_tie: per attack, the cut keys of :func:`lia_spark.audit.range_boundaries`.
         first: (A + 1,) global id of each attack's first range; first[A] = the number of ranges.
     """
@@ -207,7 +209,7 @@ def _range_totals(candidates: DataFrame, *, parts: int, repetitions: int) -> tup
 def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
                        guesses: np.ndarray | None = None) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
     """Exact c for every attack, repetition and c' of the sweep over a canary DataFrame (module docstring, steps
-    1-4). Every attack of ``settings.attacks`` is counted on the same games, in the same passes over the canaries.
+    1-4). Every attack of ``settings.scores`` is counted on the same games, in the same passes over the canaries.
 
     Args:
         df: canary rows (see :func:`select_canaries`); row ids must be distinct (they key the draws and ties).
@@ -216,7 +218,7 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
         guesses: guess counts to evaluate; default the sweep of ``settings``.
 
     Returns:
-        (m, guesses (k,), attack name -> correct (R, k) int64), the attacks in the order of ``settings.attacks``.
+        (m, guesses (k,), attack name -> correct (R, k) int64), the attacks in the order of ``settings.scores``.
 
     Raises:
         ValueError: if the table is empty.
@@ -230,7 +232,7 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
     if guesses is None:
         guesses = audit.guess_grid(m, step_percent=settings.sweep_step_percent, extra_share=settings.extra_guess_share)
     guesses = np.asarray(guesses, dtype=np.int64)
-    attacks = audit.resolve_attacks(settings.attacks)
+    attacks = audit.resolve_attacks(settings.scores)
     parts = max(4 * default_parallelism(spark), -(-2 * m // RANGE_CANDIDATES))
     describe_jobs(spark, "audit: sample candidate keys for range boundaries")
     keys = _sample_keys(df, attacks=attacks, seed=seed, fraction=min(1.0, SAMPLE_ROWS_PER_RANGE * parts / m))
@@ -273,7 +275,7 @@ def results_frame(bounds: audit_sweep.AttackBounds) -> pd.DataFrame:
     for attack, sweep in bounds.per_attack.items():
         repetitions, points = sweep.correct.shape
         frame = pd.DataFrame({
-            "attack": attack,
+            "score": attack,
             "repetition": np.repeat(np.arange(repetitions, dtype=np.int32), points),
             "guesses": np.tile(sweep.guesses, repetitions),
             "correct": sweep.correct.ravel(),
@@ -296,9 +298,9 @@ def plot_sweep(frame: pd.DataFrame, *, path: str, title: str, confidence: float,
 
     columns = [c for c in frame.columns if c.startswith("eps_")]
     figure, axis = plt.subplots(figsize=(6.4, 4.0))
-    several = frame["attack"].nunique() > 1
+    several = frame["score"].nunique() > 1
     band_label = f"bands: +-1 std over {frame['repetition'].nunique()} repetitions"
-    for attack, rows in frame.groupby("attack", sort=False):
+    for attack, rows in frame.groupby("score", sort=False):
         stats = rows.groupby("guesses")[columns].agg(["mean", "std"])
         for column in columns:
             family, convention = column[len("eps_"):].rsplit("_", 1)
@@ -362,45 +364,80 @@ class AuditResult(FilesResult):
         return list(self.files)
 
 
-def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None = None) -> AuditResult:
-    """Audit the canary table (``canaries`` or :func:`canary_path`) and write ``<run.output_dir>/audit``.
+def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None
+                           ) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    """(m, guesses, score name -> correct (R, k)) of the observational audit of the canary table (``canaries`` or
+    :func:`canary_path`, optionally sampled to audit.canaries rows)."""
+    if canaries is None:
+        describe_jobs(spark, "audit: read canaries")
+        canaries = spark.read.parquet(canary_path(config))
+    df = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries)
+    if config.audit.canaries > 0:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)  # the sample's top-k selection is a full scan: run it once
+    try:
+        return distributed_counts(df, settings=config.audit, seed=config.run.seed)
+    finally:
+        df.unpersist()
 
-    Reused when the output is complete with the same fingerprint (audit settings, seed, canary table;
+
+def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    """(2m, guesses, {"membership": correct (1, k)}) of the membership baseline (docs/math.md §5.8) over the train
+    stage's candidate table (2m rows, collected to the driver: audit.membership_candidates bounds it)."""
+    describe_jobs(spark, "audit: read membership candidates")
+    frame = spark.read.parquet(layout.membership_path(config)).toPandas()
+    if frame.empty:
+        raise ValueError(f"membership candidates: {layout.membership_path(config)} holds no row; train with "
+                         f"audit.attack={names.MEMBERSHIP}")
+    guesses, correct = membership.sweep_counts(
+        frame["row_id"].to_numpy(np.int64), frame["label"].to_numpy(), frame["member"].to_numpy(np.int8),
+        frame["target_prediction"].to_numpy(np.float64), frame["proxy_prediction"].to_numpy(np.float64),
+        seed=config.run.seed, step_percent=config.audit.sweep_step_percent, extra_share=config.audit.extra_guess_share)
+    return len(frame), guesses, {names.MEMBERSHIP: correct}
+
+
+def audited_path(config: Config) -> str:
+    """The table the audit reads: the membership candidates with audit.attack=membership, else the canaries."""
+    return layout.membership_path(config) if config.audit.attack == names.MEMBERSHIP else canary_path(config)
+
+
+def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None = None) -> AuditResult:
+    """Audit the canary table (``canaries`` or :func:`canary_path`), or with audit.attack=membership the train
+    stage's membership candidates, and write ``<run.output_dir>/audit``.
+
+    Reused when the output is complete with the same fingerprint (audit settings, seed, audited table;
     :func:`lia_spark.engine.outputs.reusable_output`) and run.force is false; never for a ``canaries`` frame.
     """
     settings = config.audit
     output = layout.output_path(config, layout.AUDIT)
     output_path = reported_path(output)
-    fingerprint = stage_fingerprint(spark, "audit", config, inputs={"canaries": canary_path(config)})
+    fingerprint = stage_fingerprint(spark, "audit", config, inputs={"canaries": audited_path(config)})
     marker = reusable_output(spark, [output], fingerprint, force=config.run.force or canaries is not None)
     if marker is not None:
         return AuditResult.from_dict(marker, skipped=True)
     started = time.monotonic()
-    if canaries is None:
-        describe_jobs(spark, "audit: read canaries")
-        canaries = spark.read.parquet(canary_path(config))
-    df = select_canaries(canaries, seed=config.run.seed, canaries=settings.canaries)
-    if settings.canaries > 0:
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)  # the sample's top-k selection is a full scan: run it once
-    try:
-        m, guesses, correct = distributed_counts(df, settings=settings, seed=config.run.seed)
-    finally:
-        df.unpersist()
+    if settings.attack == names.MEMBERSHIP:
+        if canaries is not None:
+            raise ValueError(f"audit.attack={names.MEMBERSHIP} audits the train stage's candidates, not a canary "
+                             "table; got a canaries frame")
+        m, guesses, correct = membership_counts(spark, config)
+    else:
+        m, guesses, correct = label_inference_counts(spark, config, canaries)
+    repetitions = next(iter(correct.values())).shape[0]
     counted = time.monotonic()
     bounds = audit_sweep.evaluate_attacks(correct, guesses, canaries=m, confidence=settings.confidence,
                                           delta=settings.delta, tau=settings.tau, families=settings.bounds,
                                           table_families=settings.table_bounds)
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
     summary = {
-        "canaries": m, "repetitions": settings.repetitions, "guesses": guesses.tolist(),
+        "attack": settings.attack, "canaries": m, "repetitions": repetitions, "guesses": guesses.tolist(),
         "confidence": settings.confidence, "delta": settings.delta, "tau": settings.tau,
-        "gdp_delta": bounds.gdp_delta, "gdp_tau_vacuous": bounds.gdp_tau_vacuous, "attacks": list(bounds.attacks),
+        "gdp_delta": bounds.gdp_delta, "gdp_tau_vacuous": bounds.gdp_tau_vacuous, "scores": list(bounds.attacks),
         "tests": bounds.tests, "default_convention": settings.convention,
         "best": audit_sweep.summarize(bounds.best),
         "best_guesses_median": {key: float(np.median(v)) for key, v in bounds.best_guesses.items()},
-        "best_attack_share": {key: {attack: float(np.mean(winners == attack)) for attack in bounds.attacks}
+        "best_score_share": {key: {attack: float(np.mean(winners == attack)) for attack in bounds.attacks}
                               for key, winners in bounds.best_attacks.items()},
-        "per_attack": {attack: audit_sweep.summarize(sweep.best) for attack, sweep in bounds.per_attack.items()},
+        "per_score": {attack: audit_sweep.summarize(sweep.best) for attack, sweep in bounds.per_attack.items()},
     }
     summary["headline"] = _headline(spark, config, bounds).to_dict()
     if bounds.gdp_tau_vacuous and names.GDP in settings.bounds:
@@ -415,12 +452,12 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         with open(os.path.join(local, FILES[1]), "w", encoding="utf-8") as handle:
             json.dump(summary, handle, indent=2, sort_keys=True)
         plot_sweep(frame, path=os.path.join(local, FILES[2]),
-                   title=f"audit: {m} canaries, {settings.repetitions} repetitions", confidence=settings.confidence,
-                   deltas={names.BINOMIAL: settings.delta, names.GDP: bounds.gdp_delta})
+                   title=f"{settings.attack} audit: {m} canaries, {repetitions} repetitions",
+                   confidence=settings.confidence, deltas={names.BINOMIAL: settings.delta, names.GDP: bounds.gdp_delta})
         for name in FILES:  # written locally, copied to the output folder on any Hadoop file system
             copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
         files = tuple(os.path.join(output_path, name) for name in FILES)
-        result = AuditResult(output_path=output_path, canaries=m, repetitions=settings.repetitions,
+        result = AuditResult(output_path=output_path, canaries=m, repetitions=repetitions,
                              guess_counts=len(guesses), convention=settings.convention, summary=summary,
                              files=files, seconds=time.monotonic() - started)
         metadata.update(result.to_dict())

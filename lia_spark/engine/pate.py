@@ -1,46 +1,59 @@
-"""PATE's teachers on Spark (docs/math.md §4.6): ``groupBy(teacher).applyInPandas``, one task per teacher.
+"""PATE's teachers on Spark (docs/math.md §4.6): the teacher frame is built on the executors from the day's
+training rows (student rows dropped, ``teacher`` = :func:`lia_spark.pate.teacher_index` by row id) and
+``groupBy(teacher).applyInPandas`` fits the teachers in parallel tasks (several teachers per task, one per group).
 
 Each group fits its teacher with one thread (:func:`lia_spark.pate.teacher_votes`, rows in row-id order, so the
-votes do not depend on the partitioning) and returns only its votes on the broadcast student rows: no model
-travels back to the driver.
+votes do not depend on the partitioning) and returns only its votes on the broadcast student rows (Q rows): no
+training row comes from the driver and no model travels back to it.
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame
+from pyspark.sql.types import IntegerType, StructField, StructType
 
 from lia_spark import pate
+from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine.session import describe_jobs, shipped
 
 VOTES_SCHEMA = "teacher int, votes binary"
+TEACHER = "teacher"
 
 
-def spark_votes(spark: SparkSession, *, teachers: int, model: pate.TeacherModel) -> pate.TeacherVotes:
-    """A :data:`lia_spark.pate.TeacherVotes` that fits the ``teachers`` teachers in parallel Spark tasks."""
+def spark_votes(training_rows: DataFrame, columns: list[str], *, teachers: int,
+                model: pate.TeacherModel) -> pate.TeacherVotes:
+    """A :data:`lia_spark.pate.TeacherVotes` over ``training_rows`` (row_id, label and the float feature
+    ``columns`` of the target day's training rows) that fits the ``teachers`` teachers in parallel Spark tasks."""
+    spark = training_rows.sparkSession
+    settings = dict(n_estimators=model.n_estimators, max_depth=model.max_depth, learning_rate=model.learning_rate,
+                    seed=model.seed)
+    rows = training_rows.select(ROW_ID, LABEL, *columns)
+    schema = StructType(rows.schema.fields + [StructField(TEACHER, IntegerType())])
 
-    def votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarray, teacher: np.ndarray,
-              student_features: np.ndarray) -> np.ndarray:
-        columns = [f"f{index}" for index in range(features.shape[1])]
-        frame = pd.DataFrame(np.asarray(features, dtype=np.float32), columns=columns).assign(
-            row_id=np.asarray(row_ids, np.int64), label=np.asarray(labels, np.int32),
-            teacher=np.asarray(teacher, np.int32))
-        settings = dict(n_estimators=model.n_estimators, max_depth=model.max_depth,
-                        learning_rate=model.learning_rate, seed=model.seed)
-
+    def votes(student_ids: np.ndarray, student_features: np.ndarray, seed: int) -> np.ndarray:
         describe_jobs(spark, f"train: {teachers} PATE teachers")
-        with shipped(spark, np.asarray(student_features, dtype=np.float32)) as students:
+        with shipped(spark, (np.sort(np.asarray(student_ids, np.int64)),
+                             np.asarray(student_features, dtype=np.float32))) as students:
+
+            def assign(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+                for frame in frames:
+                    ids = frame[ROW_ID].to_numpy(np.int64)
+                    labelled = ~np.isin(ids, students.value[0])
+                    yield frame.loc[labelled].assign(**{TEACHER: pate.teacher_index(
+                        ids[labelled], teachers=teachers, seed=seed).astype(np.int32)})
 
             def fit(group: pd.DataFrame) -> pd.DataFrame:
-                found = pate.teacher_votes(group["row_id"].to_numpy(), group[columns].to_numpy(np.float32),
-                                           group["label"].to_numpy(), students.value, **settings)
-                return pd.DataFrame({"teacher": [int(group["teacher"].iat[0])], "votes": [found.tobytes()]})
+                found = pate.teacher_votes(group[ROW_ID].to_numpy(), group[columns].to_numpy(np.float32),
+                                           group[LABEL].to_numpy(), students.value[1], **settings)
+                return pd.DataFrame({TEACHER: [int(group[TEACHER].iat[0])], "votes": [found.tobytes()]})
 
-            rows = (spark.createDataFrame(frame).repartition(teachers, "teacher").groupBy("teacher")
-                    .applyInPandas(fit, VOTES_SCHEMA).collect())
+            found = rows.mapInPandas(assign, schema).groupBy(TEACHER).applyInPandas(fit, VOTES_SCHEMA).collect()
         result = np.zeros((teachers, len(student_features)), dtype=np.int8)  # an empty partition votes 0
-        for row in rows:
-            result[row["teacher"]] = np.frombuffer(row["votes"], dtype=np.int8)
+        for row in found:
+            result[row[TEACHER]] = np.frombuffer(row["votes"], dtype=np.int8)
         return result
 
     return votes

@@ -6,7 +6,10 @@ label, released_label, target_prediction, proxy_prediction of the target's train
 model files (``proxy``/``target``/``stage1`` as xgboost ``.ubj`` or catboost ``.cbm``), ``metrics.json`` and,
 when the posteriors stage's prior is the proxy's prediction
 (:func:`lia_spark.engine.posteriors.prior.needs_proxy_priors`: data.source=criteo with mechanisms.prior_column=auto, or prior_column=proxy_prediction), ``priors`` (row_id,
-proxy_prediction of every row of mechanisms.day, scored on the executors by :func:`write_proxy_priors`).
+proxy_prediction of every row of mechanisms.day, scored on the executors by :func:`write_proxy_priors`). With
+audit.attack=membership (in_memory only) the target leaves out the non-members among the
+audit.membership_candidates candidate training rows (:func:`membership_candidates`) and ``membership`` (row_id,
+label, member, target_prediction, proxy_prediction of the candidates) is written for the audit stage.
 
 Two execution paths with the same outputs: ``in_memory`` collects one day's features to the driver (Arrow)
 and fits there; ``distributed`` fits ``xgboost.spark.SparkXGBClassifier`` on the cluster (label-level
@@ -31,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
-from lia_spark import features, hashing, label_mechanisms, layout, training
+from lia_spark import features, hashing, label_mechanisms, layout, membership, training
 from lia_spark.config import Config, ConfigError
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark import pate
@@ -42,13 +45,16 @@ from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_
                                      reusable_output, stage_fingerprint, write_text)
 from lia_spark.engine.posteriors.prior import needs_proxy_priors
 from lia_spark.engine.session import default_parallelism, describe_jobs, is_connect, shipped
-from lia_spark.names import LABEL_MECHANISMS, NONE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR
+from lia_spark.names import (LABEL_INFERENCE, LABEL_MECHANISMS, MEMBERSHIP, NONE, PATE, PROXY_PRIOR, RR, RR_DEBIASED,
+                             RR_WITH_PRIOR)
 
 logger = logging.getLogger(__name__)
 
 PRIORS_SCHEMA = f"{ROW_ID} long, {PROXY_PRIOR} double"
 SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, split int, released_label int, target_prediction double, "
-                 "proxy_prediction double")
+                 "proxy_prediction double, member int")  # member: null outside the membership candidates
+SPLIT_NAMES = {training.SPLIT_TRAIN: "train_target", training.SPLIT_VALID: "valid_target",
+               training.SPLIT_TEST: "test_target", training.SPLIT_LEFT_OUT: "left_out_target"}
 
 
 def training_seed(config: Config) -> int:
@@ -56,12 +62,20 @@ def training_seed(config: Config) -> int:
     return int(hashing.stream_key(config.run.seed, "models/training-labels")) >> 1
 
 
-def pate_settings(spark: SparkSession, config: Config) -> pate.PateSettings:
-    """The models section's PATE settings, the teachers fitted in parallel Spark tasks."""
+def pate_settings(config: Config, target_rows: DataFrame, spec: features.FeatureSpec, *,
+                  left_out: np.ndarray | None = None) -> pate.PateSettings:
+    """The models section's PATE settings, the teachers fitted in parallel Spark tasks on the training rows of
+    ``target_rows`` encoded by ``spec`` (the target's own encoding), without the row ids ``left_out`` (the
+    membership baseline's non-members)."""
     m = config.models
+    training_rows = model_features(target_rows, spec, config).where(
+        F.col(features.SPLIT_COLUMN) == training.SPLIT_TRAIN)
+    if left_out is not None and left_out.size:
+        excluded = target_rows.sparkSession.createDataFrame(pd.DataFrame({ROW_ID: left_out.astype(np.int64)}))
+        training_rows = training_rows.join(F.broadcast(excluded), ROW_ID, "left_anti")
     return pate.PateSettings(teachers=m.pate_teachers, queries=m.pate_queries, noise=m.pate_noise,
                              pseudo_labels=m.pate_pseudo_labels, delta=m.pate_delta,
-                             votes=spark_votes(spark, teachers=m.pate_teachers,
+                             votes=spark_votes(training_rows, spec.feature_columns, teachers=m.pate_teachers,
                                                model=training.teacher_model(boosting_params(config))))
 
 
@@ -91,6 +105,7 @@ class TrainResult:
     skipped: bool = False
     encoding_files: list[str] = dataclasses.field(default_factory=list)  # feature encoding per model (.encoding.npz)
     mechanism_report: dict[str, float] = dataclasses.field(default_factory=dict)  # pate: eps, delta, T, Q, sigma, ...
+    attack: str = LABEL_INFERENCE  # membership: half of the candidates left out, models/membership written
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict (also the completion marker's content)."""
@@ -117,9 +132,11 @@ class TrainResult:
         return [*self.model_files, *self.encoding_files, os.path.join(self.output_dir, layout.MODEL_METRICS)]
 
     def row_data(self) -> list[str]:
-        """The folders of the tables holding per-row labels (canaries, test predictions): they stay in the output
+        """The folders of the tables holding per-row labels (canaries, test predictions, membership candidates):
+        they stay in the output
         folder and reach MLflow only with tracking.log_row_data."""
-        return [os.path.join(self.output_dir, name) for name in (layout.CANARIES, layout.TEST_PREDICTIONS)]
+        tables = (layout.CANARIES, layout.TEST_PREDICTIONS, *((layout.MEMBERSHIP,) if self.attack == MEMBERSHIP else ()))
+        return [os.path.join(self.output_dir, name) for name in tables]
 
 
 IN_MEMORY_BYTES_PER_ROW = 240  # measured: Arrow result bytes of one feature row collected by toPandas (232 B)
@@ -213,7 +230,8 @@ def collect_model_data(frame: DataFrame, spec: features.FeatureSpec, library: st
 @dataclasses.dataclass(frozen=True)
 class PreparedDays:
     """What the in-memory path computes before the target's labels are privatized: the proxy, its metrics on its
-    own day's test rows, its predictions on the target day, the target day's features and the timings."""
+    own day's test rows, its predictions on the target day, the target day's features and encoding, and the
+    timings."""
 
     proxy: training.FittedModel
     proxy_spec: features.FeatureSpec
@@ -221,6 +239,7 @@ class PreparedDays:
     proxy_day_metrics: dict[str, float]
     proxy_prediction: np.ndarray
     target_data: training.ModelData
+    target_spec: features.FeatureSpec
     seconds: dict[str, float]
 
 
@@ -272,17 +291,36 @@ def prepared_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, ta
     return prepared
 
 
+def membership_candidates(data: training.ModelData, config: Config) -> tuple[training.ModelData, np.ndarray]:
+    """With audit.attack=membership: the target day's rows with the candidates left out of the target's training
+    rows moved to split :data:`lia_spark.training.SPLIT_LEFT_OUT`, and per row 1 (member) / 0 (left out) on the
+    audit.membership_candidates candidates, -1 elsewhere (docs/math.md §5.8). Otherwise ``data`` and all -1."""
+    member = np.full(data.row_ids.size, -1, dtype=np.int32)
+    if config.audit.attack != MEMBERSHIP:
+        return data, member
+    train = data.split == training.SPLIT_TRAIN
+    candidates = np.zeros(data.row_ids.size, dtype=bool)
+    candidates[train] = membership.candidate_mask(data.row_ids[train], candidates=config.audit.membership_candidates,
+                                                  seed=config.run.seed)
+    member[candidates] = membership.membership(data.row_ids[candidates], seed=config.run.seed)
+    split = np.where(member == 0, training.SPLIT_LEFT_OUT, data.split).astype(data.split.dtype)
+    return dataclasses.replace(data, split=split), member
+
+
 def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame, *,
                share_preparation: bool = False
                ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float],
                           dict[str, features.FeatureSpec], dict[str, float]]:
     m = config.models
     prepared = prepared_days(spark, config, proxy_rows, target_rows, share=share_preparation)
-    data, proxy, proxy_prediction = prepared.target_data, prepared.proxy, prepared.proxy_prediction
+    data, member = membership_candidates(prepared.target_data, config)
+    proxy, proxy_prediction = prepared.proxy, prepared.proxy_prediction
     started = time.monotonic()
     fit = training.train_target(data, mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
                                 params=boosting_params(config), prior=proxy_prediction, bag_size=m.bag_size,
-                                pate_settings=pate_settings(spark, config))
+                                pate_settings=(pate_settings(config, target_rows, prepared.target_spec,
+                                                             left_out=data.row_ids[member == 0])
+                                               if m.training_mechanism == PATE else None))
     logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
                 fit.model.fit_seconds)
     released = (pd.array(fit.released_labels, dtype="Int32") if fit.released_labels is not None
@@ -290,7 +328,8 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
     scored = pd.DataFrame({ROW_ID: data.row_ids, LABEL: data.labels.astype(np.int32),
                            "split": data.split.astype(np.int32), "released_label": released,
                            "target_prediction": fit.model.predict(data.features),
-                           "proxy_prediction": proxy_prediction})
+                           "proxy_prediction": proxy_prediction,
+                           "member": pd.array(np.where(member < 0, None, member), dtype="Int32")})
     models = {"proxy": proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
                                       if name != "proxy" or "proxy_reused" not in prepared.seconds},
@@ -345,9 +384,10 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
         raise ValueError("models.execution: distributed (xgboost.spark) needs a classic Spark session, and this one "
                          "is Spark Connect (Databricks shared or serverless compute, spark.remote), got 'distributed'; "
                          "use models.execution=in_memory or a classic cluster")
-    if m.library != "xgboost" or m.training_mechanism not in LABEL_MECHANISMS:
-        raise ValueError(f"models.execution: distributed supports xgboost with {LABEL_MECHANISMS}, "
-                         f"got library={m.library}, training_mechanism={m.training_mechanism}")
+    if m.library != "xgboost" or m.training_mechanism not in LABEL_MECHANISMS or config.audit.attack != LABEL_INFERENCE:
+        raise ValueError(f"models.execution: distributed supports xgboost with {LABEL_MECHANISMS} and "
+                         f"audit.attack={LABEL_INFERENCE}, got library={m.library}, training_mechanism="
+                         f"{m.training_mechanism}, audit.attack={config.audit.attack}")
     proxy_spec = feature_spec(proxy_rows, config)
     columns = proxy_spec.feature_columns
     fit_rows = (F.col(features.SPLIT_COLUMN) < 2)
@@ -397,7 +437,8 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
         scored = _debiased(scored, eps, "target_raw", "target_prediction")
     else:
         scored = scored.withColumn("target_prediction", F.col("target_raw"))
-    scored = scored.select(ROW_ID, LABEL, "split", "released_label", "target_prediction", "proxy_prediction")
+    scored = scored.select(ROW_ID, LABEL, "split", "released_label", "target_prediction", "proxy_prediction",
+                           F.lit(None).cast("int").alias("member"))
     return scored, models, seconds, {}, {name: proxy_spec if name == "proxy" else target_spec for name in models}, {}
 
 
@@ -528,9 +569,11 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
         scored.where(F.col("split") == training.SPLIT_TEST).select(
             ROW_ID, LABEL, "target_prediction", "proxy_prediction").write.parquet(
             layout.under(staging, layout.TEST_PREDICTIONS))
+        if config.audit.attack == MEMBERSHIP:
+            scored.where(F.col("member").isNotNull()).select(*layout.MEMBERSHIP_COLUMNS).write.parquet(
+                layout.under(staging, layout.MEMBERSHIP))
         rows = {name: int(count) for name, count in scored.groupBy("split").count().toPandas()
-                .assign(name=lambda f: f["split"].map({0: "train_target", 1: "valid_target", 2: "test_target"}))
-                [["name", "count"]].itertuples(index=False)}
+                .assign(name=lambda f: f["split"].map(SPLIT_NAMES))[["name", "count"]].itertuples(index=False)}
         test_metrics = {**_test_metrics(scored), **extra_metrics}
         if needs_proxy_priors(config):
             prior_started = time.monotonic()
@@ -544,7 +587,7 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
                              rows=rows, test_metrics=test_metrics, seconds=seconds,
                              model_files=[os.path.join(out, name) for name in files],
                              encoding_files=[os.path.join(out, name) for name in encodings],
-                             mechanism_report=mechanism_report)
+                             mechanism_report=mechanism_report, attack=config.audit.attack)
         _write_json(spark, result.to_dict(), layout.under(staging, layout.MODEL_METRICS))
         metadata.update(result.to_dict())
     scored.unpersist()
