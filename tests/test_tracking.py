@@ -260,7 +260,7 @@ def test_one_nested_run_per_posterior_setting(run, client):
         logged = by_key[(row["mechanism"], row["epsilon"], row["bag_size"])]
         assert logged.data.tags[KIND_TAG] == "setting"
         assert _same(logged.data.metrics["mean_additive_advantage"], float(row["mean_additive_advantage"]))
-    table = mlflow.load_table("posteriors/settings.json", run_ids=[stage_run.info.run_id])
+    table = client.load_table(stage_run.info.experiment_id, "posteriors/settings.json", run_ids=[stage_run.info.run_id])
     assert sorted(table["setting"]) == sorted(r.info.run_name for r in settings)
 
 
