@@ -239,7 +239,6 @@ class PreparedDays:
     proxy_day_metrics: dict[str, float]
     proxy_prediction: np.ndarray
     target_data: training.ModelData
-    target_spec: features.FeatureSpec
     seconds: dict[str, float]
 
 
@@ -307,6 +306,12 @@ def membership_candidates(data: training.ModelData, config: Config) -> tuple[tra
     return dataclasses.replace(data, split=split), member
 
 
+def _model_specs(models: dict[str, Any], proxy_spec: features.FeatureSpec,
+                 target_spec: features.FeatureSpec) -> dict[str, features.FeatureSpec]:
+    """The feature encoding of each model: the proxy's own, the target day's for the target (and stage 1)."""
+    return {name: proxy_spec if name == "proxy" else target_spec for name in models}
+
+
 def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame, *,
                share_preparation: bool = False
                ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float],
@@ -335,8 +340,8 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
                                       if name != "proxy" or "proxy_reused" not in prepared.seconds},
                "train_target": time.monotonic() - started}
     extra = {f"{name}@proxy_own_day": value for name, value in prepared.proxy_day_metrics.items()}
-    specs = {name: prepared.proxy_spec if name == "proxy" else prepared.target_spec for name in models}
-    return spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra, specs, fit.report
+    return (spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra,
+            _model_specs(models, prepared.proxy_spec, prepared.target_spec), fit.report)
 
 
 def _spark_classifier(spark: SparkSession, config: Config, columns: list[str], label: str):
@@ -439,7 +444,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
         scored = scored.withColumn("target_prediction", F.col("target_raw"))
     scored = scored.select(ROW_ID, LABEL, "split", "released_label", "target_prediction", "proxy_prediction",
                            F.lit(None).cast("int").alias("member"))
-    return scored, models, seconds, {}, {name: proxy_spec if name == "proxy" else target_spec for name in models}, {}
+    return scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {}
 
 
 def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: tuple[str, ...]
