@@ -279,9 +279,9 @@ class ModelsConfig:
         if self.execution == "distributed" and self.library != "xgboost":
             _fail("models.execution", self.execution, f"trains xgboost only (xgboost.spark), not models.library="
                   f"{self.library}", "set models.execution=in_memory or models.library=xgboost")
-        if self.training_mechanism in names.BAG_MECHANISMS and (reason := self._no_proportion_matching()):
-            _fail("models.training_mechanism", self.training_mechanism, f"needs proportion matching, which {reason} "
-                  "lacks", "train a label mechanism or use models.library=xgboost, models.execution=in_memory")
+        if self.training_mechanism in names.BAG_MECHANISMS and self.library != "xgboost":
+            _fail("models.training_mechanism", self.training_mechanism, "needs learning from bag proportions, which "
+                  f"models.library={self.library} lacks", "train a label mechanism or use models.library=xgboost")
         if self.utility_bag_sizes and self.library != "xgboost":
             _fail("models.utility_bag_sizes", list(self.utility_bag_sizes), "the utility grid's llp settings need "
                   f"proportion matching, which models.library={self.library} lacks",
@@ -332,12 +332,6 @@ class ModelsConfig:
                   "(inf = true labels)")
         _fail_repeats("models.utility_epsilons", self.utility_epsilons)
         _fail_repeats("models.utility_bag_sizes", self.utility_bag_sizes)
-
-    def _no_proportion_matching(self) -> str:
-        """The setting that rules out proportion matching (the llp training objective), "" when none does."""
-        if self.library != "xgboost":
-            return f"models.library={self.library}"
-        return "models.execution=distributed (xgboost.spark)" if self.execution == "distributed" else ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -79,6 +79,18 @@ def debias_rr_predictions(predictions: np.ndarray, *, epsilon: float, clip: floa
     return np.clip(corrected, clip, 1.0 - clip)
 
 
+def debias_bag_predictions(predictions: np.ndarray, *, bag_size: int, mean_proportion: float,
+                           clip: float = DEBIAS_CLIP) -> np.ndarray:
+    """P(y=1|x) from a regression f(x) of each row's released bag proportion on its features (debiased per-row
+    labels, docs/math.md §4.7): with random bags of k rows and zero-mean noise,
+    E[alpha | x] = (P(y=1|x) + (k - 1) mu) / k (mu = E[y], the mean released proportion), so
+    p = k f - (k - 1) mu, clipped to [clip, 1-clip]."""
+    if isinstance(bag_size, bool) or not isinstance(bag_size, (int, np.integer)) or bag_size < 1:
+        raise ValueError(f"bag_size must be a positive integer, got bag_size={bag_size!r}")
+    corrected = bag_size * np.asarray(predictions, dtype=np.float64) - (bag_size - 1) * float(mean_proportion)
+    return np.clip(corrected, clip, 1.0 - clip)
+
+
 def lp2st_first_half(row_ids: np.ndarray, *, seed: int) -> np.ndarray:
     """Boolean mask of the LP-2ST stage-1 half: hash-uniform(seed, row_id) < 1/2."""
     return hashing.uniform(seed, PURPOSE_HALF, row_ids) < 0.5
@@ -92,8 +104,9 @@ def _check_labels(labels: np.ndarray) -> np.ndarray:
 
 
 def bag_proportions(row_ids: np.ndarray, labels: np.ndarray, *, mechanism: str, epsilon: float, bag_size: int,
-                    seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bag the rows (:func:`lia_spark.mechanisms.assign_bags`) and release each bag's proportion.
+                    seed: int, unit_bits: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Bag the rows (:func:`lia_spark.mechanisms.assign_bags`, ``unit_bits`` as there) and release each bag's
+    proportion.
 
     llp releases S/k; llp_laplace S/k + Laplace(1/(k eps)); llp_geometric f(clip(S + G, 0, k))/k (docs/math.md §2).
     Noise is keyed on the bag's smallest row id, so disjoint row sets bagged with one seed get
@@ -106,7 +119,8 @@ def bag_proportions(row_ids: np.ndarray, labels: np.ndarray, *, mechanism: str, 
         raise ValueError(f"mechanism must be one of {BAG_MECHANISMS}, got {mechanism!r}")
     ids = np.asarray(row_ids, dtype=np.int64)
     labels = _check_labels(labels)
-    _, bag_index = np.unique(mechanisms.assign_bags(ids, bag_size=bag_size, seed=seed), return_inverse=True)
+    _, bag_index = np.unique(mechanisms.assign_bags(ids, bag_size=bag_size, seed=seed, unit_bits=unit_bits),
+                             return_inverse=True)
     order = np.argsort(bag_index, kind="stable")
     sizes = np.bincount(bag_index)
     sums = mechanisms.bag_sums(labels[order], sizes)

@@ -104,8 +104,6 @@ def unsupported_reason(mechanism: str, *, library: str, execution: str) -> str:
     """Why models.library / models.execution cannot train ``mechanism`` ("" when they can)."""
     if execution == "distributed" and library != "xgboost":
         return "models.execution=distributed trains xgboost only (xgboost.spark)"
-    if mechanism in BAG_MECHANISMS and execution == "distributed":
-        return "proportion matching needs a custom objective, which xgboost.spark (models.execution=distributed) lacks"
     if mechanism == PATE and (library != "xgboost" or execution != "in_memory"):
         return "PATE's teachers and student are in-memory xgboost models (models.library=xgboost, execution=in_memory)"
     if mechanism in BAG_MECHANISMS and library == "catboost":

@@ -79,7 +79,6 @@ def test_wrong_values_are_refused_at_load_with_exit_2(tmp_path, capsys, override
 @pytest.mark.parametrize("overrides, field", [
     (["models.library=catboost", "models.utility_bag_sizes=[]", "models.training_mechanism=llp"],
      "models.training_mechanism"),
-    (["models.execution=distributed", "models.training_mechanism=llp_laplace"], "models.training_mechanism"),
     (["models.execution=distributed", "models.library=catboost", "models.utility_bag_sizes=[]"], "models.execution"),
 ])
 def test_combinations_the_models_cannot_train_are_refused_at_load(tmp_path, capsys, overrides, field):

@@ -12,8 +12,9 @@ audit.membership_candidates candidate training rows (:func:`membership_candidate
 label, member, target_prediction, proxy_prediction of the candidates) is written for the audit stage.
 
 Two execution paths with the same outputs: ``in_memory`` collects one day's features to the driver (Arrow)
-and fits there; ``distributed`` fits ``xgboost.spark.SparkXGBClassifier`` on the cluster (label-level
-mechanisms only: proportion matching needs a custom objective, which xgboost.spark does not take).
+and fits there; ``distributed`` fits xgboost.spark on the cluster: ``SparkXGBClassifier`` on released labels, and
+for the LLP mechanisms (xgboost.spark takes no custom objective, so no proportion matching) ``SparkXGBRegressor``
+on each row's released bag proportion, debiased to P(y=1|x) (docs/math.md §4.7). PATE trains in memory only.
 """
 from __future__ import annotations
 
@@ -40,12 +41,13 @@ from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark import pate
 from lia_spark.engine import features as spark_features
 from lia_spark.engine import metrics as spark_metrics
+from lia_spark.engine.bags import BAG_PROPORTION, row_bag_proportions
 from lia_spark.engine.pate import spark_votes
 from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_fields, output_fingerprint,
                                      reusable_output, stage_fingerprint, write_text)
 from lia_spark.engine.posteriors.prior import needs_proxy_priors
 from lia_spark.engine.session import default_parallelism, describe_jobs, is_connect, shipped
-from lia_spark.names import (LABEL_INFERENCE, LABEL_MECHANISMS, MEMBERSHIP, NONE, PATE, PROXY_PRIOR, RR, RR_DEBIASED,
+from lia_spark.names import (BAG_MECHANISMS, LABEL_INFERENCE, LABEL_MECHANISMS, MEMBERSHIP, NONE, PATE, PROXY_PRIOR, RR, RR_DEBIASED,
                              RR_WITH_PRIOR)
 
 logger = logging.getLogger(__name__)
@@ -344,23 +346,30 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
             _model_specs(models, prepared.proxy_spec, prepared.target_spec), fit.report)
 
 
-def _spark_classifier(spark: SparkSession, config: Config, columns: list[str], label: str):
-    from xgboost.spark import SparkXGBClassifier
+def _spark_booster(spark: SparkSession, config: Config, columns: list[str], label: str, *,
+                   regression_start: float | None = None):
+    """xgboost.spark estimator of the models section: a classifier (logistic loss), or with ``regression_start`` a
+    squared-error regressor boosted from that value (bag proportions, docs/math.md §4.7)."""
+    from xgboost.spark import SparkXGBClassifier, SparkXGBRegressor
 
     m = config.models
-    return SparkXGBClassifier(features_col=columns, label_col=label, validation_indicator_col="is_valid",
-                              num_workers=m.num_workers or default_parallelism(spark), n_estimators=m.n_estimators,
-                              max_depth=m.max_depth,
-                              learning_rate=m.learning_rate, eval_metric="logloss", tree_method="hist",
-                              early_stopping_rounds=m.early_stopping_rounds or None, random_state=config.run.seed % 2**31)
+    shared = dict(features_col=columns, label_col=label, validation_indicator_col="is_valid",
+                  num_workers=m.num_workers or default_parallelism(spark), n_estimators=m.n_estimators,
+                  max_depth=m.max_depth, learning_rate=m.learning_rate, tree_method="hist",
+                  early_stopping_rounds=m.early_stopping_rounds or None, random_state=config.run.seed % 2**31)
+    if regression_start is None:
+        return SparkXGBClassifier(eval_metric="logloss", **shared)
+    return SparkXGBRegressor(objective="reg:squarederror", eval_metric="rmse", base_score=regression_start, **shared)
 
 
 def _positive_probability(model, frame: DataFrame, name: str) -> DataFrame:
+    """``name`` = the classifier's P(y=1|x), or a regressor's prediction."""
     from pyspark.ml.functions import vector_to_array
 
     scored = model.transform(frame)
-    return scored.withColumn(name, vector_to_array(F.col(model.getOrDefault("probabilityCol")))[1]).drop(
-        *[c for c in scored.columns if c not in frame.columns and c != name])
+    value = (vector_to_array(F.col(model.getOrDefault("probabilityCol")))[1] if model.hasParam("probabilityCol")
+             else F.col(model.getOrDefault("predictionCol")))
+    return scored.withColumn(name, value).drop(*[c for c in scored.columns if c not in frame.columns and c != name])
 
 
 def _release_column(frame: DataFrame, *, epsilon: float, seed: int, prior: str | None) -> DataFrame:
@@ -384,13 +393,14 @@ def _release_column(frame: DataFrame, *, epsilon: float, seed: int, prior: str |
 def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame
                  ) -> tuple[DataFrame, dict[str, Any], dict[str, float], dict[str, float],
                             dict[str, features.FeatureSpec], dict[str, float]]:
-    m, seed, seconds = config.models, training_seed(config), {}
+    m, seconds = config.models, {}
     if is_connect(spark):
         raise ValueError("models.execution: distributed (xgboost.spark) needs a classic Spark session, and this one "
                          "is Spark Connect (Databricks shared or serverless compute, spark.remote), got 'distributed'; "
                          "use models.execution=in_memory or a classic cluster")
-    if m.library != "xgboost" or m.training_mechanism not in LABEL_MECHANISMS or config.audit.attack != LABEL_INFERENCE:
-        raise ValueError(f"models.execution: distributed supports xgboost with {LABEL_MECHANISMS} and "
+    supported = (*LABEL_MECHANISMS, *BAG_MECHANISMS)
+    if m.library != "xgboost" or m.training_mechanism not in supported or config.audit.attack != LABEL_INFERENCE:
+        raise ValueError(f"models.execution: distributed supports xgboost with {supported} and "
                          f"audit.attack={LABEL_INFERENCE}, got library={m.library}, training_mechanism="
                          f"{m.training_mechanism}, audit.attack={config.audit.attack}")
     proxy_spec = feature_spec(proxy_rows, config)
@@ -399,7 +409,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     proxy_frame = model_features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col("split") == 1)
     describe_jobs(spark, "train: proxy (xgboost.spark)")
     started = time.monotonic()
-    proxy = _spark_classifier(spark, config, columns, LABEL).fit(proxy_frame.where(fit_rows))
+    proxy = _spark_booster(spark, config, columns, LABEL).fit(proxy_frame.where(fit_rows))
     seconds["fit_proxy"] = time.monotonic() - started
     proxy_on_target = _positive_probability(proxy, model_features(target_rows, proxy_spec, config), "proxy_prediction")
     target_spec = feature_spec(target_rows, config)
@@ -407,6 +417,19 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
               .join(proxy_on_target.select(ROW_ID, LABEL, "split", "proxy_prediction"), ROW_ID)
               .withColumn("is_valid", F.col("split") == 1).cache())
     models: dict[str, Any] = {"proxy": proxy}
+    fit_target = _bag_target if m.training_mechanism in BAG_MECHANISMS else _label_target
+    scored = fit_target(spark, config, target, columns, models, seconds)
+    scored = scored.select(ROW_ID, LABEL, "split", "released_label", "target_prediction", "proxy_prediction",
+                           F.lit(None).cast("int").alias("member"))
+    return scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {}
+
+
+def _label_target(spark: SparkSession, config: Config, target: DataFrame, columns: list[str], models: dict[str, Any],
+                  seconds: dict[str, float]) -> DataFrame:
+    """The target on labels released by a label-level mechanism (and lp_2st's stage 1), fitted by xgboost.spark;
+    ``target`` scored with ``released_label`` and ``target_prediction`` (noise-corrected for rr_debiased)."""
+    m, seed = config.models, training_seed(config)
+    fit_rows = F.col(features.SPLIT_COLUMN) < 2
     eps, mechanism = m.epsilon, m.training_mechanism
     if mechanism == NONE or math.isinf(eps):
         released = target.withColumn("released_label", F.col(LABEL))
@@ -421,7 +444,7 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
         rr = _release_column(halves, epsilon=eps, seed=seed, prior=None).cache()
         describe_jobs(spark, "train: lp_2st stage 1 (xgboost.spark)")
         started = time.monotonic()
-        stage1 = _spark_classifier(spark, config, columns, "released_label").fit(rr.where(half & fit_rows))
+        stage1 = _spark_booster(spark, config, columns, "released_label").fit(rr.where(half & fit_rows))
         seconds["fit_stage1"] = time.monotonic() - started
         models["stage1"] = stage1
         prior = _debiased(_positive_probability(stage1, rr.drop("released_label"), "stage1_raw"), eps,
@@ -434,17 +457,45 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     released = released.cache()
     describe_jobs(spark, "train: target (xgboost.spark)")
     started = time.monotonic()
-    target_model = _spark_classifier(spark, config, columns, "released_label").fit(released.where(fit_rows))
+    target_model = _spark_booster(spark, config, columns, "released_label").fit(released.where(fit_rows))
     seconds["fit_target"] = time.monotonic() - started
     models["target"] = target_model
     scored = _positive_probability(target_model, released, "target_raw")
     if mechanism == RR_DEBIASED and not math.isinf(eps):
-        scored = _debiased(scored, eps, "target_raw", "target_prediction")
-    else:
-        scored = scored.withColumn("target_prediction", F.col("target_raw"))
-    scored = scored.select(ROW_ID, LABEL, "split", "released_label", "target_prediction", "proxy_prediction",
-                           F.lit(None).cast("int").alias("member"))
-    return scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {}
+        return _debiased(scored, eps, "target_raw", "target_prediction")
+    return scored.withColumn("target_prediction", F.col("target_raw"))
+
+
+def _bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: list[str], models: dict[str, Any],
+                seconds: dict[str, float]) -> DataFrame:
+    """The target on bag proportions (docs/math.md §4.7): the training and the validation rows each bagged and
+    released on the executors (:func:`lia_spark.engine.bags.row_bag_proportions`, the in-memory path's bags), a
+    squared-error regression of each row's released proportion, its predictions debiased to P(y=1|x)
+    (:func:`lia_spark.label_mechanisms.debias_bag_predictions`); ``released_label`` is null (no per-row label)."""
+    m = config.models
+    describe_jobs(spark, f"train: bag proportions ({m.training_mechanism}, k={m.bag_size})")
+    proportions = functools.reduce(DataFrame.unionByName, [
+        row_bag_proportions(target.where(F.col("split") == split), mechanism=m.training_mechanism, epsilon=m.epsilon,
+                            bag_size=m.bag_size, seed=training_seed(config))
+        for split in (training.SPLIT_TRAIN, training.SPLIT_VALID)])
+    released = target.join(proportions, ROW_ID, "left").cache()
+    training_rows = released.where(F.col("split") == training.SPLIT_TRAIN)
+    mean_proportion = float(training_rows.agg(F.mean(BAG_PROPORTION)).first()[0])
+    describe_jobs(spark, "train: target on bag proportions (xgboost.spark)")
+    started = time.monotonic()
+    model = _spark_booster(spark, config, columns, BAG_PROPORTION, regression_start=mean_proportion).fit(
+        released.where(F.col(features.SPLIT_COLUMN) < 2))
+    seconds["fit_target"] = time.monotonic() - started
+    models["target"] = model
+
+    @F.pandas_udf("double")
+    def debiased(predictions: pd.Series) -> pd.Series:
+        return pd.Series(label_mechanisms.debias_bag_predictions(predictions.to_numpy(), bag_size=m.bag_size,
+                                                                 mean_proportion=mean_proportion))
+
+    scored = _positive_probability(model, released, "target_raw")
+    return scored.withColumn("target_prediction", debiased("target_raw")).withColumn(
+        "released_label", F.lit(None).cast("int"))
 
 
 def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: tuple[str, ...]
