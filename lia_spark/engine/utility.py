@@ -119,8 +119,7 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
     rows, priors = [], None
     for mechanism, epsilon, bag_size in grid:
         fit = training.train_target(data, mechanism=mechanism, epsilon=math.inf if math.isnan(epsilon) else epsilon,
-                                    seed=seed, params=params, bag_size=bag_size,
-                                    pate_settings=reused_pate)
+                                    seed=seed, params=params, bag_size=bag_size, pate_settings=reused_pate)
         scores = training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test)))
         if priors is None and mechanism == RR and math.isinf(epsilon):
             priors = fit.model.predict(data.rows(data.split == training.SPLIT_TRAIN))
