@@ -259,6 +259,7 @@ class ModelsConfig:
     num_workers: int = 0
     utility_epsilons: tuple[float, ...] = (0.1, 1.0, 2.0, 4.0, 8.0, math.inf)
     utility_bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    utility_extra_mechanisms: tuple[str, ...] = names.UTILITY_EXTRA_MECHANISMS
     pate_teachers: int = 100
     pate_queries: int = 10_000
     pate_noise: str = "gaussian"
@@ -332,6 +333,12 @@ class ModelsConfig:
                   "(inf = true labels)")
         _fail_repeats("models.utility_epsilons", self.utility_epsilons)
         _fail_repeats("models.utility_bag_sizes", self.utility_bag_sizes)
+        for name in self.utility_extra_mechanisms:
+            if name not in names.UTILITY_EXTRA_MECHANISMS:
+                _fail("models.utility_extra_mechanisms", name,
+                      f"must be one of {', '.join(names.UTILITY_EXTRA_MECHANISMS)}",
+                      "list some of them, or [] for the utility grid's rr and llp family only")
+        _fail_repeats("models.utility_extra_mechanisms", self.utility_extra_mechanisms)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,7 +40,8 @@ STAGE_FIELDS: dict[str, tuple[str, ...]] = {
     "utility": ("run.seed", "models.library", "models.sample_rows_per_day", "models.target_day", "models.n_estimators", "models.max_depth",
                 "models.learning_rate", "models.early_stopping_rounds", "models.split", "models.hash_buckets",
                 "models.categorical_encoding", "models.min_category_count", "models.utility_epsilons",
-                "models.utility_bag_sizes"),
+                "models.utility_bag_sizes", "models.utility_extra_mechanisms", "models.pate_teachers",
+                "models.pate_queries", "models.pate_noise", "models.pate_pseudo_labels", "models.pate_delta"),
     "audit": ("run.seed", "audit.*"),
     "logloss": ("run.seed", "logloss.*"),
 }

@@ -204,6 +204,27 @@ def sequential_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarr
     return votes
 
 
+class ReusedVotes:
+    """A :data:`TeacherVotes` that asks ``votes`` once per (student rows, partition seed) and answers repeats
+    from memory: the votes do not depend on epsilon (only the noisy aggregation does), so a sweep over epsilon
+    fits the teachers once. ``fits`` counts the calls that reached ``votes``."""
+
+    def __init__(self, votes: TeacherVotes) -> None:
+        self._votes = votes
+        self._found: dict[tuple[int, bytes], np.ndarray] = {}
+
+    @property
+    def fits(self) -> int:
+        """How many times the teachers were fitted."""
+        return len(self._found)
+
+    def __call__(self, student_ids: np.ndarray, student_features: np.ndarray, seed: int) -> np.ndarray:
+        key = (int(seed), np.asarray(student_ids, dtype=np.int64).tobytes())
+        if key not in self._found:
+            self._found[key] = self._votes(student_ids, student_features, seed)
+        return self._found[key]
+
+
 @dataclasses.dataclass(frozen=True)
 class PateSettings:
     """T teachers, Q student queries, the noise kind, pseudo-labels, the target delta and how votes are computed

@@ -5,6 +5,8 @@ trained on that release, x = the posterior stage's summary for the same setting 
 or the 98th percentile of |I|). Training mechanisms without a posterior summary of their own (rr_debiased,
 lp_2st, rr_with_prior) get RR's closed-form expected additive advantage
 E[(min(eta, 1-eta) - pi) 1{pi <= eta <= 1-pi}] and |I| = eps (exact for RR, an upper bound for the others).
+PATE has neither (no posterior summary, and its (eps, delta) guarantee gives no closed form here): its rows keep
+NaN advantages (advantage_source "none") and the plots leave them out, saying how many.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from lia_spark.advantage import rr_closed_form_advantage
-from lia_spark.names import LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, RR, RR_DEBIASED, RR_WITH_PRIOR
+from lia_spark.names import LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, PATE, RR, RR_DEBIASED, RR_WITH_PRIOR
 
 ADVANTAGES = {"mean_additive_advantage": "expected additive advantage", "abs_I_p98": "98th percentile of |I|"}
 RR_FAMILY = (RR, RR_DEBIASED, LP_2ST, RR_WITH_PRIOR)
@@ -24,12 +26,13 @@ RR_FAMILY = (RR, RR_DEBIASED, LP_2ST, RR_WITH_PRIOR)
 def utility_grid(*, epsilons: Sequence[float], bag_sizes: Sequence[int],
                  extra_mechanisms: Sequence[str] = ()) -> list[tuple[str, float, int]]:
     """Settings (mechanism, epsilon, bag size): rr x eps (inf = true labels), llp x k, noisy llp x finite eps x k,
-    and each extra label mechanism x finite eps. LLP rows carry epsilon NaN, RR-family rows bag size 1."""
+    each extra label mechanism x finite eps (at eps = inf they train on the true labels, as rr does) and pate x
+    every eps (at eps = inf the noiseless vote argmax). LLP rows carry epsilon NaN, the others bag size 1."""
     finite = [float(e) for e in epsilons if math.isfinite(e)]
     grid = [(RR, float(e), 1) for e in epsilons]
     grid += [(LLP, math.nan, int(k)) for k in bag_sizes]
     grid += [(name, e, int(k)) for name in (LLP_LAPLACE, LLP_GEOMETRIC) for k in bag_sizes for e in finite]
-    grid += [(name, e, 1) for name in extra_mechanisms for e in finite]
+    grid += [(name, float(e), 1) for name in extra_mechanisms for e in (epsilons if name == PATE else finite)]
     return grid
 
 
@@ -81,6 +84,16 @@ def _label_points(axis, rows: pd.DataFrame, advantage: str) -> None:
                       fontsize=6, xytext=(3, 3), textcoords="offset points")
 
 
+def hidden_settings_text(advantages: pd.Series) -> str:
+    """What a plot leaves out: settings with an unbounded advantage (inf) and settings without one (NaN: no posterior
+    summary and no closed form, e.g. pate); "" when every advantage is finite."""
+    values = advantages.astype(float)
+    parts = [f"{count} settings {what}" for count, what in (
+        (int(np.isinf(values).sum()), "with unbounded value"), (int(values.isna().sum()), "without an advantage"))
+             if count]
+    return f" ({', '.join(parts)} not shown)" if parts else ""
+
+
 def plot_tradeoff(table: pd.DataFrame, *, advantage: str, path: str, title: str = "") -> None:
     """AUC vs advantage: one curve for rr (over eps), llp (over k), noisy llp per k (over eps), extras per name; every
     point labelled with its eps (or k on plain LLP's curve)."""
@@ -105,8 +118,7 @@ def plot_tradeoff(table: pd.DataFrame, *, advantage: str, path: str, title: str 
     if len(llp):
         axis.plot(llp[advantage], llp["auc"], "-D", color="black", label="llp (over k)", markersize=4)
         _label_points(axis, llp, advantage)
-    dropped = len(table) - len(shown)
-    axis.set_xlabel(ADVANTAGES[advantage] + (f" ({dropped} settings with unbounded value not shown)" if dropped else ""))
+    axis.set_xlabel(ADVANTAGES[advantage] + hidden_settings_text(table[advantage]))
     axis.set_ylabel("target test AUC")
     axis.set_title(title or f"Privacy-utility tradeoff: AUC vs {ADVANTAGES[advantage]}")
     axis.grid(alpha=0.3)

@@ -17,14 +17,15 @@ EXPERIMENT = "lia-spark-tests"
 
 
 def tiny_values(output_dir: Path, tracking_uri: str) -> dict:
-    """Config sections of the tiny run: 2 days x 20k rows, 4 mechanism settings, 10 trees, 3 repetitions."""
+    """Config sections of the tiny run: 2 days x 20k rows, 4 mechanism settings, 10 trees, 5 PATE teachers,
+    3 repetitions."""
     return {
         "run": {"name": "tiny", "output_dir": str(output_dir)},
         "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},
         "synthetic": {"rows_per_day": 20_000, "days": 2},
         "mechanisms": {"epsilons": [2.0], "bag_sizes": [8]},
         "models": {"n_estimators": 10, "early_stopping_rounds": 0, "utility_epsilons": [4.0, "inf"],
-                   "utility_bag_sizes": [8], "hash_buckets": 1024},
+                   "utility_bag_sizes": [8], "hash_buckets": 1024, "pate_teachers": 5, "pate_queries": 1000},
         "audit": {"repetitions": 3},
         "tracking": {"tracking_uri": tracking_uri, "experiment": EXPERIMENT},
     }

@@ -59,6 +59,7 @@ def data_run(spark, tmp_path_factory):
     ("mechanisms.epsilons=[1, 1.0]", "mechanisms.epsilons"),
     ("mechanisms.bag_sizes=[8, 8]", "mechanisms.bag_sizes"),
     ("models.utility_epsilons=[4, 4]", "models.utility_epsilons"),
+    ("models.utility_extra_mechanisms=[rr_with_prior]", "models.utility_extra_mechanisms"),
     ("audit.scores=[difference_tinf]", "audit.scores"),
     ("run.stages=[]", "run.stages"),
     ("models.library=catboost", "models.utility_bag_sizes"),

@@ -101,18 +101,20 @@ def test_teachers_vote_for_the_upper_half_of_the_student_rows():
 
 def test_student_labels_deterministic_and_non_private_at_infinity():
     data = _day(4000, seed=5)
-    settings = pate.PateSettings(teachers=5, queries=300)
     params = training.BoostingParams(n_estimators=15, max_depth=3, learning_rate=0.3, threads=1, seed=3)
+    train = data.split == training.SPLIT_TRAIN
+    fresh = pate.sequential_votes(data.row_ids[train], data.features[train], data.labels[train], teachers=5,
+                                  model=training.teacher_model(params))
+    reused = pate.ReusedVotes(fresh)
+    settings = pate.PateSettings(teachers=5, queries=300, votes=reused)
     runs = [training.train_pate(data, epsilon=epsilon, seed=8, params=params, settings=settings)
             for epsilon in (math.inf, math.inf, 1.0)]
+    assert reused.fits == 1  # the votes do not depend on epsilon: one fit of the teachers for the three runs
     np.testing.assert_array_equal(runs[0].released_labels, runs[1].released_labels)
     students = ~np.isnan(runs[0].released_labels)
     assert students.sum() == 300
-    # eps = inf: the released labels are the plain majority vote of the teachers (ties: the hashed coin)
-    train = data.split == training.SPLIT_TRAIN
-    votes = pate.sequential_votes(data.row_ids[train], data.features[train], data.labels[train], teachers=5,
-                                  model=training.teacher_model(params))(
-        data.row_ids[students], data.features[students], 8)
+    # eps = inf: the released labels are the plain majority vote of freshly fitted teachers (ties: the hashed coin)
+    votes = fresh(data.row_ids[students], data.features[students], 8)
     majority = pate.noisy_argmax(pate.vote_counts(votes), data.row_ids[students], sigma=0.0, seed=8)
     np.testing.assert_array_equal(runs[0].released_labels[students], majority)
     assert runs[0].report["sigma"] == 0.0 and math.isinf(runs[0].report["epsilon"])

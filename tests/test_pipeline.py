@@ -52,6 +52,16 @@ def test_full_pipeline_runs_every_step_and_commits_its_output(spark, run):
     assert rows == 2 * 20_000
 
 
+def test_utility_grid_trains_pate_at_every_epsilon_fitting_the_teachers_once(run):
+    utility = run.result.step("utility").result
+    assert utility.teacher_fits == 1 and utility.left_out == {}
+    rows = [row for row in utility.table if row["mechanism"] == "pate"]
+    assert sorted(row["epsilon"] for row in rows) == [4.0, math.inf]
+    for row in rows:  # no posterior summary and no closed form: no advantage, but a trained student
+        assert 0.5 < row["auc"] < 1.0 and row["advantage_source"] == "none"
+        assert math.isnan(row["mean_additive_advantage"])
+
+
 def test_report_embeds_every_plot_and_table(run):
     report = Path(run.result.report_path)
     assert report == Path(run.config.run.output_dir).resolve() / "report" / "report.html"

@@ -113,6 +113,24 @@ def test_catboost_native_categoricals_learn():
         training.train_target(data, mechanism="llp", epsilon=math.inf, seed=1, params=PARAMS, bag_size=4)
 
 
+@pytest.mark.parametrize("overrides, rows, trained, left_out", [
+    ([], 20_000, ["rr_debiased", "lp_2st", "pate"], []),
+    (["models.library=catboost", "models.utility_bag_sizes=[]"], 20_000, ["rr_debiased", "lp_2st"], ["pate"]),
+    (["models.execution=distributed"], 20_000, ["rr_debiased", "lp_2st", "pate"], []),  # utility trains in memory
+    (["models.pate_queries=500", "models.utility_extra_mechanisms=[pate]"], 500, [], ["pate"]),
+    (["models.utility_extra_mechanisms=[]"], 20_000, [], []),
+])
+def test_utility_extra_mechanisms_follow_the_table_rule_and_need_more_rows_than_pate_queries(
+        overrides, rows, trained, left_out):
+    from lia_spark.config import load_config
+    from lia_spark.engine.utility import extra_mechanisms
+
+    found, reasons = extra_mechanisms(load_config(None, overrides), training_rows=rows)
+    assert found == trained and list(reasons) == left_out
+    if rows < 20_000:
+        assert "models.pate_queries=500" in reasons["pate"]
+
+
 def test_binary_metrics_against_brute_force():
     labels = np.array([0, 1, 0, 1, 1, 0])
     scores = np.array([0.1, 0.8, 0.4, 0.35, 0.9, 0.2])
@@ -127,9 +145,10 @@ def test_binary_metrics_against_brute_force():
 def test_tradeoff_table_joins_summaries_and_uses_rr_closed_form(tmp_path):
     from lia_spark import utility
 
-    grid = utility.utility_grid(epsilons=[1.0, math.inf], bag_sizes=[4], extra_mechanisms=["lp_2st"])
+    grid = utility.utility_grid(epsilons=[1.0, math.inf], bag_sizes=[4], extra_mechanisms=["lp_2st", "pate"])
     assert grid == [("rr", 1.0, 1), ("rr", math.inf, 1), ("llp", grid[2][1], 4), ("llp_laplace", 1.0, 4),
-                    ("llp_geometric", 1.0, 4), ("lp_2st", 1.0, 1)] and math.isnan(grid[2][1])
+                    ("llp_geometric", 1.0, 4), ("lp_2st", 1.0, 1), ("pate", 1.0, 1), ("pate", math.inf, 1)]
+    assert math.isnan(grid[2][1])
     results = pd.DataFrame([{"mechanism": m, "epsilon": e, "bag_size": k, "auc": 0.7 - 0.01 * i, "log_loss": 0.4}
                             for i, (m, e, k) in enumerate(grid)])
     summary = pd.DataFrame({"mechanism": ["rr", "llp", "llp_laplace"], "epsilon": [1.0, math.nan, 1.0],
@@ -153,6 +172,14 @@ def test_tradeoff_table_joins_summaries_and_uses_rr_closed_form(tmp_path):
     assert row("lp_2st", 1.0)["mean_additive_advantage"] == pytest.approx((0.3 - pi + 0.5 - pi) / 4, rel=1e-12)
     assert row("lp_2st", 1.0)["advantage_source"] == "rr_closed_form"
     assert row("rr", math.inf)["mean_additive_advantage"] == pytest.approx(np.mean([0.1, 0.3, 0.5, 0.1]))
+    for epsilon in (1.0, math.inf):  # PATE: no posterior summary and no closed form
+        assert row("pate", epsilon)["advantage_source"] == "none"
+        assert math.isnan(row("pate", epsilon)["mean_additive_advantage"]) and math.isnan(row("pate", epsilon)["abs_I_p98"])
+    # not plotted: llp_geometric and both pate rows have no advantage; |I| p98 is unbounded for llp and rr at inf
+    assert utility.hidden_settings_text(table["mean_additive_advantage"]) == " (3 settings without an advantage not shown)"
+    assert utility.hidden_settings_text(table["abs_I_p98"]) == (
+        " (2 settings with unbounded value, 3 settings without an advantage not shown)")
+    assert utility.hidden_settings_text(table["auc"]) == ""
     for advantage in utility.ADVANTAGES:
         path = tmp_path / f"{advantage}.png"
         utility.plot_tradeoff(table, advantage=advantage, path=str(path))

@@ -2,7 +2,9 @@
 
 Trains the target in memory on the target day for every setting of :func:`lia_spark.utility.utility_grid` and
 joins the test AUC with the advantages of the posteriors stage's summary (the RR family's closed forms where
-the summary has none). Output ``<run.output_dir>/utility``.
+the summary has none; none for pate). PATE's teachers are fitted once, in parallel Spark tasks
+(:func:`lia_spark.engine.train.pate_settings`), and their votes reused at every epsilon. Output
+``<run.output_dir>/utility``.
 """
 from __future__ import annotations
 
@@ -14,17 +16,19 @@ import tempfile
 import time
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from lia_spark import layout, training
+from lia_spark import layout, pate, training
 from lia_spark.config import Config
 from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, path_exists,
                                      reusable_output, stage_fingerprint)
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.train import (boosting_params, collect_model_data, feature_spec, in_memory_rows,
-                                    model_features, training_seed)
-from lia_spark.names import LP_2ST, RR, RR_DEBIASED, setting_key
+                                    model_features, pate_settings, training_seed)
+from lia_spark.names import PATE, RR, setting_key
+from lia_spark.table import unsupported_reason
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +42,8 @@ class UtilityResult:
     seconds: float
     table: list[dict[str, Any]]
     skipped: bool = False
+    left_out: dict[str, str] = dataclasses.field(default_factory=dict)  # extra mechanism -> why it is not trained
+    teacher_fits: int = 0  # times PATE's teachers were fitted (once per run with pate in the grid)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly dict (also the completion marker's content)."""
@@ -54,7 +60,6 @@ class UtilityResult:
 
 
 UTILITY_FILES = ("tradeoff.csv", "tradeoff_additive.png", "tradeoff_p98.png")
-UTILITY_EXTRA_MECHANISMS = (RR_DEBIASED, LP_2ST)
 
 
 def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | None:
@@ -63,6 +68,23 @@ def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | No
         logger.warning("utility: no posterior summary at %s; only RR-family advantages (closed form)", path)
         return None
     return spark.read.parquet(path).toPandas()
+
+
+def extra_mechanisms(config: Config, *, training_rows: int) -> tuple[list[str], dict[str, str]]:
+    """The models.utility_extra_mechanisms this stage trains, and those it leaves out with the reason: the audit
+    table's rule (:func:`lia_spark.table.unsupported_reason`, in memory whatever models.execution: this stage
+    always trains on the driver) and, for pate, fewer than models.pate_queries + 1 training rows."""
+    m = config.models
+    left_out = {}
+    for name in m.utility_extra_mechanisms:
+        reason = unsupported_reason(name, library=m.library, execution="in_memory")
+        if not reason and name == PATE and m.pate_queries >= training_rows:
+            reason = (f"models.pate_queries={m.pate_queries} student rows need more than the target day's "
+                      f"{training_rows:,} training rows; lower models.pate_queries")
+        if reason:
+            left_out[name] = reason
+            logger.warning("utility: %s left out of the grid (models.utility_extra_mechanisms): %s", name, reason)
+    return [name for name in m.utility_extra_mechanisms if name not in left_out], left_out
 
 
 def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
@@ -87,19 +109,27 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
     spec = feature_spec(target_rows, config)
     data = collect_model_data(model_features(target_rows, spec, config), spec, m.library)
     test = data.split == training.SPLIT_TEST
-    grid = utility.utility_grid(epsilons=m.utility_epsilons, bag_sizes=m.utility_bag_sizes,
-                                extra_mechanisms=UTILITY_EXTRA_MECHANISMS)
+    extras, left_out = extra_mechanisms(config, training_rows=int(np.sum(data.split == training.SPLIT_TRAIN)))
+    grid = utility.utility_grid(epsilons=m.utility_epsilons, bag_sizes=m.utility_bag_sizes, extra_mechanisms=extras)
+    teachers, reused_pate = None, None
+    if PATE in extras:  # the votes do not depend on epsilon: the teachers are fitted at the first pate setting only
+        settings = pate_settings(config, target_rows, spec)
+        teachers = pate.ReusedVotes(settings.votes)
+        reused_pate = dataclasses.replace(settings, votes=teachers)
     rows, priors = [], None
     for mechanism, epsilon, bag_size in grid:
         fit = training.train_target(data, mechanism=mechanism, epsilon=math.inf if math.isnan(epsilon) else epsilon,
-                                    seed=seed, params=params, bag_size=bag_size)
+                                    seed=seed, params=params, bag_size=bag_size, pate_settings=reused_pate)
         scores = training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test)))
         if priors is None and mechanism == RR and math.isinf(epsilon):
             priors = fit.model.predict(data.rows(data.split == training.SPLIT_TRAIN))
         rows.append({"mechanism": mechanism, "epsilon": epsilon, "bag_size": bag_size, **scores,
                      "fit_seconds": fit.model.fit_seconds})
-        logger.info("utility: %s eps=%s k=%d -> AUC %.4f (%.1f s)", mechanism, epsilon, bag_size, scores["auc"],
-                    fit.model.fit_seconds)
+        logger.info("utility: %s eps=%s k=%d -> AUC %.4f (%.1f s)%s", mechanism, epsilon, bag_size, scores["auc"],
+                    fit.model.fit_seconds, "".join(f", {key} {value:.4g}" for key, value in fit.report.items()))
+    if teachers is not None:
+        logger.info("utility: PATE's teachers fitted %d time(s) for %d pate settings", teachers.fits,
+                    sum(mechanism == PATE for mechanism, _, _ in grid))
     if priors is None:
         priors = training.fit_model(data, data.labels, data.split == 0, data.split == 1, params=params).predict(
             data.rows(data.split == training.SPLIT_TRAIN))
@@ -113,6 +143,7 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
         for name in UTILITY_FILES:
             copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
         result = UtilityResult(output_dir=out, settings=len(table), seconds=time.monotonic() - started,
-                               table=table.to_dict(orient="records"))
+                               table=table.to_dict(orient="records"), left_out=left_out,
+                               teacher_fits=teachers.fits if teachers else 0)
         metadata.update(result.to_dict())
     return result
