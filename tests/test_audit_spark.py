@@ -108,3 +108,11 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
                                              f"{best.std(ddof=1):.3f}")
     again = run_audit(spark, config)
     assert again.skipped and again.summary == result.summary
+
+
+def test_boundary_sample_stops_growing_with_the_canaries():
+    """Sampled canaries per range: 1000 while that keeps the sample <= 256k rows per score, then fewer (>= 64)."""
+    from lia_spark.engine.audit import sample_rows_per_range
+
+    assert [sample_rows_per_range(parts) for parts in (8, 256, 1000, 4000, 100_000)] == [1000, 1000, 256, 64, 64]
+    assert max(sample_rows_per_range(parts) * parts for parts in range(1, 4001)) == 256_000

@@ -4,8 +4,10 @@ Exact distributed top-c' (lia_spark.audit explains the candidates): each canary 
 (label 0, label 1) with keys fixed over repetitions, and repetition r's top c' rows are the first c' active
 candidates in the global candidate order (|s| desc, tie hash asc). The stage never sorts per repetition:
 
-1. *Range boundaries* - candidate keys of a hash-selected sample of rows (about 1000 per range) give P - 1
-   cut keys; any cut keys are exact, the sample only balances the range sizes.
+1. *Range boundaries* - candidate keys of a hash-selected sample of rows give P - 1 cut keys; any cut keys are
+   exact, the sample only balances the range sizes. The sample is about :func:`sample_rows_per_range` rows per
+   range (1000 up to 256 ranges, then fewer, at least 64): at most 256,000 rows per score reach the driver up to
+   4,000 ranges (2 billion canaries), 64 per range beyond.
 2. *Candidates* (mapInPandas, one pass over the canaries) - per batch: the games of all R repetitions (numba
    kernel, :mod:`lia_spark._audit_game`); each shown candidate has a key, a range id and its activity /
    correctness bits packed in ceil(R / 64) words. Each batch emits one row per candidate range: the range's
@@ -53,7 +55,15 @@ logger = logging.getLogger(__name__)
 
 CANARY_COLUMNS = ("row_id", "label", "target_prediction", "proxy_prediction")
 RANGE_CANDIDATES = 500_000  # target candidates per range (bounds the memory of one applyInPandas call)
-SAMPLE_ROWS_PER_RANGE = 1000
+SAMPLE_ROWS_PER_RANGE = (64, 1000)  # sampled canaries per candidate range: (fewest, most)
+BOUNDARY_SAMPLE_ROWS = 256_000  # sampled canaries per score while the ranges allow it
+
+
+def sample_rows_per_range(parts: int) -> int:
+    """Sampled canaries per candidate range: BOUNDARY_SAMPLE_ROWS / parts within SAMPLE_ROWS_PER_RANGE, so the
+    driver's sample stops growing with the canaries (range sizes vary by about 1/sqrt(this) relative s.d.)."""
+    fewest, most = SAMPLE_ROWS_PER_RANGE
+    return int(min(most, max(fewest, BOUNDARY_SAMPLE_ROWS // max(parts, 1))))
 FILES = ("results.csv", "summary.json", "plots/eps_vs_guesses.png")  # beside the results table
 
 
@@ -235,7 +245,7 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
     attacks = audit.resolve_attacks(settings.scores)
     parts = max(4 * default_parallelism(spark), -(-2 * m // RANGE_CANDIDATES))
     describe_jobs(spark, "audit: sample candidate keys for range boundaries")
-    keys = _sample_keys(df, attacks=attacks, seed=seed, fraction=min(1.0, SAMPLE_ROWS_PER_RANGE * parts / m))
+    keys = _sample_keys(df, attacks=attacks, seed=seed, fraction=min(1.0, sample_rows_per_range(parts) * parts / m))
     ranges = CandidateRanges.cut(attacks, keys, parts=parts)
     logger.info("audit: %d canaries, %d repetitions, %d guess counts, %d attack(s), %d candidate ranges", m,
                 repetitions, len(guesses), len(attacks), ranges.count)
