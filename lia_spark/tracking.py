@@ -207,14 +207,15 @@ RAW_ROWS_SUFFIX = "_raw_rows"
 def _raw_row_model() -> Any:
     """A pyfunc model scoring raw Criteo rows (I1..I13, C1..C26 as the data table stores them): it encodes them with
     the saved feature encoding (:func:`lia_spark.features.encode_features`) and returns the saved xgboost or catboost
-    model's click probability."""
+    model's click probability, post-processed as the run did (:class:`lia_spark.model_output.OutputTransform`)."""
     import mlflow.pyfunc
 
     class RawRowModel(mlflow.pyfunc.PythonModel):
         def load_context(self, context: Any) -> None:
-            from lia_spark import features
+            from lia_spark import features, model_output
 
             self.spec = features.load_spec(context.artifacts["encoding"])
+            self.output = model_output.load_output_transform(context.artifacts["output"])
             path = Path(context.artifacts["model"])
             self.model = _catboost_model(path) if path.suffix == ".cbm" else _xgboost_model(path)
 
@@ -224,11 +225,11 @@ def _raw_row_model() -> Any:
             from lia_spark import features
 
             encoded = features.encode_features(model_input, self.spec)
-            if hasattr(self.model, "predict_proba"):
-                return self.model.predict_proba(encoded)[:, 1]
-            import xgboost
+            if not hasattr(self.model, "predict_proba"):
+                import xgboost
 
-            return self.model.predict(xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns)))
+                encoded = xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns))
+            return self.output.probabilities(self.output.raw_output(self.model, encoded))
 
     return RawRowModel()
 
@@ -249,10 +250,11 @@ def raw_row_example(encoding: Path) -> Any:
     return pd.DataFrame([typical, dict.fromkeys(typical, np.nan)], columns=list(criteo.FEATURE_COLUMNS))
 
 
-def log_raw_row_model(path: Path, encoding: Path) -> str:
-    """Log model file ``path`` with its feature encoding as a pyfunc model ``<name>_raw_rows`` that scores raw Criteo
-    rows (:func:`_raw_row_model`): signature I1..I13, C1..C26 (double, NaN = missing) -> prediction, an input example
-    (:func:`raw_row_example`), the encoding file as an artifact and lia_spark's code; return its URI."""
+def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
+    """Log model file ``path`` with its feature encoding and output transform as a pyfunc model ``<name>_raw_rows``
+    that scores raw Criteo rows (:func:`_raw_row_model`): signature I1..I13, C1..C26 (double, NaN = missing) ->
+    prediction, an input example (:func:`raw_row_example`), the two files as artifacts and lia_spark's code; return
+    its URI."""
     import mlflow
     from mlflow.models.signature import ModelSignature
     from mlflow.types import ColSpec, Schema
@@ -264,7 +266,7 @@ def log_raw_row_model(path: Path, encoding: Path) -> str:
     library = _requirement("catboost") if path.suffix == ".cbm" else _requirement("xgboost", "xgboost-cpu")
     info = mlflow.pyfunc.log_model(
         name=f"{_model_name(path)}{RAW_ROWS_SUFFIX}", python_model=_raw_row_model(),
-        artifacts={"model": str(path), "encoding": str(encoding)}, signature=signature,
+        artifacts={"model": str(path), "encoding": str(encoding), "output": str(output)}, signature=signature,
         input_example=raw_row_example(encoding), code_paths=[str(Path(__file__).resolve().parent)],
         pip_requirements=[library, _requirement("numpy"), _requirement("pandas"), _requirement("pyyaml")])
     return info.model_uri
@@ -399,15 +401,23 @@ class PipelineTracker:
                               end_time=run.info.start_time + round(1000 * seconds))
 
     def _log_models(self, models: Sequence[Path], artifacts: Mapping[str, Path]) -> None:
-        """Each model file as an MLflow model of its library and, when its feature encoding is among the
-        ``artifacts`` (by file name), as a pyfunc model that scores raw Criteo rows (:func:`log_raw_row_model`)."""
+        """Each model file as an MLflow model of its library and, when its feature encoding and output transform are
+        among the ``artifacts`` (by file name), as a pyfunc model that scores raw Criteo rows
+        (:func:`log_raw_row_model`). Outputs written before output transforms were saved get no raw-row model (it
+        could not reproduce the run's predictions), with a warning."""
         from lia_spark.features import encoding_file
+        from lia_spark.model_output import output_transform_file
 
         for path in models:
             logger.info("tracking: logged model %s as %s", path.name, log_model_file(path))
             encoding = artifacts.get(Path(encoding_file(str(path))).name)
-            if encoding is not None:
-                logger.info("tracking: logged raw-row model %s as %s", path.name, log_raw_row_model(path, encoding))
+            output = artifacts.get(Path(output_transform_file(str(path))).name)
+            if encoding is not None and output is None:
+                logger.warning("tracking: no raw-row model for %s: its output transform %s is missing (train it "
+                               "again to get one)", path.name, Path(output_transform_file(str(path))).name)
+            elif encoding is not None:
+                logger.info("tracking: logged raw-row model %s as %s", path.name,
+                            log_raw_row_model(path, encoding, output))
 
     def _producing_run(self, stage: str, fingerprint: str) -> str | None:
         """The stage run (any experiment of this store) that ran and logged the output with ``fingerprint``."""

@@ -33,7 +33,7 @@ from sklearn.metrics import log_loss, roc_auc_score
 
 from lia_spark import hashing
 from lia_spark import label_mechanisms as lm
-from lia_spark import names, pate
+from lia_spark import model_output, names, pate
 from lia_spark.names import BAG_MECHANISMS, LP_2ST, NONE, PATE, RR, RR_DEBIASED, RR_WITH_PRIOR, TRAINING_MECHANISMS
 
 logger = logging.getLogger(__name__)
@@ -125,19 +125,17 @@ class FittedModel:
     best_iteration: int = 0
     fit_seconds: float = 0.0
 
+    def output_transform(self) -> model_output.OutputTransform:
+        """Its post-processing as a saveable :class:`lia_spark.model_output.OutputTransform`."""
+        if self.library == "xgboost":
+            return model_output.OutputTransform(margin_offset=self.margin_offset, best_iteration=self.best_iteration,
+                                   rr_epsilon=self.debias_epsilon)
+        return model_output.OutputTransform(link="probability", rr_epsilon=self.debias_epsilon)
+
     def predict(self, features: Any) -> np.ndarray:
         """P(y=1 | x) for a feature matrix (xgboost) or frame (catboost)."""
-        if self.library == "xgboost":
-            import xgboost as xgb
-
-            margins = self.model.predict(xgb.DMatrix(features), output_margin=True, validate_features=False,
-                                         iteration_range=(0, self.best_iteration + 1))
-            probabilities = expit(margins.astype(np.float64) + self.margin_offset)
-        else:
-            probabilities = self.model.predict_proba(features)[:, 1].astype(np.float64)
-        if self.debias_epsilon is not None:
-            probabilities = lm.debias_rr_predictions(probabilities, epsilon=self.debias_epsilon)
-        return probabilities
+        transform = self.output_transform()
+        return transform.probabilities(transform.raw_output(self.model, features))
 
     def save(self, path_without_suffix: str) -> str:
         """Write the model (xgboost ``.ubj``, catboost ``.cbm``); returns the file path."""

@@ -223,15 +223,14 @@ def test_models_are_logged_with_signatures_and_predict_like_the_files(run, clien
 
 def test_logged_models_score_raw_criteo_rows_through_pyfunc(spark, run, client):
     """The train stage's <model>_raw_rows pyfunc models take rows of the data table (I1..I13, C1..C26) and give the
-    model's predictions on their encoded features; each has an input example."""
-    import xgboost
-
-    from lia_spark import features
+    predictions the run reported for those rows (test_predictions: target and proxy); each has an input example."""
     from lia_spark.criteo import FEATURE_COLUMNS
 
     train = run.result.step("train")
-    raw = (spark.read.parquet(run.config.parquet_path).where(f"day = {run.config.models.target_day}")
-           .select(*FEATURE_COLUMNS).limit(300).toPandas().astype("float64"))  # the signature's type: double
+    reported = spark.read.parquet(str(Path(train.result.output_dir) / "test_predictions"))
+    rows = (spark.read.parquet(run.config.parquet_path).where(f"day = {run.config.models.target_day}")
+            .join(reported, "row_id").orderBy("row_id").limit(300).toPandas())
+    raw = rows[list(FEATURE_COLUMNS)].astype("float64")  # the signature's type: double
     stage_run = next(r for r in _children(client, run.result.mlflow_run_id) if r.info.run_name == "train")
     logged = {m.name: m for m in mlflow.search_logged_models(
         experiment_ids=[stage_run.info.experiment_id], filter_string=f"source_run_id = '{stage_run.info.run_id}'",
@@ -239,12 +238,9 @@ def test_logged_models_score_raw_criteo_rows_through_pyfunc(spark, run, client):
     for path in map(Path, train.result.model_files):
         model = logged[f"{path.stem}_raw_rows"]
         assert mlflow.models.get_model_info(model.model_uri).saved_input_example_info is not None
-        booster = xgboost.Booster()
-        booster.load_model(str(path))
-        encoded = features.encode_features(raw, features.load_spec(features.encoding_file(str(path))))
-        expected = booster.predict(xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns)))
         scored = mlflow.pyfunc.load_model(model.model_uri).predict(raw)
-        np.testing.assert_allclose(np.asarray(scored, dtype=np.float64).ravel(), expected, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(scored, dtype=np.float64).ravel(),
+                                   rows[f"{path.stem}_prediction"].to_numpy(np.float64), rtol=1e-6)
 
 
 def test_one_nested_run_per_posterior_setting(run, client):
@@ -384,11 +380,12 @@ def _raw_rows(rng: np.random.Generator, n: int):
 
 
 def test_raw_row_model_scores_criteo_rows_through_pyfunc_like_the_booster(tmp_path):
-    """An xgboost model trained on frequency-encoded features, logged with its encoding: mlflow.pyfunc scores raw rows
-    exactly as encoding + booster do, and the model carries a signature and an input example."""
+    """An xgboost model trained on frequency-encoded features, logged with its encoding and an output transform
+    (margin offset, best iteration, RR noise correction): mlflow.pyfunc scores raw rows exactly as encoding + booster
+    + transform do, and the model carries a signature and an input example."""
     import xgboost
 
-    from lia_spark import features
+    from lia_spark import features, label_mechanisms, model_output
     from lia_spark.criteo import CAT_COLUMNS
     from lia_spark.tracking import log_raw_row_model
 
@@ -404,14 +401,19 @@ def test_raw_row_model_scores_criteo_rows_through_pyfunc_like_the_booster(tmp_pa
     booster.save_model(str(tmp_path / "target.ubj"))
     encoding = features.save_spec(spec, features.encoding_file(str(tmp_path / "target.ubj")))
     assert encoding == str(tmp_path / "target.encoding.npz")
+    transform = model_output.OutputTransform(margin_offset=0.3, best_iteration=3, rr_epsilon=2.0)
+    output = model_output.save_output_transform(transform, model_output.output_transform_file(encoding))
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = mlflow.MlflowClient().create_experiment("raw", artifact_location=(tmp_path / "mlruns").as_uri())
     with mlflow.start_run(experiment_id=experiment):
-        uri = log_raw_row_model(tmp_path / "target.ubj", Path(encoding))
+        uri = log_raw_row_model(tmp_path / "target.ubj", Path(encoding), Path(output))
     info = mlflow.models.get_model_info(uri)
     assert info.signature.inputs.input_names()[:2] == ["I1", "I2"] and len(info.signature.inputs.inputs) == 39
     assert info.saved_input_example_info is not None
     scored = mlflow.pyfunc.load_model(uri).predict(raw)
-    expected = booster.predict(xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns)))
+    margins = booster.predict(xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns)),
+                              output_margin=True, iteration_range=(0, 4))
+    expected = label_mechanisms.debias_rr_predictions(1 / (1 + np.exp(-(margins.astype(np.float64) + 0.3))),
+                                                      epsilon=2.0)
     np.testing.assert_allclose(np.asarray(scored, dtype=np.float64).ravel(), expected, rtol=1e-6)
     assert len(np.unique(expected)) > 2

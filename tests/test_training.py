@@ -184,3 +184,33 @@ def test_tradeoff_table_joins_summaries_and_uses_rr_closed_form(tmp_path):
         path = tmp_path / f"{advantage}.png"
         utility.plot_tradeoff(table, advantage=advantage, path=str(path))
         assert path.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("mechanism, epsilon, bag_size", [("llp", math.inf, 8), ("rr_debiased", 1.0, 1)])
+def test_saved_model_and_output_transform_predict_what_the_fit_predicts(balanced, tmp_path, mechanism, epsilon,
+                                                                       bag_size):
+    """Booster file + output transform file, loaded afresh, give FittedModel.predict (proportion matching's margin
+    offset and early stopping; RR's noise correction)."""
+    import xgboost as xgb
+
+    from lia_spark import model_output
+
+    fit = training.train_target(balanced, mechanism=mechanism, epsilon=epsilon, seed=5, params=PARAMS,
+                                bag_size=bag_size)
+    path = fit.model.save(str(tmp_path / "target"))
+    saved = model_output.save_output_transform(fit.model.output_transform(), model_output.output_transform_file(path))
+    booster, transform = xgb.Booster(), model_output.load_output_transform(saved)
+    booster.load_model(path)
+    test = balanced.rows(balanced.split == training.SPLIT_TEST)
+    np.testing.assert_allclose(transform.probabilities(transform.raw_output(booster, test)),
+                               fit.model.predict(test), rtol=1e-12)
+    assert (mechanism == "llp") == (transform.margin_offset != 0.0)
+
+
+def test_bag_prediction_debiasing_inverts_the_expected_proportion():
+    """E[alpha | x] = (eta + (k - 1) mu) / k is mapped back to eta; values outside [0, 1] are clipped."""
+    eta, mu, k = np.array([0.0, 0.1, 0.5, 0.9]), 0.2, 8
+    np.testing.assert_allclose(lm.debias_bag_predictions((eta + (k - 1) * mu) / k, bag_size=k, mean_proportion=mu),
+                               np.clip(eta, lm.DEBIAS_CLIP, 1 - lm.DEBIAS_CLIP), rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="bag_size"):
+        lm.debias_bag_predictions(eta, bag_size=0, mean_proportion=mu)

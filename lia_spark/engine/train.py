@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
-from lia_spark import features, hashing, label_mechanisms, layout, membership, training
+from lia_spark import features, hashing, label_mechanisms, layout, membership, model_output, training
 from lia_spark.config import Config, ConfigError
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark import pate
@@ -105,7 +105,7 @@ class TrainResult:
     seconds: dict[str, float]
     model_files: list[str]
     skipped: bool = False
-    encoding_files: list[str] = dataclasses.field(default_factory=list)  # feature encoding per model (.encoding.npz)
+    encoding_files: list[str] = dataclasses.field(default_factory=list)  # per model: .encoding.npz, .output.json
     mechanism_report: dict[str, float] = dataclasses.field(default_factory=dict)  # pate: eps, delta, T, Q, sigma, ...
     attack: str = LABEL_INFERENCE  # membership: half of the candidates left out, models/membership written
 
@@ -346,6 +346,21 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
             _model_specs(models, prepared.proxy_spec, prepared.target_spec), fit.report)
 
 
+@dataclasses.dataclass(frozen=True)
+class SparkModel:
+    """A fitted xgboost.spark model and how its booster's raw output becomes P(y=1|x) (saved beside it)."""
+
+    model: Any
+    output: model_output.OutputTransform
+
+    @classmethod
+    def fitted(cls, model: Any, **output: Any) -> "SparkModel":
+        """``model`` with the output transform of its kind (``output``: link, rr_epsilon, bag_size, ...) and its
+        booster's best iteration (early stopping), which its own ``transform`` uses."""
+        best = model.get_booster().attr("best_iteration")
+        return cls(model, model_output.OutputTransform(best_iteration=None if best is None else int(best), **output))
+
+
 def _spark_booster(spark: SparkSession, config: Config, columns: list[str], label: str, *,
                    regression_start: float | None = None):
     """xgboost.spark estimator of the models section: a classifier (logistic loss), or with ``regression_start`` a
@@ -409,9 +424,9 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     proxy_frame = model_features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col("split") == 1)
     describe_jobs(spark, "train: proxy (xgboost.spark)")
     started = time.monotonic()
-    proxy = _spark_booster(spark, config, columns, LABEL).fit(proxy_frame.where(fit_rows))
+    proxy = SparkModel.fitted(_spark_booster(spark, config, columns, LABEL).fit(proxy_frame.where(fit_rows)))
     seconds["fit_proxy"] = time.monotonic() - started
-    proxy_on_target = _positive_probability(proxy, model_features(target_rows, proxy_spec, config), "proxy_prediction")
+    proxy_on_target = _positive_probability(proxy.model, model_features(target_rows, proxy_spec, config), "proxy_prediction")
     target_spec = feature_spec(target_rows, config)
     target = (model_features(target_rows, target_spec, config).select(ROW_ID, *columns)
               .join(proxy_on_target.select(ROW_ID, LABEL, "split", "proxy_prediction"), ROW_ID)
@@ -446,7 +461,7 @@ def _label_target(spark: SparkSession, config: Config, target: DataFrame, column
         started = time.monotonic()
         stage1 = _spark_booster(spark, config, columns, "released_label").fit(rr.where(half & fit_rows))
         seconds["fit_stage1"] = time.monotonic() - started
-        models["stage1"] = stage1
+        models["stage1"] = SparkModel.fitted(stage1, rr_epsilon=eps)
         prior = _debiased(_positive_probability(stage1, rr.drop("released_label"), "stage1_raw"), eps,
                           "stage1_raw", "stage1_prior")
         second = _release_column(prior, epsilon=eps, seed=seed, prior="stage1_prior")
@@ -459,9 +474,10 @@ def _label_target(spark: SparkSession, config: Config, target: DataFrame, column
     started = time.monotonic()
     target_model = _spark_booster(spark, config, columns, "released_label").fit(released.where(fit_rows))
     seconds["fit_target"] = time.monotonic() - started
-    models["target"] = target_model
+    debias = mechanism == RR_DEBIASED and not math.isinf(eps)
+    models["target"] = SparkModel.fitted(target_model, rr_epsilon=eps if debias else None)
     scored = _positive_probability(target_model, released, "target_raw")
-    if mechanism == RR_DEBIASED and not math.isinf(eps):
+    if debias:
         return _debiased(scored, eps, "target_raw", "target_prediction")
     return scored.withColumn("target_prediction", F.col("target_raw"))
 
@@ -486,12 +502,12 @@ def _bag_target(spark: SparkSession, config: Config, target: DataFrame, columns:
     model = _spark_booster(spark, config, columns, BAG_PROPORTION, regression_start=mean_proportion).fit(
         released.where(F.col(features.SPLIT_COLUMN) < 2))
     seconds["fit_target"] = time.monotonic() - started
-    models["target"] = model
+    output = SparkModel.fitted(model, link="identity", bag_size=m.bag_size, mean_proportion=mean_proportion)
+    models["target"] = output
 
     @F.pandas_udf("double")
     def debiased(predictions: pd.Series) -> pd.Series:
-        return pd.Series(label_mechanisms.debias_bag_predictions(predictions.to_numpy(), bag_size=m.bag_size,
-                                                                 mean_proportion=mean_proportion))
+        return pd.Series(output.output.probabilities(predictions.to_numpy()))
 
     scored = _positive_probability(model, released, "target_raw")
     return scored.withColumn("target_prediction", debiased("target_raw")).withColumn(
@@ -532,7 +548,7 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
             frame.select(ROW_ID, *columns).mapInPandas(
                 functools.partial(_predicted_batches, model=model, columns=columns), PRIORS_SCHEMA).write.parquet(path)
     else:
-        _positive_probability(proxy, frame, PROXY_PRIOR).select(
+        _positive_probability(proxy.model, frame, PROXY_PRIOR).select(
             F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double")).write.parquet(path)
     written = spark.read.parquet(path).count()  # from the Parquet footers
     logger.info("train: proxy priors of %d rows of day %d written to %s", written, config.mechanisms.day, path)
@@ -565,21 +581,23 @@ def _test_metrics(scored: DataFrame) -> dict[str, float]:
 
 def _save_models(spark: SparkSession, models: dict[str, Any], specs: dict[str, features.FeatureSpec],
                  staging: str) -> tuple[list[str], list[str]]:
-    """Write each model file and its feature encoding (:func:`lia_spark.features.encoding_file`) locally, then copy them into the staging
-    folder; return the names of the model files and of the encodings."""
+    """Write each model file, its feature encoding (:func:`lia_spark.features.encoding_file`) and its output transform
+    (:func:`lia_spark.model_output.output_transform_file`) locally, then copy them into the staging folder; return the
+    names of the model files and of the other two."""
     names, encodings = [], []
     with tempfile.TemporaryDirectory() as local:
         for name, model in models.items():
             if isinstance(model, training.FittedModel):
-                path = model.save(os.path.join(local, name))
+                path, output = model.save(os.path.join(local, name)), model.output_transform()
             else:
-                path = os.path.join(local, f"{name}.ubj")
-                model.get_booster().save_model(path)
+                path, output = os.path.join(local, f"{name}.ubj"), model.output
+                model.model.get_booster().save_model(path)
             encoding = features.save_spec(specs[name], features.encoding_file(path))
-            for written in (path, encoding):
+            transform = model_output.save_output_transform(output, model_output.output_transform_file(path))
+            for written in (path, encoding, transform):
                 copy_from_local(spark, written, f"{staging}/{os.path.basename(written)}")
             names.append(os.path.basename(path))
-            encodings.append(os.path.basename(encoding))
+            encodings += [os.path.basename(encoding), os.path.basename(transform)]
     return names, encodings
 
 
