@@ -184,8 +184,8 @@ class MechanismsConfig:
     """Release mechanisms of docs/math.md §2 applied over an (epsilon, bag size) grid, posteriors per docs/math.md §3.
 
     The attacker's prior: ``prior_column`` ``auto`` is ``eta`` (the twin's true P(y=1|x), ``<out>/truth``)
-    when data.source is synthetic, else ``proxy_prediction`` (the proxy model's prediction for every row of
-    released day, ``<out>/models/priors``, written by the train stage); ``prior_path`` overrides the table
+    when data.source is synthetic, else ``proxy_prediction`` (the proxy model's prediction for every row of the
+    released days, ``<out>/models/priors``, written by the train stage); ``prior_path`` overrides the table
     (:func:`lia_spark.engine.posteriors.prior.resolve_prior`). ``days``: the released days, ``target``
     (models.target_day), ``all`` (every day of the data) or a list of days
     (:func:`lia_spark.engine.features.released_days`).
