@@ -204,9 +204,11 @@ class MechanismsConfig:
     max_leakage: bool = False
 
     def validate(self) -> None:
-        if isinstance(self.days, str) and self.days not in names.DAY_SELECTIONS:
-            _fail("mechanisms.days", self.days, "must be target, all or a list of days", "e.g. mechanisms.days=[1, 2]")
-        if not isinstance(self.days, str):
+        if isinstance(self.days, str):
+            if self.days not in names.DAY_SELECTIONS:
+                _fail("mechanisms.days", self.days, "must be target, all or a list of days",
+                      "e.g. mechanisms.days=[1, 2]")
+        else:
             if not self.days:
                 _fail("mechanisms.days", list(self.days), "must list at least one day", "or use target or all")
             for day in self.days:

@@ -523,7 +523,8 @@ def three_days(spark, tmp_path_factory):
     data = pd.DataFrame({"row_id": make_row_id(days, np.tile(np.arange(DAY_ROWS), 3)), "day": days.astype(np.int32),
                          "label": (rng.random(days.size) < eta).astype(np.int32), "prior": eta})
     spark.createDataFrame(data.drop(columns="label")).write.parquet(str(root / "truth"))
-    spark.createDataFrame(data.drop(columns="prior")).repartition(5).write.partitionBy("day").parquet(str(root / "data"))
+    five_files_per_day = spark.createDataFrame(data.drop(columns="prior")).repartition(5)
+    five_files_per_day.write.partitionBy("day").parquet(str(root / "data"))
     config = config_from_dict({
         "run": {"output_dir": str(root), "seed": SEED},
         "data": {"parquet_path": str(root / "data")},

@@ -1,4 +1,5 @@
-"""Reading the posteriors stage's input: the released days' data rows (row_id, label) and prior rows (row_id, prior).
+"""Reading the posteriors stage's input: the data rows (row_id, label) and prior rows (row_id, prior) of the
+released days.
 
 Local Parquet inputs are read by pyarrow in Python tasks, in parts of whole row groups (:func:`input_parts`;
 rows counted from the file footers where they tell, :func:`side_row_counts`); any other input by Spark

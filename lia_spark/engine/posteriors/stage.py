@@ -144,13 +144,13 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
     """
     output = layout.output_path(config, layout.POSTERIORS)
     output_path = reported_path(output)
+    check_prior_source(spark, config, pending=())  # schemas only: before the data table's days are read
     days = released_days(spark, config)
     fingerprint = stage_fingerprint(spark, "posteriors", config, **{"mechanisms.days": days},
                                     inputs={"data": config.parquet_path, "priors": prior_source(config)})
     marker = reusable_output(spark, [output], fingerprint, force=config.run.force)
     if marker is not None:
         return PosteriorsResult.from_dict(marker, skipped=True)
-    check_prior_source(spark, config, pending=())
     started = time.monotonic()
     section = config.mechanisms
     settings = settings_grid(section)
