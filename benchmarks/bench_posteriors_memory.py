@@ -48,7 +48,7 @@ def measure(rows: int, master: str, workdir: str, driver_memory: str) -> dict:
     root = os.path.join(workdir, f"n{rows}")
     write_input(spark, root, rows)
     config = bench_config(root)
-    source = posterior_input(spark, config)
+    source = posterior_input(spark, config, config.mechanisms.days)
     unit_bits, output_dir = source.unit_bits, os.path.join(root, "memory_pass")
     started = time.perf_counter()
     write_posteriors(source.blobs, output_dir=output_dir, settings=settings_grid(config.mechanisms),

@@ -55,7 +55,7 @@ def bench_config(root: str) -> Config:
     """The benchmark's stage config: day 1 under ``root``, the 4 settings of SETTINGS_TEXT, recomputed."""
     return config_from_dict({
         "run": {"output_dir": root, "seed": SEED, "force": True},
-        "mechanisms": {"day": 1, "names": ["llp", "llp_geometric"], "epsilons": [1.0], "bag_sizes": [8, 64]},
+        "mechanisms": {"days": [1], "names": ["llp", "llp_geometric"], "epsilons": [1.0], "bag_sizes": [8, 64]},
     })
 
 
@@ -225,7 +225,7 @@ def main(argv=None) -> None:
     write_input(spark, warm_up_root, args.rows // 50)
     warm_up_seconds, _ = _timed(spark, lambda: run_posteriors(spark, bench_config(warm_up_root)))
     shutil.rmtree(os.path.join(warm_up_root, "posteriors"), ignore_errors=True)
-    source = posterior_input(spark, config)  # counts run here, outside the timing
+    source = posterior_input(spark, config, config.mechanisms.days)  # counts run here, outside the timing
     unit_bits = source.unit_bits
     rows = posterior_rows(source.blobs, settings=settings, seed=SEED, unit_bits=unit_bits)
     stage_file = os.path.join(root, "in_process_rows.parquet")

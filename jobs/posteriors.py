@@ -1,4 +1,5 @@
-"""spark-submit entry point for the posteriors stage (release one day's labels, posteriors, summaries, plots).
+"""spark-submit entry point for the posteriors stage (release the labels of mechanisms.days,
+posteriors, summaries, plots).
 
     spark-submit [--master URL] jobs/posteriors.py --conf conf/demo.yaml [mechanisms.bag_sizes=[8,64] ...]
 """

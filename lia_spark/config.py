@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -44,6 +45,8 @@ REPLACED_KEYS = {
     "audit.score": "audit.score and audit.t are replaced by audit.scores, a list of score names: log_ratio, "
                    "difference_t<t> (e.g. audit.scores=[difference_t2] for score difference with t = 2)",
     "audit.t": "audit.score and audit.t are replaced by audit.scores (e.g. audit.scores=[difference_t2])",
+    "mechanisms.day": "mechanisms.day is replaced by mechanisms.days: target (models.target_day, the default), a "
+                      "list of days (e.g. mechanisms.days=[2]) or all (every day of the data)",
 }
 
 
@@ -181,12 +184,14 @@ class MechanismsConfig:
     """Release mechanisms of docs/math.md §2 applied over an (epsilon, bag size) grid, posteriors per docs/math.md §3.
 
     The attacker's prior: ``prior_column`` ``auto`` is ``eta`` (the twin's true P(y=1|x), ``<out>/truth``)
-    when data.source is synthetic, else ``proxy_prediction`` (the proxy model's prediction for every row of
-    ``day``, ``<out>/models/priors``, written by the train stage); ``prior_path`` overrides the table
-    (:func:`lia_spark.engine.posteriors.prior.resolve_prior`).
+    when data.source is synthetic, else ``proxy_prediction`` (the proxy model's prediction for every row of the
+    released days, ``<out>/models/priors``, written by the train stage); ``prior_path`` overrides the table
+    (:func:`lia_spark.engine.posteriors.prior.resolve_prior`). ``days``: the released days, ``target``
+    (models.target_day), ``all`` (every day of the data) or a list of days
+    (:func:`lia_spark.engine.features.released_days`).
     """
 
-    day: int = 1
+    days: str | tuple[int, ...] = names.TARGET_DAY
     prior_column: str = names.AUTO_PRIOR
     names: tuple[str, ...] = POSTERIOR_MECHANISMS
     epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -199,8 +204,17 @@ class MechanismsConfig:
     max_leakage: bool = False
 
     def validate(self) -> None:
-        if self.day < 0:
-            _fail("mechanisms.day", self.day, "must be >= 0")
+        if isinstance(self.days, str):
+            if self.days not in names.DAY_SELECTIONS:
+                _fail("mechanisms.days", self.days, "must be target, all or a list of days",
+                      "e.g. mechanisms.days=[1, 2]")
+        else:
+            if not self.days:
+                _fail("mechanisms.days", list(self.days), "must list at least one day", "or use target or all")
+            for day in self.days:
+                if day < 0:
+                    _fail("mechanisms.days", day, "must be >= 0")
+            _fail_repeats("mechanisms.days", self.days)
         if not self.prior_column.strip():
             _fail("mechanisms.prior_column", self.prior_column,
                   "must be auto, eta, proxy_prediction or a column of mechanisms.prior_path")
@@ -555,6 +569,11 @@ def _float_text(field: str, text: str) -> float:
 def _coerce(field: str, value: Any, annotation: Any) -> Any:
     """Convert a YAML value to the field's declared type, or fail naming the field."""
     origin = typing.get_origin(annotation)
+    if origin is types.UnionType:  # a keyword (str) or the other type, e.g. str | tuple[int, ...]
+        if isinstance(value, str) and str in typing.get_args(annotation):
+            return value
+        (other,) = [arm for arm in typing.get_args(annotation) if arm is not str]
+        return _coerce(field, value, other)
     if origin is tuple:
         (item_type, _) = typing.get_args(annotation)
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -686,13 +705,18 @@ def _check_synthetic_days(config: Config) -> None:
     a stage reads must be one of them."""
     if config.data.source != "synthetic" or config.data.parquet_path:
         return
-    for field, day in day_fields(config).items():
-        if day >= config.synthetic.days:
-            _fail(field, day, f"names a day the synthetic twin does not hold (synthetic.days={config.synthetic.days}"
-                  f" makes days 0..{config.synthetic.days - 1})", "choose one of them or raise synthetic.days")
+    for field, value in day_fields(config).items():
+        if any(day >= config.synthetic.days for day in (value if isinstance(value, list) else [value])):
+            _fail(field, value, f"names a day the synthetic twin does not hold (synthetic.days={config.synthetic.days}"
+                  f" makes days 0..{config.synthetic.days - 1})", "choose among them or raise synthetic.days")
 
 
-def day_fields(config: Config) -> dict[str, int]:
-    """Every config field that names a day of the data, with its value."""
-    return {"models.proxy_day": config.models.proxy_day, "models.target_day": config.models.target_day,
-            "mechanisms.day": config.mechanisms.day, "logloss.day": config.logloss.day}
+def day_fields(config: Config) -> dict[str, int | list[int]]:
+    """Every config field that names days of the data, with its value (a day, or a list of days); mechanisms.days
+    only when it lists days (target is models.target_day, all is every day there is)."""
+    fields: dict[str, int | list[int]] = {"models.proxy_day": config.models.proxy_day,
+                                          "models.target_day": config.models.target_day,
+                                          "logloss.day": config.logloss.day}
+    if not isinstance(config.mechanisms.days, str):
+        fields["mechanisms.days"] = list(config.mechanisms.days)
+    return fields

@@ -53,7 +53,8 @@ def membership_path(config: Config) -> str:
 
 
 def proxy_priors_path(config: Config) -> str:
-    """``<out>/models/priors``: the proxy model's prediction for every row of mechanisms.day (train stage)."""
+    """``<out>/models/priors``: the proxy model's prediction for every row of the days of mechanisms.days (train
+    stage)."""
     return output_path(config, MODELS, PROXY_PRIORS)
 
 

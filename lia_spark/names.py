@@ -43,6 +43,11 @@ AUTO_PRIOR = "auto"  # eta on the synthetic twin, the proxy's prediction otherwi
 TRUE_PRIOR = "eta"  # the twin's true P(y=1|x)
 PROXY_PRIOR = "proxy_prediction"  # the proxy model's prediction
 
+# Days the posteriors stage releases (mechanisms.days), besides a list of day numbers.
+TARGET_DAY = "target"  # models.target_day alone
+ALL_DAYS = "all"  # every day of the data table
+DAY_SELECTIONS = (TARGET_DAY, ALL_DAYS)
+
 # Audit attacks (audit.attack): observational label inference (docs/math.md §5) or the membership baseline (§5.8).
 LABEL_INFERENCE = "label_inference"
 MEMBERSHIP = "membership"

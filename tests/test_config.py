@@ -34,6 +34,13 @@ def test_overrides_are_parsed_as_yaml_and_win_over_the_file():
     assert config.run.name == "demo"
 
 
+def test_mechanisms_days_take_a_keyword_or_a_list():
+    assert Config().mechanisms.days == "target"
+    assert load_config(None, ["mechanisms.days=all"]).mechanisms.days == "all"
+    config = load_config(None, ["synthetic.days=3", "mechanisms.days=[2, 0]"])
+    assert config.mechanisms.days == (2, 0) and config.to_dict()["mechanisms"]["days"] == [2, 0]
+
+
 def test_config_is_frozen():
     config = Config()
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -55,6 +62,14 @@ INVALID = [
     ("mechanisms.names=[rr, shuffle]", "mechanisms.names", "shuffle"),
     ("mechanisms.names=[]", "mechanisms.names", "()"),
     ("mechanisms.epsilons=fast", "mechanisms.epsilons", "fast"),
+    ("mechanisms.day=2", "mechanisms.day", "replaced by mechanisms.days"),
+    ("mechanisms.days=[]", "mechanisms.days", "[]"),
+    ("mechanisms.days=[1, 1]", "mechanisms.days", "[1, 1]"),
+    ("mechanisms.days=[-1]", "mechanisms.days", "-1"),
+    ("mechanisms.days=[1.5]", "mechanisms.days", "1.5"),
+    ("mechanisms.days=2", "mechanisms.days", "2"),
+    ("mechanisms.days=week", "mechanisms.days", "week"),
+    ("mechanisms.days=[0, 5]", "mechanisms.days", "synthetic.days=2"),
     ("models.epsilon=-2", "models.epsilon", "-2"),
     ("models.bag_size=0", "models.bag_size", "0"),
     ("models.training_mechanism=dp_sgd", "models.training_mechanism", "dp_sgd"),

@@ -1,6 +1,6 @@
 """Real Criteo-format input end to end: without the twin's truth table the attacker's prior is the proxy model's
-prediction for every row of the released day (``models/priors``), and a prior that cannot be resolved fails
-before any stage runs, naming mechanisms.prior_column / mechanisms.prior_path.
+prediction for every row of the released day (``models/priors``; mechanisms.days=target), and a prior that
+cannot be resolved fails before any stage runs, naming mechanisms.prior_column / mechanisms.prior_path.
 
 The README's command (``run.output_dir=... data.source=criteo 'data.criteo_paths=[...]'``) runs on day files
 written by the twin (copied without truth/) and on hand-written random Criteo lines, with only overrides that

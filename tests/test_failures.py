@@ -64,7 +64,8 @@ def data_run(spark, tmp_path_factory):
     ("run.stages=[]", "run.stages"),
     ("models.library=catboost", "models.utility_bag_sizes"),
     ("models.target_day=5", "models.target_day"),
-    ("mechanisms.day=2", "mechanisms.day"),
+    ("mechanisms.days=[2]", "mechanisms.days"),
+    ("mechanisms.day=1", "mechanisms.day"),
     ("spark.master=bogus://x", "spark.master"),
     ("data.parquet_path=/tmp/day[1]", "data.parquet_path"),
     ("run.stale_lock_hours=0", "run.stale_lock_hours"),
@@ -89,7 +90,7 @@ def test_combinations_the_models_cannot_train_are_refused_at_load(tmp_path, caps
 
 def test_duplicate_yaml_keys_name_the_key_and_the_file(tmp_path, capsys):
     conf = tmp_path / "conf.yaml"
-    conf.write_text("mechanisms:\n  epsilons: [1.0]\n  day: 1\n  epsilons: [2.0]\n", encoding="utf-8")
+    conf.write_text("mechanisms:\n  epsilons: [1.0]\n  days: [1]\n  epsilons: [2.0]\n", encoding="utf-8")
     assert main(["config", "--conf", str(conf)]) == 2
     line = _one_line(capsys)
     assert "duplicate key 'epsilons'" in line and str(conf) in line and "line 4" in line

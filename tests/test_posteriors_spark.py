@@ -7,6 +7,7 @@ to 1e-12 relative (the same float64 code on the same bags, batched differently);
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -15,8 +16,9 @@ import pandas as pd
 import pytest
 
 from lia_spark import advantage, hashing, mechanisms, posteriors
-from lia_spark.config import config_from_dict
+from lia_spark.config import ConfigError, config_from_dict
 from lia_spark.criteo import STORAGE_DDL, make_row_id
+from lia_spark.engine.features import released_days
 from lia_spark.engine.posteriors.reading import input_parts, load_input, local_path, side_row_counts, side_rows
 from lia_spark.engine.posteriors.stage import run_posteriors
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, summarize_digest
@@ -24,7 +26,7 @@ from lia_spark.engine.posteriors.units import (ARROW_SIDE_SCHEMA, bagged_units, 
                                                partition_codes, posterior_input, shuffled_units, unpacked)
 from lia_spark.engine.posteriors.writing import UNIT_ROWS, check_result_files, posterior_rows, write_posteriors
 from lia_spark.names import SETTING_KEY
-from lia_spark.posterior_grid import Setting, plot_sample_mask, setting_seed
+from lia_spark.posterior_grid import Setting, plot_sample_mask, setting_seed, settings_grid
 
 ROWS = 20_000
 SEED = 20261122
@@ -34,7 +36,8 @@ BAG_SIZES = (1, 8, 64)
 
 @pytest.fixture(scope="module")
 def stage(spark, tmp_path_factory):
-    """A 2-day table (day 1 = ROWS rows), the eta truth table and one run of the stage on day 1."""
+    """A 2-day table (day 1 = ROWS rows), the eta truth table and one run of the stage on day 1 (mechanisms.days
+    = target, the default: models.target_day = 1)."""
     out = tmp_path_factory.mktemp("posteriors_stage")
     rng = np.random.default_rng(3)
     days = np.repeat([0, 1], [500, ROWS])
@@ -51,7 +54,7 @@ def stage(spark, tmp_path_factory):
     spark.createDataFrame(truth).write.parquet(str(out / "truth"))
     config = config_from_dict({
         "run": {"output_dir": str(out), "seed": SEED},
-        "mechanisms": {"day": 1, "epsilons": list(EPSILONS), "bag_sizes": list(BAG_SIZES), "plot_sample_rows": 500},
+        "mechanisms": {"epsilons": list(EPSILONS), "bag_sizes": list(BAG_SIZES), "plot_sample_rows": 500},
     })
     result = run_posteriors(spark, config)
     rows = pd.read_parquet(out / "posteriors" / "rows")
@@ -386,7 +389,7 @@ def test_stage_without_rows_keeps_summaries_only(stage, tmp_path):
     config = config_from_dict({
         "run": {"output_dir": str(tmp_path), "seed": SEED},
         "data": {"parquet_path": str(stage["out"] / "data")},
-        "mechanisms": {"day": 1, "names": ["rr", "llp"], "epsilons": [1.0], "bag_sizes": [8], "write_rows": False,
+        "mechanisms": {"names": ["rr", "llp"], "epsilons": [1.0], "bag_sizes": [8], "write_rows": False,
                        "plot_sample_rows": 100, "prior_path": str(stage["out"] / "truth")},
     })
     result = run_posteriors(stage["spark"], config)
@@ -403,7 +406,7 @@ def test_max_leakage_rows_and_summary(stage, tmp_path):
     config = config_from_dict({
         "run": {"output_dir": str(tmp_path), "seed": SEED},
         "data": {"parquet_path": str(stage["out"] / "data")},
-        "mechanisms": {"day": 1, "names": ["rr", "llp", "llp_laplace"], "epsilons": [1.0], "bag_sizes": [8],
+        "mechanisms": {"names": ["rr", "llp", "llp_laplace"], "epsilons": [1.0], "bag_sizes": [8],
                        "max_leakage": True, "plot_sample_rows": 100, "prior_path": str(stage["out"] / "truth")},
     })
     result = run_posteriors(stage["spark"], config)
@@ -433,23 +436,26 @@ def test_pyarrow_reader_packs_what_spark_reads(stage):
     """Local inputs: pyarrow tasks (hive day directories for the data, an in-file day column for the truth
     table) pack exactly the rows Spark's reader packs; a file: URI reads the same; other schemes go to Spark."""
     spark, config = stage["spark"], stage["config"]
-    source = posterior_input(spark, config)
+    source = posterior_input(spark, config, [1])
     assert source.reader == "pyarrow" and source.data_rows == source.prior_rows == ROWS and source.unit_bits == 0
-    data, priors = load_input(spark, config)
+    data, priors = load_input(spark, config, [1])
     expected = _side_rows_of(frame_blobs(data, priors, seed=SEED, unit_bits=3))
     assert len(expected) == 2 * ROWS
-    parts = [*input_parts(f"{stage['out']}/data", side="label", column="label", day=1, rows_per_part=5000),
-             *input_parts(str(stage["out"] / "truth"), side="prior", column="eta", day=1)]
-    assert {part.day for part in parts} == {None, 1}  # directories pruned / rows filtered
+    parts = [*input_parts(f"{stage['out']}/data", side="label", column="label", days=[1], rows_per_part=5000),
+             *input_parts(str(stage["out"] / "truth"), side="prior", column="eta", days=[1])]
+    assert {part.days for part in parts} == {None, (1,)}  # directories pruned / rows filtered
     got = _side_rows_of(file_blobs(spark, parts, seed=SEED, unit_bits=3))
     pd.testing.assert_frame_equal(got, expected, check_exact=True)
     assert local_path(f"file://{stage['out']}/data") == f"{stage['out']}/data"
     assert local_path("/dbfs/x") == "/dbfs/x"
     assert local_path("s3a://bucket/x") is None and local_path("dbfs:/x") is None
     assert local_path("/data/day=*/") is None
-    empty_day = config_from_dict({**stage["config"].to_dict(), "mechanisms": {"day": 5}, "synthetic": {"days": 6}})
-    with pytest.raises(ValueError, match="mechanisms.day: .*/data holds no rows of day 5, got 5"):
-        posterior_input(spark, empty_day)
+    with pytest.raises(ValueError, match=r"mechanisms.days: .*/data holds no rows of the released days, got \[5\]"):
+        posterior_input(spark, config, [5])
+    missing_day = config_from_dict({**config.to_dict(), "mechanisms": {"days": [0, 5]}, "synthetic": {"days": 6}})
+    with pytest.raises(ConfigError, match=r"mechanisms.days: .*/data holds no rows of days \[5\] \(days present: "
+                                          r"\[0, 1\]\), got \[0, 5\]"):
+        released_days(spark, missing_day)
 
 
 def test_input_parts_hold_whole_row_groups_of_the_day(spark, tmp_path):
@@ -463,22 +469,24 @@ def test_input_parts_hold_whole_row_groups_of_the_day(spark, tmp_path):
         (tmp_path / name).mkdir()
         table = pa.table({"row_id": ids, "day": days.astype(np.int32), "eta": np.linspace(0, 1, 1000)})
         pq.write_table(table, tmp_path / name / "priors.parquet", row_group_size=100)
-    parts = input_parts(str(tmp_path / "sorted"), side="prior", column="eta", day=4, rows_per_part=250)
+    parts = input_parts(str(tmp_path / "sorted"), side="prior", column="eta", days=[4], rows_per_part=250)
     assert [(part.row_groups, part.rows, part.footer_day_rows) for part in parts] == [
         ((5, 6, 7), 300, 300), ((8, 9), 200, 200)]
     assert side_row_counts(spark, parts) == {"label": 0, "prior": 500}
     np.testing.assert_array_equal(np.concatenate([ids for part in parts for ids, _ in part.side_rows()]),
                                   np.arange(500, 1000))
-    parts = input_parts(str(tmp_path / "mixed"), side="prior", column="eta", day=4, rows_per_part=250)
+    parts = input_parts(str(tmp_path / "mixed"), side="prior", column="eta", days=[4], rows_per_part=250)
     assert [(part.row_groups, part.rows, part.footer_day_rows) for part in parts] == [
         ((0, 1, 2), 300, None), ((3, 4, 5), 300, None), ((6, 7, 8), 300, None), ((9,), 100, None)]
     assert side_row_counts(spark, parts) == {"label": 0, "prior": 500}
     np.testing.assert_array_equal(np.concatenate([ids for part in parts for ids, _ in part.side_rows()]),
                                   np.arange(1, 1000, 2))
+    parts = input_parts(str(tmp_path / "mixed"), side="prior", column="eta", days=[4, 3], rows_per_part=250)
+    assert [part.footer_day_rows for part in parts] == [300, 300, 300, 100]  # every day in [min, max] selected
     with pytest.raises(ValueError, match="mechanisms.prior_column: .* has no column 'score' for the prior rows"):
-        input_parts(str(tmp_path / "sorted"), side="prior", column="score", day=4)
+        input_parts(str(tmp_path / "sorted"), side="prior", column="score", days=[4])
     with pytest.raises(ValueError, match="data.parquet_path: .* has no column 'label' for the label rows"):
-        input_parts(str(tmp_path / "sorted"), side="label", column="label", day=4)
+        input_parts(str(tmp_path / "sorted"), side="label", column="label", days=[4])
 
 
 def test_bad_rows_in_local_files_fail_naming_the_row(stage, tmp_path):
@@ -494,8 +502,59 @@ def test_bad_rows_in_local_files_fail_naming_the_row(stage, tmp_path):
         folder = tmp_path / str(number)
         folder.mkdir()
         pq.write_table(pa.table({"row_id": pa.array([1, 2, 3], pa.int64()), column: values}), folder / "p.parquet")
-        parts = input_parts(str(folder), side=side, column=column, day=1)
+        parts = input_parts(str(folder), side=side, column=column, days=[1])
         with pytest.raises(Exception, match=message):
             file_blobs(stage["spark"], parts, seed=SEED, unit_bits=0).collect()
     with pytest.raises(ValueError, match="row_id: must not be null, got null in a label row"):
         side_rows("label", pa.array([1, None], pa.int64()), pa.array([0, 1]))
+
+
+DAY_ROWS = 1500  # rows per day of the 3-day table
+
+
+@pytest.fixture(scope="module")
+def three_days(spark, tmp_path_factory):
+    """A 3-day table (DAY_ROWS rows per day, five files per day) and its eta truth table; the stage releases
+    every day (mechanisms.days=all) in 4 bagging units."""
+    root = tmp_path_factory.mktemp("three_days")
+    rng = np.random.default_rng(19)
+    days = np.repeat([0, 1, 2], DAY_ROWS)
+    eta = rng.beta(0.6, 8.0, size=days.size)
+    data = pd.DataFrame({"row_id": make_row_id(days, np.tile(np.arange(DAY_ROWS), 3)), "day": days.astype(np.int32),
+                         "label": (rng.random(days.size) < eta).astype(np.int32), "prior": eta})
+    spark.createDataFrame(data.drop(columns="label")).write.parquet(str(root / "truth"))
+    five_files_per_day = spark.createDataFrame(data.drop(columns="prior")).repartition(5)
+    five_files_per_day.write.partitionBy("day").parquet(str(root / "data"))
+    config = config_from_dict({
+        "run": {"output_dir": str(root), "seed": SEED},
+        "data": {"parquet_path": str(root / "data")},
+        "mechanisms": {"days": "all", "names": ["rr", "llp", "llp_laplace"], "epsilons": [1.0], "bag_sizes": [8],
+                       "rows_per_bagging_unit": 1000, "plot_sample_rows": 100, "prior_path": str(root / "truth"),
+                       "prior_column": "prior"},
+    })
+    result = run_posteriors(spark, config)
+    rows = pd.read_parquet(root / "posteriors" / "rows").sort_values([*SETTING_KEY, "row_id"], ignore_index=True)
+    return {"spark": spark, "config": config, "data": data, "result": result, "rows": rows}
+
+
+def test_all_days_are_one_selection_whose_bags_span_days(three_days):
+    """mechanisms.days=all: every row of the 3 days is released once per setting, bagging units and bags are drawn
+    over the whole selection (the kernel's bags of all row ids; bags hold rows of several days), the rows equal
+    those of one Spark partition of the union, and the resolved days are in the result and the fingerprint."""
+    spark, data, result, rows = (three_days[key] for key in ("spark", "data", "result", "rows"))
+    assert result.days == (0, 1, 2) and result.input_rows == 3 * DAY_ROWS and result.bagging_units == 4
+    assert [record["rows"] for record in result.summary] == [3 * DAY_ROWS] * 3
+    for setting in (Setting("rr", 1.0, 1), Setting("llp", math.nan, 8), Setting("llp_laplace", 1.0, 8)):
+        np.testing.assert_array_equal(_setting_rows(rows, setting)["row_id"], np.sort(data["row_id"]))
+    llp = _setting_rows(rows, Setting("llp", math.nan, 8))
+    np.testing.assert_array_equal(llp["bag_id"], _reference_bags(llp["row_id"].to_numpy(), 8, unit_bits=2))
+    days_per_bag = pd.Series(llp["row_id"].to_numpy() >> 40).groupby(llp["bag_id"]).nunique()
+    assert (days_per_bag >= 2).mean() > 0.5 and days_per_bag.max() == 3
+    one_partition = _posterior_rows(spark.createDataFrame(data[["row_id", "label"]]).coalesce(1),
+                                    spark.createDataFrame(data[["row_id", "prior"]]).coalesce(1),
+                                    settings_grid(three_days["config"].mechanisms), unit_bits=2).toPandas()
+    pd.testing.assert_frame_equal(one_partition.sort_values([*SETTING_KEY, "row_id"], ignore_index=True), rows,
+                                  check_exact=True, check_dtype=False)
+    with open(os.path.join(result.output_path, "_LIA_COMPLETE"), encoding="utf-8") as handle:
+        marker = json.load(handle)
+    assert marker["days"] == [0, 1, 2] and marker["lia_fingerprint"]["parameters"]["mechanisms.days"] == [0, 1, 2]

@@ -75,7 +75,7 @@ def _posteriors_config(output_dir: str, inputs: Path, **mechanisms) -> object:
     return config_from_dict({
         "run": {"output_dir": output_dir, "seed": SEED},
         "data": {"parquet_path": str(inputs / "data")},
-        "mechanisms": {"day": 1, "epsilons": [1.0], "bag_sizes": [1, 8], "rows_per_bagging_unit": 1500,
+        "mechanisms": {"days": [1], "epsilons": [1.0], "bag_sizes": [1, 8], "rows_per_bagging_unit": 1500,
                        "plot_sample_rows": 600, "prior_path": str(inputs / "truth"), **mechanisms},
     })
 

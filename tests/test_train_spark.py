@@ -80,13 +80,13 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     assert os.path.exists(os.path.join(out, "models", MARKER))
 
 
-def _assert_priors_are_the_proxy_predictions(out: str, result) -> pd.DataFrame:
-    """models/priors: (row_id, proxy_prediction) for every row of mechanisms.day (1 = the target day), equal to
-    the proxy predictions the stage computed for the target's canary and test rows."""
+def _assert_priors_are_the_proxy_predictions(out: str, result, days: tuple[int, ...] = (1,)) -> pd.DataFrame:
+    """models/priors: (row_id, proxy_prediction) for every row of the released days (mechanisms.days; default the
+    target day 1), equal to the proxy predictions the stage computed for the target's canary and test rows."""
     priors = pd.read_parquet(os.path.join(out, "models", "priors"))
     assert list(priors.dtypes.astype(str).items()) == [("row_id", "int64"), ("proxy_prediction", "float64")]
-    assert len(priors) == ROWS_PER_DAY == result.rows["priors"] and priors["row_id"].is_unique
-    assert np.all(priors["row_id"].to_numpy() >> 40 == 1)
+    assert len(priors) == len(days) * ROWS_PER_DAY == result.rows["priors"] and priors["row_id"].is_unique
+    assert sorted(set(priors["row_id"].to_numpy() >> 40)) == list(days)
     known = pd.concat([pd.read_parquet(os.path.join(out, "models", name), columns=["row_id", "proxy_prediction"])
                        for name in ("canaries", "test_predictions")])
     merged = known.merge(priors, on="row_id", suffixes=("", "_prior"))
@@ -129,11 +129,17 @@ def test_synthetic_default_prior_writes_no_proxy_priors(in_memory_run):
     assert not os.path.exists(os.path.join(config.run.output_dir, "models", "priors")) and "priors" not in result.rows
 
 
-def test_in_memory_proxy_priors_score_every_row_of_the_day(spark, parquet_path, tmp_path):
-    """Scored on the executors (the pickled proxy in mapInPandas): equal to the in-memory proxy's predictions."""
-    result = run_train_models(spark, _config(parquet_path, str(tmp_path), PROXY_PRIORS))
-    _assert_priors_are_the_proxy_predictions(str(tmp_path), result)
-    assert result.metrics()["rows_priors"] == ROWS_PER_DAY
+def test_in_memory_proxy_priors_score_every_row_of_the_released_days(spark, parquet_path, tmp_path, caplog):
+    """Scored on the executors (the pickled proxy in mapInPandas) for every day of mechanisms.days=all in one pass:
+    equal to the in-memory proxy's predictions; the proxy's own day is released with a warning, and the resolved
+    days are in the fingerprint."""
+    with caplog.at_level("WARNING", logger="lia_spark.engine.train"):
+        result = run_train_models(spark, _config(parquet_path, str(tmp_path), PROXY_PRIORS, "mechanisms.days=all"))
+    _assert_priors_are_the_proxy_predictions(str(tmp_path), result, days=(0, 1))
+    assert result.metrics()["rows_priors"] == 2 * ROWS_PER_DAY
+    assert "mechanisms.days includes models.proxy_day 0" in caplog.text
+    with open(os.path.join(str(tmp_path), "models", MARKER), encoding="utf-8") as handle:
+        assert json.load(handle)["lia_fingerprint"]["parameters"]["mechanisms.days"] == [0, 1]
 
 
 def test_distributed_matches_in_memory_auc(spark, parquet_path, tmp_path, in_memory_run):
@@ -195,7 +201,7 @@ def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
 
     proxy_rows = train.spark_features.read_day(spark, config.parquet_path, config.models.proxy_day)
     spec = train.feature_spec(proxy_rows, config)
-    day = train.spark_features.read_day(spark, config.parquet_path, config.mechanisms.day)
+    day = train.spark_features.read_day(spark, config.parquet_path, config.models.target_day)  # days = target
     data = train.collect_model_data(train.model_features(day, spec, config), spec, "xgboost")
     model = xgb.XGBClassifier()
     model.load_model(os.path.join(config.run.output_dir, "models", "proxy.ubj"))

@@ -1,20 +1,53 @@
 """Spark stage for model features: vocabulary counts by aggregation, features by mapInPandas (scales to billions)."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from lia_spark import features
-from lia_spark.config import ConfigError
+from lia_spark.config import Config, ConfigError
+from lia_spark.names import ALL_DAYS, TARGET_DAY
 from lia_spark.criteo import CAT_COLUMNS, DAY, LABEL, ROW_ID
 
 
 def read_day(spark: SparkSession, parquet_path: str, day: int) -> DataFrame:
     """One day of the day-partitioned storage table."""
-    return spark.read.parquet(parquet_path).where(F.col(DAY) == day)
+    return read_days(spark, parquet_path, [day])
+
+
+def read_days(spark: SparkSession, parquet_path: str, days: Sequence[int]) -> DataFrame:
+    """The rows of ``days`` in the day-partitioned storage table."""
+    return spark.read.parquet(parquet_path).where(F.col(DAY).isin(list(days)))
+
+
+def days_present(spark: SparkSession, parquet_path: str) -> tuple[int, ...]:
+    """The days the storage table holds rows of, ascending (one query of the day column)."""
+    return tuple(sorted(int(row[DAY]) for row in spark.read.parquet(parquet_path).select(DAY).distinct().collect()))
+
+
+def released_days(spark: SparkSession, config: Config) -> tuple[int, ...]:
+    """The days mechanisms.days selects, ascending: ``target`` = (models.target_day,), ``all`` = every day of
+    the data table, else the listed days; checked against the table before any heavy work.
+
+    Raises:
+        ConfigError: naming mechanisms.days and the selected days the data table does not hold.
+    """
+    selection, present = config.mechanisms.days, days_present(spark, config.parquet_path)
+    if selection == ALL_DAYS:
+        days = present
+    elif selection == TARGET_DAY:
+        days = (config.models.target_day,)
+    else:
+        days = tuple(sorted(selection))
+    missing = [day for day in days if day not in present]
+    if missing or not days:
+        got = list(selection) if isinstance(selection, tuple) else f"{selection} = {list(days)}"
+        raise ConfigError(f"mechanisms.days: {config.parquet_path} holds no rows of days {missing} (days present: "
+                          f"{list(present)}), got {got!r}; select days the table holds")
+    return days
 
 
 def check_days_present(spark: SparkSession, parquet_path: str, days: Mapping[str, int]) -> None:
@@ -25,10 +58,10 @@ def check_days_present(spark: SparkSession, parquet_path: str, days: Mapping[str
     Raises:
         ConfigError: naming the first such field, the day and the days present.
     """
-    present = {int(row[DAY]) for row in spark.read.parquet(parquet_path).select(DAY).distinct().collect()}
+    present = days_present(spark, parquet_path)
     for field, day in days.items():
         if day not in present:
-            raise ConfigError(f"{field}: {parquet_path} holds no rows of day {day} (days present: {sorted(present)}),"
+            raise ConfigError(f"{field}: {parquet_path} holds no rows of day {day} (days present: {list(present)}),"
                               f" got {day}; set {field} to one of the days present")
 
 

@@ -6,7 +6,8 @@ label, released_label, target_prediction, proxy_prediction of the target's train
 model files (``proxy``/``target``/``stage1`` as xgboost ``.ubj`` or catboost ``.cbm``), ``metrics.json`` and,
 when the posteriors stage's prior is the proxy's prediction
 (:func:`lia_spark.engine.posteriors.prior.needs_proxy_priors`: data.source=criteo with mechanisms.prior_column=auto, or prior_column=proxy_prediction), ``priors`` (row_id,
-proxy_prediction of every row of mechanisms.day, scored on the executors by :func:`write_proxy_priors`). With
+proxy_prediction of every row of the days of mechanisms.days, scored on the executors by
+:func:`write_proxy_priors`). With
 audit.attack=membership (in_memory only) the target leaves out the non-members among the
 audit.membership_candidates candidate training rows (:func:`membership_candidates`) and ``membership`` (row_id,
 label, member, target_prediction, proxy_prediction of the candidates) is written for the audit stage.
@@ -27,7 +28,7 @@ import os
 import pickle
 import tempfile
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -529,9 +530,11 @@ def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: t
         yield pd.DataFrame({ROW_ID: frame[ROW_ID].to_numpy(np.int64), PROXY_PRIOR: fitted.predict(matrix)})
 
 
-def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: features.FeatureSpec, path: str) -> int:
-    """Score every row of mechanisms.day with the proxy model and write Parquet (row_id long, proxy_prediction
-    double) to ``path``; returns the rows written.
+def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: features.FeatureSpec, path: str,
+                       days: Sequence[int]) -> int:
+    """Score every row of the released ``days`` (:func:`lia_spark.engine.features.released_days`) with the proxy
+    model in one distributed pass and write Parquet (row_id long, proxy_prediction double) to ``path``; returns
+    the rows written.
 
     Distributed, nothing proportional to the rows on the driver: the features are built on the executors with
     the proxy's own encoding ``spec`` (:func:`_features`, as for its training); an in-memory proxy
@@ -540,8 +543,11 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
     ``mapInPandas`` (exactly :meth:`~lia_spark.training.FittedModel.predict`); a fitted xgboost.spark model
     (models.execution=distributed) scores by its own ``transform``.
     """
-    describe_jobs(spark, f"train: proxy priors of day {config.mechanisms.day}")
-    frame = model_features(spark_features.read_day(spark, config.parquet_path, config.mechanisms.day), spec, config)
+    describe_jobs(spark, f"train: proxy priors of days {list(days)}")
+    if config.models.proxy_day in days:
+        logger.warning("train: mechanisms.days includes models.proxy_day %d: the proxy's priors of that day's rows "
+                       "predict its own training rows (an overfit prior)", config.models.proxy_day)
+    frame = model_features(spark_features.read_days(spark, config.parquet_path, days), spec, config)
     if isinstance(proxy, training.FittedModel):
         columns = tuple(spec.feature_columns)
         with shipped(spark, pickle.dumps(proxy)) as model:
@@ -551,7 +557,7 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
         _positive_probability(proxy.model, frame, PROXY_PRIOR).select(
             F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double")).write.parquet(path)
     written = spark.read.parquet(path).count()  # from the Parquet footers
-    logger.info("train: proxy priors of %d rows of day %d written to %s", written, config.mechanisms.day, path)
+    logger.info("train: proxy priors of %d rows of days %s written to %s", written, list(days), path)
     return written
 
 
@@ -612,17 +618,17 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
     in this process with the same data, seed and models fields apart from the training mechanism
     (:func:`prepared_days`); ``lia-spark audit-table`` sets it."""
     out = layout.output_path(config, layout.MODELS)
-    section = config.mechanisms  # with proxy priors, train also scores the released day
-    priors_fields = ({"mechanisms.day": section.day, "mechanisms.prior_column": section.prior_column}
-                     if needs_proxy_priors(config) else {})
+    # the released days whose proxy priors train writes: none unless the posteriors stage's prior needs them
+    prior_days = spark_features.released_days(spark, config) if needs_proxy_priors(config) else ()
+    priors_fields = ({"mechanisms.days": prior_days, "mechanisms.prior_column": config.mechanisms.prior_column}
+                     if prior_days else {})
     fingerprint = stage_fingerprint(spark, "train", config, inputs={"data": config.parquet_path}, **priors_fields)
     marker = reusable_output(spark, [out], fingerprint, force=config.run.force)
     if marker is not None:
         return dataclasses.replace(TrainResult.from_dict(marker), skipped=True)
     m = config.models
     spark_features.check_days_present(spark, config.parquet_path, {
-        "models.proxy_day": m.proxy_day, "models.target_day": m.target_day,
-        **({"mechanisms.day": section.day} if priors_fields else {})})
+        "models.proxy_day": m.proxy_day, "models.target_day": m.target_day})
     started = time.monotonic()
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
                 m.proxy_day, m.target_day, m.training_mechanism, m.epsilon, m.bag_size)
@@ -649,10 +655,10 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
         rows = {name: int(count) for name, count in scored.groupBy("split").count().toPandas()
                 .assign(name=lambda f: f["split"].map(SPLIT_NAMES))[["name", "count"]].itertuples(index=False)}
         test_metrics = {**_test_metrics(scored), **extra_metrics}
-        if needs_proxy_priors(config):
+        if prior_days:
             prior_started = time.monotonic()
             rows["priors"] = write_proxy_priors(spark, config, models["proxy"], specs["proxy"],
-                                               layout.under(staging, layout.PROXY_PRIORS))
+                                               layout.under(staging, layout.PROXY_PRIORS), prior_days)
             seconds["write_priors"] = time.monotonic() - prior_started
         files, encodings = _save_models(spark, models, specs, staging)
         seconds["total"] = time.monotonic() - started

@@ -1,4 +1,5 @@
-"""Reading the posteriors stage's input: one day's data rows (row_id, label) and prior rows (row_id, prior).
+"""Reading the posteriors stage's input: the data rows (row_id, label) and prior rows (row_id, prior) of the
+released days.
 
 Local Parquet inputs are read by pyarrow in Python tasks, in parts of whole row groups (:func:`input_parts`;
 rows counted from the file footers where they tell, :func:`side_row_counts`); any other input by Spark
@@ -26,18 +27,19 @@ INPUT_BATCH_ROWS = 1 << 20  # rows per batch read from an input file (bounds a r
 INPUT_PART_ROWS = 1 << 21  # rows per reading task (about: whole row groups)
 
 
-def load_input(spark: SparkSession, config: Config) -> tuple[DataFrame, DataFrame]:
-    """The day's data rows (row_id, label) and its prior rows (row_id, prior = the prior column), unjoined."""
+def load_input(spark: SparkSession, config: Config, days: Sequence[int]) -> tuple[DataFrame, DataFrame]:
+    """The data rows (row_id, label) of ``days`` and their prior rows (row_id, prior = the prior column),
+    unjoined."""
     prior = resolve_prior(config)
     column, source = prior.column, prior.path
     rows = (spark.read.parquet(config.parquet_path)
-            .where(F.col("day") == config.mechanisms.day)
+            .where(F.col("day").isin(list(days)))
             .select(F.col("row_id").cast("long"), F.col("label")))
     priors = spark.read.parquet(source)
     if column not in priors.columns:
         raise ValueError(f"mechanisms.prior_column: {source} has no column {column!r}, got {column!r}")
-    if "day" in priors.columns:  # the truth table holds every day: read only the released day
-        priors = priors.where(F.col("day") == config.mechanisms.day)
+    if "day" in priors.columns:  # the truth table holds every day: read only the released days
+        priors = priors.where(F.col("day").isin(list(days)))
     return rows, priors.select(F.col("row_id").cast("long"), F.col(column).alias(PRIOR))
 
 
@@ -71,18 +73,22 @@ class InputPart:
     column: str  # the side's column in the file
     row_groups: tuple[int, ...]
     rows: int  # rows in those row groups (file footer)
-    day: int | None  # keep only the rows of this day (the file has a day column); None: every row
-    footer_day_rows: int | None = None  # rows of the day, when the row groups' day statistics tell
+    days: tuple[int, ...] | None  # keep only the rows of these days (the file has a day column); None: every row
+    footer_day_rows: int | None = None  # rows of those days, when the row groups' day statistics tell
 
     def _batches(self, columns: list[str]) -> Iterator[pa.RecordBatch]:
-        """The part's rows of its day, ``columns`` only, in batches of at most :data:`INPUT_BATCH_ROWS` rows."""
+        """The part's rows of its days, ``columns`` only, in batches of at most :data:`INPUT_BATCH_ROWS` rows."""
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        read = columns + (["day"] if self.day is not None and "day" not in columns else [])
+        read = columns + (["day"] if self.days is not None and "day" not in columns else [])
         for batch in pq.ParquetFile(self.path).iter_batches(batch_size=INPUT_BATCH_ROWS, columns=read,
                                                             row_groups=list(self.row_groups), use_threads=False):
-            yield batch if self.day is None else batch.filter(pc.equal(batch.column("day"), self.day))
+            if self.days is None:
+                yield batch
+            else:
+                day = batch.column("day")
+                yield batch.filter(pc.is_in(day, value_set=pa.array(self.days, day.type)))
 
     def side_rows(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """:func:`side_rows` of the part, batch by batch."""
@@ -90,8 +96,8 @@ class InputPart:
             yield side_rows(self.side, batch.column("row_id"), batch.column(self.column))
 
     def day_row_count(self) -> int:
-        """Rows of the part's day: from the footer when it tells, else the day column's matches."""
-        if self.day is None:
+        """Rows of the part's days: from the footer when it tells, else the day column's matches."""
+        if self.days is None:
             return self.rows
         if self.footer_day_rows is not None:
             return self.footer_day_rows
@@ -109,10 +115,10 @@ def local_path(path: str) -> str | None:
     return path if parsed.scheme == "" else None
 
 
-def input_parts(path: str, *, side: str, column: str, day: int, rows_per_part: int = INPUT_PART_ROWS
+def input_parts(path: str, *, side: str, column: str, days: Sequence[int], rows_per_part: int = INPUT_PART_ROWS
                 ) -> list[InputPart]:
-    """The rows of ``day`` in the local Parquet dataset at ``path`` (hive-partitioned or not; a ``day`` column,
-    if any, selects the day, as :func:`load_input` does) as parts of whole row groups, about ``rows_per_part``
+    """The rows of ``days`` in the local Parquet dataset at ``path`` (hive-partitioned or not; a ``day`` column,
+    if any, selects the days, as :func:`load_input` does) as parts of whole row groups, about ``rows_per_part``
     rows each."""
     import pyarrow.dataset as ds
 
@@ -125,13 +131,13 @@ def input_parts(path: str, *, side: str, column: str, day: int, rows_per_part: i
     has_day = "day" in dataset.schema.names
     in_files = has_day and bool(fragments) and "day" in fragments[0].physical_schema.names
     if has_day and not in_files:  # day is a directory key: prune whole files
-        fragments = list(dataset.get_fragments(filter=ds.field("day") == day))
+        fragments = list(dataset.get_fragments(filter=ds.field("day").isin(list(days))))
     parts = []
     for fragment in fragments:
         metadata = fragment.metadata
-        day_counts = [_day_row_count_from_statistics(metadata, group, day) if in_files else None
+        day_counts = [_day_row_count_from_statistics(metadata, group, days) if in_files else None
                       for group in range(metadata.num_row_groups)]
-        kept = [group for group, count in enumerate(day_counts) if count != 0]  # 0: statistics exclude the day
+        kept = [group for group, count in enumerate(day_counts) if count != 0]  # 0: statistics exclude the days
         groups: list[int] = []
         rows = 0
         for group in kept:
@@ -140,28 +146,30 @@ def input_parts(path: str, *, side: str, column: str, day: int, rows_per_part: i
             if rows >= rows_per_part or group == kept[-1]:
                 counts = [day_counts[g] for g in groups]
                 known = None if None in counts else sum(counts)
-                parts.append(InputPart(fragment.path, side, column, tuple(groups), rows, day if in_files else None,
-                                       known))
+                parts.append(InputPart(fragment.path, side, column, tuple(groups), rows,
+                                       tuple(days) if in_files else None, known))
                 groups, rows = [], 0
     return parts
 
 
-def _day_row_count_from_statistics(metadata: Any, group: int, day: int) -> int | None:
-    """Rows of ``day`` in one row group from its day column statistics: all non-null rows when min = max =
-    day, 0 when day lies outside [min, max], None when the statistics do not tell."""
+def _day_row_count_from_statistics(metadata: Any, group: int, days: Sequence[int]) -> int | None:
+    """Rows of ``days`` (distinct) in one row group from its day column statistics: all non-null rows when
+    every day in [min, max] is one of them, 0 when none of them lies in [min, max], None when the statistics
+    do not tell."""
     row_group = metadata.row_group(group)
     statistics = row_group.column(metadata.schema.names.index("day")).statistics
     if statistics is None or not statistics.has_min_max or not statistics.has_null_count:
         return None
-    if day < statistics.min or day > statistics.max:
+    inside = sum(statistics.min <= day <= statistics.max for day in days)
+    if inside == 0:
         return 0
-    if statistics.min == statistics.max == day:
+    if inside == statistics.max - statistics.min + 1:
         return row_group.num_rows - statistics.null_count
     return None
 
 
 def _counted_parts(batches: Iterator[pa.RecordBatch], *, parts: Sequence[InputPart]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body over part indices: (side, rows of the day) per part."""
+    """mapInArrow body over part indices: (side, rows of the released days) per part."""
     for batch in batches:
         chosen = [parts[index] for index in batch.column("id").to_numpy()]
         yield pa.RecordBatch.from_arrays([pa.array([part.side for part in chosen], pa.string()),
@@ -174,7 +182,7 @@ def side_row_counts(spark: SparkSession, parts: Sequence[InputPart]) -> dict[str
     statistics) where they tell, else Python tasks read the day column."""
     rows, unknown = {LABEL: 0, PRIOR: 0}, []
     for part in parts:
-        if part.day is not None and part.footer_day_rows is None:
+        if part.days is not None and part.footer_day_rows is None:
             unknown.append(part)
         else:
             rows[part.side] += part.day_row_count()

@@ -1,14 +1,15 @@
-"""Stage ``posteriors``: release one day's labels through the mechanisms of docs/math.md §2, posteriors per docs/math.md §3.
+"""Stage ``posteriors``: release the days of mechanisms.days, as one selection, through the mechanisms of
+docs/math.md §2, posteriors per docs/math.md §3.
 
 Data movement only; the math is in :mod:`lia_spark.posterior_grid` (with :mod:`lia_spark.mechanisms`,
 :mod:`lia_spark.posteriors` and :mod:`lia_spark.advantage`). The whole (mechanism x epsilon x bag size) grid
 comes from one read of the input and one shuffle:
 
-- :mod:`~lia_spark.engine.posteriors.reading`: the day's data rows (row_id, label) and prior rows
+- :mod:`~lia_spark.engine.posteriors.reading`: the days' data rows (row_id, label) and prior rows
   (row_id, prior; :mod:`~lia_spark.engine.posteriors.prior` says which table and column), read by pyarrow
   in Python tasks for local Parquet inputs, by Spark for any other.
-- :mod:`~lia_spark.engine.posteriors.units`: rows packed by bagging unit into Arrow blobs, one shuffle puts
-  each unit whole on its own partition.
+- :mod:`~lia_spark.engine.posteriors.units`: rows packed by bagging unit into Arrow blobs (units, and so bags, are
+  drawn over all released rows, whatever their day), one shuffle puts each unit whole on its own partition.
 - :mod:`~lia_spark.engine.posteriors.writing`: one pass per unit runs every setting on chunks of whole bags and
   writes the per-row results (the workers themselves for a local output folder, Spark's writer for a remote
   one), returning only a digest per setting and histogram bin of |I|.
@@ -40,6 +41,7 @@ from pyspark.sql import functions as F
 
 from lia_spark import layout
 from lia_spark.config import Config
+from lia_spark.engine.features import released_days
 from lia_spark.engine.outputs import (committed_output, copy_from_local, delete_path, local_folder, marker_fields,
                                      reported_path, reusable_output, stage_fingerprint)
 from lia_spark.engine.posteriors.prior import check_prior_source, prior_source, resolve_prior
@@ -54,7 +56,8 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class PosteriorsResult:
-    """Outcome of the posteriors stage: where outputs went, the per-setting summary and bag counts."""
+    """Outcome of the posteriors stage: where outputs went, the released days, the per-setting summary and bag
+    counts."""
 
     output_path: str
     input_rows: int
@@ -66,6 +69,7 @@ class PosteriorsResult:
     seconds: float
     bagging_units: int = 1
     rows_without_prior: int = 0
+    days: tuple[int, ...] = ()
     skipped: bool = False
 
     @property
@@ -81,7 +85,8 @@ class PosteriorsResult:
     @classmethod
     def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False) -> "PosteriorsResult":
         values = marker_fields(cls, payload)
-        values.update(summary=tuple(values["summary"]), plots=tuple(values["plots"]), skipped=skipped)
+        values.update(summary=tuple(values["summary"]), plots=tuple(values["plots"]), skipped=skipped,
+                      days=tuple(values["days"]))
         return cls(**values)
 
     def metrics(self) -> dict[str, float]:
@@ -131,28 +136,30 @@ def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | Da
 
 
 def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
-    """Release config.mechanisms.day through the grid of settings; write rows, summaries and plots.
+    """Release the days of config.mechanisms.days (:func:`~lia_spark.engine.features.released_days`) through the
+    grid of settings, as one selection; write rows, summaries and plots.
 
     Output ``<run.output_dir>/posteriors``: ``rows`` (if mechanisms.write_rows), ``summary`` (Parquet),
     ``summary.csv`` and ``plots/*.png``, committed atomically. Skipped when complete and not run.force.
     """
     output = layout.output_path(config, layout.POSTERIORS)
     output_path = reported_path(output)
-    fingerprint = stage_fingerprint(spark, "posteriors", config,
+    check_prior_source(spark, config, pending=())  # schemas only: before the data table's days are read
+    days = released_days(spark, config)
+    fingerprint = stage_fingerprint(spark, "posteriors", config, **{"mechanisms.days": days},
                                     inputs={"data": config.parquet_path, "priors": prior_source(config)})
     marker = reusable_output(spark, [output], fingerprint, force=config.run.force)
     if marker is not None:
         return PosteriorsResult.from_dict(marker, skipped=True)
-    check_prior_source(spark, config, pending=())
     started = time.monotonic()
     section = config.mechanisms
     settings = settings_grid(section)
     prior = resolve_prior(config)
-    logger.info("posteriors: day %d, prior %s from %s, %d settings", section.day, prior.column, prior.path,
+    logger.info("posteriors: days %s, prior %s from %s, %d settings", list(days), prior.column, prior.path,
                 len(settings))
     metadata: dict[str, Any] = {}
     with committed_output(spark, output, metadata, fingerprint=fingerprint) as staging:
-        source = posterior_input(spark, config)
+        source = posterior_input(spark, config, days)
         data_rows, unit_bits = source.data_rows, source.unit_bits
         logger.info("posteriors: %d data rows, %d bagging units, read by %s", data_rows, 1 << unit_bits,
                     source.reader)
@@ -190,7 +197,7 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
         result = PosteriorsResult(
             output_path=output_path, input_rows=input_rows, settings=len(settings), rows_written=section.write_rows,
             summary=tuple({key: _native(value) for key, value in record.items()} for record in summary.to_dict("records")),
-            bagging_units=1 << unit_bits, rows_without_prior=data_rows - input_rows, bags=bags,
+            bagging_units=1 << unit_bits, rows_without_prior=data_rows - input_rows, days=days, bags=bags,
             plots=tuple(os.path.join(output_path, name) for name in plots),
             seconds=time.monotonic() - started)
         metadata.update(result.to_dict())

@@ -143,7 +143,7 @@ def bagged_units(batches: Iterator[pa.RecordBatch], *, seed: int, unit_bits: int
 
 @dataclasses.dataclass(frozen=True)
 class PosteriorInput:
-    """One day's input packed by bagging unit (``blobs``, read by ``reader``: "pyarrow" or "spark"), the
+    """The released days' input packed by bagging unit (``blobs``, read by ``reader``: "pyarrow" or "spark"), the
     counts of its data rows and prior rows and the bagging unit bits."""
 
     blobs: DataFrame
@@ -153,30 +153,31 @@ class PosteriorInput:
     unit_bits: int
 
 
-def posterior_input(spark: SparkSession, config: Config) -> PosteriorInput:
-    """The input of config.mechanisms.day: counts both sides, picks the bagging units
-    (:func:`lia_spark.mechanisms.bagging_unit_bits` of the smaller count) and packs the rows: pyarrow reads
-    local inputs in Python tasks (:func:`input_parts`, :func:`side_row_counts`, :func:`file_blobs`), Spark reads and
-    counts any other (:func:`load_input`, :func:`frame_blobs`).
+def posterior_input(spark: SparkSession, config: Config, days: Sequence[int]) -> PosteriorInput:
+    """The input of the released ``days`` as one selection: counts both sides over all of them, picks the
+    bagging units (:func:`lia_spark.mechanisms.bagging_unit_bits` of the smaller count: units, and so bags, span
+    the days) and packs the rows: pyarrow reads local inputs in Python tasks (:func:`input_parts`,
+    :func:`side_row_counts`, :func:`file_blobs`), Spark reads and counts any other (:func:`load_input`,
+    :func:`frame_blobs`).
 
     Raises:
-        ValueError: naming mechanisms.day when the data or the prior table holds no row of that day.
+        ValueError: naming mechanisms.days when the data or the prior table holds no row of those days.
     """
     describe_jobs(spark, "posteriors: count rows and priors")
     section, seed = config.mechanisms, config.run.seed
     data_path, prior_path = local_path(config.parquet_path), local_path(prior_source(config))
     if data_path is None or prior_path is None:
-        data, priors = load_input(spark, config)
+        data, priors = load_input(spark, config, days)
         data_rows, prior_rows = data.count(), priors.count()
         reader, packed = "spark", functools.partial(frame_blobs, data, priors)
     else:
-        parts = [*input_parts(data_path, side=LABEL, column=LABEL, day=section.day),
-                 *input_parts(prior_path, side=PRIOR, column=resolve_prior(config).column, day=section.day)]
+        parts = [*input_parts(data_path, side=LABEL, column=LABEL, days=days),
+                 *input_parts(prior_path, side=PRIOR, column=resolve_prior(config).column, days=days)]
         rows = side_row_counts(spark, parts)
         data_rows, prior_rows = rows[LABEL], rows[PRIOR]
         reader, packed = "pyarrow", functools.partial(file_blobs, spark, parts)
     for count, path in ((data_rows, config.parquet_path), (prior_rows, prior_source(config))):
         if count == 0:
-            raise ValueError(f"mechanisms.day: {path} holds no rows of day {section.day}, got {section.day}")
+            raise ValueError(f"mechanisms.days: {path} holds no rows of the released days, got {list(days)}")
     unit_bits = mechanisms.bagging_unit_bits(min(data_rows, prior_rows), section.rows_per_bagging_unit)
     return PosteriorInput(packed(seed=seed, unit_bits=unit_bits), reader, data_rows, prior_rows, unit_bits)
