@@ -49,8 +49,8 @@ def test_catboost_skips_the_llp_mechanisms_with_a_reason_and_refuses_an_empty_gr
         table_cells(load_config(None, ["models.library=catboost", "models.utility_bag_sizes=[]", "table.mechanisms=[llp]"]))
     with pytest.raises(ConfigError, match="distributed"):
         table_cells(load_config(None, ["models.execution=distributed", "models.library=catboost"]))
-    _, skipped = table_cells(load_config(None, ["models.execution=distributed"]))
-    assert set(skipped) == {"llp", "llp_laplace", "llp_geometric", "pate"}
+    cells, skipped = table_cells(load_config(None, ["models.execution=distributed"]))
+    assert set(skipped) == {"pate"} and any(c.mechanism == "llp_geometric" for c in cells)  # bag regression (§4.7)
 
 
 
