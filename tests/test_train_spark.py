@@ -221,15 +221,17 @@ def test_catboost_in_memory(spark, parquet_path, tmp_path):
 
 
 def test_cells_of_one_process_share_the_proxy_and_match_a_fresh_process(spark, parquet_path, tmp_path):
-    """A second target on the same data and models fields reuses the prepared proxy / target day; its outputs
-    equal those of a process that prepares them itself (everything in the preparation is deterministic)."""
+    """A second target on the same data and models fields reuses the prepared proxy / target day and PATE's
+    teachers' votes; its outputs equal those of a process that prepares them itself (everything in the
+    preparation is deterministic)."""
     from lia_spark.engine import train
 
-    run_train_models(spark, _config(parquet_path, str(tmp_path / "first"), "models.training_mechanism=none"),
-                     share_preparation=True)
-    second = _config(parquet_path, str(tmp_path / "second"), "models.training_mechanism=lp_2st", "models.epsilon=1.0")
+    pate_fields = ("models.training_mechanism=pate", "models.pate_teachers=4", "models.pate_queries=300")
+    run_train_models(spark, _config(parquet_path, str(tmp_path / "first"), *pate_fields), share_preparation=True)
+    second = _config(parquet_path, str(tmp_path / "second"), *pate_fields, "models.epsilon=1.0")
     shared = run_train_models(spark, second, share_preparation=True)
     assert "proxy_reused" in shared.seconds and "collect_proxy" not in shared.seconds
+    assert [prepared.pate["settings"].votes.fits for prepared in train._PREPARED.values()] == [1]
     fresh = run_train_models(spark, dataclasses.replace(
         second, run=dataclasses.replace(second.run, output_dir=str(tmp_path / "fresh"))))
     assert "collect_proxy" in fresh.seconds and not train._PREPARED  # not shared: nothing kept

@@ -82,6 +82,21 @@ def pate_settings(config: Config, target_rows: DataFrame, spec: features.Feature
                                                model=training.teacher_model(boosting_params(config))))
 
 
+def _shared_pate_settings(config: Config, target_rows: DataFrame, prepared: "PreparedDays", *,
+                          left_out: np.ndarray) -> pate.PateSettings:
+    """:func:`pate_settings` whose teachers are fitted once per preparation: the votes do not depend on epsilon, so
+    the PATE cells of ``lia-spark audit-table`` (one preparation) share them (:class:`lia_spark.pate.ReusedVotes`).
+    The membership baseline's teachers leave out its non-members and are fitted for their own run."""
+    if left_out.size:
+        return pate_settings(config, target_rows, prepared.target_spec, left_out=left_out)
+    if "settings" not in prepared.pate:
+        settings = pate_settings(config, target_rows, prepared.target_spec)
+        prepared.pate["settings"] = dataclasses.replace(settings, votes=pate.ReusedVotes(settings.votes))
+    else:
+        logger.info("train: PATE's teachers' votes reused from the previous PATE cell of this process")
+    return prepared.pate["settings"]
+
+
 def boosting_params(config: Config) -> training.BoostingParams:
     """The models section's boosting hyper-parameters."""
     m = config.models
@@ -233,8 +248,8 @@ def collect_model_data(frame: DataFrame, spec: features.FeatureSpec, library: st
 @dataclasses.dataclass(frozen=True)
 class PreparedDays:
     """What the in-memory path computes before the target's labels are privatized: the proxy, its metrics on its
-    own day's test rows, its predictions on the target day, the target day's features and encoding, and the
-    timings."""
+    own day's test rows, its predictions on the target day, the target day's features and encoding, the timings
+    and, once a PATE target was trained, PATE's settings with its teachers' votes (:func:`_shared_pate_settings`)."""
 
     proxy: training.FittedModel
     proxy_spec: features.FeatureSpec
@@ -243,6 +258,7 @@ class PreparedDays:
     proxy_prediction: np.ndarray
     target_data: training.ModelData
     seconds: dict[str, float]
+    pate: dict[str, pate.PateSettings] = dataclasses.field(default_factory=dict)  # filled by the first PATE cell
 
 
 _PREPARED: dict[str, PreparedDays] = {}  # the last preparation, keyed by everything it depends on
@@ -326,8 +342,8 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
     started = time.monotonic()
     fit = training.train_target(data, mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
                                 params=boosting_params(config), prior=proxy_prediction, bag_size=m.bag_size,
-                                pate_settings=(pate_settings(config, target_rows, prepared.target_spec,
-                                                             left_out=data.row_ids[member == 0])
+                                pate_settings=(_shared_pate_settings(config, target_rows, prepared,
+                                                                     left_out=data.row_ids[member == 0])
                                                if m.training_mechanism == PATE else None))
     logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
                 fit.model.fit_seconds)
