@@ -1,7 +1,7 @@
 """Measured scaling of the whole pipeline: per-stage wall, CPU and peak memory of `lia-spark run` at a given size.
 
-    .venv/bin/python benchmarks/bench_scaling.py --rows-per-day 5000000 [--days 2] [--master local[2]]
-        [--output /tmp/bench_scaling/run] [--render-only]
+    .venv/bin/python benchmarks/bench_scaling.py [--rows-per-day 5000000] [--days 2] [--master local[2]]
+        [--stages data,posteriors] [--output /tmp/bench_scaling/run] [--render-only]
 
 Runs ``python -m lia_spark.cli run --conf conf/demo.yaml synthetic.rows_per_day=N synthetic.days=D`` as a
 subprocess (MLflow in a sqlite file of the output folder, Spark's event log beside it) and samples its process
@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 
@@ -111,10 +111,10 @@ class StageClock:
                 step = self.steps[finished.group(1)]
                 step.update(end=time.time(), status=finished.group(2), wall_s=float(finished.group(3)),
                             cpu_s=process_tree_cpu_seconds(self.root_pid) - step["cpu_start"])
-                self.current = BEFORE_STAGES if finished.group(1) == "report" else f"after {finished.group(1)}"
+                self.current = f"after {finished.group(1)}"
 
 
-def follow_log(stream, log_path: Path, clock: StageClock) -> None:
+def follow_log(stream: IO[str], log_path: Path, clock: StageClock) -> None:
     """Copy the run's stderr to a file and feed every line to the clock."""
     with open(log_path, "w", encoding="utf-8") as log:
         for line in stream:
@@ -144,33 +144,39 @@ def shuffle_bytes_by_step(event_dir: Path, steps: dict[str, dict[str, Any]]) -> 
     return totals
 
 
-def measure(rows_per_day: int, days: int, master: str, output: Path, stages: str = "") -> dict[str, Any]:
-    """Run the pipeline once and return its per-step record."""
-    shutil.rmtree(output, ignore_errors=True)
-    output.mkdir(parents=True)
-    (output / "eventlog").mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    load_before = os.getloadavg()
-    started = time.time()
-    child = subprocess.Popen(run_command(rows_per_day, days, master, output, stages), cwd=output, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    clock = StageClock(child.pid)
-    reader = threading.Thread(target=follow_log, args=(child.stderr, output / "run.log", clock), daemon=True)
-    reader.start()
+def sample_until_exit(child: subprocess.Popen, clock: StageClock) -> tuple[dict[str, dict[str, float]], list[float]]:
+    """Every :data:`SAMPLE_SECONDS` until the run ends: the largest resident memory per role, kept per running
+    step, and the 1-minute load average."""
     driver = psutil.Process(child.pid)
     peaks: dict[str, dict[str, float]] = {}
     loads = []
     while child.poll() is None:
         sample = sample_tree(driver)
         with clock.lock:
-            stage_peaks = peaks.setdefault(clock.current, dict.fromkeys(ROLES, 0.0))
+            step_peaks = peaks.setdefault(clock.current, dict.fromkeys(ROLES, 0.0))
         for role, value in sample.items():
-            stage_peaks[role] = max(stage_peaks[role], value)
+            step_peaks[role] = max(step_peaks[role], value)
         loads.append(os.getloadavg()[0])
         time.sleep(SAMPLE_SECONDS)
-    stdout = child.stdout.read()
-    reader.join()
+    return peaks, loads
+
+
+def measure(rows_per_day: int, days: int, master: str, output: Path, stages: str = "") -> dict[str, Any]:
+    """Run the pipeline once and return its per-step record."""
+    shutil.rmtree(output, ignore_errors=True)
+    (output / "eventlog").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    load_before = os.getloadavg()
+    started = time.time()
+    with open(output / "stdout.txt", "w", encoding="utf-8") as stdout:
+        child = subprocess.Popen(run_command(rows_per_day, days, master, output, stages), cwd=output, env=env,
+                                 stdout=stdout, stderr=subprocess.PIPE, text=True)
+        clock = StageClock(child.pid)
+        reader = threading.Thread(target=follow_log, args=(child.stderr, output / "run.log", clock), daemon=True)
+        reader.start()
+        peaks, loads = sample_until_exit(child, clock)
+        reader.join()
     (output / "samples.json").write_text(json.dumps({"steps": clock.steps, "peaks": peaks, "loads": loads}))
     if child.returncode != 0:
         raise RuntimeError(f"the run failed (exit {child.returncode}); see {output / 'run.log'}")
@@ -186,8 +192,7 @@ def measure(rows_per_day: int, days: int, master: str, output: Path, stages: str
                              "peak_rss_mb": {role: round(value) for role, value in peaks.get(name, {}).items()},
                              **shuffle.get(name, {})}
                       for name, step in clock.steps.items()},
-            "metrics": {key: value for key, value in pipeline_metrics(pipeline).items()},
-            "summary": stdout.strip().splitlines()[-8:]}
+            "metrics": pipeline_metrics(pipeline)}
 
 
 def pipeline_metrics(pipeline: dict[str, Any]) -> dict[str, Any]:
