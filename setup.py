@@ -31,7 +31,7 @@ setup(
     extras_require={
         "catboost": ["catboost>=1.2,<2"],
         "spark": ["pyspark[connect]>=4.0,<5"],
-        "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3"],
+        "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "psutil>=5.9"],
     },
     entry_points={"console_scripts": ["lia-spark=lia_spark.cli:main"]},
 )

@@ -1,0 +1,480 @@
+"""Measured scaling of the whole pipeline: per-stage wall, CPU and peak memory of `lia-spark run` at a given size.
+
+    .venv/bin/python benchmarks/bench_scaling.py [--rows-per-day 5000000] [--days 2] [--master local[2]]
+        [--stages data,posteriors] [--output /tmp/bench_scaling/run] [--render-only]
+
+Runs ``python -m lia_spark.cli run --conf conf/demo.yaml synthetic.rows_per_day=N synthetic.days=D`` as a
+subprocess (MLflow in a sqlite file of the output folder, Spark's event log beside it) and samples its process
+tree every 0.5 s with psutil: the resident memory of the driver JVM, the driver Python, the largest Python
+worker (pyspark.daemon and its forks) and, on ``local-cluster``, the largest executor JVM, attributed to the
+pipeline stage running at that moment (from the pipeline's ``pipeline: <step> ... started`` / ``... in N s``
+log lines); the CPU seconds of the whole tree at each stage boundary. After the run the event log gives the
+shuffle bytes written per stage (Spark's task metrics). Each run is appended to benchmarks/scaling_runs.json;
+the ``scaling`` section of BENCHMARKS.md is rendered from all recorded runs, with a projection to one Criteo
+week (1.3B rows) and the full set (4.4B rows) on 100 and 1,000 cores from the measured per-core rates.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._report import process_tree_cpu_seconds, write_section  # noqa: E402
+from lia_spark.mechanisms import ROWS_PER_BAGGING_UNIT, bagging_unit_bits  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+RUNS_FILE = Path(__file__).resolve().parent / "scaling_runs.json"
+SAMPLE_SECONDS = 0.5
+STARTED = re.compile(r"pipeline: (\w+) \(\w[\w-]*\) started")
+FINISHED = re.compile(r"pipeline: (\w+) (ran|reused|failed) in ([0-9.]+) s")
+ROLES = ("driver_jvm", "driver_python", "python_worker", "executor_jvm")
+BEFORE_STAGES = "startup"
+STEPS_FIXED = ("train", "utility", "audit", "report")
+PROJECTED_SETS = (("one Criteo week", 1_300_000_000, 7), ("the full set", 4_400_000_000, 24))
+PROJECTED_CORES = (100, 1000)
+# The ingest_gzip section (benchmarks/bench_ingest.py --part gzip): after the serial decode, 2M twin lines parse in
+# 27.0 s on 2 cores; the decode itself runs in one task per .gz file
+INGEST_CORE_SECONDS_PER_ROW = 27.0 * 2 / 2_000_000
+GZIP_DECODE_LINES_PER_SECOND = 812_837
+RECOMMENDED_ROWS_PER_BAGGING_UNIT = 65_536  # 2,048 units (tasks) per released Criteo day of ~186M rows
+
+
+def run_command(rows_per_day: int, days: int, master: str, output: Path, stages: str = "") -> list[str]:
+    """The measured command: the demo config at the given size (``stages``: a comma-separated run.stages, "" = all),
+    tracked into the output folder."""
+    extra = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{output / 'eventlog'}",
+             "spark.eventLog.compress": "false"}
+    if master.startswith("local-cluster"):
+        extra["spark.executor.memory"] = "1g"  # the worker offers 2048 MB; leave room for the Python workers
+    return [sys.executable, "-m", "lia_spark.cli", "run", "--conf", str(REPO / "conf" / "demo.yaml"),
+            f"synthetic.rows_per_day={rows_per_day}", f"synthetic.days={days}", f"run.output_dir={output}",
+            "run.name=scaling", f"spark.master={master}", f"spark.extra={json.dumps(extra)}",
+            f"tracking.tracking_uri=sqlite:///{output / 'mlflow.db'}", "tracking.experiment=lia-spark-scaling",
+            *([f"run.stages=[{stages}]"] if stages else [])]
+
+
+def process_role(process: psutil.Process, driver_pid: int) -> str | None:
+    """Which of :data:`ROLES` a process of the run's tree plays (None: not one we report)."""
+    if process.pid == driver_pid:
+        return "driver_python"
+    name = process.name()
+    if name == "java":
+        return "executor_jvm" if "CoarseGrainedExecutorBackend" in " ".join(process.cmdline()) else "driver_jvm"
+    return "python_worker" if name.startswith("python") else None
+
+
+def sample_tree(driver: psutil.Process) -> dict[str, float]:
+    """Largest resident memory (MB) per role among the live processes of the run's tree."""
+    peaks = dict.fromkeys(ROLES, 0.0)
+    for process in [driver, *driver.children(recursive=True)]:
+        try:
+            role = process_role(process, driver.pid)
+            if role is not None:
+                peaks[role] = max(peaks[role], process.memory_info().rss / 1e6)
+        except psutil.Error:
+            continue
+    return peaks
+
+
+class StageClock:
+    """Follows the pipeline's log lines: the running step, each step's wall seconds, start/end epochs and the
+    process tree's CPU seconds at its boundaries."""
+
+    def __init__(self, root_pid: int):
+        self.root_pid = root_pid
+        self.current = BEFORE_STAGES
+        self.steps: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+
+    def feed(self, line: str) -> None:
+        """Update the running step from one log line."""
+        started, finished = STARTED.search(line), FINISHED.search(line)
+        if started:
+            with self.lock:
+                self.current = started.group(1)
+                self.steps[self.current] = {"start": time.time(), "cpu_start": process_tree_cpu_seconds(self.root_pid)}
+        elif finished and finished.group(1) in self.steps:
+            with self.lock:
+                step = self.steps[finished.group(1)]
+                step.update(end=time.time(), status=finished.group(2), wall_s=float(finished.group(3)),
+                            cpu_s=process_tree_cpu_seconds(self.root_pid) - step["cpu_start"])
+                self.current = f"after {finished.group(1)}"
+
+
+def follow_log(stream: IO[str], log_path: Path, clock: StageClock) -> None:
+    """Copy the run's stderr to a file and feed every line to the clock."""
+    with open(log_path, "w", encoding="utf-8") as log:
+        for line in stream:
+            log.write(line)
+            clock.feed(line)
+
+
+def shuffle_bytes_by_step(event_dir: Path, steps: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Shuffle bytes written and read by the tasks that finished during each step (Spark's event log)."""
+    totals = {name: {"shuffle_write_bytes": 0.0, "shuffle_read_bytes": 0.0, "tasks": 0} for name in steps}
+    for path in sorted(item for item in event_dir.rglob("*") if item.is_file()):  # Spark 4: a folder per app
+        with open(path, encoding="utf-8") as events:
+            for line in events:
+                if '"SparkListenerTaskEnd"' not in line:
+                    continue
+                event = json.loads(line)
+                finished = event["Task Info"]["Finish Time"] / 1000.0
+                metrics = event.get("Task Metrics") or {}
+                for name, step in steps.items():
+                    if step["start"] <= finished <= step.get("end", float("inf")):
+                        totals[name]["shuffle_write_bytes"] += metrics.get("Shuffle Write Metrics", {}).get(
+                            "Shuffle Bytes Written", 0)
+                        read = metrics.get("Shuffle Read Metrics", {})
+                        totals[name]["shuffle_read_bytes"] += (read.get("Remote Bytes Read", 0)
+                                                               + read.get("Local Bytes Read", 0))
+                        totals[name]["tasks"] += 1
+    return totals
+
+
+def sample_until_exit(child: subprocess.Popen, clock: StageClock) -> tuple[dict[str, dict[str, float]], list[float]]:
+    """Every :data:`SAMPLE_SECONDS` until the run ends: the largest resident memory per role, kept per running
+    step, and the 1-minute load average."""
+    driver = psutil.Process(child.pid)
+    peaks: dict[str, dict[str, float]] = {}
+    loads = []
+    while child.poll() is None:
+        sample = sample_tree(driver)
+        with clock.lock:
+            step_peaks = peaks.setdefault(clock.current, dict.fromkeys(ROLES, 0.0))
+        for role, value in sample.items():
+            step_peaks[role] = max(step_peaks[role], value)
+        loads.append(os.getloadavg()[0])
+        time.sleep(SAMPLE_SECONDS)
+    return peaks, loads
+
+
+def measure(rows_per_day: int, days: int, master: str, output: Path, stages: str = "") -> dict[str, Any]:
+    """Run the pipeline once and return its per-step record."""
+    shutil.rmtree(output, ignore_errors=True)
+    (output / "eventlog").mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    load_before = os.getloadavg()
+    started = time.time()
+    with open(output / "stdout.txt", "w", encoding="utf-8") as stdout:
+        child = subprocess.Popen(run_command(rows_per_day, days, master, output, stages), cwd=output, env=env,
+                                 stdout=stdout, stderr=subprocess.PIPE, text=True)
+        clock = StageClock(child.pid)
+        reader = threading.Thread(target=follow_log, args=(child.stderr, output / "run.log", clock), daemon=True)
+        reader.start()
+        peaks, loads = sample_until_exit(child, clock)
+        reader.join()
+    (output / "samples.json").write_text(json.dumps({"steps": clock.steps, "peaks": peaks, "loads": loads}))
+    if child.returncode != 0:
+        raise RuntimeError(f"the run failed (exit {child.returncode}); see {output / 'run.log'}")
+    shuffle = shuffle_bytes_by_step(output / "eventlog", clock.steps)
+    pipeline = json.loads((output / "results" / "pipeline.json").read_text(encoding="utf-8"))
+    return {"rows_per_day": rows_per_day, "days": days, "master": master, "cores": cluster_cores(master),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+            "total_wall_s": round(time.time() - started, 1),
+            "load_average": {"before": round(load_before[0], 1), "mean": round(sum(loads) / max(len(loads), 1), 1),
+                             "max": round(max(loads, default=0.0), 1)},
+            "steps": {name: {"status": step.get("status", "?"), "wall_s": step.get("wall_s", 0.0),
+                             "cpu_s": round(step.get("cpu_s", 0.0), 1),
+                             "peak_rss_mb": {role: round(value) for role, value in peaks.get(name, {}).items()},
+                             **shuffle.get(name, {})}
+                      for name, step in clock.steps.items()},
+            "metrics": pipeline_metrics(pipeline)}
+
+
+def pipeline_metrics(pipeline: dict[str, Any]) -> dict[str, Any]:
+    """Row counts and setting counts reported by the stages (their results' scalar fields)."""
+    found = {}
+    for step in pipeline.get("steps", []):
+        result = step.get("result") or {}
+        for key, value in result.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and ("rows" in key or "settings" in key
+                                                                                     or "canaries" in key):
+                found[f"{step['step']}.{key}"] = value
+    return found
+
+
+def cluster_cores(master: str) -> int:
+    """Cores of a ``local[N]`` or ``local-cluster[workers, cores, memory]`` master."""
+    numbers = [int(value) for value in re.findall(r"\d+", master)]
+    if master.startswith("local-cluster"):
+        return numbers[0] * numbers[1]
+    return numbers[0] if numbers else os.cpu_count() or 1
+
+
+def twin_rows(run: dict[str, Any]) -> int:
+    """Rows of the synthetic twin the run generated."""
+    return run["rows_per_day"] * run["days"]
+
+
+def measured_table(runs: list[dict[str, Any]]) -> str:
+    """One line per run and step: wall, CPU, rates, peak resident memory per role, shuffle bytes."""
+    lines = ["| master | twin rows | step | wall s | CPU s | twin rows/s per core | CPU s per 1M twin rows | "
+             "peak RSS MB: driver JVM / driver Python / largest Python worker / largest executor JVM | "
+             "shuffle written MB |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        rows = twin_rows(run)
+        for name, step in run["steps"].items():
+            peak = step["peak_rss_mb"]
+            memory = " / ".join(f"{peak[role]:,}" if peak.get(role) else "-" for role in ROLES)
+            rate = rows / step["wall_s"] / run["cores"] if step["wall_s"] else 0.0
+            lines.append(f"| {run['master']} | {rows:,} | {name} | {step['wall_s']:,.1f} | {step['cpu_s']:,.1f} | "
+                         f"{rate:,.0f} | {step['cpu_s'] / rows * 1e6:,.1f} | {memory} | "
+                         f"{step.get('shuffle_write_bytes', 0) / 1e6:,.1f} |")
+    return "\n".join(lines)
+
+
+def linearity_table(runs: list[dict[str, Any]]) -> str:
+    """The steps that grow with the rows, per size: CPU per row, shuffle per row and peak memory should stay flat."""
+    lines = ["| master | twin rows | released rows | data: CPU s per 1M twin rows | posteriors: CPU s per 1M released "
+             "rows | posteriors: shuffle bytes per released row | largest Python worker MB | driver JVM MB |",
+             "|---|---|---|---|---|---|---|---|"]
+    for run in runs:
+        data, posteriors = run["steps"]["data"], run["steps"]["posteriors"]
+        released = run["metrics"]["posteriors.input_rows"]
+        workers = max(step["peak_rss_mb"].get("python_worker", 0) for step in (data, posteriors))
+        jvm = max(step["peak_rss_mb"].get("driver_jvm", 0) for step in (data, posteriors))
+        lines.append(f"| {run['master']} | {twin_rows(run):,} | {released:,} | "
+                     f"{data['cpu_s'] / twin_rows(run) * 1e6:.1f} | {posteriors['cpu_s'] / released * 1e6:.1f} | "
+                     f"{posteriors.get('shuffle_write_bytes', 0) / released:.1f} | {workers:,} | {jvm:,} |")
+    return "\n".join(lines)
+
+
+def linearity_summary(runs: list[dict[str, Any]]) -> str:
+    """Smallest vs largest local[N] run: how CPU per row and the Python workers' peak moved with the rows."""
+    local = sorted((run for run in runs if run["master"].startswith("local[")), key=twin_rows)
+    if len(local) < 2:
+        return ""
+    small, large = local[0], local[-1]
+
+    def per_row(run: dict[str, Any], step: str) -> float:
+        rows = twin_rows(run) if step == "data" else run["metrics"]["posteriors.input_rows"]
+        return run["steps"][step]["cpu_s"] / rows
+
+    change = {step: 1 - per_row(large, step) / per_row(small, step) for step in ("data", "posteriors")}
+    workers = [max(step["peak_rss_mb"].get("python_worker", 0) for step in run["steps"].values()) for run in local]
+    return (f"From {twin_rows(small):,} to {twin_rows(large):,} twin rows ({twin_rows(large) / twin_rows(small):.0f}x) "
+            f"the CPU per row fell by {change['data']:.0%} (data) and {change['posteriors']:.0%} (posteriors): the "
+            "cost is linear in rows plus a fixed part that the larger runs amortize. The largest Python worker "
+            f"stayed at {min(workers):,}-{max(workers):,} MB; the driver JVM grows lazily toward its heap cap "
+            "(`spark.driver_memory: 4g`, plus off-heap Arrow and shuffle buffers), not with the rows.")
+
+
+def run_notes(runs: list[dict[str, Any]]) -> str:
+    """When each run started, its total wall time and the machine's load average during it."""
+    return "\n".join(f"- {run['master']}, {run['days']} days x {run['rows_per_day']:,} rows: started {run['date']}, "
+                     f"{run['total_wall_s']:,.0f} s in all (Spark start and MLflow included); 1-minute load average "
+                     f"{run['load_average']['before']} at the start, mean {run['load_average']['mean']}, "
+                     f"max {run['load_average']['max']} during the run." for run in runs)
+
+
+def bagging_units(rows: float, rows_per_unit: int) -> int:
+    """Bagging units (= posteriors tasks) of a release of ``rows`` rows."""
+    return 2 ** bagging_unit_bits(int(rows), rows_per_unit)
+
+
+def ingest_wall(rows: float, files: int, cores: int) -> float:
+    """Ingest of ``files`` gzip days with data.split_gzip: each file decoded once in one task (serial per file,
+    ceil(files / cores) waves), then the plain copies parsed in parallel blocks on all cores."""
+    decode = math.ceil(files / cores) * rows / files / GZIP_DECODE_LINES_PER_SECOND
+    return decode + rows * INGEST_CORE_SECONDS_PER_ROW / cores
+
+
+def posteriors_wall(result_rows: float, *, cpu_per_result_row: float, cores: int, units: int) -> float:
+    """The posteriors pass with one task per bagging unit: its CPU seconds spread over min(cores, units) cores."""
+    return result_rows * cpu_per_result_row / min(cores, units)
+
+
+def duration(seconds: float) -> str:
+    """Seconds as s, min or h."""
+    if seconds < 120:
+        return f"{seconds:,.0f} s"
+    return f"{seconds / 60:,.0f} min" if seconds < 7200 else f"{seconds / 3600:,.1f} h"
+
+
+def projection(run: dict[str, Any]) -> str:
+    """Stage-by-stage wall time of one Criteo week and the full set on 100 and 1,000 cores, from ``run``'s
+    measured per-core rates (see the assumptions written with it)."""
+    steps, metrics = run["steps"], run["metrics"]
+    released_rows = metrics["posteriors.input_rows"]
+    settings = metrics["posteriors.settings"]
+    cpu_per_result_row = steps["posteriors"]["cpu_s"] / (released_rows * settings)
+    shuffle_per_row = steps["posteriors"].get("shuffle_write_bytes", 0) / released_rows
+    fixed = {name: steps[name]["cpu_s"] for name in STEPS_FIXED}
+    cases = [(label, rows, files, cores) for label, rows, files in PROJECTED_SETS for cores in PROJECTED_CORES]
+    header = "| stage | cost model | " + " | ".join(f"{rows / 1e9:.1f}B rows, {cores:,} cores"
+                                                   for _, rows, _, cores in cases) + " |"
+    lines = [header, "|---|---|" + "---|" * len(cases)]
+
+    def row(stage: str, model: str, walls: list[float]) -> None:
+        lines.append(f"| {stage} | {model} | " + " | ".join(duration(wall) for wall in walls) + " |")
+
+    ingest = [ingest_wall(rows, files, cores) for _, rows, files, cores in cases]
+    row("data (ingest of the .gz days)", f"decode {GZIP_DECODE_LINES_PER_SECOND:,} lines/s per file (serial), "
+        f"then {INGEST_CORE_SECONDS_PER_ROW * 1e6:.1f} core-s per 1M rows", ingest)
+    row("train", f"fixed: measured {fixed['train']:,.0f} CPU s (1M-row sample per day, driver-side XGBoost)",
+        [fixed["train"]] * len(cases))
+    one_day = [posteriors_wall(rows / files * settings, cpu_per_result_row=cpu_per_result_row, cores=cores,
+                               units=bagging_units(rows / files, RECOMMENDED_ROWS_PER_BAGGING_UNIT))
+               for _, rows, files, cores in cases]
+    row(f"posteriors, one released day ({settings} settings)", f"{cpu_per_result_row * 1e6:.2f} CPU s per 1M "
+        f"result rows on min(cores, bagging units) cores", one_day)
+    row(f"posteriors, every day released ({settings} settings)", "same rate, one release of all rows",
+        [posteriors_wall(rows * settings, cpu_per_result_row=cpu_per_result_row, cores=cores,
+                         units=bagging_units(rows, RECOMMENDED_ROWS_PER_BAGGING_UNIT)) for _, rows, _, cores in cases])
+    for name in ("utility", "audit", "report"):
+        row(name, f"fixed: measured {fixed[name]:,.0f} CPU s (driver, on the 1M-row sample)",
+            [fixed[name]] * len(cases))
+    totals = [sum(parts) for parts in zip(ingest, one_day, *([fixed[name]] * len(cases) for name in fixed))]
+    row("**whole pipeline, one released day**", "", totals)
+    decode = max(rows / files for _, rows, files in PROJECTED_SETS) / GZIP_DECODE_LINES_PER_SECOND
+    floor = (f"What does not scale with cores: the gzip decode of one day file ({duration(decode)}, one task per file) "
+             f"and the driver-side stages on the 1M-row samples ({duration(sum(fixed.values()))} of CPU on one core): "
+             f"about {duration(decode + sum(fixed.values()))} whatever the cluster.")
+    return "\n".join(lines) + "\n\n" + floor + "\n\n" + assumptions(run, shuffle_per_row=shuffle_per_row)
+
+
+def assumptions(run: dict[str, Any], *, shuffle_per_row: float) -> str:
+    """The assumptions behind :func:`projection`, with the measured figures they rest on."""
+    peaks = {role: max(step["peak_rss_mb"].get(role, 0) for step in run["steps"].values()) for role in ROLES}
+    day_rows = {label: rows / files for label, rows, files in PROJECTED_SETS}
+    return "\n".join([
+        f"Assumptions (rates from the {run['master']} run of {twin_rows(run):,} twin rows above):",
+        "- Parallel parts cost their measured CPU seconds (driver, JVM and Python workers, from /proc) spread over "
+        "the cores with no loss: CPU seconds are steadier than wall times on this shared machine, and a real "
+        "cluster adds network shuffle and stragglers, so read the parallel figures as lower bounds.",
+        "- Fixed parts (train, utility, audit, report) run on the driver on the seeded 1M-row sample per day "
+        "(`models.sample_rows_per_day: 1000000`): they do not shrink with more executor cores, so they are carried "
+        "over at their measured CPU seconds, i.e. their wall time on one dedicated core (the measured wall times "
+        "above are 2-3x that on this loaded machine; a dedicated 8-16 core driver runs XGBoost's threads faster). "
+        "Drawing the sample scans the proxy and target days once; that scan grows with the rows but is a "
+        "Parquet scan, small next to the ingest. Not measured here: on Criteo data the train stage also scores every "
+        "row of the released day with the proxy on the executors (`models/priors`, the attacker's prior; the twin "
+        "uses its true eta instead), a parallel part that grows with the rows.",
+        f"- Data: Criteo's .gz days (~{day_rows[PROJECTED_SETS[0][0]] / 1e6:,.0f}M rows each), ingested with "
+        f"`data.split_gzip: true`: each file decoded once in one task at {GZIP_DECODE_LINES_PER_SECOND:,} lines/s "
+        f"(~{day_rows[PROJECTED_SETS[0][0]] / GZIP_DECODE_LINES_PER_SECOND:,.0f} s per day, all days at once when "
+        f"there are at least as many cores as files: this part does not scale with cores), then parsed in "
+        f"parallel blocks at {INGEST_CORE_SECONDS_PER_ROW * 1e6:.0f} core-seconds per 1M rows (wall x cores of "
+        "the ingest_gzip section). "
+        "The twin's generation (the data step measured above) is not part of a Criteo run.",
+        f"- Posteriors: one Spark task per bagging unit, 2^b units of about `mechanisms.rows_per_bagging_unit` "
+        f"rows, at most that many cores busy (the table uses min(cores, units)). At the default "
+        f"{ROWS_PER_BAGGING_UNIT:,} a released Criteo day has "
+        f"{bagging_units(day_rows[PROJECTED_SETS[0][0]], ROWS_PER_BAGGING_UNIT):,} units, which leaves half of "
+        f"1,000 cores idle; the table uses {RECOMMENDED_ROWS_PER_BAGGING_UNIT:,} "
+        f"({bagging_units(day_rows[PROJECTED_SETS[0][0]], RECOMMENDED_ROWS_PER_BAGGING_UNIT):,} units per day, "
+        "a quarter of the memory per task). Shuffle: "
+        f"{shuffle_per_row:,.0f} bytes written per released row (data and prior blobs to the unit tasks, measured "
+        "from the event log's task metrics), i.e. "
+        + ", ".join(f"{shuffle_per_row * rows / 1e9:,.0f} GB for {label}" for label, rows in day_rows.items())
+        + " per released day; the cost grows linearly with the number of settings (the demo grid's "
+        f"{run['metrics']['posteriors.settings']}).",
+        f"- Memory (peaks measured over the whole run): driver JVM {peaks['driver_jvm']:,} MB, driver Python "
+        f"{peaks['driver_python']:,} MB (the day samples and the models), largest Python worker "
+        f"{peaks['python_worker']:,} MB (one bagging unit or one input batch: it does not grow with the rows)"
+        + (f", largest executor JVM {peaks['executor_jvm']:,} MB" if peaks["executor_jvm"] else "")
+        + ". Executors need the JVM heap for shuffle blocks plus one Python worker per core outside the heap.",
+    ])
+
+
+def recommended_config() -> str:
+    """The configuration the projection assumes for 100-1,000 cores."""
+    return "\n".join([
+        "```yaml",
+        "data:",
+        "  source: criteo",
+        "  split_gzip: true               # one decode task per .gz file, then parallel parsing",
+        "models:",
+        "  execution: in_memory",
+        "  sample_rows_per_day: 1000000   # the paper's protocol; train, utility and audit stay constant in rows",
+        "mechanisms:",
+        f"  rows_per_bagging_unit: {RECOMMENDED_ROWS_PER_BAGGING_UNIT}   # 2,048 units per released day: enough "
+        "tasks for 1,000 cores",
+        "spark:",
+        "  shuffle_partitions: 0          # 4 x cores",
+        "  driver_memory: 8g              # the 1M-row day samples and the models live on the driver",
+        "  extra:                         # 4-core executors: the heap for shuffle blocks, one Python worker",
+        "    spark.executor.cores: 4      # (~0.7 GB at the default unit size) per core outside it",
+        "    spark.executor.memory: 4g",
+        "    spark.executor.memoryOverhead: 3g",
+        "    spark.driver.maxResultSize: 2g",
+        "```",
+    ])
+
+
+def render(runs: list[dict[str, Any]]) -> str:
+    """The scaling section: the measured runs, then the projection from the largest local[N] run of every step."""
+    complete = [run for run in runs if set(STEPS_FIXED) <= set(run["steps"])]
+    base = max([run for run in complete if run["master"].startswith("local[")] or complete, key=twin_rows)
+    return "\n\n".join([
+        "## Scaling of the whole pipeline (`benchmarks/bench_scaling.py`)",
+        "`python -m lia_spark.cli run --conf conf/demo.yaml synthetic.rows_per_day=N synthetic.days=D` (the demo "
+        "grid: 17 posterior settings, 17 utility targets, every other setting at its default, MLflow in sqlite), "
+        "its process tree sampled every 0.5 s; the runs were started with `nice -n 5` beside other sessions' work. "
+        "CPU s = the whole tree's CPU seconds during the step; peak RSS per role, sampled while the step ran; "
+        "shuffle from Spark's event log.",
+        measured_table(runs),
+        run_notes(runs),
+        "The steps that grow with the rows (data; posteriors over the one released day; memory over both steps). "
+        "The local-cluster run is small (400k rows), so fixed costs (executor start, Python worker start, plots) "
+        "dominate its per-row figures; it shows the separate executor JVMs' memory at `spark.executor.memory=1g`.",
+        linearity_table(runs),
+        linearity_summary(runs),
+        "### Projection to the Criteo data on 100 and 1,000 cores",
+        projection(base),
+        "Configuration to use:",
+        recommended_config(),
+    ])
+
+
+def run_key(run: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two recorded runs the same measurement: size, master and steps run."""
+    return run["rows_per_day"], run["days"], run["master"], tuple(run["steps"])
+
+
+def record(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Append a run to :data:`RUNS_FILE` (replacing an earlier run of the same size, master and steps); all runs."""
+    runs = json.loads(RUNS_FILE.read_text(encoding="utf-8")) if RUNS_FILE.exists() else []
+    runs = [old for old in runs if run_key(old) != run_key(run)] + [run]
+    runs.sort(key=lambda item: (item["master"], item["rows_per_day"] * item["days"]))
+    RUNS_FILE.write_text(json.dumps(runs, indent=1) + "\n", encoding="utf-8")
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows-per-day", type=int, default=5_000_000)
+    parser.add_argument("--days", type=int, default=2)
+    parser.add_argument("--master", default="local[2]", help="local[N] or local-cluster[workers,cores,MB]")
+    parser.add_argument("--output", default="/tmp/bench_scaling/run", help="the run's output folder (replaced)")
+    parser.add_argument("--stages", default="", help="comma-separated run.stages, e.g. data,posteriors (default all)")
+    parser.add_argument("--render-only", action="store_true", help="rewrite the section from the recorded runs")
+    args = parser.parse_args(argv)
+    if args.render_only:
+        runs = json.loads(RUNS_FILE.read_text(encoding="utf-8"))
+    else:
+        run = measure(args.rows_per_day, args.days, args.master, Path(args.output), args.stages)
+        print(json.dumps(run, indent=1))
+        runs = record(run)
+    write_section("scaling", render(runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
