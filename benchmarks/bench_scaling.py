@@ -161,9 +161,11 @@ def sample_until_exit(child: subprocess.Popen, clock: StageClock) -> tuple[dict[
     return peaks, loads
 
 
-def measure(rows_per_day: int, days: int, master: str, output: Path, stages: str = "") -> dict[str, Any]:
-    """Run the pipeline once and return its per-step record."""
-    shutil.rmtree(output, ignore_errors=True)
+def measure(rows_per_day: int, days: int, master: str, output: Path, stages: str = "", *,
+            keep_output: bool = False) -> dict[str, Any]:
+    """Run the pipeline once and return its per-step record. ``keep_output``: the earlier run's outputs in
+    ``output`` stay (the pipeline reuses the complete ones, e.g. the data of a run of ``--stages data,posteriors``)."""
+    shutil.rmtree(output if not keep_output else output / "eventlog", ignore_errors=True)
     (output / "eventlog").mkdir(parents=True)
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
@@ -463,12 +465,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]", help="local[N] or local-cluster[workers,cores,MB]")
     parser.add_argument("--output", default="/tmp/bench_scaling/run", help="the run's output folder (replaced)")
     parser.add_argument("--stages", default="", help="comma-separated run.stages, e.g. data,posteriors (default all)")
+    parser.add_argument("--keep-output", action="store_true",
+                        help="keep the output folder: measure the other --stages on an earlier run's data")
     parser.add_argument("--render-only", action="store_true", help="rewrite the section from the recorded runs")
     args = parser.parse_args(argv)
     if args.render_only:
         runs = json.loads(RUNS_FILE.read_text(encoding="utf-8"))
     else:
-        run = measure(args.rows_per_day, args.days, args.master, Path(args.output), args.stages)
+        run = measure(args.rows_per_day, args.days, args.master, Path(args.output), args.stages,
+                      keep_output=args.keep_output)
         print(json.dumps(run, indent=1))
         runs = record(run)
     write_section("scaling", render(runs))
