@@ -573,6 +573,8 @@ def _coerce(field: str, value: Any, annotation: Any) -> Any:
         if isinstance(value, str) and str in typing.get_args(annotation):
             return value
         (other,) = [arm for arm in typing.get_args(annotation) if arm is not str]
+        if typing.get_origin(other) is tuple and (isinstance(value, (str, bytes)) or not isinstance(value, Sequence)):
+            _fail(field, value, "must be a keyword or a list", f"see conf/defaults.yaml for {field}, e.g. [{value}]")
         return _coerce(field, value, other)
     if origin is tuple:
         (item_type, _) = typing.get_args(annotation)

@@ -175,7 +175,8 @@ def fit_xgboost(train_x: np.ndarray, train_y: np.ndarray | None, valid_x: np.nda
         offset = float(logit(np.clip(np.mean(np.clip(train_bags.alpha, 0, 1)), 1e-4, 1 - 1e-4)))
         dtrain = xgb.DMatrix(train_x, base_margin=np.full(len(train_x), offset), feature_names=feature_names)
         dvalid = xgb.DMatrix(valid_x, base_margin=np.full(len(valid_x), offset), feature_names=feature_names)
-        booster_params.update(disable_default_eval_metric=1)
+        booster_params.update(disable_default_eval_metric=1, base_score=0.0)  # margins = offset + trees, also
+        # where predict gets no base_margin (the default base score would add 0.5 to every margin)
 
         def objective(margins: np.ndarray, _matrix: Any) -> tuple[np.ndarray, np.ndarray]:
             gradient, exact, gauss_newton = proportion_matching_grad_hess(margins, train_bags.index,

@@ -67,7 +67,7 @@ INVALID = [
     ("mechanisms.days=[1, 1]", "mechanisms.days", "[1, 1]"),
     ("mechanisms.days=[-1]", "mechanisms.days", "-1"),
     ("mechanisms.days=[1.5]", "mechanisms.days", "1.5"),
-    ("mechanisms.days=2", "mechanisms.days", "2"),
+    ("mechanisms.days=2", "mechanisms.days", "must be a keyword or a list, got 2; see conf/defaults.yaml"),
     ("mechanisms.days=week", "mechanisms.days", "week"),
     ("mechanisms.days=[0, 5]", "mechanisms.days", "synthetic.days=2"),
     ("models.epsilon=-2", "models.epsilon", "-2"),

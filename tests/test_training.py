@@ -205,6 +205,12 @@ def test_saved_model_and_output_transform_predict_what_the_fit_predicts(balanced
     np.testing.assert_allclose(transform.probabilities(transform.raw_output(booster, test)),
                                fit.model.predict(test), rtol=1e-12)
     assert (mechanism == "llp") == (transform.margin_offset != 0.0)
+    if mechanism != "llp":
+        return
+    # Proportion matching was fitted on margins base_margin = offset + trees: raw output + offset, no base score.
+    fitted = booster.predict(xgb.DMatrix(test, base_margin=np.full(len(test), transform.margin_offset)),
+                             output_margin=True, iteration_range=(0, transform.best_iteration + 1))
+    np.testing.assert_allclose(transform.raw_output(booster, test) + transform.margin_offset, fitted, atol=1e-5)
 
 
 def test_bag_prediction_debiasing_inverts_the_expected_proportion():

@@ -7,7 +7,7 @@ candidates in the global candidate order (|s| desc, tie hash asc). The stage nev
 1. *Range boundaries* - candidate keys of a hash-selected sample of rows give P - 1 cut keys; any cut keys are
    exact, the sample only balances the range sizes. The sample is about :func:`sample_rows_per_range` rows per
    range (1000 up to 256 ranges, then fewer, at least 64): at most 256,000 rows per score reach the driver up to
-   4,000 ranges (2 billion canaries), 64 per range beyond.
+   4,000 ranges (1 billion canaries), 64 per range beyond.
 2. *Candidates* (mapInPandas, one pass over the canaries) - per batch: the games of all R repetitions (numba
    kernel, :mod:`lia_spark._audit_game`); each shown candidate has a key, a range id and its activity /
    correctness bits packed in ceil(R / 64) words. Each batch emits one row per candidate range: the range's
@@ -54,7 +54,8 @@ from lia_spark.headline import Headline
 logger = logging.getLogger(__name__)
 
 CANARY_COLUMNS = ("row_id", "label", "target_prediction", "proxy_prediction")
-RANGE_CANDIDATES = 500_000  # target candidates per range (bounds the memory of one applyInPandas call)
+RANGE_CANDIDATES = 500_000  # target candidates per range (bounds the memory of one applyInPandas call; with
+# 64 sampled canaries per range, past 4,000 ranges, the largest of thousands of ranges holds up to ~1.4x this)
 SAMPLE_ROWS_PER_RANGE = (64, 1000)  # sampled canaries per candidate range: (fewest, most)
 BOUNDARY_SAMPLE_ROWS = 256_000  # sampled canaries per score while the ranges allow it
 

@@ -513,7 +513,10 @@ def _bag_target(spark: SparkSession, config: Config, target: DataFrame, columns:
         for split in (training.SPLIT_TRAIN, training.SPLIT_VALID)])
     released = target.join(proportions, ROW_ID, "left").cache()
     training_rows = released.where(F.col("split") == training.SPLIT_TRAIN)
-    mean_proportion = float(training_rows.agg(F.mean(BAG_PROPORTION)).first()[0])
+    mean_proportion = training_rows.agg(F.mean(BAG_PROPORTION)).first()[0]
+    if mean_proportion is None:
+        raise ValueError(f"models.split: the target day has no training rows to bag, got split={list(m.split)}")
+    mean_proportion = float(mean_proportion)
     describe_jobs(spark, "train: target on bag proportions (xgboost.spark)")
     started = time.monotonic()
     model = _spark_booster(spark, config, columns, BAG_PROPORTION, regression_start=mean_proportion).fit(

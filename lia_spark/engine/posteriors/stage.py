@@ -86,7 +86,7 @@ class PosteriorsResult:
     def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False) -> "PosteriorsResult":
         values = marker_fields(cls, payload)
         values.update(summary=tuple(values["summary"]), plots=tuple(values["plots"]), skipped=skipped,
-                      days=tuple(values["days"]))
+                      days=tuple(values.get("days", ())))  # () = written before days were recorded
         return cls(**values)
 
     def metrics(self) -> dict[str, float]:
