@@ -240,12 +240,17 @@ def measured_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def growing(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs that measured the steps growing with the rows (data and posteriors)."""
+    return [run for run in runs if {"data", "posteriors"} <= set(run["steps"])]
+
+
 def linearity_table(runs: list[dict[str, Any]]) -> str:
     """The steps that grow with the rows, per size: CPU per row, shuffle per row and peak memory should stay flat."""
     lines = ["| master | twin rows | released rows | data: CPU s per 1M twin rows | posteriors: CPU s per 1M released "
              "rows | posteriors: shuffle bytes per released row | largest Python worker MB | driver JVM MB |",
              "|---|---|---|---|---|---|---|---|"]
-    for run in runs:
+    for run in growing(runs):
         data, posteriors = run["steps"]["data"], run["steps"]["posteriors"]
         released = run["metrics"]["posteriors.input_rows"]
         workers = max(step["peak_rss_mb"].get("python_worker", 0) for step in (data, posteriors))
@@ -258,7 +263,7 @@ def linearity_table(runs: list[dict[str, Any]]) -> str:
 
 def linearity_summary(runs: list[dict[str, Any]]) -> str:
     """Smallest vs largest local[N] run: how CPU per row and the Python workers' peak moved with the rows."""
-    local = sorted((run for run in runs if run["master"].startswith("local[")), key=twin_rows)
+    local = sorted((run for run in growing(runs) if run["master"].startswith("local[")), key=twin_rows)
     if len(local) < 2:
         return ""
     small, large = local[0], local[-1]
@@ -421,7 +426,7 @@ def recommended_config() -> str:
 
 def render(runs: list[dict[str, Any]]) -> str:
     """The scaling section: the measured runs, then the projection from the largest local[N] run of every step."""
-    complete = [run for run in runs if set(STEPS_FIXED) <= set(run["steps"])]
+    complete = [run for run in growing(runs) if set(STEPS_FIXED) <= set(run["steps"])]
     base = max([run for run in complete if run["master"].startswith("local[")] or complete, key=twin_rows)
     return "\n\n".join([
         "## Scaling of the whole pipeline (`benchmarks/bench_scaling.py`)",
