@@ -69,7 +69,8 @@ def pate_settings(config: Config, target_rows: DataFrame, spec: features.Feature
                   left_out: np.ndarray | None = None) -> pate.PateSettings:
     """The models section's PATE settings, the teachers fitted in parallel Spark tasks on the training rows of
     ``target_rows`` encoded by ``spec`` (the target's own encoding), without the row ids ``left_out`` (the
-    membership baseline's non-members)."""
+    membership baseline's non-members); fitted once for every use of these settings (:class:`pate.ReusedVotes`:
+    the votes do not depend on epsilon)."""
     m = config.models
     training_rows = model_features(target_rows, spec, config).where(
         F.col(features.SPLIT_COLUMN) == training.SPLIT_TRAIN)
@@ -78,8 +79,9 @@ def pate_settings(config: Config, target_rows: DataFrame, spec: features.Feature
         training_rows = training_rows.join(F.broadcast(excluded), ROW_ID, "left_anti")
     return pate.PateSettings(teachers=m.pate_teachers, queries=m.pate_queries, noise=m.pate_noise,
                              pseudo_labels=m.pate_pseudo_labels, delta=m.pate_delta,
-                             votes=spark_votes(training_rows, spec.feature_columns, teachers=m.pate_teachers,
-                                               model=training.teacher_model(boosting_params(config))))
+                             votes=pate.ReusedVotes(spark_votes(training_rows, spec.feature_columns,
+                                                                teachers=m.pate_teachers,
+                                                                model=training.teacher_model(boosting_params(config)))))
 
 
 def _shared_pate_settings(config: Config, target_rows: DataFrame, prepared: "PreparedDays", *,
@@ -90,8 +92,7 @@ def _shared_pate_settings(config: Config, target_rows: DataFrame, prepared: "Pre
     if left_out.size:
         return pate_settings(config, target_rows, prepared.target_spec, left_out=left_out)
     if "settings" not in prepared.pate:
-        settings = pate_settings(config, target_rows, prepared.target_spec)
-        prepared.pate["settings"] = dataclasses.replace(settings, votes=pate.ReusedVotes(settings.votes))
+        prepared.pate["settings"] = pate_settings(config, target_rows, prepared.target_spec)
     else:
         logger.info("train: PATE's teachers' votes reused from the previous PATE cell of this process")
     return prepared.pate["settings"]
@@ -522,12 +523,12 @@ def _bag_target(spark: SparkSession, config: Config, target: DataFrame, columns:
     model = _spark_booster(spark, config, columns, BAG_PROPORTION, regression_start=mean_proportion).fit(
         released.where(F.col(features.SPLIT_COLUMN) < 2))
     seconds["fit_target"] = time.monotonic() - started
-    output = SparkModel.fitted(model, link="identity", bag_size=m.bag_size, mean_proportion=mean_proportion)
-    models["target"] = output
+    fitted = SparkModel.fitted(model, link="identity", bag_size=m.bag_size, mean_proportion=mean_proportion)
+    models["target"] = fitted
 
     @F.pandas_udf("double")
     def debiased(predictions: pd.Series) -> pd.Series:
-        return pd.Series(output.output.probabilities(predictions.to_numpy()))
+        return pd.Series(fitted.output.probabilities(predictions.to_numpy()))
 
     scored = _positive_probability(model, released, "target_raw")
     return scored.withColumn("target_prediction", debiased("target_raw")).withColumn(

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from lia_spark import layout, pate, training
+from lia_spark import layout, training
 from lia_spark.config import Config
 from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, path_exists,
                                      reusable_output, stage_fingerprint)
@@ -111,11 +111,8 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
     test = data.split == training.SPLIT_TEST
     extras, left_out = extra_mechanisms(config, training_rows=int(np.sum(data.split == training.SPLIT_TRAIN)))
     grid = utility.utility_grid(epsilons=m.utility_epsilons, bag_sizes=m.utility_bag_sizes, extra_mechanisms=extras)
-    teachers, reused_pate = None, None
-    if PATE in extras:  # the votes do not depend on epsilon: the teachers are fitted at the first pate setting only
-        settings = pate_settings(config, target_rows, spec)
-        teachers = pate.ReusedVotes(settings.votes)
-        reused_pate = dataclasses.replace(settings, votes=teachers)
+    # the votes do not depend on epsilon: the teachers are fitted at the first pate setting only
+    reused_pate = pate_settings(config, target_rows, spec) if PATE in extras else None
     rows, priors = [], None
     for mechanism, epsilon, bag_size in grid:
         fit = training.train_target(data, mechanism=mechanism, epsilon=math.inf if math.isnan(epsilon) else epsilon,
@@ -127,8 +124,8 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
                      "fit_seconds": fit.model.fit_seconds})
         logger.info("utility: %s eps=%s k=%d -> AUC %.4f (%.1f s)%s", mechanism, epsilon, bag_size, scores["auc"],
                     fit.model.fit_seconds, "".join(f", {key} {value:.4g}" for key, value in fit.report.items()))
-    if teachers is not None:
-        logger.info("utility: PATE's teachers fitted %d time(s) for %d pate settings", teachers.fits,
+    if reused_pate is not None:
+        logger.info("utility: PATE's teachers fitted %d time(s) for %d pate settings", reused_pate.votes.fits,
                     sum(mechanism == PATE for mechanism, _, _ in grid))
     if priors is None:
         priors = training.fit_model(data, data.labels, data.split == 0, data.split == 1, params=params).predict(
@@ -144,6 +141,6 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
             copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
         result = UtilityResult(output_dir=out, settings=len(table), seconds=time.monotonic() - started,
                                table=table.to_dict(orient="records"), left_out=left_out,
-                               teacher_fits=teachers.fits if teachers else 0)
+                               teacher_fits=reused_pate.votes.fits if reused_pate else 0)
         metadata.update(result.to_dict())
     return result
