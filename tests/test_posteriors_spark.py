@@ -18,7 +18,7 @@ import pytest
 from lia_spark import advantage, hashing, mechanisms, posteriors
 from lia_spark.config import ConfigError, config_from_dict
 from lia_spark.criteo import STORAGE_DDL, make_row_id
-from lia_spark.engine.features import released_days
+from lia_spark.engine.features import check_days_present, released_day_field, released_days
 from lia_spark.engine.posteriors.reading import input_parts, load_input, local_path, side_row_counts, side_rows
 from lia_spark.engine.posteriors.stage import run_posteriors
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, summarize_digest
@@ -455,7 +455,8 @@ def test_pyarrow_reader_packs_what_spark_reads(stage):
     missing_day = config_from_dict({**config.to_dict(), "mechanisms": {"days": [0, 5]}, "synthetic": {"days": 6}})
     with pytest.raises(ConfigError, match=r"mechanisms.days: .*/data holds no rows of days \[5\] \(days present: "
                                           r"\[0, 1\]\), got \[0, 5\]"):
-        released_days(spark, missing_day)
+        check_days_present(spark, missing_day, released_day_field(missing_day))
+    assert released_days(spark, missing_day) == (0, 5), "a list is read off the config, checked after reuse"
 
 
 def test_input_parts_hold_whole_row_groups_of_the_day(spark, tmp_path):

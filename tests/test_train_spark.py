@@ -194,22 +194,24 @@ def test_bag_proportions_on_spark_equal_the_kernel(spark, mechanism, epsilon):
 
 def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
     """The distributed priors equal the saved xgboost.spark proxy's predictions computed in memory on the
-    driver for the same rows (features of the proxy's own encoding)."""
+    driver for the same rows (features of the proxy's own encoding, its saved output transform)."""
     import xgboost as xgb
 
+    from lia_spark import model_output
     from lia_spark.engine import train
 
     proxy_rows = train.spark_features.read_day(spark, config.parquet_path, config.models.proxy_day)
     spec = train.feature_spec(proxy_rows, config)
     day = train.spark_features.read_day(spark, config.parquet_path, config.models.target_day)  # days = target
     data = train.collect_model_data(train.model_features(day, spec, config), spec, "xgboost")
-    model = xgb.XGBClassifier()
-    model.load_model(os.path.join(config.run.output_dir, "models", "proxy.ubj"))
-    expected = pd.DataFrame({"row_id": data.row_ids, "expected": model.predict_proba(
-        pd.DataFrame(data.features, columns=spec.feature_columns))[:, 1]})
+    model_file = os.path.join(config.run.output_dir, "models", "proxy.ubj")
+    booster = xgb.Booster(model_file=model_file)
+    output = model_output.load_output_transform(model_output.output_transform_file(model_file))
+    expected = pd.DataFrame({"row_id": data.row_ids,
+                             "expected": output.probabilities(output.raw_output(booster, data.features))})
     merged = expected.merge(priors, on="row_id")
     assert len(merged) == len(priors)
-    np.testing.assert_allclose(merged["proxy_prediction"], merged["expected"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(merged["proxy_prediction"], merged["expected"], rtol=0, atol=1e-12)
 
 
 def test_catboost_in_memory(spark, parquet_path, tmp_path):

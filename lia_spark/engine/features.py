@@ -1,14 +1,14 @@
 """Spark stage for model features: vocabulary counts by aggregation, features by mapInPandas (scales to billions)."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from lia_spark import features
-from lia_spark.config import Config, ConfigError
+from lia_spark.config import Config, ConfigError, day_fields
 from lia_spark.names import ALL_DAYS, TARGET_DAY
 from lia_spark.criteo import CAT_COLUMNS, DAY, LABEL, ROW_ID
 
@@ -29,40 +29,53 @@ def days_present(spark: SparkSession, parquet_path: str) -> tuple[int, ...]:
 
 
 def released_days(spark: SparkSession, config: Config) -> tuple[int, ...]:
-    """The days mechanisms.days selects, ascending: ``target`` = (models.target_day,), ``all`` = every day of
-    the data table, else the listed days; checked against the table before any heavy work.
+    """The days mechanisms.days selects, ascending: ``target`` = (models.target_day,), a list = its days (read off
+    the config, no query), ``all`` = every day of the data table (one query of the day column). A stage checks
+    that the selected days are present (:func:`check_days_present` of :func:`released_day_field`) only once it
+    cannot reuse its output.
 
     Raises:
-        ConfigError: naming mechanisms.days and the selected days the data table does not hold.
+        ConfigError: mechanisms.days is ``all`` and the data table holds no day.
     """
-    selection, present = config.mechanisms.days, days_present(spark, config.parquet_path)
+    selection = config.mechanisms.days
+    if selection == TARGET_DAY:
+        return (config.models.target_day,)
+    if selection != ALL_DAYS:
+        return tuple(sorted(selection))
+    present = days_present(spark, config.parquet_path)
+    if not present:
+        raise ConfigError(f"mechanisms.days: {config.parquet_path} holds no rows, got {selection!r}; "
+                          "run the data stage first or point data.parquet_path at a day-partitioned table")
+    return present
+
+
+def released_day_field(config: Config) -> tuple[str, ...]:
+    """The config field naming mechanisms.days's released days, for :func:`check_days_present`: models.target_day
+    (``target``), mechanisms.days (a list); none for ``all`` (present by definition)."""
+    selection = config.mechanisms.days
     if selection == ALL_DAYS:
-        days = present
-    elif selection == TARGET_DAY:
-        days = (config.models.target_day,)
-    else:
-        days = tuple(sorted(selection))
-    missing = [day for day in days if day not in present]
-    if missing or not days:
-        got = list(selection) if isinstance(selection, tuple) else f"{selection} = {list(days)}"
-        raise ConfigError(f"mechanisms.days: {config.parquet_path} holds no rows of days {missing} (days present: "
-                          f"{list(present)}), got {got!r}; select days the table holds")
-    return days
+        return ()
+    return ("models.target_day",) if selection == TARGET_DAY else ("mechanisms.days",)
 
 
-def check_days_present(spark: SparkSession, parquet_path: str, days: Mapping[str, int]) -> None:
-    """Fail before any work when a config field names a day the table does not hold.
+def check_days_present(spark: SparkSession, config: Config, fields: Sequence[str]) -> None:
+    """Fail before any heavy work when one of ``fields`` (config fields naming days, :func:`lia_spark.config.
+    day_fields`) names a day the data table does not hold: one query of the day column, none without fields.
 
-    Args:
-        days: config field -> the day it names, e.g. ``{"models.target_day": 5}``.
     Raises:
-        ConfigError: naming the first such field, the day and the days present.
+        ConfigError: naming the first such field, the missing days and the days present.
     """
-    present = days_present(spark, parquet_path)
-    for field, day in days.items():
-        if day not in present:
-            raise ConfigError(f"{field}: {parquet_path} holds no rows of day {day} (days present: {list(present)}),"
-                              f" got {day}; set {field} to one of the days present")
+    named = {field: value for field, value in day_fields(config).items() if field in fields}
+    if not named:
+        return
+    present = days_present(spark, config.parquet_path)
+    for field, value in named.items():
+        listed = isinstance(value, list)
+        missing = [day for day in (value if listed else [value]) if day not in present]
+        if missing:
+            what = f"days {missing}" if listed else f"day {value}"
+            raise ConfigError(f"{field}: {config.parquet_path} holds no rows of {what} (days present: "
+                              f"{list(present)}), got {value}; choose among the days present")
 
 
 def split_rows(rows: DataFrame, *, seed: int, shares: tuple[float, float, float], code: int) -> DataFrame:

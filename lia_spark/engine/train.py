@@ -395,14 +395,29 @@ def _spark_booster(spark: SparkSession, config: Config, columns: list[str], labe
     return SparkXGBRegressor(objective="reg:squarederror", eval_metric="rmse", base_score=regression_start, **shared)
 
 
-def _positive_probability(model, frame: DataFrame, name: str) -> DataFrame:
-    """``name`` = the classifier's P(y=1|x), or a regressor's prediction."""
+def _predicted(fitted: SparkModel, frame: DataFrame, name: str) -> DataFrame:
+    """``frame`` with ``name`` = P(y=1|x) of the fitted xgboost.spark model: its booster's raw output (a classifier's
+    margin, a regressor's value, from its own ``transform``) through the saved output transform
+    (:meth:`lia_spark.model_output.OutputTransform.probabilities`, in float64), so the run scores exactly what the
+    saved model predicts."""
     from pyspark.ml.functions import vector_to_array
 
+    model, transform = fitted.model, fitted.output
     scored = model.transform(frame)
-    value = (vector_to_array(F.col(model.getOrDefault("probabilityCol")))[1] if model.hasParam("probabilityCol")
-             else F.col(model.getOrDefault("predictionCol")))
-    return scored.withColumn(name, value).drop(*[c for c in scored.columns if c not in frame.columns and c != name])
+    raw = (vector_to_array(F.col(model.getOrDefault("rawPredictionCol")))[1] if model.hasParam("rawPredictionCol")
+           else F.col(model.getOrDefault("predictionCol")))
+
+    @F.pandas_udf("double")
+    def probabilities(values: pd.Series) -> pd.Series:
+        return pd.Series(transform.probabilities(values.to_numpy()))
+
+    return scored.withColumn(name, probabilities(raw)).drop(
+        *[column for column in scored.columns if column not in frame.columns and column != name])
+
+
+def _fitted_rows():
+    """The rows xgboost.spark fits: training and validation splits (split < 2; validation is its eval set)."""
+    return F.col(features.SPLIT_COLUMN) < 2
 
 
 def _release_column(frame: DataFrame, *, epsilon: float, seed: int, prior: str | None) -> DataFrame:
@@ -438,13 +453,12 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
                          f"{m.training_mechanism}, audit.attack={config.audit.attack}")
     proxy_spec = feature_spec(proxy_rows, config)
     columns = proxy_spec.feature_columns
-    fit_rows = (F.col(features.SPLIT_COLUMN) < 2)
     proxy_frame = model_features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col("split") == 1)
     describe_jobs(spark, "train: proxy (xgboost.spark)")
     started = time.monotonic()
-    proxy = SparkModel.fitted(_spark_booster(spark, config, columns, LABEL).fit(proxy_frame.where(fit_rows)))
+    proxy = SparkModel.fitted(_spark_booster(spark, config, columns, LABEL).fit(proxy_frame.where(_fitted_rows())))
     seconds["fit_proxy"] = time.monotonic() - started
-    proxy_on_target = _positive_probability(proxy.model, model_features(target_rows, proxy_spec, config), "proxy_prediction")
+    proxy_on_target = _predicted(proxy, model_features(target_rows, proxy_spec, config), "proxy_prediction")
     target_spec = feature_spec(target_rows, config)
     target = (model_features(target_rows, target_spec, config).select(ROW_ID, *columns)
               .join(proxy_on_target.select(ROW_ID, LABEL, "split", "proxy_prediction"), ROW_ID)
@@ -462,7 +476,6 @@ def _label_target(spark: SparkSession, config: Config, target: DataFrame, column
     """The target on labels released by a label-level mechanism (and lp_2st's stage 1), fitted by xgboost.spark;
     ``target`` scored with ``released_label`` and ``target_prediction`` (noise-corrected for rr_debiased)."""
     m, seed = config.models, training_seed(config)
-    fit_rows = F.col(features.SPLIT_COLUMN) < 2
     eps, mechanism = m.epsilon, m.training_mechanism
     if mechanism == NONE or math.isinf(eps):
         released = target.withColumn("released_label", F.col(LABEL))
@@ -477,27 +490,23 @@ def _label_target(spark: SparkSession, config: Config, target: DataFrame, column
         rr = _release_column(halves, epsilon=eps, seed=seed, prior=None).cache()
         describe_jobs(spark, "train: lp_2st stage 1 (xgboost.spark)")
         started = time.monotonic()
-        stage1 = _spark_booster(spark, config, columns, "released_label").fit(rr.where(half & fit_rows))
+        stage1 = _spark_booster(spark, config, columns, "released_label").fit(rr.where(half & _fitted_rows()))
         seconds["fit_stage1"] = time.monotonic() - started
         models["stage1"] = SparkModel.fitted(stage1, rr_epsilon=eps)
-        prior = _debiased(_positive_probability(stage1, rr.drop("released_label"), "stage1_raw"), eps,
-                          "stage1_raw", "stage1_prior")
+        prior = _predicted(models["stage1"], rr.drop("released_label"), "stage1_prior")
         second = _release_column(prior, epsilon=eps, seed=seed, prior="stage1_prior")
         released = (rr.select(ROW_ID, F.col("released_label").alias("rr_label"))
                     .join(second, ROW_ID)
                     .withColumn("released_label", F.when(half, F.col("rr_label")).otherwise(F.col("released_label")))
-                    .drop("rr_label", "stage1_raw", "stage1_prior", "lp2st_first"))
+                    .drop("rr_label", "stage1_prior", "lp2st_first"))
     released = released.cache()
     describe_jobs(spark, "train: target (xgboost.spark)")
     started = time.monotonic()
-    target_model = _spark_booster(spark, config, columns, "released_label").fit(released.where(fit_rows))
+    target_model = _spark_booster(spark, config, columns, "released_label").fit(released.where(_fitted_rows()))
     seconds["fit_target"] = time.monotonic() - started
     debias = mechanism == RR_DEBIASED and not math.isinf(eps)
     models["target"] = SparkModel.fitted(target_model, rr_epsilon=eps if debias else None)
-    scored = _positive_probability(target_model, released, "target_raw")
-    if debias:
-        return _debiased(scored, eps, "target_raw", "target_prediction")
-    return scored.withColumn("target_prediction", F.col("target_raw"))
+    return _predicted(models["target"], released, "target_prediction")
 
 
 def _bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: list[str], models: dict[str, Any],
@@ -521,17 +530,10 @@ def _bag_target(spark: SparkSession, config: Config, target: DataFrame, columns:
     describe_jobs(spark, "train: target on bag proportions (xgboost.spark)")
     started = time.monotonic()
     model = _spark_booster(spark, config, columns, BAG_PROPORTION, regression_start=mean_proportion).fit(
-        released.where(F.col(features.SPLIT_COLUMN) < 2))
+        released.where(_fitted_rows()))
     seconds["fit_target"] = time.monotonic() - started
-    fitted = SparkModel.fitted(model, link="identity", bag_size=m.bag_size, mean_proportion=mean_proportion)
-    models["target"] = fitted
-
-    @F.pandas_udf("double")
-    def debiased(predictions: pd.Series) -> pd.Series:
-        return pd.Series(fitted.output.probabilities(predictions.to_numpy()))
-
-    scored = _positive_probability(model, released, "target_raw")
-    return scored.withColumn("target_prediction", debiased("target_raw")).withColumn(
+    models["target"] = SparkModel.fitted(model, link="identity", bag_size=m.bag_size, mean_proportion=mean_proportion)
+    return _predicted(models["target"], released, "target_prediction").withColumn(
         "released_label", F.lit(None).cast("int"))
 
 
@@ -574,7 +576,7 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
             frame.select(ROW_ID, *columns).mapInPandas(
                 functools.partial(_predicted_batches, model=model, columns=columns), PRIORS_SCHEMA).write.parquet(path)
     else:
-        _positive_probability(proxy.model, frame, PROXY_PRIOR).select(
+        _predicted(proxy, frame, PROXY_PRIOR).select(
             F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double")).write.parquet(path)
     written = spark.read.parquet(path).count()  # from the Parquet footers
     logger.info("train: proxy priors of %d rows of days %s written to %s", written, list(days), path)
@@ -587,15 +589,6 @@ def _lp2st_halves(seed: int):
             yield part.assign(lp2st_first=label_mechanisms.lp2st_first_half(part[ROW_ID].to_numpy(np.int64), seed=seed))
 
     return batches
-
-
-def _debiased(frame: DataFrame, epsilon: float, source: str, name: str) -> DataFrame:
-    """Column ``name`` = noise-corrected ``source``, (q - pi)/(1 - 2 pi) clipped to [c, 1 - c] (c = DEBIAS_CLIP) as in
-    :func:`lia_spark.label_mechanisms.debias_rr_predictions`."""
-    pi = label_mechanisms.rr_flip_probability(epsilon=epsilon)
-    corrected = (F.col(source) - F.lit(pi)) / F.lit(1.0 - 2.0 * pi)
-    clip = label_mechanisms.DEBIAS_CLIP
-    return frame.withColumn(name, F.least(F.greatest(corrected, F.lit(clip)), F.lit(1.0 - clip)))
 
 
 def _test_metrics(scored: DataFrame) -> dict[str, float]:
@@ -647,8 +640,8 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
     if marker is not None:
         return dataclasses.replace(TrainResult.from_dict(marker), skipped=True)
     m = config.models
-    spark_features.check_days_present(spark, config.parquet_path, {
-        "models.proxy_day": m.proxy_day, "models.target_day": m.target_day})
+    spark_features.check_days_present(spark, config, ("models.proxy_day", "models.target_day",
+                                                      *(spark_features.released_day_field(config) if prior_days else ())))
     started = time.monotonic()
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
                 m.proxy_day, m.target_day, m.training_mechanism, m.epsilon, m.bag_size)

@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 
 from lia_spark import layout
 from lia_spark.config import Config
-from lia_spark.engine.features import released_days
+from lia_spark.engine.features import check_days_present, released_day_field, released_days
 from lia_spark.engine.outputs import (committed_output, copy_from_local, delete_path, local_folder, marker_fields,
                                      reported_path, reusable_output, stage_fingerprint)
 from lia_spark.engine.posteriors.prior import check_prior_source, prior_source, resolve_prior
@@ -151,6 +151,7 @@ def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
     marker = reusable_output(spark, [output], fingerprint, force=config.run.force)
     if marker is not None:
         return PosteriorsResult.from_dict(marker, skipped=True)
+    check_days_present(spark, config, released_day_field(config))
     started = time.monotonic()
     section = config.mechanisms
     settings = settings_grid(section)
