@@ -28,11 +28,12 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._report import process_tree_cpu_seconds, write_section  # noqa: E402
+from benchmarks._report import SeenProcessesCpu, machine_cpu_seconds, write_section  # noqa: E402
 from lia_spark.mechanisms import ROWS_PER_BAGGING_UNIT, bagging_unit_bits  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -89,12 +90,15 @@ def sample_tree(driver: psutil.Process) -> dict[str, float]:
     return peaks
 
 
+CPU_ACCOUNTING = "seen processes"  # runs recorded before this field used the live process tree only
+
+
 class StageClock:
-    """Follows the pipeline's log lines: the running step, each step's wall seconds, start/end epochs and the
-    process tree's CPU seconds at its boundaries."""
+    """Follows the pipeline's log lines: the running step, each step's wall seconds, start/end epochs and, at its
+    boundaries, the run's CPU seconds (:class:`benchmarks._report.SeenProcessesCpu`) and the machine's."""
 
     def __init__(self, root_pid: int):
-        self.root_pid = root_pid
+        self.cpu = SeenProcessesCpu(root_pid)
         self.current = BEFORE_STAGES
         self.steps: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
@@ -105,12 +109,14 @@ class StageClock:
         if started:
             with self.lock:
                 self.current = started.group(1)
-                self.steps[self.current] = {"start": time.time(), "cpu_start": process_tree_cpu_seconds(self.root_pid)}
+                self.steps[self.current] = {"start": time.time(), "cpu_start": self.cpu.update(),
+                                            "machine_cpu_start": machine_cpu_seconds()}
         elif finished and finished.group(1) in self.steps:
             with self.lock:
                 step = self.steps[finished.group(1)]
                 step.update(end=time.time(), status=finished.group(2), wall_s=float(finished.group(3)),
-                            cpu_s=process_tree_cpu_seconds(self.root_pid) - step["cpu_start"])
+                            cpu_s=self.cpu.update() - step["cpu_start"],
+                            machine_cpu_s=machine_cpu_seconds() - step["machine_cpu_start"])
                 self.current = f"after {finished.group(1)}"
 
 
@@ -145,12 +151,13 @@ def shuffle_bytes_by_step(event_dir: Path, steps: dict[str, dict[str, Any]]) -> 
 
 
 def sample_until_exit(child: subprocess.Popen, clock: StageClock) -> tuple[dict[str, dict[str, float]], list[float]]:
-    """Every :data:`SAMPLE_SECONDS` until the run ends: the largest resident memory per role, kept per running
-    step, and the 1-minute load average."""
+    """Every :data:`SAMPLE_SECONDS` until the run ends: the run's CPU reading, the largest resident memory per role,
+    kept per running step, and the 1-minute load average."""
     driver = psutil.Process(child.pid)
     peaks: dict[str, dict[str, float]] = {}
     loads = []
     while child.poll() is None:
+        clock.cpu.update()
         sample = sample_tree(driver)
         with clock.lock:
             step_peaks = peaks.setdefault(clock.current, dict.fromkeys(ROLES, 0.0))
@@ -186,11 +193,12 @@ def measure(rows_per_day: int, days: int, master: str, output: Path, stages: str
     pipeline = json.loads((output / "results" / "pipeline.json").read_text(encoding="utf-8"))
     return {"rows_per_day": rows_per_day, "days": days, "master": master, "cores": cluster_cores(master),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-            "total_wall_s": round(time.time() - started, 1),
+            "total_wall_s": round(time.time() - started, 1), "cpu_accounting": CPU_ACCOUNTING,
             "load_average": {"before": round(load_before[0], 1), "mean": round(sum(loads) / max(len(loads), 1), 1),
                              "max": round(max(loads, default=0.0), 1)},
             "steps": {name: {"status": step.get("status", "?"), "wall_s": step.get("wall_s", 0.0),
                              "cpu_s": round(step.get("cpu_s", 0.0), 1),
+                             "machine_cpu_s": round(step.get("machine_cpu_s", 0.0), 1),
                              "peak_rss_mb": {role: round(value) for role, value in peaks.get(name, {}).items()},
                              **shuffle.get(name, {})}
                       for name, step in clock.steps.items()},
@@ -224,18 +232,19 @@ def twin_rows(run: dict[str, Any]) -> int:
 
 def measured_table(runs: list[dict[str, Any]]) -> str:
     """One line per run and step: wall, CPU, rates, peak resident memory per role, shuffle bytes."""
-    lines = ["| master | twin rows | step | wall s | CPU s | twin rows/s per core | CPU s per 1M twin rows | "
-             "peak RSS MB: driver JVM / driver Python / largest Python worker / largest executor JVM | "
+    lines = ["| master | twin rows | step | wall s | CPU s | machine CPU s | twin rows/s per core | CPU s per 1M twin rows "
+             "| peak RSS MB: driver JVM / driver Python / largest Python worker / largest executor JVM | "
              "shuffle written MB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         rows = twin_rows(run)
         for name, step in run["steps"].items():
             peak = step["peak_rss_mb"]
             memory = " / ".join(f"{peak[role]:,}" if peak.get(role) else "-" for role in ROLES)
             rate = rows / step["wall_s"] / run["cores"] if step["wall_s"] else 0.0
+            machine = f"{step['machine_cpu_s']:,.1f}" if "machine_cpu_s" in step else "-"
             lines.append(f"| {run['master']} | {rows:,} | {name} | {step['wall_s']:,.1f} | {step['cpu_s']:,.1f} | "
-                         f"{rate:,.0f} | {step['cpu_s'] / rows * 1e6:,.1f} | {memory} | "
+                         f"{machine} | {rate:,.0f} | {step['cpu_s'] / rows * 1e6:,.1f} | {memory} | "
                          f"{step.get('shuffle_write_bytes', 0) / 1e6:,.1f} |")
     return "\n".join(lines)
 
@@ -286,7 +295,10 @@ def run_notes(runs: list[dict[str, Any]]) -> str:
     return "\n".join(f"- {run['master']}, {run['days']} days x {run['rows_per_day']:,} rows: started {run['date']}, "
                      f"{run['total_wall_s']:,.0f} s in all (Spark start and MLflow included); 1-minute load average "
                      f"{run['load_average']['before']} at the start, mean {run['load_average']['mean']}, "
-                     f"max {run['load_average']['max']} during the run." for run in runs)
+                     f"max {run['load_average']['max']} during the run"
+                     + ("." if run.get("cpu_accounting") == CPU_ACCOUNTING else
+                        "; CPU s of the live process tree only (undercounts a step after Spark stops a Python daemon)")
+                     for run in runs)
 
 
 def bagging_units(rows: float, rows_per_unit: int) -> int:
@@ -313,15 +325,43 @@ def duration(seconds: float) -> str:
     return f"{seconds / 60:,.0f} min" if seconds < 7200 else f"{seconds / 3600:,.1f} h"
 
 
-def projection(run: dict[str, Any]) -> str:
+def training_day_rows(run: dict[str, Any]) -> int:
+    """Rows of the proxy and target days, which the train, utility and audit steps scan (two twin days)."""
+    return run["rows_per_day"] * min(run["days"], 2)
+
+
+def sample_step_runs(runs: list[dict[str, Any]], base: dict[str, Any], step: str) -> list[dict[str, Any]]:
+    """The local[N] runs of ``base``'s grid (its utility settings) and CPU accounting that measured ``step``."""
+    return [run for run in runs if run["master"].startswith("local[") and step in run["steps"]
+            and run["metrics"].get("utility.settings") == base["metrics"].get("utility.settings")
+            and run.get("cpu_accounting") == base.get("cpu_accounting")]
+
+
+def sample_step_costs(runs: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Per step of :data:`STEPS_FIXED`: (fixed CPU s, CPU s per row of the proxy and target days), the least-squares
+    line through :func:`sample_step_runs`. The fixed part
+    is the work on the 1M-row day samples; the per-row part the Spark scans of the two days (counting them, drawing
+    the samples). One run, or a falling line (noise), gives (mean CPU s, 0)."""
+    costs = {}
+    for name in STEPS_FIXED:
+        points = [(training_day_rows(run), run["steps"][name]["cpu_s"]) for run in sample_step_runs(runs, base, name)]
+        rows, cpu = (np.array(values, dtype=float) for values in zip(*points))
+        slope = np.polyfit(rows, cpu, 1)[0] if len(set(rows)) > 1 else 0.0
+        slope = max(float(slope), 0.0)
+        costs[name] = (float(np.mean(cpu - slope * rows)), slope)
+    return costs
+
+
+def projection(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     """Stage-by-stage wall time of one Criteo week and the full set on 100 and 1,000 cores, from ``run``'s
-    measured per-core rates (see the assumptions written with it)."""
+    measured per-core rates and the sample steps' costs fitted over ``runs`` (see the assumptions written with
+    it)."""
     steps, metrics = run["steps"], run["metrics"]
     released_rows = metrics["posteriors.input_rows"]
     settings = metrics["posteriors.settings"]
     cpu_per_result_row = steps["posteriors"]["cpu_s"] / (released_rows * settings)
     shuffle_per_row = steps["posteriors"].get("shuffle_write_bytes", 0) / released_rows
-    fixed = {name: steps[name]["cpu_s"] for name in STEPS_FIXED}
+    costs = sample_step_costs(runs, run)
     cases = [(label, rows, files, cores) for label, rows, files in PROJECTED_SETS for cores in PROJECTED_CORES]
     header = "| stage | cost model | " + " | ".join(f"{rows / 1e9:.1f}B rows, {cores:,} cores"
                                                    for _, rows, _, cores in cases) + " |"
@@ -333,8 +373,20 @@ def projection(run: dict[str, Any]) -> str:
     ingest = [ingest_wall(rows, files, cores) for _, rows, files, cores in cases]
     row("data (ingest of the .gz days)", f"decode {GZIP_DECODE_LINES_PER_SECOND:,} lines/s per file (serial), "
         f"then {INGEST_CORE_SECONDS_PER_ROW * 1e6:.1f} core-s per 1M rows", ingest)
-    row("train", f"fixed: measured {fixed['train']:,.0f} CPU s (1M-row sample per day, driver-side XGBoost)",
-        [fixed["train"]] * len(cases))
+
+    def sample_step(name: str) -> list[float]:
+        fixed, per_row = costs[name]
+        return [fixed + per_row * 2 * rows / files / cores for _, rows, files, cores in cases]
+
+    sample_walls = {name: sample_step(name) for name in STEPS_FIXED}
+
+    def sample_model(name: str, work: str) -> str:
+        fixed, per_row = costs[name]
+        scans = (f" + {per_row * 1e6:.2f} CPU s per 1M rows of the proxy and target days on all cores (scans)"
+                 if per_row else "")
+        return f"{fixed:,.0f} CPU s on the driver ({work}){scans}"
+
+    row("train", sample_model("train", "XGBoost on the 1M-row day samples"), sample_walls["train"])
     one_day = [posteriors_wall(rows / files * settings, cpu_per_result_row=cpu_per_result_row, cores=cores,
                                units=bagging_units(rows / files, RECOMMENDED_ROWS_PER_BAGGING_UNIT))
                for _, rows, files, cores in cases]
@@ -344,18 +396,18 @@ def projection(run: dict[str, Any]) -> str:
         [posteriors_wall(rows * settings, cpu_per_result_row=cpu_per_result_row, cores=cores,
                          units=bagging_units(rows, RECOMMENDED_ROWS_PER_BAGGING_UNIT)) for _, rows, _, cores in cases])
     for name in ("utility", "audit", "report"):
-        row(name, f"fixed: measured {fixed[name]:,.0f} CPU s (driver, on the 1M-row sample)",
-            [fixed[name]] * len(cases))
-    totals = [sum(parts) for parts in zip(ingest, one_day, *([fixed[name]] * len(cases) for name in fixed))]
+        row(name, sample_model(name, "on the 1M-row day sample"), sample_walls[name])
+    totals = [sum(parts) for parts in zip(ingest, one_day, *sample_walls.values())]
     row("**whole pipeline, one released day**", "", totals)
     decode = max(rows / files for _, rows, files in PROJECTED_SETS) / GZIP_DECODE_LINES_PER_SECOND
+    driver = sum(fixed for fixed, _ in costs.values())
     floor = (f"What does not scale with cores: the gzip decode of one day file ({duration(decode)}, one task per file) "
-             f"and the driver-side stages on the 1M-row samples ({duration(sum(fixed.values()))} of CPU on one core): "
-             f"about {duration(decode + sum(fixed.values()))} whatever the cluster.")
-    return "\n".join(lines) + "\n\n" + floor + "\n\n" + assumptions(run, shuffle_per_row=shuffle_per_row)
+             f"and the driver-side work on the 1M-row samples ({duration(driver)} of CPU on one core): "
+             f"about {duration(decode + driver)} whatever the cluster.")
+    return "\n".join(lines) + "\n\n" + floor + "\n\n" + assumptions(run, runs, shuffle_per_row=shuffle_per_row)
 
 
-def assumptions(run: dict[str, Any], *, shuffle_per_row: float) -> str:
+def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], *, shuffle_per_row: float) -> str:
     """The assumptions behind :func:`projection`, with the measured figures they rest on."""
     peaks = {role: max(step["peak_rss_mb"].get(role, 0) for step in run["steps"].values()) for role in ROLES}
     day_rows = {label: rows / files for label, rows, files in PROJECTED_SETS}
@@ -364,14 +416,19 @@ def assumptions(run: dict[str, Any], *, shuffle_per_row: float) -> str:
         "- Parallel parts cost their measured CPU seconds (driver, JVM and Python workers, from /proc) spread over "
         "the cores with no loss: CPU seconds are steadier than wall times on this shared machine, and a real "
         "cluster adds network shuffle and stragglers, so read the parallel figures as lower bounds.",
-        "- Fixed parts (train, utility, audit, report) run on the driver on the seeded 1M-row sample per day "
-        "(`models.sample_rows_per_day: 1000000`): they do not shrink with more executor cores, so they are carried "
-        "over at their measured CPU seconds, i.e. their wall time on one dedicated core (the measured wall times "
-        "above are 2-3x that on this loaded machine; a dedicated 8-16 core driver runs XGBoost's threads faster). "
-        "Drawing the sample scans the proxy and target days once; that scan grows with the rows but is a "
-        "Parquet scan, small next to the ingest. Not measured here: on Criteo data the train stage also scores every "
-        "row of the released day with the proxy on the executors (`models/priors`, the attacker's prior; the twin "
-        "uses its true eta instead), a parallel part that grows with the rows.",
+        "- Sample steps (train, utility, audit, report): a fixed part plus a part proportional to the rows of the "
+        "proxy and target days, fitted by least squares over the local runs of "
+        + ", ".join(sorted({f"{twin_rows(item) / 1e6:,.0f}M" for item in sample_step_runs(runs, run, "train")},
+                           key=lambda size: float(size[:-1].replace(",", ""))))
+        + " twin rows with the same grid (rows of two days each). The fixed part is the work on the seeded 1M-row "
+        "sample per day (`models.sample_rows_per_day: 1000000`) on the driver: it does not shrink with more "
+        "executor cores, so it is carried over at its CPU seconds, i.e. its wall time on one dedicated core (the "
+        "measured wall times above are 2-3x that on this loaded machine; a dedicated 8-16 core driver runs "
+        "XGBoost's threads faster). The per-row part is the Spark scans of the two days (counting them, drawing the "
+        "samples), spread over all cores: it grows with the size of a day (~186M Criteo rows), not with the number "
+        "of days. Not measured here: on Criteo data the train stage also scores every row of the released day with "
+        "the proxy on the executors (`models/priors`, the attacker's prior; the twin uses its true eta instead), a "
+        "parallel part that grows with the rows.",
         f"- Data: Criteo's .gz days (~{day_rows[PROJECTED_SETS[0][0]] / 1e6:,.0f}M rows each), ingested with "
         f"`data.split_gzip: true`: each file decoded once in one task at {GZIP_DECODE_LINES_PER_SECOND:,} lines/s "
         f"(~{day_rows[PROJECTED_SETS[0][0]] / GZIP_DECODE_LINES_PER_SECOND:,.0f} s per day, all days at once when "
@@ -431,10 +488,13 @@ def render(runs: list[dict[str, Any]]) -> str:
     return "\n\n".join([
         "## Scaling of the whole pipeline (`benchmarks/bench_scaling.py`)",
         "`python -m lia_spark.cli run --conf conf/demo.yaml synthetic.rows_per_day=N synthetic.days=D` (the demo "
-        "grid: 17 posterior settings, 17 utility targets, every other setting at its default, MLflow in sqlite), "
-        "its process tree sampled every 0.5 s; the runs were started with `nice -n 5` beside other sessions' work. "
-        "CPU s = the whole tree's CPU seconds during the step; peak RSS per role, sampled while the step ran; "
-        "shuffle from Spark's event log.",
+        f"grid: {base['metrics']['posteriors.settings']} posterior settings, {base['metrics']['utility.settings']} "
+        "utility targets, every other setting at its default, MLflow in sqlite), its process tree sampled every "
+        "0.5 s; the notes under the table give the machine's load during each run (runs on 2026-11-23 shared it "
+        "with other sessions' work). CPU s = CPU seconds of every process the run started, during the step "
+        "(`benchmarks/_report.py` SeenProcessesCpu); machine CPU s = the whole machine's busy CPU seconds, a check "
+        "that matches it on an idle machine; peak RSS per role, sampled while the step ran; shuffle from Spark's "
+        "event log.",
         measured_table(runs),
         run_notes(runs),
         "The steps that grow with the rows (data; posteriors over the one released day; memory over both steps). "
@@ -443,7 +503,7 @@ def render(runs: list[dict[str, Any]]) -> str:
         linearity_table(runs),
         linearity_summary(runs),
         "### Projection to the Criteo data on 100 and 1,000 cores",
-        projection(base),
+        projection(base, runs),
         "Configuration to use:",
         recommended_config(),
     ])
