@@ -285,6 +285,7 @@ def test_reuse_follows_the_fields_read_and_the_input_files(spark, tmp_path, days
     config = _config(tmp_path, [inputs])
     first = run_ingest(spark, config)
     assert not first.skipped and run_ingest(spark, config).skipped
+    assert run_ingest(spark, _config(tmp_path, sorted(inputs.iterdir()))).skipped, "the folder's files, listed"
     assert not run_ingest(spark, _config(tmp_path, [inputs], max_malformed_share=0.01)).skipped
     with open(inputs / "day_1", "a", encoding="utf-8") as handle:  # the input changes: one more line
         handle.write((inputs / "day_1").read_text(encoding="utf-8").splitlines()[0] + "\n")

@@ -516,13 +516,15 @@ def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
         MalformedShareError: malformed share above ``data.max_malformed_share``, lost lines of damaged files
             included (quarantine committed, data not written).
     """
-    fingerprint = stage_fingerprint(spark, "ingest", config,
-                                    inputs={f"criteo:{path}": path for path in config.data.criteo_paths})
+    sources = list_sources(spark, config.data.criteo_paths)
+    # the files the paths name, not their spelling: a folder and the list of its day files are the same input
+    files = [source.path for source in sources]
+    fingerprint = stage_fingerprint(spark, "ingest", config, **{"data.criteo_paths": files},
+                                    inputs={f"criteo:{path}": path for path in files})
     marker = reusable_output(spark, [config.parquet_path, config.quarantine_path], fingerprint, force=config.run.force)
     if marker is not None:
         return dataclasses.replace(IngestResult.from_dict(marker), skipped=True)
     started = time.monotonic()
-    sources = list_sources(spark, config.data.criteo_paths)
     logger.info("ingest: %d input files, %.1f MB", len(sources), sum(s.size for s in sources) / 1e6)
     copies_folder = f"{config.parquet_path}.gunzip"
     try:
