@@ -32,37 +32,9 @@ def write_section(name: str, markdown: str) -> None:
     BENCHMARKS_FILE.write_text(text, encoding="utf-8")
 
 
-def process_tree_cpu_seconds(root: int | None = None) -> float:
-    """CPU seconds (user + system) of a process and its live descendants (Spark's JVM, its Python workers), each
-    with its ended and reaped children (a Python worker that exits leaves its time in its parent's), from /proc:
-    the steadier cost figure on a shared machine, where wall times depend on other jobs."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[tuple[int, float]]] = {}
-    own = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        cpu = sum(int(value) for value in fields[11:15]) / ticks  # utime, stime, cutime, cstime
-        own[int(entry)] = cpu
-        children.setdefault(int(fields[1]), []).append((int(entry), cpu))
-    root = root or os.getpid()
-    total, pending = own.get(root, 0.0), [root]
-    while pending:
-        for pid, cpu in children.get(pending.pop(), []):
-            total += cpu
-            pending.append(pid)
-    return total
-
-
-
 def _process_stats() -> dict[int, list[str]]:
-    """pid -> the fields of /proc/<pid>/stat after the command name (index 1 = ppid, 11/12 = utime/stime in clock
-    ticks, 19 = start time), for every live process."""
+    """pid -> the fields of /proc/<pid>/stat after the command name (index 1 = ppid, 11/12 = utime/stime and 13/14 =
+    reaped children's utime/stime in clock ticks, 19 = start time), for every live process."""
     stats = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -72,6 +44,29 @@ def _process_stats() -> dict[int, list[str]]:
             except OSError:
                 continue
     return stats
+
+
+def _tree(stats: dict[int, list[str]], root: int) -> list[int]:
+    """The live processes of ``stats`` under ``root``, ``root`` included."""
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    found, pending = [], [root] if root in stats else []
+    while pending:
+        pid = pending.pop()
+        found.append(pid)
+        pending.extend(children.get(pid, []))
+    return found
+
+
+def process_tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds (user + system) of a process and its live descendants (Spark's JVM, its Python workers), each
+    with its reaped children's time, from /proc: the steadier cost figure on a shared machine, where wall times
+    depend on other jobs. An ended process's time is lost unless a live ancestor reaped it and collects reaped
+    time, which PySpark's daemon does not: across a measurement where Python workers may end, sample
+    :class:`SeenProcessesCpu` instead."""
+    stats, ticks = _process_stats(), os.sysconf("SC_CLK_TCK")
+    return sum(sum(int(value) for value in stats[pid][11:15]) / ticks for pid in _tree(stats, root or os.getpid()))
 
 
 class SeenProcessesCpu:
@@ -91,15 +86,9 @@ class SeenProcessesCpu:
     def update(self) -> float:
         """Add the tree's new processes, read every seen one still alive; the total CPU seconds."""
         stats = _process_stats()
-        children: dict[int, list[int]] = {}
-        for pid, fields in stats.items():
-            children.setdefault(int(fields[1]), []).append(pid)
         with self.lock:
-            pending = [self.root] if self.root in stats else []
-            while pending:
-                pid = pending.pop()
+            for pid in _tree(stats, self.root):
                 self.seen.setdefault((pid, stats[pid][19]), 0.0)
-                pending.extend(children.get(pid, []))
             for pid, started in self.seen:
                 fields = stats.get(pid)
                 if fields is not None and fields[19] == started:

@@ -44,6 +44,7 @@ FINISHED = re.compile(r"pipeline: (\w+) (ran|reused|failed) in ([0-9.]+) s")
 ROLES = ("driver_jvm", "driver_python", "python_worker", "executor_jvm")
 BEFORE_STAGES = "startup"
 STEPS_FIXED = ("train", "utility", "audit", "report")
+TRAINING_DAYS = 2  # the proxy day and the target day, scanned by the STEPS_FIXED to draw their day samples
 PROJECTED_SETS = (("one Criteo week", 1_300_000_000, 7), ("the full set", 4_400_000_000, 24))
 PROJECTED_CORES = (100, 1000)
 # The ingest_gzip section (benchmarks/bench_ingest.py --part gzip): after the serial decode, 2M twin lines parse in
@@ -330,8 +331,8 @@ def duration(seconds: float) -> str:
 
 
 def training_day_rows(run: dict[str, Any]) -> int:
-    """Rows of the proxy and target days, which the train, utility and audit steps scan (two twin days)."""
-    return run["rows_per_day"] * min(run["days"], 2)
+    """Rows of the proxy and target days, which the train, utility and audit steps scan."""
+    return run["rows_per_day"] * min(run["days"], TRAINING_DAYS)
 
 
 def sample_step_runs(runs: list[dict[str, Any]], base: dict[str, Any], step: str) -> list[dict[str, Any]]:
@@ -343,9 +344,9 @@ def sample_step_runs(runs: list[dict[str, Any]], base: dict[str, Any], step: str
 
 def sample_step_costs(runs: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, tuple[float, float]]:
     """Per step of :data:`STEPS_FIXED`: (fixed CPU s, CPU s per row of the proxy and target days), the least-squares
-    line through :func:`sample_step_runs`. The fixed part
-    is the work on the 1M-row day samples; the per-row part the Spark scans of the two days (counting them, drawing
-    the samples). One run, or a falling line (noise), gives (mean CPU s, 0)."""
+    line through :func:`sample_step_runs`. The fixed part is the work on the 1M-row day samples; the per-row part the
+    Spark scans of the two days (counting them, drawing the samples). One run, or a falling line (noise), gives
+    (mean CPU s, 0)."""
     costs = {}
     for name in STEPS_FIXED:
         points = [(training_day_rows(run), run["steps"][name]["cpu_s"]) for run in sample_step_runs(runs, base, name)]
@@ -380,7 +381,7 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
 
     def sample_step(name: str) -> list[float]:
         fixed, per_row = costs[name]
-        return [fixed + per_row * 2 * rows / files / cores for _, rows, files, cores in cases]
+        return [fixed + per_row * TRAINING_DAYS * rows / files / cores for _, rows, files, cores in cases]
 
     sample_walls = {name: sample_step(name) for name in STEPS_FIXED}
 
@@ -422,14 +423,14 @@ def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], *, shuffle_per_
         "cluster adds network shuffle and stragglers, so read the parallel figures as lower bounds.",
         "- Sample steps (train, utility, audit, report): a fixed part plus a part proportional to the rows of the "
         "proxy and target days, fitted by least squares over the local runs of "
-        + ", ".join(sorted({f"{twin_rows(item) / 1e6:,.0f}M" for item in sample_step_runs(runs, run, "train")},
-                           key=lambda size: float(size[:-1].replace(",", ""))))
+        + ", ".join(dict.fromkeys(f"{twin_rows(item) / 1e6:,.0f}M"
+                                  for item in sorted(sample_step_runs(runs, run, "train"), key=twin_rows)))
         + " twin rows with the same grid (rows of two days each). The fixed part is the work on the seeded 1M-row "
         "sample per day (`models.sample_rows_per_day: 1000000`) on the driver: it does not shrink with more "
         "executor cores, so it is carried over at its CPU seconds, i.e. its wall time on one dedicated core "
-        "(XGBoost's threads use the driver's cores: a dedicated 8-16 core driver runs it faster). The per-row part is the Spark scans of the two days (counting them, drawing the "
-        "samples), spread over all cores: it grows with the size of a day (~186M Criteo rows), not with the number "
-        "of days. Not measured here: on Criteo data the train stage also scores every row of the released day with "
+        "(XGBoost's threads use the driver's cores: a dedicated 8-16 core driver runs it faster). The per-row part is "
+        "the Spark scans of the two days (counting them, drawing the samples), spread over all cores: it grows with "
+        "the size of a day (~186M Criteo rows), not with the number of days. Not measured here: on Criteo data the train stage also scores every row of the released day with "
         "the proxy on the executors (`models/priors`, the attacker's prior; the twin uses its true eta instead), a "
         "parallel part that grows with the rows.",
         f"- Data: Criteo's .gz days (~{day_rows[PROJECTED_SETS[0][0]] / 1e6:,.0f}M rows each), ingested with "
