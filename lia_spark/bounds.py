@@ -534,3 +534,29 @@ def best_epsilon_lower_bound(*, canaries: int, guesses, correct, confidence: flo
             if eps > best:
                 best, index = eps, int(j)
     return SweepBest(best, index)
+
+
+def tau_break_even(*, canaries: int, guesses, correct, confidence: float = 0.95, delta: float = 0.0,
+                   method: str = BINOMIAL, tolerance: float = 1e-9) -> float:
+    """tau*: the smallest tau at which the best bound over the sweep (:func:`best_epsilon_lower_bound`) is 0, i.e.
+    how far (in total variation) the proxy's label distribution may be from the truth before the observational
+    audit certifies nothing (docs/math.md §6.6); 0 when nothing is rejected at tau = 0.
+
+    Pure binomial: the tau term shifts every point's bound by the same log((1+tau)/(1-tau)), so
+    eps_lb(tau) = max(0, eps_lb(0) - log((1+tau)/(1-tau))) and tau* = tanh(eps_lb(0) / 2) in closed form.
+    Otherwise (binomial with delta, gdp) bisection to ``tolerance``: the bound does not increase with tau.
+    """
+    def bound(tau: float) -> float:
+        return best_epsilon_lower_bound(canaries=canaries, guesses=guesses, correct=correct, confidence=confidence,
+                                        delta=delta, tau=tau, method=method).value
+
+    at_zero = bound(0.0)
+    if at_zero <= 0.0:
+        return 0.0
+    if _check_method(method) == BINOMIAL and _check_delta(delta) == 0.0:
+        return math.tanh(at_zero / 2.0)
+    lo, hi = 0.0, 1.0  # bound(lo) > 0 = bound(hi): at tau = 1 every accuracy is possible
+    while hi - lo > tolerance:
+        middle = 0.5 * (lo + hi)
+        lo, hi = (middle, hi) if bound(middle) > 0.0 else (lo, middle)
+    return hi

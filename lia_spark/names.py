@@ -75,3 +75,13 @@ N_ESTIMATORS = 200
 MAX_DEPTH = 6
 LEARNING_RATE = 0.1
 EARLY_STOPPING_ROUNDS = 20
+
+# Audit designs (audit.design, docs/math.md §5.9): labels injected before training (valid for any proxy), or the
+# observational game on a given model (valid only if the proxy is within TV tau of the truth).
+INJECTED = "injected"
+OBSERVATIONAL = "observational"
+DESIGNS = (INJECTED, OBSERVATIONAL)
+# Injected counterfactual labels (audit.counterfactual): y1 ~ M'(x), or y1 = 1 - y0 on a share of the canaries.
+PROXY_DRAW = "proxy"
+UNIFORM_FLIP = "flip"
+COUNTERFACTUALS = (PROXY_DRAW, UNIFORM_FLIP)

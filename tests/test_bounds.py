@@ -271,3 +271,17 @@ def test_best_gdp_mu_matches_sweep_max():
 def test_bad_input_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         bounds.epsilon_lower_bound(**kwargs)
+
+
+@pytest.mark.parametrize("method, delta", [("binomial", 0.0), ("binomial", 1e-6), ("gdp", 1e-5)])
+def test_tau_break_even_is_where_the_best_bound_reaches_zero(method, delta):
+    guesses, correct = np.array([100, 500, 1000]), np.array([70, 300, 560])
+    kwargs = dict(canaries=1000, guesses=guesses, correct=correct, confidence=0.99, delta=delta, method=method)
+    tau = bounds.tau_break_even(**kwargs)
+    assert 0.0 < tau < 1.0
+    assert bounds.best_epsilon_lower_bound(tau=tau * (1 - 1e-4), **kwargs).value > 0.0
+    assert bounds.best_epsilon_lower_bound(tau=min(tau + 1e-6, 1.0), **kwargs).value == 0.0
+    if method == "binomial" and delta == 0.0:  # closed form: eps_lb(tau) = eps_lb(0) - log((1+tau)/(1-tau))
+        assert tau == pytest.approx(np.tanh(bounds.best_epsilon_lower_bound(tau=0.0, **kwargs).value / 2), rel=1e-12)
+    assert bounds.tau_break_even(canaries=1000, guesses=guesses, correct=guesses // 2, method=method,
+                                 delta=delta) == 0.0

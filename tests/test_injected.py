@@ -1,0 +1,146 @@
+"""Injected-label canaries (docs/math.md §5.9): draws, training labels, the game against a naive per-canary
+implementation, and validity under a label-blind target."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lia_spark import audit, audit_sweep, bounds, injected
+
+
+def _world(m: int, *, seed: int):
+    rng = np.random.default_rng(seed)
+    row_ids = rng.choice(10**12, size=m, replace=False).astype(np.int64)
+    eta = rng.beta(0.6, 3.0, size=m)  # a skewed click probability, as on the twin
+    label = (rng.random(m) < eta).astype(np.int8)
+    proxy = np.clip(eta * np.exp(rng.normal(0.0, 0.3, m)), 1e-4, 1 - 1e-4)  # a fitted, imperfect proxy
+    return row_ids, label, eta, proxy
+
+
+def test_draws_are_keyed_on_the_row_id_and_have_their_distribution():
+    row_ids, label, _, proxy = _world(50_000, seed=1)
+    y1, coin = injected.injected_draws(row_ids, label, proxy, seed=7)
+    assert abs(coin.mean() - 0.5) < 0.01  # sd 0.0022
+    assert abs(y1.mean() - proxy.mean()) < 0.01  # y1 ~ Bernoulli(M'(x))
+    flat, _ = injected.injected_draws(row_ids, label, np.full(len(row_ids), 0.3), seed=7)
+    assert abs(np.corrcoef(flat, label)[0, 1]) < 0.02  # given M'(x), y1 does not look at y0 (sd 0.0045)
+    order = np.random.default_rng(2).permutation(len(row_ids))  # another partitioning: same draws per row
+    y1_again, coin_again = injected.injected_draws(row_ids[order], label[order], proxy[order], seed=7)
+    np.testing.assert_array_equal(y1_again, y1[order])
+    np.testing.assert_array_equal(coin_again, coin[order])
+    halves = [injected.injected_draws(row_ids[part], label[part], proxy[part], seed=7)
+              for part in (slice(0, 20_000), slice(20_000, None))]
+    np.testing.assert_array_equal(np.concatenate([h[1] for h in halves]), coin)
+    other, _ = injected.injected_draws(row_ids, label, proxy, seed=8)
+    assert (other != y1).any()
+
+
+def test_flip_counterfactual_flips_a_share_of_the_labels():
+    row_ids, label, _, proxy = _world(40_000, seed=3)
+    y1, _ = injected.injected_draws(row_ids, label, proxy, seed=1, counterfactual="flip", flip_share=0.1)
+    assert abs((y1 != label).mean() - 0.1) < 0.006  # sd 0.0015
+    with pytest.raises(ValueError, match="flip_share"):
+        injected.injected_draws(row_ids, label, proxy, seed=1, counterfactual="flip", flip_share=1.5)
+    with pytest.raises(ValueError, match="counterfactual"):
+        injected.injected_draws(row_ids, label, proxy, seed=1, counterfactual="other")
+
+
+def test_training_labels_are_the_shown_label():
+    np.testing.assert_array_equal(injected.training_labels(np.array([0, 0, 1, 1]), np.array([1, 1, 0, 1]),
+                                                           np.array([0, 1, 1, 0])), [0, 1, 0, 1])
+
+
+def _naive_counts(row_ids, label, y1, coin, target, proxy, *, seed, guesses, attack):
+    """Per canary, by the definition: score s = A(y0) - A(y1) on informative canaries, rank by |s| (ties by the
+    row id's tie hash), guess 0 if s > 0 else 1, count correct guesses among the top c'."""
+    parsed = audit.parse_attack(attack)
+    rows = []
+    for i in range(len(row_ids)):
+        if label[i] == y1[i]:
+            continue
+        s = (audit.label_scores(target[i:i + 1], proxy[i:i + 1], int(label[i]), score=parsed.score, t=parsed.t)[0]
+             - audit.label_scores(target[i:i + 1], proxy[i:i + 1], int(y1[i]), score=parsed.score, t=parsed.t)[0])
+        tie = int(audit.tie_hashes(row_ids[i:i + 1], seed=seed)[0])
+        rows.append((-abs(s), tie, int((0 if s > 0 else 1) == coin[i])))
+    rows.sort()
+    correct = np.cumsum([r[2] for r in rows])
+    return np.array([correct[g - 1] for g in guesses])
+
+
+@pytest.mark.parametrize("attack", ["log_ratio", "difference_t2"])
+def test_counts_equal_a_naive_per_canary_implementation(attack):
+    row_ids, label, eta, proxy = _world(3_000, seed=5)
+    y1, coin = injected.injected_draws(row_ids, label, proxy, seed=11)
+    trained = injected.training_labels(label, y1, coin)
+    target = np.clip(0.7 * proxy + 0.3 * trained, 1e-6, 1 - 1e-6)  # a model that memorised its training labels
+    target[:50] = proxy[:50]  # |s| = 0: ties broken by the hash
+    informative = int((label != y1).sum())
+    guesses = audit.guess_grid(informative)
+    counts = injected.count_correct(row_ids, label, y1, coin, target, proxy, seed=11, guesses=guesses,
+                                    attacks=[attack])[attack]
+    assert counts.shape == (1, len(guesses))
+    np.testing.assert_array_equal(counts[0], _naive_counts(row_ids, label, y1, coin, target, proxy, seed=11,
+                                                           guesses=guesses, attack=attack))
+    assert counts[0, 0] == 1 and counts[0, -1] > 0.8 * informative  # the memorising model is found
+
+
+def test_the_bayes_score_is_the_log_likelihood_ratio_of_the_coin():
+    # M = 0.8, M' = 0.4, y0 = 1: s = log(0.8/0.4) - log(0.2/0.6)
+    s = injected.injected_scores(np.array([0.8]), np.array([0.4]), np.array([1]))
+    np.testing.assert_allclose(s, [np.log(0.8 / 0.4) - np.log(0.2 / 0.6)], rtol=1e-12)
+
+
+def test_bad_columns_name_the_field():
+    ids, label = np.arange(3), np.array([0, 1, 0])
+    p = np.full(3, 0.5)
+    with pytest.raises(ValueError, match="hidden_bit"):
+        injected.attack_candidates(ids, label, label, np.array([0, 2, 0]), p, p, seed=1, attacks=["log_ratio"])
+    with pytest.raises(ValueError, match="counterfactual_label"):
+        injected.attack_candidates(ids, label, label[:2], label, p, p, seed=1, attacks=["log_ratio"])
+
+
+def test_a_label_blind_target_certifies_zero_in_at_least_95_percent_of_draws():
+    """The null the observational design fails: a strong model that never saw the canaries' labels (here the true
+    eta itself, the strongest label-blind model) with a fitted, imperfect proxy. The injected design, a fresh
+    world, coin and counterfactual per draw, certifies eps > 0 in at most 5% of 200 draws (seen: 1); the
+    observational game on the same worlds certifies eps > 0 in nearly every draw (seen: 50 of 50)."""
+    positives = observational_positives = 0
+    for draw in range(200):
+        row_ids, label, eta, proxy = _world(4_000, seed=100 + draw)
+        if draw < 20:
+            everyone = audit.guess_grid(len(row_ids))
+            observed = audit.count_correct_attacks(row_ids, label, eta, proxy, seed=draw, repetitions=1,
+                                                   guesses=everyone, attacks=["log_ratio"])
+            observational_positives += float(audit_sweep.evaluate_attacks(
+                observed, everyone, canaries=len(row_ids), families=("binomial",)).best["eps_binomial_bonferroni"][0]) > 0
+        y1, coin = injected.injected_draws(row_ids, label, proxy, seed=draw)
+        informative = int((label != y1).sum())
+        guesses = audit.guess_grid(informative)
+        counts = injected.count_correct(row_ids, label, y1, coin, eta, proxy, seed=draw, guesses=guesses,
+                                        attacks=["log_ratio"])
+        best = audit_sweep.evaluate_attacks(counts, guesses, canaries=informative, families=("binomial",))
+        positives += float(best.best["eps_binomial_bonferroni"][0]) > 0.0
+    assert positives <= 10
+    assert observational_positives >= 15  # the null is realistic: it fools the observational design
+
+
+def test_a_memorising_target_is_bounded_by_its_randomized_response_epsilon():
+    """Training on RR(y^b) at eps and predicting the released label exactly (the most revealing model of that
+    release): the bound stays below eps and is positive."""
+    from lia_spark import label_mechanisms
+
+    epsilon = 2.0
+    row_ids, label, eta, proxy = _world(60_000, seed=9)
+    y1, coin = injected.injected_draws(row_ids, label, proxy, seed=3)
+    released = label_mechanisms.randomized_response(injected.training_labels(label, y1, coin), row_ids,
+                                                    epsilon=epsilon, seed=4)
+    keep = 1.0 / (1.0 + np.exp(-epsilon))  # P(released = shown)
+    target = np.where(released == 1, keep, 1 - keep)  # the posterior of the shown label under a flat prior
+    informative = int((label != y1).sum())
+    guesses = audit.guess_grid(informative)
+    counts = injected.count_correct(row_ids, label, y1, coin, target, np.full(len(row_ids), 0.5), seed=3,
+                                    guesses=guesses, attacks=["log_ratio"])
+    eps_lb = audit_sweep.evaluate_attacks(counts, guesses, canaries=informative,
+                                          families=("binomial",)).best["eps_binomial_bonferroni"][0]
+    assert 0.5 < eps_lb <= epsilon
+    assert bounds.accuracy_of_epsilon(epsilon) == pytest.approx(keep)
