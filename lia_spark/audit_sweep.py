@@ -209,3 +209,40 @@ def summarize(best: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
                     "min": float(values.min()), "max": float(values.max()),
                     "share_positive": float(np.mean(values > 0.0))}
     return out
+
+
+TAU_GRID = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)  # the sensitivity table's tau values
+
+
+@dataclasses.dataclass(frozen=True)
+class TauSensitivity:
+    """How the observational bound of one family depends on tau (docs/math.md §6.6), every test at ``level``.
+
+    Attributes:
+        break_even: (R',) tau* per repetition: the smallest tau at which the best bound over attacks x sweep points
+            is 0 (R' = R for the closed form of the pure binomial bound, else the first repetition only).
+        taus: the tau values of ``eps_lb``.
+        eps_lb: (len(taus),) the first repetition's best bound at each tau.
+    """
+
+    break_even: np.ndarray
+    taus: tuple[float, ...]
+    eps_lb: np.ndarray
+
+
+def tau_sensitivity(correct: dict[str, np.ndarray], guesses: np.ndarray, *, canaries: int, level: float,
+                    delta: float, family: str, taus: tuple[float, ...] = TAU_GRID) -> TauSensitivity:
+    """:class:`TauSensitivity` of the counts of several attacks (attack name -> (R, k)), each test at the per-test
+    confidence ``level`` (e.g. the Bonferroni split). The best bound over attacks is positive iff one attack's is,
+    so tau* is the largest of the attacks' :func:`lia_spark.bounds.tau_break_even`."""
+    from lia_spark import bounds
+
+    arrays = [np.atleast_2d(np.asarray(counts, dtype=np.int64)) for counts in correct.values()]
+    closed_form = family == BINOMIAL and delta == 0.0
+    repetitions = len(arrays[0]) if closed_form else 1
+    kwargs = dict(canaries=canaries, guesses=guesses, confidence=level, delta=delta, method=family)
+    break_even = np.array([max(bounds.tau_break_even(correct=counts[r], **kwargs) for counts in arrays)
+                           for r in range(repetitions)])
+    eps_lb = np.array([max(bounds.best_epsilon_lower_bound(correct=counts[0], tau=tau, **kwargs).value
+                           for counts in arrays) for tau in taus])
+    return TauSensitivity(break_even=break_even, taus=tuple(taus), eps_lb=eps_lb)

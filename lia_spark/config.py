@@ -360,6 +360,9 @@ class AuditConfig:
     """Observational one-run audit (docs/math.md §5) and its epsilon lower bounds (docs/math.md §6)."""
 
     attack: str = names.LABEL_INFERENCE
+    design: str = names.INJECTED  # injected labels (valid for any proxy) | observational (a given model, needs tau)
+    counterfactual: str = names.PROXY_DRAW  # injected y1: proxy (y1 ~ M'(x)) | flip (1 - y0 on flip_share)
+    flip_share: float = 0.05
     membership_candidates: int = 20_000
     repetitions: int = 100
     scores: tuple[str, ...] = (names.LOG_RATIO,)  # the tightest valid attack of the study in BENCHMARKS.md
@@ -377,6 +380,12 @@ class AuditConfig:
     def validate(self) -> None:
         if self.attack not in names.ATTACKS:
             _fail("audit.attack", self.attack, f"must be one of {', '.join(names.ATTACKS)}")
+        if self.design not in names.DESIGNS:
+            _fail("audit.design", self.design, f"must be one of {', '.join(names.DESIGNS)}")
+        if self.counterfactual not in names.COUNTERFACTUALS:
+            _fail("audit.counterfactual", self.counterfactual, f"must be one of {', '.join(names.COUNTERFACTUALS)}")
+        if not 0.0 < self.flip_share <= 1.0:
+            _fail("audit.flip_share", self.flip_share, "must be in (0, 1]")
         if self.membership_candidates < 2:
             _fail("audit.membership_candidates", self.membership_candidates, "must be >= 2")
         if self.repetitions < 1:

@@ -1,10 +1,12 @@
-"""The audit's headline: the one valid lower bound a reviewer reads first, beside the claimed epsilon.
+"""The audit's headline: the one valid lower bound a reviewer reads first, beside the claimed epsilon and what it
+assumes.
 
-Each repetition of the observational audit yields a lower bound that holds with the stated confidence when
-the confidence is split over every test made (Bonferroni over scores x sweep points, "bonferroni"
-convention). The headline reports the first repetition's bound, which is such a bound for one run of the
-audit, with the mean +- std over all repetitions after it. The paper's convention (the best sweep point, each
-at the full confidence) is not a valid bound and never appears in the headline.
+Injected design (docs/math.md §5.9): one training run gives one bound, valid with no assumption on the proxy. The
+observational design (§5.10): each repetition yields a bound that holds at the stated confidence (Bonferroni over
+scores x sweep points) *if the proxy is within total variation tau of the truth*; the headline reports the first
+repetition's bound with the mean +- std over all of them, the break-even tau* at which the bound reaches 0 and,
+when a label-blind reference was audited, its bound and the target's bound calibrated on it. The paper's
+convention (the best sweep point, each at the full confidence) is not a valid bound and never appears here.
 """
 from __future__ import annotations
 
@@ -32,41 +34,65 @@ class Headline:
     claimed_epsilon: float
     family: str = "binomial"
     tau: float = 0.0
+    design: str = "observational"
+    informative_canaries: int = 0  # injected: the canaries with y1 != y0 (the m of the bound)
+    tau_break_even: float = math.nan  # observational: the tau at which the bound reaches 0
+    reference_eps_lb: float = math.nan  # observational: the label-blind reference's bound (NaN: none audited)
+    calibrated_tau: float = math.nan  # observational: the reference's tau*
+    calibrated_eps_lb: float = math.nan  # observational: the target's bound at calibrated_tau
 
     @property
     def is_finding(self) -> bool:
-        """True when the certified bound exceeds the claimed epsilon: the target leaks more than claimed."""
+        """True when the certified bound exceeds the claimed epsilon: the target leaks more than claimed (for the
+        observational design, under its tau assumption)."""
         return self.eps_lb > self.claimed_epsilon
 
     def text(self) -> str:
-        """One line: "eps >= X at 95% (F bound, Bonferroni over N tests, delta = D, tau = T) for a target trained with M
-        at claimed eps = Y", then the repetitions' mean +- std, and a FINDING mark when X exceeds Y. tau = 0 assumes
-        the proxy's label distribution is the true one (docs/math.md §6)."""
-        line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} ({self.family} bound, Bonferroni over {self.tests} "
-                f"tests, delta = "
-                f"{self.delta:g}, tau = {self.tau:g}) for a target trained with {self.mechanism} at claimed eps = "
-                f"{_eps(self.claimed_epsilon)}; over {self.repetitions} repetitions {self.eps_lb_mean:.3f} +- "
-                f"{self.eps_lb_std:.3f}")
+        """One line: the bound, its confidence, what it assumes (its design) and the claimed epsilon, e.g.
+        "eps >= X at 95% (injected canaries, no assumption on the proxy; binomial bound, ...)" or
+        "eps >= X at 95% if the proxy is within TV tau = 0 of the truth (observational design; ...); a label-blind
+        reference reaches Y"; a FINDING mark when X exceeds the claimed epsilon."""
+        tests = f"{self.family} bound, Bonferroni over {self.tests} tests, delta = {self.delta:g}"
+        target = f"for a target trained with {self.mechanism} at claimed eps = {_eps(self.claimed_epsilon)}"
+        if self.design == "injected":
+            line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} (injected canaries, no assumption on the "
+                    f"proxy; {tests}; {self.informative_canaries} informative canaries, one training run) {target}")
+        else:
+            line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} if the proxy is within TV tau = {self.tau:g} "
+                    f"of the truth (observational design; {tests}; the bound reaches 0 at tau* = "
+                    f"{_eps(self.tau_break_even)}) {target}; over {self.repetitions} repetitions "
+                    f"{self.eps_lb_mean:.3f} +- {self.eps_lb_std:.3f}")
+            if math.isnan(self.reference_eps_lb):
+                line += "; no label-blind reference audited"
+            else:
+                line += (f"; a label-blind reference reaches {self.reference_eps_lb:.3f} (tau* = "
+                         f"{_eps(self.calibrated_tau)}), and the target's bound calibrated on it (resting on that "
+                         f"reference) is {self.calibrated_eps_lb:.3f}")
+        if self.eps_lb == 0.0:
+            line += " - no evidence of leakage at this size"
         if self.is_finding:
             line += f" - FINDING: the audit certifies more leakage than the claimed eps = {_eps(self.claimed_epsilon)}"
         return line
 
     def tags(self) -> dict[str, str]:
-        """MLflow tags ``audit.eps_lb``, ``audit.claimed_eps``, ``audit.mechanism`` (and ``audit.finding``)."""
+        """MLflow tags ``audit.eps_lb``, ``audit.claimed_eps``, ``audit.mechanism``, ``audit.design`` (and
+        ``audit.finding``)."""
         return {"audit.eps_lb": f"{self.eps_lb:.6g}", "audit.claimed_eps": _eps(self.claimed_epsilon),
-                "audit.mechanism": self.mechanism, "audit.finding": str(self.is_finding).lower(),
-                "audit.headline": self.text()}
+                "audit.mechanism": self.mechanism, "audit.design": self.design,
+                "audit.finding": str(self.is_finding).lower(), "audit.headline": self.text()}
 
     def metrics(self) -> dict[str, float]:
-        """``eps_lb`` and, when finite, ``claimed_eps`` (logged as ``audit.eps_lb`` / ``audit.claimed_eps``)."""
-        values = {"eps_lb": self.eps_lb, "eps_lb_mean": self.eps_lb_mean, "eps_lb_std": self.eps_lb_std}
-        if math.isfinite(self.claimed_epsilon):
-            values["claimed_eps"] = self.claimed_epsilon
-        return values
+        """``eps_lb`` (mean, std), and when finite ``claimed_eps``, ``tau_break_even``, ``reference_eps_lb``,
+        ``calibrated_eps_lb``."""
+        values = {"eps_lb": self.eps_lb, "eps_lb_mean": self.eps_lb_mean, "eps_lb_std": self.eps_lb_std,
+                  "claimed_eps": self.claimed_epsilon, "tau_break_even": self.tau_break_even,
+                  "reference_eps_lb": self.reference_eps_lb, "calibrated_eps_lb": self.calibrated_eps_lb}
+        return {key: value for key, value in values.items() if math.isfinite(value)}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly fields plus the text (infinite claimed epsilon as "inf")."""
-        values = dataclasses.asdict(self)
+        """JSON-friendly fields plus the text (infinite claimed epsilon as "inf", NaN as null)."""
+        values = {key: None if isinstance(value, float) and math.isnan(value) else value
+                  for key, value in dataclasses.asdict(self).items()}
         values["claimed_epsilon"] = _eps(self.claimed_epsilon)
         return {**values, "text": self.text(), "is_finding": self.is_finding}
 
@@ -74,6 +100,7 @@ class Headline:
     def from_dict(cls, values: dict[str, Any]) -> "Headline":
         """Inverse of :meth:`to_dict`."""
         fields = {field.name: values[field.name] for field in dataclasses.fields(cls) if field.name in values}
+        fields = {key: math.nan if value is None else value for key, value in fields.items()}
         claimed = fields["claimed_epsilon"]
         fields["claimed_epsilon"] = math.nan if claimed == "not stated" else float(claimed)
         return cls(**fields)

@@ -24,6 +24,8 @@ one bound (R = 1).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from lia_spark import audit, hashing
@@ -65,6 +67,28 @@ def injected_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *,
 def training_labels(label: np.ndarray, counterfactual_label: np.ndarray, hidden_bit: np.ndarray) -> np.ndarray:
     """The labels the target trains on: y^b = y0 where b = 0, y1 where b = 1 (int8)."""
     return np.where(np.asarray(hidden_bit) == 1, counterfactual_label, label).astype(np.int8)
+
+
+@dataclasses.dataclass(frozen=True)
+class InjectedLabels:
+    """The injection of one target's training rows: per row the label it trains on, y1 and b (-1 off the
+    canaries, whose labels stay true)."""
+
+    training: np.ndarray
+    counterfactual_label: np.ndarray
+    hidden_bit: np.ndarray
+
+
+def inject(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, canary: np.ndarray, *, seed: int,
+           counterfactual: str = PROXY_DRAW, flip_share: float = 0.0) -> InjectedLabels:
+    """Draw (y1, b) on the rows where ``canary`` is true (:func:`injected_draws`) and return the labels to train on
+    (y^b there, the true label elsewhere) with y1 and b (-1 off the canaries)."""
+    canary = np.asarray(canary, dtype=bool)
+    label = np.asarray(label).astype(np.int8)
+    y1, coin = injected_draws(row_ids, label, proxy, seed=seed, counterfactual=counterfactual, flip_share=flip_share)
+    return InjectedLabels(training=np.where(canary, training_labels(label, y1, coin), label).astype(np.int8),
+                          counterfactual_label=np.where(canary, y1, -1).astype(np.int8),
+                          hidden_bit=np.where(canary, coin, -1).astype(np.int8))
 
 
 def injected_scores(target: np.ndarray, proxy: np.ndarray, label: np.ndarray, *,

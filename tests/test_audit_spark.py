@@ -56,7 +56,8 @@ def test_several_attacks_split_the_confidence_over_attacks_and_sweep_points(spar
     spark.createDataFrame(table).write.parquet(path)
     attacks = ["difference_t2", "log_ratio"]
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 9},
-                               "audit": {"repetitions": 6, "canary_path": path, "scores": attacks}})
+                               "audit": {"repetitions": 6, "canary_path": path, "scores": attacks,
+                                         "design": "observational"}})
     result = run_audit(spark, config)
     guesses = audit.guess_grid(3000)
     counts = audit.count_correct_attacks(
@@ -81,7 +82,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     spark.createDataFrame(table).repartition(3).write.parquet(path)
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 5},
                                "audit": {"repetitions": 12, "canaries": 2000, "canary_path": path,
-                                         "table_bounds": ["binomial", "gdp"]}})
+                                         "table_bounds": ["binomial", "gdp"], "design": "observational"}})
     result = run_audit(spark, config)
     output = str(tmp_path / "out" / "audit")
     assert is_complete(spark, output) and not result.skipped
@@ -105,7 +106,9 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     assert headline.eps_lb == best[0] and headline.tests == 101 and headline.repetitions == 12
     assert result.console_summary().endswith("for a target trained with an unknown mechanism at claimed eps = "
                                              f"not stated; over 12 repetitions {best.mean():.3f} +- "
-                                             f"{best.std(ddof=1):.3f}")
+                                             f"{best.std(ddof=1):.3f}; no label-blind reference audited")
+    assert summary["design"] == "observational" and summary["reference"] is None
+    assert summary["tau_break_even"]["first"] == pytest.approx(np.tanh(best[0] / 2), rel=1e-9)  # binomial, delta 0
     again = run_audit(spark, config)
     assert again.skipped and again.summary == result.summary
 
@@ -116,3 +119,88 @@ def test_boundary_sample_stops_growing_with_the_canaries():
 
     assert [sample_rows_per_range(parts) for parts in (8, 256, 1000, 4000, 100_000)] == [1000, 1000, 256, 64, 64]
     assert max(sample_rows_per_range(parts) * parts for parts in range(1, 4001)) == 256_000
+
+
+def _injected_table(m: int, seed: int) -> pd.DataFrame:
+    """A canary table of the injected design: y1 from the proxy, fair coins, a target that leans toward the label it
+    trained on (y^b), exact score ties."""
+    from lia_spark import injected
+
+    table = _table(m, seed)
+    y1, coin = injected.injected_draws(table["row_id"].to_numpy(), table["label"].to_numpy(),
+                                       table["proxy_prediction"].to_numpy(), seed=seed)
+    trained = injected.training_labels(table["label"].to_numpy(), y1, coin)
+    rng = np.random.default_rng(seed)
+    target = np.clip(table["proxy_prediction"] + 0.3 * (2 * trained - 1) * rng.random(m), 0.001, 0.999)
+    target[: m // 5] = table["proxy_prediction"][: m // 5]
+    return table.assign(target_prediction=target, counterfactual_label=y1.astype(np.int32),
+                        hidden_bit=coin.astype(np.int32))
+
+
+def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
+    from lia_spark import injected
+
+    table = _injected_table(6000, seed=2)
+    attacks = ("log_ratio", "difference_t2")
+    informative = table[table["label"] != table["counterfactual_label"]]
+    guesses = audit.guess_grid(len(informative))
+    kernel = injected.count_correct(*(table[c].to_numpy() for c in ("row_id", "label", "counterfactual_label",
+                                                                      "hidden_bit", "target_prediction",
+                                                                      "proxy_prediction")),
+                                    seed=42, guesses=guesses, attacks=attacks)
+    from lia_spark.engine.audit import select_canaries
+
+    for partitions in (1, 4):
+        df = select_canaries(spark.createDataFrame(table).repartition(partitions), seed=42, canaries=0,
+                             design="injected")
+        m, found_guesses, correct = distributed_counts(df, settings=AuditConfig(repetitions=50, scores=attacks),
+                                                       seed=42, design="injected")
+        assert m == len(informative) and tuple(correct) == attacks
+        np.testing.assert_array_equal(found_guesses, guesses)
+        for attack in attacks:
+            assert correct[attack].shape == (1, len(guesses))  # one game: the one drawn before training
+            np.testing.assert_array_equal(correct[attack], kernel[attack], err_msg=attack)
+    path = str(tmp_path / "canaries")
+    spark.createDataFrame(table).write.parquet(path)
+    config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 42},
+                               "audit": {"canary_path": path, "scores": list(attacks)}})
+    result = run_audit(spark, config)
+    best = audit_sweep.evaluate_attacks(kernel, guesses, canaries=len(informative)).best["eps_binomial_bonferroni"]
+    assert result.summary["design"] == "injected" and result.repetitions == 1 and result.canaries == len(informative)
+    assert result.headline.eps_lb == best[0] > 0 and "injected canaries, no assumption on the proxy" in \
+        result.console_summary()
+
+
+def test_injected_design_on_a_table_without_its_columns_names_the_fix(spark, tmp_path):
+    path = str(tmp_path / "canaries")
+    spark.createDataFrame(_table(500, seed=1)).write.parquet(path)
+    config = config_from_dict({"run": {"output_dir": str(tmp_path / "out")}, "audit": {"canary_path": path}})
+    with pytest.raises(ValueError, match="counterfactual_label.*audit.design=observational"):
+        run_audit(spark, config)
+
+
+def test_observational_headline_of_a_label_blind_target_names_a_comparable_reference(spark, tmp_path):
+    """The null the observational design fails: a target that never saw the canaries' labels (the true eta) and a
+    fitted proxy. At tau = 0 it certifies eps > 0; the headline says so beside a label-blind reference (eta with a
+    little noise) that certifies a comparable bound, and the bound calibrated on it is near 0."""
+    rng = np.random.default_rng(8)
+    m = 20_000
+    eta = rng.beta(0.6, 3.0, m)
+    label = (rng.random(m) < eta).astype(np.int32)
+    proxy = np.clip(eta * np.exp(rng.normal(0.0, 0.4, m)), 1e-4, 1 - 1e-4)
+    reference = np.clip(eta * np.exp(rng.normal(0.0, 0.05, m)), 1e-4, 1 - 1e-4)
+    path = str(tmp_path / "canaries")
+    spark.createDataFrame(pd.DataFrame({
+        "row_id": np.arange(m, dtype=np.int64), "label": label, "target_prediction": eta, "proxy_prediction": proxy,
+        "reference_prediction": reference})).write.parquet(path)
+    config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 1},
+                               "audit": {"canary_path": path, "design": "observational", "repetitions": 3}})
+    result = run_audit(spark, config)
+    headline, summary = result.headline, result.summary
+    assert headline.eps_lb > 0.1  # the label-blind target "certifies" leakage at tau = 0
+    assert 0.5 * headline.eps_lb < headline.reference_eps_lb  # ... and so does the reference
+    assert headline.calibrated_eps_lb < 0.5 * headline.eps_lb and headline.calibrated_tau > 0
+    assert "a label-blind reference reaches" in result.console_summary()
+    assert summary["reference"]["canaries"] == m and summary["calibrated"]["tau"] == headline.calibrated_tau
+    assert summary["eps_lb_by_tau"]["0"] == pytest.approx(headline.eps_lb)
+    assert {"tau_break_even", "reference_eps_lb", "calibrated_eps_lb"} <= set(result.metrics())

@@ -14,9 +14,29 @@ def _headline(**changes) -> Headline:
 
 def test_text_states_bound_confidence_tests_delta_mechanism_and_claim():
     text = _headline().text()
-    assert text == ("eps >= 0.912 at 95% (binomial bound, Bonferroni over 101 tests, delta = 1e-05, tau = 0) for a target "
-                    "trained with rr at claimed eps = 1; over 20 repetitions 0.900 +- 0.031")
+    assert text == ("eps >= 0.912 at 95% if the proxy is within TV tau = 0 of the truth (observational design; "
+                    "binomial bound, Bonferroni over 101 tests, delta = 1e-05; the bound reaches 0 at tau* = not "
+                    "stated) for a target trained with rr at claimed eps = 1; over 20 repetitions 0.900 +- 0.031; no "
+                    "label-blind reference audited")
     assert not _headline().is_finding
+
+
+def test_the_injected_headline_says_it_assumes_nothing_about_the_proxy():
+    text = _headline(design="injected", informative_canaries=9400, repetitions=1, eps_lb_std=0.0).text()
+    assert text == ("eps >= 0.912 at 95% (injected canaries, no assumption on the proxy; binomial bound, Bonferroni "
+                    "over 101 tests, delta = 1e-05; 9400 informative canaries, one training run) for a target trained "
+                    "with rr at claimed eps = 1")
+    assert "no evidence of leakage at this size" in _headline(design="injected", eps_lb=0.0).text()
+
+
+def test_the_observational_headline_names_the_reference_and_the_calibrated_bound():
+    text = _headline(tau_break_even=0.4, reference_eps_lb=0.3, calibrated_tau=0.15, calibrated_eps_lb=0.61).text()
+    assert "the bound reaches 0 at tau* = 0.4" in text
+    assert text.endswith("a label-blind reference reaches 0.300 (tau* = 0.15), and the target's bound calibrated on "
+                         "it (resting on that reference) is 0.610")
+    headline = _headline(tau_break_even=0.4, reference_eps_lb=0.3, calibrated_tau=0.15, calibrated_eps_lb=0.61)
+    assert headline.metrics()["reference_eps_lb"] == 0.3 and Headline.from_dict(headline.to_dict()) == headline
+    assert None in _headline().to_dict().values()  # NaN is written as null, never as NaN
 
 
 def test_a_bound_above_the_claim_is_a_finding():

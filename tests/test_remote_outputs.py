@@ -200,7 +200,8 @@ def test_remote_audit_equals_local(spark, tmp_path, python_cwd):
     results = {}
     for name, output_dir in (("local", str(tmp_path / "local")), ("remote", f"{uri}/out")):
         config = config_from_dict({"run": {"output_dir": output_dir, "seed": 3},
-                                   "audit": {"repetitions": 4, "canary_path": canaries}})
+                                   "audit": {"repetitions": 4, "canary_path": canaries,
+                                             "design": "observational"}})
         results[name] = run_audit(spark, config)
         assert run_audit(spark, config).skipped
     local, remote = results["local"], results["remote"]

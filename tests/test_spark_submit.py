@@ -87,7 +87,8 @@ def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):
     assert "session on local[2] (3 shuffle partitions)" in completed.stdout + completed.stderr
     *_, report, headline = completed.stdout.rstrip().splitlines()  # tracking disabled: no MLflow line
     assert report.startswith("report: ") and headline.startswith("audit: eps >= ")
-    assert "at 95% (binomial bound, Bonferroni over" in headline and "for a target trained with none at claimed eps = inf" in headline
+    assert "at 95% (injected canaries, no assumption on the proxy; binomial bound, Bonferroni over" in headline
+    assert "for a target trained with none at claimed eps = inf" in headline
 
 
 def test_spark_submit_data_and_posteriors_on_local_cluster_with_the_wheel(spark, wheel, tmp_path):

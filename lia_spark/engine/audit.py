@@ -43,8 +43,9 @@ import pandas as pd
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
 
-from lia_spark import audit, audit_sweep, hashing, layout, membership, names
+from lia_spark import audit, audit_sweep, hashing, injected, layout, membership, names
 from lia_spark.config import AuditConfig, Config
 from lia_spark.engine.outputs import (FilesResult, committed_output, copy_from_local, read_marker, reported_path,
                                      reusable_output, stage_fingerprint)
@@ -53,7 +54,9 @@ from lia_spark.headline import Headline
 
 logger = logging.getLogger(__name__)
 
-CANARY_COLUMNS = ("row_id", "label", "target_prediction", "proxy_prediction")
+CANARY_COLUMNS = ("row_id", "label", "target_prediction", "proxy_prediction")  # every design reads these
+INJECTED_COLUMNS = ("counterfactual_label", "hidden_bit")  # and the injected design these (y1, b)
+REFERENCE_COLUMN = "reference_prediction"  # optional: the observational design's label-blind reference
 RANGE_CANDIDATES = 500_000  # target candidates per range (bounds the memory of one applyInPandas call; with
 # 64 sampled canaries per range, past 4,000 ranges, the largest of thousands of ranges holds up to ~1.4x this)
 SAMPLE_ROWS_PER_RANGE = (64, 1000)  # sampled canaries per candidate range: (fewest, most)
@@ -82,19 +85,58 @@ def _canary_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
             frame["target_prediction"].to_numpy(dtype=np.float64), frame["proxy_prediction"].to_numpy(dtype=np.float64))
 
 
-def select_canaries(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:
-    """The canary columns; with ``canaries`` > 0 only the rows with the smallest hash of (seed, row_id).
+def _game_candidates(frame: pd.DataFrame, *, design: str, seed: int, repetitions: int,
+                     attacks: tuple[audit.Attack, ...]) -> dict[str, audit.Candidates]:
+    """The candidates of one batch of canaries under ``design``: the observational games of every repetition
+    (:func:`lia_spark.audit.attack_candidates`) or the injected game (:func:`lia_spark.injected.attack_candidates`)."""
+    row_ids, label, target, proxy = _canary_arrays(frame)
+    if design == names.INJECTED:
+        return injected.attack_candidates(row_ids, label, frame["counterfactual_label"].to_numpy(),
+                                          frame["hidden_bit"].to_numpy(), target, proxy, seed=seed, attacks=attacks)
+    return audit.attack_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions, attacks=attacks)
+
+
+def _candidate_keys(frame: pd.DataFrame, attack: audit.Attack, *, design: str, seed: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(|s|, tie hash) of every candidate a batch may show under ``design``: one per informative canary (injected),
+    two per canary (observational: label 0 and label 1)."""
+    row_ids, label, target, proxy = _canary_arrays(frame)
+    if design == names.INJECTED:
+        return (np.abs(injected.injected_scores(target, proxy, label, attack=attack)),
+                audit.tie_hashes(row_ids, seed=seed))
+    scores = audit.candidate_scores(target, proxy, score=attack.score, t=attack.t)
+    return np.abs(scores), audit.candidate_ties_labels(row_ids, seed=seed)[0]
+
+
+def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = names.OBSERVATIONAL,
+                    target: str = "target_prediction") -> DataFrame:
+    """The canary columns of ``design`` (the prediction column ``target`` read as the target's); with ``canaries``
+    > 0 only the rows with the smallest hash of (seed, row_id); under the injected design then only the informative
+    canaries (y1 != y0: the others abstain).
 
     Raises:
-        ValueError: if a canary column is missing.
+        ValueError: if a column of the design is missing, or the injected columns hold no value.
     """
-    missing = [c for c in CANARY_COLUMNS if c not in df.columns]
+    needed = (*CANARY_COLUMNS, *(INJECTED_COLUMNS if design == names.INJECTED else ()), target)
+    missing = [c for c in dict.fromkeys(needed) if c not in df.columns]
     if missing:
-        raise ValueError(f"canary table: missing columns {missing}, got columns={df.columns}")
+        hint = (f"; audit.design={names.INJECTED} needs a target trained by this project's train stage with "
+                f"audit.design={names.INJECTED} (or a table with those columns); audit a given model with "
+                f"audit.design={names.OBSERVATIONAL}" if set(missing) & set(INJECTED_COLUMNS) else "")
+        raise ValueError(f"canary table: missing columns {missing}, got columns={df.columns}{hint}")
+    injected_columns = [F.col(c).cast("int") for c in INJECTED_COLUMNS] if design == names.INJECTED else []
     df = df.select(F.col("row_id").cast("long"), F.col("label").cast("int"),
-                   F.col("target_prediction").cast("double"), F.col("proxy_prediction").cast("double"))
-    if canaries <= 0:
-        return df
+                   F.col(target).cast("double").alias("target_prediction"), F.col("proxy_prediction").cast("double"),
+                   *injected_columns)
+    if design == names.INJECTED:
+        df = df.where(F.col("counterfactual_label").isNotNull() & F.col("hidden_bit").isNotNull())
+    if canaries > 0:
+        df = _smallest_hashes(df, seed=seed, canaries=canaries)
+    return df.where(F.col("label") != F.col("counterfactual_label")) if design == names.INJECTED else df
+
+
+def _smallest_hashes(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:
+    """The ``canaries`` rows of ``df`` with the smallest hash of (seed, row_id), spread over the session's cores."""
 
     def keyed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for frame in batches:
@@ -102,7 +144,7 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:
             # order-preserving map of uint64 onto signed longs (Spark sorts longs signed)
             yield frame.assign(_key=(key ^ np.uint64(1 << 63)).view(np.int64))
 
-    schema = "row_id bigint, label int, target_prediction double, proxy_prediction double, _key bigint"
+    schema = StructType(df.schema.fields + [StructField("_key", LongType())])
     chosen = df.mapInPandas(keyed, schema).orderBy("_key").limit(canaries).drop("_key")
     # the top-k arrives as one partition; spread it again (the counts do not depend on the partitioning)
     return chosen.repartition(2 * default_parallelism(df.sparkSession))
@@ -148,19 +190,18 @@ class CandidateRanges:
         return offsets - offsets[self.first[self.attack_of()]]
 
 
-def _sample_keys(df: DataFrame, *, attacks: tuple[audit.Attack, ...], seed: int, fraction: float) -> pd.DataFrame:
+def _sample_keys(df: DataFrame, *, attacks: tuple[audit.Attack, ...], seed: int, fraction: float,
+                 design: str) -> pd.DataFrame:
     """Candidate keys (attack index, |s|, tie) of the rows whose tie hash falls below ``fraction`` of its range."""
     threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
 
     def sample(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for frame in batches:
-            row_ids, _, target, proxy = _canary_arrays(frame)
-            keep = audit.tie_hashes(row_ids, seed=seed) < threshold
-            tie, _ = audit.candidate_ties_labels(row_ids[keep], seed=seed)
+            kept = frame.loc[audit.tie_hashes(frame["row_id"].to_numpy(dtype=np.int64), seed=seed) < threshold]
             for index, attack in enumerate(attacks):
-                scores = audit.candidate_scores(target[keep], proxy[keep], score=attack.score, t=attack.t)
-                yield pd.DataFrame({"attack": np.full(len(scores), index, dtype=np.int32),
-                                    "abs_score": np.abs(scores), "tie": tie.view(np.int64)})
+                abs_score, tie = _candidate_keys(kept, attack, design=design, seed=seed)
+                yield pd.DataFrame({"attack": np.full(len(abs_score), index, dtype=np.int32),
+                                    "abs_score": abs_score, "tie": tie.view(np.int64)})
 
     return df.mapInPandas(sample, "attack int, abs_score double, tie bigint").toPandas()
 
@@ -168,14 +209,13 @@ def _sample_keys(df: DataFrame, *, attacks: tuple[audit.Attack, ...], seed: int,
 CANDIDATE_SCHEMA = "range int, active_total array<bigint>, correct_total array<bigint>, candidates binary"
 
 
-def _candidate_blobs(batches: Iterator[pd.DataFrame], *, repetitions: int, seed: int,
-                     ranges: CandidateRanges) -> Iterator[pd.DataFrame]:
+def _candidate_blobs(batches: Iterator[pd.DataFrame], *, repetitions: int, seed: int, ranges: CandidateRanges,
+                     design: str) -> Iterator[pd.DataFrame]:
     """Per batch and candidate range: the range's candidates as one blob and their totals per repetition (the
     games are played once per batch and shared by every attack)."""
     for frame in batches:
-        row_ids, label, target, proxy = _canary_arrays(frame)
-        found_by_attack = audit.attack_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions,
-                                                  attacks=ranges.attacks)
+        found_by_attack = _game_candidates(frame, design=design, seed=seed, repetitions=repetitions,
+                                           attacks=ranges.attacks)
         rows = []
         for index, found in enumerate(found_by_attack.values()):
             range_of = ranges.first[index] + audit.range_ids(found.abs_score, found.tie, ranges.boundary_abs[index],
@@ -217,8 +257,8 @@ def _range_totals(candidates: DataFrame, *, parts: int, repetitions: int) -> tup
     return active, correct
 
 
-def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
-                       guesses: np.ndarray | None = None) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int, guesses: np.ndarray | None = None,
+                       design: str = names.OBSERVATIONAL) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
     """Exact c for every attack, repetition and c' of the sweep over a canary DataFrame (module docstring, steps
     1-4). Every attack of ``settings.scores`` is counted on the same games, in the same passes over the canaries.
 
@@ -227,6 +267,8 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
         settings: the audit section (repetitions, attacks, sweep).
         seed: the run seed.
         guesses: guess counts to evaluate; default the sweep of ``settings``.
+        design: observational (settings.repetitions games drawn by the audit) or injected (the one game drawn
+            before training: R = 1, the rows of ``df`` are the informative canaries).
 
     Returns:
         (m, guesses (k,), attack name -> correct (R, k) int64), the attacks in the order of ``settings.scores``.
@@ -235,24 +277,27 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int,
         ValueError: if the table is empty.
     """
     spark = df.sparkSession
-    repetitions = settings.repetitions
+    repetitions = 1 if design == names.INJECTED else settings.repetitions
     describe_jobs(spark, "audit: count canaries")
     m = df.count()
     if m == 0:
-        raise ValueError("canary table: must hold at least one row, got 0 rows")
+        raise ValueError("canary table: must hold at least one row, got 0 rows" if design == names.OBSERVATIONAL else
+                         "canary table: no informative canary (counterfactual_label != label): the injected game has "
+                         "nothing to guess; use more canaries or audit.counterfactual=flip")
     if guesses is None:
         guesses = audit.guess_grid(m, step_percent=settings.sweep_step_percent, extra_share=settings.extra_guess_share)
     guesses = np.asarray(guesses, dtype=np.int64)
     attacks = audit.resolve_attacks(settings.scores)
     parts = max(4 * default_parallelism(spark), -(-2 * m // RANGE_CANDIDATES))
     describe_jobs(spark, "audit: sample candidate keys for range boundaries")
-    keys = _sample_keys(df, attacks=attacks, seed=seed, fraction=min(1.0, sample_rows_per_range(parts) * parts / m))
+    keys = _sample_keys(df, attacks=attacks, seed=seed, fraction=min(1.0, sample_rows_per_range(parts) * parts / m),
+                        design=design)
     ranges = CandidateRanges.cut(attacks, keys, parts=parts)
     logger.info("audit: %d canaries, %d repetitions, %d guess counts, %d attack(s), %d candidate ranges", m,
                 repetitions, len(guesses), len(attacks), ranges.count)
 
     def candidate_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        return _candidate_blobs(batches, repetitions=repetitions, seed=seed, ranges=ranges)
+        return _candidate_blobs(batches, repetitions=repetitions, seed=seed, ranges=ranges, design=design)
 
     # a few large binary rows per task: cheap to cache and to shuffle (no per-candidate rows in the JVM)
     candidates = df.mapInPandas(candidate_batches, CANDIDATE_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
@@ -375,20 +420,36 @@ class AuditResult(FilesResult):
         return list(self.files)
 
 
-def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None
-                           ) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
-    """(m, guesses, score name -> correct (R, k)) of the observational audit of the canary table (``canaries`` or
-    :func:`canary_path`, optionally sampled to audit.canaries rows)."""
+def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None, *,
+                           target: str = "target_prediction") -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    """(m, guesses, score name -> correct (R, k)) of the label-inference audit of audit.design over the canary table
+    (``canaries`` or :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column
+    ``target`` (the target's, or the label-blind reference's); injected: m = the informative canaries, R = 1."""
     if canaries is None:
         describe_jobs(spark, "audit: read canaries")
         canaries = spark.read.parquet(canary_path(config))
-    df = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries)
+    df = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries, design=config.audit.design,
+                         target=target)
     if config.audit.canaries > 0:
         df = df.persist(StorageLevel.MEMORY_AND_DISK)  # the sample's top-k selection is a full scan: run it once
     try:
-        return distributed_counts(df, settings=config.audit, seed=config.run.seed)
+        return distributed_counts(df, settings=config.audit, seed=config.run.seed, design=config.audit.design)
     finally:
         df.unpersist()
+
+
+def reference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None
+                     ) -> tuple[int, np.ndarray, dict[str, np.ndarray]] | None:
+    """The observational counts of the label-blind reference (the canary table's reference_prediction, same games
+    as the target's), or None when the table has no reference (a given model without one, the injected design)."""
+    if config.audit.design != names.OBSERVATIONAL:
+        return None
+    table = canaries if canaries is not None else spark.read.parquet(canary_path(config))
+    if REFERENCE_COLUMN not in table.columns or table.where(F.col(REFERENCE_COLUMN).isNotNull()).limit(1).count() == 0:
+        logger.info("audit: the canary table has no %s: no label-blind reference audited", REFERENCE_COLUMN)
+        return None
+    return label_inference_counts(spark, config, table.where(F.col(REFERENCE_COLUMN).isNotNull()),
+                                  target=REFERENCE_COLUMN)
 
 
 def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
@@ -433,15 +494,17 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         m, guesses, correct = membership_counts(spark, config)
     else:
         m, guesses, correct = label_inference_counts(spark, config, canaries)
+    design = settings.design if settings.attack == names.LABEL_INFERENCE else names.OBSERVATIONAL
+    tau = 0.0 if design == names.INJECTED else settings.tau  # the injected bound assumes nothing of the proxy
     repetitions = next(iter(correct.values())).shape[0]
     counted = time.monotonic()
     bounds = audit_sweep.evaluate_attacks(correct, guesses, canaries=m, confidence=settings.confidence,
-                                          delta=settings.delta, tau=settings.tau, families=settings.bounds,
+                                          delta=settings.delta, tau=tau, families=settings.bounds,
                                           table_families=settings.table_bounds)
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
     summary = {
-        "attack": settings.attack, "canaries": m, "repetitions": repetitions, "guesses": guesses.tolist(),
-        "confidence": settings.confidence, "delta": settings.delta, "tau": settings.tau,
+        "attack": settings.attack, "design": design, "canaries": m, "repetitions": repetitions,
+        "guesses": guesses.tolist(), "confidence": settings.confidence, "delta": settings.delta, "tau": tau,
         "gdp_delta": bounds.gdp_delta, "gdp_tau_vacuous": bounds.gdp_tau_vacuous, "scores": list(bounds.attacks),
         "tests": bounds.tests, "default_convention": settings.convention,
         "best": audit_sweep.summarize(bounds.best),
@@ -450,7 +513,11 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
                               for key, winners in bounds.best_attacks.items()},
         "per_score": {attack: audit_sweep.summarize(sweep.best) for attack, sweep in bounds.per_attack.items()},
     }
-    summary["headline"] = _headline(spark, config, bounds).to_dict()
+    observational = (_observational_checks(spark, config, canaries, bounds, correct, guesses, m)
+                     if design == names.OBSERVATIONAL and settings.attack == names.LABEL_INFERENCE else {})
+    summary.update(observational)
+    summary["headline"] = _headline(spark, config, bounds, design=design, canaries=m,
+                                    observational=observational).to_dict()
     if bounds.gdp_tau_vacuous and names.GDP in settings.bounds:
         logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", settings.tau)
     frame = results_frame(bounds)
@@ -501,13 +568,69 @@ def headline_family(settings: AuditConfig) -> str:
     return names.BINOMIAL
 
 
-def _headline(spark: SparkSession, config: Config, bounds: audit_sweep.AttackBounds) -> Headline:
-    """The first repetition's valid (Bonferroni over attacks x sweep points) bound of :func:`headline_family`."""
+def _observational_checks(spark: SparkSession, config: Config, canaries: DataFrame | None,
+                          bounds: audit_sweep.AttackBounds, correct: dict[str, np.ndarray], guesses: np.ndarray,
+                          m: int) -> dict[str, Any]:
+    """What the observational bound rests on (docs/math.md §5.10): ``tau_break_even`` (tau* per repetition, first
+    and mean), ``eps_lb_by_tau`` (the first repetition's valid bound at the taus of
+    :data:`lia_spark.audit_sweep.TAU_GRID`), ``reference`` (the label-blind reference's valid bound and tau*, null
+    without one) and ``calibrated`` (the target's valid bound at the reference's largest tau*)."""
+    settings = config.audit
+    family = headline_family(settings)
+    level = audit_sweep.attack_confidence(settings.confidence, convention=names.BONFERRONI, attacks=len(correct),
+                                          points=len(guesses))
+
+    def sensitivity(counts: dict[str, np.ndarray], size: int) -> audit_sweep.TauSensitivity:
+        return audit_sweep.tau_sensitivity(counts, guesses if size == m else _grid(size, settings), canaries=size,
+                                           level=level, delta=settings.delta, family=family)
+
+    own = sensitivity(correct, m)
+    checks: dict[str, Any] = {
+        "tau_break_even": {"first": float(own.break_even[0]), "mean": float(own.break_even.mean()),
+                           "repetitions": len(own.break_even)},
+        "eps_lb_by_tau": {f"{tau:g}": float(eps) for tau, eps in zip(own.taus, own.eps_lb)},
+        "reference": None, "calibrated": None}
+    found = reference_counts(spark, config, canaries)
+    if found is None:
+        return checks
+    size, _, reference = found
+    valid = names.bound_key(family, names.BONFERRONI)
+    reference_best = audit_sweep.evaluate_attacks(reference, _grid(size, settings), canaries=size,
+                                                  confidence=settings.confidence, delta=settings.delta, tau=0.0,
+                                                  families=(family,)).best[valid]
+    reference_tau = sensitivity(reference, size)
+    calibrated_tau = float(reference_tau.break_even.max())
+    calibrated = audit_sweep.evaluate_attacks(correct, guesses, canaries=m, confidence=settings.confidence,
+                                              delta=settings.delta, tau=calibrated_tau, families=(family,)).best[valid]
+    checks["reference"] = {"eps_lb": float(reference_best[0]), **audit_sweep.summarize({"eps_lb": reference_best})[
+        "eps_lb"], "tau_break_even": float(reference_tau.break_even[0]), "canaries": size}
+    checks["calibrated"] = {"tau": calibrated_tau, "eps_lb": float(calibrated[0]),
+                            "eps_lb_mean": float(calibrated.mean()),
+                            "note": "the target's bound at the tau that brings the label-blind reference to 0: "
+                                    "valid only if that reference's tau* covers the proxy's error"}
+    logger.info("audit: label-blind reference eps_lb %.3f (tau* %.3g); calibrated target bound %.3f at tau %.3g",
+                reference_best[0], reference_tau.break_even[0], calibrated[0], calibrated_tau)
+    return checks
+
+
+def _grid(canaries: int, settings: AuditConfig) -> np.ndarray:
+    return audit.guess_grid(canaries, step_percent=settings.sweep_step_percent, extra_share=settings.extra_guess_share)
+
+
+def _headline(spark: SparkSession, config: Config, bounds: audit_sweep.AttackBounds, *, design: str, canaries: int,
+              observational: dict[str, Any]) -> Headline:
+    """The first repetition's valid (Bonferroni over attacks x sweep points) bound of :func:`headline_family`, with
+    what it assumes: nothing (injected) or tau, tau* and the reference (observational)."""
     family = headline_family(config.audit)
     tests = bounds.tests
     valid = np.asarray(bounds.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
     mechanism, claimed = claimed_privacy(spark, config)
+    reference, calibrated = observational.get("reference") or {}, observational.get("calibrated") or {}
     return Headline(eps_lb=float(valid[0]), eps_lb_mean=float(valid.mean()),
                     eps_lb_std=float(valid.std(ddof=1)) if len(valid) > 1 else 0.0, repetitions=len(valid),
                     confidence=config.audit.confidence, tests=tests, delta=config.audit.delta, mechanism=mechanism,
-                    claimed_epsilon=claimed, family=family, tau=config.audit.tau)
+                    claimed_epsilon=claimed, family=family, tau=0.0 if design == names.INJECTED else config.audit.tau,
+                    design=design, informative_canaries=canaries if design == names.INJECTED else 0,
+                    tau_break_even=observational.get("tau_break_even", {}).get("first", math.nan),
+                    reference_eps_lb=reference.get("eps_lb", math.nan), calibrated_tau=calibrated.get("tau", math.nan),
+                    calibrated_eps_lb=calibrated.get("eps_lb", math.nan))

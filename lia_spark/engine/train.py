@@ -1,7 +1,8 @@
 """Train stage: proxy M' (proxy_day, true labels) and target M (target_day, privatized labels), docs/math.md §4.
 
 Outputs under ``<run.output_dir>/models`` (committed atomically, resumable): ``canaries`` (Parquet: row_id,
-label, released_label, target_prediction, proxy_prediction of the target's training rows),
+label, released_label, target_prediction, proxy_prediction, counterfactual_label, hidden_bit, reference_prediction
+of the target's training rows),
 ``test_predictions`` (row_id, label, target_prediction, proxy_prediction of the target day's test rows),
 model files (``proxy``/``target``/``stage1`` as xgboost ``.ubj`` or catboost ``.cbm``), ``metrics.json`` and,
 when the posteriors stage's prior is the proxy's prediction
@@ -11,6 +12,14 @@ proxy_prediction of every row of the days of mechanisms.days, scored on the exec
 audit.attack=membership (in_memory only) the target leaves out the non-members among the
 audit.membership_candidates candidate training rows (:func:`membership_candidates`) and ``membership`` (row_id,
 label, member, target_prediction, proxy_prediction of the candidates) is written for the audit stage.
+
+Audit designs (audit.design, docs/math.md §5.9-5.10): ``injected`` (default, with audit.attack=label_inference)
+draws per canary (training row) a counterfactual label y1 and a fair coin b before training
+(:func:`lia_spark.injected.inject`) and trains the target (its mechanism included) on y^b; the canary table keeps
+the true label y0 with y1 and b. ``observational`` trains on the true labels and fits a label-blind reference
+(:func:`_reference_in_memory`, :func:`_reference_distributed`: the target's library and hyper-parameters, true
+labels, on the target day's rows outside the canaries) whose predictions on the canaries the audit scores beside
+the target's.
 
 Two execution paths with the same outputs: ``in_memory`` collects one day's features to the driver (Arrow)
 and fits there; ``distributed`` fits xgboost.spark on the cluster: ``SparkXGBClassifier`` on released labels, and
@@ -36,7 +45,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
-from lia_spark import features, hashing, label_mechanisms, layout, membership, model_output, training
+from lia_spark import features, hashing, injected, label_mechanisms, layout, membership, model_output, training
 from lia_spark.config import Config, ConfigError
 from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark import pate
@@ -48,14 +57,19 @@ from lia_spark.engine.outputs import (committed_output, copy_from_local, marker_
                                      reusable_output, stage_fingerprint, write_text)
 from lia_spark.engine.posteriors.prior import needs_proxy_priors
 from lia_spark.engine.session import default_parallelism, describe_jobs, is_connect, shipped
-from lia_spark.names import (BAG_MECHANISMS, LABEL_INFERENCE, LABEL_MECHANISMS, MEMBERSHIP, NONE, PATE, PROXY_PRIOR, RR, RR_DEBIASED,
-                             RR_WITH_PRIOR)
+from lia_spark.names import (BAG_MECHANISMS, INJECTED, LABEL_INFERENCE, LABEL_MECHANISMS, MEMBERSHIP, NONE,
+                             OBSERVATIONAL, PATE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR)
 
 logger = logging.getLogger(__name__)
 
 PRIORS_SCHEMA = f"{ROW_ID} long, {PROXY_PRIOR} double"
+INJECTED_LABEL = "injected_label"  # PATE's teachers: the training label where injection changed it
+TRUE_LABEL = "true_label"  # the distributed path keeps y0 here while the mechanisms read y^b in the label column
 SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, split int, released_label int, target_prediction double, "
-                 "proxy_prediction double, member int")  # member: null outside the membership candidates
+                 "proxy_prediction double, member int, counterfactual_label int, hidden_bit int, "
+                 "reference_prediction double")
+# member: null outside the membership candidates; counterfactual_label, hidden_bit: the injected design's y1 and b
+# on the canaries (null otherwise); reference_prediction: the observational design's label-blind reference
 SPLIT_NAMES = {training.SPLIT_TRAIN: "train_target", training.SPLIT_VALID: "valid_target",
                training.SPLIT_TEST: "test_target", training.SPLIT_LEFT_OUT: "left_out_target"}
 
@@ -66,14 +80,19 @@ def training_seed(config: Config) -> int:
 
 
 def pate_settings(config: Config, target_rows: DataFrame, spec: features.FeatureSpec, *,
-                  left_out: np.ndarray | None = None) -> pate.PateSettings:
+                  left_out: np.ndarray | None = None, training_labels: DataFrame | None = None) -> pate.PateSettings:
     """The models section's PATE settings, the teachers fitted in parallel Spark tasks on the training rows of
     ``target_rows`` encoded by ``spec`` (the target's own encoding), without the row ids ``left_out`` (the
-    membership baseline's non-members); fitted once for every use of these settings (:class:`pate.ReusedVotes`:
-    the votes do not depend on epsilon)."""
+    membership baseline's non-members), with the labels of ``training_labels`` (row_id, injected_label: the
+    injected design's changed labels) in place of the true ones; fitted once for every use of these settings
+    (:class:`pate.ReusedVotes`: the votes do not depend on epsilon)."""
     m = config.models
     training_rows = model_features(target_rows, spec, config).where(
         F.col(features.SPLIT_COLUMN) == training.SPLIT_TRAIN)
+    if training_labels is not None:
+        training_rows = (training_rows.join(F.broadcast(training_labels), ROW_ID, "left")
+                         .withColumn(LABEL, F.coalesce(F.col(INJECTED_LABEL), F.col(LABEL)).cast("int"))
+                         .drop(INJECTED_LABEL))
     if left_out is not None and left_out.size:
         excluded = target_rows.sparkSession.createDataFrame(pd.DataFrame({ROW_ID: left_out.astype(np.int64)}))
         training_rows = training_rows.join(F.broadcast(excluded), ROW_ID, "left_anti")
@@ -85,14 +104,15 @@ def pate_settings(config: Config, target_rows: DataFrame, spec: features.Feature
 
 
 def _shared_pate_settings(config: Config, target_rows: DataFrame, prepared: "PreparedDays", *,
-                          left_out: np.ndarray) -> pate.PateSettings:
+                          left_out: np.ndarray, training_labels: DataFrame | None) -> pate.PateSettings:
     """:func:`pate_settings` whose teachers are fitted once per preparation: the votes do not depend on epsilon, so
     the PATE cells of ``lia-spark audit-table`` (one preparation) share them (:class:`lia_spark.pate.ReusedVotes`).
     The membership baseline's teachers leave out its non-members and are fitted for their own run."""
     if left_out.size:
         return pate_settings(config, target_rows, prepared.target_spec, left_out=left_out)
     if "settings" not in prepared.pate:
-        prepared.pate["settings"] = pate_settings(config, target_rows, prepared.target_spec)
+        prepared.pate["settings"] = pate_settings(config, target_rows, prepared.target_spec,
+                                                  training_labels=training_labels)
     else:
         logger.info("train: PATE's teachers' votes reused from the previous PATE cell of this process")
     return prepared.pate["settings"]
@@ -266,10 +286,12 @@ _PREPARED: dict[str, PreparedDays] = {}  # the last preparation, keyed by everyt
 
 
 def _preparation_key(spark: SparkSession, config: Config) -> str:
-    """Data fingerprint, seed and every models field except the training mechanism of the target."""
+    """Data fingerprint, seed, every models field except the training mechanism of the target, and the audit fields
+    that set the training labels of PATE's teachers (the injected design's draws)."""
     models = dataclasses.replace(config.models, training_mechanism="none", epsilon=math.inf, bag_size=1,
                                  utility_epsilons=[], utility_bag_sizes=[])
-    return repr((output_fingerprint(spark, config.parquet_path), config.run.seed, models))
+    design = (config.audit.attack, config.audit.design, config.audit.counterfactual, config.audit.flip_share)
+    return repr((output_fingerprint(spark, config.parquet_path), config.run.seed, models, design))
 
 
 def prepared_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame, *,
@@ -326,6 +348,54 @@ def membership_candidates(data: training.ModelData, config: Config) -> tuple[tra
     return dataclasses.replace(data, split=split), member
 
 
+def injects(config: Config) -> bool:
+    """True when the target trains on injected labels: audit.design=injected with audit.attack=label_inference."""
+    return config.audit.attack == LABEL_INFERENCE and config.audit.design == INJECTED
+
+
+def injection(config: Config, data: training.ModelData,
+              proxy_prediction: np.ndarray) -> injected.InjectedLabels | None:
+    """The injected design's labels of the target day's rows (:func:`lia_spark.injected.inject` on the training
+    rows, the canaries), or None when the target trains on the true labels."""
+    if not injects(config):
+        return None
+    labels = injected.inject(data.row_ids, data.labels, proxy_prediction, data.split == training.SPLIT_TRAIN,
+                             seed=config.run.seed, counterfactual=config.audit.counterfactual,
+                             flip_share=config.audit.flip_share)
+    logger.info("train: injected design: %d of %d canaries informative (y1 != y0), %d training labels changed",
+                int(((labels.counterfactual_label >= 0) & (labels.counterfactual_label != data.labels)).sum()),
+                int((labels.hidden_bit >= 0).sum()), int((labels.training != data.labels).sum()))
+    return labels
+
+
+def _changed_labels(spark: SparkSession, data: training.ModelData, labels: injected.InjectedLabels) -> DataFrame:
+    """(row_id, label) of the in-memory sample's rows whose training label is not the true one (about half the
+    informative canaries): PATE's teachers, fitted on the executors, join them in."""
+    changed = labels.training != data.labels
+    return spark.createDataFrame(pd.DataFrame({ROW_ID: data.row_ids[changed].astype(np.int64),
+                                               INJECTED_LABEL: labels.training[changed].astype(np.int32)}))
+
+
+def _nullable(values: np.ndarray | None, size: int = 0) -> pd.arrays.IntegerArray:
+    """An Int32 column with null where ``values`` is negative (all null when ``values`` is None)."""
+    if values is None:
+        return pd.array([None] * size, dtype="Int32")
+    return pd.array(np.where(values < 0, None, values), dtype="Int32")
+
+
+def _reference_in_memory(config: Config, data: training.ModelData) -> np.ndarray:
+    """The observational design's label-blind reference on every row (NaN under the other designs): the target's
+    library and hyper-parameters fitted on the true labels of the target day's test rows, early-stopped on its
+    validation rows, so it never sees a canary's label (docs/math.md §5.10)."""
+    if not (config.audit.attack == LABEL_INFERENCE and config.audit.design == OBSERVATIONAL):
+        return np.full(data.labels.size, np.nan)
+    reference = training.fit_model(data, data.labels, data.split == training.SPLIT_TEST,
+                                   data.split == training.SPLIT_VALID, params=boosting_params(config))
+    logger.info("train: label-blind reference fitted on %d rows outside the canaries in %.1f s",
+                int((data.split == training.SPLIT_TEST).sum()), reference.fit_seconds)
+    return reference.predict(data.features)
+
+
 def _model_specs(models: dict[str, Any], proxy_spec: features.FeatureSpec,
                  target_spec: features.FeatureSpec) -> dict[str, features.FeatureSpec]:
     """The feature encoding of each model: the proxy's own, the target day's for the target (and stage 1)."""
@@ -340,11 +410,15 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
     prepared = prepared_days(spark, config, proxy_rows, target_rows, share=share_preparation)
     data, member = membership_candidates(prepared.target_data, config)
     proxy, proxy_prediction = prepared.proxy, prepared.proxy_prediction
+    labels = injection(config, data, proxy_prediction)
     started = time.monotonic()
-    fit = training.train_target(data, mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
+    pate_labels = None if labels is None else _changed_labels(spark, data, labels)
+    fit = training.train_target(data if labels is None else dataclasses.replace(data, labels=labels.training),
+                                mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
                                 params=boosting_params(config), prior=proxy_prediction, bag_size=m.bag_size,
                                 pate_settings=(_shared_pate_settings(config, target_rows, prepared,
-                                                                     left_out=data.row_ids[member == 0])
+                                                                     left_out=data.row_ids[member == 0],
+                                                                     training_labels=pate_labels)
                                                if m.training_mechanism == PATE else None))
     logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
                 fit.model.fit_seconds)
@@ -354,7 +428,10 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
                            "split": data.split.astype(np.int32), "released_label": released,
                            "target_prediction": fit.model.predict(data.features),
                            "proxy_prediction": proxy_prediction,
-                           "member": pd.array(np.where(member < 0, None, member), dtype="Int32")})
+                           "member": _nullable(member),
+                           **{name: _nullable(None if labels is None else getattr(labels, name), data.labels.size)
+                              for name in injected_columns()},
+                           "reference_prediction": _reference_in_memory(config, data)})
     models = {"proxy": proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
                                       if name != "proxy" or "proxy_reused" not in prepared.seconds},
@@ -462,13 +539,58 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     target_spec = feature_spec(target_rows, config)
     target = (model_features(target_rows, target_spec, config).select(ROW_ID, *columns)
               .join(proxy_on_target.select(ROW_ID, LABEL, "split", "proxy_prediction"), ROW_ID)
-              .withColumn("is_valid", F.col("split") == 1).cache())
+              .withColumn("is_valid", F.col("split") == 1))
+    target = (_injected_frame(target, config) if injects(config) else target.select(
+        "*", F.col(LABEL).alias(TRUE_LABEL), *(F.lit(None).cast("int").alias(c) for c in injected_columns()))).cache()
     models: dict[str, Any] = {"proxy": proxy}
     fit_target = _bag_target if m.training_mechanism in BAG_MECHANISMS else _label_target
-    scored = fit_target(spark, config, target, columns, models, seconds)
-    scored = scored.select(ROW_ID, LABEL, "split", "released_label", "target_prediction", "proxy_prediction",
-                           F.lit(None).cast("int").alias("member"))
+    scored = _reference_distributed(spark, config, target, columns,
+                                    fit_target(spark, config, target, columns, models, seconds), seconds)
+    scored = scored.select(ROW_ID, F.col(TRUE_LABEL).alias(LABEL), "split", "released_label", "target_prediction",
+                           "proxy_prediction", F.lit(None).cast("int").alias("member"), *injected_columns(),
+                           "reference_prediction")
     return scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {}
+
+
+def injected_columns() -> tuple[str, str]:
+    """The canary table's columns of the injected design: y1 and b (null off the canaries and under other designs)."""
+    return "counterfactual_label", "hidden_bit"
+
+
+def _injected_frame(frame: DataFrame, config: Config) -> DataFrame:
+    """``frame`` (row_id, label, split, proxy_prediction, ...) with the true label moved to ``true_label``, the label
+    column holding y^b on the training rows (:func:`lia_spark.injected.inject`, on the executors; the mechanisms
+    then read it as they read any label), and the canaries' y1 and b."""
+    a = config.audit
+    schema = StructType(frame.schema.fields + [StructField(TRUE_LABEL, IntegerType())]
+                        + [StructField(name, IntegerType()) for name in injected_columns()])
+
+    def batches(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for part in frames:
+            labels = injected.inject(part[ROW_ID].to_numpy(np.int64), part[LABEL].to_numpy(np.int8),
+                                     part["proxy_prediction"].to_numpy(np.float64),
+                                     part["split"].to_numpy() == training.SPLIT_TRAIN, seed=config.run.seed,
+                                     counterfactual=a.counterfactual, flip_share=a.flip_share)
+            yield part.assign(**{TRUE_LABEL: part[LABEL].astype(np.int32), LABEL: labels.training.astype(np.int32),
+                                 "counterfactual_label": _nullable(labels.counterfactual_label),
+                                 "hidden_bit": _nullable(labels.hidden_bit)})
+
+    return frame.mapInPandas(batches, schema)
+
+
+def _reference_distributed(spark: SparkSession, config: Config, target: DataFrame, columns: list[str],
+                           scored: DataFrame, seconds: dict[str, float]) -> DataFrame:
+    """``scored`` with ``reference_prediction``: under the observational design the label-blind reference
+    (xgboost.spark with the target's settings, on the true labels of the target day's test rows, early-stopped on
+    its validation rows; :func:`_reference_in_memory`), else null."""
+    if not (config.audit.attack == LABEL_INFERENCE and config.audit.design == OBSERVATIONAL):
+        return scored.withColumn("reference_prediction", F.lit(None).cast("double"))
+    describe_jobs(spark, "train: label-blind reference (xgboost.spark)")
+    started = time.monotonic()
+    reference = _spark_booster(spark, config, columns, TRUE_LABEL).fit(
+        target.where(F.col(features.SPLIT_COLUMN) >= training.SPLIT_VALID))
+    seconds["fit_reference"] = time.monotonic() - started
+    return _predicted(SparkModel.fitted(reference), scored, "reference_prediction")
 
 
 def _label_target(spark: SparkSession, config: Config, target: DataFrame, columns: list[str], models: dict[str, Any],
