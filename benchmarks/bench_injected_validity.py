@@ -63,7 +63,7 @@ ATTACK = "log_ratio"
 KEY = bound_key(BINOMIAL, BONFERRONI)
 CONFIDENCE = 0.95
 SPLIT = (0.8, 0.04, 0.16)
-SPEC = features.FeatureSpec(encoding="hash")
+FEATURE_SPEC = features.FeatureSpec(encoding="hash")
 DESIGNS = ("injected", "observational", "calibrated")
 NULLS = ("null_50k", "null_200k", "null_1m", "eta")
 NULL_ROWS = {"null_50k": 50_000, "null_200k": 200_000, "null_1m": 1_000_000}
@@ -99,10 +99,10 @@ def twin_data(params: synthetic.TwinParameters, *, day: int, start: int, rows: i
     twin = synthetic.generate_rows(params, day=day, positions=np.arange(start, start + rows, dtype=np.int64))
     frame = pd.DataFrame({name: pd.arrays.IntegerArray(twin.values[name], twin.missing[name])
                           for name in FEATURE_COLUMNS})
-    matrix = features.encode_features(frame, SPEC).to_numpy(np.float32)
+    matrix = features.encode_features(frame, FEATURE_SPEC).to_numpy(np.float32)
     split = features.split_codes(twin.row_id, seed=split_seed, shares=SPLIT).astype(np.int8)
     data = training.ModelData(matrix, twin.label.astype(np.int8), twin.row_id, split,
-                              feature_names=SPEC.feature_columns)
+                              feature_names=FEATURE_SPEC.feature_columns)
     return data, twin.eta
 
 
@@ -283,11 +283,12 @@ def render(payload: dict) -> str:
         f"never saw the canaries' labels, with a *fitted* proxy, where the observational audit (tau = 0) fails; and "
         f"what does it cost in power? Every repetition redraws the twin (`calibrate_twin` with a new seed, click rate "
         f"{s['click_rate']}), refits the proxy (XGBoost on {s['proxy_rows']:,} day-0 rows; it misses the day drift), "
-        f"samples {s['canary_rows']:,} day-1 rows whose training split (80%, mean {np.mean([r['canaries'] for r in reps]):,.0f}"
+        f"samples {s['canary_rows']:,} day-1 rows whose training split (80%, mean "
+        f"{np.mean([r['canaries'] for r in reps]):,.0f}"
         f" rows) are the canaries (4% validation for early stopping, 16% test for utility), redraws the RR release "
         f"and the games. XGBoost hist, depth {s['depth']}, <= {s['trees']} trees, learning rate {s['learning_rate']}, "
         f"early stopping {s['early_stopping']} rounds, hash-encoded categoricals, nthread = 1. Targets: label-blind "
-        f"nulls on 50k / 200k / 1M (every {s['big_every']}th repetition: {big} of {n}) other day-1 rows (80% train "
+        f"nulls on 50k / 200k / 1M (one repetition in {s['big_every']}: {big} of {n}) other day-1 rows (80% train "
         f"split of each) and the true eta; positives trained on the canaries with RR(eps) or non-private, on y0 "
         f"(observational designs) or on y^b (injected; RR applied to y^b). Bounds: pure binomial, 95%, Bonferroni "
         f"over the guess sweep (`guess_grid`), attack `log_ratio`; injected: m = informative canaries (y0 != y1), "
@@ -375,7 +376,8 @@ def render(payload: dict) -> str:
         lines.append("| counterfactual | informative share | test AUC (non-private) | test log-loss (non-private) | "
                      "eps_lb non-private | eps_lb RR eps=4 |")
         lines.append("|---|---|---|---|---|---|")
-        lines.append(f"| none (trained on y0) | - | {_stats([r['positives']['inf']['utility_observational']['auc'] for r in flips])} | "
+        lines.append(f"| none (trained on y0) | - | "
+                     f"{_stats([r['positives']['inf']['utility_observational']['auc'] for r in flips])} | "
                      f"{_stats([r['positives']['inf']['utility_observational']['log_loss'] for r in flips])} | - | - |")
         lines.append(f"| proxy draw | {_stats([r['informative_share'] for r in flips])} | "
                      f"{_stats([r['positives']['inf']['utility_injected']['auc'] for r in flips])} | "
@@ -467,7 +469,8 @@ def findings(reps: list[dict], s: dict) -> list[str]:
             f"rate); power (mean eps_lb, {len(flips)} repetitions): non-private "
             f"{mean(lambda r: r['positives']['inf']['injected'][0]):.2f} (proxy draw) vs "
             f"{mean(lambda r: r['flip']['inf']['injected']):.2f} (flip), RR eps = 4 "
-            f"{mean(lambda r: r['positives']['4']['injected'][0]):.2f} vs {mean(lambda r: r['flip']['4']['injected']):.2f}.")
+            f"{mean(lambda r: r['positives']['4']['injected'][0]):.2f} vs "
+            f"{mean(lambda r: r['flip']['4']['injected']):.2f}.")
     return out
 
 

@@ -109,7 +109,27 @@ def _headline(steps: Sequence[Any]) -> list[str]:
             "<p>Every epsilon lower bound (best over the sweep; mean and std over the repetitions) with the confidence "
             "and delta it holds at. Binomial bounds hold at <code>audit.delta</code>, GDP bounds at the delta their mu "
             "was converted at; <em>paper</em> rows use the paper's convention (the best sweep point, each at the full "
-            "confidence): paper convention, not a valid bound.</p>", _frame_table(findings.bounds_table(audit.summary))]
+            "confidence): paper convention, not a valid bound.</p>", _frame_table(findings.bounds_table(audit.summary)),
+            *_tau_sensitivity(audit.summary)]
+
+
+def _tau_sensitivity(summary: dict[str, Any]) -> list[str]:
+    """Observational design only: the first repetition's valid bound at each tau (what the tau = 0 headline rests
+    on), the break-even tau* and the label-blind reference with the calibrated bound."""
+    by_tau = summary.get("eps_lb_by_tau")
+    if not by_tau:
+        return []
+    reference, calibrated = summary.get("reference"), summary.get("calibrated")
+    lines = [f"break-even tau* = {summary['tau_break_even']['first']:.4g} (the bound is 0 for any larger tau)"]
+    if reference is None:
+        lines.append("no label-blind reference audited (add a reference_prediction column to the canary table)")
+    else:
+        lines.append(f"label-blind reference: eps_lb {reference['eps_lb']:.3f}, tau* {reference['tau_break_even']:.4g}; "
+                     f"the target's bound at tau = {calibrated['tau']:.4g}: {calibrated['eps_lb']:.3f} (calibrated: "
+                     "valid only if that reference's tau* covers the proxy's error)")
+    return ["<p>Observational design: the bound holds only if the proxy is within total variation tau of the true "
+            "label distribution on every canary. " + "; ".join(html.escape(line) for line in lines) + ".</p>",
+            _table(["tau", *by_tau], [("eps_lb (first repetition, valid)", *(f"{v:.3f}" for v in by_tau.values()))])]
 
 
 def _settings(steps: Sequence[Any], stage: str) -> list[dict[str, Any]]:

@@ -88,12 +88,12 @@ def test_reused_stages_reference_the_run_that_logged_their_outputs(runner):
 def test_audit_fields_recompute_the_audit_only(runner, caplog):
     runner()  # each test starts from the base configuration
     with caplog.at_level(logging.INFO, logger="lia_spark"):
-        assert runner(audit={"repetitions": 3}) == _ran("audit")
-    assert any("audit.repetitions 2 -> 3" in record.getMessage() for record in caplog.records)
-    assert runner.audit_summary()["repetitions"] == 3
-    assert runner(audit={"repetitions": 3, "delta": "1e-5", "confidence": 0.9}) == _ran("audit")
+        assert runner(audit={"confidence": 0.9}) == _ran("audit")
+    assert any("audit.confidence 0.95 -> 0.9" in record.getMessage() for record in caplog.records)
+    assert runner.audit_summary()["confidence"] == 0.9
+    assert runner(audit={"delta": "1e-5", "confidence": 0.9}) == _ran("audit")
     summary = runner.audit_summary()
-    assert (summary["delta"], summary["confidence"], summary["repetitions"]) == (1e-5, 0.9, 3)
+    assert (summary["delta"], summary["confidence"], summary["repetitions"]) == (1e-5, 0.9, 1)  # injected: one game
 
 
 def test_mechanism_fields_recompute_posteriors_and_utility(runner):

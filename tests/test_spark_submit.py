@@ -132,5 +132,5 @@ def test_readme_cluster_command_with_a_remote_output_folder_on_local_cluster(spa
     for folder in ("data", "truth", "models", "posteriors", "utility", "audit", "report"):
         assert (mounted / "run1" / folder / "_LIA_COMPLETE").is_file(), folder
     assert len(pd.read_csv(mounted / "run1" / "posteriors" / "summary.csv")) == 4
-    assert json.loads((mounted / "run1" / "audit" / "summary.json").read_text())["repetitions"] == 3
+    assert json.loads((mounted / "run1" / "audit" / "summary.json").read_text())["design"] == "injected"
     assert not list(tmp_path.glob("viewfs*")) and not (tmp_path / "unused").exists()

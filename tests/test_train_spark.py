@@ -77,6 +77,8 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     trained = injected.training_labels(local["label"].to_numpy(), y1, coin)
     informative = (local["label"] != y1).mean()  # 2 p (1 - p)-like at a 25% click rate: about 0.3
     assert 0.15 < informative < 0.5 and abs((trained != local["label"]).mean() - informative / 2) < 0.03  # b = 1 on half
+    assert result.rows["informative_canaries"] == (local["label"] != y1).sum()
+    assert result.rows["injected_labels"] == (trained != local["label"]).sum()
     flips = (trained != local["released_label"]).mean()
     pi = 1 / (1 + math.exp(2.0))
     assert abs(flips - pi) < 5 * math.sqrt(pi * (1 - pi) / len(local))

@@ -282,8 +282,10 @@ def distributed_counts(df: DataFrame, *, settings: AuditConfig, seed: int, guess
     m = df.count()
     if m == 0:
         raise ValueError("canary table: must hold at least one row, got 0 rows" if design == names.OBSERVATIONAL else
-                         "canary table: no informative canary (counterfactual_label != label): the injected game has "
-                         "nothing to guess; use more canaries or audit.counterfactual=flip")
+                         "canary table: no informative canary (counterfactual_label set and != label): either the "
+                         "target was trained without injected labels (train it with audit.design=injected, or audit "
+                         "it with audit.design=observational) or the canaries are too few (use more, or "
+                         "audit.counterfactual=flip)")
     if guesses is None:
         guesses = audit.guess_grid(m, step_percent=settings.sweep_step_percent, extra_share=settings.extra_guess_share)
     guesses = np.asarray(guesses, dtype=np.int64)

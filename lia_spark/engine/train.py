@@ -713,6 +713,16 @@ def _lp2st_halves(seed: int):
     return batches
 
 
+def _injection_counts(scored: DataFrame) -> dict[str, int]:
+    """Canaries with y1 != y0 (``informative_canaries``, the m of the injected audit) and those of them trained on
+    y1 (``injected_labels``: b = 1, the training labels injection changed), on the executors."""
+    informative = F.col("counterfactual_label") != F.col(LABEL)
+    found = scored.where(F.col("split") == training.SPLIT_TRAIN).agg(
+        F.sum(informative.cast("long")).alias("informative_canaries"),
+        F.sum((informative & (F.col("hidden_bit") == 1)).cast("long")).alias("injected_labels")).first()
+    return {name: int(found[name] or 0) for name in ("informative_canaries", "injected_labels")}
+
+
 def _test_metrics(scored: DataFrame) -> dict[str, float]:
     """AUC and log-loss of target and proxy on the test split, on the executors (:mod:`lia_spark.engine.metrics`)."""
     test = scored.where(F.col("split") == training.SPLIT_TEST)
@@ -789,6 +799,8 @@ def run_train_models(spark: SparkSession, config: Config, *, share_preparation: 
                 layout.under(staging, layout.MEMBERSHIP))
         rows = {name: int(count) for name, count in scored.groupBy("split").count().toPandas()
                 .assign(name=lambda f: f["split"].map(SPLIT_NAMES))[["name", "count"]].itertuples(index=False)}
+        if injects(config):
+            rows.update(_injection_counts(scored))
         test_metrics = {**_test_metrics(scored), **extra_metrics}
         if prior_days:
             prior_started = time.monotonic()
