@@ -19,14 +19,19 @@ def machine_line() -> str:
             f"1-minute load average {load:.1f} when the section was written (above the core count = shared, noisy).")
 
 
-def write_section(name: str, markdown: str) -> None:
-    """Replace (or append) the section delimited by ``<!-- begin:name -->`` / ``<!-- end:name -->``."""
+def write_section(name: str, markdown: str, *, after: str | None = None) -> None:
+    """Replace the section delimited by ``<!-- begin:name -->`` / ``<!-- end:name -->``; a new section goes right
+    after the section called ``after`` when there is one, else at the end of the file."""
     begin, end = f"<!-- begin:{name} -->", f"<!-- end:{name} -->"
     block = f"{begin}\n{markdown.strip()}\n\n{machine_line()}\n{end}"
     text = BENCHMARKS_FILE.read_text(encoding="utf-8") if BENCHMARKS_FILE.exists() else HEADER
+    anchor = f"<!-- end:{after} -->" if after else None
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         text = head + block + rest.split(end, 1)[1]
+    elif anchor and anchor in text:
+        head, rest = text.split(anchor, 1)
+        text = head + anchor + "\n\n" + block + rest
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     BENCHMARKS_FILE.write_text(text, encoding="utf-8")

@@ -49,7 +49,7 @@ from scipy.stats import beta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._report import BENCHMARKS_FILE, machine_line  # noqa: E402
+from benchmarks._report import write_section  # noqa: E402
 from lia_spark import audit, audit_sweep, bounds, features, injected, synthetic, training  # noqa: E402
 from lia_spark.criteo import FEATURE_COLUMNS  # noqa: E402
 from lia_spark.names import BINOMIAL, BONFERRONI, NONE, RR, UNIFORM_FLIP, bound_key  # noqa: E402
@@ -474,25 +474,6 @@ def findings(reps: list[dict], s: dict) -> list[str]:
     return out
 
 
-def write_section(markdown: str) -> None:
-    """Replace the section between its markers, or insert it right after the randomized-response validity
-    section (the end of the file if that is absent); other sections untouched."""
-    begin, end = f"<!-- begin:{SECTION} -->", f"<!-- end:{SECTION} -->"
-    block = f"{begin}\n{markdown.strip()}\n\n{machine_line()}\n{end}"
-    text = BENCHMARKS_FILE.read_text(encoding="utf-8")
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + block + rest.split(end, 1)[1]
-    else:
-        anchor = f"<!-- end:{AFTER_SECTION} -->"
-        if anchor in text:
-            head, rest = text.split(anchor, 1)
-            text = head + anchor + "\n\n" + block + rest
-        else:
-            text = text.rstrip("\n") + "\n\n" + block + "\n"
-    BENCHMARKS_FILE.write_text(text, encoding="utf-8")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=30, help="data draws")
@@ -546,7 +527,7 @@ def main(argv=None) -> int:
     markdown = render(payload)
     print(markdown)
     if args.render:
-        write_section(markdown)
+        write_section(SECTION, markdown, after=AFTER_SECTION)
     return 0
 
 

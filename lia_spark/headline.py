@@ -34,7 +34,7 @@ class Headline:
     claimed_epsilon: float
     family: str = "binomial"
     tau: float = 0.0
-    design: str = "observational"
+    design: str = "observational"  # observational | injected | membership (the baseline of audit.attack)
     informative_canaries: int = 0  # injected: the canaries with y1 != y0 (the m of the bound)
     tau_break_even: float = math.nan  # observational: the tau at which the bound reaches 0
     reference_eps_lb: float = math.nan  # observational: the label-blind reference's bound (NaN: none audited)
@@ -57,6 +57,9 @@ class Headline:
         if self.design == "injected":
             line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} (injected canaries, no assumption on the "
                     f"proxy; {tests}; {self.informative_canaries} informative canaries, one training run) {target}")
+        elif self.design == "membership":
+            line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} (membership canaries, one training run; "
+                    f"{tests}) {target}")
         else:
             line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} if the proxy is within TV tau = {self.tau:g} "
                     f"of the truth (observational design; {tests}; the bound reaches 0 at tau* = "

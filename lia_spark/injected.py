@@ -32,6 +32,7 @@ from lia_spark import audit, hashing
 from lia_spark.names import COUNTERFACTUALS, PROXY_DRAW
 
 COUNTERFACTUAL_PURPOSE = "audit/injected/counterfactual"
+CANARY_COLUMNS = ("counterfactual_label", "hidden_bit")  # y1 and b in the canary table (null off the canaries)
 COIN_PURPOSE = "audit/injected/coin"
 
 

@@ -72,3 +72,9 @@ def test_headline_family_is_fixed_by_the_config():
                                               "audit.table_bounds=[binomial]"]).audit) == "binomial"
     assert headline_family(load_config(None, ["audit.bounds=[gdp]", "audit.table_bounds=[gdp]"]).audit) == "gdp"
     assert "gdp bound" in _headline(family="gdp").text()
+
+
+def test_the_membership_headline_names_its_own_canaries():
+    text = _headline(design="membership", repetitions=1).text()
+    assert text.startswith("eps >= 0.912 at 95% (membership canaries, one training run; binomial bound")
+    assert "proxy" not in text

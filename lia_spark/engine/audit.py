@@ -55,7 +55,6 @@ from lia_spark.headline import Headline
 logger = logging.getLogger(__name__)
 
 CANARY_COLUMNS = ("row_id", "label", "target_prediction", "proxy_prediction")  # every design reads these
-INJECTED_COLUMNS = ("counterfactual_label", "hidden_bit")  # and the injected design these (y1, b)
 REFERENCE_COLUMN = "reference_prediction"  # optional: the observational design's label-blind reference
 RANGE_CANDIDATES = 500_000  # target candidates per range (bounds the memory of one applyInPandas call; with
 # 64 sampled canaries per range, past 4,000 ranges, the largest of thousands of ranges holds up to ~1.4x this)
@@ -117,17 +116,17 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = na
     Raises:
         ValueError: if a column of the design is missing, or the injected columns hold no value.
     """
-    needed = (*CANARY_COLUMNS, *(INJECTED_COLUMNS if design == names.INJECTED else ()), target)
+    needed = (*CANARY_COLUMNS, *(injected.CANARY_COLUMNS if design == names.INJECTED else ()), target)
     missing = [c for c in dict.fromkeys(needed) if c not in df.columns]
     if missing:
         hint = (f"; audit.design={names.INJECTED} needs a target trained by this project's train stage with "
                 f"audit.design={names.INJECTED} (or a table with those columns); audit a given model with "
-                f"audit.design={names.OBSERVATIONAL}" if set(missing) & set(INJECTED_COLUMNS) else "")
+                f"audit.design={names.OBSERVATIONAL}" if set(missing) & set(injected.CANARY_COLUMNS) else "")
         raise ValueError(f"canary table: missing columns {missing}, got columns={df.columns}{hint}")
-    injected_columns = [F.col(c).cast("int") for c in INJECTED_COLUMNS] if design == names.INJECTED else []
+    injected_fields = [F.col(c).cast("int") for c in injected.CANARY_COLUMNS] if design == names.INJECTED else []
     df = df.select(F.col("row_id").cast("long"), F.col("label").cast("int"),
                    F.col(target).cast("double").alias("target_prediction"), F.col("proxy_prediction").cast("double"),
-                   *injected_columns)
+                   *injected_fields)
     if design == names.INJECTED:
         df = df.where(F.col("counterfactual_label").isNotNull() & F.col("hidden_bit").isNotNull())
     if canaries > 0:
@@ -496,8 +495,8 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         m, guesses, correct = membership_counts(spark, config)
     else:
         m, guesses, correct = label_inference_counts(spark, config, canaries)
-    design = settings.design if settings.attack == names.LABEL_INFERENCE else names.OBSERVATIONAL
-    tau = 0.0 if design == names.INJECTED else settings.tau  # the injected bound assumes nothing of the proxy
+    design = settings.design if settings.attack == names.LABEL_INFERENCE else names.MEMBERSHIP
+    tau = settings.tau if design == names.OBSERVATIONAL else 0.0  # injected coins assume nothing of the proxy
     repetitions = next(iter(correct.values())).shape[0]
     counted = time.monotonic()
     bounds = audit_sweep.evaluate_attacks(correct, guesses, canaries=m, confidence=settings.confidence,
@@ -516,7 +515,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         "per_score": {attack: audit_sweep.summarize(sweep.best) for attack, sweep in bounds.per_attack.items()},
     }
     observational = (_observational_checks(spark, config, canaries, bounds, correct, guesses, m)
-                     if design == names.OBSERVATIONAL and settings.attack == names.LABEL_INFERENCE else {})
+                     if design == names.OBSERVATIONAL else {})
     summary.update(observational)
     summary["headline"] = _headline(spark, config, bounds, design=design, canaries=m,
                                     observational=observational).to_dict()
@@ -631,8 +630,8 @@ def _headline(spark: SparkSession, config: Config, bounds: audit_sweep.AttackBou
     return Headline(eps_lb=float(valid[0]), eps_lb_mean=float(valid.mean()),
                     eps_lb_std=float(valid.std(ddof=1)) if len(valid) > 1 else 0.0, repetitions=len(valid),
                     confidence=config.audit.confidence, tests=tests, delta=config.audit.delta, mechanism=mechanism,
-                    claimed_epsilon=claimed, family=family, tau=0.0 if design == names.INJECTED else config.audit.tau,
-                    design=design, informative_canaries=canaries if design == names.INJECTED else 0,
+                    claimed_epsilon=claimed, family=family, tau=config.audit.tau if design == names.OBSERVATIONAL
+                    else 0.0, design=design, informative_canaries=canaries if design == names.INJECTED else 0,
                     tau_break_even=observational.get("tau_break_even", {}).get("first", math.nan),
                     reference_eps_lb=reference.get("eps_lb", math.nan), calibrated_tau=calibrated.get("tau", math.nan),
                     calibrated_eps_lb=calibrated.get("eps_lb", math.nan))

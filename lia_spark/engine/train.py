@@ -353,6 +353,11 @@ def injects(config: Config) -> bool:
     return config.audit.attack == LABEL_INFERENCE and config.audit.design == INJECTED
 
 
+def observes(config: Config) -> bool:
+    """True when the target trains on the true labels for the observational game, beside a label-blind reference."""
+    return config.audit.attack == LABEL_INFERENCE and config.audit.design == OBSERVATIONAL
+
+
 def injection(config: Config, data: training.ModelData,
               proxy_prediction: np.ndarray) -> injected.InjectedLabels | None:
     """The injected design's labels of the target day's rows (:func:`lia_spark.injected.inject` on the training
@@ -387,7 +392,7 @@ def _reference_in_memory(config: Config, data: training.ModelData) -> np.ndarray
     """The observational design's label-blind reference on every row (NaN under the other designs): the target's
     library and hyper-parameters fitted on the true labels of the target day's test rows, early-stopped on its
     validation rows, so it never sees a canary's label (docs/math.md §5.10)."""
-    if not (config.audit.attack == LABEL_INFERENCE and config.audit.design == OBSERVATIONAL):
+    if not observes(config):
         return np.full(data.labels.size, np.nan)
     reference = training.fit_model(data, data.labels, data.split == training.SPLIT_TEST,
                                    data.split == training.SPLIT_VALID, params=boosting_params(config))
@@ -412,7 +417,7 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
     proxy, proxy_prediction = prepared.proxy, prepared.proxy_prediction
     labels = injection(config, data, proxy_prediction)
     started = time.monotonic()
-    pate_labels = None if labels is None else _changed_labels(spark, data, labels)
+    pate_labels = None if labels is None or m.training_mechanism != PATE else _changed_labels(spark, data, labels)
     fit = training.train_target(data if labels is None else dataclasses.replace(data, labels=labels.training),
                                 mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
                                 params=boosting_params(config), prior=proxy_prediction, bag_size=m.bag_size,
@@ -430,7 +435,7 @@ def _in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, targe
                            "proxy_prediction": proxy_prediction,
                            "member": _nullable(member),
                            **{name: _nullable(None if labels is None else getattr(labels, name), data.labels.size)
-                              for name in injected_columns()},
+                              for name in injected.CANARY_COLUMNS},
                            "reference_prediction": _reference_in_memory(config, data)})
     models = {"proxy": proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
@@ -540,21 +545,17 @@ def _distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     target = (model_features(target_rows, target_spec, config).select(ROW_ID, *columns)
               .join(proxy_on_target.select(ROW_ID, LABEL, "split", "proxy_prediction"), ROW_ID)
               .withColumn("is_valid", F.col("split") == 1))
-    target = (_injected_frame(target, config) if injects(config) else target.select(
-        "*", F.col(LABEL).alias(TRUE_LABEL), *(F.lit(None).cast("int").alias(c) for c in injected_columns()))).cache()
+    no_injection = (F.lit(None).cast("int").alias(column) for column in injected.CANARY_COLUMNS)
+    target = (_injected_frame(target, config) if injects(config)
+              else target.select("*", F.col(LABEL).alias(TRUE_LABEL), *no_injection)).cache()
     models: dict[str, Any] = {"proxy": proxy}
     fit_target = _bag_target if m.training_mechanism in BAG_MECHANISMS else _label_target
     scored = _reference_distributed(spark, config, target, columns,
                                     fit_target(spark, config, target, columns, models, seconds), seconds)
     scored = scored.select(ROW_ID, F.col(TRUE_LABEL).alias(LABEL), "split", "released_label", "target_prediction",
-                           "proxy_prediction", F.lit(None).cast("int").alias("member"), *injected_columns(),
+                           "proxy_prediction", F.lit(None).cast("int").alias("member"), *injected.CANARY_COLUMNS,
                            "reference_prediction")
     return scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {}
-
-
-def injected_columns() -> tuple[str, str]:
-    """The canary table's columns of the injected design: y1 and b (null off the canaries and under other designs)."""
-    return "counterfactual_label", "hidden_bit"
 
 
 def _injected_frame(frame: DataFrame, config: Config) -> DataFrame:
@@ -563,7 +564,7 @@ def _injected_frame(frame: DataFrame, config: Config) -> DataFrame:
     then read it as they read any label), and the canaries' y1 and b."""
     a = config.audit
     schema = StructType(frame.schema.fields + [StructField(TRUE_LABEL, IntegerType())]
-                        + [StructField(name, IntegerType()) for name in injected_columns()])
+                        + [StructField(name, IntegerType()) for name in injected.CANARY_COLUMNS])
 
     def batches(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for part in frames:
@@ -583,7 +584,7 @@ def _reference_distributed(spark: SparkSession, config: Config, target: DataFram
     """``scored`` with ``reference_prediction``: under the observational design the label-blind reference
     (xgboost.spark with the target's settings, on the true labels of the target day's test rows, early-stopped on
     its validation rows; :func:`_reference_in_memory`), else null."""
-    if not (config.audit.attack == LABEL_INFERENCE and config.audit.design == OBSERVATIONAL):
+    if not observes(config):
         return scored.withColumn("reference_prediction", F.lit(None).cast("double"))
     describe_jobs(spark, "train: label-blind reference (xgboost.spark)")
     started = time.monotonic()
