@@ -37,6 +37,13 @@ def write_section(name: str, markdown: str, *, after: str | None = None) -> None
     BENCHMARKS_FILE.write_text(text, encoding="utf-8")
 
 
+def publish(name: str, markdown: str, *, render: bool, after: str | None = None) -> None:
+    """Print a section and, with ``render``, write it into BENCHMARKS.md (:func:`write_section`)."""
+    print(markdown)
+    if render:
+        write_section(name, markdown, after=after)
+
+
 def _process_stats() -> dict[int, list[str]]:
     """pid -> the fields of /proc/<pid>/stat after the command name (index 1 = ppid, 11/12 = utime/stime and 13/14 =
     reaped children's utime/stime in clock ticks, 19 = start time), for every live process."""

@@ -25,7 +25,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import publish  # noqa: E402
 
 SECTION = "audit_table_injected"
 AFTER_SECTION = "audit_table"
@@ -153,9 +153,7 @@ def main(argv=None) -> int:
             if not (Path(args.root) / f"seed{seed}" / "table" / "cells.csv").exists():
                 subprocess.run(seed_command(args.root, seed, args.rows_per_day), cwd=REPO, check=True)
     markdown = render(args)
-    print(markdown)
-    if args.render:
-        write_section(SECTION, markdown, after=AFTER_SECTION)
+    publish(SECTION, markdown, render=args.render, after=AFTER_SECTION)
     return 0
 
 

@@ -49,7 +49,7 @@ from scipy.stats import beta
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import publish  # noqa: E402
 from lia_spark import audit, audit_sweep, bounds, features, injected, synthetic, training  # noqa: E402
 from lia_spark.criteo import FEATURE_COLUMNS  # noqa: E402
 from lia_spark.names import BINOMIAL, BONFERRONI, NONE, RR, UNIFORM_FLIP, bound_key  # noqa: E402
@@ -525,9 +525,7 @@ def main(argv=None) -> int:
                         {k: (round(a, 2), round(b, 2)) for k, (a, b) in nulls.items()},
                         {k: round(v["injected"][0], 2) for k, v in rep["positives"].items()})
     markdown = render(payload)
-    print(markdown)
-    if args.render:
-        write_section(SECTION, markdown, after=AFTER_SECTION)
+    publish(SECTION, markdown, render=args.render, after=AFTER_SECTION)
     return 0
 
 
