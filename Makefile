@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench wheel clean
+.PHONY: demo test test-e2e test-all install bench wheel clean
 
 $(STAMP): setup.py
 	bash .ci/ensure-java
@@ -19,8 +19,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/lia-spark run --conf conf/demo.yaml
 
+# Fast tier (kernels, config, small Spark stages); the end-to-end tier holds the tests marked e2e or slow.
+FAST := not e2e and not slow
+
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests -m "$(FAST)"
+
+test-e2e: $(STAMP)
+	$(PY) -m pytest -q tests -m "not ($(FAST))"
+
+test-all: test test-e2e
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

@@ -17,6 +17,8 @@ from lia_spark.table import (PUBLISHED_EPS_LB, PUBLISHED_LABEL, Cell, inf_positi
                              published_table, table_cells, wide_table)
 from lia_spark.tracking import KIND_TAG, TABLE_CELL_TAGS
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
 # ---------------------------------------------------------------------------------------------------------
 # The grid (pure)
 

@@ -26,6 +26,8 @@ from lia_spark.engine.posteriors.prior import (PriorSource, check_prior_source, 
                                                resolve_prior)
 from lia_spark.engine.posteriors.stage import run_posteriors
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
 TWIN_ROWS = 4000
 HAND_ROWS = 3000
 

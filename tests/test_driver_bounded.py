@@ -6,7 +6,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 from pipeline_support import REPO, write_conf
+
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
 ROWS_PER_DAY = 40_000  # one day's model features: ~9.6 MB collected, ten times the limit below
 LIMIT = {"spark.driver.maxResultSize": "1m"}

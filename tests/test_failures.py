@@ -20,6 +20,8 @@ from lia_spark.engine.lock import LOCK_FILE, LockHolder, lock_path, run_lock
 from lia_spark.failures import failure_line, resource_problem
 from pipeline_support import REPO
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
 SMALL = {"run": {"name": "faults", "stages": ["data"]}, "spark": {"master": "local[2]"},
          "synthetic": {"rows_per_day": 2000, "days": 2},
          "mechanisms": {"epsilons": [2.0], "bag_sizes": [8]},

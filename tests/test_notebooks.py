@@ -9,6 +9,8 @@ import pytest
 
 from pipeline_support import EXPERIMENT, PYTHON, REPO, tiny_run
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
 
 

@@ -17,6 +17,8 @@ from lia_spark.engine.pipeline import completion_paths, run_pipeline, step_compl
 from lia_spark.stages import STAGE_FUNCTIONS
 from pipeline_support import REPO, tiny_run
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
 STAGE_STEPS = ("data", "train", "posteriors", "utility", "audit")
 
 

@@ -29,6 +29,8 @@ from lia_spark.engine.posteriors.units import frame_blobs
 from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, spark_write_posteriors
 from lia_spark.posterior_grid import plot_sample_mask, settings_grid
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
 SEED = 20261122
 ROWS = 6000
 JVM_CWD = Path.cwd()  # the driver JVM's working directory: where a worker would create a "viewfs:" folder

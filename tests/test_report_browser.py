@@ -13,8 +13,8 @@ import pytest
 from pipeline_support import tiny_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed; .ci/ensure-chromium installs "
-                                                         "Debian's package (apt-get install chromium)")
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed; .ci/ensure-chromium installs "
+                                                         "Debian's package (apt-get install chromium)")]
 
 # Marks the body, once the page has loaded, with its number of images and the alt texts of those that did not load.
 IMAGE_CHECK = ("<script>window.addEventListener('load', () => { const images = [...document.images]; "

@@ -15,6 +15,8 @@ from lia_spark.engine.outputs import MARKER
 from lia_spark.engine.pipeline import run_pipeline
 from lia_spark.tracking import FINGERPRINT_TAG, REUSED_FROM_TAG, STAGE_TAG
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
 STEPS = ("data", "train", "posteriors", "utility", "audit")
 
 

@@ -13,6 +13,8 @@ import pytest
 from lia_spark.cli import strict_json
 from pipeline_support import PYTHON, REPO, tiny_run
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
 # The child: the CLI's pipeline over Connect, then, on the same Connect session, the errors it prints for the
 # train stage with models.execution=distributed (xgboost.spark needs a SparkContext) and for an output folder
 # given as a URI (only the server could reach it).

@@ -15,6 +15,8 @@ from lia_spark.engine.outputs import is_complete
 from lia_spark.config import PIPELINE_STAGES
 from pipeline_support import PYTHON, REPO, tiny_run, write_conf
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
 SPARK_SUBMIT = str(Path(PYTHON).with_name("spark-submit"))
 
 

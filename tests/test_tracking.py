@@ -31,6 +31,8 @@ from lia_spark.tracking import (
 )
 from pipeline_support import PYTHON, REPO, tiny_run
 
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
 MODEL_SUFFIXES = (".ubj", ".json", ".cbm")
 
 

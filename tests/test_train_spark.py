@@ -156,6 +156,7 @@ def test_in_memory_proxy_priors_score_every_row_of_the_released_days(spark, parq
         assert json.load(handle)["lia_fingerprint"]["parameters"]["mechanisms.days"] == [0, 1]
 
 
+@pytest.mark.slow  # 40-100 s: the end-to-end tier (README)
 def test_distributed_matches_in_memory_auc(spark, parquet_path, tmp_path, in_memory_run):
     in_memory = in_memory_run[1]
     distributed = run_train_models(spark, _config(parquet_path, str(tmp_path), *RR_SETTINGS,
@@ -180,6 +181,7 @@ def test_distributed_matches_in_memory_auc(spark, parquet_path, tmp_path, in_mem
     assert distributed.model_files[-1].endswith("target.ubj") and os.path.exists(distributed.model_files[-1])
 
 
+@pytest.mark.slow  # 40-100 s: the end-to-end tier (README)
 def test_llp_targets_in_memory_and_distributed(spark, parquet_path, tmp_path):
     """Proportion matching in memory and the debiased bag-proportion regression on xgboost.spark (docs/math.md
     §4.7) both learn from bags of 2; neither writes per-row released labels."""
@@ -247,6 +249,7 @@ def test_catboost_in_memory_with_the_observational_reference(spark, parquet_path
     assert {os.path.basename(path) for path in result.model_files} == {"proxy.cbm", "target.cbm"}
 
 
+@pytest.mark.slow  # 40-100 s: the end-to-end tier (README)
 def test_cells_of_one_process_share_the_proxy_and_match_a_fresh_process(spark, parquet_path, tmp_path):
     """A second target on the same data and models fields reuses the prepared proxy / target day and PATE's
     teachers' votes; its outputs equal those of a process that prepares them itself (everything in the
@@ -311,6 +314,7 @@ def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, par
     assert 0.0 <= audited.headline.eps_lb <= 2.0 and audited.headline.claimed_epsilon == 2.0
 
 
+@pytest.mark.slow  # 40-100 s: the end-to-end tier (README)
 def test_pate_teachers_on_spark_do_not_see_the_membership_non_members(spark, parquet_path, tmp_path):
     """The Spark teachers' student labels equal the sequential reference on the membership run's training rows."""
     config = _config(parquet_path, str(tmp_path), "models.training_mechanism=pate", "models.epsilon=inf",
