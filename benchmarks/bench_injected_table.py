@@ -123,6 +123,14 @@ def grid_table(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _findings_line(frame: pd.DataFrame) -> str:
+    """How many (cell, draw) bounds exceed their claimed eps (a valid audit of an honest mechanism: rarely, <= 5%)."""
+    finite = frame[np.isfinite(frame["claimed_epsilon"])]
+    above = finite[finite["eps_lb_mean"] > finite["claimed_epsilon"]]
+    return (f"Bounds above the claimed eps: {len(above)} of {len(finite)} (cell, seed) audits with a finite claim"
+            + ("" if above.empty else ": " + ", ".join(f"{r.cell} seed {r.seed}" for r in above.itertuples())) + ".")
+
+
 def render(args: argparse.Namespace) -> str:
     injected = pd.concat([cells(args.root, seed) for seed in args.seeds], ignore_index=True)
     seeded = injected[injected["cell"].isin(["none", "rr-eps4", "rr-eps2", "rr-eps1"])].sort_values(
@@ -135,7 +143,8 @@ def render(args: argparse.Namespace) -> str:
         "Bonferroni over the 101-point sweep of the informative canaries. One training run = one valid bound, so "
         f"each draw is a separate seeded run (`run.seed` = {', '.join(map(str, args.seeds))}: new twin, proxy, "
         "mechanism output and coins). Command per seed: `" + shown_command(args.root, args.rows_per_day) + "`.",
-        "### RR (LP-1ST) at eps 4, 2, 1 and the non-private target, seeded draws", seeded_table(seeded)]
+        "### RR (LP-1ST) at eps 4, 2, 1 and the non-private target, seeded draws", seeded_table(seeded),
+        _findings_line(injected)]
     if args.observational_root and os.path.isdir(args.observational_root):
         seeds = [s for s in args.seeds if (Path(args.observational_root) / f"seed{s}" / "table" / "cells.csv").exists()]
         if seeds:
