@@ -113,7 +113,7 @@ def paired_table(injected: pd.DataFrame, observational: pd.DataFrame) -> str:
 def grid_table(frame: pd.DataFrame) -> str:
     """The whole grid of one seed: rows = training algorithms, columns = claimed eps, cells = the one bound."""
     columns = [eps for eps in (math.inf, 8.0, 4.0, 2.0, 1.0, 0.1) if eps in set(frame["claimed_epsilon"])]
-    lines = ["| algorithm | " + " | ".join("inf" if math.isinf(e) else f"{e:g}" for e in columns) + " | test AUC |",
+    lines = ["| algorithm | " + " | ".join(table.epsilon_text(e) for e in columns) + " | test AUC |",
              "|---|" + "---|" * (len(columns) + 1)]
     for algorithm, rows in frame.groupby("algorithm", sort=False):
         by_eps = dict(zip(rows["claimed_epsilon"], rows["eps_lb_mean"]))

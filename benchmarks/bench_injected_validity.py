@@ -50,7 +50,7 @@ from scipy.stats import beta
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
-from lia_spark import audit, audit_sweep, bounds, features, injected, synthetic, training  # noqa: E402
+from lia_spark import audit, audit_sweep, bounds, features, injected, synthetic, table, training  # noqa: E402
 from lia_spark.criteo import FEATURE_COLUMNS  # noqa: E402
 from lia_spark.names import BINOMIAL, BONFERRONI, NONE, RR, UNIFORM_FLIP, bound_key  # noqa: E402
 
@@ -87,10 +87,6 @@ class Settings:
     click_rate: float
     seed: int
     minutes: float | None
-
-
-def eps_name(epsilon: float) -> str:
-    return "inf" if math.isinf(epsilon) else f"{epsilon:g}"
 
 
 def twin_data(params: synthetic.TwinParameters, *, day: int, start: int, rows: int,
@@ -222,7 +218,7 @@ def repetition(r: int, s: Settings) -> dict:
         target, utility = fit_target(injected.training_labels(y0, y1, coin), epsilon)
         result["injected"] = [injected_bound(ids, y0, y1, coin, target, proxy, seed=inj_seeds[0])[0]]
         result["utility_injected"] = utility
-        out["positives"][eps_name(epsilon)] = result
+        out["positives"][table.epsilon_text(epsilon)] = result
     out["seconds"]["positives"] = time.monotonic() - tic
 
     if r < s.flip_repetitions:
@@ -232,7 +228,7 @@ def repetition(r: int, s: Settings) -> dict:
         out["flip"] = {"informative_share": float(np.mean(y0 != y1f))}
         for epsilon in FLIP_EPSILONS:
             target, utility = fit_target(injected.training_labels(y0, y1f, coinf), epsilon)
-            out["flip"][eps_name(epsilon)] = {
+            out["flip"][table.epsilon_text(epsilon)] = {
                 "injected": injected_bound(ids, y0, y1f, coinf, target, proxy, seed=inj_seeds[0])[0],
                 "utility_injected": utility}
         out["seconds"]["flip"] = time.monotonic() - tic
@@ -342,7 +338,7 @@ def render(payload: dict) -> str:
     lines.append("| eps | injected: > eps | eps_lb / eps | eps_lb | observational: > eps | eps_lb / eps | eps_lb | "
                  "calibrated: > eps | eps_lb / eps | eps_lb |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|")
-    for name in (*[eps_name(e) for e in s["epsilons"]], "inf"):
+    for name in (*[table.epsilon_text(e) for e in s["epsilons"]], "inf"):
         cells = []
         for design in DESIGNS:
             values = np.asarray([v for rep in reps for v in rep["positives"][name][design]])
@@ -359,7 +355,7 @@ def render(payload: dict) -> str:
     lines.append("")
     lines.append("| eps | AUC on y0 | AUC on y^b | log-loss on y0 | log-loss on y^b |")
     lines.append("|---|---|---|---|---|")
-    for name in (*[eps_name(e) for e in s["epsilons"]], "inf"):
+    for name in (*[table.epsilon_text(e) for e in s["epsilons"]], "inf"):
         pos = [rep["positives"][name] for rep in reps]
         lines.append(f"| {'non-private' if name == 'inf' else name} | "
                      f"{np.mean([p['utility_observational']['auc'] for p in pos]):.4f} | "
@@ -431,13 +427,13 @@ def findings(reps: list[dict], s: dict) -> list[str]:
           "almost always; the calibration also costs the positives power (table above).")
     ratios = []
     for epsilon in (4.0, 8.0):
-        name = eps_name(epsilon)
+        name = table.epsilon_text(epsilon)
         if name in reps[0]["positives"]:
             inj = np.mean([v for rep in reps for v in rep["positives"][name]["injected"]])
             obsv = np.mean([v for rep in reps for v in rep["positives"][name]["observational"]])
             ratios.append(f"eps = {name}: {inj:.2f} vs {obsv:.2f}")
     low = [e for e in s["epsilons"] if e <= 2.0]
-    low_max = max((np.mean([v for rep in reps for v in rep["positives"][eps_name(e)]["injected"]]) for e in low),
+    low_max = max((np.mean([v for rep in reps for v in rep["positives"][table.epsilon_text(e)]["injected"]]) for e in low),
                   default=float("nan"))
     out.append(
         f"- **Power.** Mean eps_lb, injected vs observational (tau = 0, not valid here): " + "; ".join(ratios)

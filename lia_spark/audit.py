@@ -426,13 +426,15 @@ def count_correct_attacks(row_ids: np.ndarray, label: np.ndarray, target: np.nda
     row_ids, label, target, proxy = _checked_canaries(row_ids, label, target, proxy, repetitions=repetitions)
     game = _Game.play(row_ids, label, proxy, seed=seed, repetitions=repetitions)
     ranks = np.broadcast_to(guesses, (repetitions, len(guesses)))
-    counts = {}
-    for attack in parsed:
-        found = game.candidates(target, proxy, attack)
-        order = candidate_order(found.abs_score, found.tie, found.label)
-        counts[attack.name] = correct_at_ranks(found.active[order], found.correct[order], ranks,
-                                               repetitions=repetitions)
-    return counts
+    return {attack.name: sorted_counts(game.candidates(target, proxy, attack), ranks, repetitions=repetitions)
+            for attack in parsed}
+
+
+def sorted_counts(found: Candidates, ranks: np.ndarray, *, repetitions: int) -> np.ndarray:
+    """In-process counts of one attack's candidates: one sort (:func:`candidate_order`), then
+    :func:`correct_at_ranks` at ``ranks`` (R, k) -> (R, k) int64."""
+    order = candidate_order(found.abs_score, found.tie, found.label)
+    return correct_at_ranks(found.active[order], found.correct[order], ranks, repetitions=repetitions)
 
 
 def range_boundaries(abs_score: np.ndarray, tie: np.ndarray, *, parts: int) -> tuple[np.ndarray, np.ndarray]:

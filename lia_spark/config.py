@@ -377,6 +377,12 @@ class AuditConfig:
     table_bounds: tuple[str, ...] = (names.BINOMIAL,)
     canary_path: str = ""
 
+    @property
+    def game(self) -> str:
+        """The game the audit plays: audit.design under label inference, ``membership`` for the baseline (which
+        draws its own membership coins, so neither design applies)."""
+        return self.design if self.attack == names.LABEL_INFERENCE else names.MEMBERSHIP
+
     def validate(self) -> None:
         if self.attack not in names.ATTACKS:
             _fail("audit.attack", self.attack, f"must be one of {', '.join(names.ATTACKS)}")

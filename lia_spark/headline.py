@@ -14,6 +14,8 @@ import dataclasses
 import math
 from typing import Any
 
+from lia_spark.names import INJECTED, MEMBERSHIP, OBSERVATIONAL
+
 
 def _eps(value: float) -> str:
     return "inf" if math.isinf(value) else "not stated" if math.isnan(value) else f"{value:.3g}"
@@ -34,7 +36,7 @@ class Headline:
     claimed_epsilon: float
     family: str = "binomial"
     tau: float = 0.0
-    design: str = "observational"  # observational | injected | membership (the baseline of audit.attack)
+    design: str = OBSERVATIONAL  # observational | injected | membership (the baseline of audit.attack)
     informative_canaries: int = 0  # injected: the canaries with y1 != y0 (the m of the bound)
     tau_break_even: float = math.nan  # observational: the tau at which the bound reaches 0
     reference_eps_lb: float = math.nan  # observational: the label-blind reference's bound (NaN: none audited)
@@ -54,10 +56,10 @@ class Headline:
         reference reaches Y"; a FINDING mark when X exceeds the claimed epsilon."""
         tests = f"{self.family} bound, Bonferroni over {self.tests} tests, delta = {self.delta:g}"
         target = f"for a target trained with {self.mechanism} at claimed eps = {_eps(self.claimed_epsilon)}"
-        if self.design == "injected":
+        if self.design == INJECTED:
             line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} (injected canaries, no assumption on the "
                     f"proxy; {tests}; {self.informative_canaries} informative canaries, one training run) {target}")
-        elif self.design == "membership":
+        elif self.design == MEMBERSHIP:
             line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} (membership canaries, one training run; "
                     f"{tests}) {target}")
         else:

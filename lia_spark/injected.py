@@ -156,9 +156,4 @@ def count_correct(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: 
     if guesses.size and (guesses.min() < 1 or guesses.max() > informative):
         raise ValueError(f"guesses must lie in [1, {informative}] (the informative canaries), got "
                          f"guesses={guesses.min()}..{guesses.max()}")
-    counts = {}
-    for name, candidates in found.items():
-        order = audit.candidate_order(candidates.abs_score, candidates.tie, candidates.label)
-        counts[name] = audit.correct_at_ranks(candidates.active[order], candidates.correct[order], guesses[None, :],
-                                              repetitions=1)
-    return counts
+    return {name: audit.sorted_counts(candidates, guesses[None, :], repetitions=1) for name, candidates in found.items()}

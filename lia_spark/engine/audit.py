@@ -495,7 +495,7 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
         m, guesses, correct = membership_counts(spark, config)
     else:
         m, guesses, correct = label_inference_counts(spark, config, canaries)
-    design = settings.design if settings.attack == names.LABEL_INFERENCE else names.MEMBERSHIP
+    design = settings.game
     tau = settings.tau if design == names.OBSERVATIONAL else 0.0  # injected coins assume nothing of the proxy
     repetitions = next(iter(correct.values())).shape[0]
     counted = time.monotonic()

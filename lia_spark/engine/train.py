@@ -350,12 +350,12 @@ def membership_candidates(data: training.ModelData, config: Config) -> tuple[tra
 
 def injects(config: Config) -> bool:
     """True when the target trains on injected labels: audit.design=injected with audit.attack=label_inference."""
-    return config.audit.attack == LABEL_INFERENCE and config.audit.design == INJECTED
+    return config.audit.game == INJECTED
 
 
 def observes(config: Config) -> bool:
     """True when the target trains on the true labels for the observational game, beside a label-blind reference."""
-    return config.audit.attack == LABEL_INFERENCE and config.audit.design == OBSERVATIONAL
+    return config.audit.game == OBSERVATIONAL
 
 
 def injection(config: Config, data: training.ModelData,
