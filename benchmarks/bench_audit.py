@@ -55,7 +55,8 @@ def canary_table(m: int) -> pd.DataFrame:
 
 def bench_audit(m: int, master: str, rounds: int = 3) -> str:
     """The stage, its distributed counts and the in-process kernel (same attack), ``rounds`` times back to back."""
-    from lia_spark.engine.audit import distributed_counts, run_audit, select_canaries
+    from lia_spark.engine.audit import distributed_counts, select_canaries
+    from lia_spark.engine.stages import run_stage
     from lia_spark.engine.session import get_spark
 
     table = canary_table(m)
@@ -97,9 +98,9 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
                                        process_tree_cpu_seconds)
             assert np.array_equal(spark_counts[attack], kernel_counts), "Spark counts differ from the in-process kernel"
             shutil.rmtree(config.run.output_dir, ignore_errors=True)
-            result = timed("stage", lambda: run_audit(spark, config), process_tree_cpu_seconds)
+            result = timed("stage", lambda: run_stage("audit", spark, config), process_tree_cpu_seconds)
             shutil.rmtree(several.run.output_dir, ignore_errors=True)
-            timed("stage_scores", lambda: run_audit(spark, several), process_tree_cpu_seconds)
+            timed("stage_scores", lambda: run_stage("audit", spark, several), process_tree_cpu_seconds)
     finally:
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)

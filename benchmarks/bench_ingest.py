@@ -31,8 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._report import write_section  # noqa: E402
 from lia_spark import criteo  # noqa: E402
 from lia_spark.config import SparkConfig, config_from_dict  # noqa: E402
-from lia_spark.engine.generate import run_generate  # noqa: E402
-from lia_spark.engine.ingest import run_ingest  # noqa: E402
+from lia_spark.engine.stages import run_stage  # noqa: E402
 from lia_spark.engine.outputs import MARKER  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
 
@@ -60,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                              "synthetic": {"rows_per_day": TWIN_ROWS_PER_DAY, "days": 2, "write_tsv": True}})
     twin_tsv = work / "twin" / "criteo"
     if not (twin_tsv / MARKER).exists():  # the twin's TSV is reused across benchmark runs
-        run_generate(spark, twin)
+        run_stage("generate", spark, twin)
     if args.part == "gzip":
         return _gzip_part(spark, work, twin_tsv / "day_0", rows=args.rows, repeats=args.repeats)
     days = args.rows // TWIN_ROWS_PER_DAY
@@ -89,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
 
     def ingest():
-        results.append(run_ingest(spark, ingest_config))
+        results.append(run_stage("ingest", spark, ingest_config))
 
     runs = {"csv_noop": csv_read_only, "csv_parquet": csv_to_parquet, "ingest": ingest}
     seconds = {name: float("inf") for name in runs}
@@ -146,7 +145,7 @@ def _gzip_part(spark, work: Path, twin_day: Path, *, rows: int, repeats: int) ->
                                        "data": {"source": "criteo", "criteo_paths": [str(folders[source])],
                                                 "split_gzip": split}})
             started = time.perf_counter()
-            results[name] = run_ingest(spark, config)
+            results[name] = run_stage("ingest", spark, config)
             seconds[name] = min(seconds[name], time.perf_counter() - started)
     started = time.perf_counter()
     spark.read.text(str(folders["gz"] / "day_0.gz")).write.format("noop").mode("overwrite").save()

@@ -1,4 +1,4 @@
-"""Single-core maximal-leakage kernel throughput, as a ratio to the posterior kernel at the same k (docs/math.md §9).
+"""Single-core maximal-leakage kernel throughput, as a ratio to the posterior kernel at the same k (docs/math.md §7).
 
 Run: .venv/bin/python benchmarks/bench_leakage.py [--quick]. Writes the "leakage_kernel" section of
 BENCHMARKS.md. Same bags as benchmarks/bench_posteriors.py (priors Beta(2, 30), eps = 1); rows per CPU-second

@@ -18,7 +18,7 @@ from benchmarks._report import process_tree_cpu_seconds, write_section  # noqa: 
 from benchmarks.bench_training import _twin  # noqa: E402
 from lia_spark.config import load_config  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
-from lia_spark.engine.train import run_train_models  # noqa: E402
+from lia_spark.engine.stages import run_stage  # noqa: E402
 
 EXECUTIONS = ("in_memory", "distributed")
 
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
                     f"data.parquet_path={data}", "run.force=true", f"models.training_mechanism={mechanism}",
                     f"models.epsilon={epsilon}", f"models.bag_size={bag_size}", f"models.execution={execution}"])
                 cpu = process_tree_cpu_seconds()
-                results[execution] = (run_train_models(spark, config), process_tree_cpu_seconds() - cpu)
+                results[execution] = (run_stage("train", spark, config), process_tree_cpu_seconds() - cpu)
             (local, local_cpu), (spread, spread_cpu) = (results[execution] for execution in EXECUTIONS)
             auc = {name: result.test_metrics["auc@target"] for name, (result, _) in results.items()}
             rows.append(

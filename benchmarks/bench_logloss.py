@@ -1,4 +1,4 @@
-"""Log-loss label inference on 1M labels against the numpy oracle (docs/math.md §10): queries and wall time.
+"""Log-loss label inference on 1M labels against the numpy oracle (docs/math.md §8): queries and wall time.
 
 Run: .venv/bin/python benchmarks/bench_logloss.py [--quick]. Writes the "logloss_attack" section of
 BENCHMARKS.md. Labels ~ Bernoulli(0.032) (a click day). Every query is an honest oracle call: the float64

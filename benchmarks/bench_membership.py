@@ -19,9 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._report import write_section  # noqa: E402
 from benchmarks.bench_training import _twin  # noqa: E402
 from lia_spark.config import load_config  # noqa: E402
-from lia_spark.engine.audit import run_audit  # noqa: E402
+from lia_spark.engine.modeling import Preparation  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
-from lia_spark.engine.train import run_train_models  # noqa: E402
+from lia_spark.engine.stages import run_stage  # noqa: E402
 from lia_spark.names import ATTACKS, LABEL_INFERENCE, MEMBERSHIP  # noqa: E402
 
 
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO)
     spark = get_spark(None)
     twin = _twin(spark, args.out, args.rows, [])
-    rows = []
+    rows, preparation = [], Preparation()
     for epsilon in (float(value) for value in args.epsilons.split(",")):
         cells = {}
         for attack in ATTACKS:
@@ -45,8 +45,8 @@ def main(argv=None) -> int:
                 "run.force=true", "models.training_mechanism=rr", f"models.epsilon={epsilon}",
                 f"audit.attack={attack}", f"audit.membership_candidates={args.candidates}",
                 f"audit.repetitions={args.repetitions}"])
-            trained = run_train_models(spark, config, share_preparation=True)
-            cells[attack] = (trained, run_audit(spark, config))
+            trained = run_stage("train", spark, config, preparation=preparation)
+            cells[attack] = (trained, run_stage("audit", spark, config))
         (trained, inference), (own_run, baseline) = cells[LABEL_INFERENCE], cells[MEMBERSHIP]
         rows.append(
             f"| {epsilon:g} | {inference.headline.eps_lb:.3f} ({inference.headline.eps_lb_mean:.3f}) | "

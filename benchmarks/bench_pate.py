@@ -21,7 +21,8 @@ from benchmarks.bench_training import _twin  # noqa: E402
 from lia_spark import pate, training  # noqa: E402
 from lia_spark.engine import features as spark_features  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
-from lia_spark.engine.train import boosting_params, pate_settings, prepared_days, training_seed  # noqa: E402
+from lia_spark.engine.modeling import (Preparation, boosting_params, pate_settings, prepare_days,  # noqa: E402
+                                       training_seed)
 
 EPSILONS = (math.inf, 8.0, 4.0, 2.0, 1.0, 0.1)
 
@@ -36,8 +37,8 @@ def main(argv=None) -> int:
     spark = get_spark(None)
     config = _twin(spark, args.out, args.rows, [f"models.pate_teachers={args.teachers}", "models.training_mechanism=pate"])
     m = config.models
-    prepared = prepared_days(spark, config, spark_features.read_day(spark, config.parquet_path, m.proxy_day),
-                             spark_features.read_day(spark, config.parquet_path, m.target_day), share=False)
+    prepared = prepare_days(spark, config, spark_features.read_day(spark, config.parquet_path, m.proxy_day),
+                            spark_features.read_day(spark, config.parquet_path, m.target_day), Preparation())
     data, seed, params = prepared.target_data, training_seed(config), boosting_params(config)
     train = data.split == training.SPLIT_TRAIN
     students = train.copy()

@@ -207,7 +207,7 @@ def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
-    from lia_spark.engine.posteriors.stage import run_posteriors
+    from lia_spark.engine.stages import run_stage
     from lia_spark.engine.posteriors.units import posterior_input
     from lia_spark.engine.posteriors.writing import posterior_rows
     from lia_spark.engine.session import get_spark
@@ -223,7 +223,7 @@ def main(argv=None) -> None:
 
     warm_up_root = os.path.join(args.workdir, f"n{args.rows // 50}")  # the stage on 2% of the rows, first run
     write_input(spark, warm_up_root, args.rows // 50)
-    warm_up_seconds, _ = _timed(spark, lambda: run_posteriors(spark, bench_config(warm_up_root)))
+    warm_up_seconds, _ = _timed(spark, lambda: run_stage("posteriors", spark, bench_config(warm_up_root)))
     shutil.rmtree(os.path.join(warm_up_root, "posteriors"), ignore_errors=True)
     source = posterior_input(spark, config, config.mechanisms.days)  # counts run here, outside the timing
     unit_bits = source.unit_bits
@@ -232,7 +232,7 @@ def main(argv=None) -> None:
     rounds = []  # the machine's speed drifts: each round measures all four, back to back
     for _ in range(args.rounds):
         compute_seconds, compute_cpu = _timed(spark, lambda: rows.write.format("noop").mode("overwrite").save())
-        stage_seconds, stage_cpu = _timed(spark, lambda: run_posteriors(spark, config))
+        stage_seconds, stage_cpu = _timed(spark, lambda: run_stage("posteriors", spark, config))
         shutil.rmtree(os.path.join(root, "posteriors"), ignore_errors=True)
         rounds.append((compute_seconds, compute_cpu, stage_seconds, stage_cpu, *kernel_rate(settings, args.kernel_rows),
                        *in_process_stage_rate(root, settings, stage_file), concurrent_stage_rate(root, settings, cores)))

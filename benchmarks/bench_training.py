@@ -18,10 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import write_section  # noqa: E402
 from lia_spark.config import load_config  # noqa: E402
-from lia_spark.engine.generate import run_generate  # noqa: E402
+from lia_spark.engine.stages import run_stage  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
-from lia_spark.engine.train import run_train_models  # noqa: E402
-from lia_spark.engine.utility import run_utility_tradeoff  # noqa: E402
 
 logger = logging.getLogger("bench_training")
 
@@ -31,7 +29,7 @@ def _twin(spark, out: str, rows: int, extra: list[str]):
     if os.path.exists(os.path.join(config.parquet_path, "_LIA_COMPLETE")):
         logger.info("twin at %s exists, reused", config.parquet_path)  # local benchmark folders only
     else:
-        run_generate(spark, config)
+        run_stage("generate", spark, config)
     return config
 
 
@@ -74,29 +72,29 @@ def main(argv=None) -> int:
         _twin(spark, big_out, args.rows, base)
     for name, extra in runs:
         config = load_config(None, [f"run.output_dir={big_out}", "run.force=true", *base, *extra])
-        result = run_train_models(spark, config)
+        result = run_stage("train", spark, config)
         lines.append(_model_row(name, result, proxy_fallback=result.metrics()["auc_test_proxy"]))
         write_section("training", "\n".join(lines))
     small = _twin(spark, os.path.join(args.out, "small"), args.utility_rows, base)
     if "catboost" not in skip:
         config = load_config(None, [f"run.output_dir={small.run.output_dir}", "run.force=true", *base,
                                     "models.library=catboost"])
-        result = run_train_models(spark, config)
+        result = run_stage("train", spark, config)
         lines.append(_model_row(f"catboost / in_memory ({args.utility_rows:,} rows/day)", result, proxy_fallback=math.nan))
         write_section("training", "\n".join(lines))
     grid = [f"models.utility_epsilons=[{args.epsilons}]", f"models.utility_bag_sizes=[{args.bag_sizes}]"]
     if "posteriors" not in skip:
-        from lia_spark.engine.posteriors.stage import run_posteriors
+        from lia_spark.engine.stages import run_stage
 
         finite = ",".join(e for e in args.epsilons.split(",") if e.strip() not in ("inf", ".inf"))
-        run_posteriors(spark, load_config(None, [f"run.output_dir={small.run.output_dir}", "run.force=true",
+        run_stage("posteriors", spark, load_config(None, [f"run.output_dir={small.run.output_dir}", "run.force=true",
                                                  "mechanisms.write_rows=false",
                                                  f"mechanisms.epsilons=[{finite}]",
                                                  f"mechanisms.bag_sizes=[1,{args.bag_sizes}]"]))
     if "utility" not in skip:
         config = load_config(None, [f"run.output_dir={small.run.output_dir}", "run.force=true", *base, *grid])
         started = time.monotonic()
-        utility = run_utility_tradeoff(spark, config)
+        utility = run_stage("utility", spark, config)
         lines += ["", f"Mechanism x eps/k -> target test AUC ({args.utility_rows:,} rows/day twin, target day 1; "
                   f"{utility.settings} settings in {time.monotonic() - started:.0f} s). Advantage columns come "
                   "from OUT/posteriors/summary when present, else RR's closed form (RR family) or blank.", "",

@@ -2,7 +2,6 @@
 import sys
 
 from lia_spark.cli import job_main
-from lia_spark.engine.audit import run_audit
 
 if __name__ == "__main__":
-    sys.exit(job_main(run_audit, sys.argv[1:], "lia-spark audit: epsilon lower bounds from the canary table"))
+    sys.exit(job_main("audit", sys.argv[1:], "lia-spark audit: epsilon lower bounds from the canary table"))

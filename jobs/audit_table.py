@@ -6,8 +6,7 @@ paper's Table 2 (eps lower bounds) and Table 5 (utility) in one command, resumab
 import sys
 
 from lia_spark.cli import job_main
-from lia_spark.engine.table import run_audit_table
 
 if __name__ == "__main__":
-    sys.exit(job_main(run_audit_table, sys.argv[1:],
+    sys.exit(job_main("audit-table", sys.argv[1:],
                       "lia-spark audit-table: eps lower bound per training mechanism x claimed epsilon"))

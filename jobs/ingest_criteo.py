@@ -2,7 +2,6 @@
 import sys
 
 from lia_spark.cli import job_main
-from lia_spark.engine.ingest import run_ingest
 
 if __name__ == "__main__":
-    sys.exit(job_main(run_ingest, sys.argv[1:], description="Ingest Criteo TSV files into Parquet by day"))
+    sys.exit(job_main("ingest", sys.argv[1:], description="Ingest Criteo TSV files into Parquet by day"))

@@ -6,7 +6,6 @@
 import sys
 
 from lia_spark.cli import job_main
-from lia_spark.engine.pipeline import run_pipeline
 
 if __name__ == "__main__":
-    sys.exit(job_main(run_pipeline, sys.argv[1:], description="lia-spark pipeline: data -> train -> posteriors -> audit -> report"))
+    sys.exit(job_main("pipeline", sys.argv[1:], description="lia-spark pipeline: data -> train -> posteriors -> audit -> report"))

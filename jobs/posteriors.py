@@ -6,7 +6,6 @@ posteriors, summaries, plots).
 import sys
 
 from lia_spark.cli import job_main
-from lia_spark.engine.posteriors.stage import run_posteriors
 
 if __name__ == "__main__":
-    sys.exit(job_main(run_posteriors, sys.argv[1:], description="lia-spark posteriors: mechanisms -> posteriors"))
+    sys.exit(job_main("posteriors", sys.argv[1:], description="lia-spark posteriors: mechanisms -> posteriors"))

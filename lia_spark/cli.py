@@ -1,6 +1,6 @@
 """Command line: ``lia-spark <stage> --conf FILE [section.key=value ...]`` and the shared job entry point.
 
-Every spark-submit job in ``jobs/`` is ``job_main(run_stage, argv)``: parse ``--conf`` and overrides,
+Every spark-submit job in ``jobs/`` is ``job_main(command, argv)``: parse ``--conf`` and overrides,
 validate the config, get (or reuse) the SparkSession, run one library function, write its full result as
 strict JSON to ``<run.output_dir>/results/<command>.json`` and print a short summary on stdout (logs go to
 stderr). ``lia-spark config`` prints the resolved config as YAML; ``lia-spark --version`` the version.
@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -26,9 +26,11 @@ from lia_spark.config import Config, ConfigError, load_config
 
 logger = logging.getLogger("lia_spark")
 
-StageFunction = Callable[[Any, Config], Any]
 WORKSPACE_CONF = "/Workspace/Users/{user}/lia_spark/conf/demo.yaml"
 CHECKOUT_CONF = Path(__file__).resolve().parent.parent / "conf" / "demo.yaml"
+# The commands of lia_spark.engine.commands.COMMANDS (named here so --help needs no pyspark; a test keeps them equal)
+COMMAND_NAMES = ("generate", "ingest", "train", "posteriors", "utility", "audit", "pipeline", "track", "audit-table",
+                 "logloss-attack")
 SPARK_MISSING = ("lia-spark: pyspark is not installed; install it with `pip install 'lia-spark[spark]'`, or run where "
                  "Spark is provided (a Databricks cluster, spark-submit)")
 
@@ -106,12 +108,6 @@ def result_path(config: Config, command: str) -> str:
     return f"{config.run.output_dir.rstrip('/')}/results/{command}.json"
 
 
-def command_name(stage: StageFunction) -> str:
-    """``run_audit_table`` -> ``audit_table``."""
-    name = getattr(stage, "__name__", "stage")
-    return name[len("run_"):] if name.startswith("run_") else name
-
-
 def config_yaml(config: Config) -> str:
     """The resolved config as YAML that :func:`lia_spark.config.load_config` reads back to the same config."""
     def plain(value: Any) -> Any:
@@ -122,14 +118,14 @@ def config_yaml(config: Config) -> str:
     return yaml.safe_dump(plain(dataclasses.asdict(config)), sort_keys=False, default_flow_style=None, width=110)
 
 
-def job_main(stage: StageFunction, argv: Sequence[str] | None = None, description: str = "") -> int:
-    """Run one stage as a command, holding the output folder's run lock: exit code 0 on success, 2 on a usage
-    error, 1 on a failed stage; a failure ends as one line on stderr (:func:`lia_spark.failures.failure_line`),
-    its traceback goes to the log."""
+def job_main(name: str, argv: Sequence[str] | None = None, description: str = "") -> int:
+    """Run command ``name`` (:data:`COMMAND_NAMES`) holding the output folder's run lock: exit code 0 on success, 2
+    on a usage error, 1 on a failed stage; a failure ends as one line on stderr
+    (:func:`lia_spark.failures.failure_line`), its traceback goes to the log."""
     configure_logging()
-    name = command_name(stage)
     try:
         config = config_from_args(argv, description)
+        from lia_spark.engine.commands import COMMANDS
         from lia_spark.engine.lock import run_lock
         from lia_spark.engine.outputs import write_text
         from lia_spark.engine.session import start_spark
@@ -139,7 +135,7 @@ def job_main(stage: StageFunction, argv: Sequence[str] | None = None, descriptio
                       max_age_hours=config.run.stale_lock_hours):
             started = time.monotonic()
             logger.info("stage %s: started", name)
-            result = stage(spark, config)
+            result = COMMANDS[name](spark, config)
             seconds = time.monotonic() - started
             logger.info("stage %s: finished in %.1f s", name, seconds)
             path = result_path(config, name)
@@ -180,10 +176,8 @@ def show_config(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """``lia-spark {run,STAGE,config} [--conf FILE] [overrides]``: ``run`` is the whole pipeline, else one stage's
     job; ``--help`` (stdout, exit 0), ``--version``."""
-    from lia_spark.stages import STAGES
-
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"run": "pipeline", **{name: name for name in STAGES}}
+    commands = {"run": "pipeline", **{name: name for name in COMMAND_NAMES}}
     usage = (f"usage: lia-spark {{{', '.join([*commands, 'config'])}}} [--conf FILE] [section.key=value ...]\n"
              "       lia-spark --version\n"
              "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)\n"
@@ -207,12 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if importlib.util.find_spec("pyspark") is None:
         print(SPARK_MISSING, file=sys.stderr)
         return 2
-    try:
-        function = STAGES[commands[command]]()
-    except ModuleNotFoundError as error:
-        print(f"lia-spark: stage {command!r} is not installed ({error})", file=sys.stderr)
-        return 2
-    return job_main(function, rest, description=f"lia-spark {command}")
+    return job_main(commands[command], rest, description=f"lia-spark {command}")
 
 
 if __name__ == "__main__":

@@ -186,7 +186,7 @@ class MechanismsConfig:
     The attacker's prior: ``prior_column`` ``auto`` is ``eta`` (the twin's true P(y=1|x), ``<out>/truth``)
     when data.source is synthetic, else ``proxy_prediction`` (the proxy model's prediction for every row of the
     released days, ``<out>/models/priors``, written by the train stage); ``prior_path`` overrides the table
-    (:func:`lia_spark.engine.posteriors.prior.resolve_prior`). ``days``: the released days, ``target``
+    (:func:`lia_spark.engine.priors.resolve_prior`). ``days``: the released days, ``target``
     (models.target_day), ``all`` (every day of the data) or a list of days
     (:func:`lia_spark.engine.features.released_days`).
     """
@@ -494,7 +494,7 @@ LOGLOSS_NOISES = ("laplace", "gaussian")
 
 @dataclasses.dataclass(frozen=True)
 class LoglossConfig:
-    """``lia-spark logloss-attack`` (docs/math.md §10): the day whose labels the log-loss oracle holds, the oracle settings
+    """``lia-spark logloss-attack`` (docs/math.md §8): the day whose labels the log-loss oracle holds, the oracle settings
     tried (the exact float64 oracle, each rounding, each noise x scale) and how many blocks are attacked per
     (attack, setting) against the Spark oracle."""
 

@@ -1,7 +1,7 @@
 """What each stage reads, and the fingerprint that decides whether its committed output may be reused.
 
 A stage's output is reused only when everything that produced it is unchanged: every configuration field the
-stage reads (:data:`STAGE_FIELDS`), the code it runs (:func:`code_version`: lia_spark's version and a hash of
+stage reads (its declaration's ``fields``, :class:`lia_spark.engine.stage.Stage`), the code it runs (:func:`code_version`: lia_spark's version and a hash of
 its sources) and the fingerprints of the outputs it reads. The fingerprint is the SHA-256 of those three, canonically JSON-encoded.
 
 The completion marker of an output stores its fingerprint with the parameters behind it and a checksum of the
@@ -23,29 +23,6 @@ from lia_spark import __version__
 FINGERPRINT_KEY = "lia_fingerprint"
 CHECKSUM_KEY = "lia_marker_sha256"
 
-# Configuration fields each stage reads ("section.*" = every field of the section). Locations (output folder,
-# input tables) are not listed: the outputs a stage reads enter through their own fingerprints.
-STAGE_FIELDS: dict[str, tuple[str, ...]] = {
-    "generate": ("run.seed", "synthetic.rows_per_day", "synthetic.days", "synthetic.click_rate",
-                 "synthetic.partitions"),
-    "ingest": ("data.criteo_paths", "data.max_malformed_share", "data.kaggle_days", "data.allow_truncated_files"),
-    "train": ("run.seed", "data.source", "models.library", "models.execution", "models.sample_rows_per_day",
-              "models.proxy_day",
-              "models.target_day", "models.training_mechanism", "models.epsilon", "models.bag_size",
-              "models.n_estimators", "models.max_depth", "models.learning_rate", "models.early_stopping_rounds",
-              "models.split", "models.hash_buckets", "models.categorical_encoding", "models.min_category_count",
-              "models.num_workers", "models.pate_teachers", "models.pate_queries", "models.pate_noise",
-              "models.pate_pseudo_labels", "models.pate_delta", "audit.attack", "audit.membership_candidates",
-              "audit.design", "audit.counterfactual", "audit.flip_share"),
-    "posteriors": ("run.seed", "data.source", "mechanisms.*"),
-    "utility": ("run.seed", "models.library", "models.sample_rows_per_day", "models.target_day", "models.n_estimators", "models.max_depth",
-                "models.learning_rate", "models.early_stopping_rounds", "models.split", "models.hash_buckets",
-                "models.categorical_encoding", "models.min_category_count", "models.utility_epsilons",
-                "models.utility_bag_sizes", "models.utility_extra_mechanisms", "models.pate_teachers",
-                "models.pate_queries", "models.pate_noise", "models.pate_pseudo_labels", "models.pate_delta"),
-    "audit": ("run.seed", "audit.*"),
-    "logloss": ("run.seed", "logloss.*"),
-}
 # Fields no stage's output depends on: identity and location of the run, session settings, tracking.
 UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "run.stages", "run.stale_lock_hours",
                                   "spark.*",
@@ -79,17 +56,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def stage_parameters(stage: str, config: Mapping[str, Mapping[str, Any]], **extra: Any) -> dict[str, Any]:
-    """``{"section.key": value}`` of the fields ``stage`` reads, from ``Config.to_dict()``, plus ``extra``."""
+def stage_parameters(fields: tuple[str, ...], config: Mapping[str, Mapping[str, Any]], **extra: Any
+                     ) -> dict[str, Any]:
+    """``{"section.key": value}`` of the ``fields`` a stage reads (its declaration's), from ``Config.to_dict()``,
+    plus ``extra``."""
     values = {name: _plain(config[name.split(".", 1)[0]][name.split(".", 1)[1]])
-              for name in expand_fields(STAGE_FIELDS[stage], config)}
+              for name in expand_fields(fields, config)}
     values.update({key: _plain(value) for key, value in extra.items()})
     return values
 
 
 # Modules that produce no stage output (command line, orchestration, tracking, report, the audit table's
 # collation): editing them does not change what a stage computes, so they stay out of code_version().
-NON_COMPUTING_MODULES = ("cli.py", "stages.py", "tracking.py", "report.py", "table.py", "engine/pipeline.py",
+NON_COMPUTING_MODULES = ("cli.py", "tracking.py", "report.py", "table.py", "engine/pipeline.py", "engine/report.py",
                          "engine/table.py", "engine/session.py")
 
 

@@ -1,4 +1,4 @@
-"""Pointwise conditional maximal leakage of one label about each release (docs/math.md §9), in nats.
+"""Pointwise conditional maximal leakage of one label about each release (docs/math.md §7), in nats.
 
 Issa, Wagner, Kamath, An operational approach to information leakage, IEEE Trans. Inf. Theory 2020,
 arXiv:1807.07878 (Def. 6); Saeidian, Cervia, Oechtering, Skoglund, Quantifying membership privacy via
@@ -188,7 +188,7 @@ def _rr(epsilon: float) -> float:
 
 
 def worst_case(mechanism: str, *, epsilon: float = math.inf, bag_size: int = 1) -> float:
-    """Maximal leakage of one label when the attacker knows the bag's other labels (docs/math.md §9), nats.
+    """Maximal leakage of one label when the attacker knows the bag's other labels (docs/math.md §7), nats.
 
     rr: log(2 e^eps / (1 + e^eps)); llp: log 2; llp_laplace: log(2 - e^{-eps/2}) (Laplace(1/eps) on the sum);
     llp_geometric: max over the other labels' sum s = 0..k-1 of log(1 + TV) from the clipped geometric pmf

@@ -1,4 +1,4 @@
-"""Label inference from log-loss scores (docs/math.md §10): the oracle and the attacks, as pure kernels.
+"""Label inference from log-loss scores (docs/math.md §8): the oracle and the attacks, as pure kernels.
 
 Aggarwal, Kasiviswanathan, Xu, Feyisetan, Teissier, Label Inference Attacks from Log-loss Scores, ICML 2021,
 arXiv:2105.08266. A service reports LLOSS(u; sigma) = -(1/N) sum_i [sigma_i ln u_i + (1 - sigma_i) ln(1 - u_i)]

@@ -163,7 +163,7 @@ def chunk_posteriors(chunk: UnitChunk, settings: Sequence[Setting], seed: int, *
     :func:`lia_spark.mechanisms.unit_bag_ids`; bag mechanisms release through
     :data:`lia_spark.mechanisms.BAG_RELEASES` and are inverted by :data:`lia_spark.posteriors.BAG_POSTERIORS`.
     With ``max_leakage`` each row also gets its pointwise maximal leakage given the priors of its bag
-    (:func:`lia_spark.leakage.per_row_bags`, docs/math.md §9; it depends on the bags, not on the release)."""
+    (:func:`lia_spark.leakage.per_row_bags`, docs/math.md §7; it depends on the bags, not on the release)."""
     rows = chunk.rows
     labels, priors = rows["label"].astype(np.int64), rows["prior"]
     positions = chunk.first_position + np.arange(labels.size, dtype=np.int64)

@@ -1,5 +1,6 @@
 """One self-contained HTML page per pipeline run that states its findings first, then the evidence.
 
+
 Order: the audit headline and every epsilon bound with its confidence and delta; one table of the mechanism settings
 (mean additive advantage, 98th percentile of |I|, share of infinite |I|, target AUC; :mod:`lia_spark.findings`); the
 mechanisms side by side at matched utility; then per step its plots (PNG, embedded) with its metrics and CSV tables
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import csv
-import dataclasses
 import datetime
 import html
 import math
@@ -32,28 +32,6 @@ STYLE = """body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-
 td,th{border:1px solid #ccc;padding:2px 8px;text-align:right;font-size:90%}th{background:#eee}
 td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px solid #ddd;margin:.5em 0}
 .failed{color:#b00}.skipped{color:#888}details{margin:.5em 0 1em}summary{cursor:pointer;color:#246}"""
-
-
-@dataclasses.dataclass
-class ReportResult:
-    """Where the report went: ``path`` under OUT/report, ``html_path`` a local copy (the same file locally)."""
-
-    path: str
-    html_path: str
-    figures: int
-    tables: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict for the pipeline summary."""
-        return dataclasses.asdict(self)
-
-    def metrics(self) -> dict[str, float]:
-        """Counts of embedded plots and tables."""
-        return {"figures": float(self.figures), "tables": float(self.tables)}
-
-    def artifacts(self) -> list[str]:
-        """The local HTML file."""
-        return [self.html_path]
 
 
 def _format(value: Any) -> str:
@@ -134,7 +112,7 @@ def _tau_sensitivity(summary: dict[str, Any]) -> list[str]:
 
 def _settings(steps: Sequence[Any], stage: str) -> list[dict[str, Any]]:
     outcome = next((o for o in steps if o.stage == stage and o.result is not None), None)
-    return outcome.settings() if outcome is not None and hasattr(outcome, "settings") else []
+    return outcome.setting_rows() if outcome is not None and hasattr(outcome, "setting_rows") else []
 
 
 def _mechanisms(steps: Sequence[Any], folder: Path) -> tuple[list[str], int]:

@@ -45,11 +45,10 @@ def show(frame):
 # COMMAND ----------
 
 from lia_spark.engine.outputs import is_complete, read_marker
-from lia_spark.engine.pipeline import stage_for
-from lia_spark.stages import load_stage
+from lia_spark.engine.stages import run_stage, step_stage
 
 if not is_complete(spark, config.parquet_path):
-    load_stage(stage_for("data", config))(spark, config)
+    run_stage(step_stage("data", config).name, spark, config)
 table = spark.read.parquet(config.parquet_path)
 print("table:", config.parquet_path)
 print("marker:", read_marker(spark, config.parquet_path))

@@ -10,7 +10,8 @@ import pytest
 
 from lia_spark import audit, audit_sweep, hashing
 from lia_spark.config import AuditConfig, config_from_dict
-from lia_spark.engine.audit import distributed_counts, run_audit
+from lia_spark.engine.audit import distributed_counts
+from lia_spark.engine.stages import run_stage
 from lia_spark.engine.outputs import is_complete
 
 
@@ -58,7 +59,7 @@ def test_several_attacks_split_the_confidence_over_attacks_and_sweep_points(spar
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 9},
                                "audit": {"repetitions": 6, "canary_path": path, "scores": attacks,
                                          "design": "observational"}})
-    result = run_audit(spark, config)
+    result = run_stage("audit", spark, config)
     guesses = audit.guess_grid(3000)
     counts = audit.count_correct_attacks(
         table["row_id"].to_numpy(), table["label"].to_numpy(), table["target_prediction"].to_numpy(),
@@ -83,7 +84,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 5},
                                "audit": {"repetitions": 12, "canaries": 2000, "canary_path": path,
                                          "table_bounds": ["binomial", "gdp"], "design": "observational"}})
-    result = run_audit(spark, config)
+    result = run_stage("audit", spark, config)
     output = str(tmp_path / "out" / "audit")
     assert is_complete(spark, output) and not result.skipped
     assert result.canaries == 2000 and result.guess_counts == 101
@@ -109,7 +110,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
                                              f"{best.std(ddof=1):.3f}; no label-blind reference audited")
     assert summary["design"] == "observational" and summary["reference"] is None
     assert summary["tau_break_even"]["first"] == pytest.approx(np.tanh(best[0] / 2), rel=1e-9)  # binomial, delta 0
-    again = run_audit(spark, config)
+    again = run_stage("audit", spark, config)
     assert again.skipped and again.summary == result.summary
 
 
@@ -164,7 +165,7 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
     spark.createDataFrame(table).write.parquet(path)
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 42},
                                "audit": {"canary_path": path, "scores": list(attacks)}})
-    result = run_audit(spark, config)
+    result = run_stage("audit", spark, config)
     best = audit_sweep.evaluate_attacks(kernel, guesses, canaries=len(informative)).best["eps_binomial_bonferroni"]
     assert result.summary["design"] == "injected" and result.repetitions == 1 and result.canaries == len(informative)
     assert result.headline.eps_lb == best[0] > 0 and "injected canaries, no assumption on the proxy" in \
@@ -176,7 +177,7 @@ def test_injected_design_on_a_table_without_its_columns_names_the_fix(spark, tmp
     spark.createDataFrame(_table(500, seed=1)).write.parquet(path)
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out")}, "audit": {"canary_path": path}})
     with pytest.raises(ValueError, match="counterfactual_label.*audit.design=observational"):
-        run_audit(spark, config)
+        run_stage("audit", spark, config)
 
 
 def test_observational_headline_of_a_label_blind_target_names_a_comparable_reference(spark, tmp_path):
@@ -195,7 +196,7 @@ def test_observational_headline_of_a_label_blind_target_names_a_comparable_refer
         "reference_prediction": reference})).write.parquet(path)
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 1},
                                "audit": {"canary_path": path, "design": "observational", "repetitions": 3}})
-    result = run_audit(spark, config)
+    result = run_stage("audit", spark, config)
     headline, summary = result.headline, result.summary
     assert headline.eps_lb > 0.1  # the label-blind target "certifies" leakage at tau = 0
     assert 0.5 * headline.eps_lb < headline.reference_eps_lb  # ... and so does the reference

@@ -19,12 +19,11 @@ import pytest
 from lia_spark import criteo
 from lia_spark.cli import main
 from lia_spark.config import config_from_dict, load_config
-from lia_spark.engine.generate import run_generate
+from lia_spark.engine.stages import run_stage
 from lia_spark.engine.outputs import MARKER, committed_output
 from lia_spark.engine.pipeline import run_pipeline
-from lia_spark.engine.posteriors.prior import (PriorSource, check_prior_source, needs_proxy_priors, prior_source,
-                                               resolve_prior)
-from lia_spark.engine.posteriors.stage import run_posteriors
+from lia_spark.engine.posteriors.prior import check_prior_source
+from lia_spark.engine.priors import PriorSource, needs_proxy_priors, prior_source, resolve_prior
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -74,7 +73,7 @@ def _assert_proxy_priors_for_every_row(out: Path, day_rows: int) -> None:
 def test_readme_criteo_command_on_twin_day_files_without_truth(spark, tmp_path):
     twin = config_from_dict({"run": {"output_dir": str(tmp_path / "twin")},
                              "synthetic": {"rows_per_day": TWIN_ROWS, "days": 2, "write_tsv": True}})
-    run_generate(spark, twin)
+    run_stage("generate", spark, twin)
     files = tmp_path / "criteo"
     files.mkdir()
     for day in (0, 1):
@@ -198,7 +197,7 @@ def test_posteriors_stage_alone_fails_clearly_without_priors(spark, tmp_path):
     """No raw FileNotFoundError: the stage checks its prior first."""
     with pytest.raises(ValueError, match=r"mechanisms.prior_column: the prior 'proxy_prediction' is read from "
                                          r".*/models/priors"):
-        run_posteriors(spark, _criteo(tmp_path))
+        run_stage("posteriors", spark, _criteo(tmp_path))
     assert not (tmp_path / "out" / "posteriors").exists()
 
 

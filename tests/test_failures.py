@@ -260,8 +260,7 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
 FAULTY_POSTERIORS = """
 import sys
 from lia_spark.config import load_config
-from lia_spark.engine.generate import run_generate
-from lia_spark.engine.posteriors.stage import run_posteriors
+from lia_spark.engine.stages import run_stage
 from lia_spark.engine.posteriors.writing import WORKER_EXIT_PROPERTY
 from lia_spark.engine.session import get_spark
 
@@ -270,12 +269,12 @@ grid = ["synthetic.rows_per_day=6000", "mechanisms.epsilons=[1.0]", "mechanisms.
         "mechanisms.rows_per_bagging_unit=1024", "spark.master=local[2,3]", "tracking.enabled=false"]
 clean = load_config(None, [*grid, f"run.output_dir={out}/clean"])
 spark = get_spark(clean.spark)
-run_generate(spark, clean)
-run_posteriors(spark, clean)
+run_stage("generate", spark, clean)
+run_stage("posteriors", spark, clean)
 faulty = load_config(None, [*grid, f"run.output_dir={out}/faulty", f"data.parquet_path={out}/clean/data",
                             f"mechanisms.prior_path={out}/clean/truth"])
 spark.sparkContext.setLocalProperty(WORKER_EXIT_PROPERTY, marker)
-run_posteriors(spark, faulty)
+run_stage("posteriors", spark, faulty)
 """
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from lia_spark import criteo, synthetic
 from lia_spark.config import config_from_dict
-from lia_spark.engine.generate import partition_count, run_generate
+from lia_spark.engine.generate import partition_count
+from lia_spark.engine.stages import run_stage
 from lia_spark.engine.outputs import MARKER
 
 ROWS_PER_DAY = 3_000
@@ -35,8 +36,8 @@ def _config(out: Path, *, partitions: int, gz: bool):
 def runs(spark, tmp_path_factory):
     """The same twin written with 1 partition (plain TSV) and 4 partitions (gzip TSV)."""
     base = tmp_path_factory.mktemp("generate")
-    one = run_generate(spark, _config(base / "one", partitions=1, gz=False))
-    four = run_generate(spark, _config(base / "four", partitions=4, gz=True))
+    one = run_stage("generate", spark, _config(base / "one", partitions=1, gz=False))
+    four = run_stage("generate", spark, _config(base / "four", partitions=4, gz=True))
     return base, one, four
 
 
@@ -123,7 +124,7 @@ def test_tsv_lines_parse_back_to_the_generated_rows_in_position_order(runs, expe
 
 def test_rerun_reuses_complete_outputs(spark, runs):
     base, one, _ = runs
-    again = run_generate(spark, _config(base / "one", partitions=1, gz=False))
+    again = run_stage("generate", spark, _config(base / "one", partitions=1, gz=False))
     assert again.skipped and again.clicks == one.clicks and again.intercepts == one.intercepts
 
 
@@ -133,4 +134,4 @@ def test_partition_count_is_a_multiple_of_the_days_and_rejects_other_sources(spa
     auto = config_from_dict({"synthetic": {"rows_per_day": 10_000_000, "days": 3}})
     assert partition_count(auto, 2) == 30
     with pytest.raises(ValueError, match="data.source"):
-        run_generate(spark, dataclasses.replace(config, data=dataclasses.replace(config.data, source="criteo")))
+        run_stage("generate", spark, dataclasses.replace(config, data=dataclasses.replace(config.data, source="criteo")))

@@ -18,9 +18,8 @@ import pytest
 
 from lia_spark import criteo
 from lia_spark.config import config_from_dict
-from lia_spark.engine.generate import run_generate
-from lia_spark.engine.ingest import (QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError,
-                                    _decompressed_copies, list_sources, run_ingest)
+from lia_spark.engine.stages import run_stage
+from lia_spark.engine.ingest import (QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError, _decompressed_copies, list_sources)
 from lia_spark.engine.outputs import MARKER
 
 
@@ -105,14 +104,14 @@ def days(tmp_path_factory):
 def test_round_trip_gzip_identical_rows_and_row_ids_then_resume(spark, tmp_path, days):
     root, expected = days
     config = _config(tmp_path, [root / "gz"])
-    result = run_ingest(spark, config)
+    result = run_stage("ingest", spark, config)
     _assert_same(_table(spark, config.parquet_path), expected)
     assert (result.input_lines, result.valid_rows, result.malformed_rows) == (4700, 4700, 0)
     assert result.rows_per_day == {0: 3000, 1: 1700}
     assert [(Path(f.file).name, f.status) for f in result.files] == [("day_0.gz", "ok"), ("day_1.gz", "ok")]
     assert IngestResult.from_dict(_marker(config.parquet_path)) == result
     assert _marker(config.quarantine_path)["valid_rows"] == 4700
-    resumed = run_ingest(spark, config)
+    resumed = run_stage("ingest", spark, config)
     assert resumed.skipped and dataclasses.replace(resumed, skipped=False) == result
 
 
@@ -134,7 +133,7 @@ def test_row_ids_do_not_depend_on_partitioning(spark, tmp_path, days, fmt, split
             copies = _decompressed_copies(spark, list_sources(spark, [str(root / "gz")]), str(tmp_path / "copies"))
             copy = spark.read.text(copies[0])
             assert copy.select("_metadata.file_block_start").distinct().count() >= 4 and copy.count() == 3000
-        result = run_ingest(spark, config)
+        result = run_stage("ingest", spark, config)
     finally:
         for key, value in previous.items():
             spark.conf.set(key, value)
@@ -180,7 +179,7 @@ def test_malformed_lines_empty_file_and_truncated_gzip(spark, tmp_path):
     whole = gzip.compress("".join(line + "\n" for line in _format(clean)).encode())
     (folder / "day_4.gz").write_bytes(whole[: len(whole) * 2 // 3])
     config = _config(tmp_path, [folder], max_malformed_share=0.05, allow_truncated_files=True)
-    result = run_ingest(spark, config)
+    result = run_stage("ingest", spark, config)
 
     by_file = {Path(f.file).name: f for f in result.files}
     assert by_file["day_2"].lines == len(lines) and by_file["day_2"].valid_rows == 200
@@ -228,9 +227,9 @@ def test_damaged_input_fails_unless_allowed(spark, tmp_path, damage):
         (folder / "day_1").write_text("")
     config = _config(tmp_path, [folder])
     with pytest.raises(DamagedInputError, match=r"data.allow_truncated_files: 1 input file\(s\) .*day_1"):
-        run_ingest(spark, config)
+        run_stage("ingest", spark, config)
     assert not Path(config.parquet_path).exists() and _marker(config.quarantine_path) is not None
-    allowed = run_ingest(spark, _config(tmp_path, [folder], name="allowed", allow_truncated_files=True,
+    allowed = run_stage("ingest", spark, _config(tmp_path, [folder], name="allowed", allow_truncated_files=True,
                                         max_malformed_share=0.01))
     assert allowed.lost_lines >= 1 and allowed.rows_per_day[0] == 500
 
@@ -242,7 +241,7 @@ def test_share_above_limit_fails_without_data_output(spark, tmp_path):
     share = len(reasons) / len(lines)
     message = rf"malformed share {100 * share:.4f}% .*max_malformed_share=1\.0000%"
     with pytest.raises(MalformedShareError, match=message):
-        run_ingest(spark, config)
+        run_stage("ingest", spark, config)
     assert not Path(config.parquet_path).exists()
     assert _marker(config.quarantine_path) is not None
     assert spark.read.schema(QUARANTINE_DDL).parquet(config.quarantine_path).count() == len(reasons)
@@ -254,7 +253,7 @@ def test_kaggle_train_txt_is_cut_into_equal_consecutive_days(spark, tmp_path):
     lines.insert(300, "1\tnot a row")  # a malformed line in day 2 still takes a position
     path = _write(tmp_path / "train.txt", lines)
     config = _config(tmp_path, [path], kaggle_days=7, max_malformed_share=0.01)
-    result = run_ingest(spark, config)
+    result = run_stage("ingest", spark, config)
     starts = [d * 1001 // 7 for d in range(7)]  # floor(d N / 7) with N = 1001 lines
     line_index = np.array([i if i < 300 else i + 1 for i in range(1000)])
     day = np.array([sum(i >= s for s in starts) - 1 for i in line_index])
@@ -271,9 +270,9 @@ def test_round_trip_of_the_synthetic_twin(spark, tmp_path):
         "run": {"output_dir": str(tmp_path / "twin")},
         "synthetic": {"rows_per_day": 2500, "days": 2, "write_tsv": True, "gzip": True, "partitions": 4},
     })
-    run_generate(spark, twin)
+    run_stage("generate", spark, twin)
     config = _config(tmp_path, [tmp_path / "twin" / "criteo"], name="ingested")
-    result = run_ingest(spark, config)
+    result = run_stage("ingest", spark, config)
     assert (result.input_lines, result.malformed_rows, result.corrupt_files) == (5000, 0, 0)
     pd.testing.assert_frame_equal(_table(spark, config.parquet_path), _table(spark, twin.parquet_path))
 
@@ -283,11 +282,11 @@ def test_reuse_follows_the_fields_read_and_the_input_files(spark, tmp_path, days
     inputs = tmp_path / "in"
     shutil.copytree(root / "plain", inputs)
     config = _config(tmp_path, [inputs])
-    first = run_ingest(spark, config)
-    assert not first.skipped and run_ingest(spark, config).skipped
-    assert run_ingest(spark, _config(tmp_path, sorted(inputs.iterdir()))).skipped, "the folder's files, listed"
-    assert not run_ingest(spark, _config(tmp_path, [inputs], max_malformed_share=0.01)).skipped
+    first = run_stage("ingest", spark, config)
+    assert not first.skipped and run_stage("ingest", spark, config).skipped
+    assert run_stage("ingest", spark, _config(tmp_path, sorted(inputs.iterdir()))).skipped, "the folder's files, listed"
+    assert not run_stage("ingest", spark, _config(tmp_path, [inputs], max_malformed_share=0.01)).skipped
     with open(inputs / "day_1", "a", encoding="utf-8") as handle:  # the input changes: one more line
         handle.write((inputs / "day_1").read_text(encoding="utf-8").splitlines()[0] + "\n")
-    changed = run_ingest(spark, _config(tmp_path, [inputs], max_malformed_share=0.01))
+    changed = run_stage("ingest", spark, _config(tmp_path, [inputs], max_malformed_share=0.01))
     assert not changed.skipped and changed.rows_per_day == {0: 3000, 1: 1701}

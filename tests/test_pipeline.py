@@ -12,9 +12,10 @@ import pytest
 
 from lia_spark.cli import main
 from lia_spark.config import PIPELINE_STAGES, Config
+from lia_spark.cli import COMMAND_NAMES
 from lia_spark.engine.outputs import MARKER, is_complete
-from lia_spark.engine.pipeline import completion_paths, run_pipeline, step_complete
-from lia_spark.stages import STAGE_FUNCTIONS
+from lia_spark.engine.pipeline import run_pipeline
+from lia_spark.engine.stages import step_stage
 from pipeline_support import REPO, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -35,7 +36,7 @@ def _untracked(config: Config, **run_changes) -> Config:
 def _markers(config: Config) -> dict[str, bytes]:
     found = {}
     for step in STAGE_STEPS:
-        for path in completion_paths(step, config):
+        for path in step_stage(step, config).outputs(config):
             marker = Path(path) / MARKER
             if marker.is_file():
                 found[str(marker)] = marker.read_bytes()
@@ -47,7 +48,7 @@ def test_full_pipeline_runs_every_step_and_commits_its_output(spark, run):
     assert {o.step: o.status for o in run.result.steps} == dict.fromkeys(PIPELINE_STAGES, "ran")
     assert run.result.spark_master == spark.sparkContext.master
     for step in STAGE_STEPS:
-        assert step_complete(spark, step, run.config), step
+        assert all(is_complete(spark, path) for path in step_stage(step, run.config).outputs(run.config)), step
     data = run.result.step("data")
     assert data.stage == "generate"
     rows = spark.read.parquet(run.config.parquet_path).count()
@@ -113,7 +114,7 @@ def test_failing_stage_keeps_finished_outputs_and_fails_the_mlflow_run(spark, ru
     with pytest.raises(RuntimeError, match=r"stage train \(train\) failed"):
         run_pipeline(spark, config)
     assert is_complete(spark, str(out / "data"))
-    assert not step_complete(spark, "train", config)
+    assert not is_complete(spark, step_stage("train", config).outputs(config)[0])
     assert not list(out.glob("models*_tmp-*")), "a failed stage must not leave staging folders"
     client = mlflow.MlflowClient(run.tracking_uri)
     experiment = client.get_experiment_by_name(run.config.tracking.experiment)
@@ -140,7 +141,7 @@ def test_bad_config_exits_2_with_the_field_named(tmp_path, capsys, text, message
 def test_cli_lists_run_and_every_stage(capsys):
     assert main(["--help"]) == 0
     usage = capsys.readouterr().out  # help is output, not an error
-    for command in ("run", "config", *STAGE_FUNCTIONS):
+    for command in ("run", "config", *COMMAND_NAMES):
         assert command in usage
     assert main(["nope"]) == 2
     assert "unknown command 'nope'" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from lia_spark.config import ConfigError, config_from_dict
 from lia_spark.criteo import STORAGE_DDL, make_row_id
 from lia_spark.engine.features import check_days_present, released_day_field, released_days
 from lia_spark.engine.posteriors.reading import input_parts, load_input, local_path, side_row_counts, side_rows
-from lia_spark.engine.posteriors.stage import run_posteriors
+from lia_spark.engine.stages import run_stage
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, summarize_digest
 from lia_spark.engine.posteriors.units import (ARROW_SIDE_SCHEMA, bagged_units, file_blobs, frame_blobs,
                                                partition_codes, posterior_input, shuffled_units, unpacked)
@@ -56,7 +56,7 @@ def stage(spark, tmp_path_factory):
         "run": {"output_dir": str(out), "seed": SEED},
         "mechanisms": {"epsilons": list(EPSILONS), "bag_sizes": list(BAG_SIZES), "plot_sample_rows": 500},
     })
-    result = run_posteriors(spark, config)
+    result = run_stage("posteriors", spark, config)
     rows = pd.read_parquet(out / "posteriors" / "rows")
     day1 = truth[truth["day"] == 1].merge(data[["row_id", "label"]], on="row_id").rename(columns={"eta": "prior"})
     return {"spark": spark, "config": config, "result": result, "rows": rows, "input": day1, "out": out}
@@ -191,7 +191,7 @@ def test_plots_and_metrics_written(stage):
 
 def test_complete_output_is_reused(stage):
     result = stage["result"]
-    again = run_posteriors(stage["spark"], stage["config"])
+    again = run_stage("posteriors", stage["spark"], stage["config"])
     assert again.skipped
     # NaN epsilons (llp) compare unequal as objects, so compare the summaries as frames.
     pd.testing.assert_frame_equal(pd.DataFrame(again.summary), pd.DataFrame(result.summary), check_like=True)
@@ -392,7 +392,7 @@ def test_stage_without_rows_keeps_summaries_only(stage, tmp_path):
         "mechanisms": {"names": ["rr", "llp"], "epsilons": [1.0], "bag_sizes": [8], "write_rows": False,
                        "plot_sample_rows": 100, "prior_path": str(stage["out"] / "truth")},
     })
-    result = run_posteriors(stage["spark"], config)
+    result = run_stage("posteriors", stage["spark"], config)
     assert not result.rows_written and result.input_rows == ROWS
     listed = sorted(name for name in os.listdir(tmp_path / "posteriors") if not name.endswith(".crc"))
     assert listed == ["_LIA_COMPLETE", "plots", "summary", "summary.csv"]
@@ -409,7 +409,7 @@ def test_max_leakage_rows_and_summary(stage, tmp_path):
         "mechanisms": {"names": ["rr", "llp", "llp_laplace"], "epsilons": [1.0], "bag_sizes": [8],
                        "max_leakage": True, "plot_sample_rows": 100, "prior_path": str(stage["out"] / "truth")},
     })
-    result = run_posteriors(stage["spark"], config)
+    result = run_stage("posteriors", stage["spark"], config)
     assert sorted(name for name in map(os.path.basename, result.plots) if "max_leakage" in name) == [
         f"cdf_max_leakage_{mechanism}.png" for mechanism in ("llp", "llp_laplace", "rr")]
     rows = pd.read_parquet(tmp_path / "posteriors" / "rows")
@@ -533,7 +533,7 @@ def three_days(spark, tmp_path_factory):
                        "rows_per_bagging_unit": 1000, "plot_sample_rows": 100, "prior_path": str(root / "truth"),
                        "prior_column": "prior"},
     })
-    result = run_posteriors(spark, config)
+    result = run_stage("posteriors", spark, config)
     rows = pd.read_parquet(root / "posteriors" / "rows").sort_values([*SETTING_KEY, "row_id"], ignore_index=True)
     return {"spark": spark, "config": config, "data": data, "result": result, "rows": rows}
 

@@ -21,9 +21,8 @@ import pytest
 from lia_spark import advantage
 from lia_spark.config import config_from_dict
 from lia_spark.criteo import make_row_id
-from lia_spark.engine.audit import run_audit
+from lia_spark.engine.stages import run_stage
 from lia_spark.engine.outputs import MARKER, is_complete, local_copies, write_text
-from lia_spark.engine.posteriors.stage import run_posteriors
 from lia_spark.engine.posteriors.summary import plot_sample, summarize_digest
 from lia_spark.engine.posteriors.units import frame_blobs
 from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, spark_write_posteriors
@@ -97,10 +96,10 @@ def both(spark, tmp_path_factory):
                           ).repartition(3).write.partitionBy("day").parquet(str(inputs / "data"))
     spark.createDataFrame(pd.DataFrame({"row_id": row_ids, "day": days.astype(np.int32), "eta": eta})
                           ).write.parquet(str(inputs / "truth"))
-    local = run_posteriors(spark, _posteriors_config(str(root / "local"), inputs))
+    local = run_stage("posteriors", spark, _posteriors_config(str(root / "local"), inputs))
     uri = mount(spark, root / "mounted")
     with empty_cwd(root / "cwd"):
-        remote = run_posteriors(spark, _posteriors_config(f"{uri}/out", inputs))
+        remote = run_stage("posteriors", spark, _posteriors_config(f"{uri}/out", inputs))
     return {"root": root, "inputs": inputs, "uri": uri, "local": local, "remote": remote,
             "local_dir": root / "local" / "posteriors", "remote_dir": root / "mounted" / "out" / "posteriors"}
 
@@ -155,12 +154,12 @@ def test_remote_posteriors_without_rows(both, spark, python_cwd):
     """write_rows=false deletes the Spark-written rows through Hadoop; the summary is still the local one."""
     mounted = both["root"] / "mounted_no_rows"
     config = _posteriors_config(f"{mount(spark, mounted)}/out", both["inputs"], write_rows=False)
-    result = run_posteriors(spark, config)
+    result = run_stage("posteriors", spark, config)
     assert not result.rows_written
     assert _listing(mounted / "out" / "posteriors") == [MARKER, "plots", "summary", "summary.csv"]
     pd.testing.assert_frame_equal(pd.read_parquet(mounted / "out" / "posteriors" / "summary"),
                                   pd.read_parquet(both["local_dir"] / "summary"), check_exact=True)
-    assert run_posteriors(spark, config).skipped
+    assert run_stage("posteriors", spark, config).skipped
 
 
 def test_remote_percentiles_ranked_on_driver_or_by_spark(both, spark):
@@ -204,8 +203,8 @@ def test_remote_audit_equals_local(spark, tmp_path, python_cwd):
         config = config_from_dict({"run": {"output_dir": output_dir, "seed": 3},
                                    "audit": {"repetitions": 4, "canary_path": canaries,
                                              "design": "observational"}})
-        results[name] = run_audit(spark, config)
-        assert run_audit(spark, config).skipped
+        results[name] = run_stage("audit", spark, config)
+        assert run_stage("audit", spark, config).skipped
     local, remote = results["local"], results["remote"]
     assert local.output_path == str(tmp_path / "local" / "audit") and remote.output_path == f"{uri}/out/audit"
     assert remote.summary == local.summary

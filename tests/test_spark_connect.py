@@ -24,14 +24,14 @@ from lia_spark.cli import main
 from lia_spark.config import load_config
 from lia_spark.engine.outputs import check_writable
 from lia_spark.engine.session import get_spark, is_connect
-from lia_spark.engine.train import run_train_models
+from lia_spark.engine.stages import run_stage
 
 code = main(["run", "--conf", sys.argv[1]])
 config = load_config(sys.argv[1], ["models.execution=distributed"])
 spark = get_spark(config.spark)
 assert is_connect(spark), type(spark)
 try:
-    run_train_models(spark, config)
+    run_stage("train", spark, config)
 except ValueError as error:
     print("distributed:", error)
 try:

@@ -54,7 +54,7 @@ def _result(stdout: str, mounts: dict[str, Path] | None = None) -> dict:
 def test_wheel_holds_the_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     for module in ("lia_spark/engine/pipeline.py", "lia_spark/tracking.py", "lia_spark/report.py",
-                   "lia_spark/stages.py", "lia_spark/hashing.py"):
+                   "lia_spark/engine/stages.py", "lia_spark/hashing.py"):
         assert module in names
 
 

@@ -287,7 +287,7 @@ def test_unreachable_server_fails_fast_before_any_stage(spark, tmp_path, capsys)
     conf = tmp_path / "conf.yaml"
     conf.write_text(yaml.safe_dump({"run": {"output_dir": str(tmp_path / "out")},
                                     "tracking": {"tracking_uri": uri, "timeout_seconds": 2.0}}), encoding="utf-8")
-    assert job_main(run_pipeline, ["--conf", str(conf)]) == 1
+    assert job_main("pipeline", ["--conf", str(conf)]) == 1
     assert "is unreachable" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

@@ -15,12 +15,13 @@ from lia_spark import features, injected, label_mechanisms, mechanisms, membersh
 from lia_spark.config import ConfigError, load_config
 from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 from lia_spark.engine import metrics as spark_metrics
-from lia_spark.engine.outputs import MARKER
-from lia_spark.engine.audit import run_audit
 from lia_spark.engine.bags import row_bag_proportions
 from lia_spark.engine.features import read_day
-from lia_spark.engine.train import (boosting_params, byte_size, check_driver_fits, membership_candidates,
-                                    prepared_days, run_train_models, training_seed)
+from lia_spark.engine.fitting import membership_candidates
+from lia_spark.engine.modeling import (Preparation, boosting_params, byte_size, check_driver_fits, prepare_days,
+                                       training_seed)
+from lia_spark.engine.outputs import MARKER
+from lia_spark.engine.stages import run_stage
 
 ROWS_PER_DAY = 5000
 
@@ -54,7 +55,7 @@ RR_SETTINGS = ("models.training_mechanism=rr", "models.epsilon=2.0")
 def in_memory_run(spark, parquet_path, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("in_memory"))
     config = _config(parquet_path, out, *RR_SETTINGS)
-    return config, run_train_models(spark, config)
+    return config, run_stage("train", spark, config)
 
 
 def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
@@ -89,7 +90,7 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     assert all(os.path.exists(path) for path in result.artifacts())
     with open(os.path.join(out, "models", "metrics.json"), encoding="utf-8") as handle:
         assert json.load(handle)["test_metrics"] == result.test_metrics
-    again = run_train_models(spark, config)
+    again = run_stage("train", spark, config)
     assert again.skipped and again.test_metrics == result.test_metrics
     assert os.path.exists(os.path.join(out, "models", MARKER))
 
@@ -116,7 +117,7 @@ def test_in_memory_trains_on_the_seeded_day_sample(spark, parquet_path, tmp_path
     """models.sample_rows_per_day below the day's rows: proxy and target see about that many rows of their day,
     the canaries are the sample's training split, and the sample does not depend on the partitioning."""
     config = _config(parquet_path, str(tmp_path / "sampled"), *RR_SETTINGS, "models.sample_rows_per_day=2000")
-    result = run_train_models(spark, config)
+    result = run_stage("train", spark, config)
     rows = sum(result.rows[name] for name in ("train_target", "valid_target", "test_target"))
     assert abs(rows - 2000) < 5 * math.sqrt(2000 * 0.6)  # Bernoulli(0.4) over 5000 rows
     canaries = spark.read.parquet(os.path.join(config.run.output_dir, "models", "canaries")).toPandas()
@@ -148,7 +149,7 @@ def test_in_memory_proxy_priors_score_every_row_of_the_released_days(spark, parq
     equal to the in-memory proxy's predictions; the proxy's own day is released with a warning, and the resolved
     days are in the fingerprint."""
     with caplog.at_level("WARNING", logger="lia_spark.engine.train"):
-        result = run_train_models(spark, _config(parquet_path, str(tmp_path), PROXY_PRIORS, "mechanisms.days=all"))
+        result = run_stage("train", spark, _config(parquet_path, str(tmp_path), PROXY_PRIORS, "mechanisms.days=all"))
     _assert_priors_are_the_proxy_predictions(str(tmp_path), result, days=(0, 1))
     assert result.metrics()["rows_priors"] == 2 * ROWS_PER_DAY
     assert "mechanisms.days includes models.proxy_day 0" in caplog.text
@@ -159,7 +160,7 @@ def test_in_memory_proxy_priors_score_every_row_of_the_released_days(spark, parq
 @pytest.mark.slow  # 40-100 s: the end-to-end tier (README)
 def test_distributed_matches_in_memory_auc(spark, parquet_path, tmp_path, in_memory_run):
     in_memory = in_memory_run[1]
-    distributed = run_train_models(spark, _config(parquet_path, str(tmp_path), *RR_SETTINGS,
+    distributed = run_stage("train", spark, _config(parquet_path, str(tmp_path), *RR_SETTINGS,
                                                   "models.execution=distributed", PROXY_PRIORS))
     priors = _assert_priors_are_the_proxy_predictions(str(tmp_path), distributed)
     _assert_equal_to_saved_proxy(spark, _config(parquet_path, str(tmp_path), "models.execution=distributed"), priors)
@@ -188,7 +189,7 @@ def test_llp_targets_in_memory_and_distributed(spark, parquet_path, tmp_path):
     aucs = {}
     for execution in ("in_memory", "distributed"):
         out = str(tmp_path / execution)
-        result = run_train_models(spark, _config(parquet_path, out, "models.training_mechanism=llp",
+        result = run_stage("train", spark, _config(parquet_path, out, "models.training_mechanism=llp",
                                                  "models.bag_size=2", f"models.execution={execution}"))
         canaries = spark.read.parquet(os.path.join(out, "models", "canaries")).toPandas()
         assert canaries["released_label"].isna().all() and canaries["target_prediction"].between(0, 1).all()
@@ -221,12 +222,12 @@ def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
     import xgboost as xgb
 
     from lia_spark import model_output
-    from lia_spark.engine import train
+    from lia_spark.engine import modeling
 
-    proxy_rows = train.spark_features.read_day(spark, config.parquet_path, config.models.proxy_day)
-    spec = train.feature_spec(proxy_rows, config)
-    day = train.spark_features.read_day(spark, config.parquet_path, config.models.target_day)  # days = target
-    data = train.collect_model_data(train.model_features(day, spec, config), spec, "xgboost")
+    proxy_rows = read_day(spark, config.parquet_path, config.models.proxy_day)
+    spec = modeling.feature_spec(proxy_rows, config)
+    day = read_day(spark, config.parquet_path, config.models.target_day)  # days = target
+    data = modeling.collect_model_data(modeling.model_features(day, spec, config), spec, "xgboost")
     model_file = os.path.join(config.run.output_dir, "models", "proxy.ubj")
     booster = xgb.Booster(model_file=model_file)
     output = model_output.load_output_transform(model_output.output_transform_file(model_file))
@@ -238,7 +239,7 @@ def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
 
 
 def test_catboost_in_memory_with_the_observational_reference(spark, parquet_path, tmp_path):
-    result = run_train_models(spark, _config(parquet_path, str(tmp_path), "models.library=catboost",
+    result = run_stage("train", spark, _config(parquet_path, str(tmp_path), "models.library=catboost",
                                              "models.utility_bag_sizes=[]", PROXY_PRIORS, "audit.design=observational"))
     _assert_priors_are_the_proxy_predictions(str(tmp_path), result)
     canaries = pd.read_parquet(os.path.join(str(tmp_path), "models", "canaries"))
@@ -254,17 +255,16 @@ def test_cells_of_one_process_share_the_proxy_and_match_a_fresh_process(spark, p
     """A second target on the same data and models fields reuses the prepared proxy / target day and PATE's
     teachers' votes; its outputs equal those of a process that prepares them itself (everything in the
     preparation is deterministic)."""
-    from lia_spark.engine import train
-
     pate_fields = ("models.training_mechanism=pate", "models.pate_teachers=4", "models.pate_queries=300")
-    run_train_models(spark, _config(parquet_path, str(tmp_path / "first"), *pate_fields), share_preparation=True)
+    preparation = Preparation()
+    run_stage("train", spark, _config(parquet_path, str(tmp_path / "first"), *pate_fields), preparation=preparation)
     second = _config(parquet_path, str(tmp_path / "second"), *pate_fields, "models.epsilon=1.0")
-    shared = run_train_models(spark, second, share_preparation=True)
+    shared = run_stage("train", spark, second, preparation=preparation)
     assert "proxy_reused" in shared.seconds and "collect_proxy" not in shared.seconds
-    assert [prepared.pate["settings"].votes.fits for prepared in train._PREPARED.values()] == [1]
-    fresh = run_train_models(spark, dataclasses.replace(
+    assert preparation.pate.votes.fits == 1
+    fresh = run_stage("train", spark, dataclasses.replace(
         second, run=dataclasses.replace(second.run, output_dir=str(tmp_path / "fresh"))))
-    assert "collect_proxy" in fresh.seconds and not train._PREPARED  # not shared: nothing kept
+    assert "collect_proxy" in fresh.seconds  # not shared: a fresh preparation
     read = lambda result: (spark.read.parquet(os.path.join(result.output_dir, "canaries")).toPandas()
                            .sort_values("row_id").reset_index(drop=True))
     pd.testing.assert_frame_equal(read(shared), read(fresh))
@@ -290,7 +290,7 @@ def test_spark_metrics_equal_the_in_memory_metrics_with_ties(spark, partitions):
 def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, parquet_path, tmp_path):
     config = _config(parquet_path, str(tmp_path), *RR_SETTINGS, "audit.attack=membership",
                      "audit.membership_candidates=600", "audit.sweep_step_percent=10")
-    result = run_train_models(spark, config)
+    result = run_stage("train", spark, config)
     out = config.run.output_dir
     candidates = pd.read_parquet(os.path.join(out, "models", "membership"))
     assert list(candidates.columns) == ["row_id", "label", "member", "target_prediction", "proxy_prediction"]
@@ -301,7 +301,7 @@ def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, par
     assert canary_ids.isdisjoint(ids[member == 0]) and canary_ids.issuperset(ids[member == 1])
     assert result.rows["left_out_target"] == (member == 0).sum() and 250 < (member == 0).sum() < 350
     assert result.attack == "membership" and os.path.join(out, "models", "membership") in result.row_data()
-    audited = run_audit(spark, config)
+    audited = run_stage("audit", spark, config)
     guesses, correct = membership.sweep_counts(ids, candidates["label"].to_numpy(), member,
                                                candidates["target_prediction"].to_numpy(),
                                                candidates["proxy_prediction"].to_numpy(), seed=config.run.seed,
@@ -320,10 +320,10 @@ def test_pate_teachers_on_spark_do_not_see_the_membership_non_members(spark, par
     config = _config(parquet_path, str(tmp_path), "models.training_mechanism=pate", "models.epsilon=inf",
                      "models.pate_teachers=4", "models.pate_queries=300", "audit.attack=membership",
                      "audit.membership_candidates=1000")
-    run_train_models(spark, config)
+    run_stage("train", spark, config)
     m = config.models
-    prepared = prepared_days(spark, config, read_day(spark, parquet_path, m.proxy_day),
-                             read_day(spark, parquet_path, m.target_day), share=False)
+    prepared = prepare_days(spark, config, read_day(spark, parquet_path, m.proxy_day),
+                            read_day(spark, parquet_path, m.target_day), Preparation())
     data, member = membership_candidates(prepared.target_data, config)
     reference = training.train_pate(data, epsilon=math.inf, seed=training_seed(config), params=boosting_params(config),
                                     settings=pate.PateSettings(teachers=4, queries=300))

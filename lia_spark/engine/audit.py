@@ -47,9 +47,9 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from lia_spark import audit, audit_sweep, hashing, injected, layout, membership, names
 from lia_spark.config import AuditConfig, Config
-from lia_spark.engine.outputs import (FilesResult, committed_output, copy_from_local, read_marker, reported_path,
-                                     reusable_output, stage_fingerprint)
+from lia_spark.engine.outputs import copy_from_local, reported_path
 from lia_spark.engine.session import default_parallelism, describe_jobs
+from lia_spark.engine.stage import FilesResult, Input, Stage, StageRun
 from lia_spark.headline import Headline
 
 logger = logging.getLogger(__name__)
@@ -473,21 +473,12 @@ def audited_path(config: Config) -> str:
     return layout.membership_path(config) if config.audit.attack == names.MEMBERSHIP else canary_path(config)
 
 
-def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None = None) -> AuditResult:
-    """Audit the canary table (``canaries`` or :func:`canary_path`), or with audit.attack=membership the train
-    stage's membership candidates, and write ``<run.output_dir>/audit``.
-
-    Reused when the output is complete with the same fingerprint (audit settings, seed, audited table;
-    :func:`lia_spark.engine.outputs.reusable_output`) and run.force is false; never for a ``canaries`` frame.
-    """
-    settings = config.audit
-    output = layout.output_path(config, layout.AUDIT)
-    output_path = reported_path(output)
-    fingerprint = stage_fingerprint(spark, "audit", config, inputs={"canaries": audited_path(config)})
-    marker = reusable_output(spark, [output], fingerprint, force=config.run.force or canaries is not None)
-    if marker is not None:
-        return AuditResult.from_dict(marker, skipped=True)
-    started = time.monotonic()
+def _audit(run: StageRun) -> AuditResult:
+    """Audit the canary table (option ``canaries``, a frame, or :func:`canary_path`), or with
+    audit.attack=membership the train stage's membership candidates, and write ``<run.output_dir>/audit``."""
+    spark, config, started = run.spark, run.config, run.started
+    settings, canaries = config.audit, run.options.get("canaries")
+    output_path = reported_path(layout.output_path(config, layout.AUDIT))
     if settings.attack == names.MEMBERSHIP:
         if canaries is not None:
             raise ValueError(f"audit.attack={names.MEMBERSHIP} audits the train stage's candidates, not a canary "
@@ -517,16 +508,14 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
     observational = (_observational_checks(spark, config, canaries, bounds, correct, guesses, m)
                      if design == names.OBSERVATIONAL else {})
     summary.update(observational)
-    summary["headline"] = _headline(spark, config, bounds, design=design, canaries=m,
-                                    observational=observational).to_dict()
+    summary["headline"] = _headline(config, bounds, design=design, canaries=m, observational=observational,
+                                    trained=run.upstream("canaries")).to_dict()
     if bounds.gdp_tau_vacuous and names.GDP in settings.bounds:
         logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", settings.tau)
     frame = results_frame(bounds)
-    metadata: dict[str, Any] = {}
-    with (committed_output(spark, output, metadata, fingerprint=fingerprint) as staging,
-          tempfile.TemporaryDirectory(prefix="lia-audit-") as local):
+    with tempfile.TemporaryDirectory(prefix="lia-audit-") as local:
         describe_jobs(spark, "audit: write results")
-        spark.createDataFrame(frame).coalesce(1).write.parquet(f"{staging}/results")
+        spark.createDataFrame(frame).coalesce(1).write.parquet(run.under("results"))
         frame.to_csv(os.path.join(local, FILES[0]), index=False)
         with open(os.path.join(local, FILES[1]), "w", encoding="utf-8") as handle:
             json.dump(summary, handle, indent=2, sort_keys=True)
@@ -534,29 +523,16 @@ def run_audit(spark: SparkSession, config: Config, *, canaries: DataFrame | None
                    title=f"{settings.attack} audit: {m} canaries, {repetitions} repetitions",
                    confidence=settings.confidence, deltas={names.BINOMIAL: settings.delta, names.GDP: bounds.gdp_delta})
         for name in FILES:  # written locally, copied to the output folder on any Hadoop file system
-            copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
-        files = tuple(os.path.join(output_path, name) for name in FILES)
-        result = AuditResult(output_path=output_path, canaries=m, repetitions=repetitions,
-                             guess_counts=len(guesses), convention=settings.convention, summary=summary,
-                             files=files, seconds=time.monotonic() - started)
-        metadata.update(result.to_dict())
+            copy_from_local(spark, os.path.join(local, name), run.under(name))
+    files = tuple(os.path.join(output_path, name) for name in FILES)
+    result = AuditResult(output_path=output_path, canaries=m, repetitions=repetitions, guess_counts=len(guesses),
+                         convention=settings.convention, summary=summary, files=files,
+                         seconds=time.monotonic() - started)
     logger.info("audit: done in %.1f s; paper convention, not a valid bound (mean best per repetition): %s",
                 result.seconds, {k: round(v["mean"], 4) for k, v in summary["best"].items() if k.endswith(names.PAPER)})
     log = logger.warning if result.headline.is_finding else logger.info
     log("audit: %s", result.headline.text())
     return result
-
-
-def claimed_privacy(spark: SparkSession, config: Config) -> tuple[str, float]:
-    """(training mechanism, claimed epsilon) of the audited target, from the train stage's marker when the
-    canaries are its output (no noise: eps = inf); ("an unknown mechanism", NaN) for a canary table given by
-    audit.canary_path or without the train stage's marker."""
-    marker = None if config.audit.canary_path else read_marker(spark, os.path.dirname(canary_path(config)))
-    if marker is None:
-        return "an unknown mechanism", math.nan
-    mechanism, epsilon, bag_size = marker["mechanism"], float(marker["epsilon"]), int(marker["bag_size"])
-    name = f"{mechanism} (k = {bag_size})" if mechanism in names.BAG_MECHANISMS else mechanism
-    return name, math.inf if mechanism in (names.NONE, names.LLP) else epsilon
 
 
 def headline_family(settings: AuditConfig) -> str:
@@ -618,14 +594,16 @@ def _grid(canaries: int, settings: AuditConfig) -> np.ndarray:
     return audit.guess_grid(canaries, step_percent=settings.sweep_step_percent, extra_share=settings.extra_guess_share)
 
 
-def _headline(spark: SparkSession, config: Config, bounds: audit_sweep.AttackBounds, *, design: str, canaries: int,
-              observational: dict[str, Any]) -> Headline:
+def _headline(config: Config, bounds: audit_sweep.AttackBounds, *, design: str, canaries: int,
+              observational: dict[str, Any], trained: Any) -> Headline:
     """The first repetition's valid (Bonferroni over attacks x sweep points) bound of :func:`headline_family`, with
-    what it assumes: nothing (injected) or tau, tau* and the reference (observational)."""
+    what it assumes: nothing (injected) or tau, tau* and the reference (observational), beside the claimed privacy
+    of the target the train stage reports (``trained``, its result; None for a canary table of audit.canary_path:
+    "an unknown mechanism", NaN)."""
     family = headline_family(config.audit)
     tests = bounds.tests
     valid = np.asarray(bounds.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
-    mechanism, claimed = claimed_privacy(spark, config)
+    mechanism, claimed = trained.claimed_privacy() if trained is not None else ("an unknown mechanism", math.nan)
     reference, calibrated = observational.get("reference") or {}, observational.get("calibrated") or {}
     return Headline(eps_lb=float(valid[0]), eps_lb_mean=float(valid.mean()),
                     eps_lb_std=float(valid.std(ddof=1)) if len(valid) > 1 else 0.0, repetitions=len(valid),
@@ -635,3 +613,11 @@ def _headline(spark: SparkSession, config: Config, bounds: audit_sweep.AttackBou
                     tau_break_even=observational.get("tau_break_even", {}).get("first", math.nan),
                     reference_eps_lb=reference.get("eps_lb", math.nan), calibrated_tau=calibrated.get("tau", math.nan),
                     calibrated_eps_lb=calibrated.get("eps_lb", math.nan))
+
+
+AUDIT = Stage(
+    name="audit", step="audit", result=AuditResult, compute=_audit, recomputed_with=("canaries",),
+    fields=("run.seed", "audit.*"),
+    outputs=lambda config: (layout.output_path(config, layout.AUDIT),),
+    inputs=lambda config: (Input("canaries", audited_path, "audit.canary_path",
+                                 lambda c: "" if c.audit.canary_path else "train"),))

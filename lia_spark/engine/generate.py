@@ -31,7 +31,8 @@ from lia_spark import layout
 from lia_spark.config import Config
 from lia_spark.criteo import CAT_COLUMNS, DAY, INT_COLUMNS, LABEL, ROW_ID, STORAGE_DDL, split_row_id
 from lia_spark.engine.filesystem import files_for
-from lia_spark.engine.outputs import committed_output, delete_path, marker_fields, reusable_output, stage_fingerprint
+from lia_spark.engine.outputs import committed_output, delete_path, reusable_output
+from lia_spark.engine.stage import Stage, StageResult, StageRun
 from lia_spark.engine.session import default_parallelism, describe_jobs
 from lia_spark.fingerprint import Fingerprint
 from lia_spark.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
@@ -46,7 +47,7 @@ _PART_INDEX = re.compile(r"^part-(\d+)")
 
 
 @dataclasses.dataclass(frozen=True)
-class GenerateResult:
+class GenerateResult(StageResult):
     """What the generate stage wrote: per-day row and click counts, the calibrated intercept and the paths."""
 
     seed: int
@@ -79,12 +80,9 @@ class GenerateResult:
         return payload
 
     @classmethod
-    def from_dict(cls, payload: dict[str, Any]) -> "GenerateResult":
-        """Inverse of :meth:`to_dict` (extra keys ignored)."""
-        values = marker_fields(cls, payload)
-        values["tsv_paths"] = tuple(values.get("tsv_paths", ()))
-        values["intercepts"] = tuple(values.get("intercepts", ()))
-        return cls(**values)
+    def decoded(cls, values: dict[str, Any]) -> dict[str, Any]:
+        return {**values, "tsv_paths": tuple(values.get("tsv_paths", ())),
+                "intercepts": tuple(values.get("intercepts", ()))}
 
     def metrics(self) -> dict[str, float]:
         """Flat metrics: rows, clicks, click rate overall and per day, seconds."""
@@ -95,9 +93,6 @@ class GenerateResult:
             metrics[f"click_rate_day_{day}"] = self.clicks_by_day[day] / rows if rows else math.nan
         return metrics
 
-    def artifacts(self) -> list[str]:
-        """No local files: the outputs are tables and TSV folders."""
-        return []
 
 
 def partition_count(config: Config, default_parallelism: int) -> int:
@@ -250,52 +245,59 @@ def _day_counts(spark: SparkSession, data_path: str) -> tuple[dict[str, int], di
             {str(row[DAY]): int(row["clicks"] or 0) for row in ordered})
 
 
-def run_generate(spark: SparkSession, config: Config) -> GenerateResult:
-    """Write the twin's Parquet data, truth table and (optionally) Criteo TSV; reuse complete outputs.
+def _tsv_fingerprint(spark: SparkSession, config: Config) -> Fingerprint:
+    """The Criteo files' own fingerprint: the stage's plus synthetic.gzip (the Parquet data does not depend on it)."""
+    return GENERATE.fingerprint(spark, config, gzip=config.synthetic.gzip)
 
-    Raises:
-        ValueError: when ``data.source`` is not ``synthetic``.
-    """
+
+def _complete_tsv(spark: SparkSession, config: Config, result: GenerateResult) -> GenerateResult:
+    """A reused twin whose Criteo files are missing or stale (synthetic.write_tsv, synthetic.gzip changed): write
+    only those."""
+    synthetic = config.synthetic
+    fingerprint = _tsv_fingerprint(spark, config)
+    if not synthetic.write_tsv or reusable_output(spark, [layout.output_path(config, layout.CRITEO_TSV)], fingerprint,
+                                                  force=config.run.force) is not None:
+        return result
+    started = time.monotonic()
+    params = calibrate_twin(seed=config.run.seed, click_rate=synthetic.click_rate, days=synthetic.days)
+    tsv_paths = _write_tsv(spark, config, params, partition_count(config, default_parallelism(spark)), fingerprint)
+    return dataclasses.replace(result, tsv_paths=tuple(tsv_paths), seconds=time.monotonic() - started, skipped=False)
+
+
+def _source_is_synthetic(spark: SparkSession, config: Config) -> None:
     if config.data.source != "synthetic":
         raise ValueError(f"data.source must be 'synthetic' for the generate stage, got {config.data.source!r}")
-    started = time.monotonic()
-    synthetic = config.synthetic
-    data_path = config.parquet_path
-    truth_path = layout.output_path(config, layout.TRUTH)
-    tsv_path = layout.output_path(config, layout.CRITEO_TSV)
-    fingerprint = stage_fingerprint(spark, "generate", config)
-    tsv_fingerprint = stage_fingerprint(spark, "generate", config, gzip=synthetic.gzip)
-    marker = reusable_output(spark, [data_path, truth_path], fingerprint, force=config.run.force)
-    tsv_done = not synthetic.write_tsv or reusable_output(spark, [tsv_path], tsv_fingerprint,
-                                                          force=config.run.force) is not None
-    if marker is not None and tsv_done:
-        return dataclasses.replace(GenerateResult.from_dict(marker), skipped=True)
 
+
+def _generate(run: StageRun) -> GenerateResult:
+    """Write the twin's Parquet data (into ``run.staging``), truth table and (optionally) Criteo TSV."""
+    spark, config = run.spark, run.config
+    synthetic = config.synthetic
     params = calibrate_twin(seed=config.run.seed, click_rate=synthetic.click_rate, days=synthetic.days)
     partitions = partition_count(config, default_parallelism(spark))
-    if marker is not None:  # data and truth are current: only the Criteo files are missing or stale
-        tsv_paths = _write_tsv(spark, config, params, partitions, tsv_fingerprint)
-        return dataclasses.replace(GenerateResult.from_dict(marker), tsv_paths=tuple(tsv_paths),
-                                   seconds=time.monotonic() - started)
     logger.info("generate: %d rows x %d days in %d partitions, b0(day) = %s", synthetic.rows_per_day,
                 synthetic.days, partitions, ", ".join(f"{b0:.4f}" for b0 in params.intercepts))
-    tsv_paths: list[str] = []
-    metadata: dict[str, Any] = {}
-    with committed_output(spark, data_path, metadata, fingerprint=fingerprint) as staging:
-        describe_jobs(spark, "generate: twin rows to Parquet")
-        generated_rows(spark, params, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
-                       partitions=partitions).write.partitionBy(DAY).parquet(staging)
-        _write_truth(spark, config, params, staging, fingerprint)
-        if synthetic.write_tsv:
-            tsv_paths = _write_tsv(spark, config, params, partitions, tsv_fingerprint)
-        rows_by_day, clicks_by_day = _day_counts(spark, staging)
-        result = GenerateResult(
-            seed=config.run.seed, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
-            click_rate_target=synthetic.click_rate, intercepts=params.intercepts, partitions=partitions,
-            rows=sum(rows_by_day.values()), clicks=sum(clicks_by_day.values()), rows_by_day=rows_by_day,
-            clicks_by_day=clicks_by_day, parquet_path=data_path, truth_path=truth_path,
-            tsv_paths=tuple(tsv_paths), seconds=time.monotonic() - started)
-        metadata.update(result.to_dict())
+    describe_jobs(spark, "generate: twin rows to Parquet")
+    generated_rows(spark, params, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
+                   partitions=partitions).write.partitionBy(DAY).parquet(run.staging)
+    _write_truth(spark, config, params, run.staging, run.fingerprint)
+    tsv_paths = (_write_tsv(spark, config, params, partitions, _tsv_fingerprint(spark, config))
+                 if synthetic.write_tsv else [])
+    rows_by_day, clicks_by_day = _day_counts(spark, run.staging)
+    result = GenerateResult(
+        seed=config.run.seed, rows_per_day=synthetic.rows_per_day, days=synthetic.days,
+        click_rate_target=synthetic.click_rate, intercepts=params.intercepts, partitions=partitions,
+        rows=sum(rows_by_day.values()), clicks=sum(clicks_by_day.values()), rows_by_day=rows_by_day,
+        clicks_by_day=clicks_by_day, parquet_path=config.parquet_path,
+        truth_path=layout.output_path(config, layout.TRUTH), tsv_paths=tuple(tsv_paths),
+        seconds=time.monotonic() - run.started)
     logger.info("generate: %d rows, click rate %.5f (target %.5f) in %.1f s", result.rows, result.click_rate,
                 synthetic.click_rate, result.seconds)
     return result
+
+
+GENERATE = Stage(
+    name="generate", step="data", result=GenerateResult, compute=_generate, check=_source_is_synthetic,
+    fields=("run.seed", "synthetic.rows_per_day", "synthetic.days", "synthetic.click_rate", "synthetic.partitions"),
+    outputs=lambda config: (config.parquet_path, layout.output_path(config, layout.TRUTH)),
+    reused=_complete_tsv, describes_input=True)

@@ -45,7 +45,8 @@ from pyspark.sql import functions as F
 from lia_spark import criteo
 from lia_spark.config import Config
 from lia_spark.engine.filesystem import files_for
-from lia_spark.engine.outputs import committed_output, delete_path, marker_fields, reusable_output, stage_fingerprint
+from lia_spark.engine.outputs import committed_output, delete_path
+from lia_spark.engine.stage import Resolved, Stage, StageResult, StageRun
 from lia_spark.engine.session import describe_jobs
 from lia_spark.fingerprint import Fingerprint
 
@@ -103,7 +104,7 @@ class FileCounts:
 
 
 @dataclasses.dataclass(frozen=True)
-class IngestResult:
+class IngestResult(StageResult):
     """What the ingest stage read and wrote. ``input_lines == valid_rows + malformed_rows``.
 
     ``corrupt_files`` (truncated gzip, size mismatch) and ``empty_files`` are damaged files: their lines decoded
@@ -127,15 +128,10 @@ class IngestResult:
     seconds: float
     skipped: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "IngestResult":
-        fields = marker_fields(cls, values)
-        fields["rows_per_day"] = {int(day): int(rows) for day, rows in fields["rows_per_day"].items()}
-        fields["files"] = [FileCounts(**item) for item in fields["files"]]
-        return cls(**fields)
+    def decoded(cls, values: dict[str, Any]) -> dict[str, Any]:
+        return {**values, "rows_per_day": {int(day): int(rows) for day, rows in values["rows_per_day"].items()},
+                "files": [FileCounts(**item) for item in values["files"]]}
 
     def metrics(self) -> dict[str, float]:
         values = {
@@ -152,9 +148,6 @@ class IngestResult:
         for reason, count in self.malformed_by_reason.items():
             values[f"ingest_malformed_{reason.replace(':', '_')}"] = float(count)
         return values
-
-    def artifacts(self) -> list[str]:
-        return []
 
 
 class MalformedShareError(ValueError):
@@ -486,28 +479,31 @@ def _write_quarantine(spark: SparkSession, path: str, malformed: DataFrame, sour
 
 
 def _write_data(spark: SparkSession, lines: DataFrame, result: IngestResult, block_offsets: dict, file_days: dict,
-                started: float, fingerprint: Fingerprint) -> IngestResult:
-    """Parse and write the valid rows; commit only when the rows written per day match the scan's counts."""
+                started: float, staging: str) -> IngestResult:
+    """Parse and write the valid rows to ``staging``; fail (nothing is committed) unless the rows written per day
+    match the scan's counts."""
     parsed = lines.mapInArrow(_parse_partition_fn(block_offsets, file_days), criteo.STORAGE_DDL)
-    metadata: dict[str, Any] = {}
-    with committed_output(spark, result.parquet_path, metadata, fingerprint=fingerprint) as staging:
-        parsed.write.partitionBy(criteo.DAY).parquet(staging)
-        describe_jobs(spark, "ingest: verify written row counts")
-        written = {row[criteo.DAY]: row["count"] for row in
-                   spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(criteo.DAY).count().collect()}
-        expected = {day: rows for day, rows in result.rows_per_day.items() if rows}
-        if written != expected:
-            raise RuntimeError(f"ingest wrote {written} rows per day but the scan counted {expected}; "
-                               "nothing was committed")
-        result = dataclasses.replace(result, seconds=time.monotonic() - started)
-        metadata.update(result.to_dict())
-    return result
+    parsed.write.partitionBy(criteo.DAY).parquet(staging)
+    describe_jobs(spark, "ingest: verify written row counts")
+    written = {row[criteo.DAY]: row["count"] for row in
+               spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(criteo.DAY).count().collect()}
+    expected = {day: rows for day, rows in result.rows_per_day.items() if rows}
+    if written != expected:
+        raise RuntimeError(f"ingest wrote {written} rows per day but the scan counted {expected}; "
+                           "nothing was committed")
+    return dataclasses.replace(result, seconds=time.monotonic() - started)
 
 
-def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
-    """Ingest ``data.criteo_paths`` into ``config.parquet_path`` (Parquet by day, schema ``STORAGE_DDL``).
+def _input_files(spark: SparkSession, config: Config) -> Resolved:
+    """The files data.criteo_paths names, not their spelling (a folder and the list of its day files are the same
+    input): their list enters the fingerprint, and each file's listing fingerprint."""
+    files = [source.path for source in list_sources(spark, config.data.criteo_paths)]
+    return Resolved(values={"data.criteo_paths": files}, inputs={f"criteo:{path}": path for path in files})
 
-    Malformed lines go to ``config.quarantine_path`` (file, 1-based line_number, raw_line, reason).
+
+def _ingest(run: StageRun) -> IngestResult:
+    """Ingest ``data.criteo_paths`` into ``config.parquet_path`` (Parquet by day, schema ``STORAGE_DDL``); malformed
+    lines go to ``config.quarantine_path`` (file, 1-based line_number, raw_line, reason).
 
     Raises:
         ValueError: bad input paths or names.
@@ -516,26 +512,19 @@ def run_ingest(spark: SparkSession, config: Config) -> IngestResult:
         MalformedShareError: malformed share above ``data.max_malformed_share``, lost lines of damaged files
             included (quarantine committed, data not written).
     """
+    spark, config = run.spark, run.config
     sources = list_sources(spark, config.data.criteo_paths)
-    # the files the paths name, not their spelling: a folder and the list of its day files are the same input
-    files = [source.path for source in sources]
-    fingerprint = stage_fingerprint(spark, "ingest", config, **{"data.criteo_paths": files},
-                                    inputs={f"criteo:{path}": path for path in files})
-    marker = reusable_output(spark, [config.parquet_path, config.quarantine_path], fingerprint, force=config.run.force)
-    if marker is not None:
-        return dataclasses.replace(IngestResult.from_dict(marker), skipped=True)
-    started = time.monotonic()
     logger.info("ingest: %d input files, %.1f MB", len(sources), sum(s.size for s in sources) / 1e6)
     copies_folder = f"{config.parquet_path}.gunzip"
     try:
-        return _ingest_sources(spark, config, sources, copies_folder, fingerprint, started)
+        return _ingest_sources(run, sources, copies_folder)
     finally:
         delete_path(spark, copies_folder)
 
 
-def _ingest_sources(spark: SparkSession, config: Config, sources: list[SourceFile], copies_folder: str,
-                    fingerprint: Fingerprint, started: float) -> IngestResult:
-    """Steps 0-3 of the module docstring (see :func:`run_ingest`)."""
+def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str) -> IngestResult:
+    """Steps 0-3 of the module docstring (see :func:`_ingest`)."""
+    spark, config, started = run.spark, run.config, run.started
     copies = {}
     if config.data.split_gzip:
         describe_jobs(spark, "ingest: decompress gzip files once (one task per file)")
@@ -558,7 +547,8 @@ def _ingest_sources(spark: SparkSession, config: Config, sources: list[SourceFil
             if item.status != "ok":
                 logger.warning("ingest: %s is %s (%d lines decoded)", item.file, item.status, item.lines)
         describe_jobs(spark, "ingest: write quarantine")
-        _write_quarantine(spark, config.quarantine_path, malformed, sources, statuses, result.to_dict(), fingerprint)
+        _write_quarantine(spark, config.quarantine_path, malformed, sources, statuses, result.to_dict(),
+                          run.fingerprint)
     finally:
         scanned.unpersist()
     logger.info("ingest: %d lines, %d valid, %d malformed (%s), %d corrupt files; quarantine written at %.1f s",
@@ -580,7 +570,13 @@ def _ingest_sources(spark: SparkSession, config: Config, sources: list[SourceFil
             f"exceeds data.max_malformed_share={limit:.4%}; data not written to {config.parquet_path}, "
             f"malformed lines are in {config.quarantine_path} ({result.malformed_by_reason})")
     describe_jobs(spark, "ingest: parse and write Parquet by day")
-    result = _write_data(spark, lines, result, offsets, file_days, started, fingerprint)
+    result = _write_data(spark, lines, result, offsets, file_days, started, run.staging)
     describe_jobs(spark, None)
     logger.info("ingest: wrote %d rows to %s in %.1f s", result.valid_rows, config.parquet_path, result.seconds)
     return result
+
+
+INGEST = Stage(
+    name="ingest", step="data", result=IngestResult, compute=_ingest, resolved=_input_files,
+    fields=("data.criteo_paths", "data.max_malformed_share", "data.kaggle_days", "data.allow_truncated_files"),
+    outputs=lambda config: (config.parquet_path, config.quarantine_path), describes_input=True)

@@ -1,4 +1,4 @@
-"""``lia-spark logloss-attack``: label inference from log-loss scores against a Spark oracle (docs/math.md §10).
+"""``lia-spark logloss-attack``: label inference from log-loss scores against a Spark oracle (docs/math.md §8).
 
 The oracle holds one day of the data table (``<data>/day=d``: row_id, label) and answers a submitted
 prediction vector with its log-loss, a Spark aggregate ``-(1/N) sum(label ? ln u : ln(1 - u))`` (exact float64;
@@ -40,9 +40,9 @@ from pyspark.sql import functions as F
 from lia_spark import logloss, logloss_plots
 from lia_spark.config import Config, LoglossConfig
 from lia_spark.criteo import DAY, LABEL, POSITION_BITS, ROW_ID
-from lia_spark.engine.outputs import (FilesResult, check_writable, committed_output, copy_from_local, local_copies,
-                                     reported_path, reusable_output, stage_fingerprint)
+from lia_spark.engine.outputs import check_writable, copy_from_local, reported_path
 from lia_spark.engine.session import describe_jobs
+from lia_spark.engine.stage import FilesResult, Input, Stage, StageRun
 
 logger = logging.getLogger(__name__)
 
@@ -180,46 +180,14 @@ class LoglossResult(FilesResult):
         return f"logloss-attack on {self.n_rows} labels (exact float64 oracle): {exact}"
 
 
-def run_logloss_attack(spark: SparkSession, config: Config) -> LoglossResult:
-    """Run the attacks of docs/math.md §10 against the Spark oracle of ``logloss.day`` and write ``<out>/logloss``.
-
-    Reused when the output is complete with the same fingerprint (logloss.*, run.seed, the data table).
+def _attack_and_write(run: StageRun) -> LoglossResult:
+    """Run the attacks of docs/math.md §8 against the Spark oracle of ``logloss.day``; write ``<out>/logloss``.
 
     Raises:
-        lia_spark.tracking.TrackingError: the tracking store is unreachable (before any query).
         ValueError: naming logloss.day when its rows are missing or not positioned 0..N-1.
     """
-    output = os.path.join(config.run.output_dir, "logloss")
-    tracker = None
-    if config.tracking.enabled:
-        from lia_spark.tracking import PipelineTracker
-
-        tracker = PipelineTracker(config, run_name=f"{config.run.name} logloss-attack")
-        tracker.check()
-    fingerprint = stage_fingerprint(spark, "logloss", config, inputs={"data": config.parquet_path})
-    marker = reusable_output(spark, [output], fingerprint, force=config.run.force)
-    result = LoglossResult.from_dict(marker, skipped=True) if marker is not None else None
-    if result is None:
-        check_writable(spark, config.run.output_dir)
-        result = _attack_and_write(spark, config, output, fingerprint)
-    if tracker is not None:
-        run_id = tracker.start()
-        failed = True
-        try:
-            with local_copies(spark, result.files) as artifacts:
-                tracker.log_stage("logloss", status="reused" if result.skipped else "ran", seconds=result.seconds,
-                                  metrics=result.metrics(), artifacts=artifacts, fingerprint=fingerprint.value)
-            failed = False
-        finally:
-            tracker.end(failed=failed)
-        result = dataclasses.replace(result, mlflow_run_id=run_id)
-    logger.info("%s", result.console_summary())
-    return result
-
-
-def _attack_and_write(spark: SparkSession, config: Config, output: str, fingerprint) -> LoglossResult:
+    spark, config, started = run.spark, run.config, run.started
     settings = config.logloss
-    started = time.monotonic()
     describe_jobs(spark, f"logloss: oracle table of day {settings.day}")
     rows = oracle_table(spark, config)
     try:
@@ -253,10 +221,8 @@ def _attack_and_write(spark: SparkSession, config: Config, output: str, fingerpr
         "stopped_by": {attack: results[(results["attack"] == attack) & (results["status"] == "stopped")]["oracle"]
                        .tolist() for attack in settings.attacks},
     }
-    output_path = reported_path(output)
-    metadata: dict[str, Any] = {}
-    with (committed_output(spark, output, metadata, fingerprint=fingerprint) as staging,
-          tempfile.TemporaryDirectory(prefix="lia-logloss-") as local):
+    output_path = reported_path(logloss_path(config))
+    with tempfile.TemporaryDirectory(prefix="lia-logloss-") as local:
         os.makedirs(os.path.join(local, "plots"))
         results.to_csv(os.path.join(local, FILES[0]), index=False)
         defender_table(results).to_csv(os.path.join(local, FILES[1]), index=False)
@@ -265,9 +231,19 @@ def _attack_and_write(spark: SparkSession, config: Config, output: str, fingerpr
         logloss_plots.accuracy_plot(results, path=os.path.join(local, FILES[3]))
         logloss_plots.labels_per_query_plot(results, n_rows=n_rows, path=os.path.join(local, FILES[4]))
         for name in FILES:
-            copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
-        result = LoglossResult(output_path=output_path, n_rows=n_rows, settings=len(results), summary=summary,
-                               files=tuple(os.path.join(output_path, name) for name in FILES),
-                               seconds=time.monotonic() - started)
-        metadata.update(result.to_dict())
-    return result
+            copy_from_local(spark, os.path.join(local, name), run.under(name))
+    return LoglossResult(output_path=output_path, n_rows=n_rows, settings=len(results), summary=summary,
+                         files=tuple(os.path.join(output_path, name) for name in FILES),
+                         seconds=time.monotonic() - started)
+
+
+def logloss_path(config: Config) -> str:
+    """``<out>/logloss``."""
+    return os.path.join(config.run.output_dir, "logloss")
+
+
+LOGLOSS = Stage(
+    name="logloss", step="", result=LoglossResult, compute=_attack_and_write, fields=("run.seed", "logloss.*"),
+    outputs=lambda config: (logloss_path(config),),
+    check=lambda spark, config: check_writable(spark, config.run.output_dir),
+    inputs=lambda config: (Input("data", lambda c: c.parquet_path, "data.parquet_path", lambda c: "data"),))

@@ -15,14 +15,13 @@ import logging
 import shutil
 import tempfile
 import uuid
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Sequence
 
 from pyspark.sql import SparkSession
 
-from lia_spark.config import Config
 from lia_spark.engine.filesystem import error_reason, file_errors, files_for, local_folder
 from lia_spark.fingerprint import (FINGERPRINT_KEY, Fingerprint, changes, marker_fingerprint, sealed_marker,
-                                   stage_parameters, verified_marker)
+                                   verified_marker)
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +111,13 @@ def is_complete(spark: SparkSession, path: str) -> bool:
     return read_marker(spark, path) is not None
 
 
+def committed(spark: SparkSession, path: str) -> bool:
+    """True when ``path`` is a complete output, or a table inside one (``models/canaries`` in ``models``)."""
+    trimmed = path.rstrip("/")
+    return is_complete(spark, trimmed) or (is_complete(spark, trimmed.rsplit("/", 1)[0])
+                                           and path_exists(spark, trimmed))
+
+
 @contextlib.contextmanager
 def committed_output(spark: SparkSession, path: str, metadata: dict[str, Any] | None = None, *,
                      fingerprint: Fingerprint | None = None) -> Iterator[str]:
@@ -195,31 +201,6 @@ def marker_fields(result_type: type, payload: dict[str, Any]) -> dict[str, Any]:
     """The entries of a marker payload that are fields of the dataclass ``result_type`` (extra keys ignored)."""
     names = {field.name for field in dataclasses.fields(result_type)}
     return {key: value for key, value in payload.items() if key in names}
-
-
-class FilesResult:
-    """``to_dict`` / ``from_dict`` of a stage-result dataclass with a ``files`` tuple (a JSON list in its marker)
-    and a ``skipped`` flag (set when the result is read back from a reused output)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        payload = dataclasses.asdict(self)
-        payload["files"] = list(self.files)
-        return payload
-
-    @classmethod
-    def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False):
-        values = marker_fields(cls, payload)
-        values.update(files=tuple(values["files"]), skipped=skipped)
-        return cls(**values)
-
-
-def stage_fingerprint(spark: SparkSession, stage: str, config: Config, *, inputs: Mapping[str, str] | None = None,
-                      **extra: Any) -> Fingerprint:
-    """:class:`lia_spark.fingerprint.Fingerprint` of ``stage`` under ``config``: the fields it reads
-    (:data:`lia_spark.fingerprint.STAGE_FIELDS`) plus ``extra``, and the :func:`output_fingerprint` of each
-    input table (``{role: path}``)."""
-    return Fingerprint(stage, stage_parameters(stage, config.to_dict(), **extra),
-                       {role: output_fingerprint(spark, path) for role, path in (inputs or {}).items()})
 
 
 def check_writable(spark: SparkSession, folder: str, *, field: str = "run.output_dir") -> None:

@@ -1,31 +1,25 @@
 """End-to-end pipeline: data (generate | ingest) -> train -> posteriors -> utility -> audit -> report, in MLflow.
 
-Each step calls one stage function registered in :mod:`lia_spark.stages`. Steps are chosen by
+Each step runs the stage of :mod:`lia_spark.engine.stages` it names, through the one skeleton
+:func:`~lia_spark.engine.stages.run_stage`. Steps are chosen by
 ``run.stages`` and run in the order of :data:`lia_spark.config.PIPELINE_STAGES`; a step whose output is already
 complete is reused by the stage itself unless ``run.force``. A failing stage stops the pipeline; outputs of
 finished stages stay committed, the MLflow run is marked FAILED, the error is raised.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
-import shutil
-import tempfile
 import time
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from pyspark.sql import SparkSession
 
-from lia_spark import layout
-from lia_spark.config import PIPELINE_STAGES, Config, is_remote_path
-from lia_spark.engine.outputs import (check_writable, committed_output, copy_from_local, is_complete, local_copies,
-                                     marker_fields, path_exists, read_marker, reported_path)
-from lia_spark.engine.session import describe_jobs, job_group, master_name
-from lia_spark.fingerprint import marker_fingerprint, verified_marker
-from lia_spark.report import REPORT_FILE, ReportResult, render_report
+from lia_spark.config import PIPELINE_STAGES, Config
+from lia_spark.engine.outputs import check_writable, committed, local_copies, path_exists, read_marker
+from lia_spark.engine.session import job_group, master_name
+from lia_spark.engine.stages import committed_result, run_stage, sealed_fingerprint, step_stage
 
 logger = logging.getLogger(__name__)
 
@@ -55,15 +49,12 @@ class StageOutcome:
         return list(self.result.artifacts()) if self.result is not None else []
 
     def models(self) -> list[str]:
-        """The model files of a train result (MLflow logs them as models); none for other stages."""
-        return list(self.result.model_files) if self.stage == "train" and self.result is not None else []
+        """The stage result's model files (MLflow logs them as models)."""
+        return list(self.result.models()) if self.result is not None else []
 
-    def settings(self) -> list[dict[str, Any]]:
-        """One row per mechanism setting (one nested MLflow run each): the posteriors summary, the utility table;
-        none for other stages."""
-        if self.result is None or self.stage not in ("posteriors", "utility"):
-            return []
-        return [dict(row) for row in (self.result.summary if self.stage == "posteriors" else self.result.table)]
+    def setting_rows(self) -> list[dict[str, Any]]:
+        """One row per mechanism setting (one nested MLflow run each), from the stage result."""
+        return list(self.result.setting_rows()) if self.result is not None else []
 
     def to_dict(self) -> dict[str, Any]:
         """Status, timing and the stage result's own to_dict()."""
@@ -125,61 +116,6 @@ class PipelineResult:
         return "\n".join(lines)
 
 
-def stage_for(step: str, config: Config) -> str:
-    """Registered stage name behind a pipeline step (data -> generate or ingest)."""
-    if step == "data":
-        return "generate" if config.data.source == "synthetic" else "ingest"
-    return step
-
-
-def completion_paths(step: str, config: Config) -> tuple[str, ...]:
-    """Committed folders, any of which with a ``_LIA_COMPLETE`` marker means the step's output exists.
-
-    The stage folder itself (stages that commit it whole) or the table inside it (:mod:`lia_spark.layout`).
-    """
-    return {"data": (config.parquet_path,),
-            "train": (layout.output_path(config, layout.MODELS), layout.canaries_path(config)),
-            "posteriors": (layout.output_path(config, layout.POSTERIORS), layout.posterior_summary_path(config)),
-            "utility": (layout.output_path(config, layout.UTILITY),),
-            "audit": (layout.output_path(config, layout.AUDIT),),
-            "report": (layout.output_path(config, layout.REPORT),)}[step]
-
-
-def step_complete(spark: SparkSession, step: str, config: Config) -> bool:
-    """True when the step's committed output exists (reused only if its fingerprint matches the config)."""
-    return any(is_complete(spark, path) for path in completion_paths(step, config))
-
-
-def step_fingerprint(spark: SparkSession, step: str, config: Config) -> str:
-    """The fingerprint sealed into the step's committed output ("" for the report or an unsealed output)."""
-    if step == "report":
-        return ""
-    marker = read_marker(spark, completion_paths(step, config)[0])
-    verified = verified_marker(marker)[0] if marker is not None else None
-    return marker_fingerprint(verified) if verified is not None else ""
-
-
-def write_report(spark: SparkSession, config: Config, steps: Sequence[StageOutcome], *,
-                 mlflow_location: str = "") -> ReportResult:
-    """Render the report and commit it to ``OUT/report`` (any Hadoop file system); always rewritten."""
-    with contextlib.ExitStack() as copies:  # a remote output folder's CSVs and plots, fetched to embed them
-        local = {o.step: copies.enter_context(local_copies(spark, o.artifacts())) for o in steps}
-        text, figures, tables = render_report(config, steps, mlflow_location=mlflow_location, local_artifacts=local)
-    local = Path(tempfile.mkdtemp(prefix="lia-report-")) / REPORT_FILE
-    local.write_text(text, encoding="utf-8")
-    final = layout.output_path(config, layout.REPORT)
-    describe_jobs(spark, "report: write report.html")
-    with committed_output(spark, final, {"figures": figures, "tables": tables}) as staging:
-        copy_from_local(spark, str(local), f"{staging}/{REPORT_FILE}")
-    path = f"{final}/{REPORT_FILE}"
-    is_local = not is_remote_path(final)
-    if is_local:
-        path = str(Path(path).resolve())
-        shutil.rmtree(local.parent, ignore_errors=True)
-    logger.info("report: %s (%d plots, %d tables)", path, figures, tables)
-    return ReportResult(path=path, html_path=path if is_local else str(local), figures=figures, tables=tables)
-
-
 def _row_counts(metrics: dict[str, float]) -> str:
     counts = {key: value for key, value in metrics.items() if "rows" in key or "count" in key}
     return ", ".join(f"{key}={value:,.0f}" for key, value in sorted(counts.items())[:6]) or "no row counts"
@@ -187,8 +123,9 @@ def _row_counts(metrics: dict[str, float]) -> str:
 
 def check_before_stages(spark: SparkSession, config: Config) -> None:
     """Fail in seconds, before any stage runs, on what would fail later: an output folder that cannot be
-    written, missing Criteo inputs, a data or canary table that the selected steps read but nothing produces,
-    and an attacker prior that cannot be resolved (the tracking store is checked by the tracker itself).
+    written, missing Criteo inputs, an input table a selected step declares (:class:`lia_spark.engine.stage.Input`)
+    that no selected step writes and that is not complete, a table the user names that does not exist, and an
+    attacker prior that cannot be resolved (the tracking store is checked by the tracker itself).
 
     Raises:
         PermissionError: run.output_dir cannot be written.
@@ -199,13 +136,18 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
         from lia_spark.engine.ingest import list_sources
 
         list_sources(spark, config.data.criteo_paths)
-    if "data" not in selected and {"train", "posteriors", "utility"} & selected and not is_complete(
-            spark, config.parquet_path):
-        raise ValueError(f"run.stages: {list(config.run.stages)} reads the data table but {config.parquet_path} is "
-                         "missing or incomplete; add 'data' to run.stages or set data.parquet_path")
-    if "audit" in selected and config.audit.canary_path and not path_exists(spark, config.audit.canary_path):
-        raise ValueError(f"audit.canary_path: no such table, got {config.audit.canary_path!r}; set it to a canary "
-                         "table or leave it empty for the train stage's")
+    for step in PIPELINE_STAGES:
+        if step not in selected:
+            continue
+        for item in step_stage(step, config).inputs(config):
+            producer, path = item.producer(config), item.path(config)
+            if not item.required or producer in selected:
+                continue
+            if producer and not committed(spark, path):
+                raise ValueError(f"run.stages: {list(config.run.stages)} reads the {item.role} table but {path} is "
+                                 f"missing or incomplete; add '{producer}' to run.stages or set {item.field}")
+            if not producer and not path_exists(spark, path):
+                raise ValueError(f"{item.field}: no such table, got {path!r}; set it to an existing table")
     if "posteriors" in selected:
         from lia_spark.engine.posteriors.prior import check_prior_source
 
@@ -214,47 +156,48 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
 
 
 def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str, StageOutcome],
-              report: Callable[[SparkSession, Config, list[StageOutcome]], Any]) -> StageOutcome:
-    from lia_spark.stages import load_stage
-
-    stage = stage_for(step, config)
+              mlflow_location: str) -> StageOutcome:
+    stage = step_stage(step, config)
     if step not in config.run.stages:
         logger.info("pipeline: %s skipped (not in run.stages)", step)
-        return StageOutcome(step, stage, "skipped")
-    function = (lambda s, c: report(s, c, list(outcomes.values()))) if step == "report" else load_stage(stage)
-    logger.info("pipeline: %s (%s) started", step, stage)
+        return StageOutcome(step, stage.name, "skipped")
+    logger.info("pipeline: %s (%s) started", step, stage.name)
     started = time.monotonic()
     try:
-        with job_group(spark, f"lia-spark-{step}", f"{config.run.name}: {step} ({stage})"):
-            result = function(spark, config)
+        with job_group(spark, f"lia-spark-{step}", f"{config.run.name}: {step} ({stage.name})"):
+            result = run_stage(stage.name, spark, config, steps=list(outcomes.values()),
+                               mlflow_location=mlflow_location)
     except Exception as error:
         seconds = time.monotonic() - started
         logger.error("pipeline: %s failed after %.1f s: %s", step, seconds, error)
-        return StageOutcome(step, stage, "failed", seconds, error=f"{type(error).__name__}: {error}", exception=error)
-    reused = bool(getattr(result, "skipped", False))
-    outcome = StageOutcome(step, stage, "reused" if reused else "ran", time.monotonic() - started, result,
-                           fingerprint=step_fingerprint(spark, step, config))
+        return StageOutcome(step, stage.name, "failed", seconds, error=f"{type(error).__name__}: {error}",
+                            exception=error)
+    outcome = StageOutcome(step, stage.name, "reused" if result.skipped else "ran", time.monotonic() - started,
+                           result, fingerprint=sealed_fingerprint(spark, stage, config) if stage.reusable else "")
     logger.info("pipeline: %s %s in %.1f s (%s)", step, outcome.status, outcome.seconds, _row_counts(outcome.metrics()))
     return outcome
 
 
 def log_outcome(spark: SparkSession, config: Config, tracker: Any, outcome: StageOutcome) -> None:
     """Log one step's outcome to MLflow (artifacts and models only when it ran; tables of per-row labels only with
-    tracking.log_row_data), with the parent run's data fingerprint (data), headline tags (audit) and report page
-    (report)."""
+    tracking.log_row_data), and on the parent run what its result offers: a headline's tags, the identity of the
+    input data (a stage that describes it) and a page."""
     ran = outcome.status == "ran"
-    row_data = outcome.result.row_data() if config.tracking.log_row_data and hasattr(outcome.result, "row_data") else []
+    row_data = outcome.result.row_data() if config.tracking.log_row_data and outcome.result is not None else []
     with (local_copies(spark, [*outcome.artifacts(), *row_data] if ran else []) as artifacts,
           local_copies(spark, outcome.models() if ran else []) as models):
         tracker.log_stage(outcome.step, status=outcome.status, seconds=outcome.seconds, metrics=outcome.metrics(),
-                          artifacts=artifacts, models=models, settings=outcome.settings(), error=outcome.error,
+                          artifacts=artifacts, models=models, settings=outcome.setting_rows(), error=outcome.error,
                           fingerprint=outcome.fingerprint)
-    if outcome.step == "audit" and outcome.result is not None:
+    if outcome.result is None:
+        return
+    if outcome.result.headline is not None:
         tracker.set_headline(outcome.result.headline)
-    if outcome.step == "data" and outcome.status != "failed":
-        tracker.log_data_marker(read_marker(spark, config.parquet_path) or {})
-    if outcome.step == "report" and outcome.status != "failed":
-        tracker.log_report(outcome.result.html_path)
+    stage = step_stage(outcome.step, config)
+    if stage.describes_input:
+        tracker.log_data_marker(read_marker(spark, stage.outputs(config)[0]) or {})
+    if outcome.result.page():
+        tracker.log_report(outcome.result.page())
 
 
 def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
@@ -278,16 +221,13 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
         result.tracking_uri = tracker.tracking_uri
         result.mlflow_location = tracker.location()
 
-    def report(session: SparkSession, conf: Config, steps: list[StageOutcome]) -> Any:
-        return write_report(session, conf, steps, mlflow_location=result.mlflow_location)
-
     outcomes: dict[str, StageOutcome] = {}
     failed: StageOutcome | None = None
     try:
         for step in PIPELINE_STAGES:
             if tracker is not None and step in config.run.stages:  # its MLflow run starts with it: real durations
                 tracker.best_effort(f"stage {step}", functools.partial(tracker.start_stage, step))
-            outcome = _run_step(spark, config, step, outcomes, report)
+            outcome = _run_step(spark, config, step, outcomes, result.mlflow_location)
             outcomes[step] = outcome
             result.steps.append(outcome)
             if tracker is not None and outcome.status in ("ran", "reused", "failed"):
@@ -314,24 +254,12 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
 def committed_outcome(spark: SparkSession, config: Config, step: str) -> StageOutcome:
     """A step's committed output as an outcome that ran (its result rebuilt from the marker), or "skipped" when
     the step has no complete output."""
-    from lia_spark.engine.audit import AuditResult
-    from lia_spark.engine.generate import GenerateResult
-    from lia_spark.engine.ingest import IngestResult
-    from lia_spark.engine.posteriors.stage import PosteriorsResult
-    from lia_spark.engine.train import TrainResult
-    from lia_spark.engine.utility import UtilityResult
-
-    stage = stage_for(step, config)
-    marker = read_marker(spark, completion_paths(step, config)[0])
-    if marker is None:
-        return StageOutcome(step, stage, "skipped")
-    report = layout.output_path(config, layout.REPORT) + f"/{REPORT_FILE}"
-    result = {"generate": GenerateResult.from_dict, "ingest": IngestResult.from_dict, "train": TrainResult.from_dict,
-              "posteriors": PosteriorsResult.from_dict, "audit": AuditResult.from_dict,
-              "utility": lambda values: UtilityResult(**marker_fields(UtilityResult, values)),
-              "report": lambda values: ReportResult(report, reported_path(report), int(values["figures"]),
-                                                    int(values["tables"]))}[stage](marker)
-    return StageOutcome(step, stage, "ran", result=result, fingerprint=step_fingerprint(spark, step, config))
+    stage = step_stage(step, config)
+    result = committed_result(spark, stage, config)
+    if result is None:
+        return StageOutcome(step, stage.name, "skipped")
+    return StageOutcome(step, stage.name, "ran", result=result,
+                        fingerprint=sealed_fingerprint(spark, stage, config) if stage.reusable else "")
 
 
 def run_track(spark: SparkSession, config: Config) -> PipelineResult:

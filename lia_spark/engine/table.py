@@ -33,18 +33,14 @@ from pyspark.sql import SparkSession
 
 from lia_spark import layout, table
 from lia_spark.config import Config
-from lia_spark.engine.audit import AuditResult, run_audit
-from lia_spark.engine.outputs import (check_writable, copy_from_local, local_copies, local_folder, path_exists,
-                                     read_marker)
+from lia_spark.engine.modeling import Preparation
+from lia_spark.engine.outputs import check_writable, copy_from_local, local_copies, local_folder, path_exists
 from lia_spark.engine.session import describe_jobs, job_group
-from lia_spark.engine.train import TrainResult, run_train_models
-from lia_spark.fingerprint import marker_fingerprint, verified_marker
+from lia_spark.engine.stages import STAGES, run_stage, sealed_fingerprint, step_stage
 
 logger = logging.getLogger(__name__)
 
 TABLE_FILES = ("eps_lb.csv", "cells.csv", "utility.csv", "published.csv", "eps_lb_vs_claimed.png")
-
-
 
 
 def cell_config(config: Config, cell: table.Cell) -> Config:
@@ -68,8 +64,8 @@ class CellOutcome:
     output_dir: str
     status: str
     seconds: float
-    train: TrainResult | None = None
-    audit: AuditResult | None = None
+    train: Any = None  # the train stage's result
+    audit: Any = None  # the audit stage's result
     error: str = ""
 
     def record(self) -> dict[str, Any]:
@@ -165,13 +161,7 @@ class TableCellsFailed(RuntimeError):
                          f"the other cells are in {result.output_dir}; re-run the same command to resume")
 
 
-def _audit_fingerprint(spark: SparkSession, output_dir: str) -> str:
-    marker = read_marker(spark, layout.under(output_dir, layout.AUDIT))
-    verified = verified_marker(marker)[0] if marker is not None else None
-    return marker_fingerprint(verified) if verified is not None else ""
-
-
-def _run_cell(spark: SparkSession, config: Config, cell: table.Cell) -> CellOutcome:
+def _run_cell(spark: SparkSession, config: Config, cell: table.Cell, preparation: Preparation) -> CellOutcome:
     conf = cell_config(config, cell)
     out = conf.run.output_dir
     started = time.monotonic()
@@ -179,8 +169,8 @@ def _run_cell(spark: SparkSession, config: Config, cell: table.Cell) -> CellOutc
     try:
         with job_group(spark, f"lia-spark-table-{cell.name}", f"{config.run.name}: audit-table cell {cell.name}"):
             check_writable(spark, out, field=f"run.output_dir (audit-table cell {cell.name})")
-            train = run_train_models(spark, conf, share_preparation=True)
-            audit = run_audit(spark, conf)
+            train = run_stage("train", spark, conf, preparation=preparation)
+            audit = run_stage("audit", spark, conf)
     except Exception as error:  # noqa: BLE001 - a failing cell is recorded and the other cells go on
         seconds = time.monotonic() - started
         message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
@@ -206,13 +196,11 @@ def _prepare_data(spark: SparkSession, config: Config) -> str:
                              "does not exist; add 'data' to run.stages or set data.parquet_path")
         logger.info("audit-table: using the data table %s ('data' not in run.stages)", config.parquet_path)
         return "existing"
-    from lia_spark.stages import load_stage
-
-    stage = "generate" if config.data.source == "synthetic" else "ingest"
-    result = load_stage(stage)(spark, config)
-    status = "reused" if getattr(result, "skipped", False) else "ran"
-    logger.info("audit-table: data step %s %s (%s)", stage, status, config.parquet_path)
-    return f"{stage} {status}"
+    stage = step_stage("data", config)
+    result = run_stage(stage.name, spark, config)
+    status = "reused" if result.skipped else "ran"
+    logger.info("audit-table: data step %s %s (%s)", stage.name, status, config.parquet_path)
+    return f"{stage.name} {status}"
 
 
 def write_table(spark: SparkSession, config: Config, outcomes: list[CellOutcome]) -> tuple[str, ...]:
@@ -263,16 +251,17 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
     if tracker is not None:
         result.mlflow_run_id = tracker.start()
         result.mlflow_location = tracker.location()
+    preparation = Preparation()  # the cells differ only in the target's mechanism: they share the proxy and features
     try:
         for index, cell in enumerate(cells, start=1):
             logger.info("audit-table: cell %d/%d %s", index, len(cells), cell.name)
-            outcome = _run_cell(spark, config, cell)
+            outcome = _run_cell(spark, config, cell, preparation)
             result.cells.append(outcome)
             if tracker is not None:
                 tracker.log_cell(cell.name, mechanism=cell.mechanism, claimed_epsilon=cell.epsilon,
                                  bag_size=cell.bag_size, status=outcome.status, seconds=outcome.seconds,
                                  metrics=outcome.metrics(), error=outcome.error,
-                                 fingerprint=_audit_fingerprint(spark, outcome.output_dir))
+                                 fingerprint=sealed_fingerprint(spark, STAGES["audit"], cell_config(config, cell)))
         result.files = write_table(spark, config, result.cells)
         result.seconds = time.monotonic() - started
         if tracker is not None:

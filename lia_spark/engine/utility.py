@@ -3,7 +3,7 @@
 Trains the target in memory on the target day for every setting of :func:`lia_spark.utility.utility_grid` and
 joins the test AUC with the advantages of the posteriors stage's summary (the RR family's closed forms where
 the summary has none; none for pate). PATE's teachers are fitted once, in parallel Spark tasks
-(:func:`lia_spark.engine.train.pate_settings`), and their votes reused at every epsilon. Output
+(:func:`lia_spark.engine.modeling.pate_settings`), and their votes reused at every epsilon. Output
 ``<run.output_dir>/utility``.
 """
 from __future__ import annotations
@@ -22,11 +22,11 @@ from pyspark.sql import SparkSession
 
 from lia_spark import layout, training
 from lia_spark.config import Config
-from lia_spark.engine.outputs import (MARKER, committed_output, copy_from_local, marker_fields, path_exists,
-                                     reusable_output, stage_fingerprint)
+from lia_spark.engine.modeling import (boosting_params, collect_model_data, feature_spec, in_memory_rows,
+                                       model_features, pate_settings, training_seed)
+from lia_spark.engine.outputs import MARKER, copy_from_local, path_exists
 from lia_spark.engine.session import describe_jobs
-from lia_spark.engine.train import (boosting_params, collect_model_data, feature_spec, in_memory_rows,
-                                    model_features, pate_settings, training_seed)
+from lia_spark.engine.stage import Input, Stage, StageResult, StageRun
 from lia_spark.names import PATE, RR, setting_key
 from lia_spark.table import unsupported_reason
 
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
-class UtilityResult:
+class UtilityResult(StageResult):
     """Privacy-utility tradeoff: one row per setting (mechanism, eps, k) with test AUC and advantages."""
 
     output_dir: str
@@ -45,10 +45,6 @@ class UtilityResult:
     left_out: dict[str, str] = dataclasses.field(default_factory=dict)  # extra mechanism -> why it is not trained
     teacher_fits: int = 0  # times PATE's teachers were fitted (once per run with pate in the grid)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly dict (also the completion marker's content)."""
-        return dataclasses.asdict(self)
-
     def metrics(self) -> dict[str, float]:
         """``<setting key>.auc_test`` per setting (:func:`lia_spark.names.setting_key`)."""
         return {f"{setting_key(row['mechanism'], row['epsilon'], row['bag_size'])}.auc_test": float(row["auc"])
@@ -57,6 +53,10 @@ class UtilityResult:
     def artifacts(self) -> list[str]:
         """The CSV table and the two PNG plots."""
         return [os.path.join(self.output_dir, name) for name in UTILITY_FILES]
+
+    def setting_rows(self) -> list[dict[str, Any]]:
+        """The table's rows (one nested MLflow run each)."""
+        return [dict(row) for row in self.table]
 
 
 UTILITY_FILES = ("tradeoff.csv", "tradeoff_additive.png", "tradeoff_p98.png")
@@ -87,7 +87,7 @@ def extra_mechanisms(config: Config, *, training_rows: int) -> tuple[list[str], 
     return [name for name in m.utility_extra_mechanisms if name not in left_out], left_out
 
 
-def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
+def _utility(run: StageRun) -> UtilityResult:
     """Train the target (in memory) for every setting of the utility grid; write table and two plots.
 
     Output ``<run.output_dir>/utility`` (beside, not inside, ``models/``, so re-training keeps it):
@@ -96,14 +96,8 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
     """
     from lia_spark import utility
 
-    out = layout.output_path(config, layout.UTILITY)
-    fingerprint = stage_fingerprint(spark, "utility", config, inputs={"data": config.parquet_path,
-                                                                      "posteriors": layout.posterior_summary_path(config)})
-    marker = reusable_output(spark, [out], fingerprint, force=config.run.force)
-    if marker is not None:
-        return dataclasses.replace(UtilityResult(**marker_fields(UtilityResult, marker)), skipped=True)
+    spark, config, started = run.spark, run.config, run.started
     m, params, seed = config.models, boosting_params(config), training_seed(config)
-    started = time.monotonic()
     target_rows = in_memory_rows(spark, config, m.target_day)
     describe_jobs(spark, "utility: target-day features")
     spec = feature_spec(target_rows, config)
@@ -131,16 +125,26 @@ def run_utility_tradeoff(spark: SparkSession, config: Config) -> UtilityResult:
         priors = training.fit_model(data, data.labels, data.split == 0, data.split == 1, params=params).predict(
             data.rows(data.split == training.SPLIT_TRAIN))
     table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config), priors=priors)
-    metadata: dict[str, Any] = {}
-    with (committed_output(spark, out, metadata, fingerprint=fingerprint) as staging,
-          tempfile.TemporaryDirectory() as local):
+    with tempfile.TemporaryDirectory() as local:
         table.to_csv(os.path.join(local, UTILITY_FILES[0]), index=False)
         utility.plot_tradeoff(table, advantage="mean_additive_advantage", path=os.path.join(local, UTILITY_FILES[1]))
         utility.plot_tradeoff(table, advantage="abs_I_p98", path=os.path.join(local, UTILITY_FILES[2]))
         for name in UTILITY_FILES:
-            copy_from_local(spark, os.path.join(local, name), f"{staging}/{name}")
-        result = UtilityResult(output_dir=out, settings=len(table), seconds=time.monotonic() - started,
-                               table=table.to_dict(orient="records"), left_out=left_out,
-                               teacher_fits=reused_pate.votes.fits if reused_pate else 0)
-        metadata.update(result.to_dict())
-    return result
+            copy_from_local(spark, os.path.join(local, name), run.under(name))
+    return UtilityResult(output_dir=layout.output_path(config, layout.UTILITY), settings=len(table),
+                         seconds=time.monotonic() - started, table=table.to_dict(orient="records"),
+                         left_out=left_out, teacher_fits=reused_pate.votes.fits if reused_pate else 0)
+
+
+UTILITY = Stage(
+    name="utility", step="utility", result=UtilityResult, compute=_utility,
+    fields=("run.seed", "models.library", "models.sample_rows_per_day", "models.target_day", "models.n_estimators",
+            "models.max_depth", "models.learning_rate", "models.early_stopping_rounds", "models.split",
+            "models.hash_buckets", "models.categorical_encoding", "models.min_category_count",
+            "models.utility_epsilons", "models.utility_bag_sizes", "models.utility_extra_mechanisms",
+            "models.pate_teachers", "models.pate_queries", "models.pate_noise", "models.pate_pseudo_labels",
+            "models.pate_delta"),
+    outputs=lambda config: (layout.output_path(config, layout.UTILITY),),
+    inputs=lambda config: (Input("data", lambda c: c.parquet_path, "data.parquet_path", lambda c: "data"),
+                           Input("posteriors", layout.posterior_summary_path, "run.stages", lambda c: "posteriors",
+                                 required=False)))

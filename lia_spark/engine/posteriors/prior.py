@@ -1,57 +1,26 @@
 """The attacker's prior of the posteriors stage: which table and column it comes from, checked before any stage.
 
-:func:`resolve_prior` is read by every stage that needs to know the prior (train writes ``models/priors`` when
-the prior is the proxy's prediction); :func:`check_prior_source` fails in seconds, reading only schemas.
+:func:`check_prior_source` fails in seconds, reading only schemas, when the prior of
+:func:`lia_spark.engine.priors.resolve_prior` cannot be read.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 from pyspark.sql import SparkSession
 
 from lia_spark import layout
 from lia_spark.config import Config
-from lia_spark.names import AUTO_PRIOR, PROXY_PRIOR, TRUE_PRIOR
+from lia_spark.engine.priors import resolve_prior
+from lia_spark.names import TRUE_PRIOR
 
 
-@dataclasses.dataclass(frozen=True)
-class PriorSource:
-    """The attacker's prior: ``column`` of the Parquet table at ``path``; ``step`` is the pipeline step that
-    writes that table ("data" for the twin's truth, "train" for models/priors and models/canaries), None for
-    a table of mechanisms.prior_path."""
-
-    column: str
-    path: str
-    step: str | None
 
 
-def resolve_prior(config: Config) -> PriorSource:
-    """The prior every stage uses. Column: mechanisms.prior_column, where ``auto`` is ``eta`` when data.source
-    is synthetic (the twin's true P(y=1|x)) and ``proxy_prediction`` otherwise. Table: mechanisms.prior_path
-    when set, else ``<out>/truth`` for ``eta``, ``<out>/models/priors`` for ``proxy_prediction`` and
-    ``<out>/models/canaries`` (the target's training rows only) for any other column."""
-    section = config.mechanisms
-    column = section.prior_column
-    if column == AUTO_PRIOR:
-        column = TRUE_PRIOR if config.data.source == "synthetic" else PROXY_PRIOR
-    if section.prior_path:
-        return PriorSource(column, section.prior_path, None)
-    if column == TRUE_PRIOR:
-        return PriorSource(column, layout.output_path(config, layout.TRUTH), "data")
-    if column == PROXY_PRIOR:
-        return PriorSource(column, layout.proxy_priors_path(config), "train")
-    return PriorSource(column, layout.canaries_path(config), "train")
 
 
-def needs_proxy_priors(config: Config) -> bool:
-    """True when the resolved prior is the train stage's ``models/priors`` table (so train writes it)."""
-    return resolve_prior(config).path == layout.proxy_priors_path(config)
 
 
-def prior_source(config: Config) -> str:
-    """The table holding the prior column (:func:`resolve_prior`)."""
-    return resolve_prior(config).path
 
 
 def _table_columns(spark: SparkSession, path: str) -> list[str] | None:

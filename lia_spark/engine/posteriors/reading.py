@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark.config import Config
-from lia_spark.engine.posteriors.prior import resolve_prior
+from lia_spark.engine.priors import resolve_prior
 from lia_spark.engine.session import default_parallelism
 
 LABEL, PRIOR = "label", "prior"  # the two sides of the input: data rows and prior rows

@@ -42,20 +42,21 @@ from pyspark.sql import functions as F
 from lia_spark import layout
 from lia_spark.config import Config
 from lia_spark.engine.features import check_days_present, released_day_field, released_days
-from lia_spark.engine.outputs import (committed_output, copy_from_local, delete_path, local_folder, marker_fields,
-                                     reported_path, reusable_output, stage_fingerprint)
-from lia_spark.engine.posteriors.prior import check_prior_source, prior_source, resolve_prior
+from lia_spark.engine.outputs import copy_from_local, delete_path, local_folder, reported_path
+from lia_spark.engine.posteriors.prior import check_prior_source
+from lia_spark.engine.priors import prior_source, resolve_prior
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plot_sample, summarize_digest
 from lia_spark.engine.posteriors.units import posterior_input
 from lia_spark.engine.posteriors.writing import spark_write_posteriors, write_posteriors
 from lia_spark.engine.session import describe_jobs
+from lia_spark.engine.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.posterior_grid import Setting, settings_grid
 
 logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class PosteriorsResult:
+class PosteriorsResult(StageResult):
     """Outcome of the posteriors stage: where outputs went, the released days, the per-setting summary and bag
     counts."""
 
@@ -83,11 +84,9 @@ class PosteriorsResult:
         return payload
 
     @classmethod
-    def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False) -> "PosteriorsResult":
-        values = marker_fields(cls, payload)
-        values.update(summary=tuple(values["summary"]), plots=tuple(values["plots"]), skipped=skipped,
-                      days=tuple(values.get("days", ())))  # () = written before days were recorded
-        return cls(**values)
+    def decoded(cls, values: dict[str, Any]) -> dict[str, Any]:
+        return {**values, "summary": tuple(values["summary"]), "plots": tuple(values["plots"]),
+                "days": tuple(values.get("days", ()))}  # () = written before days were recorded
 
     def metrics(self) -> dict[str, float]:
         """Flat finite metrics: ``<setting key>.<statistic>`` per setting (an infinite |I| percentile is left out: the
@@ -105,6 +104,10 @@ class PosteriorsResult:
         """The summary CSV and the plot PNGs (URIs when the output folder is remote: see
         :func:`lia_spark.engine.outputs.local_copies`)."""
         return [self.summary_csv, *self.plots]
+
+    def setting_rows(self) -> list[dict[str, Any]]:
+        """The summary's rows (one nested MLflow run each)."""
+        return [dict(row) for row in self.summary]
 
 
 def _native(value: Any) -> Any:
@@ -135,72 +138,75 @@ def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | Da
     return summary, [os.path.relpath(path, folder) for path in written]
 
 
-def run_posteriors(spark: SparkSession, config: Config) -> PosteriorsResult:
-    """Release the days of config.mechanisms.days (:func:`~lia_spark.engine.features.released_days`) through the
-    grid of settings, as one selection; write rows, summaries and plots.
+def _released_days(spark: SparkSession, config: Config) -> Resolved:
+    """The released days (:func:`~lia_spark.engine.features.released_days`) enter the fingerprint; the prior's table
+    is checked first, schemas only, before the data table's days are read."""
+    check_prior_source(spark, config, pending=())
+    return Resolved({"mechanisms.days": released_days(spark, config)})
 
-    Output ``<run.output_dir>/posteriors``: ``rows`` (if mechanisms.write_rows), ``summary`` (Parquet),
-    ``summary.csv`` and ``plots/*.png``, committed atomically. Skipped when complete and not run.force.
-    """
-    output = layout.output_path(config, layout.POSTERIORS)
-    output_path = reported_path(output)
-    check_prior_source(spark, config, pending=())  # schemas only: before the data table's days are read
+
+def _posteriors(run: StageRun) -> PosteriorsResult:
+    """Release the days of config.mechanisms.days as one selection through the grid of settings; write rows,
+    summaries and plots into ``run.staging`` (``rows`` if mechanisms.write_rows, ``summary`` (Parquet),
+    ``summary.csv`` and ``plots/*.png``)."""
+    spark, config, started, staging = run.spark, run.config, run.started, run.staging
+    output_path = reported_path(layout.output_path(config, layout.POSTERIORS))
     days = released_days(spark, config)
-    fingerprint = stage_fingerprint(spark, "posteriors", config, **{"mechanisms.days": days},
-                                    inputs={"data": config.parquet_path, "priors": prior_source(config)})
-    marker = reusable_output(spark, [output], fingerprint, force=config.run.force)
-    if marker is not None:
-        return PosteriorsResult.from_dict(marker, skipped=True)
-    check_days_present(spark, config, released_day_field(config))
-    started = time.monotonic()
     section = config.mechanisms
     settings = settings_grid(section)
     prior = resolve_prior(config)
     logger.info("posteriors: days %s, prior %s from %s, %d settings", list(days), prior.column, prior.path,
                 len(settings))
-    metadata: dict[str, Any] = {}
-    with committed_output(spark, output, metadata, fingerprint=fingerprint) as staging:
-        source = posterior_input(spark, config, days)
-        data_rows, unit_bits = source.data_rows, source.unit_bits
-        logger.info("posteriors: %d data rows, %d bagging units, read by %s", data_rows, 1 << unit_bits,
-                    source.reader)
-        local_staging = local_folder(staging)
-        describe_jobs(spark, "posteriors: bag, release, posteriors; write per-row results")
-        grid = {"settings": settings, "seed": config.run.seed, "unit_bits": unit_bits,
-                "bags_per_group": section.bags_per_group, "max_leakage": section.max_leakage}
-        sample_fraction = min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1))
-        if local_staging is not None:  # the Python workers write the rows and the plot sample themselves
-            digest = write_posteriors(source.blobs, output_dir=local_staging, sample_fraction=sample_fraction, **grid)
-            logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
-            sample_dir = os.path.join(local_staging, layout.PLOT_SAMPLE)
-            summary, plots = _summary_and_plots(spark, digest, os.path.join(local_staging, layout.ROWS),
-                                                functools.partial(pd.read_parquet, sample_dir), folder=local_staging,
-                                                staging=staging)
-            shutil.rmtree(sample_dir)
-        else:  # a remote folder: Spark writes the rows and reads them back; CSV and plots are copied
-            digest = spark_write_posteriors(source.blobs, output_dir=staging, **grid)
-            logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
-            rows = spark.read.parquet(layout.under(staging, layout.ROWS))
-            sample = functools.partial(plot_sample, rows, fraction=sample_fraction, seed=config.run.seed)
-            with tempfile.TemporaryDirectory(prefix="lia-posteriors-") as local:
-                summary, plots = _summary_and_plots(spark, digest, rows, sample, folder=local, staging=staging)
-                for name in (layout.SUMMARY_CSV, *plots):
-                    copy_from_local(spark, os.path.join(local, name), layout.under(staging, name))
-        input_rows = int(summary["rows"].max()) if len(summary) else 0
-        logger.info("posteriors: %d input rows, %d result rows, summarized after %.1f s", input_rows,
-                    int(summary["rows"].sum()), time.monotonic() - started)
-        bags = bag_counts(digest, settings)
-        if not section.write_rows:
-            delete_path(spark, layout.under(staging, layout.ROWS))
-        if input_rows < data_rows:
-            logger.warning("posteriors: %d of %d data rows have no prior in %s and were not released",
-                           data_rows - input_rows, data_rows, prior_source(config))
-        result = PosteriorsResult(
-            output_path=output_path, input_rows=input_rows, settings=len(settings), rows_written=section.write_rows,
-            summary=tuple({key: _native(value) for key, value in record.items()} for record in summary.to_dict("records")),
-            bagging_units=1 << unit_bits, rows_without_prior=data_rows - input_rows, days=days, bags=bags,
-            plots=tuple(os.path.join(output_path, name) for name in plots),
-            seconds=time.monotonic() - started)
-        metadata.update(result.to_dict())
+    source = posterior_input(spark, config, days)
+    data_rows, unit_bits = source.data_rows, source.unit_bits
+    logger.info("posteriors: %d data rows, %d bagging units, read by %s", data_rows, 1 << unit_bits,
+                source.reader)
+    local_staging = local_folder(staging)
+    describe_jobs(spark, "posteriors: bag, release, posteriors; write per-row results")
+    grid = {"settings": settings, "seed": config.run.seed, "unit_bits": unit_bits,
+            "bags_per_group": section.bags_per_group, "max_leakage": section.max_leakage}
+    sample_fraction = min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1))
+    if local_staging is not None:  # the Python workers write the rows and the plot sample themselves
+        digest = write_posteriors(source.blobs, output_dir=local_staging, sample_fraction=sample_fraction, **grid)
+        logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
+        sample_dir = os.path.join(local_staging, layout.PLOT_SAMPLE)
+        summary, plots = _summary_and_plots(spark, digest, os.path.join(local_staging, layout.ROWS),
+                                            functools.partial(pd.read_parquet, sample_dir), folder=local_staging,
+                                            staging=staging)
+        shutil.rmtree(sample_dir)
+    else:  # a remote folder: Spark writes the rows and reads them back; CSV and plots are copied
+        digest = spark_write_posteriors(source.blobs, output_dir=staging, **grid)
+        logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
+        rows = spark.read.parquet(layout.under(staging, layout.ROWS))
+        sample = functools.partial(plot_sample, rows, fraction=sample_fraction, seed=config.run.seed)
+        with tempfile.TemporaryDirectory(prefix="lia-posteriors-") as local:
+            summary, plots = _summary_and_plots(spark, digest, rows, sample, folder=local, staging=staging)
+            for name in (layout.SUMMARY_CSV, *plots):
+                copy_from_local(spark, os.path.join(local, name), layout.under(staging, name))
+    input_rows = int(summary["rows"].max()) if len(summary) else 0
+    logger.info("posteriors: %d input rows, %d result rows, summarized after %.1f s", input_rows,
+                int(summary["rows"].sum()), time.monotonic() - started)
+    bags = bag_counts(digest, settings)
+    if not section.write_rows:
+        delete_path(spark, layout.under(staging, layout.ROWS))
+    if input_rows < data_rows:
+        logger.warning("posteriors: %d of %d data rows have no prior in %s and were not released",
+                       data_rows - input_rows, data_rows, prior_source(config))
+    result = PosteriorsResult(
+        output_path=output_path, input_rows=input_rows, settings=len(settings), rows_written=section.write_rows,
+        summary=tuple({key: _native(value) for key, value in record.items()} for record in summary.to_dict("records")),
+        bagging_units=1 << unit_bits, rows_without_prior=data_rows - input_rows, days=days, bags=bags,
+        plots=tuple(os.path.join(output_path, name) for name in plots),
+        seconds=time.monotonic() - started)
     logger.info("posteriors: done in %.1f s (%.0f input rows/s)", result.seconds, input_rows / max(result.seconds, 1e-9))
     return result
+
+
+POSTERIORS = Stage(
+    name="posteriors", step="posteriors", result=PosteriorsResult, compute=_posteriors, resolved=_released_days,
+    check=lambda spark, config: check_days_present(spark, config, released_day_field(config)),
+    fields=("run.seed", "data.source", "mechanisms.*"),
+    outputs=lambda config: (layout.output_path(config, layout.POSTERIORS),),
+    inputs=lambda config: (Input("data", lambda c: c.parquet_path, "data.parquet_path", lambda c: "data"),
+                           Input("priors", prior_source, "mechanisms.prior_path",
+                                 lambda c: resolve_prior(c).step or "", required=False)))

@@ -1,0 +1,94 @@
+"""The registry of stages (real imports) and :func:`run_stage`, the one skeleton every stage runs in.
+
+``run_stage``: fingerprint (the declared fields, the values the stage resolves from the data, the code version and
+the fingerprints of its input tables) -> reuse of a complete output with the same fingerprint (unless run.force)
+-> the stage's cheap checks and its required inputs -> ``compute`` inside a committed output (a temporary
+folder renamed into place on success, with the result as its sealed marker) -> the result.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from lia_spark.config import Config
+from lia_spark.engine.audit import AUDIT
+from lia_spark.engine.generate import GENERATE
+from lia_spark.engine.ingest import INGEST
+from lia_spark.engine.logloss import LOGLOSS
+from lia_spark.engine.outputs import committed_output, path_exists, read_marker, reusable_output
+from lia_spark.engine.posteriors.stage import POSTERIORS
+from lia_spark.engine.report import REPORT
+from lia_spark.engine.stage import Stage, StageRun
+from lia_spark.engine.train import TRAIN
+from lia_spark.engine.utility import UTILITY
+from lia_spark.fingerprint import marker_fingerprint, verified_marker
+
+logger = logging.getLogger(__name__)
+
+STAGES: dict[str, Stage] = {stage.name: stage for stage in
+                            (GENERATE, INGEST, TRAIN, POSTERIORS, UTILITY, AUDIT, REPORT, LOGLOSS)}
+
+
+def step_stage(step: str, config: Config) -> Stage:
+    """The stage behind a pipeline step (data -> generate or ingest, by data.source)."""
+    if step == "data":
+        return STAGES["generate" if config.data.source == "synthetic" else "ingest"]
+    return STAGES[step]
+
+
+def committed_result(spark: SparkSession, stage: Stage, config: Config) -> Any:
+    """``stage``'s result rebuilt from the marker of its complete output, or None."""
+    marker = read_marker(spark, stage.outputs(config)[0])
+    return None if marker is None else stage.result_from(config, marker)
+
+
+def sealed_fingerprint(spark: SparkSession, stage: Stage, config: Config) -> str:
+    """The fingerprint sealed into ``stage``'s committed output ("" when absent, unsealed or not trusted)."""
+    marker = read_marker(spark, stage.outputs(config)[0])
+    verified = verified_marker(marker)[0] if marker is not None else None
+    return marker_fingerprint(verified) if verified is not None else ""
+
+
+def _upstream(spark: SparkSession, stage: Stage, config: Config):
+    def result(role: str) -> Any:
+        declared = next(item for item in stage.inputs(config) if item.role == role)
+        producer = declared.producer(config)
+        return committed_result(spark, step_stage(producer, config), config) if producer else None
+
+    return result
+
+
+def check_inputs(spark: SparkSession, stage: Stage, config: Config) -> None:
+    """Fail in seconds, naming the field and the command that writes it, when a required input does not exist."""
+    for item in stage.inputs(config):
+        path = item.path(config)
+        if not item.required or path_exists(spark, path):
+            continue
+        producer = item.producer(config)
+        fix = (f"run `lia-spark {step_stage(producer, config).name}` (or the pipeline with '{producer}' in "
+               f"run.stages) first, or set {item.field}" if producer else f"set {item.field} to an existing table")
+        raise ValueError(f"{item.field}: the {stage.name} stage reads the {item.role} table, but {path} does not "
+                         f"exist; {fix}, got {path!r}")
+
+
+def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = True, **options: Any) -> Any:
+    """Run stage ``name`` under ``config`` (the module docstring's skeleton) and return its result; ``reuse=False``
+    recomputes whatever the output holds. ``options`` reach ``compute`` (:attr:`StageRun.options`)."""
+    stage = STAGES[name]
+    reuse = reuse and not set(stage.recomputed_with) & set(options)
+    fingerprint = stage.fingerprint(spark, config) if stage.reusable else None
+    if fingerprint is not None:
+        marker = reusable_output(spark, stage.outputs(config), fingerprint, force=config.run.force or not reuse)
+        if marker is not None:
+            return stage.reused(spark, config, stage.result_from(config, marker, skipped=True))
+    check_inputs(spark, stage, config)
+    stage.check(spark, config)
+    metadata: dict[str, Any] = {}
+    with committed_output(spark, stage.outputs(config)[0], metadata, fingerprint=fingerprint) as staging:
+        result = stage.compute(StageRun(spark, config, staging, fingerprint, time.monotonic(), options,
+                                        _upstream(spark, stage, config)))
+        metadata.update(result.marker())
+    return result
