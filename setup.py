@@ -33,5 +33,5 @@ setup(
         "spark": ["pyspark[connect]>=4.0,<5"],
         "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "psutil>=5.9"],
     },
-    entry_points={"console_scripts": ["lia-spark=lia_spark.cli:main"]},
+    entry_points={"console_scripts": ["lia-spark=lia_spark.run.cli:main"]},
 )

@@ -11,11 +11,11 @@ Figures:
 - stage: ``run_audit`` (read Parquet, exact distributed counts, bounds on the driver, write outputs);
 - counts: the distributed counting alone (:func:`lia_spark.engine.audit.distributed_counts`);
 - bounds: the driver's best bound per repetition, both families, both conventions;
-- kernel: :func:`lia_spark.audit.count_correct` in-process with the same attack (its CPU time over the cores is
+- kernel: :func:`lia_spark.kernels.audit.count_correct` in-process with the same attack (its CPU time over the cores is
   the ceiling of the distributed counts).
 Kernel (``--part kernel``, no Spark): ``count_correct`` + ``evaluate_sweep`` (one attack, difference t = 2) and
 ``count_correct_attacks`` + ``evaluate_attacks`` (the four attacks of ``audit.DEFAULT_ATTACKS``), binomial + GDP.
-Validity: :func:`lia_spark.validity.study` (n = 500,000, 50 independent draws of data, release and game per cell;
+Validity: :func:`lia_spark.studies.validity.study` (n = 500,000, 50 independent draws of data, release and game per cell;
 ``jobs/validate_rr.py`` runs the same study, and ``--validity-from DIR`` renders the section from its output).
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ from scipy.special import expit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import process_tree_cpu_seconds, write_section  # noqa: E402
 
-from lia_spark import audit, audit_sweep, hashing, posteriors  # noqa: E402
-from lia_spark.config import SparkConfig, config_from_dict  # noqa: E402
+from lia_spark.kernels import audit, audit_sweep, hashing, posteriors  # noqa: E402
+from lia_spark.run.config import SparkConfig, config_from_dict  # noqa: E402
 
 SEED = 13
 RR_EPSILON = 2.0
@@ -55,7 +55,7 @@ def canary_table(m: int) -> pd.DataFrame:
 
 def bench_audit(m: int, master: str, rounds: int = 3) -> str:
     """The stage, its distributed counts and the in-process kernel (same attack), ``rounds`` times back to back."""
-    from lia_spark.engine.audit import distributed_counts, select_canaries
+    from lia_spark.engine.audit_counts import distributed_counts, select_canaries
     from lia_spark.engine.stages import run_stage
     from lia_spark.engine.session import get_spark
 
@@ -86,7 +86,7 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
                                               "scores": list(audit.DEFAULT_ATTACKS)}})
         guesses = audit.guess_grid(m)
         df = select_canaries(spark.read.parquet(path), seed=SEED, canaries=0)
-        distributed_counts(df.limit(20_000), settings=settings, seed=SEED)  # warm-up: Python workers, imports, jit
+        distributed_counts(df.limit(20_000), section=settings, seed=SEED)  # warm-up: Python workers, imports, jit
         audit.count_correct(*(column[:1000] for column in columns), seed=SEED, repetitions=2, guesses=[1])
         for _ in range(rounds):
             kernel_counts = timed("kernel", lambda: audit.count_correct_attacks(
@@ -94,7 +94,7 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
                 time.process_time)
             sweep = timed("bounds", lambda: audit_sweep.evaluate_sweep(kernel_counts, guesses, canaries=m,
                                                                  families=("binomial", "gdp")), time.process_time)
-            _, _, spark_counts = timed("counts", lambda: distributed_counts(df, settings=settings, seed=SEED),
+            _, _, spark_counts = timed("counts", lambda: distributed_counts(df, section=settings, seed=SEED),
                                        process_tree_cpu_seconds)
             assert np.array_equal(spark_counts[attack], kernel_counts), "Spark counts differ from the in-process kernel"
             shutil.rmtree(config.run.output_dir, ignore_errors=True)
@@ -227,7 +227,7 @@ def _read_draws(folder: str) -> tuple[pd.DataFrame, dict]:
 
 def validity_conclusions(records: pd.DataFrame, extra_null: pd.DataFrame | None, extra_meta: dict | None) -> str:
     """The default attack and why, the null pooled with ``extra_null`` (more null-only draws, another seed)."""
-    from lia_spark import validity
+    from lia_spark.studies import validity
 
     summary = validity.summarize_study(records)
     choice = validity.pick_default(summary)
@@ -331,7 +331,7 @@ the game (its own hash seed; one game per draw). {draws} draws per RR cell, {nul
 {draws} draws share their mixture rows between cells). Binomial (pure, Theorem 17) bounds, 95%. Attacks: the
 difference score with t = 0, 2, 8, the log ratio, each alone with 1 - 0.05/{points} per sweep point (Bonferroni
 over the {points} points), and "all 4 (split)": the best over the four attacks x {points} points with
-1 - 0.05/{tests} per test (`lia_spark.audit_sweep.evaluate_attacks`). With the logistic proxy the valid rows use
+1 - 0.05/{tests} per test (`lia_spark.kernels.audit_sweep.evaluate_attacks`). With the logistic proxy the valid rows use
 tau = max_i |P(y=1|x_i) - M'(x_i)| (the TV bound Theorem 17 needs when M' is not the truth, known here); the same
 draws at tau = 0 are in a separate table. Seed {seed}; wall time {minutes:.1f} min in one process (shared
 2-core machine).
@@ -344,7 +344,7 @@ canaries carry no information about b (a fair coin whatever the attacker does). 
 more dilute the accuracy toward 1/2, so c' = I informative canaries with c ~ Bin(I, q) is the best evidence the
 game yields. The ceiling is the pure binomial (Clopper-Pearson) bound at the expected counts, c' = round(E[I]) with
 E[I] = sum_i p_i (1 - p'_i) + p'_i (1 - p_i) (p = P(y=1|x), p' = M'(x)) and c = round(q c'), at the per-test
-confidence of one attack's Bonferroni sweep (1 - 0.05/{points}); `lia_spark.validity.ceiling`. It is a reference
+confidence of one attack's Bonferroni sweep (1 - 0.05/{points}); `lia_spark.studies.validity.ceiling`. It is a reference
 for the ranking quality of an attack, not a hard cap (a draw can exceed it by chance)."""
 
 

@@ -18,7 +18,7 @@ from scipy import stats
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import write_section  # noqa: E402
-from lia_spark import bounds  # noqa: E402
+from lia_spark.kernels import bounds  # noqa: E402
 
 M = 1_000_000
 DELTA = 1e-5

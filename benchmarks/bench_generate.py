@@ -21,11 +21,10 @@ from pyspark.sql import functions as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import write_section  # noqa: E402
-from lia_spark import synthetic  # noqa: E402
-from lia_spark.config import SparkConfig, config_from_dict  # noqa: E402
-from lia_spark.engine.generate import (  # noqa: E402
-    concatenate_parts_by_day, generated_lines, generated_rows, partition_count)
+from lia_spark.engine.generate import (concatenate_parts_by_day, generated_lines, generated_rows, partition_count)  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
+from lia_spark.kernels import synthetic  # noqa: E402
+from lia_spark.run.config import SparkConfig, config_from_dict  # noqa: E402
 
 DAYS = 2
 

@@ -26,7 +26,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
-from lia_spark import table  # noqa: E402
+from lia_spark.studies import table  # noqa: E402
 
 SECTION = "audit_table_injected"
 AFTER_SECTION = "audit_table"

@@ -1,4 +1,4 @@
-"""Benchmark: validity and power of the injected-label audit (lia_spark.injected, docs/math.md §5.9) against the
+"""Benchmark: validity and power of the injected-label audit (lia_spark.kernels.injected, docs/math.md §5.9) against the
 observational audit, on the synthetic twin, every repetition on fresh data (in-process, no Spark).
 
 Each repetition (data draw) redraws everything the validity statement quantifies over:
@@ -13,15 +13,15 @@ Each repetition (data draw) redraws everything the validity statement quantifies
   from every null (so no null is its own reference);
 - positive targets trained on the canaries: randomized response at eps in ``--epsilons`` and non-private, once on
   y0 (observational design) and once on y^b (injected design: RR applied to y^b);
-- the games: observational (``lia_spark.audit.count_correct_attacks``, ``--game-draws`` game draws per data draw:
+- the games: observational (``lia_spark.kernels.audit.count_correct_attacks``, ``--game-draws`` game draws per data draw:
   the targets of this design never depend on the game) and injected (one coin/counterfactual draw per trained
   target; label-blind nulls, whose predictions do not depend on the coins, are audited on ``--game-draws`` coin
   and counterfactual draws per data draw, the first being the one the positives trained on).
 
 Designs: ``injected`` (tau = 0, m = informative canaries), ``observational`` (tau = 0) and ``calibrated``
-(observational at tau* = ``lia_spark.bounds.tau_break_even`` of the reference's counts on the same game draw, at
+(observational at tau* = ``lia_spark.kernels.bounds.tau_break_even`` of the reference's counts on the same game draw, at
 the per-test Bonferroni confidence 1 - 0.05/k; then the target's best bound at that tau). Bounds: pure binomial,
-95%, Bonferroni over the k sweep points of ``lia_spark.audit.guess_grid``, attack ``log_ratio``.
+95%, Bonferroni over the k sweep points of ``lia_spark.kernels.audit.guess_grid``, attack ``log_ratio``.
 
 Counterfactual choice (first ``--flip-repetitions`` repetitions): ``flip`` counterfactuals with flip_share = the
 proxy draw's informative share; non-private and RR eps = 4 targets trained with them; utility (test AUC,
@@ -50,9 +50,10 @@ from scipy.stats import beta
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
-from lia_spark import audit, audit_sweep, bounds, features, injected, synthetic, table, training  # noqa: E402
-from lia_spark.criteo import FEATURE_COLUMNS  # noqa: E402
+from lia_spark.kernels import audit, audit_sweep, bounds, features, injected, synthetic, training  # noqa: E402
+from lia_spark.kernels.criteo import FEATURE_COLUMNS  # noqa: E402
 from lia_spark.names import BINOMIAL, BONFERRONI, NONE, RR, UNIFORM_FLIP, bound_key  # noqa: E402
+from lia_spark.studies import table  # noqa: E402
 
 logger = logging.getLogger("bench_injected_validity")
 
@@ -274,7 +275,7 @@ def render(payload: dict) -> str:
         f"in `{meta['output']}`).")
     lines.append("")
     lines.append(
-        f"Question: does the injected-label audit (`lia_spark.injected`: coin b and counterfactual y1 drawn *before* "
+        f"Question: does the injected-label audit (`lia_spark.kernels.injected`: coin b and counterfactual y1 drawn *before* "
         f"training, the target trains on y^b) keep its promise of eps_lb > 0 in at most 5% of audits of a model that "
         f"never saw the canaries' labels, with a *fitted* proxy, where the observational audit (tau = 0) fails; and "
         f"what does it cost in power? Every repetition redraws the twin (`calibrate_twin` with a new seed, click rate "

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import write_section  # noqa: E402
 from benchmarks.bench_posteriors import EPSILON, best_time, kernel_call, make_bags  # noqa: E402
-from lia_spark import leakage  # noqa: E402
+from lia_spark.kernels import leakage  # noqa: E402
 
 MECHANISMS = {"llp": "llp", "laplace": "llp_laplace", "geometric": "llp_geometric"}
 
@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     repeats = 2 if args.quick else 3
     rows = 200_000 if args.quick else 1_000_000
     lines = ["## Maximal-leakage kernel (single core, `benchmarks/bench_leakage.py`)", "",
-             "Per-row leakage log(1 + TV) of `lia_spark.leakage.per_row_bags`, rows per CPU-second of one core, "
+             "Per-row leakage log(1 + TV) of `lia_spark.kernels.leakage.per_row_bags`, rows per CPU-second of one core, "
              f"best of {repeats}; ratio = leakage rows/s / posterior-kernel rows/s on the same bags (eps = 1).",
              "", "| priors | mechanism | k | leakage rows/s | posterior rows/s | ratio |", "|---|---|---|---|---|---|"]
     for label, half in (("Beta(2, 30)", False), ("1/2 (no ratio)", True)):

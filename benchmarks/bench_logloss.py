@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import write_section  # noqa: E402
-from lia_spark import logloss  # noqa: E402
+from lia_spark.kernels import logloss  # noqa: E402
 
 CLICK_RATE = 0.032
 

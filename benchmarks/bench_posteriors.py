@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import write_section  # noqa: E402
-from lia_spark import posteriors  # noqa: E402
+from lia_spark.kernels import posteriors  # noqa: E402
 
 EPSILON = 1.0
 

@@ -38,11 +38,11 @@ def peak_rss_mib(pid: int) -> float:
 def measure(rows: int, master: str, workdir: str, driver_memory: str) -> dict:
     """Write the input (if missing), run the stage's pass once (rows written, then removed), report seconds and
     peak memory."""
-    from lia_spark.config import SparkConfig
+    from lia_spark.run.config import SparkConfig
     from lia_spark.engine.posteriors.units import posterior_input
     from lia_spark.engine.posteriors.writing import write_posteriors
     from lia_spark.engine.session import get_spark
-    from lia_spark.posterior_grid import settings_grid
+    from lia_spark.kernels.posterior_grid import settings_grid
 
     spark = get_spark(SparkConfig(master=master, driver_memory=driver_memory, extra={"spark.ui.enabled": "false"}))
     root = os.path.join(workdir, f"n{rows}")

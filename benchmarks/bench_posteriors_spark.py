@@ -8,7 +8,7 @@ Figures (Spark after one run of the whole stage on 2% of the rows, so Python wor
 matplotlib and the JVM's generated code are loaded, as the in-process ceilings are):
 - in-process compute ceiling: one process, one core, arrays in memory: bagging keys, the random permutation
   (sort), unit chunks and :func:`lia_spark.engine.posteriors.writing.setting_batches` (the kernel
-  :func:`lia_spark.posterior_grid.chunk_posteriors` to Arrow batches) — the work of the Spark
+  :func:`lia_spark.kernels.posterior_grid.chunk_posteriors` to Arrow batches) — the work of the Spark
   compute step without Spark; times the number of cores (ideal scaling, so the ratio is conservative);
 - in-process stage ceiling: the same plus reading the Parquet input (pyarrow), the prior join (numpy),
   writing the per-row results as zstd Parquet with the stage's writer (:class:`lia_spark.engine.posteriors.writing.RowGroupWriter`)
@@ -37,9 +37,9 @@ import pandas as pd
 import pyarrow as pa
 from scipy.special import expit
 
-from lia_spark import advantage, hashing, mechanisms, posteriors
-from lia_spark.config import Config, SparkConfig, config_from_dict
-from lia_spark.criteo import make_row_id
+from lia_spark.kernels import advantage, hashing, mechanisms, posteriors
+from lia_spark.kernels.criteo import make_row_id
+from lia_spark.run.config import Config, SparkConfig, config_from_dict
 
 SEED = 11
 SETTINGS_TEXT = "LLP and LLP+Geom(eps=1) at k = 8, 64"
@@ -114,7 +114,7 @@ def spark_cpu_seconds(spark) -> float:
 def in_process_batches(ids: np.ndarray, labels: np.ndarray, priors: np.ndarray, settings):
     """The Spark compute step's work in one process: keys, the random permutation, unit chunks, kernels."""
     from lia_spark.engine.posteriors.writing import setting_batches
-    from lia_spark.posterior_grid import rows_per_call, unit_chunks
+    from lia_spark.kernels.posterior_grid import rows_per_call, unit_chunks
 
     chunk_rows = rows_per_call([s.bag_size for s in settings], settings=len(settings))
     keys = mechanisms.bagging_keys(ids, seed=SEED)
@@ -211,7 +211,7 @@ def main(argv=None) -> None:
     from lia_spark.engine.posteriors.units import posterior_input
     from lia_spark.engine.posteriors.writing import posterior_rows
     from lia_spark.engine.session import get_spark
-    from lia_spark.posterior_grid import settings_grid
+    from lia_spark.kernels.posterior_grid import settings_grid
 
     spark = get_spark(SparkConfig(master=args.master, driver_memory="4g", extra={"spark.ui.enabled": "false"}))
     cores = spark.sparkContext.defaultParallelism

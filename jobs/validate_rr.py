@@ -19,7 +19,9 @@ import time
 
 import pandas as pd
 
-from lia_spark import audit, validity
+from lia_spark.kernels import audit
+from lia_spark.present import charts
+from lia_spark.studies import validity
 
 logger = logging.getLogger("lia_spark.validate_rr")
 
@@ -58,7 +60,7 @@ def main(argv=None) -> int:
     with open(os.path.join(args.output, "validity_rr.json"), "w", encoding="utf-8") as handle:
         json.dump(meta, handle, indent=2)
     if (records["setting"] == "rr").any():
-        validity.plot_study(records, path=os.path.join(args.output, "validity_rr.png"))
+        charts.plot_study(records, path=os.path.join(args.output, "validity_rr.png"))
     report = validity.markdown_report(records)
     with open(os.path.join(args.output, "validity_rr.md"), "w", encoding="utf-8") as handle:
         handle.write(report + "\n")

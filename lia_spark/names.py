@@ -65,12 +65,36 @@ GDP = "gdp"
 BOUND_FAMILIES = (BINOMIAL, GDP)
 
 
+DIFFERENCE_PREFIX = f"{DIFFERENCE}_t"  # difference_t<t>: the difference score with exponent t
+
+
+def score_parts(name: str) -> tuple[str, float]:
+    """(score, t) of a score name of audit.scores: ``log_ratio`` -> (log_ratio, 0.0), ``difference_t<t>`` ->
+    (difference, t) for a finite number t >= 0.
+
+    Raises:
+        ValueError: naming the score when it is neither form, or t is negative or not finite.
+    """
+    if name == LOG_RATIO:
+        return LOG_RATIO, 0.0
+    if not (isinstance(name, str) and name.startswith(DIFFERENCE_PREFIX)):
+        raise ValueError(f"attack must be 'log_ratio' or 'difference_t<t>' with a number t >= 0 (e.g. "
+                         f"difference_t2, {LOG_RATIO}), got attack={name!r}")
+    try:
+        t = float(name[len(DIFFERENCE_PREFIX):])
+    except ValueError:
+        t = float("nan")
+    if not (t >= 0.0 and t != float("inf")):
+        raise ValueError(f"attack {name!r}: t must be a finite number >= 0, got t={t}")
+    return DIFFERENCE, t
+
+
 def bound_key(family: str, convention: str) -> str:
     """Name of a best-over-the-sweep bound in the audit's results: ``eps_<family>_<convention>``."""
     return f"eps_{family}_{convention}"
 
 
-# Gradient-boosting defaults (models.* and lia_spark.training.BoostingParams).
+# Gradient-boosting defaults (models.* and lia_spark.kernels.training.BoostingParams).
 N_ESTIMATORS = 200
 MAX_DEPTH = 6
 LEARNING_RATE = 0.1

@@ -22,9 +22,9 @@
 
 import shlex
 
-from lia_spark.cli import WORKSPACE_CONF, notebook_conf, notebook_parameters
-from lia_spark.config import load_config
 from lia_spark.engine.session import get_spark
+from lia_spark.run.cli import WORKSPACE_CONF, notebook_conf, notebook_parameters
+from lia_spark.run.config import load_config
 
 params = notebook_parameters(globals(), {"conf": WORKSPACE_CONF, "overrides": ""})
 config = load_config(notebook_conf(params["conf"], globals()), shlex.split(params["overrides"]))
@@ -61,7 +61,7 @@ print("marker:", read_marker(spark, config.parquet_path))
 
 from pyspark.sql import functions as F
 
-from lia_spark import criteo
+from lia_spark.kernels import criteo
 
 per_day = (table.groupBy(criteo.DAY)
            .agg(F.count("*").alias("rows"), F.avg(criteo.LABEL).alias("click_rate"))

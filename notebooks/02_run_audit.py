@@ -24,9 +24,9 @@
 
 import shlex
 
-from lia_spark.cli import WORKSPACE_CONF, configure_logging, notebook_conf, notebook_parameters
-from lia_spark.config import load_config
 from lia_spark.engine.session import get_spark
+from lia_spark.run.cli import WORKSPACE_CONF, configure_logging, notebook_conf, notebook_parameters
+from lia_spark.run.config import load_config
 
 configure_logging()
 params = notebook_parameters(globals(), {"conf": WORKSPACE_CONF, "overrides": ""})

@@ -9,7 +9,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from lia_spark.config import Config, config_from_dict
+from lia_spark.run.config import Config, config_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable

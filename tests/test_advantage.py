@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from lia_spark import advantage, hashing, mechanisms, posteriors
+from lia_spark.kernels import advantage, hashing, mechanisms, posteriors
 
 
 def test_rr_closed_form_matches_one_million_simulated_rows():

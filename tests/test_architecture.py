@@ -1,15 +1,23 @@
-"""The rings of the package, read from its import graph: kernels import no engine module, pyspark or mlflow; only
-engine modules import pyspark; only tracking imports mlflow; the vocabulary imports nothing and the posterior grid
-only numpy; the graph has no cycle; a stage never reaches another stage's module (what it needs from upstream
-arrives as that stage's declared result); the commands of the CLI are the registry's."""
+"""The architecture, read from the package's folders and import graph:
+
+- ``kernels/`` (the math) imports nothing of the package but other kernels and the vocabulary ``names``; no
+  pyspark, mlflow, matplotlib or configuration;
+- only ``engine/`` imports pyspark, only ``tracking/`` mlflow, only ``present/`` matplotlib;
+- the vocabulary imports nothing, the posterior grid only numpy;
+- the graph has no cycle, and a stage never reaches another stage's module (what it needs from upstream arrives
+  as that stage's declared result);
+- the commands of the CLI are the registry's.
+"""
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "lia_spark"
-OUTSIDE_KERNELS = ("cli.py", "tracking.py")  # the top-level modules that are not kernels
+FOLDERS = ("kernels", "studies", "present", "run", "tracking", "engine")
 
 
 def _imported_roots(path: Path) -> set[str]:
@@ -23,30 +31,49 @@ def _imported_roots(path: Path) -> set[str]:
     return roots
 
 
-def test_kernels_import_neither_pyspark_nor_mlflow():
-    kernels = [p for p in PACKAGE.glob("*.py") if p.name not in OUTSIDE_KERNELS]
-    assert kernels, "no kernel modules found"
-    offenders = {p.name: sorted(_imported_roots(p) & {"pyspark", "mlflow"}) for p in kernels}
-    assert {name: roots for name, roots in offenders.items() if roots} == {}
+def _folder_of(path: Path) -> str:
+    return path.relative_to(PACKAGE).parts[0] if len(path.relative_to(PACKAGE).parts) > 1 else ""
 
 
-def test_only_tracking_imports_mlflow():
-    importers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if "mlflow" in _imported_roots(p))
-    assert importers in ([], ["tracking.py"])
+def test_every_module_lives_in_a_folder_of_the_architecture():
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert loose == ["__init__.py", "names.py"]  # the version and the vocabulary
+    assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(FOLDERS)
 
 
-def test_kernels_import_no_engine_module():
-    kernels = [p for p in PACKAGE.glob("*.py") if p.name not in OUTSIDE_KERNELS]
-    offenders = {p.name: [node.module for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
-                          if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lia_spark.engine")]
-                 for p in kernels}
-    assert {name: modules for name, modules in offenders.items() if modules} == {}
+def test_kernels_import_only_kernels_and_the_vocabulary():
+    kernels = sorted((PACKAGE / "kernels").glob("*.py"))
+    assert len(kernels) > 20, "no kernel modules found"
+    outside = {str(p.relative_to(PACKAGE)): sorted(module for module in _modules_imported(p)
+                                                  if not module.startswith(("lia_spark.kernels", "lia_spark.names"))
+                                                  and module != "lia_spark")
+               for p in kernels}
+    assert {name: modules for name, modules in outside.items() if modules} == {}
+    foreign = {str(p.relative_to(PACKAGE)): sorted(_imported_roots(p) & {"pyspark", "mlflow", "matplotlib"})
+               for p in kernels}
+    assert {name: roots for name, roots in foreign.items() if roots} == {}
+
+
+def _modules_imported(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {module for module in found if module.split(".")[0] == "lia_spark"}
+
+
+@pytest.mark.parametrize("library, folder", [("pyspark", "engine"), ("mlflow", "tracking"), ("matplotlib", "present")])
+def test_one_folder_imports_each_heavy_library(library, folder):
+    importers = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if library in _imported_roots(p)}
+    assert importers and {name for name in importers if not name.startswith(f"{folder}/")} == set()
 
 
 def test_vocabulary_imports_nothing_and_the_posterior_grid_only_numpy():
     assert _imported_roots(PACKAGE / "names.py") == set()
-    assert _imported_roots(PACKAGE / "posterior_grid.py") <= {"__future__", "dataclasses", "math", "typing", "numpy",
-                                                             "lia_spark"}
+    assert _imported_roots(PACKAGE / "kernels" / "posterior_grid.py") <= {"__future__", "dataclasses", "math",
+                                                                         "typing", "numpy", "lia_spark"}
 
 
 def test_only_the_session_and_file_modules_reach_the_jvm():
@@ -55,11 +82,6 @@ def test_only_the_session_and_file_modules_reach_the_jvm():
     reaching = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                 if re.search(r"sparkContext|\._jvm\b|\._jsc\b", p.read_text(encoding="utf-8"))}
     assert reaching == {"engine/session.py", "engine/filesystem.py"}
-
-
-def test_only_engine_modules_import_pyspark():
-    importers = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if "pyspark" in _imported_roots(p)}
-    assert importers and all(name.startswith("engine/") for name in importers)
 
 
 def _module_name(path: Path) -> str:
@@ -136,7 +158,7 @@ def test_a_stage_never_reaches_another_stage_module():
 
 
 def test_the_cli_lists_the_registry_commands():
-    from lia_spark.cli import COMMAND_NAMES
+    from lia_spark.run.cli import COMMAND_NAMES
     from lia_spark.engine.commands import COMMANDS
     from lia_spark.engine.stages import STAGES
 

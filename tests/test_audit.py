@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lia_spark import audit, audit_sweep, bounds, hashing
+from lia_spark.kernels import audit, audit_sweep, bounds, hashing
 
 
 def _canaries(m: int, *, rng: np.random.Generator, tied_rows: int = 0):

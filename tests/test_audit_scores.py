@@ -1,4 +1,4 @@
-"""Several attack scores in one audit (lia_spark.audit.count_correct_attacks / evaluate_attacks), checked against a
+"""Several attack scores in one audit (lia_spark.kernels.audit.count_correct_attacks / evaluate_attacks), checked against a
 game played in plain Python loops and bounds recomputed point by point at the split confidence."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from lia_spark import audit, audit_sweep, bounds, hashing
+from lia_spark.kernels import audit, audit_sweep, bounds, hashing
 
 ATTACKS = audit.DEFAULT_ATTACKS
 TINY = np.finfo(np.float64).tiny
@@ -27,7 +27,7 @@ def _canaries(m: int, *, seed: int):
 
 
 def _naive_score(attack: str, target: float, proxy: float, shown: int) -> float:
-    """The score of showing ``shown``, written out with Python floats (module docstring of lia_spark.audit)."""
+    """The score of showing ``shown``, written out with Python floats (module docstring of lia_spark.kernels.audit)."""
     m_y = target if shown == 1 else 1.0 - target
     p_y = proxy if shown == 1 else 1.0 - proxy
     if attack == "log_ratio":

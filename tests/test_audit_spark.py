@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import audit, audit_sweep, hashing
-from lia_spark.config import AuditConfig, config_from_dict
-from lia_spark.engine.audit import distributed_counts
-from lia_spark.engine.stages import run_stage
+from lia_spark.engine.audit_counts import distributed_counts
 from lia_spark.engine.outputs import is_complete
+from lia_spark.engine.stages import run_stage
+from lia_spark.kernels import audit, audit_sweep, hashing
+from lia_spark.run.config import AuditConfig, config_from_dict
 
 
 def _table(m: int, seed: int) -> pd.DataFrame:
@@ -40,7 +40,7 @@ def test_distributed_counts_equal_kernel_for_any_partitioning(spark):
     df = spark.createDataFrame(table)
     kernel = None
     for partitions in (1, 5):
-        m, guesses, correct = distributed_counts(df.repartition(partitions), settings=settings, seed=42)
+        m, guesses, correct = distributed_counts(df.repartition(partitions), section=settings, seed=42)
         assert m == len(table) and len(guesses) == 101 and tuple(correct) == attacks
         if kernel is None:
             kernel = audit.count_correct_attacks(
@@ -116,7 +116,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
 
 def test_boundary_sample_stops_growing_with_the_canaries():
     """Sampled canaries per range: 1000 while that keeps the sample <= 256k rows per score, then fewer (>= 64)."""
-    from lia_spark.engine.audit import sample_rows_per_range
+    from lia_spark.engine.audit_counts import sample_rows_per_range
 
     assert [sample_rows_per_range(parts) for parts in (8, 256, 1000, 4000, 100_000)] == [1000, 1000, 256, 64, 64]
     assert max(sample_rows_per_range(parts) * parts for parts in range(1, 4001)) == 256_000
@@ -125,7 +125,7 @@ def test_boundary_sample_stops_growing_with_the_canaries():
 def _injected_table(m: int, seed: int) -> pd.DataFrame:
     """A canary table of the injected design: y1 from the proxy, fair coins, a target that leans toward the label it
     trained on (y^b), exact score ties."""
-    from lia_spark import injected
+    from lia_spark.kernels import injected
 
     table = _table(m, seed)
     y1, coin = injected.injected_draws(table["row_id"].to_numpy(), table["label"].to_numpy(),
@@ -139,7 +139,7 @@ def _injected_table(m: int, seed: int) -> pd.DataFrame:
 
 
 def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
-    from lia_spark import injected
+    from lia_spark.kernels import injected
 
     table = _injected_table(6000, seed=2)
     attacks = ("log_ratio", "difference_t2")
@@ -149,12 +149,12 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
                                                                       "hidden_bit", "target_prediction",
                                                                       "proxy_prediction")),
                                     seed=42, guesses=guesses, attacks=attacks)
-    from lia_spark.engine.audit import select_canaries
+    from lia_spark.engine.audit_counts import select_canaries
 
     for partitions in (1, 4):
         df = select_canaries(spark.createDataFrame(table).repartition(partitions), seed=42, canaries=0,
                              design="injected")
-        m, found_guesses, correct = distributed_counts(df, settings=AuditConfig(repetitions=50, scores=attacks),
+        m, found_guesses, correct = distributed_counts(df, section=AuditConfig(repetitions=50, scores=attacks),
                                                        seed=42, design="injected")
         assert m == len(informative) and tuple(correct) == attacks
         np.testing.assert_array_equal(found_guesses, guesses)

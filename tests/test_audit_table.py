@@ -10,12 +10,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from lia_spark.cli import main
-from lia_spark.config import ConfigError, config_from_dict, load_config
 from lia_spark.names import setting_key
-from lia_spark.table import (PUBLISHED_EPS_LB, PUBLISHED_LABEL, Cell, inf_position, plot_eps_lb,
-                             published_table, table_cells, wide_table)
-from lia_spark.tracking import KIND_TAG, TABLE_CELL_TAGS
+from lia_spark.present.charts import plot_eps_lb
+from lia_spark.run.cli import main
+from lia_spark.run.config import ConfigError, config_from_dict, load_config
+from lia_spark.studies.table import (PUBLISHED_EPS_LB, PUBLISHED_LABEL, Cell, inf_position, published_table,
+                                     table_cells, wide_table)
+from lia_spark.tracking.mlflow_runs import KIND_TAG, TABLE_CELL_TAGS
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 

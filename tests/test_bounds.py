@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize, special, stats
 
-from lia_spark import bounds
+from lia_spark.kernels import bounds
 
 GAMMA = 0.05
 FAST = settings(max_examples=60, deadline=None)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lia_spark.config import Config, ConfigError, load_config, parse_override
+from lia_spark.run.config import Config, ConfigError, load_config, parse_override
 
 REPO = Path(__file__).resolve().parent.parent
 

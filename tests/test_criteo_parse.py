@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lia_spark import criteo
+from lia_spark.kernels import criteo
 
 _INT = re.compile(r"-?[0-9]{1,18}")
 _HEX = re.compile(r"[0-9a-fA-F]{8}")

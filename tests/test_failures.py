@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lia_spark.cli import main
 from lia_spark.engine.lock import LOCK_FILE, LockHolder, lock_path, run_lock
-from lia_spark.failures import failure_line, resource_problem
+from lia_spark.run.cli import main
+from lia_spark.run.failures import failure_line, resource_problem
 from pipeline_support import REPO
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -112,7 +112,7 @@ def test_a_day_the_data_lacks_fails_before_training(data_run, tmp_path, capsys):
 def test_a_second_run_into_a_locked_folder_fails_naming_the_holder(spark, data_run, tmp_path):
     conf = _conf(tmp_path / "conf.yaml", data_run / "out")
     with run_lock(spark, str(data_run / "out"), command="lia-spark test", max_age_hours=1.0):
-        completed = subprocess.run([sys.executable, "-m", "lia_spark.cli", "run", "--conf", str(conf)], cwd=REPO,
+        completed = subprocess.run([sys.executable, "-m", "lia_spark.run.cli", "run", "--conf", str(conf)], cwd=REPO,
                                    capture_output=True, text=True, timeout=300, env={**os.environ})
     assert completed.returncode == 1, completed.stderr[-2000:]
     line = completed.stderr.strip().splitlines()[-1]
@@ -259,7 +259,7 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
 
 FAULTY_POSTERIORS = """
 import sys
-from lia_spark.config import load_config
+from lia_spark.run.config import load_config
 from lia_spark.engine.stages import run_stage
 from lia_spark.engine.posteriors.writing import WORKER_EXIT_PROPERTY
 from lia_spark.engine.session import get_spark

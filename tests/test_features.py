@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from lia_spark import features
-from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 from lia_spark.engine import features as spark_features
+from lia_spark.kernels import features
+from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 
 SHARES = (0.8, 0.04, 0.16)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import findings, plots, utility
+from lia_spark.present import charts, findings, plots
 
 matplotlib.use("Agg")
 
@@ -78,5 +78,5 @@ def test_tradeoff_points_are_labelled_with_their_eps_or_k(tmp_path, monkeypatch)
     texts = []
     monkeypatch.setattr(plt, "close", lambda figure: texts.extend(t.get_text() for t in figure.axes[0].texts))
     table = pd.DataFrame(UTILITY)
-    utility.plot_tradeoff(table, advantage="mean_additive_advantage", path=str(tmp_path / "t.png"))
+    charts.plot_tradeoff(table, advantage="mean_additive_advantage", path=str(tmp_path / "t.png"))
     assert sorted(texts) == ["eps=2", "eps=4", "k=8"]

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from lia_spark.config import Config, ConfigError, load_config
 from lia_spark import __version__
 from lia_spark.engine.stages import STAGES
-from lia_spark.fingerprint import (CHECKSUM_KEY, FINGERPRINT_KEY, NON_COMPUTING_MODULES, UNREAD_FIELDS, Fingerprint,
-                                   changes, code_version, expand_fields, marker_fingerprint, sealed_marker,
-                                   stage_parameters, verified_marker)
+from lia_spark.run.config import Config, ConfigError, load_config
+from lia_spark.run.fingerprint import (CHECKSUM_KEY, FINGERPRINT_KEY, NON_COMPUTING_MODULES, UNREAD_FIELDS, Fingerprint,
+                                       changes, code_version, expand_fields, marker_fingerprint, sealed_marker,
+                                       stage_parameters, verified_marker)
 
 STAGE_FIELDS = {name: stage.fields for name, stage in STAGES.items()}  # each stage's declaration
 

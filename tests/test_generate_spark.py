@@ -1,6 +1,6 @@
 """Generate stage on local Spark: Parquet/truth/TSV outputs, partition invariance, gzip, resume.
 
-Expected values come from the pure generator (lia_spark.synthetic), and the TSV is parsed back here with
+Expected values come from the pure generator (lia_spark.kernels.synthetic), and the TSV is parsed back here with
 plain Python (int(), int(x, 16)), independently of the Spark writer's formatting.
 """
 from __future__ import annotations
@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import criteo, synthetic
-from lia_spark.config import config_from_dict
 from lia_spark.engine.generate import partition_count
-from lia_spark.engine.stages import run_stage
 from lia_spark.engine.outputs import MARKER
+from lia_spark.engine.stages import run_stage
+from lia_spark.kernels import criteo, synthetic
+from lia_spark.run.config import config_from_dict
 
 ROWS_PER_DAY = 3_000
 DAYS = 2

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lia_spark import hashing
+from lia_spark.kernels import hashing
 
 
 def test_draws_do_not_depend_on_batching_or_order():

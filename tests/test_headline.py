@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from lia_spark.headline import Headline
+from lia_spark.present.headline import Headline
 
 
 def _headline(**changes) -> Headline:
@@ -63,7 +63,7 @@ def test_round_trip_and_mlflow_names():
 
 def test_headline_family_is_fixed_by_the_config():
     """GDP at delta > 0 (the binomial bound's delta term grows with m), binomial at delta = 0."""
-    from lia_spark.config import load_config
+    from lia_spark.run.config import load_config
     from lia_spark.engine.audit import headline_family
 
     assert headline_family(load_config(None, []).audit) == "binomial"

@@ -16,11 +16,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import criteo
-from lia_spark.config import config_from_dict
-from lia_spark.engine.stages import run_stage
-from lia_spark.engine.ingest import (QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError, _decompressed_copies, list_sources)
+from lia_spark.engine.ingest import (QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError,
+                                     _decompressed_copies, list_sources)
 from lia_spark.engine.outputs import MARKER
+from lia_spark.engine.stages import run_stage
+from lia_spark.kernels import criteo
+from lia_spark.run.config import config_from_dict
 
 
 def _random_rows(rng: np.random.Generator, n: int) -> pd.DataFrame:

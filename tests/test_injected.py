@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lia_spark import audit, audit_sweep, bounds, injected
+from lia_spark.kernels import audit, audit_sweep, bounds, injected
 
 
 def _world(m: int, *, seed: int):
@@ -127,7 +127,7 @@ def test_a_label_blind_target_certifies_zero_in_at_least_95_percent_of_draws():
 def test_a_memorising_target_is_bounded_by_its_randomized_response_epsilon():
     """Training on RR(y^b) at eps and predicting the released label exactly (the most revealing model of that
     release): the bound stays below eps and is positive."""
-    from lia_spark import label_mechanisms
+    from lia_spark.kernels import label_mechanisms
 
     epsilon = 2.0
     row_ids, label, eta, proxy = _world(60_000, seed=9)

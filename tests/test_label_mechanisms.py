@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from lia_spark import label_mechanisms as lm
-from lia_spark import mechanisms
+from lia_spark.kernels import label_mechanisms as lm
+from lia_spark.kernels import mechanisms
 
 N = 1_000_000
 

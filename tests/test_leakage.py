@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate, stats
 
-from lia_spark import leakage
+from lia_spark.kernels import leakage
 
 EXACT = 1e-12  # sums (llp, llp_geometric): absolute error in nats
 QUADRATURE = 1e-8  # llp_laplace against scipy.integrate.quad

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from lia_spark import logloss
+from lia_spark.kernels import logloss
 
 N = 10_000
 MAX_LOSS = math.log(2.0) + 2 * logloss.MAX_WEIGHT / N  # bound on any block query's loss (module docstring)

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from lia_spark import logloss
-from lia_spark.config import config_from_dict
-from lia_spark.criteo import make_row_id
-from lia_spark.engine.logloss import FILES, POSITION, block_predictions, oracle_table, spark_log_loss
 from lia_spark.engine.commands import run_logloss_attack
-from lia_spark.tracking import KIND_TAG
+from lia_spark.engine.logloss import FILES, POSITION, block_predictions, oracle_table, spark_log_loss
+from lia_spark.kernels import logloss
+from lia_spark.kernels.criteo import make_row_id
+from lia_spark.run.config import config_from_dict
+from lia_spark.tracking.mlflow_runs import KIND_TAG
 
 ROWS = 3000
 

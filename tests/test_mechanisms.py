@@ -1,4 +1,4 @@
-"""Releases of lia_spark.mechanisms: distributions against closed forms (Monte Carlo bounds stated per
+"""Releases of lia_spark.kernels.mechanisms: distributions against closed forms (Monte Carlo bounds stated per
 test), determinism and order-independence of the hash-keyed randomness, and the bagging rule."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from lia_spark import hashing, mechanisms
+from lia_spark.kernels import hashing, mechanisms
 
 
 @given(st.floats(min_value=1e-3, max_value=30.0))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lia_spark import audit, audit_sweep, membership
+from lia_spark.kernels import audit, audit_sweep, membership
 from lia_spark.names import BINOMIAL, BONFERRONI, bound_key
 
 KEY = bound_key(BINOMIAL, BONFERRONI)

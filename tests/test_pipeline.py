@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from lia_spark.cli import main
-from lia_spark.config import PIPELINE_STAGES, Config
-from lia_spark.cli import COMMAND_NAMES
 from lia_spark.engine.outputs import MARKER, is_complete
 from lia_spark.engine.pipeline import run_pipeline
 from lia_spark.engine.stages import step_stage
+from lia_spark.run.cli import main
+from lia_spark.run.cli import COMMAND_NAMES
+from lia_spark.run.config import PIPELINE_STAGES, Config
 from pipeline_support import REPO, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -149,7 +149,7 @@ def test_cli_lists_run_and_every_stage(capsys):
 
 def test_cli_version_and_resolved_config_round_trip(tmp_path, capsys):
     from lia_spark import __version__
-    from lia_spark.config import load_config
+    from lia_spark.run.config import load_config
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"lia-spark {__version__}"
@@ -163,7 +163,7 @@ def test_cli_version_and_resolved_config_round_trip(tmp_path, capsys):
 
 
 def test_results_are_strict_json():
-    from lia_spark.cli import strict_json
+    from lia_spark.run.cli import strict_json
 
     payload = {"a": math.nan, "b": [math.inf, -math.inf, 1.5], "c": (1, "x"), "d": {"e": None}}
     text = strict_json(payload)
@@ -172,7 +172,7 @@ def test_results_are_strict_json():
 
 
 def test_demo_config_covers_every_step():
-    from lia_spark.config import load_config
+    from lia_spark.run.config import load_config
 
     config = load_config(REPO / "conf" / "demo.yaml")
     assert config.run.stages == tuple(PIPELINE_STAGES)

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import plots, posteriors
+from lia_spark.kernels import posteriors
+from lia_spark.present import plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -43,7 +44,7 @@ def test_plot_posteriors_writes_three_pngs_per_mechanism(tmp_path):
 
 
 def test_leakage_cdf_only_when_the_leakage_was_computed(tmp_path):
-    from lia_spark import leakage
+    from lia_spark.kernels import leakage
 
     sample = _sample()
     sample["max_leakage"] = math.nan

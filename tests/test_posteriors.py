@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import integrate
 
-from lia_spark import posteriors
+from lia_spark.kernels import posteriors
 
 REL = 1e-12  # enumeration checks, k <= 12: posterior relative error and |I| error relative to max(1, |I|)
 

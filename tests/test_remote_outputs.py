@@ -18,15 +18,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import advantage
-from lia_spark.config import config_from_dict
-from lia_spark.criteo import make_row_id
-from lia_spark.engine.stages import run_stage
 from lia_spark.engine.outputs import MARKER, is_complete, local_copies, write_text
 from lia_spark.engine.posteriors.summary import plot_sample, summarize_digest
 from lia_spark.engine.posteriors.units import frame_blobs
 from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, spark_write_posteriors
-from lia_spark.posterior_grid import plot_sample_mask, settings_grid
+from lia_spark.engine.stages import run_stage
+from lia_spark.kernels import advantage
+from lia_spark.kernels.criteo import make_row_id
+from lia_spark.kernels.posterior_grid import plot_sample_mask, settings_grid
+from lia_spark.run.config import config_from_dict
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 

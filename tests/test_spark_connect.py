@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lia_spark.cli import strict_json
+from lia_spark.run.cli import strict_json
 from pipeline_support import PYTHON, REPO, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -20,8 +20,8 @@ pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 # given as a URI (only the server could reach it).
 CHILD = """
 import sys
-from lia_spark.cli import main
-from lia_spark.config import load_config
+from lia_spark.run.cli import main
+from lia_spark.run.config import load_config
 from lia_spark.engine.outputs import check_writable
 from lia_spark.engine.session import get_spark, is_connect
 from lia_spark.engine.stages import run_stage

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from lia_spark.engine.outputs import is_complete
-from lia_spark.config import PIPELINE_STAGES
+from lia_spark.run.config import PIPELINE_STAGES
 from pipeline_support import PYTHON, REPO, tiny_run, write_conf
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -53,8 +53,8 @@ def _result(stdout: str, mounts: dict[str, Path] | None = None) -> dict:
 
 def test_wheel_holds_the_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ("lia_spark/engine/pipeline.py", "lia_spark/tracking.py", "lia_spark/report.py",
-                   "lia_spark/engine/stages.py", "lia_spark/hashing.py"):
+    for module in ("lia_spark/engine/pipeline.py", "lia_spark/tracking/mlflow_runs.py", "lia_spark/present/report.py",
+                   "lia_spark/engine/stages.py", "lia_spark/kernels/hashing.py"):
         assert module in names
 
 
@@ -71,7 +71,7 @@ def test_wheel_requires_pyspark_only_with_the_spark_extra(wheel):
 
 
 def test_cli_without_pyspark_fails_in_one_line_naming_the_extra(monkeypatch, capsys):
-    from lia_spark.cli import main
+    from lia_spark.run.cli import main
 
     monkeypatch.setitem(sys.modules, "pyspark", None)  # as in an environment without pyspark
     assert main(["run", "--conf", "conf/demo.yaml"]) == 2

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lia_spark import synthetic
-from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, make_row_id
+from lia_spark.kernels import synthetic
+from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, make_row_id
 
 SEED = 20261122
 ROWS = 1_000_000

@@ -20,15 +20,13 @@ import numpy as np
 import pytest
 import yaml
 
-from lia_spark.cli import job_main
 from lia_spark.engine.outputs import read_marker
 from lia_spark.engine.pipeline import run_pipeline
-from lia_spark.config import TrackingConfig
 from lia_spark.names import setting_key
-from lia_spark.tracking import (
-    DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, TrackingError, check_tracking_store, data_fingerprint, flatten,
-    resolve_tracking_uri,
-)
+from lia_spark.run.cli import job_main
+from lia_spark.run.config import TrackingConfig
+from lia_spark.tracking.mlflow_runs import (DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, TrackingError,
+                                            check_tracking_store, data_fingerprint, flatten, resolve_tracking_uri)
 from pipeline_support import PYTHON, REPO, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -79,8 +77,8 @@ def test_flatten_and_fingerprint():
 def test_end_closes_an_interrupted_stage_run_but_not_the_callers_outer_run(tmp_path):
     """A stage interrupted between start_stage and log_stage leaves its run open: end() closes it with the pipeline run
     (FAILED), and stops there, so a notebook's own active run stays open."""
-    from lia_spark.config import config_from_dict
-    from lia_spark.tracking import PipelineTracker
+    from lia_spark.run.config import config_from_dict
+    from lia_spark.tracking.mlflow_runs import PipelineTracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out")},
@@ -226,7 +224,7 @@ def test_models_are_logged_with_signatures_and_predict_like_the_files(run, clien
 def test_logged_models_score_raw_criteo_rows_through_pyfunc(spark, run, client):
     """The train stage's <model>_raw_rows pyfunc models take rows of the data table (I1..I13, C1..C26) and give the
     predictions the run reported for those rows (test_predictions: target and proxy); each has an input example."""
-    from lia_spark.criteo import FEATURE_COLUMNS
+    from lia_spark.kernels.criteo import FEATURE_COLUMNS
 
     train = run.result.step("train")
     reported = spark.read.parquet(str(Path(train.result.output_dir) / "test_predictions"))
@@ -348,7 +346,7 @@ def test_catboost_model_file_is_logged_with_signature_and_predicts_like_the_file
     import pandas as pd
     from catboost import CatBoostClassifier
 
-    from lia_spark.tracking import log_model_file
+    from lia_spark.tracking.mlflow_runs import log_model_file
 
     rng = np.random.default_rng(3)
     frame = pd.DataFrame({"I1": rng.normal(size=300), "C1": rng.choice(["a", "b", "c"], size=300)})
@@ -372,7 +370,7 @@ def _raw_rows(rng: np.random.Generator, n: int):
     """Raw Criteo rows as the data table stores them (integers and 32-bit categorical values, some missing)."""
     import pandas as pd
 
-    from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS
+    from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS
 
     frame = pd.DataFrame({name: rng.integers(0, 50, n).astype(float) for name in INT_COLUMNS}
                          | {name: rng.choice([11.0, 22.0, 33.0, 4_000_000_000.0], n) for name in CAT_COLUMNS})
@@ -387,9 +385,9 @@ def test_raw_row_model_scores_criteo_rows_through_pyfunc_like_the_booster(tmp_pa
     + transform do, and the model carries a signature and an input example."""
     import xgboost
 
-    from lia_spark import features, label_mechanisms, model_output
-    from lia_spark.criteo import CAT_COLUMNS
-    from lia_spark.tracking import log_raw_row_model
+    from lia_spark.kernels import features, label_mechanisms, model_output
+    from lia_spark.kernels.criteo import CAT_COLUMNS
+    from lia_spark.tracking.mlflow_runs import log_raw_row_model
 
     rng = np.random.default_rng(11)
     raw = _raw_rows(rng, 400)

@@ -11,9 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import features, injected, label_mechanisms, mechanisms, membership, pate, synthetic, training
-from lia_spark.config import ConfigError, load_config
-from lia_spark.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 from lia_spark.engine import metrics as spark_metrics
 from lia_spark.engine.bags import row_bag_proportions
 from lia_spark.engine.features import read_day
@@ -22,6 +19,9 @@ from lia_spark.engine.modeling import (Preparation, boosting_params, byte_size, 
                                        training_seed)
 from lia_spark.engine.outputs import MARKER
 from lia_spark.engine.stages import run_stage
+from lia_spark.kernels import features, injected, label_mechanisms, mechanisms, membership, pate, synthetic, training
+from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
+from lia_spark.run.config import ConfigError, load_config
 
 ROWS_PER_DAY = 5000
 
@@ -221,7 +221,7 @@ def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
     driver for the same rows (features of the proxy's own encoding, its saved output transform)."""
     import xgboost as xgb
 
-    from lia_spark import model_output
+    from lia_spark.kernels import model_output
     from lia_spark.engine import modeling
 
     proxy_rows = read_day(spark, config.parquet_path, config.models.proxy_day)

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark import features, training
-from lia_spark import label_mechanisms as lm
+from lia_spark.kernels import features, training
+from lia_spark.kernels import label_mechanisms as lm
 
 PARAMS = training.BoostingParams(n_estimators=40, max_depth=3, learning_rate=0.3, early_stopping_rounds=10,
                                  threads=1, seed=1)
@@ -122,7 +122,7 @@ def test_catboost_native_categoricals_learn():
 ])
 def test_utility_extra_mechanisms_follow_the_table_rule_and_need_more_rows_than_pate_queries(
         overrides, rows, trained, left_out):
-    from lia_spark.config import load_config
+    from lia_spark.run.config import load_config
     from lia_spark.engine.utility import extra_mechanisms
 
     found, reasons = extra_mechanisms(load_config(None, overrides), training_rows=rows)
@@ -143,7 +143,8 @@ def test_binary_metrics_against_brute_force():
 
 
 def test_tradeoff_table_joins_summaries_and_uses_rr_closed_form(tmp_path):
-    from lia_spark import utility
+    from lia_spark.kernels import utility
+    from lia_spark.present import charts
 
     grid = utility.utility_grid(epsilons=[1.0, math.inf], bag_sizes=[4], extra_mechanisms=["lp_2st", "pate"])
     assert grid == [("rr", 1.0, 1), ("rr", math.inf, 1), ("llp", grid[2][1], 4), ("llp_laplace", 1.0, 4),
@@ -182,7 +183,7 @@ def test_tradeoff_table_joins_summaries_and_uses_rr_closed_form(tmp_path):
     assert utility.hidden_settings_text(table["auc"]) == ""
     for advantage in utility.ADVANTAGES:
         path = tmp_path / f"{advantage}.png"
-        utility.plot_tradeoff(table, advantage=advantage, path=str(path))
+        charts.plot_tradeoff(table, advantage=advantage, path=str(path))
         assert path.stat().st_size > 10_000
 
 
@@ -193,7 +194,7 @@ def test_saved_model_and_output_transform_predict_what_the_fit_predicts(balanced
     offset and early stopping; RR's noise correction)."""
     import xgboost as xgb
 
-    from lia_spark import model_output
+    from lia_spark.kernels import model_output
 
     fit = training.train_target(balanced, mechanism=mechanism, epsilon=epsilon, seed=5, params=PARAMS,
                                 bag_size=bag_size)

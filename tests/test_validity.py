@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lia_spark import audit, bounds, validity
+from lia_spark.kernels import audit, bounds
+from lia_spark.studies import validity
 
 
 def test_mixture_posterior_is_bayes_rule():

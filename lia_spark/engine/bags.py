@@ -1,7 +1,7 @@
 """Bag releases of training rows on the executors: every row's released bag proportion (docs/math.md §4.7).
 
-The bags and proportions are those of :func:`lia_spark.label_mechanisms.bag_proportions` on the whole row set,
-bit for bit: each row's bagging unit (the top bits of its bagging key, :func:`lia_spark.mechanisms.bagging_units`,
+The bags and proportions are those of :func:`lia_spark.kernels.label_mechanisms.bag_proportions` on the whole row set,
+bit for bit: each row's bagging unit (the top bits of its bagging key, :func:`lia_spark.kernels.mechanisms.bagging_units`,
 with the unit bits of the whole set's row count) is computed on the executors, ``groupBy(unit).applyInPandas``
 hands each unit (about ``ROWS_PER_BAGGING_UNIT`` rows of row id and label) to the pure kernel, and the kernel
 bags inside the unit exactly as it does for the whole set. Memory per task: one unit, whatever the day's size.
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame
 
-from lia_spark import label_mechanisms, mechanisms
-from lia_spark.criteo import LABEL, ROW_ID
+from lia_spark.kernels import label_mechanisms, mechanisms
+from lia_spark.kernels.criteo import LABEL, ROW_ID
 
 BAG_PROPORTION = "bag_proportion"
 UNIT = "bagging_unit"
@@ -41,7 +41,7 @@ def row_bag_proportions(rows: DataFrame, *, mechanism: str, epsilon: float, bag_
                         rows_per_unit: int = mechanisms.ROWS_PER_BAGGING_UNIT) -> DataFrame:
     """(row_id, bag_proportion) for every row of ``rows`` (columns row_id, label): the rows bagged into random
     bags of ``bag_size`` and each bag's proportion released by ``mechanism`` (llp, llp_laplace, llp_geometric)
-    at ``epsilon``, as :func:`lia_spark.label_mechanisms.bag_proportions` releases them for the same rows with
+    at ``epsilon``, as :func:`lia_spark.kernels.label_mechanisms.bag_proportions` releases them for the same rows with
     ``unit_bits = bagging_unit_bits(rows, rows_per_unit)`` (its default for the default ``rows_per_unit``).
 
     One count of ``rows`` (the unit bits), then one shuffle of (row_id, label, unit)."""

@@ -11,11 +11,11 @@ from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
-from lia_spark.config import Config
 from lia_spark.engine.outputs import local_copies
 from lia_spark.engine.pipeline import run_pipeline, run_track
 from lia_spark.engine.stages import STAGES, run_stage, sealed_fingerprint
 from lia_spark.engine.table import run_audit_table
+from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +25,12 @@ def run_logloss_attack(spark: SparkSession, config: Config) -> Any:
     as one MLflow run with a ``logloss`` stage run when tracking.enabled.
 
     Raises:
-        lia_spark.tracking.TrackingError: the tracking store is unreachable (before any query).
+        lia_spark.tracking.mlflow_runs.TrackingError: the tracking store is unreachable (before any query).
         ValueError: naming logloss.day when its rows are missing or not positioned 0..N-1.
     """
     tracker = None
     if config.tracking.enabled:
-        from lia_spark.tracking import PipelineTracker
+        from lia_spark.tracking.mlflow_runs import PipelineTracker
 
         tracker = PipelineTracker(config, run_name=f"{config.run.name} logloss-attack")
         tracker.check()

@@ -7,10 +7,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
-from lia_spark import features
-from lia_spark.config import Config, ConfigError, day_fields
+from lia_spark.kernels import features
+from lia_spark.kernels.criteo import CAT_COLUMNS, DAY, LABEL, ROW_ID
 from lia_spark.names import ALL_DAYS, TARGET_DAY
-from lia_spark.criteo import CAT_COLUMNS, DAY, LABEL, ROW_ID
+from lia_spark.run.config import Config, ConfigError, day_fields
 
 
 def read_day(spark: SparkSession, parquet_path: str, day: int) -> DataFrame:
@@ -59,7 +59,7 @@ def released_day_field(config: Config) -> tuple[str, ...]:
 
 
 def check_days_present(spark: SparkSession, config: Config, fields: Sequence[str]) -> None:
-    """Fail before any heavy work when one of ``fields`` (config fields naming days, :func:`lia_spark.config.
+    """Fail before any heavy work when one of ``fields`` (config fields naming days, :func:`lia_spark.run.config.
     day_fields`) names a day the data table does not hold: one query of the day column, none without fields.
 
     Raises:
@@ -79,7 +79,7 @@ def check_days_present(spark: SparkSession, config: Config, fields: Sequence[str
 
 
 def split_rows(rows: DataFrame, *, seed: int, shares: tuple[float, float, float], code: int) -> DataFrame:
-    """Rows whose split code (:func:`lia_spark.features.split_codes`, 0 train / 1 valid / 2 test) is ``code``."""
+    """Rows whose split code (:func:`lia_spark.kernels.features.split_codes`, 0 train / 1 valid / 2 test) is ``code``."""
 
     def batches(frames):
         for frame in frames:
@@ -90,7 +90,7 @@ def split_rows(rows: DataFrame, *, seed: int, shares: tuple[float, float, float]
 
 
 def sample_rows(rows: DataFrame, *, seed: int, share: float) -> DataFrame:
-    """The rows of the seeded per-day sample (:func:`lia_spark.features.in_day_sample`)."""
+    """The rows of the seeded per-day sample (:func:`lia_spark.kernels.features.in_day_sample`)."""
 
     def batches(frames):
         for frame in frames:
@@ -103,7 +103,7 @@ def learn_vocabulary(training_rows: DataFrame, *, min_count: int, max_size: int)
     """Count every categorical value of the training rows in one aggregation; keep the frequent ones.
 
     The cap applies on the executors (the ``max_size`` most frequent values per column, ties by value, as
-    :func:`lia_spark.features.vocabulary_from_counts` ranks them), so at most 26 x ``max_size`` rows reach the
+    :func:`lia_spark.kernels.features.vocabulary_from_counts` ranks them), so at most 26 x ``max_size`` rows reach the
     driver however many distinct values the data has.
     """
     stacked = training_rows.select(F.explode(F.array(*[
@@ -119,7 +119,7 @@ def learn_vocabulary(training_rows: DataFrame, *, min_count: int, max_size: int)
 
 def feature_frame(rows: DataFrame, spec: features.FeatureSpec, *, seed: int,
                   shares: tuple[float, float, float]) -> DataFrame:
-    """row_id, label, split and the model feature columns of :func:`lia_spark.features.build_features`."""
+    """row_id, label, split and the model feature columns of :func:`lia_spark.kernels.features.build_features`."""
     cat_type = "long" if spec.encoding == "native" else "float"
     schema = ", ".join([f"{ROW_ID} long", f"{LABEL} int", f"{features.SPLIT_COLUMN} int"]
                        + [f"{name} float" for name in features.LOG_COLUMNS + features.FLAG_COLUMNS]

@@ -5,7 +5,7 @@ by proxy and target (with the injected design's y1 and b, the membership bit and
 models, their timings and their feature encodings.
 
 Audit designs (audit.design): ``injected`` (default, with audit.attack=label_inference) draws per canary
-(training row) a counterfactual label y1 and a fair coin b before training (:func:`lia_spark.injected.inject`) and
+(training row) a counterfactual label y1 and a fair coin b before training (:func:`lia_spark.kernels.injected.inject`) and
 trains the target (its mechanism included) on y^b; ``observational`` trains on the true labels and fits a
 label-blind reference (the target's library and hyper-parameters, true labels, on the target day's rows outside
 the canaries) whose predictions on the canaries the audit scores beside the target's.
@@ -23,16 +23,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from lia_spark import features, injected, membership, training
-from lia_spark.config import Config
-from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine.modeling import (INJECTED_LABEL, Preparation, boosting_params, feature_spec, model_features,
                                        prepare_days, shared_pate_settings, training_seed)
 from lia_spark.engine.session import describe_jobs, is_connect
-from lia_spark.engine.spark_models import (SparkModel, bag_target, fitted_rows, label_target, predicted,
-                                           spark_booster)
-from lia_spark.names import (BAG_MECHANISMS, INJECTED, LABEL_INFERENCE, LABEL_MECHANISMS, MEMBERSHIP,
-                             OBSERVATIONAL, PATE)
+from lia_spark.engine.spark_models import SparkModel, bag_target, fitted_rows, label_target, predicted, spark_booster
+from lia_spark.kernels import features, injected, membership, training
+from lia_spark.kernels.criteo import LABEL, ROW_ID
+from lia_spark.names import BAG_MECHANISMS, INJECTED, LABEL_INFERENCE, LABEL_MECHANISMS, MEMBERSHIP, OBSERVATIONAL, PATE
+from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +60,7 @@ SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, split int, released_label int, ta
 
 def membership_candidates(data: training.ModelData, config: Config) -> tuple[training.ModelData, np.ndarray]:
     """With audit.attack=membership: the target day's rows with the candidates left out of the target's training
-    rows moved to split :data:`lia_spark.training.SPLIT_LEFT_OUT`, and per row 1 (member) / 0 (left out) on the
+    rows moved to split :data:`lia_spark.kernels.training.SPLIT_LEFT_OUT`, and per row 1 (member) / 0 (left out) on the
     audit.membership_candidates candidates, -1 elsewhere (docs/math.md §5.8). Otherwise ``data`` and all -1."""
     member = np.full(data.row_ids.size, -1, dtype=np.int32)
     if config.audit.attack != MEMBERSHIP:
@@ -88,7 +86,7 @@ def observes(config: Config) -> bool:
 
 def injection(config: Config, data: training.ModelData,
               proxy_prediction: np.ndarray) -> injected.InjectedLabels | None:
-    """The injected design's labels of the target day's rows (:func:`lia_spark.injected.inject` on the training
+    """The injected design's labels of the target day's rows (:func:`lia_spark.kernels.injected.inject` on the training
     rows, the canaries), or None when the target trains on the true labels."""
     if not injects(config):
         return None
@@ -163,7 +161,7 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
                            "proxy_prediction": proxy_prediction,
                            "member": _nullable(member),
                            **{name: _nullable(None if labels is None else getattr(labels, name), data.labels.size)
-                              for name in injected.CANARY_COLUMNS},
+                              for name in injected.INJECTED_COLUMNS},
                            "reference_prediction": _reference_in_memory(config, data)})
     models = {"proxy": proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
@@ -199,7 +197,7 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
     target = (model_features(target_rows, target_spec, config).select(ROW_ID, *columns)
               .join(proxy_on_target.select(ROW_ID, LABEL, "split", "proxy_prediction"), ROW_ID)
               .withColumn("is_valid", F.col("split") == 1))
-    no_injection = (F.lit(None).cast("int").alias(column) for column in injected.CANARY_COLUMNS)
+    no_injection = (F.lit(None).cast("int").alias(column) for column in injected.INJECTED_COLUMNS)
     target = (_injected_frame(target, config) if injects(config)
               else target.select("*", F.col(LABEL).alias(TRUE_LABEL), *no_injection)).cache()
     fit_target = bag_target if m.training_mechanism in BAG_MECHANISMS else label_target
@@ -208,18 +206,18 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
     scored, reference_seconds = _reference_distributed(spark, config, target, columns, fitted.scored)
     seconds.update({**fitted.seconds, **reference_seconds})
     scored = scored.select(ROW_ID, F.col(TRUE_LABEL).alias(LABEL), "split", "released_label", "target_prediction",
-                           "proxy_prediction", F.lit(None).cast("int").alias("member"), *injected.CANARY_COLUMNS,
+                           "proxy_prediction", F.lit(None).cast("int").alias("member"), *injected.INJECTED_COLUMNS,
                            "reference_prediction")
     return TrainedModels(scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {})
 
 
 def _injected_frame(frame: DataFrame, config: Config) -> DataFrame:
     """``frame`` (row_id, label, split, proxy_prediction, ...) with the true label moved to ``true_label``, the label
-    column holding y^b on the training rows (:func:`lia_spark.injected.inject`, on the executors; the mechanisms
+    column holding y^b on the training rows (:func:`lia_spark.kernels.injected.inject`, on the executors; the mechanisms
     then read it as they read any label), and the canaries' y1 and b."""
     a = config.audit
     schema = StructType(frame.schema.fields + [StructField(TRUE_LABEL, IntegerType())]
-                        + [StructField(name, IntegerType()) for name in injected.CANARY_COLUMNS])
+                        + [StructField(name, IntegerType()) for name in injected.INJECTED_COLUMNS])
 
     def batches(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for part in frames:

@@ -1,7 +1,7 @@
 """Generate stage: the synthetic Criteo twin (docs/math.md §1.2) as day-partitioned Parquet, truth table and Criteo TSV.
 
 ``spark.range`` over ``rows_per_day x days`` line numbers, cut into partitions that never straddle a day, feeds
-:func:`lia_spark.synthetic.generate_rows` through ``mapInPandas``. Outputs (each committed atomically):
+:func:`lia_spark.kernels.synthetic.generate_rows` through ``mapInPandas``. Outputs (each committed atomically):
 
 - ``config.parquet_path``: columns of ``criteo.STORAGE_DDL``, partitioned by day (no eta);
 - ``OUT/truth``: row_id, day, eta, recomputed from the written rows (eta is a function of the observable row);
@@ -27,15 +27,15 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import layout
-from lia_spark.config import Config
-from lia_spark.criteo import CAT_COLUMNS, DAY, INT_COLUMNS, LABEL, ROW_ID, STORAGE_DDL, split_row_id
 from lia_spark.engine.filesystem import files_for
 from lia_spark.engine.outputs import committed_output, delete_path, reusable_output
-from lia_spark.engine.stage import Stage, StageResult, StageRun
 from lia_spark.engine.session import default_parallelism, describe_jobs
-from lia_spark.fingerprint import Fingerprint
-from lia_spark.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
+from lia_spark.engine.stage import Stage, StageResult, StageRun
+from lia_spark.kernels.criteo import CAT_COLUMNS, DAY, INT_COLUMNS, LABEL, ROW_ID, STORAGE_DDL, split_row_id
+from lia_spark.kernels.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
+from lia_spark.run import layout
+from lia_spark.run.config import Config
+from lia_spark.run.fingerprint import Fingerprint
 
 logger = logging.getLogger(__name__)
 

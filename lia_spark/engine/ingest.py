@@ -1,7 +1,7 @@
 """Ingest stage: Criteo TSV (day_N[.gz] files, folders of them, or Kaggle train.txt) -> day-partitioned Parquet.
 
 Two scans of the text, each a plain file scan feeding ``mapInArrow`` with whole Arrow batches
-(vectorized parsing in :func:`lia_spark.criteo.parse_lines`, no per-row Python), around a driver step:
+(vectorized parsing in :func:`lia_spark.kernels.criteo.parse_lines`, no per-row Python), around a driver step:
 
 0. *decompress* (``data.split_gzip``, default on): gzip is not splittable, so a scan of a .gz file is one task.
    Each .gz file is first decoded once, by Spark's own codec in one task per file (the files concurrently),
@@ -42,13 +42,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import criteo
-from lia_spark.config import Config
 from lia_spark.engine.filesystem import files_for
 from lia_spark.engine.outputs import committed_output, delete_path
-from lia_spark.engine.stage import Resolved, Stage, StageResult, StageRun
 from lia_spark.engine.session import describe_jobs
-from lia_spark.fingerprint import Fingerprint
+from lia_spark.engine.stage import Resolved, Stage, StageResult, StageRun
+from lia_spark.kernels import criteo
+from lia_spark.run.config import Config
+from lia_spark.run.fingerprint import Fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -385,7 +385,7 @@ def _block_offsets(scans: list[_FileScan]) -> dict[tuple[int, int], int]:
 
 def _file_days(sources: list[SourceFile], scans: list[_FileScan],
                kaggle_days: int) -> dict[int, tuple[int, np.ndarray]]:
-    """file index -> (first day, first line of each day) for :func:`lia_spark.criteo.locate_lines`."""
+    """file index -> (first day, first line of each day) for :func:`lia_spark.kernels.criteo.locate_lines`."""
     days = {}
     for index, (source, scan) in enumerate(zip(sources, scans)):
         if source.day is None:

@@ -21,9 +21,9 @@ from typing import Any, Iterator
 
 from pyspark.sql import SparkSession
 
-from lia_spark.config import is_remote_path
 from lia_spark.engine.filesystem import file_errors, files_for
 from lia_spark.engine.outputs import check_writable, delete_path, read_text
+from lia_spark.run.config import is_remote_path
 
 LOCK_FILE = "_LIA_LOCK"
 

@@ -2,7 +2,7 @@
 
 The oracle holds one day of the data table (``<data>/day=d``: row_id, label) and answers a submitted
 prediction vector with its log-loss, a Spark aggregate ``-(1/N) sum(label ? ln u : ln(1 - u))`` (exact float64;
-the service's rounding and noise are applied to that one number, :class:`lia_spark.logloss.OracleSettings`).
+the service's rounding and noise are applied to that one number, :class:`lia_spark.kernels.logloss.OracleSettings`).
 A row's position is the low 40 bits of its row_id (its line in the day's source file); the stage requires the
 positions of the day to be exactly 0..N-1, the alignment of predictions to rows that the attacks assume.
 
@@ -37,12 +37,13 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import logloss, logloss_plots
-from lia_spark.config import Config, LoglossConfig
-from lia_spark.criteo import DAY, LABEL, POSITION_BITS, ROW_ID
 from lia_spark.engine.outputs import check_writable, copy_from_local, reported_path
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import FilesResult, Input, Stage, StageRun
+from lia_spark.kernels import logloss
+from lia_spark.kernels.criteo import DAY, LABEL, POSITION_BITS, ROW_ID
+from lia_spark.present import logloss_plots
+from lia_spark.run.config import Config, LoglossConfig
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +106,11 @@ def exact_likelihood(rows: DataFrame, *, count: int) -> tuple[Fraction, np.ndarr
     return Fraction(numerator, logloss.product([int(p) + 1 for p in odds])), odds
 
 
-def oracle_settings(settings: LoglossConfig) -> list[logloss.OracleSettings]:
+def oracle_settings(section: LoglossConfig) -> list[logloss.OracleSettings]:
     """The grid: the exact float64 oracle, then each rounding, then each noise x scale (one factor at a time)."""
     grid = [logloss.OracleSettings()]
-    grid += [logloss.OracleSettings(decimals=d) for d in settings.decimals]
-    grid += [logloss.OracleSettings(noise=n, noise_scale=s) for n in settings.noises for s in settings.noise_scales]
+    grid += [logloss.OracleSettings(decimals=d) for d in section.decimals]
+    grid += [logloss.OracleSettings(noise=n, noise_scale=s) for n in section.noises for s in section.noise_scales]
     return grid
 
 
@@ -119,11 +120,11 @@ def _true_labels(rows: DataFrame, count: int) -> np.ndarray:
 
 
 def attack_setting(rows: DataFrame, *, attack: str, oracle: logloss.OracleSettings, n_rows: int,
-                   settings: LoglossConfig, rng: np.random.Generator) -> dict[str, Any]:
-    """Plan ``attack`` for the oracle's error bound, run its first ``settings.queries`` blocks against the Spark
+                   section: LoglossConfig, rng: np.random.Generator) -> dict[str, Any]:
+    """Plan ``attack`` for the oracle's error bound, run its first ``section.queries`` blocks against the Spark
     oracle and measure the accuracy on them; status exact | partial | stopped (no decodable block)."""
     max_loss = logloss.LN2 + 2 * logloss.MAX_WEIGHT / n_rows
-    tolerance = (oracle.error_bound(failure_probability=settings.failure_probability)
+    tolerance = (oracle.error_bound(failure_probability=section.failure_probability)
                  + logloss.float64_tolerance(n_rows=n_rows, max_loss=max_loss))
     plan = logloss.plan(attack, n_rows=n_rows, tolerance=tolerance)
     row = {"attack": attack, "oracle": oracle.name, "decimals": oracle.decimals, "noise": oracle.noise,
@@ -135,7 +136,7 @@ def attack_setting(rows: DataFrame, *, attack: str, oracle: logloss.OracleSettin
     started = time.monotonic()
     recovered = logloss.run_block_attack(
         plan, lambda start, block: oracle.release(spark_log_loss(rows, block_predictions(start, block)), rng),
-        blocks=settings.queries)
+        blocks=section.queries)
     truth = _true_labels(rows, recovered.size)
     row.update(labels_checked=int(truth.size), accuracy=float((recovered == truth).mean()),
                seconds_per_query=(time.monotonic() - started) / -(-truth.size // plan.block_size))
@@ -187,21 +188,21 @@ def _attack_and_write(run: StageRun) -> LoglossResult:
         ValueError: naming logloss.day when its rows are missing or not positioned 0..N-1.
     """
     spark, config, started = run.spark, run.config, run.started
-    settings = config.logloss
-    describe_jobs(spark, f"logloss: oracle table of day {settings.day}")
+    section = config.logloss
+    describe_jobs(spark, f"logloss: oracle table of day {section.day}")
     rows = oracle_table(spark, config)
     try:
         n_rows = rows.count()
-        rng = np.random.default_rng([config.run.seed, settings.day])
-        grid = oracle_settings(settings)
+        rng = np.random.default_rng([config.run.seed, section.day])
+        grid = oracle_settings(section)
         records = []
         for oracle in grid:
-            for attack in settings.attacks:
+            for attack in section.attacks:
                 describe_jobs(spark, f"logloss: {attack} attack, oracle {oracle.name}")
-                records.append(attack_setting(rows, attack=attack, oracle=oracle, n_rows=n_rows, settings=settings,
+                records.append(attack_setting(rows, attack=attack, oracle=oracle, n_rows=n_rows, section=section,
                                               rng=rng))
                 logger.info("logloss: %s vs %s: %s", attack, oracle.name, records[-1]["status"])
-        single_rows = min(settings.single_query_rows, n_rows)
+        single_rows = min(section.single_query_rows, n_rows)
         describe_jobs(spark, "logloss: single query in exact arithmetic")
         likelihood, odds = exact_likelihood(rows, count=single_rows)
         single = logloss.single_query_decode(likelihood, odds)
@@ -211,15 +212,15 @@ def _attack_and_write(run: StageRun) -> LoglossResult:
     results = pd.DataFrame.from_records(records)
     exact = results[results["oracle"] == "exact"].set_index("attack")
     summary = {
-        "day": settings.day, "rows": n_rows, "failure_probability": settings.failure_probability,
-        "queries_per_setting": settings.queries,
+        "day": section.day, "rows": n_rows, "failure_probability": section.failure_probability,
+        "queries_per_setting": section.queries,
         "single_query": {"rows": single_rows, "accuracy": single_accuracy,
                          "likelihood_bits": likelihood.numerator.bit_length() + likelihood.denominator.bit_length()},
         "exact_oracle": {attack: {"labels_per_query": float(exact.loc[attack, "labels_per_query"]),
                                   "queries_for_all": float(exact.loc[attack, "queries_for_all"]),
                                   "accuracy": float(exact.loc[attack, "accuracy"])} for attack in exact.index},
         "stopped_by": {attack: results[(results["attack"] == attack) & (results["status"] == "stopped")]["oracle"]
-                       .tolist() for attack in settings.attacks},
+                       .tolist() for attack in section.attacks},
     }
     output_path = reported_path(logloss_path(config))
     with tempfile.TemporaryDirectory(prefix="lia-logloss-") as local:

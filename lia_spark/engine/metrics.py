@@ -3,10 +3,10 @@
 Only a few numbers per partition reach the driver, so the cost on the driver does not grow with the rows.
 
 - log-loss: the mean of -(y log p + (1 - y) log(1 - p)), p clipped to [1e-7, 1 - 1e-7] as in
-  :func:`lia_spark.training.binary_metrics`.
+  :func:`lia_spark.kernels.training.binary_metrics`.
 - AUC (Mann-Whitney, ties counted half): the rows are grouped by distinct prediction (positives and negatives per
   score), range-partitioned by score and sorted within each partition; each partition sums its pairs ranked right
-  (:func:`lia_spark.training.tied_auc_pairs`) and reports them with its negative total, and the driver adds each
+  (:func:`lia_spark.kernels.training.tied_auc_pairs`) and reports them with its negative total, and the driver adds each
   partition's positives x the negatives of the partitions below it. Equal to sklearn's ``roc_auc_score`` up to
   float rounding.
 """
@@ -20,7 +20,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from lia_spark import training
+from lia_spark.kernels import training
 
 _PART_SCHEMA = "lowest double, positives double, negatives double, pairs double"
 
@@ -43,7 +43,7 @@ def _partition_pairs(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
 
 def binary_metrics(frame: DataFrame, *, label: str, prediction: str) -> dict[str, float]:
     """``{"auc", "log_loss"}`` of ``prediction`` against the 0/1 ``label`` over the rows of ``frame`` (NaN AUC when
-    one class is absent), as :func:`lia_spark.training.binary_metrics` computes them in memory.
+    one class is absent), as :func:`lia_spark.kernels.training.binary_metrics` computes them in memory.
 
     Raises:
         ValueError: when ``frame`` has no rows.

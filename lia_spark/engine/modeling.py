@@ -15,13 +15,13 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import features, hashing, pate, training
-from lia_spark.config import Config, ConfigError
-from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine import features as spark_features
 from lia_spark.engine.outputs import output_fingerprint
 from lia_spark.engine.pate import spark_votes
 from lia_spark.engine.session import describe_jobs
+from lia_spark.kernels import features, hashing, pate, training
+from lia_spark.kernels.criteo import LABEL, ROW_ID
+from lia_spark.run.config import Config, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def model_features(rows: DataFrame, spec: features.FeatureSpec, config: Config) 
 
 
 def collect_model_data(frame: DataFrame, spec: features.FeatureSpec, library: str) -> training.ModelData:
-    """Collect a feature frame to the driver (Arrow) as :class:`lia_spark.training.ModelData`."""
+    """Collect a feature frame to the driver (Arrow) as :class:`lia_spark.kernels.training.ModelData`."""
     local = frame.toPandas().sort_values(ROW_ID, kind="stable").reset_index(drop=True)
     columns = spec.feature_columns
     matrix = local[columns] if library == "catboost" else local[columns].to_numpy(np.float32)
@@ -232,7 +232,7 @@ def prepare_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
 def shared_pate_settings(config: Config, target_rows: DataFrame, preparation: Preparation, *,
                          left_out: np.ndarray, training_labels: DataFrame | None) -> pate.PateSettings:
     """:func:`pate_settings` whose teachers are fitted once per preparation: the votes do not depend on epsilon, so
-    the PATE cells of ``lia-spark audit-table`` (one preparation) share them (:class:`lia_spark.pate.ReusedVotes`).
+    the PATE cells of ``lia-spark audit-table`` (one preparation) share them (:class:`lia_spark.kernels.pate.ReusedVotes`).
     The membership baseline's teachers leave out its non-members and are fitted for their own run."""
     if left_out.size:
         return pate_settings(config, target_rows, preparation.days.target_spec, left_out=left_out)

@@ -20,8 +20,8 @@ from typing import Any, Iterator, Sequence
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.filesystem import error_reason, file_errors, files_for, local_folder
-from lia_spark.fingerprint import (FINGERPRINT_KEY, Fingerprint, changes, marker_fingerprint, sealed_marker,
-                                   verified_marker)
+from lia_spark.run.fingerprint import (FINGERPRINT_KEY, Fingerprint, changes, marker_fingerprint, sealed_marker,
+                                       verified_marker)
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def committed_output(spark: SparkSession, path: str, metadata: dict[str, Any] | 
     """Yield a fresh temporary path; on success replace ``path`` by it and write the completion marker.
 
     ``metadata`` may be filled in by the caller inside the ``with`` block; it is written to the marker, sealed
-    with ``fingerprint`` (:func:`lia_spark.fingerprint.sealed_marker`) when given, so :func:`reusable_output`
+    with ``fingerprint`` (:func:`lia_spark.run.fingerprint.sealed_marker`) when given, so :func:`reusable_output`
     can tell later whether the output still matches its configuration and inputs.
     On any exception the temporary path is deleted and ``path`` is left untouched.
     """

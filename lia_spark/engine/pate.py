@@ -1,8 +1,8 @@
 """PATE's teachers on Spark (docs/math.md §4.6): the teacher frame is built on the executors from the day's
-training rows (student rows dropped, ``teacher`` = :func:`lia_spark.pate.teacher_index` by row id) and
+training rows (student rows dropped, ``teacher`` = :func:`lia_spark.kernels.pate.teacher_index` by row id) and
 ``groupBy(teacher).applyInPandas`` fits the teachers in parallel tasks (several teachers per task, one per group).
 
-Each group fits its teacher with one thread (:func:`lia_spark.pate.teacher_votes`, rows in row-id order, so the
+Each group fits its teacher with one thread (:func:`lia_spark.kernels.pate.teacher_votes`, rows in row-id order, so the
 votes do not depend on the partitioning) and returns only its votes on the broadcast student rows (Q rows): no
 training row comes from the driver and no model travels back to it.
 """
@@ -15,9 +15,9 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from lia_spark import pate
-from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine.session import describe_jobs, shipped
+from lia_spark.kernels import pate
+from lia_spark.kernels.criteo import LABEL, ROW_ID
 
 VOTES_SCHEMA = "teacher int, votes binary"
 TEACHER = "teacher"
@@ -25,7 +25,7 @@ TEACHER = "teacher"
 
 def spark_votes(training_rows: DataFrame, columns: list[str], *, teachers: int,
                 model: pate.TeacherModel) -> pate.TeacherVotes:
-    """A :data:`lia_spark.pate.TeacherVotes` over ``training_rows`` (row_id, label and the float feature
+    """A :data:`lia_spark.kernels.pate.TeacherVotes` over ``training_rows`` (row_id, label and the float feature
     ``columns`` of the target day's training rows) that fits the ``teachers`` teachers in parallel Spark tasks."""
     spark = training_rows.sparkSession
     settings = dict(n_estimators=model.n_estimators, max_depth=model.max_depth, learning_rate=model.learning_rate,

@@ -2,7 +2,7 @@
 
 Each step runs the stage of :mod:`lia_spark.engine.stages` it names, through the one skeleton
 :func:`~lia_spark.engine.stages.run_stage`. Steps are chosen by
-``run.stages`` and run in the order of :data:`lia_spark.config.PIPELINE_STAGES`; a step whose output is already
+``run.stages`` and run in the order of :data:`lia_spark.run.config.PIPELINE_STAGES`; a step whose output is already
 complete is reused by the stage itself unless ``run.force``. A failing stage stops the pipeline; outputs of
 finished stages stay committed, the MLflow run is marked FAILED, the error is raised.
 """
@@ -16,10 +16,10 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from lia_spark.config import PIPELINE_STAGES, Config
 from lia_spark.engine.outputs import check_writable, committed, local_copies, path_exists, read_marker
 from lia_spark.engine.session import job_group, master_name
 from lia_spark.engine.stages import committed_result, run_stage, sealed_fingerprint, step_stage
+from lia_spark.run.config import PIPELINE_STAGES, Config
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class PipelineResult:
 
     def console_summary(self) -> str:
         """Closing lines for the console: status per step, the report, the MLflow run and, last, the audit's
-        headline (:class:`lia_spark.headline.Headline`)."""
+        headline (:class:`lia_spark.present.headline.Headline`)."""
         lines = [f"lia-spark pipeline {self.run_name!r}: "
                  + ", ".join(f"{o.step}={o.status} ({o.seconds:.1f} s)" for o in self.steps)]
         if self.report_path:
@@ -204,13 +204,13 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
     """Run the selected steps in order, tracking each in MLflow when ``tracking.enabled``.
 
     Raises:
-        lia_spark.tracking.TrackingError: the tracking store is unreachable (checked before any stage).
+        lia_spark.tracking.mlflow_runs.TrackingError: the tracking store is unreachable (checked before any stage).
         ValueError: bad ``run.stages`` selection for the existing outputs.
         RuntimeError: a stage failed (its message names the stage; earlier outputs stay committed).
     """
     tracker = None
     if config.tracking.enabled:
-        from lia_spark.tracking import PipelineTracker
+        from lia_spark.tracking.mlflow_runs import PipelineTracker
 
         tracker = PipelineTracker(config)
         tracker.check()
@@ -268,10 +268,10 @@ def run_track(spark: SparkSession, config: Config) -> PipelineResult:
     outputs; nothing is recomputed). For a run whose tracking server failed mid-run.
 
     Raises:
-        lia_spark.tracking.TrackingError: the tracking store is unreachable.
+        lia_spark.tracking.mlflow_runs.TrackingError: the tracking store is unreachable.
         ValueError: naming run.output_dir when no step of it has a complete output.
     """
-    from lia_spark.tracking import PipelineTracker
+    from lia_spark.tracking.mlflow_runs import PipelineTracker
 
     outcomes = [committed_outcome(spark, config, step) for step in PIPELINE_STAGES]
     if all(outcome.status == "skipped" for outcome in outcomes):

@@ -17,14 +17,15 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import features, layout, training
-from lia_spark.config import Config
-from lia_spark.criteo import ROW_ID
 from lia_spark.engine import features as spark_features
 from lia_spark.engine.modeling import model_features
 from lia_spark.engine.session import describe_jobs, shipped
 from lia_spark.engine.spark_models import predicted
+from lia_spark.kernels import features, training
+from lia_spark.kernels.criteo import ROW_ID
 from lia_spark.names import AUTO_PRIOR, PROXY_PRIOR, TRUE_PRIOR
+from lia_spark.run import layout
+from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ PRIORS_SCHEMA = f"{ROW_ID} long, {PROXY_PRIOR} double"
 def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: tuple[str, ...]
                        ) -> Iterator[pd.DataFrame]:
     """mapInPandas body: (row_id, proxy_prediction) of feature batches, predicted by the pickled
-    :class:`lia_spark.training.FittedModel` shipped as ``model`` (:func:`lia_spark.engine.session.shipped`,
+    :class:`lia_spark.kernels.training.FittedModel` shipped as ``model`` (:func:`lia_spark.engine.session.shipped`,
     unpickled once per task)."""
     fitted: training.FittedModel = pickle.loads(model.value)
     if fitted.library == "xgboost":
@@ -93,9 +94,9 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
 
     Distributed, nothing proportional to the rows on the driver: the features are built on the executors with
     the proxy's own encoding ``spec`` (:func:`lia_spark.engine.modeling.model_features`, as for its training); an
-    in-memory proxy (:class:`lia_spark.training.FittedModel`, xgboost or catboost) is pickled once, shipped
+    in-memory proxy (:class:`lia_spark.kernels.training.FittedModel`, xgboost or catboost) is pickled once, shipped
     (broadcast on classic sessions) and predicts in ``mapInPandas`` (exactly
-    :meth:`~lia_spark.training.FittedModel.predict`); a fitted xgboost.spark model (models.execution=distributed)
+    :meth:`~lia_spark.kernels.training.FittedModel.predict`); a fitted xgboost.spark model (models.execution=distributed)
     scores by its own ``transform``.
     """
     describe_jobs(spark, f"train: proxy priors of days {list(days)}")

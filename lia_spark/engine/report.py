@@ -13,12 +13,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lia_spark import layout
-from lia_spark.config import Config, is_remote_path
 from lia_spark.engine.outputs import copy_from_local, local_copies, reported_path
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import Stage, StageResult, StageRun
-from lia_spark.report import REPORT_FILE, render_report
+from lia_spark.present.report import REPORT_FILE, render_report
+from lia_spark.run import layout
+from lia_spark.run.config import Config, is_remote_path
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from pyspark.sql import SparkSession, functions as F
 
-from lia_spark.config import ConfigError, SparkConfig
+from lia_spark.run.config import ConfigError, SparkConfig
 
 logger = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
-from lia_spark import features, label_mechanisms, model_output, training
-from lia_spark.config import Config
-from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine.bags import BAG_PROPORTION, row_bag_proportions
 from lia_spark.engine.modeling import training_seed
 from lia_spark.engine.session import default_parallelism, describe_jobs
+from lia_spark.kernels import features, label_mechanisms, model_output, training
+from lia_spark.kernels.criteo import LABEL, ROW_ID
 from lia_spark.names import NONE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR
+from lia_spark.run.config import Config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +59,7 @@ def spark_booster(spark: SparkSession, config: Config, columns: list[str], label
 def predicted(fitted: SparkModel, frame: DataFrame, name: str) -> DataFrame:
     """``frame`` with ``name`` = P(y=1|x) of the fitted xgboost.spark model: its booster's raw output (a classifier's
     margin, a regressor's value, from its own ``transform``) through the saved output transform
-    (:meth:`lia_spark.model_output.OutputTransform.probabilities`, in float64), so the run scores exactly what the
+    (:meth:`lia_spark.kernels.model_output.OutputTransform.probabilities`, in float64), so the run scores exactly what the
     saved model predicts."""
     from pyspark.ml.functions import vector_to_array
 
@@ -159,7 +159,7 @@ def bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: 
     """The target on bag proportions (docs/math.md §4.7): the training and the validation rows each bagged and
     released on the executors (:func:`lia_spark.engine.bags.row_bag_proportions`, the in-memory path's bags), a
     squared-error regression of each row's released proportion, its predictions debiased to P(y=1|x)
-    (:func:`lia_spark.label_mechanisms.debias_bag_predictions`); ``released_label`` is null (no per-row label)."""
+    (:func:`lia_spark.kernels.label_mechanisms.debias_bag_predictions`); ``released_label`` is null (no per-row label)."""
     m = config.models
     describe_jobs(spark, f"train: bag proportions ({m.training_mechanism}, k={m.bag_size})")
     proportions = functools.reduce(DataFrame.unionByName, [

@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
-from lia_spark import layout
-from lia_spark.config import Config
 from lia_spark.engine.outputs import marker_fields, output_fingerprint
-from lia_spark.fingerprint import Fingerprint, stage_parameters
+from lia_spark.run import layout
+from lia_spark.run.config import Config
+from lia_spark.run.fingerprint import Fingerprint, stage_parameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +106,7 @@ class Stage:
         return self.result.from_dict(marker, skipped=skipped)
 
     def fingerprint(self, spark: SparkSession, config: Config, **values: Any) -> Fingerprint:
-        """:class:`lia_spark.fingerprint.Fingerprint` of this stage under ``config``: its declared fields, the values
+        """:class:`lia_spark.run.fingerprint.Fingerprint` of this stage under ``config``: its declared fields, the values
         it resolves from the data (plus ``values``), and the fingerprint of every input table."""
         resolved = self.resolved(spark, config)
         inputs = {**{item.role: item.path(config) for item in self.inputs(config)}, **resolved.inputs}
@@ -162,7 +162,7 @@ class StageResult:
 
     @property
     def headline(self) -> Any:
-        """The run's headline (:class:`lia_spark.headline.Headline`) when this result has one, else None."""
+        """The run's headline (:class:`lia_spark.present.headline.Headline`) when this result has one, else None."""
         return None
 
     def page(self) -> str:

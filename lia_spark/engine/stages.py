@@ -13,7 +13,6 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from lia_spark.config import Config
 from lia_spark.engine.audit import AUDIT
 from lia_spark.engine.generate import GENERATE
 from lia_spark.engine.ingest import INGEST
@@ -24,7 +23,8 @@ from lia_spark.engine.report import REPORT
 from lia_spark.engine.stage import Stage, StageRun
 from lia_spark.engine.train import TRAIN
 from lia_spark.engine.utility import UTILITY
-from lia_spark.fingerprint import marker_fingerprint, verified_marker
+from lia_spark.run.config import Config
+from lia_spark.run.fingerprint import marker_fingerprint, verified_marker
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@
 1. The day-partitioned data of ``run.output_dir``: the data step's stage (generate for data.source=synthetic,
    ingest for criteo; reused when its fingerprint matches) when ``data`` is in run.stages, else the existing
    ``data.parquet_path``.
-2. For every cell of :func:`lia_spark.table.table_cells`: the user's config with ``models.training_mechanism``,
+2. For every cell of :func:`lia_spark.studies.table.table_cells`: the user's config with ``models.training_mechanism``,
    ``models.epsilon`` and ``models.bag_size`` of the cell, ``run.output_dir = <out>/table/cells/<cell>`` and
    ``data.parquet_path`` = the shared data table, through the train stage then the audit stage. Both reuse
    their committed output when its fingerprint matches, so a re-run recomputes only missing or changed cells.
@@ -31,12 +31,14 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from lia_spark import layout, table
-from lia_spark.config import Config
 from lia_spark.engine.modeling import Preparation
 from lia_spark.engine.outputs import check_writable, copy_from_local, local_copies, local_folder, path_exists
 from lia_spark.engine.session import describe_jobs, job_group
 from lia_spark.engine.stages import STAGES, run_stage, sealed_fingerprint, step_stage
+from lia_spark.present import charts
+from lia_spark.run import layout
+from lia_spark.run.config import Config
+from lia_spark.studies import table
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ class CellOutcome:
     error: str = ""
 
     def record(self) -> dict[str, Any]:
-        """The cell's row of ``cells.csv`` (:func:`lia_spark.table.cell_record`)."""
+        """The cell's row of ``cells.csv`` (:func:`lia_spark.studies.table.cell_record`)."""
         return table.cell_record(
             self.cell, status=self.status, summary=self.audit.summary if self.audit else None,
             test_metrics=self.train.test_metrics if self.train else None,
@@ -212,7 +214,7 @@ def write_table(spark: SparkSession, config: Config, outcomes: list[CellOutcome]
                   "utility.csv": table.utility_table(cells), "published.csv": table.published_table()}
         for name, frame in frames.items():
             frame.to_csv(os.path.join(local, name), index=False)
-        table.plot_eps_lb(cells, path=os.path.join(local, TABLE_FILES[-1]),
+        charts.plot_eps_lb(cells, path=os.path.join(local, TABLE_FILES[-1]),
                           title=f"{config.run.name}: valid eps_lb ({config.models.library}, "
                                 f"{config.audit.repetitions} repetitions, delta={config.audit.delta:g})")
         describe_jobs(spark, "audit-table: write the table")
@@ -226,9 +228,9 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
     """Train and audit every cell of ``config.table`` (resumable per cell) and write ``<out>/table/``.
 
     Raises:
-        lia_spark.config.ConfigError: no mechanism of table.mechanisms can be trained with models.library /
+        lia_spark.run.config.ConfigError: no mechanism of table.mechanisms can be trained with models.library /
             models.execution, or audit.bounds lacks binomial (before anything runs).
-        lia_spark.tracking.TrackingError: the tracking store is unreachable (before any cell).
+        lia_spark.tracking.mlflow_runs.TrackingError: the tracking store is unreachable (before any cell).
         PermissionError: run.output_dir cannot be written.
         TableCellsFailed: after the table is written, when any cell failed (naming them).
     """
@@ -238,7 +240,7 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
         logger.warning("audit-table: skipping %s: %s", name, reason)
     tracker = None
     if config.tracking.enabled:
-        from lia_spark.tracking import AuditTableTracker
+        from lia_spark.tracking.mlflow_runs import AuditTableTracker
 
         tracker = AuditTableTracker(config, run_name=f"{config.run.name} audit-table")
         tracker.check()

@@ -30,9 +30,6 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import features, layout, model_output, training
-from lia_spark.config import Config
-from lia_spark.criteo import LABEL, ROW_ID
 from lia_spark.engine import features as spark_features
 from lia_spark.engine import metrics as spark_metrics
 from lia_spark.engine.fitting import distributed, in_memory, injects
@@ -41,7 +38,11 @@ from lia_spark.engine.outputs import copy_from_local, write_text
 from lia_spark.engine.priors import needs_proxy_priors, write_proxy_priors
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import Input, Resolved, Stage, StageResult, StageRun
+from lia_spark.kernels import features, model_output, training
+from lia_spark.kernels.criteo import LABEL, ROW_ID
 from lia_spark.names import BAG_MECHANISMS, LABEL_INFERENCE, LLP, MEMBERSHIP, NONE
+from lia_spark.run import layout
+from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +123,8 @@ def _test_metrics(scored: DataFrame) -> dict[str, float]:
 
 def _save_models(spark: SparkSession, models: dict[str, Any], specs: dict[str, features.FeatureSpec],
                  staging: str) -> tuple[list[str], list[str]]:
-    """Write each model file, its feature encoding (:func:`lia_spark.features.encoding_file`) and its output transform
-    (:func:`lia_spark.model_output.output_transform_file`) locally, then copy them into the staging folder; return the
+    """Write each model file, its feature encoding (:func:`lia_spark.kernels.features.encoding_file`) and its output transform
+    (:func:`lia_spark.kernels.model_output.output_transform_file`) locally, then copy them into the staging folder; return the
     names of the model files and of the other two."""
     names, encodings = [], []
     with tempfile.TemporaryDirectory() as local:

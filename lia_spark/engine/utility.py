@@ -1,6 +1,6 @@
 """Utility stage: the privacy-utility tradeoff, target AUC against the attacker's advantage per setting (docs/math.md §4).
 
-Trains the target in memory on the target day for every setting of :func:`lia_spark.utility.utility_grid` and
+Trains the target in memory on the target day for every setting of :func:`lia_spark.kernels.utility.utility_grid` and
 joins the test AUC with the advantages of the posteriors stage's summary (the RR family's closed forms where
 the summary has none; none for pate). PATE's teachers are fitted once, in parallel Spark tasks
 (:func:`lia_spark.engine.modeling.pate_settings`), and their votes reused at every epsilon. Output
@@ -20,15 +20,17 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from lia_spark import layout, training
-from lia_spark.config import Config
 from lia_spark.engine.modeling import (boosting_params, collect_model_data, feature_spec, in_memory_rows,
                                        model_features, pate_settings, training_seed)
 from lia_spark.engine.outputs import MARKER, copy_from_local, path_exists
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import Input, Stage, StageResult, StageRun
+from lia_spark.kernels import training
 from lia_spark.names import PATE, RR, setting_key
-from lia_spark.table import unsupported_reason
+from lia_spark.present import charts
+from lia_spark.run import layout
+from lia_spark.run.config import Config
+from lia_spark.studies.table import unsupported_reason
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +74,7 @@ def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | No
 
 def extra_mechanisms(config: Config, *, training_rows: int) -> tuple[list[str], dict[str, str]]:
     """The models.utility_extra_mechanisms this stage trains, and those it leaves out with the reason: the audit
-    table's rule (:func:`lia_spark.table.unsupported_reason`, in memory whatever models.execution: this stage
+    table's rule (:func:`lia_spark.studies.table.unsupported_reason`, in memory whatever models.execution: this stage
     always trains on the driver) and, for pate, fewer than models.pate_queries + 1 training rows."""
     m = config.models
     left_out = {}
@@ -94,7 +96,7 @@ def _utility(run: StageRun) -> UtilityResult:
     tradeoff.csv, tradeoff_additive.png, tradeoff_p98.png. Run it after the posteriors stage so the table
     carries the LLP advantages; without their summary only the RR family's closed forms are used.
     """
-    from lia_spark import utility
+    from lia_spark.kernels import utility
 
     spark, config, started = run.spark, run.config, run.started
     m, params, seed = config.models, boosting_params(config), training_seed(config)
@@ -127,8 +129,8 @@ def _utility(run: StageRun) -> UtilityResult:
     table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config), priors=priors)
     with tempfile.TemporaryDirectory() as local:
         table.to_csv(os.path.join(local, UTILITY_FILES[0]), index=False)
-        utility.plot_tradeoff(table, advantage="mean_additive_advantage", path=os.path.join(local, UTILITY_FILES[1]))
-        utility.plot_tradeoff(table, advantage="abs_I_p98", path=os.path.join(local, UTILITY_FILES[2]))
+        charts.plot_tradeoff(table, advantage="mean_additive_advantage", path=os.path.join(local, UTILITY_FILES[1]))
+        charts.plot_tradeoff(table, advantage="abs_I_p98", path=os.path.join(local, UTILITY_FILES[2]))
         for name in UTILITY_FILES:
             copy_from_local(spark, os.path.join(local, name), run.under(name))
     return UtilityResult(output_dir=layout.output_path(config, layout.UTILITY), settings=len(table),

@@ -7,5 +7,5 @@
 - :mod:`.summary`: summaries with exact percentiles, bag counts, the plot sample;
 - :mod:`.stage`: :func:`~lia_spark.engine.posteriors.stage.run_posteriors`, the stage itself.
 
-The computation without Spark is :mod:`lia_spark.posterior_grid`.
+The computation without Spark is :mod:`lia_spark.kernels.posterior_grid`.
 """

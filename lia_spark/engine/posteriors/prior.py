@@ -9,10 +9,10 @@ from typing import Sequence
 
 from pyspark.sql import SparkSession
 
-from lia_spark import layout
-from lia_spark.config import Config
 from lia_spark.engine.priors import resolve_prior
 from lia_spark.names import TRUE_PRIOR
+from lia_spark.run import layout
+from lia_spark.run.config import Config
 
 
 

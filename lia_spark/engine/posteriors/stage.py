@@ -1,8 +1,8 @@
 """Stage ``posteriors``: release the days of mechanisms.days, as one selection, through the mechanisms of
 docs/math.md §2, posteriors per docs/math.md §3.
 
-Data movement only; the math is in :mod:`lia_spark.posterior_grid` (with :mod:`lia_spark.mechanisms`,
-:mod:`lia_spark.posteriors` and :mod:`lia_spark.advantage`). The whole (mechanism x epsilon x bag size) grid
+Data movement only; the math is in :mod:`lia_spark.kernels.posterior_grid` (with :mod:`lia_spark.kernels.mechanisms`,
+:mod:`lia_spark.kernels.posteriors` and :mod:`lia_spark.kernels.advantage`). The whole (mechanism x epsilon x bag size) grid
 comes from one read of the input and one shuffle:
 
 - :mod:`~lia_spark.engine.posteriors.reading`: the days' data rows (row_id, label) and prior rows
@@ -39,18 +39,18 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark import layout
-from lia_spark.config import Config
 from lia_spark.engine.features import check_days_present, released_day_field, released_days
 from lia_spark.engine.outputs import copy_from_local, delete_path, local_folder, reported_path
 from lia_spark.engine.posteriors.prior import check_prior_source
-from lia_spark.engine.priors import prior_source, resolve_prior
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plot_sample, summarize_digest
 from lia_spark.engine.posteriors.units import posterior_input
 from lia_spark.engine.posteriors.writing import spark_write_posteriors, write_posteriors
+from lia_spark.engine.priors import prior_source, resolve_prior
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import Input, Resolved, Stage, StageResult, StageRun
-from lia_spark.posterior_grid import Setting, settings_grid
+from lia_spark.kernels.posterior_grid import Setting, settings_grid
+from lia_spark.run import layout
+from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | Da
     ``staging/summary`` (any file system) and as ``summary.csv`` to the local ``folder``, and the plots of
     ``sample()`` in ``folder/plots``, read and drawn in a thread while Spark ranks |I|. Returns the summary
     and the plot files' names relative to ``folder``."""
-    from lia_spark.plots import plot_posteriors  # driver only: keeps matplotlib out of the Python workers
+    from lia_spark.present.plots import plot_posteriors
 
     def draw() -> list[str]:
         return plot_posteriors(sample(), output_dir=os.path.join(folder, layout.PLOTS))

@@ -16,11 +16,11 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from lia_spark import advantage, hashing, leakage
 from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, UNIT_ROWS
 from lia_spark.engine.session import default_parallelism, describe_jobs
+from lia_spark.kernels import advantage, hashing, leakage
+from lia_spark.kernels.posterior_grid import PLOT_SAMPLE_PURPOSE, Setting, plot_sample_threshold
 from lia_spark.names import BAG_MECHANISMS, SETTING_KEY
-from lia_spark.posterior_grid import PLOT_SAMPLE_PURPOSE, Setting, plot_sample_threshold
 
 DRIVER_SELECTED_ROWS = 1 << 23  # exact percentiles: up to this many bin rows are ranked on the driver
 SELECTED_SCHEMA = "target int, abs_I double"  # result rows inside a percentile's bin (target = the bin's index)
@@ -56,7 +56,7 @@ def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows: str | Data
     files ``write_posteriors`` wrote, or the rows as a Spark DataFrame.
 
     Means are digest sums over rows. Percentiles of |I| are exact order statistics
-    (:func:`lia_spark.advantage.digest_percentiles`): read off a bin holding one value (RR, +inf), else
+    (:func:`lia_spark.kernels.advantage.digest_percentiles`): read off a bin holding one value (RR, +inf), else
     selected among only the rows of that bin (bins are monotone in |I|, so the bin is exactly the rows with
     low <= |I| <= high): by ``np.partition`` on the driver when those bins hold at most ``driver_rows`` rows
     in all, else by a window ``row_number`` in Spark.
@@ -201,7 +201,7 @@ def bag_counts(digest: pd.DataFrame, settings: Sequence[Setting]) -> dict[str, d
 
 def plot_sample(rows: DataFrame, *, fraction: float, seed: int) -> pd.DataFrame:
     """:data:`PLOT_COLUMNS` of the result rows (read by Spark) that
-    :func:`lia_spark.posterior_grid.plot_sample_mask` keeps, collected to
+    :func:`lia_spark.kernels.posterior_grid.plot_sample_mask` keeps, collected to
     the driver (small by design): the same rule as a predicate on Spark's ``xxhash64``."""
     describe_jobs(rows.sparkSession, "posteriors: plot sample of the per-row results")
     threshold = plot_sample_threshold(fraction)

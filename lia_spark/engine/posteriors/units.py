@@ -1,7 +1,7 @@
 """Packing the posteriors stage's input by bagging unit, and the one shuffle that puts each unit on a partition.
 
 Each row gets the bagging key ``xxhash64(stream, row_id)`` and its unit (the key's top bits,
-:func:`lia_spark.mechanisms.bagging_units`); data rows carry -1 - label, prior rows the prior, and the rows of
+:func:`lia_spark.kernels.mechanisms.bagging_units`); data rows carry -1 - label, prior rows the prior, and the rows of
 each unit are packed into one Arrow IPC blob tagged with a per-unit partition code (:class:`UnitPacker`). Hash
 partitioning on the codes puts each unit whole into its own partition (:func:`shuffled_units`: no range
 sampling, no Spark sort, few large values instead of many rows), where :func:`bagged_units` pairs each label
@@ -20,12 +20,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from lia_spark import hashing, mechanisms, posterior_grid
-from lia_spark.config import Config
-from lia_spark.engine.priors import prior_source, resolve_prior
 from lia_spark.engine.posteriors.reading import (LABEL, PRIOR, InputPart, input_parts, load_input, local_path,
                                                  side_row_counts, side_rows)
+from lia_spark.engine.priors import prior_source, resolve_prior
 from lia_spark.engine.session import describe_jobs
+from lia_spark.kernels import hashing, mechanisms, posterior_grid
+from lia_spark.run.config import Config
 
 ARROW_SIDE_SCHEMA = pa.schema([pa.field("row_id", pa.int64(), False), pa.field("value", pa.float64(), False)])
 BLOB_SCHEMA = StructType([StructField("code", IntegerType(), False), StructField("blob", BinaryType(), False)])
@@ -34,7 +34,7 @@ ARROW_BLOB_SCHEMA = to_arrow_schema(BLOB_SCHEMA)
 
 def partition_codes(partitions: int) -> list[int]:
     """The smallest integers c_0..c_{n-1} >= 0 with pmod(hash(c_p), n) = p: Spark's hash partitioning into n
-    partitions (:func:`lia_spark.hashing.spark_hash_int`) sends c_p to partition p, so a column of codes places
+    partitions (:func:`lia_spark.kernels.hashing.spark_hash_int`) sends c_p to partition p, so a column of codes places
     rows exactly (no range sampling pass, no hash collisions)."""
     codes = np.full(partitions, -1, dtype=np.int64)
     block = max(1 << 16, 16 * partitions)
@@ -130,7 +130,7 @@ def shuffled_units(blobs: DataFrame, *, unit_bits: int) -> DataFrame:
 
 def bagged_units(batches: Iterator[pa.RecordBatch], *, seed: int, unit_bits: int
                  ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
-    """:func:`lia_spark.posterior_grid.paired_units` of the side rows (row_id, value) of one shuffled partition
+    """:func:`lia_spark.kernels.posterior_grid.paired_units` of the side rows (row_id, value) of one shuffled partition
     (:func:`unpacked` blobs), which holds whole units (buffered here: one unit of about
     mechanisms.rows_per_bagging_unit rows)."""
     parts = [(batch.column("row_id").to_numpy(), batch.column("value").to_numpy()) for batch in batches]
@@ -155,7 +155,7 @@ class PosteriorInput:
 
 def posterior_input(spark: SparkSession, config: Config, days: Sequence[int]) -> PosteriorInput:
     """The input of the released ``days`` as one selection: counts both sides over all of them, picks the
-    bagging units (:func:`lia_spark.mechanisms.bagging_unit_bits` of the smaller count: units, and so bags, span
+    bagging units (:func:`lia_spark.kernels.mechanisms.bagging_unit_bits` of the smaller count: units, and so bags, span
     the days) and packs the rows: pyarrow reads local inputs in Python tasks (:func:`input_parts`,
     :func:`side_row_counts`, :func:`file_blobs`), Spark reads and counts any other (:func:`load_input`,
     :func:`frame_blobs`).

@@ -2,7 +2,7 @@
 
 One ``mapInArrow`` pass per unit: the worker pairs each label with its prior in the unit's random order
 (:func:`lia_spark.engine.posteriors.units.bagged_units`) and runs every setting on chunks of whole bags
-(:func:`lia_spark.posterior_grid.chunk_posteriors`). Memory is one unit (about mechanisms.rows_per_bagging_unit
+(:func:`lia_spark.kernels.posterior_grid.chunk_posteriors`). Memory is one unit (about mechanisms.rows_per_bagging_unit
 rows) plus one Parquet row group. For a local output folder the workers write the rows themselves (pyarrow, one
 file per partition, committed by rename, :func:`write_posteriors`) with a plot sample, and return only a digest:
 per setting and histogram bin of |I| the rows, min, max and advantage sums, and the rows per unit. For a remote
@@ -27,12 +27,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
-from lia_spark import advantage, layout
 from lia_spark.engine.posteriors.units import bagged_units, shuffled_units, unpacked
 from lia_spark.engine.session import describe_jobs
+from lia_spark.kernels import advantage
+from lia_spark.kernels.posterior_grid import (DigestAccumulator, Setting, SettingRows, UnitChunk, chunk_posteriors,
+                                              plot_sample_mask, rows_per_call, unit_chunks)
 from lia_spark.names import SETTING_KEY
-from lia_spark.posterior_grid import (DigestAccumulator, Setting, SettingRows, UnitChunk, chunk_posteriors,
-                                      plot_sample_mask, rows_per_call, unit_chunks)
+from lia_spark.run import layout
 
 ROW_SCHEMA = StructType([
     StructField("row_id", LongType(), False),
@@ -57,7 +58,7 @@ DIGEST_SCHEMA = StructType([
     StructField("mechanism", StringType(), False),  # or UNIT_ROWS
     StructField("epsilon", DoubleType(), False),
     StructField("bag_size", IntegerType(), False),
-    StructField("bin", LongType(), False),  # lia_spark.advantage.abs_i_bins
+    StructField("bin", LongType(), False),  # lia_spark.kernels.advantage.abs_i_bins
     StructField("rows", LongType(), False),
     StructField("low", DoubleType(), False),  # min |I| in the bin
     StructField("high", DoubleType(), False),  # max |I| in the bin
@@ -87,7 +88,7 @@ def row_batch(computed: SettingRows) -> pa.RecordBatch:
 
 def setting_batches(chunk: UnitChunk, settings: Sequence[Setting], seed: int, *,
                     max_leakage: bool = False) -> Iterator[pa.RecordBatch]:
-    """:func:`row_batch` of every setting of :func:`lia_spark.posterior_grid.chunk_posteriors` on one chunk."""
+    """:func:`row_batch` of every setting of :func:`lia_spark.kernels.posterior_grid.chunk_posteriors` on one chunk."""
     for computed in chunk_posteriors(chunk, settings, seed, max_leakage=max_leakage):
         yield row_batch(computed)
 
@@ -213,7 +214,7 @@ def _write_rows_and_digest(batches: Iterator[pa.RecordBatch], *, plan: PassPlan,
                            ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body of the stage: the rows of :func:`_stream_posteriors` go to ``files.rows_dir`` and the
     plot sample to ``files.sample_dir`` (one file per partition, :func:`_task_parquet`); Spark gets back only
-    their digest (:data:`DIGEST_SCHEMA`): per setting and bin of |I| (:func:`lia_spark.advantage.bin_digest`)
+    their digest (:data:`DIGEST_SCHEMA`): per setting and bin of |I| (:func:`lia_spark.kernels.advantage.bin_digest`)
     plus the rows per bagging unit."""
     digests, sample = DigestAccumulator(), []
     with _task_parquet(files.rows_dir, ARROW_ROW_SCHEMA, files.codec) as writer:
@@ -260,11 +261,11 @@ def posterior_rows(blobs: DataFrame, *, settings: Sequence[Setting], seed: int, 
         blobs: data rows and prior rows packed by :func:`~lia_spark.engine.posteriors.units.frame_blobs` or
             :func:`~lia_spark.engine.posteriors.units.file_blobs` with the same seed and unit_bits; labels
             are matched to priors on row_id (inner join; each side unique).
-        settings: grid cells (see :func:`lia_spark.posterior_grid.settings_grid`).
+        settings: grid cells (see :func:`lia_spark.kernels.posterior_grid.settings_grid`).
         seed: run seed (bags and noise derive from it).
-        unit_bits: 2^unit_bits independent bagging units (:func:`lia_spark.mechanisms.bagging_unit_bits`).
+        unit_bits: 2^unit_bits independent bagging units (:func:`lia_spark.kernels.mechanisms.bagging_unit_bits`).
         bags_per_group: bags of the largest size per chunk (0 = automatic, see
-            :func:`lia_spark.posterior_grid.rows_per_call`).
+            :func:`lia_spark.kernels.posterior_grid.rows_per_call`).
         max_leakage: also each row's maximal leakage (column ``max_leakage``, NaN when false).
     """
     return _pass_rows(*_one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits,

@@ -1,0 +1,308 @@
+"""Exact distributed counts of the one-run audit's games (docs/math.md §5.1-§5.3) for every repetition and c'.
+
+Exact distributed top-c' (lia_spark.kernels.audit explains the candidates): each canary row yields two candidates
+(label 0, label 1) with keys fixed over repetitions, and repetition r's top c' rows are the first c' active
+candidates in the global candidate order (|s| desc, tie hash asc). The stage never sorts per repetition:
+
+1. *Range boundaries* - candidate keys of a hash-selected sample of rows give P - 1 cut keys; any cut keys are
+   exact, the sample only balances the range sizes. The sample is about :func:`sample_rows_per_range` rows per
+   range (1000 up to 256 ranges, then fewer, at least 64): at most 256,000 rows per score reach the driver up to
+   4,000 ranges (1 billion canaries), 64 per range beyond.
+2. *Candidates* (mapInPandas, one pass over the canaries) - per batch: the games of all R repetitions (numba
+   kernel, :mod:`lia_spark.kernels._audit_game`); each shown candidate has a key, a range id and its activity /
+   correctness bits packed in ceil(R / 64) words. Each batch emits one row per candidate range: the range's
+   candidates as one binary blob (:meth:`lia_spark.kernels.audit.Candidates.to_bytes`) and their active / correct
+   totals per repetition. Persisted (deterministic: a recomputation gives the same rows); a few large binary
+   rows per task keep the JVM's caching and shuffle cost small.
+3. *Range totals* (posexplode + groupBy sum of the blobs' totals) - exact active and correct counts per (range,
+   repetition). The driver turns them into exclusive prefix offsets; range k holds the global active ranks
+   offset[k, r] + 1 .. offset[k, r] + total[k, r] of repetition r.
+4. *Cut evaluation* (groupBy(range).applyInPandas over the blobs) - each range sorts its candidates once, and for every
+   (r, c') whose cut rank falls inside it reads the correct count at local rank c' - offset[k, r]; adding the
+   correct-count offset gives c exactly. One output row per (r, c').
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
+
+from lia_spark import names
+from lia_spark.engine.session import default_parallelism, describe_jobs
+from lia_spark.kernels import audit, hashing, injected
+from lia_spark.run.config import AuditConfig
+
+logger = logging.getLogger(__name__)
+
+AUDITED_COLUMNS = ("row_id", "label", "target_prediction", "proxy_prediction")  # every design reads these
+
+REFERENCE_COLUMN = "reference_prediction"  # optional: the observational design's label-blind reference
+
+RANGE_CANDIDATES = 500_000  # target candidates per range (bounds the memory of one applyInPandas call; with
+
+# 64 sampled canaries per range, past 4,000 ranges, the largest of thousands of ranges holds up to ~1.4x this)
+SAMPLE_ROWS_PER_RANGE = (64, 1000)  # sampled canaries per candidate range: (fewest, most)
+
+BOUNDARY_SAMPLE_ROWS = 256_000  # sampled canaries per score while the ranges allow it
+
+def sample_rows_per_range(parts: int) -> int:
+    """Sampled canaries per candidate range: BOUNDARY_SAMPLE_ROWS / parts within SAMPLE_ROWS_PER_RANGE, so the
+    driver's sample stops growing with the canaries (range sizes vary by about 1/sqrt(this) relative s.d.)."""
+    fewest, most = SAMPLE_ROWS_PER_RANGE
+    return int(min(most, max(fewest, BOUNDARY_SAMPLE_ROWS // max(parts, 1))))
+
+
+def _as_uint64(column: pd.Series) -> np.ndarray:
+    return column.to_numpy(dtype=np.int64).view(np.uint64)
+
+
+def _canary_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return (frame["row_id"].to_numpy(dtype=np.int64), frame["label"].to_numpy(),
+            frame["target_prediction"].to_numpy(dtype=np.float64), frame["proxy_prediction"].to_numpy(dtype=np.float64))
+
+
+def _game_candidates(frame: pd.DataFrame, *, design: str, seed: int, repetitions: int,
+                     attacks: tuple[audit.Attack, ...]) -> dict[str, audit.Candidates]:
+    """The candidates of one batch of canaries under ``design``: the observational games of every repetition
+    (:func:`lia_spark.kernels.audit.attack_candidates`) or the injected game (:func:`lia_spark.kernels.injected.attack_candidates`)."""
+    row_ids, label, target, proxy = _canary_arrays(frame)
+    if design == names.INJECTED:
+        return injected.attack_candidates(row_ids, label, frame["counterfactual_label"].to_numpy(),
+                                          frame["hidden_bit"].to_numpy(), target, proxy, seed=seed, attacks=attacks)
+    return audit.attack_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions, attacks=attacks)
+
+
+def _candidate_keys(frame: pd.DataFrame, attack: audit.Attack, *, design: str, seed: int
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(|s|, tie hash) of every candidate a batch may show under ``design``: one per informative canary (injected),
+    two per canary (observational: label 0 and label 1)."""
+    row_ids, label, target, proxy = _canary_arrays(frame)
+    if design == names.INJECTED:
+        return (np.abs(injected.injected_scores(target, proxy, label, attack=attack)),
+                audit.tie_hashes(row_ids, seed=seed))
+    scores = audit.candidate_scores(target, proxy, score=attack.score, t=attack.t)
+    return np.abs(scores), audit.candidate_ties_labels(row_ids, seed=seed)[0]
+
+
+def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = names.OBSERVATIONAL,
+                    target: str = "target_prediction") -> DataFrame:
+    """The canary columns of ``design`` (the prediction column ``target`` read as the target's); with ``canaries``
+    > 0 only the rows with the smallest hash of (seed, row_id); under the injected design then only the informative
+    canaries (y1 != y0: the others abstain).
+
+    Raises:
+        ValueError: if a column of the design is missing, or the injected columns hold no value.
+    """
+    needed = (*AUDITED_COLUMNS, *(injected.INJECTED_COLUMNS if design == names.INJECTED else ()), target)
+    missing = [c for c in dict.fromkeys(needed) if c not in df.columns]
+    if missing:
+        hint = (f"; audit.design={names.INJECTED} needs a target trained by this project's train stage with "
+                f"audit.design={names.INJECTED} (or a table with those columns); audit a given model with "
+                f"audit.design={names.OBSERVATIONAL}" if set(missing) & set(injected.INJECTED_COLUMNS) else "")
+        raise ValueError(f"canary table: missing columns {missing}, got columns={df.columns}{hint}")
+    injected_fields = [F.col(c).cast("int") for c in injected.INJECTED_COLUMNS] if design == names.INJECTED else []
+    df = df.select(F.col("row_id").cast("long"), F.col("label").cast("int"),
+                   F.col(target).cast("double").alias("target_prediction"), F.col("proxy_prediction").cast("double"),
+                   *injected_fields)
+    if design == names.INJECTED:
+        df = df.where(F.col("counterfactual_label").isNotNull() & F.col("hidden_bit").isNotNull())
+    if canaries > 0:
+        df = _smallest_hashes(df, seed=seed, canaries=canaries)
+    return df.where(F.col("label") != F.col("counterfactual_label")) if design == names.INJECTED else df
+
+
+def _smallest_hashes(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:
+    """The ``canaries`` rows of ``df`` with the smallest hash of (seed, row_id), spread over the session's cores."""
+
+    def keyed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for frame in batches:
+            key = hashing.hash_bits(seed, audit.CANARY_PURPOSE, frame["row_id"].to_numpy(dtype=np.int64))
+            # order-preserving map of uint64 onto signed longs (Spark sorts longs signed)
+            yield frame.assign(_key=(key ^ np.uint64(1 << 63)).view(np.int64))
+
+    schema = StructType(df.schema.fields + [StructField("_key", LongType())])
+    chosen = df.mapInPandas(keyed, schema).orderBy("_key").limit(canaries).drop("_key")
+    # the top-k arrives as one partition; spread it again (the counts do not depend on the partitioning)
+    return chosen.repartition(2 * default_parallelism(df.sparkSession))
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateRanges:
+    """The candidate ranges of every attack, numbered globally: attack a owns ranges first[a] .. first[a + 1] - 1.
+
+    Attributes:
+        attacks: the attacks, in the order of ``audit.scores``.
+        boundary_abs, boundary_tie: per attack, the cut keys of :func:`lia_spark.kernels.audit.range_boundaries`.
+        first: (A + 1,) global id of each attack's first range; first[A] = the number of ranges.
+    """
+
+    attacks: tuple[audit.Attack, ...]
+    boundary_abs: tuple[np.ndarray, ...]
+    boundary_tie: tuple[np.ndarray, ...]
+    first: np.ndarray
+
+    @classmethod
+    def cut(cls, attacks: tuple[audit.Attack, ...], keys: pd.DataFrame, *, parts: int) -> "CandidateRanges":
+        """Ranges from a sample of candidate keys (columns attack, abs_score, tie) with about ``parts`` per attack."""
+        cuts = [audit.range_boundaries(keys["abs_score"].to_numpy(dtype=np.float64)[rows],
+                                       _as_uint64(keys["tie"])[rows], parts=parts)
+                for rows in (keys["attack"].to_numpy() == index for index in range(len(attacks)))]
+        sizes = [len(boundary_abs) + 1 for boundary_abs, _ in cuts]
+        return cls(attacks=attacks, boundary_abs=tuple(c[0] for c in cuts), boundary_tie=tuple(c[1] for c in cuts),
+                   first=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+
+    @property
+    def count(self) -> int:
+        """Number of ranges over all attacks."""
+        return int(self.first[-1])
+
+    def attack_of(self) -> np.ndarray:
+        """(count,) index of the attack owning each range."""
+        return np.repeat(np.arange(len(self.attacks)), np.diff(self.first))
+
+    def exclusive_offsets(self, totals: np.ndarray) -> np.ndarray:
+        """Per (range, repetition): the sum of ``totals`` over the ranges before it of the same attack."""
+        offsets = np.cumsum(totals, axis=0) - totals
+        return offsets - offsets[self.first[self.attack_of()]]
+
+
+def _sample_keys(df: DataFrame, *, attacks: tuple[audit.Attack, ...], seed: int, fraction: float,
+                 design: str) -> pd.DataFrame:
+    """Candidate keys (attack index, |s|, tie) of the rows whose tie hash falls below ``fraction`` of its range."""
+    threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
+
+    def sample(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for frame in batches:
+            kept = frame.loc[audit.tie_hashes(frame["row_id"].to_numpy(dtype=np.int64), seed=seed) < threshold]
+            for index, attack in enumerate(attacks):
+                abs_score, tie = _candidate_keys(kept, attack, design=design, seed=seed)
+                yield pd.DataFrame({"attack": np.full(len(abs_score), index, dtype=np.int32),
+                                    "abs_score": abs_score, "tie": tie.view(np.int64)})
+
+    return df.mapInPandas(sample, "attack int, abs_score double, tie bigint").toPandas()
+
+
+CANDIDATE_SCHEMA = "range int, active_total array<bigint>, correct_total array<bigint>, candidates binary"
+
+def _candidate_blobs(batches: Iterator[pd.DataFrame], *, repetitions: int, seed: int, ranges: CandidateRanges,
+                     design: str) -> Iterator[pd.DataFrame]:
+    """Per batch and candidate range: the range's candidates as one blob and their totals per repetition (the
+    games are played once per batch and shared by every attack)."""
+    for frame in batches:
+        found_by_attack = _game_candidates(frame, design=design, seed=seed, repetitions=repetitions,
+                                           attacks=ranges.attacks)
+        rows = []
+        for index, found in enumerate(found_by_attack.values()):
+            range_of = ranges.first[index] + audit.range_ids(found.abs_score, found.tie, ranges.boundary_abs[index],
+                                                             ranges.boundary_tie[index])
+            order = np.argsort(range_of, kind="stable")
+            present, starts = np.unique(range_of[order], return_index=True)
+            for range_id, chunk in zip(present, np.split(order, starts[1:])):
+                part = found.subset(chunk)
+                rows.append((int(range_id), audit.bit_totals(part.active, repetitions=repetitions),
+                             audit.bit_totals(part.correct, repetitions=repetitions), part.to_bytes()))
+        yield pd.DataFrame(rows, columns=["range", "active_total", "correct_total", "candidates"])
+
+
+def _evaluate_range(blobs: pd.DataFrame, *, repetitions: int, guesses: np.ndarray, active_offset: np.ndarray,
+                    correct_offset: np.ndarray) -> pd.DataFrame:
+    range_id = int(blobs["range"].iloc[0])
+    found = audit.Candidates.concatenate([audit.Candidates.from_bytes(blob, repetitions=repetitions)
+                                          for blob in blobs["candidates"]])
+    order = audit.candidate_order(found.abs_score, found.tie, found.label)
+    local_ranks = guesses[None, :] - active_offset[range_id][:, None]
+    local = audit.correct_at_ranks(found.active[order], found.correct[order], local_ranks, repetitions=repetitions)
+    repetition, index = np.nonzero(local >= 0)
+    return pd.DataFrame({"range": np.full(len(repetition), range_id, dtype=np.int32),
+                         "repetition": repetition.astype(np.int32), "guess_index": index.astype(np.int32),
+                         "correct": local[repetition, index] + correct_offset[range_id, repetition]})
+
+
+def _range_totals(candidates: DataFrame, *, parts: int, repetitions: int) -> tuple[np.ndarray, np.ndarray]:
+    """(active, correct) totals per (range, repetition), summed by Spark over the candidate blobs."""
+    exploded = candidates.select("range", F.posexplode(F.arrays_zip("active_total", "correct_total")))
+    totals = (exploded.groupBy("range", F.col("pos").alias("repetition"))
+              .agg(F.sum("col.active_total").alias("active"), F.sum("col.correct_total").alias("correct"))
+              .toPandas())
+    active = np.zeros((parts, repetitions), dtype=np.int64)
+    correct = np.zeros((parts, repetitions), dtype=np.int64)
+    ranges, reps = totals["range"].to_numpy(), totals["repetition"].to_numpy()
+    active[ranges, reps] = totals["active"].to_numpy()
+    correct[ranges, reps] = totals["correct"].to_numpy()
+    return active, correct
+
+
+def distributed_counts(df: DataFrame, *, section: AuditConfig, seed: int, guesses: np.ndarray | None = None,
+                       design: str = names.OBSERVATIONAL) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    """Exact c for every attack, repetition and c' of the sweep over a canary DataFrame (module docstring, steps
+    1-4). Every attack of ``section.scores`` is counted on the same games, in the same passes over the canaries.
+
+    Args:
+        df: canary rows (see :func:`select_canaries`); row ids must be distinct (they key the draws and ties).
+        section: the audit section (repetitions, attacks, sweep).
+        seed: the run seed.
+        guesses: guess counts to evaluate; default the sweep of ``section``.
+        design: observational (section.repetitions games drawn by the audit) or injected (the one game drawn
+            before training: R = 1, the rows of ``df`` are the informative canaries).
+
+    Returns:
+        (m, guesses (k,), attack name -> correct (R, k) int64), the attacks in the order of ``section.scores``.
+
+    Raises:
+        ValueError: if the table is empty.
+    """
+    spark = df.sparkSession
+    repetitions = 1 if design == names.INJECTED else section.repetitions
+    describe_jobs(spark, "audit: count canaries")
+    m = df.count()
+    if m == 0:
+        raise ValueError("canary table: must hold at least one row, got 0 rows" if design == names.OBSERVATIONAL else
+                         "canary table: no informative canary (counterfactual_label set and != label): either the "
+                         "target was trained without injected labels (train it with audit.design=injected, or audit "
+                         "it with audit.design=observational) or the canaries are too few (use more, or "
+                         "audit.counterfactual=flip)")
+    if guesses is None:
+        guesses = audit.guess_grid(m, step_percent=section.sweep_step_percent, extra_share=section.extra_guess_share)
+    guesses = np.asarray(guesses, dtype=np.int64)
+    attacks = audit.resolve_attacks(section.scores)
+    parts = max(4 * default_parallelism(spark), -(-2 * m // RANGE_CANDIDATES))
+    describe_jobs(spark, "audit: sample candidate keys for range boundaries")
+    keys = _sample_keys(df, attacks=attacks, seed=seed, fraction=min(1.0, sample_rows_per_range(parts) * parts / m),
+                        design=design)
+    ranges = CandidateRanges.cut(attacks, keys, parts=parts)
+    logger.info("audit: %d canaries, %d repetitions, %d guess counts, %d attack(s), %d candidate ranges", m,
+                repetitions, len(guesses), len(attacks), ranges.count)
+
+    def candidate_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        return _candidate_blobs(batches, repetitions=repetitions, seed=seed, ranges=ranges, design=design)
+
+    # a few large binary rows per task: cheap to cache and to shuffle (no per-candidate rows in the JVM)
+    candidates = df.mapInPandas(candidate_batches, CANDIDATE_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        describe_jobs(spark, f"audit: play {repetitions} games, totals per candidate range")
+        active_total, correct_total = _range_totals(candidates, parts=ranges.count, repetitions=repetitions)
+        active_offset = ranges.exclusive_offsets(active_total)
+        correct_offset = ranges.exclusive_offsets(correct_total)
+
+        def evaluate(blobs: pd.DataFrame) -> pd.DataFrame:
+            return _evaluate_range(blobs, repetitions=repetitions, guesses=guesses, active_offset=active_offset,
+                                   correct_offset=correct_offset)
+
+        describe_jobs(spark, "audit: sort each candidate range once, exact counts at the cut ranks")
+        cuts = (candidates.select("range", "candidates").groupBy("range")
+                .applyInPandas(evaluate, "range int, repetition int, guess_index int, correct long").toPandas())
+    finally:
+        candidates.unpersist()
+    correct = np.full((len(attacks), repetitions, len(guesses)), -1, dtype=np.int64)
+    attack_index = ranges.attack_of()[cuts["range"].to_numpy()]
+    correct[attack_index, cuts["repetition"].to_numpy(), cuts["guess_index"].to_numpy()] = cuts["correct"].to_numpy()
+    if len(cuts) != correct.size or (correct < 0).any():
+        raise ValueError(f"audit: expected one count per (attack, repetition, c') = {correct.size}, got {len(cuts)}")
+    return m, guesses, {attack.name: counts for attack, counts in zip(attacks, correct)}

@@ -1,0 +1,248 @@
+"""Bounds from the audit's counts over the sweep of guess counts and over attacks (docs/math.md §5.4, §6).
+
+:func:`evaluate_sweep` turns the counts c(r, c') of :func:`lia_spark.kernels.audit.count_correct` into per-point and best
+epsilon lower bounds per repetition under both conventions: "paper" (each point at the full confidence, the best
+point reported: not a valid joint bound) and "bonferroni" (each of the k points at 1 - (1 - confidence) / k, so
+the best of them holds at the stated confidence). :func:`evaluate_attacks` does the same over A attacks x k points.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from lia_spark.names import BINOMIAL, BOUND_FAMILIES, CONVENTIONS, GDP, PAPER, bound_key
+
+
+def convention_confidence(confidence: float, *, convention: str, points: int) -> float:
+    """Per-point confidence: ``confidence`` itself ("paper") or 1 - (1 - confidence) / points ("bonferroni").
+
+    With the Bonferroni split, the best bound over ``points`` sweep points holds at ``confidence`` jointly.
+    """
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got convention={convention!r}")
+    if points < 1:
+        raise ValueError(f"points must be >= 1, got points={points}")
+    return confidence if convention == PAPER else 1.0 - (1.0 - confidence) / points
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepBounds:
+    """Epsilon lower bounds of every repetition over the guess sweep.
+
+    Attributes:
+        guesses: (k,) guess counts c'.
+        correct: (R, k) correct guesses c.
+        per_guess: "eps_<family>_<convention>" -> (R, k) bound at each c' (families in ``table_families``).
+        best: "eps_<family>_<convention>" -> (R,) best bound over the sweep; "mu_gdp_<convention>" -> (R,) best
+            GDP mu; "accuracy_lb_<convention>" -> (R,) best one-sided Clopper-Pearson accuracy lower limit.
+        best_guesses: same keys as ``best`` -> (R,) c' reaching it (0 when nothing is rejected).
+        gdp_delta: the delta at which GDP mu was converted to epsilon.
+        gdp_tau_vacuous: True when tau >= c'/m at every sweep point (the f-DP tau bound rejects nothing).
+    """
+
+    guesses: np.ndarray
+    correct: np.ndarray
+    per_guess: dict[str, np.ndarray]
+    best: dict[str, np.ndarray]
+    best_guesses: dict[str, np.ndarray]
+    gdp_delta: float
+    gdp_tau_vacuous: bool
+
+
+def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, confidence: float = 0.95,
+                   delta: float = 0.0, tau: float = 0.0, families: tuple[str, ...] = BOUND_FAMILIES,
+                   table_families: tuple[str, ...] = (BINOMIAL,),
+                   conventions: tuple[str, ...] = CONVENTIONS, tests: int | None = None) -> SweepBounds:
+    """Bounds of docs/math.md §6 for each repetition's counts (lia_spark.kernels.bounds), under both conventions of docs/math.md §5.4.
+
+    The best bound per repetition uses bounds.best_* (same value as the max of the per-point bounds, far cheaper
+    for GDP); per-point bounds are evaluated only for ``table_families``. ``tests`` is the number of tests the
+    Bonferroni convention splits ``1 - confidence`` over (default: the sweep points; :func:`evaluate_attacks`
+    passes attacks x sweep points).
+
+    Raises:
+        ValueError: on a family outside bounds.METHODS, mismatched shapes or tests < the number of sweep points.
+    """
+    from lia_spark.kernels import bounds
+
+    correct = np.atleast_2d(np.asarray(correct, dtype=np.int64))
+    guesses = np.asarray(guesses, dtype=np.int64)
+    if correct.shape[1] != len(guesses):
+        raise ValueError(f"correct must have one column per guess count ({len(guesses)}), got {correct.shape}")
+    for family in (*families, *table_families):
+        if family not in bounds.METHODS:
+            raise ValueError(f"families must be among {', '.join(bounds.METHODS)}, got {family!r}")
+    if tests is None:
+        tests = len(guesses)
+    elif tests < len(guesses):
+        raise ValueError(f"tests must be >= the number of sweep points ({len(guesses)}), got tests={tests}")
+    gdp_delta = bounds.effective_gdp_delta(delta)
+    per_guess: dict[str, np.ndarray] = {}
+    best: dict[str, np.ndarray] = {}
+    best_guesses: dict[str, np.ndarray] = {}
+    repetitions = len(correct)
+    grid = np.broadcast_to(guesses, correct.shape)
+
+    def record(key: str, values: list[float], indices: list[int]) -> None:
+        best[key] = np.asarray(values, dtype=np.float64)
+        best_guesses[key] = np.where(np.asarray(indices) >= 0, guesses[np.asarray(indices)], 0)
+
+    for convention in conventions:
+        level = convention_confidence(confidence, convention=convention, points=tests)
+        for family in table_families:
+            per_guess[bound_key(family, convention)] = bounds.epsilon_lower_bound_sweep(
+                canaries=canaries, guesses=grid, correct=correct, confidence=level, delta=delta, tau=tau,
+                method=family)
+        accuracy = bounds.clopper_pearson_lower(correct, grid, confidence=level)
+        record(f"accuracy_lb_{convention}", list(accuracy.max(axis=1)), list(accuracy.argmax(axis=1)))
+        if BINOMIAL in families:
+            found = [bounds.best_epsilon_lower_bound(canaries=canaries, guesses=guesses, correct=correct[r],
+                                                     confidence=level, delta=delta, tau=tau, method=BINOMIAL)
+                     for r in range(repetitions)]
+            record(bound_key(BINOMIAL, convention), [f.value for f in found], [f.index for f in found])
+        if GDP in families:
+            found = [bounds.best_gdp_mu_lower_bound(canaries=canaries, guesses=guesses, correct=correct[r],
+                                                    confidence=level, tau=tau) for r in range(repetitions)]
+            indices = [f.index for f in found]
+            record(f"mu_gdp_{convention}", [f.value for f in found], indices)
+            record(bound_key(GDP, convention), [bounds.gdp_epsilon(f.value, delta=gdp_delta) for f in found], indices)
+    vacuous = bool(np.all(bounds.gdp_tau_vacuous(canaries=canaries, guesses=guesses, tau=tau)))
+    return SweepBounds(guesses=guesses, correct=correct, per_guess=per_guess, best=best, best_guesses=best_guesses,
+                       gdp_delta=gdp_delta, gdp_tau_vacuous=vacuous)
+
+
+def attack_confidence(confidence: float, *, convention: str, attacks: int, points: int) -> float:
+    """Per-test confidence of an audit taking the best of ``attacks`` x ``points`` tests.
+
+    "bonferroni": 1 - (1 - confidence) / (attacks * points), so that the best bound over every (attack, c') pair
+    holds at ``confidence`` (union bound); "paper": ``confidence`` at every test (not a valid joint bound).
+    """
+    if attacks < 1:
+        raise ValueError(f"attacks must be >= 1, got attacks={attacks}")
+    if points < 1:
+        raise ValueError(f"points must be >= 1, got points={points}")
+    return convention_confidence(confidence, convention=convention, points=attacks * points)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttackBounds:
+    """Best epsilon lower bounds of every repetition over several attacks x the guess sweep.
+
+    Attributes:
+        attacks: attack names, in the order given.
+        guesses: (k,) guess counts c'.
+        tests: attacks x sweep points, the Bonferroni denominator.
+        levels: convention -> per-test confidence (see :func:`attack_confidence`).
+        per_attack: attack name -> its :class:`SweepBounds`, every test at ``levels`` (so each attack's best is
+            itself a valid bound at ``confidence``, if a looser one than auditing that attack alone).
+        best: same keys as :attr:`SweepBounds.best` -> (R,) max over attacks.
+        best_guesses: same keys -> (R,) c' reaching it (0 when nothing is rejected).
+        best_attacks: same keys -> (R,) name of the attack reaching it (the first in order on ties; "" when
+            nothing is rejected).
+        gdp_delta, gdp_tau_vacuous: as in :class:`SweepBounds`.
+    """
+
+    attacks: tuple[str, ...]
+    guesses: np.ndarray
+    tests: int
+    levels: dict[str, float]
+    per_attack: dict[str, SweepBounds]
+    best: dict[str, np.ndarray]
+    best_guesses: dict[str, np.ndarray]
+    best_attacks: dict[str, np.ndarray]
+    gdp_delta: float
+    gdp_tau_vacuous: bool
+
+
+def evaluate_attacks(correct: dict[str, np.ndarray], guesses: np.ndarray, *, canaries: int,
+                     confidence: float = 0.95, delta: float = 0.0, tau: float = 0.0,
+                     families: tuple[str, ...] = BOUND_FAMILIES, table_families: tuple[str, ...] = (),
+                     conventions: tuple[str, ...] = CONVENTIONS) -> AttackBounds:
+    """Best bound per repetition over every attack and sweep point, the confidence split over all of them.
+
+    Args:
+        correct: attack name -> (R, k) counts of :func:`lia_spark.kernels.audit.count_correct_attacks` on the same games (same R, k).
+        guesses: (k,) guess counts c' of the columns.
+        canaries, confidence, delta, tau, families, table_families, conventions: as in :func:`evaluate_sweep`.
+    Returns:
+        :class:`AttackBounds`; under "bonferroni" every one of the A x k tests runs at
+        1 - (1 - confidence) / (A k), so P[best bound > true epsilon] <= 1 - confidence (union bound).
+    Raises:
+        ValueError: on no attacks, counts of different shapes, or the errors of :func:`evaluate_sweep`.
+    """
+    if not correct:
+        raise ValueError("correct must hold the counts of at least one attack, got none")
+    names = tuple(correct)
+    arrays = {name: np.atleast_2d(np.asarray(correct[name], dtype=np.int64)) for name in names}
+    shapes = {array.shape for array in arrays.values()}
+    if len(shapes) != 1:
+        raise ValueError(f"every attack's counts must have the same (repetitions, guesses) shape, got "
+                         f"{', '.join(f'{name}: {arrays[name].shape}' for name in names)}")
+    guesses = np.asarray(guesses, dtype=np.int64)
+    tests = len(names) * len(guesses)
+    per_attack = {name: evaluate_sweep(arrays[name], guesses, canaries=canaries, confidence=confidence,
+                                       delta=delta, tau=tau, families=families, table_families=table_families,
+                                       conventions=conventions, tests=tests) for name in names}
+    first = per_attack[names[0]]
+    best, best_guesses, best_attacks = {}, {}, {}
+    for key in first.best:
+        values = np.stack([per_attack[name].best[key] for name in names])  # (A, R)
+        winner = np.argmax(values, axis=0)  # first maximum: ties go to the earlier attack
+        columns = np.arange(values.shape[1])
+        best[key] = values[winner, columns]
+        best_guesses[key] = np.stack([per_attack[name].best_guesses[key] for name in names])[winner, columns]
+        best_attacks[key] = np.where(best_guesses[key] > 0, np.asarray(names, dtype=object)[winner], "")
+    levels = {convention: convention_confidence(confidence, convention=convention, points=tests)
+              for convention in conventions}
+    return AttackBounds(attacks=names, guesses=guesses, tests=tests, levels=levels, per_attack=per_attack,
+                        best=best, best_guesses=best_guesses, best_attacks=best_attacks,
+                        gdp_delta=first.gdp_delta, gdp_tau_vacuous=first.gdp_tau_vacuous)
+
+
+def summarize(best: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Mean, sample standard deviation (ddof = 1; 0 for one repetition), min and max of each best-bound array."""
+    out = {}
+    for key, values in best.items():
+        values = np.asarray(values, dtype=np.float64)
+        out[key] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+                    "min": float(values.min()), "max": float(values.max()),
+                    "share_positive": float(np.mean(values > 0.0))}
+    return out
+
+
+TAU_GRID = (0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)  # the sensitivity table's tau values
+
+
+@dataclasses.dataclass(frozen=True)
+class TauSensitivity:
+    """How the observational bound of one family depends on tau (docs/math.md §6.6), every test at ``level``.
+
+    Attributes:
+        break_even: (R',) tau* per repetition: the smallest tau at which the best bound over attacks x sweep points
+            is 0 (R' = R for the closed form of the pure binomial bound, else the first repetition only).
+        taus: the tau values of ``eps_lb``.
+        eps_lb: (len(taus),) the first repetition's best bound at each tau.
+    """
+
+    break_even: np.ndarray
+    taus: tuple[float, ...]
+    eps_lb: np.ndarray
+
+
+def tau_sensitivity(correct: dict[str, np.ndarray], guesses: np.ndarray, *, canaries: int, level: float,
+                    delta: float, family: str, taus: tuple[float, ...] = TAU_GRID) -> TauSensitivity:
+    """:class:`TauSensitivity` of the counts of several attacks (attack name -> (R, k)), each test at the per-test
+    confidence ``level`` (e.g. the Bonferroni split). The best bound over attacks is positive iff one attack's is,
+    so tau* is the largest of the attacks' :func:`lia_spark.kernels.bounds.tau_break_even`."""
+    from lia_spark.kernels import bounds
+
+    arrays = [np.atleast_2d(np.asarray(counts, dtype=np.int64)) for counts in correct.values()]
+    closed_form = family == BINOMIAL and delta == 0.0
+    repetitions = len(arrays[0]) if closed_form else 1
+    kwargs = dict(canaries=canaries, guesses=guesses, confidence=level, delta=delta, method=family)
+    break_even = np.array([max(bounds.tau_break_even(correct=counts[r], **kwargs) for counts in arrays)
+                           for r in range(repetitions)])
+    eps_lb = np.array([max(bounds.best_epsilon_lower_bound(correct=counts[0], tau=tau, **kwargs).value
+                           for counts in arrays) for tau in taus])
+    return TauSensitivity(break_even=break_even, taus=tuple(taus), eps_lb=eps_lb)

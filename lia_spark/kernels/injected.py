@@ -1,0 +1,159 @@
+"""Injected-label canaries: the one-run audit that needs no assumption on the proxy (docs/math.md §5.9; Steinke,
+Nasr and Jagielski, "Privacy Auditing with One (1) Training Run", 2023, with label canaries).
+
+Before the target is trained, every canary i (a training row with features x_i and true label y0_i) gets a
+counterfactual label y1_i and a fair coin b_i, both keyed on (seed, purpose, row_id) through
+:mod:`lia_spark.kernels.hashing`:
+
+    proxy: y1_i ~ Bernoulli(M'(x_i))        flip: y1_i = 1 - y0_i with probability ``flip_share``, else y0_i
+    b_i ~ Bernoulli(1/2),                   training label y^b_i = y0_i if b_i = 0 else y1_i
+
+and the training mechanism is applied to y^b as to any label. The attacker sees the trained model M, the proxy
+M' and the pair (y0_i, y1_i); on the *informative* canaries (y0_i != y1_i, the others abstain) it scores
+
+    s_i = A(M, M', x_i, y0_i) - A(M, M', x_i, y1_i)
+
+with A an attack score of :func:`lia_spark.kernels.audit.label_scores` (the log ratio log M[y] - log M'[y] makes s the
+Bayes log-likelihood ratio of b = 0 against b = 1 when M is the posterior given the training label and M' the
+prior), guesses b' = 0 if s > 0 else 1 on the c' informative canaries of largest |s| (ties broken by a hash of
+the row id) and abstains elsewhere. Because b_i is a fair coin independent of the data, of y1 and of every other
+coin, and flipping it changes one training label, an eps-label-DP training algorithm bounds each guess's success
+probability by e^eps / (1 + e^eps) given all earlier guesses, whatever the data distribution and the proxy: the
+bounds of docs/math.md §6 apply with tau = 0, m = the number of informative canaries, and one training run gives
+one bound (R = 1).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from lia_spark.kernels import audit, hashing
+from lia_spark.names import COUNTERFACTUALS, PROXY_DRAW
+
+COUNTERFACTUAL_PURPOSE = "audit/injected/counterfactual"
+INJECTED_COLUMNS = ("counterfactual_label", "hidden_bit")  # y1 and b in the canary table (null off the canaries)
+COIN_PURPOSE = "audit/injected/coin"
+
+
+def injected_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, seed: int,
+                   counterfactual: str = PROXY_DRAW, flip_share: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(y1, b) of each canary as int8 arrays, keyed on (seed, purpose, row_id) (module docstring).
+
+    Args:
+        row_ids, label, proxy: the canaries' row ids, true labels y0 and proxy predictions M'(x) in [0, 1].
+        counterfactual: ``proxy`` (y1 ~ Bernoulli(M'(x))) or ``flip`` (y1 = 1 - y0 with probability flip_share).
+
+    Raises:
+        ValueError: on an unknown counterfactual, a flip_share outside [0, 1] or columns of different lengths.
+    """
+    if counterfactual not in COUNTERFACTUALS:
+        raise ValueError(f"counterfactual must be one of {', '.join(COUNTERFACTUALS)}, got {counterfactual!r}")
+    if not 0.0 <= flip_share <= 1.0:
+        raise ValueError(f"flip_share must be in [0, 1], got flip_share={flip_share}")
+    row_ids = np.asarray(row_ids, dtype=np.int64)
+    label = np.asarray(label).astype(np.int8)
+    proxy = np.asarray(proxy, dtype=np.float64)
+    if not len(row_ids) == len(label) == len(proxy):
+        raise ValueError(f"row_ids, label and proxy must have equal lengths, got {len(row_ids)}, {len(label)}, "
+                         f"{len(proxy)}")
+    if counterfactual == PROXY_DRAW:
+        y1 = hashing.bernoulli(seed, COUNTERFACTUAL_PURPOSE, row_ids, proxy)
+    else:
+        y1 = np.where(hashing.bernoulli(seed, COUNTERFACTUAL_PURPOSE, row_ids, flip_share) == 1, 1 - label, label)
+    coin = (hashing.hash_bits(seed, COIN_PURPOSE, row_ids) >> np.uint64(63)).astype(np.int8)
+    return y1.astype(np.int8), coin
+
+
+def training_labels(label: np.ndarray, counterfactual_label: np.ndarray, hidden_bit: np.ndarray) -> np.ndarray:
+    """The labels the target trains on: y^b = y0 where b = 0, y1 where b = 1 (int8)."""
+    return np.where(np.asarray(hidden_bit) == 1, counterfactual_label, label).astype(np.int8)
+
+
+@dataclasses.dataclass(frozen=True)
+class InjectedLabels:
+    """The injection of one target's training rows: per row the label it trains on, y1 and b (-1 off the
+    canaries, whose labels stay true)."""
+
+    training: np.ndarray
+    counterfactual_label: np.ndarray
+    hidden_bit: np.ndarray
+
+
+def inject(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, canary: np.ndarray, *, seed: int,
+           counterfactual: str = PROXY_DRAW, flip_share: float = 0.0) -> InjectedLabels:
+    """Draw (y1, b) on the rows where ``canary`` is true (:func:`injected_draws`) and return the labels to train on
+    (y^b there, the true label elsewhere) with y1 and b (-1 off the canaries)."""
+    canary = np.asarray(canary, dtype=bool)
+    label = np.asarray(label).astype(np.int8)
+    y1, coin = injected_draws(row_ids, label, proxy, seed=seed, counterfactual=counterfactual, flip_share=flip_share)
+    return InjectedLabels(training=np.where(canary, training_labels(label, y1, coin), label).astype(np.int8),
+                          counterfactual_label=np.where(canary, y1, -1).astype(np.int8),
+                          hidden_bit=np.where(canary, coin, -1).astype(np.int8))
+
+
+def injected_scores(target: np.ndarray, proxy: np.ndarray, label: np.ndarray, *,
+                    attack: "str | audit.Attack" = "log_ratio") -> np.ndarray:
+    """s = A(y0) - A(1 - y0) per canary for the attack score A (module docstring); on an informative canary
+    1 - y0 = y1, so s > 0 favours b = 0 (the model agrees with the true label more than the proxy does)."""
+    parsed = audit.parse_attack(attack)
+    label = np.asarray(label)
+    return (audit.label_scores(target, proxy, label, score=parsed.score, t=parsed.t)
+            - audit.label_scores(target, proxy, 1 - label, score=parsed.score, t=parsed.t))
+
+
+def attack_candidates(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: np.ndarray,
+                      hidden_bit: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
+                      attacks=audit.DEFAULT_ATTACKS) -> dict[str, audit.Candidates]:
+    """The injected game as :class:`lia_spark.kernels.audit.Candidates` of one repetition: one candidate per informative
+    canary (y0 != y1), always active, correct iff the guess (0 if s > 0 else 1) equals b; attack name ->
+    candidates. The counting machinery of the observational audit (one sort, exact distributed top-c') then
+    applies unchanged with R = 1.
+
+    Raises:
+        ValueError: on a bad or repeated attack, invalid canary columns, or labels / coins outside {0, 1}.
+    """
+    parsed = audit.resolve_attacks(attacks)
+    row_ids = np.asarray(row_ids, dtype=np.int64)
+    label, counterfactual_label, hidden_bit = (np.asarray(column) for column in (label, counterfactual_label,
+                                                                                  hidden_bit))
+    target = np.asarray(target, dtype=np.float64)
+    proxy = np.asarray(proxy, dtype=np.float64)
+    audit.validate_canaries(row_ids, label, target, proxy)
+    for name, column in (("counterfactual_label", counterfactual_label), ("hidden_bit", hidden_bit)):
+        if len(column) != len(row_ids):
+            raise ValueError(f"{name} must have one value per row_id ({len(row_ids)}), got {len(column)} values")
+        bad = ~np.isin(column, (0, 1))
+        if bad.any():
+            raise ValueError(f"{name} must be 0 or 1, got {name}={column[bad][0]!r}")
+    informative = label != counterfactual_label
+    tie = audit.tie_hashes(row_ids[informative], seed=seed)
+    shown = label[informative].astype(np.int8)
+    coin = hidden_bit[informative] == 1
+    active = np.ones((int(informative.sum()), 1), dtype=np.uint64)
+    found = {}
+    for attack in parsed:
+        scores = injected_scores(target[informative], proxy[informative], shown, attack=attack)
+        correct = ((scores <= 0.0) == coin).astype(np.uint64)[:, None]  # guess b' = 1 iff s <= 0
+        found[attack.name] = audit.Candidates(abs_score=np.abs(scores), tie=tie, label=shown, active=active,
+                                              correct=correct)
+    return found
+
+
+def count_correct(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: np.ndarray, hidden_bit: np.ndarray,
+                  target: np.ndarray, proxy: np.ndarray, *, seed: int, guesses: np.ndarray,
+                  attacks=audit.DEFAULT_ATTACKS) -> dict[str, np.ndarray]:
+    """In-process injected audit: attack name -> (1, k) correct guesses c at each guess count c' of ``guesses``
+    (counted among the informative canaries, from one sort per attack).
+
+    Raises:
+        ValueError: if a guess count is outside [1, informative canaries], or as :func:`attack_candidates`.
+    """
+    found = attack_candidates(row_ids, label, counterfactual_label, hidden_bit, target, proxy, seed=seed,
+                              attacks=attacks)
+    informative = len(next(iter(found.values())))
+    guesses = np.asarray(guesses, dtype=np.int64)
+    if guesses.size and (guesses.min() < 1 or guesses.max() > informative):
+        raise ValueError(f"guesses must lie in [1, {informative}] (the informative canaries), got "
+                         f"guesses={guesses.min()}..{guesses.max()}")
+    return {name: audit.sorted_counts(candidates, guesses[None, :], repetitions=1) for name, candidates in found.items()}

@@ -1,0 +1,361 @@
+"""In-memory gradient-boosted models on privatized labels (docs/math.md §4): XGBoost, CatBoost, proportion matching.
+
+Pure (no Spark): arrays in, fitted models and metrics out. The Spark stage collects one day's features to
+the driver and calls :func:`train_target` / :func:`fit_model`; the distributed path reuses the label
+mechanisms and metrics from here.
+
+Proportion matching (PropMatch, auditing paper sec. 2): with margins f_ij, p_ij = sigmoid(f_ij), bag mean
+m_i = (1/k_i) sum_j p_ij and released proportion alpha_i, the loss is
+
+    L = sum_i BCE(m_i, alpha_i) = -sum_i [alpha_i log m_i + (1 - alpha_i) log(1 - m_i)],
+
+whose exact per-row derivatives are, with D_i = (m_i - alpha_i) / (m_i (1 - m_i)) and s = p (1 - p):
+
+    dL/df_ij   = D_i s_ij / k_i
+    d2L/df_ij2 = (alpha_i/m_i^2 + (1-alpha_i)/(1-m_i)^2) (s_ij/k_i)^2 + D_i s_ij (1 - 2 p_ij) / k_i.
+
+The second term can be negative; boosting uses max(exact, Gauss-Newton term), the Gauss-Newton term
+(the first one) being positive. For k = 1 this is plain logistic loss (g = p - y, h = p (1 - p)).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.special import expit, logit
+from sklearn.metrics import log_loss, roc_auc_score
+
+from lia_spark import names
+from lia_spark.kernels import hashing
+from lia_spark.kernels import label_mechanisms as lm
+from lia_spark.kernels import model_output, pate
+from lia_spark.names import BAG_MECHANISMS, LP_2ST, NONE, PATE, RR, RR_DEBIASED, RR_WITH_PRIOR, TRAINING_MECHANISMS
+
+logger = logging.getLogger(__name__)
+
+SPLIT_TRAIN, SPLIT_VALID, SPLIT_TEST = 0, 1, 2
+SPLIT_LEFT_OUT = 3  # training rows left out of the target (the membership baseline's non-members)
+PROBABILITY_CLIP = 1e-7
+
+
+@dataclasses.dataclass(frozen=True)
+class BoostingParams:
+    """Hyper-parameters shared by both libraries; threads = 0 uses every core."""
+
+    n_estimators: int = names.N_ESTIMATORS
+    max_depth: int = names.MAX_DEPTH
+    learning_rate: float = names.LEARNING_RATE
+    early_stopping_rounds: int = names.EARLY_STOPPING_ROUNDS
+    threads: int = 0
+    seed: int = 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Proportion matching objective
+
+
+def _bag_means(probabilities: np.ndarray, bag_index: np.ndarray, n_bags: int) -> tuple[np.ndarray, np.ndarray]:
+    sizes = np.bincount(bag_index, minlength=n_bags).astype(np.float64)
+    means = np.bincount(bag_index, weights=probabilities, minlength=n_bags) / np.maximum(sizes, 1.0)
+    return np.clip(means, PROBABILITY_CLIP, 1.0 - PROBABILITY_CLIP), sizes
+
+
+def _check_bags(margins: np.ndarray, bag_index: np.ndarray, alpha: np.ndarray) -> None:
+    if margins.shape != bag_index.shape:
+        raise ValueError(f"bag_index must be shaped like margins {margins.shape}, got {bag_index.shape}")
+    if bag_index.size and (bag_index.min() < 0 or bag_index.max() >= alpha.size):
+        raise ValueError(f"bag_index must lie in [0, {alpha.size}), got [{bag_index.min()}, {bag_index.max()}]")
+
+
+def proportion_matching_loss(margins: np.ndarray, bag_index: np.ndarray, alpha: np.ndarray) -> float:
+    """L = sum over bags of BCE(mean_j sigmoid(f_ij), alpha_i); alpha is clipped to [0, 1]."""
+    margins, bag_index = np.asarray(margins, np.float64), np.asarray(bag_index, np.int64)
+    alpha = np.clip(np.asarray(alpha, np.float64), 0.0, 1.0)
+    _check_bags(margins, bag_index, alpha)
+    means, _ = _bag_means(expit(margins), bag_index, alpha.size)
+    return float(-np.sum(alpha * np.log(means) + (1.0 - alpha) * np.log1p(-means)))
+
+
+def proportion_matching_grad_hess(margins: np.ndarray, bag_index: np.ndarray,
+                                  alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact per-row gradient and diagonal Hessian of :func:`proportion_matching_loss` in the margins.
+
+    Returns:
+        (gradient, exact second derivative, Gauss-Newton part of it), each shaped like ``margins``.
+    """
+    margins, bag_index = np.asarray(margins, np.float64), np.asarray(bag_index, np.int64)
+    alpha = np.clip(np.asarray(alpha, np.float64), 0.0, 1.0)
+    _check_bags(margins, bag_index, alpha)
+    p = expit(margins)
+    means, sizes = _bag_means(p, bag_index, alpha.size)
+    m, a, k = means[bag_index], alpha[bag_index], sizes[bag_index]
+    slope = p * (1.0 - p) / k
+    dloss_dmean = (m - a) / (m * (1.0 - m))
+    curvature = a / m**2 + (1.0 - a) / (1.0 - m) ** 2
+    gauss_newton = curvature * slope**2
+    exact = gauss_newton + dloss_dmean * slope * (1.0 - 2.0 * p)
+    return dloss_dmean * slope, exact, gauss_newton
+
+
+@dataclasses.dataclass(frozen=True)
+class Bags:
+    """Bag membership of a set of rows (indices 0..n_bags-1) and each bag's released proportion."""
+
+    index: np.ndarray
+    alpha: np.ndarray
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Models
+
+
+@dataclasses.dataclass
+class FittedModel:
+    """A fitted booster plus the post-processing that turns its output into P(y=1|x)."""
+
+    library: str
+    model: Any
+    margin_offset: float = 0.0
+    debias_epsilon: float | None = None
+    best_iteration: int = 0
+    fit_seconds: float = 0.0
+
+    def output_transform(self) -> model_output.OutputTransform:
+        """Its post-processing as a saveable :class:`lia_spark.kernels.model_output.OutputTransform`."""
+        if self.library == "xgboost":
+            return model_output.OutputTransform(margin_offset=self.margin_offset, best_iteration=self.best_iteration,
+                                   rr_epsilon=self.debias_epsilon)
+        return model_output.OutputTransform(link="probability", rr_epsilon=self.debias_epsilon)
+
+    def predict(self, features: Any) -> np.ndarray:
+        """P(y=1 | x) for a feature matrix (xgboost) or frame (catboost)."""
+        transform = self.output_transform()
+        return transform.probabilities(transform.raw_output(self.model, features))
+
+    def save(self, path_without_suffix: str) -> str:
+        """Write the model (xgboost ``.ubj``, catboost ``.cbm``); returns the file path."""
+        path = path_without_suffix + (".ubj" if self.library == "xgboost" else ".cbm")
+        self.model.save_model(path)
+        return path
+
+
+def _threads(params: BoostingParams) -> int:
+    return params.threads or (os.cpu_count() or 1)
+
+
+def fit_xgboost(train_x: np.ndarray, train_y: np.ndarray | None, valid_x: np.ndarray, valid_y: np.ndarray | None,
+                *, params: BoostingParams, train_bags: Bags | None = None, valid_bags: Bags | None = None,
+                feature_names: list[str] | None = None) -> FittedModel:
+    """XGBoost hist on labels (logistic loss) or on bag proportions (proportion matching, custom objective).
+
+    Early stopping on the validation rows' loss of the same kind (log-loss on the released labels, or
+    the proportion-matching loss of the validation bags).
+    """
+    import xgboost as xgb
+
+    started = time.monotonic()
+    booster_params = {"tree_method": "hist", "max_depth": params.max_depth, "eta": params.learning_rate,
+                      "nthread": _threads(params), "seed": params.seed % 2**31, "verbosity": 0}
+    if train_bags is None:
+        dtrain = xgb.DMatrix(train_x, label=train_y, feature_names=feature_names)
+        dvalid = xgb.DMatrix(valid_x, label=valid_y, feature_names=feature_names)
+        base = float(np.clip(np.mean(train_y), 1e-4, 1 - 1e-4))
+        booster_params.update(objective="binary:logistic", eval_metric="logloss", base_score=base)
+        booster = xgb.train(booster_params, dtrain, params.n_estimators, evals=[(dvalid, "valid")],
+                            early_stopping_rounds=params.early_stopping_rounds or None, verbose_eval=False)
+        offset = 0.0
+    else:
+        if valid_bags is None:
+            raise ValueError("valid_bags must be given with train_bags")
+        offset = float(logit(np.clip(np.mean(np.clip(train_bags.alpha, 0, 1)), 1e-4, 1 - 1e-4)))
+        dtrain = xgb.DMatrix(train_x, base_margin=np.full(len(train_x), offset), feature_names=feature_names)
+        dvalid = xgb.DMatrix(valid_x, base_margin=np.full(len(valid_x), offset), feature_names=feature_names)
+        booster_params.update(disable_default_eval_metric=1, base_score=0.0)  # margins = offset + trees, also
+        # where predict gets no base_margin (the default base score would add 0.5 to every margin)
+
+        def objective(margins: np.ndarray, _matrix: Any) -> tuple[np.ndarray, np.ndarray]:
+            gradient, exact, gauss_newton = proportion_matching_grad_hess(margins, train_bags.index,
+                                                                          train_bags.alpha)
+            return gradient, np.maximum(exact, gauss_newton)
+
+        def metric(margins: np.ndarray, _matrix: Any) -> tuple[str, float]:
+            loss = proportion_matching_loss(margins, valid_bags.index, valid_bags.alpha)
+            return "bag_bce", loss / max(valid_bags.alpha.size, 1)
+
+        booster = xgb.train(booster_params, dtrain, params.n_estimators, evals=[(dvalid, "valid")],
+                            obj=objective, custom_metric=metric,
+                            early_stopping_rounds=params.early_stopping_rounds or None, verbose_eval=False)
+    best = getattr(booster, "best_iteration", None)
+    best = params.n_estimators - 1 if best is None else int(best)
+    return FittedModel("xgboost", booster, margin_offset=offset, best_iteration=best,
+                       fit_seconds=time.monotonic() - started)
+
+
+def fit_catboost(train_x: pd.DataFrame, train_y: np.ndarray, valid_x: pd.DataFrame, valid_y: np.ndarray, *,
+                 params: BoostingParams, cat_features: list[str]) -> FittedModel:
+    """CatBoost with native categorical features (ordered target statistics), early stopping on validation."""
+    from catboost import CatBoostClassifier
+
+    started = time.monotonic()
+    model = CatBoostClassifier(iterations=params.n_estimators, depth=params.max_depth,
+                               learning_rate=params.learning_rate, thread_count=_threads(params),
+                               random_seed=params.seed % 2**31, verbose=False, allow_writing_files=False,
+                               early_stopping_rounds=params.early_stopping_rounds or None)
+    model.fit(train_x, train_y, cat_features=cat_features, eval_set=(valid_x, valid_y), use_best_model=True)
+    return FittedModel("catboost", model, best_iteration=int(model.get_best_iteration() or 0),
+                       fit_seconds=time.monotonic() - started)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Data, metrics and the target-training orchestration
+
+
+@dataclasses.dataclass
+class ModelData:
+    """One day's rows on the driver: features (matrix or frame), true labels, row ids, split codes."""
+
+    features: Any
+    labels: np.ndarray
+    row_ids: np.ndarray
+    split: np.ndarray
+    library: str = "xgboost"
+    cat_features: list[str] = dataclasses.field(default_factory=list)
+    feature_names: list[str] | None = None
+
+    def rows(self, mask: np.ndarray) -> Any:
+        """Feature rows selected by a boolean mask."""
+        if isinstance(self.features, pd.DataFrame):
+            return self.features.loc[mask].reset_index(drop=True)
+        return self.features[mask]
+
+
+def binary_metrics(labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+    """Test AUC and log-loss (predictions clipped to [1e-7, 1 - 1e-7]); NaN AUC if one class is absent."""
+    labels = np.asarray(labels)
+    predictions = np.clip(np.asarray(predictions, np.float64), PROBABILITY_CLIP, 1 - PROBABILITY_CLIP)
+    auc = float(roc_auc_score(labels, predictions)) if 0 < labels.sum() < labels.size else math.nan
+    return {"auc": auc, "log_loss": float(log_loss(labels, predictions, labels=[0, 1]))}
+
+
+def tied_auc_pairs(positives: np.ndarray, negatives: np.ndarray) -> float:
+    """Sum over score groups g (ascending score) of pos_g (neg_below_g + neg_g / 2): the (positive, negative) pairs
+    ranked right, ties counted half. AUC = this sum / (P N) (Mann-Whitney); ``positives``/``negatives`` are the
+    counts of each distinct score, sorted by score."""
+    negatives = np.asarray(negatives, dtype=np.float64)
+    below = np.cumsum(negatives) - negatives
+    return float(np.dot(np.asarray(positives, dtype=np.float64), below + 0.5 * negatives))
+
+
+def fit_model(data: ModelData, labels: np.ndarray, train: np.ndarray, valid: np.ndarray, *,
+              params: BoostingParams, train_bags: Bags | None = None, valid_bags: Bags | None = None) -> FittedModel:
+    """Fit the configured library on rows ``train`` with early stopping on rows ``valid`` (boolean masks)."""
+    if data.library == "xgboost":
+        return fit_xgboost(data.rows(train), None if train_bags else labels[train], data.rows(valid),
+                           None if valid_bags else labels[valid], params=params, train_bags=train_bags,
+                           valid_bags=valid_bags, feature_names=data.feature_names)
+    if train_bags is not None:
+        raise ValueError("models.library: catboost has no proportion-matching objective here; use xgboost for "
+                         "llp mechanisms, got catboost")
+    return fit_catboost(data.rows(train), labels[train], data.rows(valid), labels[valid], params=params,
+                        cat_features=data.cat_features)
+
+
+@dataclasses.dataclass
+class TargetFit:
+    """The target model, the labels it was trained on (None for bag mechanisms; NaN on rows without a released
+    label for pate), the stage-1 model if any and the mechanism's own report (pate: eps, delta, T, Q, sigma, ...)."""
+
+    model: FittedModel
+    released_labels: np.ndarray | None
+    stage1: FittedModel | None = None
+    report: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def teacher_model(params: BoostingParams) -> pate.TeacherModel:
+    """PATE's teacher settings: the boosting hyper-parameters without early stopping."""
+    return pate.TeacherModel(n_estimators=params.n_estimators, max_depth=params.max_depth,
+                             learning_rate=params.learning_rate, seed=params.seed)
+
+
+def train_pate(data: ModelData, *, epsilon: float, seed: int, params: BoostingParams,
+               settings: pate.PateSettings) -> TargetFit:
+    """PATE (docs/math.md §4.6): teachers on disjoint partitions of the training rows outside the Q student rows,
+    the student on the noisy vote argmax of the student rows (early stopping on a seeded 10% of them, so no
+    label beyond the Q answers is read); with pseudo-labels, the student is refitted with labels drawn from its
+    own predictions, Bernoulli(p) by row id, on the remaining training rows."""
+    if data.library != "xgboost":
+        raise ValueError(f"training_mechanism pate trains xgboost teachers on a feature matrix, got library={data.library}")
+    train, ids, labels = data.split == SPLIT_TRAIN, data.row_ids, data.labels.astype(np.int8)
+    students = np.zeros(ids.size, dtype=bool)
+    students[train] = pate.student_mask(ids[train], queries=settings.queries, seed=seed)
+    votes_of = settings.votes or pate.sequential_votes(ids[train], data.rows(train), labels[train],
+                                                       teachers=settings.teachers, model=teacher_model(params))
+    votes = votes_of(ids[students], data.rows(students), seed)
+    answer = pate.student_labels(votes, ids[students], labels[students], epsilon=epsilon, seed=seed,
+                                 settings=settings)
+    released = np.full(ids.size, np.nan)
+    released[students] = answer.labels
+    holdout = hashing.uniform(seed, pate.HOLDOUT_PURPOSE, ids) < pate.STUDENT_HOLDOUT_SHARE
+    fit_rows, valid_rows = students & ~holdout, students & holdout
+    model = fit_model(data, released, fit_rows, valid_rows, params=params)
+    if settings.pseudo_labels:
+        rest = train & ~students
+        released[rest] = hashing.bernoulli(seed, pate.PSEUDO_PURPOSE, ids[rest], model.predict(data.rows(rest)))
+        model = fit_model(data, released, fit_rows | rest, valid_rows, params=params)
+    return TargetFit(model, released, report=answer.report(settings))
+
+
+def train_target(data: ModelData, *, mechanism: str, epsilon: float, seed: int, params: BoostingParams,
+                 prior: np.ndarray | None = None, bag_size: int = 1,
+                 pate_settings: pate.PateSettings | None = None) -> TargetFit:
+    """Train the target model on labels privatized by a training mechanism (docs/math.md §2.6).
+
+    The mechanism releases the labels of the training and validation rows (test labels stay true for
+    utility). ``prior`` (P(y=1|x) per row, e.g. the proxy's prediction) is needed by rr_with_prior;
+    lp_2st trains a stage-1 RR model on one half of the rows, whose noise-corrected predictions are the
+    prior of RRWithPrior on the other half; the final model uses both halves' released labels.
+    llp mechanisms bag the training and the validation rows separately into bags of ``bag_size``
+    (:func:`lia_spark.kernels.label_mechanisms.bag_proportions`) and learn by proportion matching. pate follows
+    :func:`train_pate` with ``pate_settings`` (default :class:`lia_spark.kernels.pate.PateSettings`).
+    """
+    if mechanism == PATE:
+        return train_pate(data, epsilon=epsilon, seed=seed, params=params,
+                          settings=pate_settings or pate.PateSettings())
+    train, valid = data.split == SPLIT_TRAIN, data.split == SPLIT_VALID
+    labels, ids = data.labels.astype(np.int8), data.row_ids
+    if mechanism in BAG_MECHANISMS:
+        train_bags, valid_bags = (Bags(*lm.bag_proportions(ids[rows], labels[rows], mechanism=mechanism,
+                                                           epsilon=epsilon, bag_size=bag_size, seed=seed))
+                                  for rows in (train, valid))
+        return TargetFit(fit_model(data, labels, train, valid, params=params, train_bags=train_bags,
+                                   valid_bags=valid_bags), None)
+    if mechanism in (NONE, RR, RR_DEBIASED) or math.isinf(epsilon):
+        released = labels if math.isinf(epsilon) or mechanism == NONE else \
+            lm.randomized_response(labels, ids, epsilon=epsilon, seed=seed)
+        model = fit_model(data, released, train, valid, params=params)
+        if mechanism == RR_DEBIASED and not math.isinf(epsilon):
+            model.debias_epsilon = epsilon
+        return TargetFit(model, released)
+    if mechanism == RR_WITH_PRIOR:
+        if prior is None:
+            raise ValueError("training_mechanism rr_with_prior needs a prior (proxy predictions), got None")
+        released = lm.rr_with_prior(labels, prior, ids, epsilon=epsilon, seed=seed)
+        return TargetFit(fit_model(data, released, train, valid, params=params), released)
+    if mechanism == LP_2ST:
+        first = lm.lp2st_first_half(ids, seed=seed)
+        rr_labels = lm.randomized_response(labels, ids, epsilon=epsilon, seed=seed)
+        stage1 = fit_model(data, rr_labels, train & first, valid & first, params=params)
+        stage1.debias_epsilon = epsilon
+        second = ~first & (train | valid)
+        stage1_prior = np.full(labels.shape, 0.5)
+        stage1_prior[second] = stage1.predict(data.rows(second))
+        released = np.where(first, rr_labels,
+                            lm.rr_with_prior(labels, stage1_prior, ids, epsilon=epsilon, seed=seed)).astype(np.int8)
+        return TargetFit(fit_model(data, released, train, valid, params=params), released, stage1)
+    raise ValueError(f"training_mechanism must be one of {TRAINING_MECHANISMS}, got {mechanism!r}")

@@ -1,0 +1,90 @@
+"""Privacy-utility tradeoff (auditing paper, Figure 3): target test AUC against reconstruction advantage.
+
+Each setting (mechanism, epsilon, bag size) of the utility grid gives one point: y = test AUC of the target
+trained on that release, x = the posterior stage's summary for the same setting (mean additive advantage,
+or the 98th percentile of |I|). Training mechanisms without a posterior summary of their own (rr_debiased,
+lp_2st, rr_with_prior) get RR's closed-form expected additive advantage
+E[(min(eta, 1-eta) - pi) 1{pi <= eta <= 1-pi}] and |I| = eps (exact for RR, an upper bound for the others).
+PATE has neither (no posterior summary, and its (eps, delta) guarantee gives no closed form here): its rows keep
+NaN advantages (advantage_source "none") and the plots leave them out, saying how many.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from lia_spark.kernels.advantage import rr_closed_form_advantage
+from lia_spark.names import LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, PATE, RR, RR_DEBIASED, RR_WITH_PRIOR
+
+ADVANTAGES = {"mean_additive_advantage": "expected additive advantage", "abs_I_p98": "98th percentile of |I|"}
+RR_FAMILY = (RR, RR_DEBIASED, LP_2ST, RR_WITH_PRIOR)
+
+
+def utility_grid(*, epsilons: Sequence[float], bag_sizes: Sequence[int],
+                 extra_mechanisms: Sequence[str] = ()) -> list[tuple[str, float, int]]:
+    """Settings (mechanism, epsilon, bag size): rr x eps (inf = true labels), llp x k, noisy llp x finite eps x k,
+    each extra label mechanism x finite eps (at eps = inf they train on the true labels, as rr does) and pate x
+    every eps (at eps = inf the noiseless vote argmax). LLP rows carry epsilon NaN, the others bag size 1."""
+    finite = [float(e) for e in epsilons if math.isfinite(e)]
+    grid = [(RR, float(e), 1) for e in epsilons]
+    grid += [(LLP, math.nan, int(k)) for k in bag_sizes]
+    grid += [(name, e, int(k)) for name in (LLP_LAPLACE, LLP_GEOMETRIC) for k in bag_sizes for e in finite]
+    grid += [(name, float(e), 1) for name in extra_mechanisms for e in (epsilons if name == PATE else finite)]
+    return grid
+
+
+def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
+    keyed = frame.copy()
+    keyed["epsilon_key"] = np.round(keyed["epsilon"].astype(float).fillna(-1.0), 9)
+    keyed["bag_size"] = keyed["bag_size"].astype(int)
+    return keyed
+
+
+def tradeoff_table(utility: pd.DataFrame, summary: pd.DataFrame | None, *, priors: np.ndarray) -> pd.DataFrame:
+    """Join test AUCs (columns mechanism, epsilon, bag_size, auc, log_loss) with advantages.
+
+    Args:
+        utility: one row per trained setting.
+        summary: posterior summaries (OUT/posteriors/summary contract) or None.
+        priors: eta per training row for RR's closed form.
+    Returns:
+        utility columns plus mean_additive_advantage, abs_I_p98 and advantage_source
+        ("posteriors", "rr_closed_form" or "none").
+    """
+    table = _keyed(utility)
+    if summary is not None and len(summary):
+        columns = ["mechanism", "epsilon_key", "bag_size", *ADVANTAGES]
+        table = table.merge(_keyed(summary)[columns], on=["mechanism", "epsilon_key", "bag_size"], how="left")
+    else:
+        for column in ADVANTAGES:
+            table[column] = math.nan
+    table["advantage_source"] = np.where(table["mean_additive_advantage"].notna(), "posteriors", "none")
+    closed = table["mechanism"].isin(RR_FAMILY) & table["mean_additive_advantage"].isna()
+    for index in table.index[closed]:
+        epsilon = float(table.at[index, "epsilon"])
+        table.at[index, "mean_additive_advantage"] = (rr_closed_form_advantage(priors, epsilon=epsilon)
+                                                      if math.isfinite(epsilon) else
+                                                      float(np.mean(np.minimum(priors, 1.0 - priors))))
+        table.at[index, "abs_I_p98"] = epsilon
+        table.at[index, "advantage_source"] = "rr_closed_form"
+    return table.drop(columns="epsilon_key")
+
+
+def point_label(mechanism: str, epsilon: float, bag_size: int) -> str:
+    """What varies along a tradeoff curve: ``k=<k>`` on plain LLP's (over k), ``eps=<e>`` on the others."""
+    return f"k={int(bag_size)}" if mechanism == LLP else f"eps={float(epsilon):g}"
+
+
+def hidden_settings_text(advantages: pd.Series) -> str:
+    """What a plot leaves out: settings with an unbounded advantage (inf) and settings without one (NaN: no posterior
+    summary and no closed form, e.g. pate); "" when every advantage is finite."""
+    values = advantages.astype(float)
+    parts = [f"{count} settings {what}" for count, what in (
+        (int(np.isinf(values).sum()), "with unbounded value"), (int(values.isna().sum()), "without an advantage"))
+             if count]
+    return f" ({', '.join(parts)} not shown)" if parts else ""
+
+

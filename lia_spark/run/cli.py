@@ -1,0 +1,208 @@
+"""Command line: ``lia-spark <stage> --conf FILE [section.key=value ...]`` and the shared job entry point.
+
+Every spark-submit job in ``jobs/`` is ``job_main(command, argv)``: parse ``--conf`` and overrides,
+validate the config, get (or reuse) the SparkSession, run one library function, write its full result as
+strict JSON to ``<run.output_dir>/results/<command>.json`` and print a short summary on stdout (logs go to
+stderr). ``lia-spark config`` prints the resolved config as YAML; ``lia-spark --version`` the version.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from lia_spark import __version__
+from lia_spark.run.config import Config, ConfigError, load_config
+
+logger = logging.getLogger("lia_spark")
+
+WORKSPACE_CONF = "/Workspace/Users/{user}/lia_spark/conf/demo.yaml"
+CHECKOUT_CONF = Path(__file__).resolve().parents[2] / "conf" / "demo.yaml"
+# The commands of lia_spark.engine.commands.COMMANDS (named here so --help needs no pyspark; a test keeps them equal)
+COMMAND_NAMES = ("generate", "ingest", "train", "posteriors", "utility", "audit", "pipeline", "track", "audit-table",
+                 "logloss-attack")
+SPARK_MISSING = ("lia-spark: pyspark is not installed; install it with `pip install 'lia-spark[spark]'`, or run where "
+                 "Spark is provided (a Databricks cluster, spark-submit)")
+
+
+def config_from_args(argv: Sequence[str] | None, description: str) -> Config:
+    """Parse ``--conf FILE`` plus ``section.key=value`` overrides into a validated Config."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--conf", help="YAML config file (see conf/defaults.yaml for every key)")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="override one config value")
+    args = parser.parse_args(argv)
+    return load_config(args.conf, args.overrides)
+
+
+def configure_logging() -> None:
+    """INFO-level, timestamped logs for lia_spark; Spark's own logs stay at WARN."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def notebook_parameters(namespace: Mapping[str, Any], defaults: Mapping[str, str]) -> dict[str, str]:
+    """Notebook parameters: Databricks widgets when ``dbutils`` is in ``namespace``, else ``$LIA_<NAME>`` or the default.
+
+    Call as ``notebook_parameters(globals(), {"conf": "conf/demo.yaml"})``; on Databricks each name becomes
+    a text widget, locally (CI, plain ``python notebook.py``) environment variables set the values.
+    """
+    dbutils = namespace.get("dbutils")
+    values: dict[str, str] = {}
+    for name, default in defaults.items():
+        if dbutils is not None:
+            dbutils.widgets.text(name, default, name)
+            values[name] = dbutils.widgets.get(name)
+        else:
+            values[name] = os.environ.get(f"LIA_{name.upper()}", default)
+    return values
+
+
+def notebook_conf(path: str, namespace: Mapping[str, Any]) -> str | None:
+    """The config file a notebook loads: ``path`` with ``{user}`` replaced by the session's ``current_user()`` (on
+    Databricks the workspace user, as in :data:`WORKSPACE_CONF`). Outside Databricks (no ``dbutils`` in
+    ``namespace``) a file that does not exist falls back to the checkout's conf/demo.yaml, else to None (the
+    built-in defaults)."""
+    if "{user}" in path:
+        from lia_spark.engine.session import get_spark
+
+        path = path.replace("{user}", str(get_spark().sql("SELECT current_user()").first()[0]))
+    if "dbutils" in namespace or os.path.exists(path):
+        return path
+    fallback = str(CHECKOUT_CONF) if CHECKOUT_CONF.exists() else None
+    logger.info("no config file %s outside Databricks: using %s", path, fallback or "the built-in defaults")
+    return fallback
+
+
+def _strict(value: Any) -> Any:
+    """JSON-safe copy: NaN -> null, +-inf -> "inf" / "-inf", tuples -> lists, other objects -> str."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, Mapping):
+        return {str(key): _strict(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(item) for item in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)
+
+
+def strict_json(payload: Any) -> str:
+    """Standard JSON (no NaN / Infinity literals, which ``jq`` and most parsers reject) of a result."""
+    payload = payload.to_dict() if hasattr(payload, "to_dict") else payload
+    return json.dumps(_strict(payload), indent=2, sort_keys=True, allow_nan=False)
+
+
+def result_path(config: Config, command: str) -> str:
+    """``<run.output_dir>/results/<command>.json``: the full result of the last run of a command."""
+    return f"{config.run.output_dir.rstrip('/')}/results/{command}.json"
+
+
+def config_yaml(config: Config) -> str:
+    """The resolved config as YAML that :func:`lia_spark.run.config.load_config` reads back to the same config."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {key: plain(item) for key, item in value.items()}
+        return [plain(item) for item in value] if isinstance(value, (list, tuple)) else value
+
+    return yaml.safe_dump(plain(dataclasses.asdict(config)), sort_keys=False, default_flow_style=None, width=110)
+
+
+def job_main(name: str, argv: Sequence[str] | None = None, description: str = "") -> int:
+    """Run command ``name`` (:data:`COMMAND_NAMES`) holding the output folder's run lock: exit code 0 on success, 2
+    on a usage error, 1 on a failed stage; a failure ends as one line on stderr
+    (:func:`lia_spark.run.failures.failure_line`), its traceback goes to the log."""
+    configure_logging()
+    try:
+        config = config_from_args(argv, description)
+        from lia_spark.engine.commands import COMMANDS
+        from lia_spark.engine.lock import run_lock
+        from lia_spark.engine.outputs import write_text
+        from lia_spark.engine.session import start_spark
+
+        spark = start_spark(config.spark)
+        with run_lock(spark, config.run.output_dir, command=f"lia-spark {name}",
+                      max_age_hours=config.run.stale_lock_hours):
+            started = time.monotonic()
+            logger.info("stage %s: started", name)
+            result = COMMANDS[name](spark, config)
+            seconds = time.monotonic() - started
+            logger.info("stage %s: finished in %.1f s", name, seconds)
+            path = result_path(config, name)
+            write_text(spark, path, strict_json(result) + "\n")
+    except Exception as error:  # noqa: BLE001 - the command reports any failure as one clear line
+        return report_failure(name, error)
+    print(f"{name}: done in {seconds:.1f} s; full result (JSON): {path}")
+    if hasattr(result, "console_summary"):
+        print(result.console_summary())
+    return 0
+
+
+def report_failure(command: str, error: BaseException) -> int:
+    """Log ``error``'s traceback, print its one line on stderr and return the exit code."""
+    from lia_spark.run.failures import USAGE_EXIT, failure_line
+
+    line, code = failure_line(error)
+    if code == USAGE_EXIT:
+        logger.debug("%s: usage error", command, exc_info=error)
+    else:
+        logger.error("%s failed", command, exc_info=error)
+    print(f"lia-spark: {line}", file=sys.stderr)
+    return code
+
+
+def show_config(argv: Sequence[str]) -> int:
+    """``lia-spark config [--show] [--conf FILE] [overrides]``: the resolved config as YAML on stdout."""
+    arguments = [item for item in argv if item != "--show"]
+    try:
+        config = config_from_args(arguments, "lia-spark config: print the resolved config (defaults <- file <- "
+                                             "overrides) as YAML")
+    except ConfigError as error:
+        return report_failure("config", error)
+    print(config_yaml(config), end="")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``lia-spark {run,STAGE,config} [--conf FILE] [overrides]``: ``run`` is the whole pipeline, else one stage's
+    job; ``--help`` (stdout, exit 0), ``--version``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"run": "pipeline", **{name: name for name in COMMAND_NAMES}}
+    usage = (f"usage: lia-spark {{{', '.join([*commands, 'config'])}}} [--conf FILE] [section.key=value ...]\n"
+             "       lia-spark --version\n"
+             "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)\n"
+             "  config [--show] = print the resolved config (defaults <- --conf file <- overrides) as YAML\n"
+             "  track = log a finished output folder to MLflow (after a tracking server failed mid-run)\n"
+             "  <command> --help = the command's options; results: <run.output_dir>/results/<command>.json")
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
+    if argv and argv[0] == "--version":
+        print(f"lia-spark {__version__}")
+        return 0
+    if argv and argv[0] == "config":
+        return show_config(argv[1:])
+    if not argv or argv[0] not in commands:
+        print(usage, file=sys.stderr)
+        print(f"lia-spark: unknown command {argv[0]!r}" if argv else "lia-spark: a command is required",
+              file=sys.stderr)
+        return 2
+    command, rest = argv[0], argv[1:]
+    if importlib.util.find_spec("pyspark") is None:
+        print(SPARK_MISSING, file=sys.stderr)
+        return 2
+    return job_main(commands[command], rest, description=f"lia-spark {command}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Where every output lives under ``run.output_dir`` (docs/layout.md describes each folder, its marker and writer).
+
+Paths are plain strings joined with "/", so they hold for local folders and Hadoop URIs (hdfs://, s3a://, dbfs:)
+alike. The names of folders inside a stage's committed folder are constants, because the stage writes them
+into its staging folder before the commit renames it.
+"""
+from __future__ import annotations
+
+from lia_spark.run.config import Config
+
+TRUTH = "truth"
+CRITEO_TSV = "criteo"
+MODELS = "models"
+CANARIES = "canaries"  # inside models/
+CANARY_COLUMNS = ("row_id", "label", "released_label", "target_prediction", "proxy_prediction", "counterfactual_label",
+                  "hidden_bit", "reference_prediction")
+TEST_PREDICTIONS = "test_predictions"  # inside models/
+MEMBERSHIP = "membership"  # inside models/, with audit.attack=membership
+MEMBERSHIP_COLUMNS = ("row_id", "label", "member", "target_prediction", "proxy_prediction")
+PROXY_PRIORS = "priors"  # inside models/
+MODEL_METRICS = "metrics.json"  # inside models/
+POSTERIORS = "posteriors"
+ROWS = "rows"  # inside posteriors/
+SUMMARY = "summary"  # inside posteriors/
+SUMMARY_CSV = "summary.csv"  # inside posteriors/
+PLOTS = "plots"  # inside posteriors/ and audit/
+PLOT_SAMPLE = "_plot_sample"  # inside the posteriors staging folder only (removed before the commit)
+UTILITY = "utility"
+AUDIT = "audit"
+REPORT = "report"
+TABLE = "table"
+TABLE_CELLS = "cells"  # inside table/
+
+
+def under(folder: str, *names: str) -> str:
+    """``folder/name/...`` (a trailing "/" of ``folder`` dropped)."""
+    return "/".join([folder.rstrip("/"), *names])
+
+
+def output_path(config: Config, *names: str) -> str:
+    """``<out>/name/...``, e.g. ``output_path(config, AUDIT)`` (the folders are listed in docs/layout.md)."""
+    return under(config.run.output_dir, *names)
+
+
+def canaries_path(config: Config) -> str:
+    """``<out>/models/canaries``: the target's training rows with both models' predictions (train stage)."""
+    return output_path(config, MODELS, CANARIES)
+
+
+def membership_path(config: Config) -> str:
+    """``<out>/models/membership``: the membership baseline's candidates, their inclusion bit and both models'
+    predictions (train stage, audit.attack=membership)."""
+    return output_path(config, MODELS, MEMBERSHIP)
+
+
+def proxy_priors_path(config: Config) -> str:
+    """``<out>/models/priors``: the proxy model's prediction for every row of the days of mechanisms.days (train
+    stage)."""
+    return output_path(config, MODELS, PROXY_PRIORS)
+
+
+def posterior_summary_path(config: Config) -> str:
+    """``<out>/posteriors/summary``: one Parquet row per mechanism setting (posteriors stage)."""
+    return output_path(config, POSTERIORS, SUMMARY)
+
+
+def table_cell_path(config: Config, cell_name: str) -> str:
+    """``<out>/table/cells/<cell>``: one audit-table cell's own run.output_dir (its models/ and audit/)."""
+    return output_path(config, TABLE, TABLE_CELLS, cell_name)

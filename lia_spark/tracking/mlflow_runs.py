@@ -1,0 +1,569 @@
+"""MLflow tracking of pipeline runs; the only module of lia_spark that imports mlflow.
+
+One MLflow experiment per config (``tracking.experiment``), one parent run per pipeline run, one
+nested run per stage (started when the stage starts, so its duration is the stage's), and below the posteriors
+and utility stages one nested run per mechanism setting named by its key (:func:`lia_spark.names.setting_key`).
+The parent run holds the flattened config as params and as ``config.yaml`` (``log_dict``), seed, data fingerprint
+and the versions of every numerical package as params, the git commit as MLflow's ``mlflow.source.git.commit`` tag,
+the audit headline as its description (``mlflow.note.content``) and every stage metric as ``<stage>.<metric>``;
+stage runs hold their own metrics, artifacts, their setting tables (``log_table``) and (train) the model files as
+xgboost/catboost MLflow models. Only finite numbers are metrics: an infinite |I| percentile is left out (the
+setting's ``share_infinite`` says how many rows are unbounded) instead of being stored as 1.8e308. Everything
+logged comes from the stage results the pipeline passes in; no artifact is read back to find it.
+
+Store: ``tracking.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the
+working directory with artifacts in ``./mlruns`` beside the database file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from lia_spark.names import BAG_SIZE, EPSILON, MECHANISM, SETTING_KEY, setting_key
+from lia_spark.run.config import Config, TrackingConfig
+from lia_spark.run.environment import git_commit, package_versions
+
+logger = logging.getLogger(__name__)
+
+GIT_COMMIT_TAG = "mlflow.source.git.commit"
+DESCRIPTION_TAG = "mlflow.note.content"
+CONFIG_FILE = "config.yaml"
+KIND_TAG = "lia_spark.kind"
+STAGE_TAG = "lia_spark.stage"
+FINGERPRINT_TAG = "lia_spark.output_fingerprint"
+REUSED_FROM_TAG = "lia_spark.reused_from_run"
+MAX_PARAM_CHARS = 500
+
+
+class TrackingError(RuntimeError):
+    """The MLflow tracking store cannot be reached or written."""
+
+
+def resolve_tracking_uri(config: TrackingConfig) -> str:
+    """``tracking.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else sqlite:///<cwd>/mlflow.db."""
+    uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    return uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def check_tracking_store(uri: str, *, timeout_seconds: float) -> None:
+    """Fail fast, before any stage runs, when the store behind ``uri`` is unusable.
+
+    HTTP(S) servers must answer ``GET /health`` within ``timeout_seconds``; a sqlite database's folder
+    is created and must be writable; other schemes (``databricks``) are checked by MLflow itself.
+
+    Raises:
+        TrackingError: naming the URI and the cause.
+    """
+    if uri.startswith(("http://", "https://")):
+        health = uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(health, timeout=timeout_seconds) as response:  # noqa: S310 - user's URI
+                status = response.status
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise TrackingError(
+                f"tracking.tracking_uri: MLflow server {uri} is unreachable ({reason}); start it, fix "
+                "tracking.tracking_uri / $MLFLOW_TRACKING_URI, or set tracking.enabled=false") from error
+        if status != 200:
+            raise TrackingError(f"tracking.tracking_uri: {health} answered HTTP {status}, expected 200")
+        return
+    database = _sqlite_path(uri)
+    if database is not None:
+        try:
+            database.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise TrackingError(f"tracking.tracking_uri: cannot create the folder of {uri} ({error})") from error
+        if not os.access(database.parent, os.W_OK):
+            raise TrackingError(f"tracking.tracking_uri: folder of {uri} is not writable")
+
+
+def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested mapping -> ``{"section.key": "value"}`` with JSON-encoded lists (MLflow params)."""
+    flat: dict[str, str] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{name}."))
+        else:
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            flat[name] = text if len(text) <= MAX_PARAM_CHARS else text[:MAX_PARAM_CHARS - 3] + "..."
+    return flat
+
+
+def data_fingerprint(marker: Mapping[str, Any]) -> dict[str, str]:
+    """Params identifying the input table: SHA-256 of its ``_LIA_COMPLETE`` marker plus its counts."""
+    canonical = json.dumps(marker, sort_keys=True, default=str)
+    params = {"data.fingerprint": hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]}
+    for key, value in marker.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            params[f"data.marker.{key}"] = str(value)
+        elif isinstance(value, Mapping) and value and all(isinstance(v, int) for v in value.values()):
+            params[f"data.marker.{key}"] = json.dumps(value, sort_keys=True)
+    return params
+
+
+def finite_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Finite numeric metrics as floats. NaN and +-inf are dropped (MLflow would store inf as 1.8e308), and so
+    are values that are not numbers."""
+    numbers: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            logger.warning("tracking: metric %s=%r is not a number; not logged", key, value)
+        elif math.isfinite(value):
+            numbers[str(key)] = float(value)
+    return numbers
+
+
+def table_frame(rows: Sequence[Mapping[str, Any]]) -> Any:
+    """Setting rows as a pandas table for ``mlflow.log_table``: a ``setting`` key column first, non-finite numbers as
+    empty cells (JSON has no inf; ``share_infinite`` keeps the count)."""
+    import numpy as np
+    import pandas as pd
+
+    frame = pd.DataFrame([dict(row) for row in rows])
+    frame.insert(0, "setting", [setting_key(row[MECHANISM], row[EPSILON], row[BAG_SIZE]) for row in rows])
+    numeric = frame.select_dtypes("floating").columns
+    frame[numeric] = frame[numeric].astype("float64").where(np.isfinite(frame[numeric].astype("float64")))
+    return frame.astype(object).where(frame.notna(), None)
+
+
+def _xgboost_model(path: Path) -> Any:
+    import xgboost
+
+    booster = xgboost.Booster()
+    booster.load_model(str(path))
+    return booster
+
+
+def _xgboost_signature(booster: Any) -> Any:
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    names = booster.feature_names or [f"f{i}" for i in range(booster.num_features())]
+    types = booster.feature_types or ["float"] * len(names)
+    inputs = [ColSpec("long" if kind in ("int", "i") else "double", name) for name, kind in zip(names, types)]
+    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
+
+
+def _catboost_model(path: Path) -> Any:
+    from catboost import CatBoostClassifier
+
+    return CatBoostClassifier().load_model(str(path))
+
+
+def _catboost_signature(model: Any) -> Any:
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    categorical = set(model.get_cat_feature_indices())
+    inputs = [ColSpec("string" if index in categorical else "double", name)
+              for index, name in enumerate(model.feature_names_)]
+    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
+
+
+def _model_name(path: Path) -> str:
+    return "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in path.stem) or "model"
+
+
+def _requirement(*distributions: str) -> str:
+    """``name==version`` of the first of ``distributions`` that is installed (xgboost or xgboost-cpu)."""
+    versions = package_versions()
+    name = next((d for d in distributions if d in versions), distributions[0])
+    return f"{name}=={versions[name]}" if name in versions else name
+
+
+def log_model_file(path: Path) -> str:
+    """Log one model file (``.cbm`` catboost, any other xgboost) with its signature; return its URI.
+
+    Explicit pip requirements skip MLflow's slow requirement inference.
+    """
+    import mlflow
+
+    if path.suffix == ".cbm":
+        model = _catboost_model(path)
+        info = mlflow.catboost.log_model(model, name=_model_name(path), signature=_catboost_signature(model),
+                                         pip_requirements=[_requirement("catboost")])
+        return info.model_uri
+    booster = _xgboost_model(path)
+    info = mlflow.xgboost.log_model(booster, name=_model_name(path), signature=_xgboost_signature(booster),
+                                    pip_requirements=[_requirement("xgboost", "xgboost-cpu")])
+    return info.model_uri
+
+
+RAW_ROWS_SUFFIX = "_raw_rows"
+
+
+def _raw_row_model() -> Any:
+    """A pyfunc model scoring raw Criteo rows (I1..I13, C1..C26 as the data table stores them): it encodes them with
+    the saved feature encoding (:func:`lia_spark.kernels.features.encode_features`) and returns the saved xgboost or catboost
+    model's click probability, post-processed as the run did (:class:`lia_spark.kernels.model_output.OutputTransform`)."""
+    import mlflow.pyfunc
+
+    class RawRowModel(mlflow.pyfunc.PythonModel):
+        def load_context(self, context: Any) -> None:
+            from lia_spark.kernels import features, model_output
+
+            self.spec = features.load_spec(context.artifacts["encoding"])
+            self.output = model_output.load_output_transform(context.artifacts["output"])
+            path = Path(context.artifacts["model"])
+            self.model = _catboost_model(path) if path.suffix == ".cbm" else _xgboost_model(path)
+
+        def predict(self, context, model_input, params=None):  # noqa: ANN001,ANN201 - MLflow reads hints as a schema
+            import numpy as np
+
+            from lia_spark.kernels import features
+
+            encoded = features.encode_features(model_input, self.spec)
+            if not hasattr(self.model, "predict_proba"):
+                import xgboost
+
+                encoded = xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns))
+            return self.output.probabilities(self.output.raw_output(self.model, encoded))
+
+    return RawRowModel()
+
+
+def raw_row_example(encoding: Path) -> Any:
+    """Two raw rows for the model's input example, made up, not from the data: integers 1 and each categorical's most
+    frequent value (0 without a vocabulary), then a row with every value missing."""
+    import numpy as np
+    import pandas as pd
+
+    from lia_spark.kernels import criteo, features
+
+    spec = features.load_spec(str(encoding))
+    typical = {name: 1.0 for name in criteo.INT_COLUMNS}
+    for name in criteo.CAT_COLUMNS:
+        known = spec.vocabulary.values[name][spec.vocabulary.ranks[name] == 0] if spec.vocabulary else np.zeros(1)
+        typical[name] = float(known[0]) if known.size else 0.0
+    return pd.DataFrame([typical, dict.fromkeys(typical, np.nan)], columns=list(criteo.FEATURE_COLUMNS))
+
+
+def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
+    """Log model file ``path`` with its feature encoding and output transform as a pyfunc model ``<name>_raw_rows``
+    that scores raw Criteo rows (:func:`_raw_row_model`): signature I1..I13, C1..C26 (double, NaN = missing) ->
+    prediction, an input example (:func:`raw_row_example`), the two files as artifacts and lia_spark's code; return
+    its URI."""
+    import mlflow
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    from lia_spark.kernels import criteo
+
+    signature = ModelSignature(inputs=Schema([ColSpec("double", name, required=False) for name in criteo.FEATURE_COLUMNS]),
+                               outputs=Schema([ColSpec("double", "prediction")]))
+    library = _requirement("catboost") if path.suffix == ".cbm" else _requirement("xgboost", "xgboost-cpu")
+    info = mlflow.pyfunc.log_model(
+        name=f"{_model_name(path)}{RAW_ROWS_SUFFIX}", python_model=_raw_row_model(),
+        artifacts={"model": str(path), "encoding": str(encoding), "output": str(output)}, signature=signature,
+        input_example=raw_row_example(encoding), code_paths=[str(Path(__file__).resolve().parent.parent)],
+        pip_requirements=[library, _requirement("numpy"), _requirement("pandas"), _requirement("pyyaml")])
+    return info.model_uri
+
+
+def _param_text(value: Any) -> str:
+    """A setting key as the summary CSV writes it: "" for NaN (plain LLP's epsilon), else ``str``."""
+    return "" if isinstance(value, float) and math.isnan(value) else str(value)
+
+
+class PipelineTracker:
+    """One MLflow parent run for a pipeline run, with nested runs per stage and per mechanism setting."""
+
+    def __init__(self, config: Config, *, run_name: str | None = None) -> None:
+        self.config = config
+        self.run_name = run_name or config.run.name
+        self.tracking_uri = resolve_tracking_uri(config.tracking)
+        self.experiment_id = ""
+        self.run_id = ""
+        self.not_logged: list[str] = []
+
+    def best_effort(self, what: str, log: Callable[[], Any]) -> None:
+        """Call ``log``; if the store fails, warn, close the runs locally and skip every later call (each named
+        in :attr:`not_logged` once), so a tracking server that goes away mid-run never stops the stages."""
+        if self.not_logged:
+            if what not in self.not_logged:
+                self.not_logged.append(what)
+            return
+        try:
+            log()
+        except Exception as error:  # noqa: BLE001 - MLflow and its HTTP client raise many types
+            logger.warning("tracking: %s not logged, tracking stops for this run (%s)", what,
+                           (str(error).strip().splitlines() or [type(error).__name__])[0])
+            self.not_logged.append(what)
+            _abandon_runs()
+
+    def check(self) -> None:
+        """Connectivity check with ``tracking.timeout_seconds`` (see :func:`check_tracking_store`)."""
+        check_tracking_store(self.tracking_uri, timeout_seconds=self.config.tracking.timeout_seconds)
+
+    def start(self) -> str:
+        """Create (or reuse) the experiment, start the parent run, log config and environment params."""
+        import mlflow
+
+        mlflow.set_tracking_uri(self.tracking_uri)
+        client = mlflow.MlflowClient(self.tracking_uri)
+        name = self.config.tracking.experiment
+        try:
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                database = _sqlite_path(self.tracking_uri)
+                location = (database.parent / "mlruns").resolve().as_uri() if database is not None else None
+                self.experiment_id = client.create_experiment(name, artifact_location=location)
+            else:
+                self.experiment_id = experiment.experiment_id
+            mlflow.set_experiment(experiment_id=self.experiment_id)
+            run = mlflow.start_run(experiment_id=self.experiment_id, run_name=self.run_name,
+                                   nested=mlflow.active_run() is not None, tags={KIND_TAG: "pipeline"})
+        except mlflow.exceptions.MlflowException as error:
+            raise TrackingError(f"tracking: cannot start a run in experiment {name!r} at "
+                                f"{self.tracking_uri}: {error}") from error
+        self.run_id = run.info.run_id
+        params = flatten(self.config.to_dict())
+        params["seed"] = str(self.config.run.seed)
+        params.update({f"env.{package}": version for package, version in package_versions().items()})
+        mlflow.log_params(params)
+        mlflow.log_dict(self.config.to_dict(), CONFIG_FILE)
+        commit = git_commit()
+        if commit:
+            mlflow.set_tag(GIT_COMMIT_TAG, commit)
+        logger.info("tracking: MLflow run %s in experiment %r (%s)", self.run_id, name, self.tracking_uri)
+        return self.run_id
+
+    def log_data_marker(self, marker: Mapping[str, Any]) -> None:
+        """Parent-run params identifying the input table (:func:`data_fingerprint` of its marker)."""
+        import mlflow
+
+        mlflow.log_params(data_fingerprint(marker))
+
+    def start_stage(self, stage: str) -> None:
+        """Start the nested run of ``stage`` now, as the stage starts (it shows RUNNING while the stage works);
+        :meth:`log_stage` fills and ends it."""
+        import mlflow
+
+        mlflow.start_run(run_name=stage, nested=True, tags={KIND_TAG: "stage", STAGE_TAG: stage})
+
+    def log_stage(self, stage: str, *, status: str, seconds: float, metrics: Mapping[str, Any],
+                  artifacts: Sequence[str], models: Sequence[str] = (),
+                  settings: Sequence[Mapping[str, Any]] = (), error: str = "", fingerprint: str = "") -> None:
+        """Fill and end the nested run of ``stage`` (started by :meth:`start_stage`, else now): status, metrics,
+        artifacts, models and per-setting runs; its end time is its start plus the stage's ``seconds``, so the
+        MLflow duration is the stage's own and not the time logging took.
+
+        ``artifacts`` and ``models`` are local files (``models``: the train stage's model files, logged as MLflow
+        models when tracking.log_models); ``settings`` are the posteriors summary or utility table rows (a table
+        ``<stage>/settings.json`` and one nested run each). All three are logged only when the stage ran.
+
+        The parent run also gets ``<stage>.<metric>`` and ``<stage>.seconds`` so runs compare in one table.
+        The stage run is tagged with the fingerprint of the output it produced or reused
+        (:data:`FINGERPRINT_TAG`). A reused output's artifacts are not logged again: the run is tagged with
+        the run that logged them (:data:`REUSED_FROM_TAG`, found by that fingerprint).
+        """
+        import mlflow
+
+        active = mlflow.active_run()
+        if active is None or active.info.run_id == self.run_id:
+            self.start_stage(stage)
+        run = mlflow.active_run()
+        numbers = finite_metrics(metrics)
+        client = mlflow.MlflowClient(self.tracking_uri)
+        mlflow.log_metrics({f"{stage}.{key}": value for key, value in numbers.items()}
+                           | {f"{stage}.seconds": seconds}, run_id=self.run_id)
+        client.set_tag(self.run_id, f"lia_spark.status.{stage}", status)
+        tags = {FINGERPRINT_TAG: fingerprint} if fingerprint else {}
+        producer = self._producing_run(stage, fingerprint) if status == "reused" and fingerprint else None
+        if producer:
+            tags[REUSED_FROM_TAG] = producer
+        mlflow.set_tags(tags)
+        mlflow.log_params({"stage": stage, "status": status, **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
+        mlflow.log_metrics(numbers | {"seconds": seconds})
+        if status == "ran":
+            for text in artifacts:
+                self._log_artifact(stage, Path(text))
+            if self.config.tracking.log_models:
+                self._log_models([Path(text) for text in models], {Path(text).name: Path(text) for text in artifacts})
+            if settings:
+                mlflow.log_table(table_frame(settings), artifact_file=f"{stage}/settings.json")
+            self._log_settings(stage, settings)
+        final = "FAILED" if status == "failed" else "FINISHED"
+        mlflow.end_run(status=final)
+        client.set_terminated(run.info.run_id, status=final,
+                              end_time=run.info.start_time + round(1000 * seconds))
+
+    def _log_models(self, models: Sequence[Path], artifacts: Mapping[str, Path]) -> None:
+        """Each model file as an MLflow model of its library and, when its feature encoding and output transform are
+        among the ``artifacts`` (by file name), as a pyfunc model that scores raw Criteo rows
+        (:func:`log_raw_row_model`). Outputs written before output transforms were saved get no raw-row model (it
+        could not reproduce the run's predictions), with a warning."""
+        from lia_spark.kernels.features import encoding_file
+        from lia_spark.kernels.model_output import output_transform_file
+
+        for path in models:
+            logger.info("tracking: logged model %s as %s", path.name, log_model_file(path))
+            encoding = artifacts.get(Path(encoding_file(str(path))).name)
+            output = artifacts.get(Path(output_transform_file(str(path))).name)
+            if encoding is not None and output is None:
+                logger.warning("tracking: no raw-row model for %s: its output transform %s is missing (train it "
+                               "again to get one)", path.name, Path(output_transform_file(str(path))).name)
+            elif encoding is not None:
+                logger.info("tracking: logged raw-row model %s as %s", path.name,
+                            log_raw_row_model(path, encoding, output))
+
+    def _producing_run(self, stage: str, fingerprint: str) -> str | None:
+        """The stage run (any experiment of this store) that ran and logged the output with ``fingerprint``."""
+        import mlflow
+
+        client = mlflow.MlflowClient(self.tracking_uri)
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        runs = client.search_runs(experiments, filter_string=(f"tags.`{FINGERPRINT_TAG}` = '{fingerprint}' and "
+                                                              f"tags.`{STAGE_TAG}` = '{stage}' and "
+                                                              "params.status = 'ran'"),
+                                  max_results=1, order_by=["attributes.start_time DESC"])
+        return runs[0].info.run_id if runs else None
+
+    def _log_artifact(self, stage: str, path: Path) -> None:
+        import mlflow
+
+        if not path.exists():
+            logger.warning("tracking: artifact %s of stage %s does not exist; not logged", path, stage)
+            return
+        if path.is_dir():
+            mlflow.log_artifacts(str(path), artifact_path=f"{stage}/{path.name}")
+            return
+        mlflow.log_artifact(str(path), artifact_path=stage)
+
+    def _log_settings(self, stage: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Nested run per mechanism setting named by its key (:func:`lia_spark.names.setting_key`): the key and its
+        (mechanism, epsilon, bag_size) as params, the rest as metrics when finite (:func:`finite_metrics`)."""
+        import mlflow
+
+        for row in rows:
+            setting = {key: _param_text(row[key]) for key in SETTING_KEY}
+            name = setting_key(row[MECHANISM], row[EPSILON], row[BAG_SIZE])
+            values = {key: value for key, value in row.items() if key not in setting
+                      and isinstance(value, (int, float)) and not isinstance(value, bool)}
+            with mlflow.start_run(run_name=name, nested=True, tags={KIND_TAG: "setting", STAGE_TAG: stage}):
+                mlflow.log_params({"setting": name, **setting})
+                mlflow.log_metrics(finite_metrics(values))
+
+    def set_headline(self, headline: Any) -> None:
+        """The audit headline (:class:`lia_spark.present.headline.Headline`) on the parent run: its tags (``audit.eps_lb``,
+        ``audit.claimed_eps``, ...) and its text as the run's description."""
+        import mlflow
+
+        mlflow.set_tags({**headline.tags(), DESCRIPTION_TAG: headline.text()})
+
+    def log_report(self, path: str) -> None:
+        """Attach the run's report page to the parent run under ``report/``."""
+        import mlflow
+
+        mlflow.log_artifact(path, artifact_path="report")
+
+    def end(self, *, failed: bool) -> None:
+        """Close the parent run as FINISHED or FAILED, and a stage run left open by an interrupted stage with it."""
+        import mlflow
+
+        while (active := mlflow.active_run()) is not None:  # an outer run of the caller stays open
+            mlflow.end_run(status="FAILED" if failed else "FINISHED")
+            if active.info.run_id == self.run_id:
+                break
+
+    def location(self) -> str:
+        """Where to look at the run: a UI URL for servers, else the ``mlflow ui`` command for the store."""
+        if self.tracking_uri.startswith(("http://", "https://")):
+            return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return (f"run {self.run_id} in experiment {self.config.tracking.experiment!r}; view it with "
+                f"`mlflow ui --backend-store-uri {self.tracking_uri}`")
+
+
+def _abandon_runs() -> None:
+    """End every active MLflow run of this process (marked FAILED where the store still answers)."""
+    import mlflow
+
+    while mlflow.active_run() is not None:
+        try:
+            mlflow.end_run(status="FAILED")
+        except Exception:  # noqa: BLE001 - end_run pops the run before it contacts the store
+            logger.debug("tracking: could not mark run as FAILED", exc_info=True)
+
+
+def pipeline_runs(*, experiment: str, tracking_uri: str, max_results: int = 100) -> Any:
+    """Parent (pipeline) runs of ``experiment`` as a pandas DataFrame, newest first.
+
+    Columns as in ``mlflow.search_runs``: ``run_id``, ``status``, ``params.*``, ``metrics.<stage>.<name>``.
+    """
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ValueError(f"tracking.experiment: no MLflow experiment named {experiment!r} at {tracking_uri}")
+    mlflow.set_tracking_uri(tracking_uri)
+    return mlflow.search_runs(experiment_ids=[found.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'pipeline'",
+                              max_results=max_results, order_by=["attributes.start_time DESC"])
+
+
+
+TABLE_KIND = "audit_table"
+TABLE_CELL_KIND = "table_cell"
+TABLE_CELL_TAGS = ("audit.eps_lb", "audit.claimed_eps", "audit.mechanism")
+
+
+class AuditTableTracker(PipelineTracker):
+    """One MLflow parent run for an ``lia-spark audit-table`` run (tagged ``lia_spark.kind = audit_table``), one
+    nested run per cell (mechanism x claimed epsilon) and the table's CSVs and plot as the parent's artifacts."""
+
+    def start(self) -> str:
+        """Start the parent run like a pipeline's (config, seed and environment params), tagged as a table."""
+        import mlflow
+
+        run_id = super().start()
+        mlflow.set_tag(KIND_TAG, TABLE_KIND)
+        return run_id
+
+    def log_cell(self, cell: str, *, mechanism: str, claimed_epsilon: float, bag_size: int, status: str,
+                 seconds: float, metrics: Mapping[str, Any], error: str = "", fingerprint: str = "") -> None:
+        """Nested run named by the cell's setting key (:func:`lia_spark.names.setting_key`, e.g. ``rr.eps1.k1``):
+        params setting, cell (its folder name), mechanism, claimed_epsilon, bag_size and status; the finite
+        ``metrics`` (eps_lb_mean/std, test_auc, test_log_loss, ...); tags ``audit.eps_lb`` (the mean valid bound),
+        ``audit.claimed_eps``, ``audit.mechanism``. The parent run gets ``<setting key>.<metric>``; a failed cell's
+        run ends FAILED with its error as a param."""
+        import mlflow
+
+        numbers = finite_metrics(metrics)
+        key = setting_key(mechanism, claimed_epsilon, bag_size)
+        claimed = "inf" if math.isinf(claimed_epsilon) else f"{claimed_epsilon:g}"
+        eps_lb = numbers.get("eps_lb_mean")
+        tags = {KIND_TAG: TABLE_CELL_KIND, "lia_spark.cell": cell, "audit.claimed_eps": claimed,
+                "audit.mechanism": mechanism, "audit.eps_lb": "" if eps_lb is None else f"{eps_lb:.6g}",
+                **({FINGERPRINT_TAG: fingerprint} if fingerprint else {})}
+        mlflow.log_metrics({f"{key}.{name}": value for name, value in numbers.items()} | {f"{key}.seconds": seconds})
+        with mlflow.start_run(run_name=key, nested=True, tags=tags):
+            mlflow.log_params({"setting": key, "cell": cell, "mechanism": mechanism, "claimed_epsilon": claimed,
+                               "bag_size": str(bag_size), "status": status,
+                               **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
+            mlflow.log_metrics(numbers | {"seconds": seconds})
+            if status == "failed":
+                mlflow.end_run(status="FAILED")
+
+    def log_table(self, *, metrics: Mapping[str, Any], artifacts: Sequence[str]) -> None:
+        """Parent-run metrics (cell counts, seconds) and the table's files under ``table/``."""
+        import mlflow
+
+        mlflow.log_metrics(finite_metrics(metrics))
+        for text in artifacts:
+            path = Path(text)
+            if path.exists():
+                mlflow.log_artifact(str(path), artifact_path="table")
+            else:
+                logger.warning("tracking: table artifact %s does not exist; not logged", path)
