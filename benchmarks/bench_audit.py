@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import process_tree_cpu_seconds, write_section  # noqa: E402
 
 from lia_spark.kernels import audit, audit_sweep, hashing, posteriors  # noqa: E402
-from lia_spark.run.config import SparkConfig, config_from_dict  # noqa: E402
+from lia_spark.run.config import config_from_dict  # noqa: E402
+from lia_spark.run.sections import SparkConfig  # noqa: E402
 
 SEED = 13
 RR_EPSILON = 2.0

@@ -33,7 +33,8 @@ from lia_spark.engine.outputs import MARKER  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
 from lia_spark.engine.stages import run_stage  # noqa: E402
 from lia_spark.kernels import criteo  # noqa: E402
-from lia_spark.run.config import SparkConfig, config_from_dict  # noqa: E402
+from lia_spark.run.config import config_from_dict  # noqa: E402
+from lia_spark.run.sections import SparkConfig  # noqa: E402
 
 TWIN_ROWS_PER_DAY = 100_000
 CSV_DDL = ", ".join([f"{criteo.LABEL} int"] + [f"{name} long" for name in criteo.INT_COLUMNS]

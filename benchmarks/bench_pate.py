@@ -34,14 +34,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     spark = get_spark(None)
-    config = _twin(spark, args.out, args.rows, [f"models.pate_teachers={args.teachers}", "models.training_mechanism=pate"])
+    config = _twin(spark, args.out, args.rows, [f"pate.teachers={args.teachers}", "models.training_mechanism=pate"])
     m = config.models
     prepared = prepare_days(spark, config, spark_features.read_day(spark, config.parquet_path, m.proxy_day),
                             spark_features.read_day(spark, config.parquet_path, m.target_day), Preparation())
     data, seed, params = prepared.target_data, training_seed(config), boosting_params(config)
     train = data.split == training.SPLIT_TRAIN
     students = train.copy()
-    students[train] = pate.student_mask(data.row_ids[train], queries=m.pate_queries, seed=seed)
+    students[train] = pate.student_mask(data.row_ids[train], queries=config.pate.queries, seed=seed)
     labelled = train & ~students
     settings = pate_settings(config, spark_features.read_day(spark, config.parquet_path, m.target_day),
                              prepared.target_spec)
@@ -70,8 +70,8 @@ def main(argv=None) -> int:
         f"## PATE (`benchmarks/bench_pate.py --rows {args.rows} --teachers {args.teachers}`)",
         "",
         f"Synthetic twin, {args.rows} rows per day; T = {args.teachers} teachers on {int(labelled.sum())} labelled "
-        f"training rows (about {int(labelled.sum()) // args.teachers} each), Q = {m.pate_queries} student rows, "
-        f"GNMax, delta = {m.pate_delta:g}; boosting defaults ({m.n_estimators} trees, depth {m.max_depth}); each "
+        f"training rows (about {int(labelled.sum()) // args.teachers} each), Q = {config.pate.queries} student rows, "
+        f"GNMax, delta = {config.pate.delta:g}; boosting defaults ({m.n_estimators} trees, depth {m.max_depth}); each "
         "teacher votes for the upper half of the student rows by its own ranking (docs/math.md §4.6).",
         "",
         "| teachers fitted | wall s | CPU s (Spark: driver, JVM and Python workers; sequential: the driver) |",

@@ -38,7 +38,7 @@ def peak_rss_mib(pid: int) -> float:
 def measure(rows: int, master: str, workdir: str, driver_memory: str) -> dict:
     """Write the input (if missing), run the stage's pass once (rows written, then removed), report seconds and
     peak memory."""
-    from lia_spark.run.config import SparkConfig
+    from lia_spark.run.sections import SparkConfig
     from lia_spark.engine.posteriors.units import posterior_input
     from lia_spark.engine.posteriors.writing import write_posteriors
     from lia_spark.engine.session import get_spark

@@ -39,7 +39,8 @@ from scipy.special import expit
 
 from lia_spark.kernels import advantage, hashing, mechanisms, posteriors
 from lia_spark.kernels.criteo import make_row_id
-from lia_spark.run.config import Config, SparkConfig, config_from_dict
+from lia_spark.run.config import Config, config_from_dict
+from lia_spark.run.sections import SparkConfig
 
 SEED = 11
 SETTINGS_TEXT = "LLP and LLP+Geom(eps=1) at k = 8, 64"

@@ -82,7 +82,7 @@ def main(argv=None) -> int:
         result = run_stage("train", spark, config)
         lines.append(_model_row(f"catboost / in_memory ({args.utility_rows:,} rows/day)", result, proxy_fallback=math.nan))
         write_section("training", "\n".join(lines))
-    grid = [f"models.utility_epsilons=[{args.epsilons}]", f"models.utility_bag_sizes=[{args.bag_sizes}]"]
+    grid = [f"utility.epsilons=[{args.epsilons}]", f"utility.bag_sizes=[{args.bag_sizes}]"]
     if "posteriors" not in skip:
         from lia_spark.engine.stages import run_stage
 

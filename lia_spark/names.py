@@ -18,7 +18,7 @@ RR_DEBIASED = "rr_debiased"
 LABEL_MECHANISMS = (NONE, RR, RR_WITH_PRIOR, LP_2ST, RR_DEBIASED)
 PATE = "pate"  # teachers on disjoint partitions, a student on noisy vote labels (docs/math.md §4.6)
 TRAINING_MECHANISMS = (*LABEL_MECHANISMS, *BAG_MECHANISMS, PATE)
-# Training mechanisms the utility grid may add to rr and the llp family (models.utility_extra_mechanisms);
+# Training mechanisms the utility grid may add to rr and the llp family (utility.extra_mechanisms);
 # rr_with_prior is not among them: the utility stage has no proxy prior.
 UTILITY_EXTRA_MECHANISMS = (RR_DEBIASED, LP_2ST, PATE)
 

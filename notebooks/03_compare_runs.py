@@ -20,8 +20,9 @@
 # COMMAND ----------
 
 from lia_spark.run.cli import notebook_parameters
-from lia_spark.run.config import TrackingConfig
-from lia_spark.tracking.mlflow_runs import pipeline_runs, resolve_tracking_uri
+from lia_spark.run.sections import TrackingConfig
+from lia_spark.tracking.mlflow_runs import pipeline_runs
+from lia_spark.tracking.store import resolve_tracking_uri
 
 params = notebook_parameters(globals(), {"experiment": "lia-spark-demo", "tracking_uri": "",
                                          "metric": "audit.audit_eps_binomial_bonferroni_mean"})

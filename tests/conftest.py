@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from lia_spark.run.config import SparkConfig
+from lia_spark.run.sections import SparkConfig
 
 
 @pytest.fixture(scope="session")

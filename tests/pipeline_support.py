@@ -24,8 +24,8 @@ def tiny_values(output_dir: Path, tracking_uri: str) -> dict:
         "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},
         "synthetic": {"rows_per_day": 20_000, "days": 2},
         "mechanisms": {"epsilons": [2.0], "bag_sizes": [8]},
-        "models": {"n_estimators": 10, "early_stopping_rounds": 0, "utility_epsilons": [4.0, "inf"],
-                   "utility_bag_sizes": [8], "hash_buckets": 1024, "pate_teachers": 5, "pate_queries": 1000},
+        "models": {"n_estimators": 10, "early_stopping_rounds": 0, "hash_buckets": 1024},
+        "utility": {"epsilons": [4.0, "inf"], "bag_sizes": [8]}, "pate": {"teachers": 5, "queries": 1000},
         "audit": {"repetitions": 3},
         "tracking": {"tracking_uri": tracking_uri, "experiment": EXPERIMENT},
     }

@@ -12,7 +12,8 @@ from lia_spark.engine.audit_counts import distributed_counts
 from lia_spark.engine.outputs import is_complete
 from lia_spark.engine.stages import run_stage
 from lia_spark.kernels import audit, audit_sweep, hashing
-from lia_spark.run.config import AuditConfig, config_from_dict
+from lia_spark.run.config import config_from_dict
+from lia_spark.run.model_sections import AuditConfig
 
 
 def _table(m: int, seed: int) -> pd.DataFrame:

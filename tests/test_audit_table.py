@@ -12,8 +12,9 @@ import yaml
 
 from lia_spark.names import setting_key
 from lia_spark.present.charts import plot_eps_lb
+from lia_spark.run.checks import ConfigError
 from lia_spark.run.cli import main
-from lia_spark.run.config import ConfigError, config_from_dict, load_config
+from lia_spark.run.config import config_from_dict, load_config
 from lia_spark.studies.table import (PUBLISHED_EPS_LB, PUBLISHED_LABEL, Cell, inf_position, published_table,
                                      table_cells, wide_table)
 from lia_spark.tracking.mlflow_runs import KIND_TAG, TABLE_CELL_TAGS
@@ -45,16 +46,15 @@ def test_two_bag_sizes_give_llp_cells_per_bag_size():
 
 
 def test_catboost_skips_the_llp_mechanisms_with_a_reason_and_refuses_an_empty_grid():
-    cells, skipped = table_cells(load_config(None, ["models.library=catboost", "models.utility_bag_sizes=[]"]))
+    cells, skipped = table_cells(load_config(None, ["models.library=catboost", "utility.bag_sizes=[]"]))
     assert set(skipped) == {"llp", "llp_laplace", "llp_geometric", "pate"}
     assert "catboost" in skipped["llp"] and not any(c.mechanism.startswith("llp") for c in cells)
     with pytest.raises(ConfigError, match=r"table.mechanisms: none can be trained with models.library=catboost"):
-        table_cells(load_config(None, ["models.library=catboost", "models.utility_bag_sizes=[]", "table.mechanisms=[llp]"]))
+        table_cells(load_config(None, ["models.library=catboost", "utility.bag_sizes=[]", "table.mechanisms=[llp]"]))
     with pytest.raises(ConfigError, match="distributed"):
         table_cells(load_config(None, ["models.execution=distributed", "models.library=catboost"]))
     cells, skipped = table_cells(load_config(None, ["models.execution=distributed"]))
     assert set(skipped) == {"pate"} and any(c.mechanism == "llp_geometric" for c in cells)  # bag regression (§4.7)
-
 
 
 @pytest.mark.parametrize("override, field", [("table.mechanisms=[rr, dp_sgd]", "table.mechanisms"),

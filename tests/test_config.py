@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from pathlib import Path
 
 import pytest
 
-from lia_spark.run.config import Config, ConfigError, load_config, parse_override
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.config import Config, load_config, parse_override
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,9 +75,9 @@ INVALID = [
     ("models.epsilon=-2", "models.epsilon", "-2"),
     ("models.bag_size=0", "models.bag_size", "0"),
     ("models.training_mechanism=dp_sgd", "models.training_mechanism", "dp_sgd"),
-    ("models.pate_teachers=0", "models.pate_teachers", "0"),
-    ("models.pate_noise=uniform", "models.pate_noise", "uniform"),
-    ("models.pate_delta=1", "models.pate_delta", "1"),
+    ("pate.teachers=0", "pate.teachers", "0"),
+    ("pate.noise=uniform", "pate.noise", "uniform"),
+    ("pate.delta=1", "pate.delta", "1"),
     ("models.library=lightgbm", "models.library", "lightgbm"),
     ("models.execution=gpu", "models.execution", "gpu"),
     ("models.split=[0.5, 0.5]", "models.split", "(0.5, 0.5)"),
@@ -151,3 +153,33 @@ def test_missing_and_malformed_files_are_clear_errors(tmp_path):
 def test_malformed_override_is_rejected(text):
     with pytest.raises(ConfigError, match="override"):
         parse_override(text)
+
+
+@pytest.mark.parametrize("library", ["xgboost", "catboost"])
+@pytest.mark.parametrize("execution", ["in_memory", "distributed"])
+@pytest.mark.parametrize("attack", ["label_inference", "membership"])
+def test_one_capability_table_decides_the_config_and_the_audit_table(library, execution, attack):
+    """Every training mechanism x library x execution path x audit game: the config refuses exactly what the table
+    refuses (naming the table's field), and the audit table skips exactly those of its mechanisms."""
+    from lia_spark.names import TRAINING_MECHANISMS
+    from lia_spark.run.capabilities import refusal, unsupported
+    from lia_spark.studies.table import table_cells
+
+    base = [f"models.library={library}", f"models.execution={execution}", f"audit.attack={attack}",
+            "utility.bag_sizes=[]", "models.epsilon=1.0"]
+    game = "injected" if attack == "label_inference" else "membership"
+    for mechanism in TRAINING_MECHANISMS:
+        found = refusal(mechanism, library=library, execution=execution, game=game)
+        overrides = [*base, f"models.training_mechanism={mechanism}"]
+        if found is None:
+            load_config(None, overrides)
+        else:
+            with pytest.raises(ConfigError, match=rf"^{re.escape(found.field)}: {re.escape(found.reason)}"):
+                load_config(None, overrides)
+    trainable = [*base, "models.training_mechanism=none"]
+    if refusal("none", library=library, execution=execution, game=game) is None:
+        config = load_config(None, trainable)
+        _, skipped = table_cells(config)
+        assert skipped == {name: unsupported(name, library=library, execution=execution, game=game)
+                           for name in config.table.mechanisms
+                           if unsupported(name, library=library, execution=execution, game=game)}

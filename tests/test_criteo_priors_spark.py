@@ -34,7 +34,7 @@ HAND_ROWS = 3000
 def _shrink(root: Path) -> list[str]:
     """Overrides that only make the run small: few trees, one setting, a small utility grid, a tmp store."""
     return ["models.n_estimators=10", "models.early_stopping_rounds=0", "models.hash_buckets=1024",
-            "models.min_category_count=3", "models.utility_epsilons=[4.0, inf]", "models.utility_bag_sizes=[8]",
+            "models.min_category_count=3", "utility.epsilons=[4.0, inf]", "utility.bag_sizes=[8]",
             "mechanisms.epsilons=[2.0]", "mechanisms.bag_sizes=[8]", "audit.repetitions=3",
             f"tracking.tracking_uri=sqlite:///{root / 'mlflow.db'}", "tracking.experiment=lia-spark-tests",
             "tracking.log_models=false"]

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 SMALL = {"run": {"name": "faults", "stages": ["data"]}, "spark": {"master": "local[2]"},
          "synthetic": {"rows_per_day": 2000, "days": 2},
          "mechanisms": {"epsilons": [2.0], "bag_sizes": [8]},
-         "models": {"n_estimators": 5, "early_stopping_rounds": 0, "utility_epsilons": [4.0], "utility_bag_sizes": [8],
-                    "hash_buckets": 1024},
+         "models": {"n_estimators": 5, "early_stopping_rounds": 0, "hash_buckets": 1024},
+         "utility": {"epsilons": [4.0], "bag_sizes": [8]},
          "audit": {"repetitions": 2}, "tracking": {"enabled": False}}
 
 
@@ -60,11 +60,11 @@ def data_run(spark, tmp_path_factory):
     ("mechanisms.names=[rr, rr]", "mechanisms.names"),
     ("mechanisms.epsilons=[1, 1.0]", "mechanisms.epsilons"),
     ("mechanisms.bag_sizes=[8, 8]", "mechanisms.bag_sizes"),
-    ("models.utility_epsilons=[4, 4]", "models.utility_epsilons"),
-    ("models.utility_extra_mechanisms=[rr_with_prior]", "models.utility_extra_mechanisms"),
+    ("utility.epsilons=[4, 4]", "utility.epsilons"),
+    ("utility.extra_mechanisms=[rr_with_prior]", "utility.extra_mechanisms"),
     ("audit.scores=[difference_tinf]", "audit.scores"),
     ("run.stages=[]", "run.stages"),
-    ("models.library=catboost", "models.utility_bag_sizes"),
+    ("models.library=catboost", "utility.bag_sizes"),
     ("models.target_day=5", "models.target_day"),
     ("mechanisms.days=[2]", "mechanisms.days"),
     ("mechanisms.day=1", "mechanisms.day"),
@@ -81,9 +81,9 @@ def test_wrong_values_are_refused_at_load_with_exit_2(tmp_path, capsys, override
 
 
 @pytest.mark.parametrize("overrides, field", [
-    (["models.library=catboost", "models.utility_bag_sizes=[]", "models.training_mechanism=llp"],
+    (["models.library=catboost", "utility.bag_sizes=[]", "models.training_mechanism=llp"],
      "models.training_mechanism"),
-    (["models.execution=distributed", "models.library=catboost", "models.utility_bag_sizes=[]"], "models.execution"),
+    (["models.execution=distributed", "models.library=catboost", "utility.bag_sizes=[]"], "models.execution"),
 ])
 def test_combinations_the_models_cannot_train_are_refused_at_load(tmp_path, capsys, overrides, field):
     assert main(["config", "--conf", str(_conf(tmp_path / "conf.yaml", tmp_path / "out")), *overrides]) == 2

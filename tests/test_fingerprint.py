@@ -9,7 +9,8 @@ import pytest
 
 from lia_spark import __version__
 from lia_spark.engine.stages import STAGES
-from lia_spark.run.config import Config, ConfigError, load_config
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.config import Config, load_config
 from lia_spark.run.fingerprint import (CHECKSUM_KEY, FINGERPRINT_KEY, NON_COMPUTING_MODULES, UNREAD_FIELDS, Fingerprint,
                                        changes, code_version, expand_fields, marker_fingerprint, sealed_marker,
                                        stage_parameters, verified_marker)
@@ -66,7 +67,7 @@ def test_input_fingerprints_and_code_version_enter_the_fingerprint():
 
 def test_infinite_and_list_values_are_json_stable():
     parameters = stage_parameters(STAGE_FIELDS["utility"], _config_dict())
-    assert parameters["models.utility_epsilons"][-1] == "inf"
+    assert parameters["utility.epsilons"][-1] == "inf"
     json.dumps(parameters, allow_nan=False)  # strict JSON: no Infinity
     assert stage_parameters(STAGE_FIELDS["utility"], _config_dict()) == parameters
 

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark.engine.ingest import (QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError,
-                                     _decompressed_copies, list_sources)
+from lia_spark.engine.criteo_files import decompressed_copies, list_sources
+from lia_spark.engine.ingest import QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError
 from lia_spark.engine.outputs import MARKER
 from lia_spark.engine.stages import run_stage
 from lia_spark.kernels import criteo
@@ -131,7 +131,7 @@ def test_row_ids_do_not_depend_on_partitioning(spark, tmp_path, days, fmt, split
         assert lines.select("_metadata.file_block_start").distinct().count() >= 4  # really split into blocks
         config = _config(tmp_path, [root / fmt], name="split", split_gzip=split_gzip)
         if fmt == "gz" and split_gzip:  # the copy that the scans read is cut into blocks too
-            copies = _decompressed_copies(spark, list_sources(spark, [str(root / "gz")]), str(tmp_path / "copies"))
+            copies = decompressed_copies(spark, list_sources(spark, [str(root / "gz")]), str(tmp_path / "copies"))
             copy = spark.read.text(copies[0])
             assert copy.select("_metadata.file_block_start").distinct().count() >= 4 and copy.count() == 3000
         result = run_stage("ingest", spark, config)

@@ -15,7 +15,8 @@ from lia_spark.engine.pipeline import run_pipeline
 from lia_spark.engine.stages import step_stage
 from lia_spark.run.cli import main
 from lia_spark.run.cli import COMMAND_NAMES
-from lia_spark.run.config import PIPELINE_STAGES, Config
+from lia_spark.run.config import Config
+from lia_spark.run.sections import PIPELINE_STAGES
 from pipeline_support import REPO, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)

@@ -14,7 +14,7 @@ from lia_spark.kernels import advantage, leakage, mechanisms, posteriors
 from lia_spark.kernels.criteo import make_row_id
 from lia_spark.kernels.posterior_grid import (DigestAccumulator, Setting, UnitChunk, chunk_posteriors, key_order,
                                               plot_sample_mask, rows_per_call, setting_seed, settings_grid, unit_chunks)
-from lia_spark.run.config import MechanismsConfig
+from lia_spark.run.sections import MechanismsConfig
 
 SEED = 20261122
 

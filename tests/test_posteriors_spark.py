@@ -26,7 +26,8 @@ from lia_spark.kernels import advantage, hashing, mechanisms, posteriors
 from lia_spark.kernels.criteo import STORAGE_DDL, make_row_id
 from lia_spark.kernels.posterior_grid import Setting, plot_sample_mask, setting_seed, settings_grid
 from lia_spark.names import SETTING_KEY
-from lia_spark.run.config import ConfigError, config_from_dict
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.config import config_from_dict
 
 ROWS = 20_000
 SEED = 20261122

@@ -26,8 +26,8 @@ def _values(root: Path) -> dict:
         "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},
         "synthetic": {"rows_per_day": 4000, "days": 2},
         "mechanisms": {"epsilons": [2.0], "bag_sizes": [8], "names": ["rr", "llp"]},
-        "models": {"n_estimators": 5, "early_stopping_rounds": 0, "utility_epsilons": ["inf"],
-                   "utility_bag_sizes": [8], "hash_buckets": 256},
+        "models": {"n_estimators": 5, "early_stopping_rounds": 0, "hash_buckets": 256},
+        "utility": {"epsilons": ["inf"], "bag_sizes": [8]},
         "audit": {"repetitions": 2},
         "tracking": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "reuse-tests"},
     }
@@ -110,7 +110,7 @@ def test_mechanism_fields_recompute_posteriors_and_utility(runner):
 def test_model_fields_recompute_train_and_its_downstream(runner):
     runner()
     assert runner(models={"n_estimators": 6}) == _ran("train", "utility", "audit")
-    assert runner(models={"n_estimators": 6, "utility_bag_sizes": [4]}) == _ran("utility")
+    assert runner(models={"n_estimators": 6}, utility={"bag_sizes": [4]}) == _ran("utility")
     assert {row["bag_size"] for row in runner.summary("utility")["table"] if row["mechanism"] == "llp"} == {4}
 
 

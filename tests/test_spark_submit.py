@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from lia_spark.engine.outputs import is_complete
-from lia_spark.run.config import PIPELINE_STAGES
+from lia_spark.run.sections import PIPELINE_STAGES
 from pipeline_support import PYTHON, REPO, tiny_run, write_conf
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)

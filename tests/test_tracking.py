@@ -24,9 +24,9 @@ from lia_spark.engine.outputs import read_marker
 from lia_spark.engine.pipeline import run_pipeline
 from lia_spark.names import setting_key
 from lia_spark.run.cli import job_main
-from lia_spark.run.config import TrackingConfig
-from lia_spark.tracking.mlflow_runs import (DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, TrackingError,
-                                            check_tracking_store, data_fingerprint, flatten, resolve_tracking_uri)
+from lia_spark.run.sections import TrackingConfig
+from lia_spark.tracking.mlflow_runs import DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, data_fingerprint, flatten
+from lia_spark.tracking.store import TrackingError, check_tracking_store, resolve_tracking_uri
 from pipeline_support import PYTHON, REPO, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -346,7 +346,7 @@ def test_catboost_model_file_is_logged_with_signature_and_predicts_like_the_file
     import pandas as pd
     from catboost import CatBoostClassifier
 
-    from lia_spark.tracking.mlflow_runs import log_model_file
+    from lia_spark.tracking.model_logging import log_model_file
 
     rng = np.random.default_rng(3)
     frame = pd.DataFrame({"I1": rng.normal(size=300), "C1": rng.choice(["a", "b", "c"], size=300)})
@@ -387,7 +387,7 @@ def test_raw_row_model_scores_criteo_rows_through_pyfunc_like_the_booster(tmp_pa
 
     from lia_spark.kernels import features, label_mechanisms, model_output
     from lia_spark.kernels.criteo import CAT_COLUMNS
-    from lia_spark.tracking.mlflow_runs import log_raw_row_model
+    from lia_spark.tracking.model_logging import log_raw_row_model
 
     rng = np.random.default_rng(11)
     raw = _raw_rows(rng, 400)

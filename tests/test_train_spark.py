@@ -21,7 +21,8 @@ from lia_spark.engine.outputs import MARKER
 from lia_spark.engine.stages import run_stage
 from lia_spark.kernels import features, injected, label_mechanisms, mechanisms, membership, pate, synthetic, training
 from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
-from lia_spark.run.config import ConfigError, load_config
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.config import load_config
 
 ROWS_PER_DAY = 5000
 
@@ -240,7 +241,7 @@ def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
 
 def test_catboost_in_memory_with_the_observational_reference(spark, parquet_path, tmp_path):
     result = run_stage("train", spark, _config(parquet_path, str(tmp_path), "models.library=catboost",
-                                             "models.utility_bag_sizes=[]", PROXY_PRIORS, "audit.design=observational"))
+                                             "utility.bag_sizes=[]", PROXY_PRIORS, "audit.design=observational"))
     _assert_priors_are_the_proxy_predictions(str(tmp_path), result)
     canaries = pd.read_parquet(os.path.join(str(tmp_path), "models", "canaries"))
     assert canaries["reference_prediction"].between(0, 1).all()  # the label-blind reference on every canary
@@ -255,7 +256,7 @@ def test_cells_of_one_process_share_the_proxy_and_match_a_fresh_process(spark, p
     """A second target on the same data and models fields reuses the prepared proxy / target day and PATE's
     teachers' votes; its outputs equal those of a process that prepares them itself (everything in the
     preparation is deterministic)."""
-    pate_fields = ("models.training_mechanism=pate", "models.pate_teachers=4", "models.pate_queries=300")
+    pate_fields = ("models.training_mechanism=pate", "pate.teachers=4", "pate.queries=300")
     preparation = Preparation()
     run_stage("train", spark, _config(parquet_path, str(tmp_path / "first"), *pate_fields), preparation=preparation)
     second = _config(parquet_path, str(tmp_path / "second"), *pate_fields, "models.epsilon=1.0")
@@ -318,7 +319,7 @@ def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, par
 def test_pate_teachers_on_spark_do_not_see_the_membership_non_members(spark, parquet_path, tmp_path):
     """The Spark teachers' student labels equal the sequential reference on the membership run's training rows."""
     config = _config(parquet_path, str(tmp_path), "models.training_mechanism=pate", "models.epsilon=inf",
-                     "models.pate_teachers=4", "models.pate_queries=300", "audit.attack=membership",
+                     "pate.teachers=4", "pate.queries=300", "audit.attack=membership",
                      "audit.membership_candidates=1000")
     run_stage("train", spark, config)
     m = config.models

@@ -115,10 +115,10 @@ def test_catboost_native_categoricals_learn():
 
 @pytest.mark.parametrize("overrides, rows, trained, left_out", [
     ([], 20_000, ["rr_debiased", "lp_2st", "pate"], []),
-    (["models.library=catboost", "models.utility_bag_sizes=[]"], 20_000, ["rr_debiased", "lp_2st"], ["pate"]),
+    (["models.library=catboost", "utility.bag_sizes=[]"], 20_000, ["rr_debiased", "lp_2st"], ["pate"]),
     (["models.execution=distributed"], 20_000, ["rr_debiased", "lp_2st", "pate"], []),  # utility trains in memory
-    (["models.pate_queries=500", "models.utility_extra_mechanisms=[pate]"], 500, [], ["pate"]),
-    (["models.utility_extra_mechanisms=[]"], 20_000, [], []),
+    (["pate.queries=500", "utility.extra_mechanisms=[pate]"], 500, [], ["pate"]),
+    (["utility.extra_mechanisms=[]"], 20_000, [], []),
 ])
 def test_utility_extra_mechanisms_follow_the_table_rule_and_need_more_rows_than_pate_queries(
         overrides, rows, trained, left_out):
@@ -128,7 +128,7 @@ def test_utility_extra_mechanisms_follow_the_table_rule_and_need_more_rows_than_
     found, reasons = extra_mechanisms(load_config(None, overrides), training_rows=rows)
     assert found == trained and list(reasons) == left_out
     if rows < 20_000:
-        assert "models.pate_queries=500" in reasons["pate"]
+        assert "pate.queries=500" in reasons["pate"]
 
 
 def test_binary_metrics_against_brute_force():

@@ -31,7 +31,8 @@ from lia_spark.kernels import audit, audit_sweep, membership
 from lia_spark.present.charts import plot_sweep
 from lia_spark.present.headline import Headline
 from lia_spark.run import layout
-from lia_spark.run.config import AuditConfig, Config
+from lia_spark.run.config import Config
+from lia_spark.run.model_sections import AuditConfig
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from lia_spark import names
 from lia_spark.engine.session import default_parallelism, describe_jobs
 from lia_spark.kernels import audit, hashing, injected
-from lia_spark.run.config import AuditConfig
+from lia_spark.run.model_sections import AuditConfig
 
 logger = logging.getLogger(__name__)
 

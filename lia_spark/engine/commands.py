@@ -25,7 +25,7 @@ def run_logloss_attack(spark: SparkSession, config: Config) -> Any:
     as one MLflow run with a ``logloss`` stage run when tracking.enabled.
 
     Raises:
-        lia_spark.tracking.mlflow_runs.TrackingError: the tracking store is unreachable (before any query).
+        lia_spark.tracking.store.TrackingError: the tracking store is unreachable (before any query).
         ValueError: naming logloss.day when its rows are missing or not positioned 0..N-1.
     """
     tracker = None

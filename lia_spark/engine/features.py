@@ -10,7 +10,8 @@ from pyspark.sql import functions as F
 from lia_spark.kernels import features
 from lia_spark.kernels.criteo import CAT_COLUMNS, DAY, LABEL, ROW_ID
 from lia_spark.names import ALL_DAYS, TARGET_DAY
-from lia_spark.run.config import Config, ConfigError, day_fields
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.config import Config, day_fields
 
 
 def read_day(spark: SparkSession, parquet_path: str, day: int) -> DataFrame:

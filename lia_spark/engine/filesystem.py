@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.session import is_connect
-from lia_spark.run.config import is_remote_path
+from lia_spark.run.checks import is_remote_path
 
 
 @dataclasses.dataclass(frozen=True)

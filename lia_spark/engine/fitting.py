@@ -29,7 +29,8 @@ from lia_spark.engine.session import describe_jobs, is_connect
 from lia_spark.engine.spark_models import SparkModel, bag_target, fitted_rows, label_target, predicted, spark_booster
 from lia_spark.kernels import features, injected, membership, training
 from lia_spark.kernels.criteo import LABEL, ROW_ID
-from lia_spark.names import BAG_MECHANISMS, INJECTED, LABEL_INFERENCE, LABEL_MECHANISMS, MEMBERSHIP, OBSERVATIONAL, PATE
+from lia_spark.names import BAG_MECHANISMS, INJECTED, MEMBERSHIP, OBSERVATIONAL, PATE
+from lia_spark.run.capabilities import DISTRIBUTED, unsupported
 from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
@@ -180,10 +181,9 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
         raise ValueError("models.execution: distributed (xgboost.spark) needs a classic Spark session, and this one "
                          "is Spark Connect (Databricks shared or serverless compute, spark.remote), got 'distributed'; "
                          "use models.execution=in_memory or a classic cluster")
-    supported = (*LABEL_MECHANISMS, *BAG_MECHANISMS)
-    if m.library != "xgboost" or m.training_mechanism not in supported or config.audit.attack != LABEL_INFERENCE:
-        raise ValueError(f"models.execution: distributed supports xgboost with {supported} and "
-                         f"audit.attack={LABEL_INFERENCE}, got library={m.library}, training_mechanism="
+    reason = unsupported(m.training_mechanism, library=m.library, execution=DISTRIBUTED, game=config.audit.game)
+    if reason:
+        raise ValueError(f"models.execution: {reason}, got library={m.library}, training_mechanism="
                          f"{m.training_mechanism}, audit.attack={config.audit.attack}")
     proxy_spec = feature_spec(proxy_rows, config)
     columns = proxy_spec.feature_columns

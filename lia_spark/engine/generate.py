@@ -94,7 +94,6 @@ class GenerateResult(StageResult):
         return metrics
 
 
-
 def partition_count(config: Config, default_parallelism: int) -> int:
     """Partitions of the line range: a multiple of ``days`` so that no partition straddles two days.
 

@@ -31,18 +31,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import posixpath
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark.engine.filesystem import files_for
+from lia_spark.engine.criteo_files import (GZIP_MODULUS, SCAN_DDL, SourceFile, decompressed_copies, gzip_trailer_size,
+                                           list_sources, parse_partition_fn, read_lines, scan_partition)
 from lia_spark.engine.outputs import committed_output, delete_path
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import Resolved, Stage, StageResult, StageRun
@@ -53,40 +51,10 @@ from lia_spark.run.fingerprint import Fingerprint
 logger = logging.getLogger(__name__)
 
 QUARANTINE_DDL = "file string, line_number long, raw_line string, reason string"
-_SCAN_DDL = ("file_index int, block_start long, rel_index long, reason string, raw_line string, "
-             "lines long, bytes long")
-_SCAN_SCHEMA = pa.schema([
-    ("file_index", pa.int32()), ("block_start", pa.int64()), ("rel_index", pa.int64()),
-    ("reason", pa.string()), ("raw_line", pa.string()), ("lines", pa.int64()), ("bytes", pa.int64()),
-])
-_STORAGE_SCHEMA = pa.schema(
-    [(criteo.ROW_ID, pa.int64()), (criteo.DAY, pa.int32()), (criteo.LABEL, pa.int32())]
-    + [(name, pa.int64()) for name in criteo.FEATURE_COLUMNS]
-)
-_GZIP_MODULUS = 1 << 32
-_COPY_PREFIX = "gunzipped-file-"  # step 0's copy of source file i: <data.parquet_path>.gunzip/gunzipped-file-<i>
-_DECOMPRESS_THREADS = 64  # concurrent Spark jobs of step 0 (one task each)
 _QUARANTINE_FILE_ROWS = 1_000_000
 TRUNCATED_GZIP = "truncated_gzip"
 SIZE_MISMATCH = "size_mismatch"
 LOST_TO_DAMAGED_FILE = "lost_to_damaged_file"
-
-
-@dataclasses.dataclass(frozen=True)
-class SourceFile:
-    """One input file: its path, size, day (None for Kaggle train.txt) and compression."""
-
-    path: str
-    size: int
-    day: int | None
-
-    @property
-    def name(self) -> str:
-        return posixpath.basename(self.path)
-
-    @property
-    def gzip(self) -> bool:
-        return self.name.endswith(".gz")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,167 +127,6 @@ class DamagedInputError(ValueError):
     was not written (the quarantine names the files)."""
 
 
-# --- input listing -----------------------------------------------------------------------------------
-
-def list_sources(spark: SparkSession, paths: tuple[str, ...] | list[str]) -> list[SourceFile]:
-    """Expand files and folders (one level; names starting with ``.`` or ``_`` skipped) into source files.
-
-    Raises:
-        ValueError: no files, an unrecognized file name, two files for one day, or train.txt mixed
-            with other inputs.
-    """
-    sources = []
-    for path in paths:
-        try:
-            files = files_for(spark, path)
-        except ValueError as error:
-            raise ValueError(f"data.criteo_paths: {error}") from None
-        if not files.exists(path):
-            raise ValueError(f"data.criteo_paths: no such file or folder, got {path!r}")
-        for item in files.list_folder(path):
-            if item.is_folder or item.name.startswith((".", "_")):
-                continue
-            sources.append(SourceFile(path=item.path, size=item.size, day=criteo.source_day(item.name)))
-    if not sources:
-        raise ValueError(f"data.criteo_paths: no day_N[.gz] or train.txt files found, got {list(paths)!r}")
-    days = [source.day for source in sources]
-    if None in days and len(sources) > 1:
-        raise ValueError(f"data.criteo_paths: Kaggle train.txt must be the only input, got {[s.path for s in sources]}")
-    duplicates = sorted({day for day in days if days.count(day) > 1})
-    if duplicates:
-        raise ValueError(f"data.criteo_paths: more than one file for day(s) {duplicates}, "
-                         f"got {sorted(s.path for s in sources)}")
-    return sorted(sources, key=lambda source: (source.day is None, source.day))
-
-
-def _gzip_trailer_size(spark: SparkSession, source: SourceFile) -> int | None:
-    """ISIZE (uncompressed size mod 2^32) from the last 4 bytes of a gzip file; None if too short."""
-    if source.size < 18:  # 10-byte header + 8-byte trailer
-        return None
-    trailer = files_for(spark, source.path).read_bytes(source.path, source.size - 4, 4)
-    return int.from_bytes(trailer, "little")
-
-
-# --- Spark passes ------------------------------------------------------------------------------------
-
-def _decompressed_copies(spark: SparkSession, sources: list[SourceFile], folder: str) -> dict[int, str]:
-    """Step 0: file index -> a plain text copy of each non-empty .gz source, decoded by Spark in one task per
-    file, the files concurrently (lines decoded before any damage are kept, as in a direct read)."""
-    gzip_sources = [(index, source) for index, source in enumerate(sources) if source.gzip and source.size > 0]
-
-    def decompress(item: tuple[int, SourceFile]) -> tuple[int, str]:
-        index, source = item
-        copy = f"{folder}/{_COPY_PREFIX}{index}"
-        (spark.read.format("text").option("ignoreCorruptFiles", "true").load(source.path).coalesce(1)
-         .write.mode("overwrite").text(copy))
-        return index, copy
-
-    if not gzip_sources:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(len(gzip_sources), _DECOMPRESS_THREADS)) as pool:
-        return dict(pool.map(decompress, gzip_sources))
-
-
-def _read_lines(spark: SparkSession, sources: list[SourceFile], copies: dict[int, str]) -> DataFrame:
-    """Raw lines as binary with (file_index, block_start), in file order within each partition; a source with a
-    decompressed copy (step 0) is read from it."""
-    index_of_name = F.create_map(*[item for i, source in enumerate(sources)
-                                   for item in (F.lit(source.name), F.lit(i))])
-    copy_index = F.regexp_extract(F.col("_metadata.file_path"), f"/{_COPY_PREFIX}([0-9]+)/[^/]*$", 1)
-    frame = (spark.read.format("text").option("ignoreCorruptFiles", "true")
-             .load([copies.get(index, source.path) for index, source in enumerate(sources)]))
-    by_name = index_of_name[F.col("_metadata.file_name")]
-    file_index = F.when(copy_index != "", copy_index).otherwise(by_name) if copies else by_name
-    return frame.select(
-        file_index.cast("int").alias("file_index"),
-        F.col("_metadata.file_block_start").alias("block_start"),
-        F.col("value").cast("binary").alias("line"),
-    )
-
-
-def _runs(batch: pa.RecordBatch) -> list[tuple[tuple[int, int], int, int]]:
-    """Maximal runs of equal (file_index, block_start) in a batch: [((file, block), begin, end)]."""
-    files = batch.column("file_index").to_numpy()
-    blocks = batch.column("block_start").to_numpy()
-    change = np.flatnonzero((files[1:] != files[:-1]) | (blocks[1:] != blocks[:-1])) + 1
-    bounds = np.concatenate([[0], change, [batch.num_rows]])
-    return [((int(files[b]), int(blocks[b])), int(b), int(e)) for b, e in zip(bounds[:-1], bounds[1:])]
-
-
-def _scan_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Step 1: per-block line/byte counts, per-block reason counts, and every malformed line."""
-    lines_seen: dict[tuple[int, int], int] = {}
-    bytes_seen: dict[tuple[int, int], int] = {}
-    reasons_seen: dict[tuple[int, int], np.ndarray] = {}
-    for batch in batches:
-        lines = batch.column("line")
-        parsed = criteo.parse_lines(lines)
-        bad_rows, bad_keys, bad_index = [], [], []
-        for key, begin, end in _runs(batch):
-            base = lines_seen.get(key, 0)
-            lines_seen[key] = base + end - begin
-            bytes_seen[key] = bytes_seen.get(key, 0) + int(parsed.line_length[begin:end].sum())
-            reasons = parsed.reason[begin:end]
-            counts = np.bincount(reasons[reasons != criteo.VALID], minlength=len(criteo.REASONS))
-            reasons_seen[key] = reasons_seen.get(key, 0) + counts
-            bad = np.flatnonzero(reasons != criteo.VALID)
-            bad_rows.extend(begin + bad)
-            bad_keys.extend([key] * bad.size)
-            bad_index.extend(base + bad)
-        if bad_rows:
-            raw = lines.take(pa.array(bad_rows, pa.int64())).to_pylist()
-            yield pa.RecordBatch.from_pydict({
-                "file_index": [key[0] for key in bad_keys], "block_start": [key[1] for key in bad_keys],
-                "rel_index": bad_index, "reason": [criteo.REASONS[parsed.reason[row]] for row in bad_rows],
-                "raw_line": [line.decode("utf-8", "replace") for line in raw],
-                "lines": [None] * len(bad_rows), "bytes": [None] * len(bad_rows),
-            }, schema=_SCAN_SCHEMA)
-    summary: dict[str, list] = {name: [] for name in _SCAN_SCHEMA.names}
-    for key, count in lines_seen.items():
-        entries = [(None, count, bytes_seen[key])] + [
-            (criteo.REASONS[code], int(n), None) for code, n in enumerate(reasons_seen[key]) if n]
-        for reason, lines_count, byte_count in entries:
-            for name, value in zip(_SCAN_SCHEMA.names, (key[0], key[1], None, reason, None, lines_count, byte_count)):
-                summary[name].append(value)
-    if lines_seen:
-        yield pa.RecordBatch.from_pydict(summary, schema=_SCAN_SCHEMA)
-
-
-def _parse_partition_fn(block_offsets: dict[tuple[int, int], int], file_days: dict[int, tuple[int, np.ndarray]]):
-    """Step 3: valid rows in the storage schema, row_id from (day, line position) of each line."""
-
-    def parse_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        lines_seen: dict[tuple[int, int], int] = {}
-        for batch in batches:
-            parsed = criteo.parse_lines(batch.column("line"))
-            line_index = np.empty(batch.num_rows, dtype=np.int64)
-            file_index = np.empty(batch.num_rows, dtype=np.int64)
-            for key, begin, end in _runs(batch):
-                base = lines_seen.get(key, 0)
-                lines_seen[key] = base + end - begin
-                line_index[begin:end] = block_offsets[key] + base + np.arange(end - begin)
-                file_index[begin:end] = key[0]
-            keep = np.flatnonzero(parsed.valid)
-            day = np.empty(keep.size, dtype=np.int64)
-            position = np.empty(keep.size, dtype=np.int64)
-            for index in np.unique(file_index[keep]):
-                rows = file_index[keep] == index
-                first_day, day_starts = file_days[int(index)]
-                day[rows], position[rows] = criteo.locate_lines(line_index[keep][rows], first_day=first_day,
-                                                                day_starts=day_starts)
-            ints, int_missing = parsed.ints[keep].T, parsed.int_missing[keep].T
-            cats, cat_missing = parsed.cats[keep].T, parsed.cat_missing[keep].T
-            columns = [pa.array(criteo.make_row_id(day, position)), pa.array(day.astype(np.int32)),
-                       pa.array(parsed.label[keep])]
-            columns += [pa.array(np.ascontiguousarray(ints[j]), mask=np.ascontiguousarray(int_missing[j]))
-                        for j in range(len(criteo.INT_COLUMNS))]
-            columns += [pa.array(np.ascontiguousarray(cats[j]), mask=np.ascontiguousarray(cat_missing[j]))
-                        for j in range(len(criteo.CAT_COLUMNS))]
-            yield pa.RecordBatch.from_arrays(columns, schema=_STORAGE_SCHEMA)
-
-    return parse_partition
-
-
 # --- driver-side bookkeeping ------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -363,9 +170,9 @@ def _file_status(spark: SparkSession, source: SourceFile, scan: _FileScan) -> st
     if source.size == 0:
         return "empty"
     if source.gzip:
-        isize = _gzip_trailer_size(spark, source)
+        isize = gzip_trailer_size(spark, source)
         intact = (isize is not None and criteo.decoded_size_matches(
-            isize, line_bytes=scan.line_bytes, lines=scan.lines, modulus=_GZIP_MODULUS)
+            isize, line_bytes=scan.line_bytes, lines=scan.lines, modulus=GZIP_MODULUS)
         ) or _reads_cleanly(spark, source, scan.lines)
         return "ok" if intact else TRUNCATED_GZIP
     intact = criteo.decoded_size_matches(source.size, line_bytes=scan.line_bytes, lines=scan.lines)
@@ -482,7 +289,7 @@ def _write_data(spark: SparkSession, lines: DataFrame, result: IngestResult, blo
                 started: float, staging: str) -> IngestResult:
     """Parse and write the valid rows to ``staging``; fail (nothing is committed) unless the rows written per day
     match the scan's counts."""
-    parsed = lines.mapInArrow(_parse_partition_fn(block_offsets, file_days), criteo.STORAGE_DDL)
+    parsed = lines.mapInArrow(parse_partition_fn(block_offsets, file_days), criteo.STORAGE_DDL)
     parsed.write.partitionBy(criteo.DAY).parquet(staging)
     describe_jobs(spark, "ingest: verify written row counts")
     written = {row[criteo.DAY]: row["count"] for row in
@@ -528,11 +335,11 @@ def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str
     copies = {}
     if config.data.split_gzip:
         describe_jobs(spark, "ingest: decompress gzip files once (one task per file)")
-        copies = _decompressed_copies(spark, sources, copies_folder)
+        copies = decompressed_copies(spark, sources, copies_folder)
         if copies:
             logger.info("ingest: %d gzip file(s) decompressed in %.1f s", len(copies), time.monotonic() - started)
-    lines = _read_lines(spark, sources, copies)
-    scanned = lines.mapInArrow(_scan_partition, _SCAN_DDL).persist(StorageLevel.MEMORY_AND_DISK)
+    lines = read_lines(spark, sources, copies)
+    scanned = lines.mapInArrow(scan_partition, SCAN_DDL).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         describe_jobs(spark, "ingest: scan lines, count blocks and malformed lines")
         scans = _collect_scan(scanned, len(sources))

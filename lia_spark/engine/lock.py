@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from lia_spark.engine.filesystem import file_errors, files_for
 from lia_spark.engine.outputs import check_writable, delete_path, read_text
-from lia_spark.run.config import is_remote_path
+from lia_spark.run.checks import is_remote_path
 
 LOCK_FILE = "_LIA_LOCK"
 

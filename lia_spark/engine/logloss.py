@@ -43,7 +43,8 @@ from lia_spark.engine.stage import FilesResult, Input, Stage, StageRun
 from lia_spark.kernels import logloss
 from lia_spark.kernels.criteo import DAY, LABEL, POSITION_BITS, ROW_ID
 from lia_spark.present import logloss_plots
-from lia_spark.run.config import Config, LoglossConfig
+from lia_spark.run.config import Config
+from lia_spark.run.sections import LoglossConfig
 
 logger = logging.getLogger(__name__)
 

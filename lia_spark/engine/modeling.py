@@ -21,7 +21,8 @@ from lia_spark.engine.pate import spark_votes
 from lia_spark.engine.session import describe_jobs
 from lia_spark.kernels import features, hashing, pate, training
 from lia_spark.kernels.criteo import LABEL, ROW_ID
-from lia_spark.run.config import Config, ConfigError
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,6 @@ def pate_settings(config: Config, target_rows: DataFrame, spec: features.Feature
     membership baseline's non-members), with the labels of ``training_labels`` (row_id, injected_label: the
     injected design's changed labels) in place of the true ones; fitted once for every use of these settings
     (:class:`pate.ReusedVotes`: the votes do not depend on epsilon)."""
-    m = config.models
     training_rows = model_features(target_rows, spec, config).where(
         F.col(features.SPLIT_COLUMN) == training.SPLIT_TRAIN)
     if training_labels is not None:
@@ -50,10 +50,11 @@ def pate_settings(config: Config, target_rows: DataFrame, spec: features.Feature
     if left_out is not None and left_out.size:
         excluded = target_rows.sparkSession.createDataFrame(pd.DataFrame({ROW_ID: left_out.astype(np.int64)}))
         training_rows = training_rows.join(F.broadcast(excluded), ROW_ID, "left_anti")
-    return pate.PateSettings(teachers=m.pate_teachers, queries=m.pate_queries, noise=m.pate_noise,
-                             pseudo_labels=m.pate_pseudo_labels, delta=m.pate_delta,
+    section = config.pate
+    return pate.PateSettings(teachers=section.teachers, queries=section.queries, noise=section.noise,
+                             pseudo_labels=section.pseudo_labels, delta=section.delta,
                              votes=pate.ReusedVotes(spark_votes(training_rows, spec.feature_columns,
-                                                                teachers=m.pate_teachers,
+                                                                teachers=section.teachers,
                                                                 model=training.teacher_model(boosting_params(config)))))
 
 
@@ -170,10 +171,9 @@ class PreparedDays:
 def preparation_key(spark: SparkSession, config: Config) -> str:
     """Data fingerprint, seed, every models field except the training mechanism of the target, and the audit fields
     that set the training labels of PATE's teachers (the injected design's draws)."""
-    models = dataclasses.replace(config.models, training_mechanism="none", epsilon=math.inf, bag_size=1,
-                                 utility_epsilons=[], utility_bag_sizes=[])
+    models = dataclasses.replace(config.models, training_mechanism="none", epsilon=math.inf, bag_size=1)
     design = (config.audit.attack, config.audit.design, config.audit.counterfactual, config.audit.flip_share)
-    return repr((output_fingerprint(spark, config.parquet_path), config.run.seed, models, design))
+    return repr((output_fingerprint(spark, config.parquet_path), config.run.seed, models, config.pate, design))
 
 
 @dataclasses.dataclass

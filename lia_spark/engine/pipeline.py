@@ -19,7 +19,8 @@ from pyspark.sql import SparkSession
 from lia_spark.engine.outputs import check_writable, committed, local_copies, path_exists, read_marker
 from lia_spark.engine.session import job_group, master_name
 from lia_spark.engine.stages import committed_result, run_stage, sealed_fingerprint, step_stage
-from lia_spark.run.config import PIPELINE_STAGES, Config
+from lia_spark.run.config import Config
+from lia_spark.run.sections import PIPELINE_STAGES
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
     """
     selected = set(config.run.stages)
     if "data" in selected and config.data.source == "criteo":
-        from lia_spark.engine.ingest import list_sources
+        from lia_spark.engine.criteo_files import list_sources
 
         list_sources(spark, config.data.criteo_paths)
     for step in PIPELINE_STAGES:
@@ -204,7 +205,7 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
     """Run the selected steps in order, tracking each in MLflow when ``tracking.enabled``.
 
     Raises:
-        lia_spark.tracking.mlflow_runs.TrackingError: the tracking store is unreachable (checked before any stage).
+        lia_spark.tracking.store.TrackingError: the tracking store is unreachable (checked before any stage).
         ValueError: bad ``run.stages`` selection for the existing outputs.
         RuntimeError: a stage failed (its message names the stage; earlier outputs stay committed).
     """
@@ -268,7 +269,7 @@ def run_track(spark: SparkSession, config: Config) -> PipelineResult:
     outputs; nothing is recomputed). For a run whose tracking server failed mid-run.
 
     Raises:
-        lia_spark.tracking.mlflow_runs.TrackingError: the tracking store is unreachable.
+        lia_spark.tracking.store.TrackingError: the tracking store is unreachable.
         ValueError: naming run.output_dir when no step of it has a complete output.
     """
     from lia_spark.tracking.mlflow_runs import PipelineTracker

@@ -18,7 +18,8 @@ from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import Stage, StageResult, StageRun
 from lia_spark.present.report import REPORT_FILE, render_report
 from lia_spark.run import layout
-from lia_spark.run.config import Config, is_remote_path
+from lia_spark.run.checks import is_remote_path
+from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
 

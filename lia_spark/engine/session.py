@@ -12,7 +12,8 @@ from typing import Any, Iterator
 
 from pyspark.sql import SparkSession, functions as F
 
-from lia_spark.run.config import ConfigError, SparkConfig
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.sections import SparkConfig
 
 logger = logging.getLogger(__name__)
 

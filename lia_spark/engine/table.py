@@ -228,9 +228,9 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
     """Train and audit every cell of ``config.table`` (resumable per cell) and write ``<out>/table/``.
 
     Raises:
-        lia_spark.run.config.ConfigError: no mechanism of table.mechanisms can be trained with models.library /
+        lia_spark.run.checks.ConfigError: no mechanism of table.mechanisms can be trained with models.library /
             models.execution, or audit.bounds lacks binomial (before anything runs).
-        lia_spark.tracking.mlflow_runs.TrackingError: the tracking store is unreachable (before any cell).
+        lia_spark.tracking.store.TrackingError: the tracking store is unreachable (before any cell).
         PermissionError: run.output_dir cannot be written.
         TableCellsFailed: after the table is written, when any cell failed (naming them).
     """

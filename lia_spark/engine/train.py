@@ -222,8 +222,7 @@ TRAIN = Stage(
             "models.proxy_day", "models.target_day", "models.training_mechanism", "models.epsilon", "models.bag_size",
             "models.n_estimators", "models.max_depth", "models.learning_rate", "models.early_stopping_rounds",
             "models.split", "models.hash_buckets", "models.categorical_encoding", "models.min_category_count",
-            "models.num_workers", "models.pate_teachers", "models.pate_queries", "models.pate_noise",
-            "models.pate_pseudo_labels", "models.pate_delta", "audit.attack", "audit.membership_candidates",
+            "models.num_workers", "pate.*", "audit.attack", "audit.membership_candidates",
             "audit.design", "audit.counterfactual", "audit.flip_share"),
     outputs=lambda config: (layout.output_path(config, layout.MODELS),),
     inputs=lambda config: (Input("data", lambda c: c.parquet_path, "data.parquet_path", lambda c: "data"),))

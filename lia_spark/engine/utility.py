@@ -29,8 +29,8 @@ from lia_spark.kernels import training
 from lia_spark.names import PATE, RR, setting_key
 from lia_spark.present import charts
 from lia_spark.run import layout
+from lia_spark.run.capabilities import IN_MEMORY, unsupported
 from lia_spark.run.config import Config
-from lia_spark.studies.table import unsupported_reason
 
 logger = logging.getLogger(__name__)
 
@@ -73,20 +73,20 @@ def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | No
 
 
 def extra_mechanisms(config: Config, *, training_rows: int) -> tuple[list[str], dict[str, str]]:
-    """The models.utility_extra_mechanisms this stage trains, and those it leaves out with the reason: the audit
-    table's rule (:func:`lia_spark.studies.table.unsupported_reason`, in memory whatever models.execution: this stage
-    always trains on the driver) and, for pate, fewer than models.pate_queries + 1 training rows."""
+    """The utility.extra_mechanisms this stage trains, and those it leaves out with the reason: the audit
+    capability table (:func:`lia_spark.run.capabilities.unsupported`, in memory whatever models.execution: this stage
+    always trains on the driver) and, for pate, fewer than pate.queries + 1 training rows."""
     m = config.models
     left_out = {}
-    for name in m.utility_extra_mechanisms:
-        reason = unsupported_reason(name, library=m.library, execution="in_memory")
-        if not reason and name == PATE and m.pate_queries >= training_rows:
-            reason = (f"models.pate_queries={m.pate_queries} student rows need more than the target day's "
-                      f"{training_rows:,} training rows; lower models.pate_queries")
+    for name in config.utility.extra_mechanisms:
+        reason = unsupported(name, library=m.library, execution=IN_MEMORY)
+        if not reason and name == PATE and config.pate.queries >= training_rows:
+            reason = (f"pate.queries={config.pate.queries} student rows need more than the target day's "
+                      f"{training_rows:,} training rows; lower pate.queries")
         if reason:
             left_out[name] = reason
-            logger.warning("utility: %s left out of the grid (models.utility_extra_mechanisms): %s", name, reason)
-    return [name for name in m.utility_extra_mechanisms if name not in left_out], left_out
+            logger.warning("utility: %s left out of the grid (utility.extra_mechanisms): %s", name, reason)
+    return [name for name in config.utility.extra_mechanisms if name not in left_out], left_out
 
 
 def _utility(run: StageRun) -> UtilityResult:
@@ -106,7 +106,8 @@ def _utility(run: StageRun) -> UtilityResult:
     data = collect_model_data(model_features(target_rows, spec, config), spec, m.library)
     test = data.split == training.SPLIT_TEST
     extras, left_out = extra_mechanisms(config, training_rows=int(np.sum(data.split == training.SPLIT_TRAIN)))
-    grid = utility.utility_grid(epsilons=m.utility_epsilons, bag_sizes=m.utility_bag_sizes, extra_mechanisms=extras)
+    grid = utility.utility_grid(epsilons=config.utility.epsilons, bag_sizes=config.utility.bag_sizes,
+                                extra_mechanisms=extras)
     # the votes do not depend on epsilon: the teachers are fitted at the first pate setting only
     reused_pate = pate_settings(config, target_rows, spec) if PATE in extras else None
     rows, priors = [], None
@@ -142,10 +143,8 @@ UTILITY = Stage(
     name="utility", step="utility", result=UtilityResult, compute=_utility,
     fields=("run.seed", "models.library", "models.sample_rows_per_day", "models.target_day", "models.n_estimators",
             "models.max_depth", "models.learning_rate", "models.early_stopping_rounds", "models.split",
-            "models.hash_buckets", "models.categorical_encoding", "models.min_category_count",
-            "models.utility_epsilons", "models.utility_bag_sizes", "models.utility_extra_mechanisms",
-            "models.pate_teachers", "models.pate_queries", "models.pate_noise", "models.pate_pseudo_labels",
-            "models.pate_delta"),
+            "models.hash_buckets", "models.categorical_encoding", "models.min_category_count", "utility.*",
+            "pate.*"),
     outputs=lambda config: (layout.output_path(config, layout.UTILITY),),
     inputs=lambda config: (Input("data", lambda c: c.parquet_path, "data.parquet_path", lambda c: "data"),
                            Input("posteriors", layout.posterior_summary_path, "run.stages", lambda c: "posteriors",

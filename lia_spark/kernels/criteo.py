@@ -53,7 +53,6 @@ def split_row_id(row_id) -> tuple[np.ndarray, np.ndarray]:
     return ids >> POSITION_BITS, ids & ((1 << POSITION_BITS) - 1)
 
 
-
 HEADER_PREFIX = b"label"
 MAX_INT_DIGITS = 18  # any optional '-' plus 1..18 digits fits in int64 without overflow checks
 HEX_DIGITS = 8

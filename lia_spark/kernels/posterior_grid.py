@@ -55,7 +55,7 @@ class Setting:
 
 
 class GridSection(Protocol):
-    """The fields of the mechanisms section the grid reads (:class:`lia_spark.run.config.MechanismsConfig`)."""
+    """The fields of the mechanisms section the grid reads (:class:`lia_spark.run.sections.MechanismsConfig`)."""
 
     names: tuple[str, ...]
     epsilons: tuple[float, ...]

@@ -22,7 +22,8 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from lia_spark import __version__
-from lia_spark.run.config import Config, ConfigError, load_config
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.config import Config, load_config
 
 logger = logging.getLogger("lia_spark")
 

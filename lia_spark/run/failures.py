@@ -1,6 +1,6 @@
 """One line per failure: "<field or resource>: <what is wrong>, got <value>; <what to do>" and its exit code.
 
-Commands print this line on stderr (the traceback goes to the log): a :class:`lia_spark.run.config.ConfigError`
+Commands print this line on stderr (the traceback goes to the log): a :class:`lia_spark.run.checks.ConfigError`
 anywhere in the cause chain is a usage error (exit 2); a full disk or a refused write, raised by Python
 (``OSError`` ENOSPC / EACCES / EPERM / EROFS) or by Hadoop inside a Spark call (``FSError``,
 ``AccessControlException``, ``AccessDeniedException``, "Permission denied", "No space left on device",
@@ -14,7 +14,7 @@ import errno
 import re
 from typing import Iterator
 
-from lia_spark.run.config import ConfigError
+from lia_spark.run.checks import ConfigError
 
 USAGE_EXIT = 2
 RUNTIME_EXIT = 1

@@ -68,7 +68,8 @@ def stage_parameters(fields: tuple[str, ...], config: Mapping[str, Mapping[str, 
 
 # Modules that produce no stage output (command line, orchestration, tracking, report, the audit table's
 # collation): editing them does not change what a stage computes, so they stay out of code_version().
-NON_COMPUTING_MODULES = ("run/cli.py", "tracking/mlflow_runs.py", "present/report.py", "studies/table.py",
+NON_COMPUTING_MODULES = ("run/cli.py", "tracking/mlflow_runs.py", "tracking/model_logging.py", "tracking/store.py",
+                         "present/report.py", "studies/table.py",
                          "engine/commands.py", "engine/pipeline.py", "engine/report.py", "engine/table.py",
                          "engine/session.py")
 

@@ -17,7 +17,9 @@ import pandas as pd
 
 from lia_spark.names import (BAG_MECHANISMS, BINOMIAL, BONFERRONI, LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, NONE, PAPER,
                              PATE, RR, RR_DEBIASED, RR_WITH_PRIOR, bound_key)
-from lia_spark.run.config import Config, ConfigError
+from lia_spark.run.capabilities import unsupported
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.config import Config
 
 # The paper's names of the training mechanisms (Ghazi et al. 2021, "Deep Learning with Label Differential Privacy",
 # for LP-1ST / LP-2ST; proportion matching on label proportions, auditing paper sec. 2).
@@ -100,17 +102,6 @@ def epsilon_text(epsilon: float) -> str:
     return "inf" if math.isinf(epsilon) else f"{epsilon:g}"
 
 
-def unsupported_reason(mechanism: str, *, library: str, execution: str) -> str:
-    """Why models.library / models.execution cannot train ``mechanism`` ("" when they can)."""
-    if execution == "distributed" and library != "xgboost":
-        return "models.execution=distributed trains xgboost only (xgboost.spark)"
-    if mechanism == PATE and (library != "xgboost" or execution != "in_memory"):
-        return "PATE's teachers and student are in-memory xgboost models (models.library=xgboost, execution=in_memory)"
-    if mechanism in BAG_MECHANISMS and library == "catboost":
-        return "catboost has no proportion-matching objective here; use models.library=xgboost for llp mechanisms"
-    return ""
-
-
 def table_cells(config: Config) -> tuple[list[Cell], dict[str, str]]:
     """The cells of ``config.table`` in row order, and the mechanisms skipped as unsupported (name -> reason).
 
@@ -120,7 +111,8 @@ def table_cells(config: Config) -> tuple[list[Cell], dict[str, str]]:
     """
     section, models = config.table, config.models
     skipped = {name: reason for name in section.mechanisms
-               if (reason := unsupported_reason(name, library=models.library, execution=models.execution))}
+               if (reason := unsupported(name, library=models.library, execution=models.execution,
+                                         game=config.audit.game))}
     cells: list[Cell] = []
     for name in section.mechanisms:
         if name in skipped:

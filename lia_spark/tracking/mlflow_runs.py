@@ -20,16 +20,15 @@ import hashlib
 import json
 import logging
 import math
-import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from lia_spark.names import BAG_SIZE, EPSILON, MECHANISM, SETTING_KEY, setting_key
-from lia_spark.run.config import Config, TrackingConfig
+from lia_spark.run.config import Config
 from lia_spark.run.environment import git_commit, package_versions
 
+from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
+from lia_spark.tracking.store import TrackingError, check_tracking_store, resolve_tracking_uri, sqlite_path
 logger = logging.getLogger(__name__)
 
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
@@ -40,52 +39,6 @@ STAGE_TAG = "lia_spark.stage"
 FINGERPRINT_TAG = "lia_spark.output_fingerprint"
 REUSED_FROM_TAG = "lia_spark.reused_from_run"
 MAX_PARAM_CHARS = 500
-
-
-class TrackingError(RuntimeError):
-    """The MLflow tracking store cannot be reached or written."""
-
-
-def resolve_tracking_uri(config: TrackingConfig) -> str:
-    """``tracking.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else sqlite:///<cwd>/mlflow.db."""
-    uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
-    return uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
-
-
-def _sqlite_path(uri: str) -> Path | None:
-    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
-
-
-def check_tracking_store(uri: str, *, timeout_seconds: float) -> None:
-    """Fail fast, before any stage runs, when the store behind ``uri`` is unusable.
-
-    HTTP(S) servers must answer ``GET /health`` within ``timeout_seconds``; a sqlite database's folder
-    is created and must be writable; other schemes (``databricks``) are checked by MLflow itself.
-
-    Raises:
-        TrackingError: naming the URI and the cause.
-    """
-    if uri.startswith(("http://", "https://")):
-        health = uri.rstrip("/") + "/health"
-        try:
-            with urllib.request.urlopen(health, timeout=timeout_seconds) as response:  # noqa: S310 - user's URI
-                status = response.status
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise TrackingError(
-                f"tracking.tracking_uri: MLflow server {uri} is unreachable ({reason}); start it, fix "
-                "tracking.tracking_uri / $MLFLOW_TRACKING_URI, or set tracking.enabled=false") from error
-        if status != 200:
-            raise TrackingError(f"tracking.tracking_uri: {health} answered HTTP {status}, expected 200")
-        return
-    database = _sqlite_path(uri)
-    if database is not None:
-        try:
-            database.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise TrackingError(f"tracking.tracking_uri: cannot create the folder of {uri} ({error})") from error
-        if not os.access(database.parent, os.W_OK):
-            raise TrackingError(f"tracking.tracking_uri: folder of {uri} is not writable")
 
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -138,140 +91,6 @@ def table_frame(rows: Sequence[Mapping[str, Any]]) -> Any:
     return frame.astype(object).where(frame.notna(), None)
 
 
-def _xgboost_model(path: Path) -> Any:
-    import xgboost
-
-    booster = xgboost.Booster()
-    booster.load_model(str(path))
-    return booster
-
-
-def _xgboost_signature(booster: Any) -> Any:
-    from mlflow.models.signature import ModelSignature
-    from mlflow.types import ColSpec, Schema
-
-    names = booster.feature_names or [f"f{i}" for i in range(booster.num_features())]
-    types = booster.feature_types or ["float"] * len(names)
-    inputs = [ColSpec("long" if kind in ("int", "i") else "double", name) for name, kind in zip(names, types)]
-    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
-
-
-def _catboost_model(path: Path) -> Any:
-    from catboost import CatBoostClassifier
-
-    return CatBoostClassifier().load_model(str(path))
-
-
-def _catboost_signature(model: Any) -> Any:
-    from mlflow.models.signature import ModelSignature
-    from mlflow.types import ColSpec, Schema
-
-    categorical = set(model.get_cat_feature_indices())
-    inputs = [ColSpec("string" if index in categorical else "double", name)
-              for index, name in enumerate(model.feature_names_)]
-    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
-
-
-def _model_name(path: Path) -> str:
-    return "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in path.stem) or "model"
-
-
-def _requirement(*distributions: str) -> str:
-    """``name==version`` of the first of ``distributions`` that is installed (xgboost or xgboost-cpu)."""
-    versions = package_versions()
-    name = next((d for d in distributions if d in versions), distributions[0])
-    return f"{name}=={versions[name]}" if name in versions else name
-
-
-def log_model_file(path: Path) -> str:
-    """Log one model file (``.cbm`` catboost, any other xgboost) with its signature; return its URI.
-
-    Explicit pip requirements skip MLflow's slow requirement inference.
-    """
-    import mlflow
-
-    if path.suffix == ".cbm":
-        model = _catboost_model(path)
-        info = mlflow.catboost.log_model(model, name=_model_name(path), signature=_catboost_signature(model),
-                                         pip_requirements=[_requirement("catboost")])
-        return info.model_uri
-    booster = _xgboost_model(path)
-    info = mlflow.xgboost.log_model(booster, name=_model_name(path), signature=_xgboost_signature(booster),
-                                    pip_requirements=[_requirement("xgboost", "xgboost-cpu")])
-    return info.model_uri
-
-
-RAW_ROWS_SUFFIX = "_raw_rows"
-
-
-def _raw_row_model() -> Any:
-    """A pyfunc model scoring raw Criteo rows (I1..I13, C1..C26 as the data table stores them): it encodes them with
-    the saved feature encoding (:func:`lia_spark.kernels.features.encode_features`) and returns the saved xgboost or catboost
-    model's click probability, post-processed as the run did (:class:`lia_spark.kernels.model_output.OutputTransform`)."""
-    import mlflow.pyfunc
-
-    class RawRowModel(mlflow.pyfunc.PythonModel):
-        def load_context(self, context: Any) -> None:
-            from lia_spark.kernels import features, model_output
-
-            self.spec = features.load_spec(context.artifacts["encoding"])
-            self.output = model_output.load_output_transform(context.artifacts["output"])
-            path = Path(context.artifacts["model"])
-            self.model = _catboost_model(path) if path.suffix == ".cbm" else _xgboost_model(path)
-
-        def predict(self, context, model_input, params=None):  # noqa: ANN001,ANN201 - MLflow reads hints as a schema
-            import numpy as np
-
-            from lia_spark.kernels import features
-
-            encoded = features.encode_features(model_input, self.spec)
-            if not hasattr(self.model, "predict_proba"):
-                import xgboost
-
-                encoded = xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns))
-            return self.output.probabilities(self.output.raw_output(self.model, encoded))
-
-    return RawRowModel()
-
-
-def raw_row_example(encoding: Path) -> Any:
-    """Two raw rows for the model's input example, made up, not from the data: integers 1 and each categorical's most
-    frequent value (0 without a vocabulary), then a row with every value missing."""
-    import numpy as np
-    import pandas as pd
-
-    from lia_spark.kernels import criteo, features
-
-    spec = features.load_spec(str(encoding))
-    typical = {name: 1.0 for name in criteo.INT_COLUMNS}
-    for name in criteo.CAT_COLUMNS:
-        known = spec.vocabulary.values[name][spec.vocabulary.ranks[name] == 0] if spec.vocabulary else np.zeros(1)
-        typical[name] = float(known[0]) if known.size else 0.0
-    return pd.DataFrame([typical, dict.fromkeys(typical, np.nan)], columns=list(criteo.FEATURE_COLUMNS))
-
-
-def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
-    """Log model file ``path`` with its feature encoding and output transform as a pyfunc model ``<name>_raw_rows``
-    that scores raw Criteo rows (:func:`_raw_row_model`): signature I1..I13, C1..C26 (double, NaN = missing) ->
-    prediction, an input example (:func:`raw_row_example`), the two files as artifacts and lia_spark's code; return
-    its URI."""
-    import mlflow
-    from mlflow.models.signature import ModelSignature
-    from mlflow.types import ColSpec, Schema
-
-    from lia_spark.kernels import criteo
-
-    signature = ModelSignature(inputs=Schema([ColSpec("double", name, required=False) for name in criteo.FEATURE_COLUMNS]),
-                               outputs=Schema([ColSpec("double", "prediction")]))
-    library = _requirement("catboost") if path.suffix == ".cbm" else _requirement("xgboost", "xgboost-cpu")
-    info = mlflow.pyfunc.log_model(
-        name=f"{_model_name(path)}{RAW_ROWS_SUFFIX}", python_model=_raw_row_model(),
-        artifacts={"model": str(path), "encoding": str(encoding), "output": str(output)}, signature=signature,
-        input_example=raw_row_example(encoding), code_paths=[str(Path(__file__).resolve().parent.parent)],
-        pip_requirements=[library, _requirement("numpy"), _requirement("pandas"), _requirement("pyyaml")])
-    return info.model_uri
-
-
 def _param_text(value: Any) -> str:
     """A setting key as the summary CSV writes it: "" for NaN (plain LLP's epsilon), else ``str``."""
     return "" if isinstance(value, float) and math.isnan(value) else str(value)
@@ -317,7 +136,7 @@ class PipelineTracker:
         try:
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
-                database = _sqlite_path(self.tracking_uri)
+                database = sqlite_path(self.tracking_uri)
                 location = (database.parent / "mlruns").resolve().as_uri() if database is not None else None
                 self.experiment_id = client.create_experiment(name, artifact_location=location)
             else:
@@ -511,7 +330,6 @@ def pipeline_runs(*, experiment: str, tracking_uri: str, max_results: int = 100)
     mlflow.set_tracking_uri(tracking_uri)
     return mlflow.search_runs(experiment_ids=[found.experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'pipeline'",
                               max_results=max_results, order_by=["attributes.start_time DESC"])
-
 
 
 TABLE_KIND = "audit_table"

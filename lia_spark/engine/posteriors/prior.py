@@ -15,14 +15,6 @@ from lia_spark.run import layout
 from lia_spark.run.config import Config
 
 
-
-
-
-
-
-
-
-
 def _table_columns(spark: SparkSession, path: str) -> list[str] | None:
     """Columns of the Parquet table at ``path`` from its schema (file footers, no rows); None when it is missing
     or unreadable."""

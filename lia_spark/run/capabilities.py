@@ -1,0 +1,53 @@
+"""Which library and execution path can train which training mechanism, and for which audit game: the one table,
+read by the configuration's checks (at load), the audit table (which cells exist) and the training paths.
+
+A row is (mechanism, library, execution, game) -> the reason it cannot be trained ("" when it can); the reasons
+name the configuration fields to change.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from lia_spark.names import BAG_MECHANISMS, MEMBERSHIP, PATE
+
+XGBOOST, CATBOOST = "xgboost", "catboost"
+LIBRARIES = (XGBOOST, CATBOOST)
+IN_MEMORY, DISTRIBUTED = "in_memory", "distributed"
+EXECUTIONS = (IN_MEMORY, DISTRIBUTED)
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """Why a combination cannot train: the configuration field to change, the reason and the fix."""
+
+    field: str
+    reason: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}; {self.fix}"
+
+
+def refusal(mechanism: str, *, library: str, execution: str, game: str = "") -> Refusal | None:
+    """Why models.library=``library`` with models.execution=``execution`` cannot train ``mechanism`` for the audit
+    game ``game`` (:attr:`lia_spark.run.model_sections.AuditConfig.game`; "" = any label-inference game), or None when it
+    can."""
+    if execution == DISTRIBUTED and library != XGBOOST:
+        return Refusal("models.execution", "models.execution=distributed trains xgboost only (xgboost.spark)",
+                       "set models.execution=in_memory or models.library=xgboost")
+    if mechanism == PATE and (library, execution) != (XGBOOST, IN_MEMORY):
+        return Refusal("models.training_mechanism", "PATE's teachers and student are in-memory xgboost models",
+                       "set models.library=xgboost and models.execution=in_memory")
+    if mechanism in BAG_MECHANISMS and library != XGBOOST:
+        return Refusal("models.training_mechanism", f"{library} has no proportion-matching objective here",
+                       "use models.library=xgboost for llp mechanisms")
+    if execution == DISTRIBUTED and game == MEMBERSHIP:
+        return Refusal("models.execution", "audit.attack=membership leaves its non-members out of an in-memory "
+                       "training set", "set models.execution=in_memory")
+    return None
+
+
+def unsupported(mechanism: str, *, library: str, execution: str, game: str = "") -> str:
+    """:func:`refusal` as one line ("" when the combination can train)."""
+    found = refusal(mechanism, library=library, execution=execution, game=game)
+    return "" if found is None else str(found)

@@ -1,0 +1,199 @@
+"""The configuration sections of the stages that train and audit models: ``models`` (the train stage; its library,
+boosting and encoding are also the utility stage's and PATE's), ``pate``, ``utility`` (the utility stage's grid)
+and ``audit`` (the audit stage).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+
+from lia_spark import names
+from lia_spark.names import TRAINING_MECHANISMS
+from lia_spark.run.capabilities import EXECUTIONS, IN_MEMORY, LIBRARIES, XGBOOST
+from lia_spark.run.checks import fail, fail_glob, fail_repeats
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelsConfig:
+    """The train stage: proxy M' (earlier day, true labels) and target M (later day, privatized labels), docs/math.md
+    §4; the library, execution path, boosting and encoding settings are also the utility stage's and PATE's."""
+
+    library: str = XGBOOST
+    execution: str = IN_MEMORY
+    sample_rows_per_day: int = 1_000_000  # in_memory: a seeded sample of about this many rows per day; 0 = whole day
+    proxy_day: int = 0
+    target_day: int = 1
+    training_mechanism: str = names.NONE
+    epsilon: float = math.inf
+    bag_size: int = 1
+    n_estimators: int = names.N_ESTIMATORS
+    max_depth: int = names.MAX_DEPTH
+    learning_rate: float = names.LEARNING_RATE
+    early_stopping_rounds: int = names.EARLY_STOPPING_ROUNDS
+    split: tuple[float, ...] = (0.8, 0.04, 0.16)
+    hash_buckets: int = 1 << 18
+    categorical_encoding: str = "frequency"
+    min_category_count: int = 10
+    num_workers: int = 0
+
+    def validate(self) -> None:
+        if self.library not in LIBRARIES:
+            fail("models.library", self.library, f"must be one of {', '.join(LIBRARIES)}")
+        if self.execution not in EXECUTIONS:
+            fail("models.execution", self.execution, f"must be one of {', '.join(EXECUTIONS)}")
+        if self.proxy_day < 0 or self.target_day < 0:
+            fail("models.proxy_day/target_day", (self.proxy_day, self.target_day), "must be >= 0")
+        if self.proxy_day == self.target_day:
+            fail("models.target_day", self.target_day, "must differ from models.proxy_day")
+        if self.training_mechanism not in TRAINING_MECHANISMS:
+            fail("models.training_mechanism", self.training_mechanism, f"must be one of {', '.join(TRAINING_MECHANISMS)}")
+        if not self.epsilon > 0:
+            fail("models.epsilon", self.epsilon, "must be > 0 (inf = no noise)")
+        if self.bag_size < 1:
+            fail("models.bag_size", self.bag_size, "must be >= 1")
+        if self.n_estimators < 1:
+            fail("models.n_estimators", self.n_estimators, "must be >= 1")
+        if not 1 <= self.max_depth <= 16:
+            fail("models.max_depth", self.max_depth, "must be in [1, 16]")
+        if not 0.0 < self.learning_rate <= 1.0:
+            fail("models.learning_rate", self.learning_rate, "must be in (0, 1]")
+        if self.early_stopping_rounds < 0:
+            fail("models.early_stopping_rounds", self.early_stopping_rounds, "must be >= 0 (0 = off)")
+        if len(self.split) != 3 or min(self.split) <= 0 or abs(sum(self.split) - 1.0) > 1e-9:
+            fail("models.split", self.split, "must be three positive shares (train, validation, test) summing to 1")
+        if self.hash_buckets < 2:
+            fail("models.hash_buckets", self.hash_buckets, "must be >= 2")
+        if self.categorical_encoding not in ("frequency", "hash"):
+            fail("models.categorical_encoding", self.categorical_encoding, "must be one of frequency, hash")
+        if self.min_category_count < 1:
+            fail("models.min_category_count", self.min_category_count, "must be >= 1")
+        if self.sample_rows_per_day < 0:
+            fail("models.sample_rows_per_day", self.sample_rows_per_day, "must be >= 0 (0 = the whole day)")
+        if self.num_workers < 0:
+            fail("models.num_workers", self.num_workers, "must be >= 0 (0 = Spark's default parallelism)")
+
+
+@dataclasses.dataclass(frozen=True)
+class PateConfig:
+    """PATE (docs/math.md §4.6) wherever a target is trained with it (models.training_mechanism=pate, the utility
+    grid, the audit table): T teachers on disjoint row-id-seeded partitions, Q student queries, the noise of the
+    vote counts, pseudo-labels, and the delta of its accounting."""
+
+    teachers: int = 100
+    queries: int = 10_000
+    noise: str = "gaussian"
+    pseudo_labels: bool = False
+    delta: float = 1e-5
+
+    def validate(self) -> None:
+        if self.teachers < 1:
+            fail("pate.teachers", self.teachers, "must be >= 1")
+        if self.queries < 1:
+            fail("pate.queries", self.queries, "must be >= 1")
+        if self.noise not in ("gaussian", "laplace"):
+            fail("pate.noise", self.noise, "must be one of gaussian, laplace")
+        if not 0.0 < self.delta < 1.0:
+            fail("pate.delta", self.delta, "must be in (0, 1)")
+
+
+@dataclasses.dataclass(frozen=True)
+class UtilityConfig:
+    """The utility stage's grid (docs/math.md §4.5): the target trained per epsilon of RR and the noisy LLP
+    mechanisms, per bag size of the LLP family, plus the extra training mechanisms."""
+
+    epsilons: tuple[float, ...] = (0.1, 1.0, 2.0, 4.0, 8.0, math.inf)
+    bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+    extra_mechanisms: tuple[str, ...] = names.UTILITY_EXTRA_MECHANISMS
+
+    def validate(self) -> None:
+        for epsilon in self.epsilons:
+            if not epsilon > 0:
+                fail("utility.epsilons", epsilon, "must be > 0")
+        for bag_size in self.bag_sizes:
+            if bag_size < 1:
+                fail("utility.bag_sizes", bag_size, "must be >= 1")
+        if not self.epsilons:
+            fail("utility.epsilons", list(self.epsilons), "must list at least one epsilon (inf = true labels)")
+        fail_repeats("utility.epsilons", self.epsilons)
+        fail_repeats("utility.bag_sizes", self.bag_sizes)
+        for name in self.extra_mechanisms:
+            if name not in names.UTILITY_EXTRA_MECHANISMS:
+                fail("utility.extra_mechanisms", name, f"must be one of {', '.join(names.UTILITY_EXTRA_MECHANISMS)}",
+                      "list some of them, or [] for the utility grid's rr and llp family only")
+        fail_repeats("utility.extra_mechanisms", self.extra_mechanisms)
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditConfig:
+    """Observational one-run audit (docs/math.md §5) and its epsilon lower bounds (docs/math.md §6)."""
+
+    attack: str = names.LABEL_INFERENCE
+    design: str = names.INJECTED  # injected labels (valid for any proxy) | observational (a given model, needs tau)
+    counterfactual: str = names.PROXY_DRAW  # injected y1: proxy (y1 ~ M'(x)) | flip (1 - y0 on flip_share)
+    flip_share: float = 0.05
+    membership_candidates: int = 20_000
+    repetitions: int = 100
+    scores: tuple[str, ...] = (names.LOG_RATIO,)  # the tightest valid attack of the study in BENCHMARKS.md
+    confidence: float = 0.95
+    delta: float = 0.0
+    tau: float = 0.0
+    canaries: int = 0
+    sweep_step_percent: float = 1.0
+    extra_guess_share: float = 0.001
+    convention: str = names.BONFERRONI
+    bounds: tuple[str, ...] = names.BOUND_FAMILIES
+    table_bounds: tuple[str, ...] = (names.BINOMIAL,)
+    canary_path: str = ""
+
+    @property
+    def game(self) -> str:
+        """The game the audit plays: audit.design under label inference, ``membership`` for the baseline (which
+        draws its own membership coins, so neither design applies)."""
+        return self.design if self.attack == names.LABEL_INFERENCE else names.MEMBERSHIP
+
+    def validate(self) -> None:
+        if self.attack not in names.ATTACKS:
+            fail("audit.attack", self.attack, f"must be one of {', '.join(names.ATTACKS)}")
+        if self.design not in names.DESIGNS:
+            fail("audit.design", self.design, f"must be one of {', '.join(names.DESIGNS)}")
+        if self.counterfactual not in names.COUNTERFACTUALS:
+            fail("audit.counterfactual", self.counterfactual, f"must be one of {', '.join(names.COUNTERFACTUALS)}")
+        if not 0.0 < self.flip_share <= 1.0:
+            fail("audit.flip_share", self.flip_share, "must be in (0, 1]")
+        if self.membership_candidates < 2:
+            fail("audit.membership_candidates", self.membership_candidates, "must be >= 2")
+        if self.repetitions < 1:
+            fail("audit.repetitions", self.repetitions, "must be >= 1")
+        if not self.scores:
+            fail("audit.scores", list(self.scores), "must name at least one score (e.g. [log_ratio])")
+        for attack in self.scores:
+            try:
+                names.score_parts(attack)
+            except ValueError as error:
+                fail("audit.scores", attack, "must be log_ratio or difference_t<t> with a finite number t >= 0 "
+                      "(e.g. difference_t2)", str(error))
+        fail_repeats("audit.scores", self.scores)
+        if not 0.0 < self.confidence < 1.0:
+            fail("audit.confidence", self.confidence, "must be in (0, 1)")
+        if not 0.0 <= self.delta < 1.0:
+            fail("audit.delta", self.delta, "must be in [0, 1)")
+        if not 0.0 <= self.tau < 1.0:
+            fail("audit.tau", self.tau, "must be in [0, 1)")
+        if self.canaries < 0:
+            fail("audit.canaries", self.canaries, "must be >= 0 (0 = every training row)")
+        if not 0.0 < self.sweep_step_percent <= 100.0:
+            fail("audit.sweep_step_percent", self.sweep_step_percent, "must be in (0, 100]")
+        if not 0.0 <= self.extra_guess_share <= 1.0:
+            fail("audit.extra_guess_share", self.extra_guess_share, "must be in [0, 1]")
+        if self.convention not in names.CONVENTIONS:
+            fail("audit.convention", self.convention, f"must be one of {', '.join(names.CONVENTIONS)}")
+        for method in self.bounds:
+            if method not in names.BOUND_FAMILIES:
+                fail("audit.bounds", method, f"must be one of {', '.join(names.BOUND_FAMILIES)}")
+        for method in self.table_bounds:
+            if method not in self.bounds:
+                fail("audit.table_bounds", method, "must be one of the families in audit.bounds")
+        fail_repeats("audit.bounds", self.bounds)
+        fail_repeats("audit.table_bounds", self.table_bounds)
+        fail_glob("audit.canary_path", self.canary_path)

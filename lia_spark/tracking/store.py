@@ -1,0 +1,60 @@
+"""Where MLflow tracks: ``tracking.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in the
+working directory; and the up-front check that the store answers before any stage runs.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from lia_spark.run.sections import TrackingConfig
+
+logger = logging.getLogger(__name__)
+
+
+class TrackingError(RuntimeError):
+    """The MLflow tracking store cannot be reached or written."""
+
+
+def resolve_tracking_uri(config: TrackingConfig) -> str:
+    """``tracking.tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else sqlite:///<cwd>/mlflow.db."""
+    uri = config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    return uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def check_tracking_store(uri: str, *, timeout_seconds: float) -> None:
+    """Fail fast, before any stage runs, when the store behind ``uri`` is unusable.
+
+    HTTP(S) servers must answer ``GET /health`` within ``timeout_seconds``; a sqlite database's folder
+    is created and must be writable; other schemes (``databricks``) are checked by MLflow itself.
+
+    Raises:
+        TrackingError: naming the URI and the cause.
+    """
+    if uri.startswith(("http://", "https://")):
+        health = uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(health, timeout=timeout_seconds) as response:  # noqa: S310 - user's URI
+                status = response.status
+        except (urllib.error.URLError, OSError) as error:
+            reason = getattr(error, "reason", error)
+            raise TrackingError(
+                f"tracking.tracking_uri: MLflow server {uri} is unreachable ({reason}); start it, fix "
+                "tracking.tracking_uri / $MLFLOW_TRACKING_URI, or set tracking.enabled=false") from error
+        if status != 200:
+            raise TrackingError(f"tracking.tracking_uri: {health} answered HTTP {status}, expected 200")
+        return
+    database = sqlite_path(uri)
+    if database is not None:
+        try:
+            database.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise TrackingError(f"tracking.tracking_uri: cannot create the folder of {uri} ({error})") from error
+        if not os.access(database.parent, os.W_OK):
+            raise TrackingError(f"tracking.tracking_uri: folder of {uri} is not writable")
