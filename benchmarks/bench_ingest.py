@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import write_section  # noqa: E402
+from lia_spark import names  # noqa: E402
 from lia_spark.engine.outputs import MARKER  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
 from lia_spark.engine.stages import run_stage  # noqa: E402
@@ -37,7 +38,7 @@ from lia_spark.run.config import config_from_dict  # noqa: E402
 from lia_spark.run.sections import SparkConfig  # noqa: E402
 
 TWIN_ROWS_PER_DAY = 100_000
-CSV_DDL = ", ".join([f"{criteo.LABEL} int"] + [f"{name} long" for name in criteo.INT_COLUMNS]
+CSV_DDL = ", ".join([f"{names.LABEL} int"] + [f"{name} long" for name in criteo.INT_COLUMNS]
                     + [f"{name} string" for name in criteo.CAT_COLUMNS])
 
 

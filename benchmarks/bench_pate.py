@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import process_tree_cpu_seconds, write_section  # noqa: E402
 from benchmarks.bench_training import _twin  # noqa: E402
-from lia_spark.engine import features as spark_features  # noqa: E402
+from lia_spark.engine import feature_frames  # noqa: E402
 from lia_spark.engine.modeling import (Preparation, boosting_params, pate_settings, prepare_days, training_seed)  # noqa: E402
 from lia_spark.engine.session import get_spark  # noqa: E402
 from lia_spark.kernels import pate, training  # noqa: E402
@@ -36,14 +36,14 @@ def main(argv=None) -> int:
     spark = get_spark(None)
     config = _twin(spark, args.out, args.rows, [f"pate.teachers={args.teachers}", "models.training_mechanism=pate"])
     m = config.models
-    prepared = prepare_days(spark, config, spark_features.read_day(spark, config.parquet_path, m.proxy_day),
-                            spark_features.read_day(spark, config.parquet_path, m.target_day), Preparation())
+    prepared = prepare_days(spark, config, feature_frames.read_day(spark, config.parquet_path, m.proxy_day),
+                            feature_frames.read_day(spark, config.parquet_path, m.target_day), Preparation())
     data, seed, params = prepared.target_data, training_seed(config), boosting_params(config)
     train = data.split == training.SPLIT_TRAIN
     students = train.copy()
     students[train] = pate.student_mask(data.row_ids[train], queries=config.pate.queries, seed=seed)
     labelled = train & ~students
-    settings = pate_settings(config, spark_features.read_day(spark, config.parquet_path, m.target_day),
+    settings = pate_settings(config, feature_frames.read_day(spark, config.parquet_path, m.target_day),
                              prepared.target_spec)
     sequential = pate.sequential_votes(data.row_ids[train], data.rows(train), data.labels[train],
                                        teachers=args.teachers, model=training.teacher_model(params))

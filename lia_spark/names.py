@@ -1,5 +1,6 @@
-"""The vocabulary of lia_spark, defined once: mechanism names, the setting key, score, convention and bound names,
-the bag-size limit and the boosting defaults. No imports: every ring may import it.
+"""The vocabulary of lia_spark, defined once: mechanism names, the setting key, the columns of the tables the stages
+write, score, convention and bound names, audit games and designs, the bag-size limit and the boosting defaults. No
+imports: every ring may import it.
 """
 
 # Release mechanisms (docs/math.md §2) whose posteriors the posteriors stage computes.
@@ -38,10 +39,31 @@ def setting_key(mechanism: str, epsilon: float, bag_size: int) -> str:
 # Bags: the posterior kernel keeps a (k+1) x (k+2) float64 table of forward messages, exact up to this size.
 MAX_BAG_SIZE = 4096
 
+# Columns of the tables the stages write and read (docs/layout.md).
+ROW_ID = "row_id"  # the stable id of a Criteo row: day and position in its day (docs/math.md §1.1)
+LABEL = "label"  # the click label y (the true label y0 in the canary table)
+DAY = "day"
+SPLIT = "split"  # 0 train, 1 validation, 2 test, 3 left out (membership non-members)
+RELEASED_LABEL = "released_label"  # the target's training label after its mechanism (null for bag releases)
+TARGET_PREDICTION = "target_prediction"  # M(x)
+PROXY_PREDICTION = "proxy_prediction"  # M'(x)
+MEMBER = "member"  # membership baseline: 1 member, 0 left out, null off the candidates
+COUNTERFACTUAL_LABEL = "counterfactual_label"  # injected design: y1
+HIDDEN_BIT = "hidden_bit"  # injected design: the coin b (the target trains on y^b)
+REFERENCE_PREDICTION = "reference_prediction"  # observational design: the label-blind reference's prediction
+TRUE_LABEL = "true_label"  # the distributed path keeps y0 here while the mechanisms read y^b in the label column
+INJECTED_LABEL = "injected_label"  # PATE's teachers: the training label where injection changed it
+BAG_PROPORTION = "bag_proportion"  # a row's released bag proportion (the distributed bag target)
+INJECTED_COLUMNS = (COUNTERFACTUAL_LABEL, HIDDEN_BIT)  # y1 and b in the canary table (null off the canaries)
+CANARY_COLUMNS = (ROW_ID, LABEL, RELEASED_LABEL, TARGET_PREDICTION, PROXY_PREDICTION, *INJECTED_COLUMNS,
+                  REFERENCE_PREDICTION)  # models/canaries: the target's training rows
+MEMBERSHIP_COLUMNS = (ROW_ID, LABEL, MEMBER, TARGET_PREDICTION, PROXY_PREDICTION)  # models/membership
+AUDITED_COLUMNS = (ROW_ID, LABEL, TARGET_PREDICTION, PROXY_PREDICTION)  # what every audit design reads
+
 # The attacker's prior column (mechanisms.prior_column).
 AUTO_PRIOR = "auto"  # eta on the synthetic twin, the proxy's prediction otherwise
 TRUE_PRIOR = "eta"  # the twin's true P(y=1|x)
-PROXY_PRIOR = "proxy_prediction"  # the proxy model's prediction
+PROXY_PRIOR = PROXY_PREDICTION  # the proxy model's prediction
 
 # Days the posteriors stage releases (mechanisms.days), besides a list of day numbers.
 TARGET_DAY = "target"  # models.target_day alone

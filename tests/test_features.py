@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from lia_spark.engine import features as spark_features
+from lia_spark.engine import feature_frames
 from lia_spark.kernels import features
 from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 
@@ -87,8 +87,8 @@ def test_day_sample_share_independence_and_determinism():
 def test_spark_stage_equals_kernel(spark):
     frame = _rows(3000, 3)
     rows = spark.createDataFrame(frame, STORAGE_DDL).repartition(3)
-    train = spark_features.split_rows(rows, seed=5, shares=SHARES, code=0)
-    vocabulary = spark_features.learn_vocabulary(train, min_count=3, max_size=50)
+    train = feature_frames.split_rows(rows, seed=5, shares=SHARES, code=0)
+    vocabulary = feature_frames.learn_vocabulary(train, min_count=3, max_size=50)
     local_train = frame[features.split_codes(frame["row_id"].to_numpy(), seed=5, shares=SHARES) == 0]
     counts = {name: np.unique(local_train[name].dropna().to_numpy(np.int64), return_counts=True)
               for name in CAT_COLUMNS}
@@ -98,6 +98,6 @@ def test_spark_stage_equals_kernel(spark):
         np.testing.assert_array_equal(vocabulary.values[name], expected.values[name])
         np.testing.assert_array_equal(vocabulary.ranks[name], expected.ranks[name])
     spec = features.FeatureSpec(encoding="frequency", vocabulary=vocabulary)
-    got = spark_features.feature_frame(rows, spec, seed=5, shares=SHARES).orderBy(F.col("row_id")).toPandas()
+    got = feature_frames.feature_frame(rows, spec, seed=5, shares=SHARES).orderBy(F.col("row_id")).toPandas()
     want = features.build_features(frame, spec, seed=5, shares=SHARES)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False)

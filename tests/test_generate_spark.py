@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lia_spark import names
 from lia_spark.engine.generate import partition_count
 from lia_spark.engine.outputs import MARKER
 from lia_spark.engine.stages import run_stage
@@ -48,7 +49,7 @@ def expected() -> dict[int, synthetic.TwinRows]:
 
 
 def _sorted_table(spark, path: str) -> pd.DataFrame:
-    return spark.read.parquet(path).toPandas().sort_values(criteo.ROW_ID).reset_index(drop=True)
+    return spark.read.parquet(path).toPandas().sort_values(names.ROW_ID).reset_index(drop=True)
 
 
 def test_result_counts_and_layout(runs, expected):
@@ -71,9 +72,9 @@ def test_parquet_has_storage_columns_and_no_eta_and_matches_the_generator(spark,
     assert dict(df.dtypes) == storage
     table = _sorted_table(spark, str(base / "one" / "data"))
     for day, rows in expected.items():
-        part = table[table[criteo.DAY] == day]
-        np.testing.assert_array_equal(part[criteo.ROW_ID], rows.row_id)
-        np.testing.assert_array_equal(part[criteo.LABEL], rows.label)
+        part = table[table[names.DAY] == day]
+        np.testing.assert_array_equal(part[names.ROW_ID], rows.row_id)
+        np.testing.assert_array_equal(part[names.LABEL], rows.label)
         for name in criteo.INT_COLUMNS + criteo.CAT_COLUMNS:
             np.testing.assert_array_equal(part[name].isna(), rows.missing[name])
             np.testing.assert_array_equal(part[name].fillna(0).astype(np.int64), rows.values[name])

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lia_spark import names
 from lia_spark.engine.criteo_files import decompressed_copies, list_sources
 from lia_spark.engine.ingest import QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError
 from lia_spark.engine.outputs import MARKER
@@ -26,7 +27,7 @@ from lia_spark.run.config import config_from_dict
 
 def _random_rows(rng: np.random.Generator, n: int) -> pd.DataFrame:
     """Criteo-like values: labels, heavy-tailed ints with -1s and gaps, 32-bit hashes with gaps."""
-    data = {criteo.LABEL: rng.integers(0, 2, n).astype("int32")}
+    data = {names.LABEL: rng.integers(0, 2, n).astype("int32")}
     for name in criteo.INT_COLUMNS:
         values = np.floor(np.exp(rng.normal(2, 3, n))).astype(np.int64) - (rng.random(n) < 0.05)
         data[name] = pd.array(np.where(rng.random(n) < 0.2, None, values), dtype="Int64")
@@ -38,7 +39,7 @@ def _random_rows(rng: np.random.Generator, n: int) -> pd.DataFrame:
 
 def _format(rows: pd.DataFrame) -> list[str]:
     """Criteo TSV lines of a table (ints in decimal, hashes as 8 lowercase hex digits, empty = missing)."""
-    columns = [rows[criteo.LABEL].astype(str).tolist()]
+    columns = [rows[names.LABEL].astype(str).tolist()]
     columns += [["" if pd.isna(v) else str(int(v)) for v in rows[name]] for name in criteo.INT_COLUMNS]
     columns += [["" if pd.isna(v) else f"{int(v):08x}" for v in rows[name]] for name in criteo.CAT_COLUMNS]
     return ["\t".join(fields) for fields in zip(*columns)]
@@ -56,8 +57,8 @@ def _write(path: Path, lines: list[str], *, gz: bool = False) -> Path:
 
 def _expected(day: int, rows: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
     frame = rows.copy()
-    frame.insert(0, criteo.DAY, np.int32(day))
-    frame.insert(0, criteo.ROW_ID, criteo.make_row_id(day, positions))
+    frame.insert(0, names.DAY, np.int32(day))
+    frame.insert(0, names.ROW_ID, criteo.make_row_id(day, positions))
     return frame
 
 
@@ -77,14 +78,14 @@ def _marker(path: str) -> dict | None:
 def _table(spark, path: str) -> pd.DataFrame:
     columns = [c.split()[0] for c in criteo.STORAGE_DDL.split(", ")]
     frame = spark.read.schema(criteo.STORAGE_DDL).parquet(path).toPandas()
-    frame = frame[columns].sort_values(criteo.ROW_ID).reset_index(drop=True)
+    frame = frame[columns].sort_values(names.ROW_ID).reset_index(drop=True)
     for name in criteo.FEATURE_COLUMNS:
         frame[name] = frame[name].astype("Int64")
-    return frame.astype({criteo.DAY: "int32", criteo.LABEL: "int32"})
+    return frame.astype({names.DAY: "int32", names.LABEL: "int32"})
 
 
 def _assert_same(actual: pd.DataFrame, expected: pd.DataFrame) -> None:
-    expected = expected.sort_values(criteo.ROW_ID).reset_index(drop=True)
+    expected = expected.sort_values(names.ROW_ID).reset_index(drop=True)
     pd.testing.assert_frame_equal(actual, expected[actual.columns], check_dtype=False)
 
 
@@ -197,8 +198,8 @@ def test_malformed_lines_empty_file_and_truncated_gzip(spark, tmp_path):
     assert result.malformed_by_reason["lost_to_damaged_file"] == 2
 
     data = _table(spark, config.parquet_path)
-    _assert_same(data[data[criteo.DAY] == 2].reset_index(drop=True), expected_day2)
-    kept = data[data[criteo.DAY] == 4].reset_index(drop=True)
+    _assert_same(data[data[names.DAY] == 2].reset_index(drop=True), expected_day2)
+    kept = data[data[names.DAY] == 4].reset_index(drop=True)
     assert len(kept) == truncated.valid_rows >= truncated.lines - 1  # only the cut last line may be malformed
     _assert_same(kept, _expected(4, clean.iloc[: len(kept)], np.arange(len(kept))))
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark.engine.features import check_days_present, released_day_field, released_days
+from lia_spark.engine.feature_frames import check_days_present, released_day_field, released_days
 from lia_spark.engine.posteriors.reading import input_parts, load_input, local_path, side_row_counts, side_rows
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, summarize_digest
 from lia_spark.engine.posteriors.units import (ARROW_SIDE_SCHEMA, bagged_units, file_blobs, frame_blobs,

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark.engine import metrics as spark_metrics
+from lia_spark.engine import metrics
 from lia_spark.engine.bags import row_bag_proportions
-from lia_spark.engine.features import read_day
+from lia_spark.engine.feature_frames import read_day
 from lia_spark.engine.fitting import membership_candidates
 from lia_spark.engine.modeling import (Preparation, boosting_params, byte_size, check_driver_fits, prepare_days,
                                        training_seed)
@@ -85,9 +85,9 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     pi = 1 / (1 + math.exp(2.0))
     assert abs(flips - pi) < 5 * math.sqrt(pi * (1 - pi) / len(local))
     assert local[["target_prediction", "proxy_prediction"]].apply(lambda c: c.between(0, 1).all()).all()
-    metrics = result.metrics()
+    found = result.metrics()
     # 4,000 training rows, 16% of their labels injected and RR at eps = 2 on top: a weaker target than the proxy
-    assert metrics["auc_test_target"] > 0.55 and metrics["auc_test_proxy"] > 0.6, metrics
+    assert found["auc_test_target"] > 0.55 and found["auc_test_proxy"] > 0.6, found
     assert all(os.path.exists(path) for path in result.artifacts())
     with open(os.path.join(out, "models", "metrics.json"), encoding="utf-8") as handle:
         assert json.load(handle)["test_metrics"] == result.test_metrics
@@ -281,10 +281,10 @@ def test_spark_metrics_equal_the_in_memory_metrics_with_ties(spark, partitions):
     predictions[:50] = 0.0  # clipped to 1e-7 like the in-memory metrics
     frame = spark.createDataFrame(pd.DataFrame({"label": labels, "p": predictions})).repartition(partitions)
     expected = training.binary_metrics(labels, predictions)
-    found = spark_metrics.binary_metrics(frame, label="label", prediction="p")
+    found = metrics.binary_metrics(frame, label="label", prediction="p")
     assert found["auc"] == pytest.approx(expected["auc"], abs=1e-12)
     assert found["log_loss"] == pytest.approx(expected["log_loss"], rel=1e-12)
-    one_class = spark_metrics.binary_metrics(frame.where("label = 0"), label="label", prediction="p")
+    one_class = metrics.binary_metrics(frame.where("label = 0"), label="label", prediction="p")
     assert math.isnan(one_class["auc"]) and one_class["log_loss"] > 0
 
 

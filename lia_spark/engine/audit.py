@@ -23,11 +23,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark import names
-from lia_spark.engine.audit_counts import REFERENCE_COLUMN, distributed_counts, select_canaries
+from lia_spark.engine.audit_counts import distributed_counts, select_canaries
 from lia_spark.engine.outputs import copy_from_local, reported_path
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import FilesResult, Input, Stage, StageRun
 from lia_spark.kernels import audit, audit_sweep, membership
+from lia_spark.names import LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID, TARGET_PREDICTION
 from lia_spark.present.charts import plot_sweep
 from lia_spark.present.headline import Headline
 from lia_spark.run import layout
@@ -107,7 +108,7 @@ class AuditResult(FilesResult):
 
 
 def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None, *,
-                           target: str = "target_prediction") -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+                           target: str = TARGET_PREDICTION) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
     """(m, guesses, score name -> correct (R, k)) of the label-inference audit of audit.design over the canary table
     (``canaries`` or :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column
     ``target`` (the target's, or the label-blind reference's); injected: m = the informative canaries, R = 1."""
@@ -131,11 +132,11 @@ def reference_counts(spark: SparkSession, config: Config, canaries: DataFrame | 
     if config.audit.design != names.OBSERVATIONAL:
         return None
     table = canaries if canaries is not None else spark.read.parquet(canary_path(config))
-    if REFERENCE_COLUMN not in table.columns or table.where(F.col(REFERENCE_COLUMN).isNotNull()).limit(1).count() == 0:
-        logger.info("audit: the canary table has no %s: no label-blind reference audited", REFERENCE_COLUMN)
+    if REFERENCE_PREDICTION not in table.columns or table.where(F.col(REFERENCE_PREDICTION).isNotNull()).limit(1).count() == 0:
+        logger.info("audit: the canary table has no %s: no label-blind reference audited", REFERENCE_PREDICTION)
         return None
-    return label_inference_counts(spark, config, table.where(F.col(REFERENCE_COLUMN).isNotNull()),
-                                  target=REFERENCE_COLUMN)
+    return label_inference_counts(spark, config, table.where(F.col(REFERENCE_PREDICTION).isNotNull()),
+                                  target=REFERENCE_PREDICTION)
 
 
 def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
@@ -147,8 +148,8 @@ def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndar
         raise ValueError(f"membership candidates: {layout.membership_path(config)} holds no row; train with "
                          f"audit.attack={names.MEMBERSHIP}")
     guesses, correct = membership.sweep_counts(
-        frame["row_id"].to_numpy(np.int64), frame["label"].to_numpy(), frame["member"].to_numpy(np.int8),
-        frame["target_prediction"].to_numpy(np.float64), frame["proxy_prediction"].to_numpy(np.float64),
+        frame[ROW_ID].to_numpy(np.int64), frame[LABEL].to_numpy(), frame[MEMBER].to_numpy(np.int8),
+        frame[TARGET_PREDICTION].to_numpy(np.float64), frame[PROXY_PREDICTION].to_numpy(np.float64),
         seed=config.run.seed, step_percent=config.audit.sweep_step_percent, extra_share=config.audit.extra_guess_share)
     return len(frame), guesses, {names.MEMBERSHIP: correct}
 

@@ -37,13 +37,11 @@ from pyspark.sql.types import LongType, StructField, StructType
 from lia_spark import names
 from lia_spark.engine.session import default_parallelism, describe_jobs
 from lia_spark.kernels import audit, hashing, injected
+from lia_spark.names import (AUDITED_COLUMNS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION, ROW_ID,
+                             TARGET_PREDICTION)
 from lia_spark.run.model_sections import AuditConfig
 
 logger = logging.getLogger(__name__)
-
-AUDITED_COLUMNS = ("row_id", "label", "target_prediction", "proxy_prediction")  # every design reads these
-
-REFERENCE_COLUMN = "reference_prediction"  # optional: the observational design's label-blind reference
 
 RANGE_CANDIDATES = 500_000  # target candidates per range (bounds the memory of one applyInPandas call; with
 
@@ -64,8 +62,8 @@ def _as_uint64(column: pd.Series) -> np.ndarray:
 
 
 def _canary_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    return (frame["row_id"].to_numpy(dtype=np.int64), frame["label"].to_numpy(),
-            frame["target_prediction"].to_numpy(dtype=np.float64), frame["proxy_prediction"].to_numpy(dtype=np.float64))
+    return (frame[ROW_ID].to_numpy(dtype=np.int64), frame[LABEL].to_numpy(),
+            frame[TARGET_PREDICTION].to_numpy(dtype=np.float64), frame[PROXY_PREDICTION].to_numpy(dtype=np.float64))
 
 
 def _game_candidates(frame: pd.DataFrame, *, design: str, seed: int, repetitions: int,
@@ -74,8 +72,8 @@ def _game_candidates(frame: pd.DataFrame, *, design: str, seed: int, repetitions
     (:func:`lia_spark.kernels.audit.attack_candidates`) or the injected game (:func:`lia_spark.kernels.injected.attack_candidates`)."""
     row_ids, label, target, proxy = _canary_arrays(frame)
     if design == names.INJECTED:
-        return injected.attack_candidates(row_ids, label, frame["counterfactual_label"].to_numpy(),
-                                          frame["hidden_bit"].to_numpy(), target, proxy, seed=seed, attacks=attacks)
+        return injected.attack_candidates(row_ids, label, frame[COUNTERFACTUAL_LABEL].to_numpy(),
+                                          frame[HIDDEN_BIT].to_numpy(), target, proxy, seed=seed, attacks=attacks)
     return audit.attack_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions, attacks=attacks)
 
 
@@ -92,7 +90,7 @@ def _candidate_keys(frame: pd.DataFrame, attack: audit.Attack, *, design: str, s
 
 
 def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = names.OBSERVATIONAL,
-                    target: str = "target_prediction") -> DataFrame:
+                    target: str = TARGET_PREDICTION) -> DataFrame:
     """The canary columns of ``design`` (the prediction column ``target`` read as the target's); with ``canaries``
     > 0 only the rows with the smallest hash of (seed, row_id); under the injected design then only the informative
     canaries (y1 != y0: the others abstain).
@@ -100,22 +98,22 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = na
     Raises:
         ValueError: if a column of the design is missing, or the injected columns hold no value.
     """
-    needed = (*AUDITED_COLUMNS, *(injected.INJECTED_COLUMNS if design == names.INJECTED else ()), target)
+    needed = (*AUDITED_COLUMNS, *(names.INJECTED_COLUMNS if design == names.INJECTED else ()), target)
     missing = [c for c in dict.fromkeys(needed) if c not in df.columns]
     if missing:
         hint = (f"; audit.design={names.INJECTED} needs a target trained by this project's train stage with "
                 f"audit.design={names.INJECTED} (or a table with those columns); audit a given model with "
-                f"audit.design={names.OBSERVATIONAL}" if set(missing) & set(injected.INJECTED_COLUMNS) else "")
+                f"audit.design={names.OBSERVATIONAL}" if set(missing) & set(names.INJECTED_COLUMNS) else "")
         raise ValueError(f"canary table: missing columns {missing}, got columns={df.columns}{hint}")
-    injected_fields = [F.col(c).cast("int") for c in injected.INJECTED_COLUMNS] if design == names.INJECTED else []
-    df = df.select(F.col("row_id").cast("long"), F.col("label").cast("int"),
-                   F.col(target).cast("double").alias("target_prediction"), F.col("proxy_prediction").cast("double"),
+    injected_fields = [F.col(c).cast("int") for c in names.INJECTED_COLUMNS] if design == names.INJECTED else []
+    df = df.select(F.col(ROW_ID).cast("long"), F.col(LABEL).cast("int"),
+                   F.col(target).cast("double").alias(TARGET_PREDICTION), F.col(PROXY_PREDICTION).cast("double"),
                    *injected_fields)
     if design == names.INJECTED:
-        df = df.where(F.col("counterfactual_label").isNotNull() & F.col("hidden_bit").isNotNull())
+        df = df.where(F.col(COUNTERFACTUAL_LABEL).isNotNull() & F.col(HIDDEN_BIT).isNotNull())
     if canaries > 0:
         df = _smallest_hashes(df, seed=seed, canaries=canaries)
-    return df.where(F.col("label") != F.col("counterfactual_label")) if design == names.INJECTED else df
+    return df.where(F.col(LABEL) != F.col(COUNTERFACTUAL_LABEL)) if design == names.INJECTED else df
 
 
 def _smallest_hashes(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:
@@ -123,7 +121,7 @@ def _smallest_hashes(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:
 
     def keyed(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for frame in batches:
-            key = hashing.hash_bits(seed, audit.CANARY_PURPOSE, frame["row_id"].to_numpy(dtype=np.int64))
+            key = hashing.hash_bits(seed, audit.CANARY_PURPOSE, frame[ROW_ID].to_numpy(dtype=np.int64))
             # order-preserving map of uint64 onto signed longs (Spark sorts longs signed)
             yield frame.assign(_key=(key ^ np.uint64(1 << 63)).view(np.int64))
 
@@ -180,7 +178,7 @@ def _sample_keys(df: DataFrame, *, attacks: tuple[audit.Attack, ...], seed: int,
 
     def sample(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for frame in batches:
-            kept = frame.loc[audit.tie_hashes(frame["row_id"].to_numpy(dtype=np.int64), seed=seed) < threshold]
+            kept = frame.loc[audit.tie_hashes(frame[ROW_ID].to_numpy(dtype=np.int64), seed=seed) < threshold]
             for index, attack in enumerate(attacks):
                 abs_score, tie = _candidate_keys(kept, attack, design=design, seed=seed)
                 yield pd.DataFrame({"attack": np.full(len(abs_score), index, dtype=np.int32),

@@ -16,9 +16,8 @@ import pandas as pd
 from pyspark.sql import DataFrame
 
 from lia_spark.kernels import label_mechanisms, mechanisms
-from lia_spark.kernels.criteo import LABEL, ROW_ID
+from lia_spark.names import BAG_PROPORTION, LABEL, ROW_ID
 
-BAG_PROPORTION = "bag_proportion"
 UNIT = "bagging_unit"
 
 

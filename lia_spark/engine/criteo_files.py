@@ -15,6 +15,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lia_spark import names
 from lia_spark.engine.filesystem import files_for
 from lia_spark.kernels import criteo
 
@@ -31,7 +32,7 @@ _SCAN_SCHEMA = pa.schema([
 
 
 _STORAGE_SCHEMA = pa.schema(
-    [(criteo.ROW_ID, pa.int64()), (criteo.DAY, pa.int32()), (criteo.LABEL, pa.int32())]
+    [(names.ROW_ID, pa.int64()), (names.DAY, pa.int32()), (names.LABEL, pa.int32())]
     + [(name, pa.int64()) for name in criteo.FEATURE_COLUMNS]
 )
 

@@ -23,13 +23,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
-from lia_spark.engine.modeling import (INJECTED_LABEL, Preparation, boosting_params, feature_spec, model_features,
-                                       prepare_days, shared_pate_settings, training_seed)
+from lia_spark import names
+from lia_spark.engine.modeling import (Preparation, boosting_params, feature_spec, model_features, prepare_days,
+                                       shared_pate_settings, training_seed)
 from lia_spark.engine.session import describe_jobs, is_connect
 from lia_spark.engine.spark_models import SparkModel, bag_target, fitted_rows, label_target, predicted, spark_booster
 from lia_spark.kernels import features, injected, membership, training
-from lia_spark.kernels.criteo import LABEL, ROW_ID
-from lia_spark.names import BAG_MECHANISMS, INJECTED, MEMBERSHIP, OBSERVATIONAL, PATE
+from lia_spark.names import (BAG_MECHANISMS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
+                             MEMBERSHIP, OBSERVATIONAL, PATE, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
+                             ROW_ID, SPLIT, TARGET_PREDICTION, TRUE_LABEL)
 from lia_spark.run.capabilities import DISTRIBUTED, unsupported
 from lia_spark.run.config import Config
 
@@ -50,11 +52,9 @@ class TrainedModels:
     mechanism_report: dict[str, float]
 
 
-TRUE_LABEL = "true_label"  # the distributed path keeps y0 here while the mechanisms read y^b in the label column
-
-SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, split int, released_label int, target_prediction double, "
-                 "proxy_prediction double, member int, counterfactual_label int, hidden_bit int, "
-                 "reference_prediction double")
+SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, {SPLIT} int, {RELEASED_LABEL} int, {TARGET_PREDICTION} double, "
+                 f"{PROXY_PREDICTION} double, {MEMBER} int, {COUNTERFACTUAL_LABEL} int, {HIDDEN_BIT} int, "
+                 f"{REFERENCE_PREDICTION} double")
 # member: null outside the membership candidates; counterfactual_label, hidden_bit: the injected design's y1 and b
 # on the canaries (null otherwise); reference_prediction: the observational design's label-blind reference
 
@@ -157,13 +157,13 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
     released = (pd.array(fit.released_labels, dtype="Int32") if fit.released_labels is not None
                 else pd.array([None] * data.labels.size, dtype="Int32"))
     scored = pd.DataFrame({ROW_ID: data.row_ids, LABEL: data.labels.astype(np.int32),
-                           "split": data.split.astype(np.int32), "released_label": released,
-                           "target_prediction": fit.model.predict(data.features),
-                           "proxy_prediction": proxy_prediction,
-                           "member": _nullable(member),
+                           SPLIT: data.split.astype(np.int32), RELEASED_LABEL: released,
+                           TARGET_PREDICTION: fit.model.predict(data.features),
+                           PROXY_PREDICTION: proxy_prediction,
+                           MEMBER: _nullable(member),
                            **{name: _nullable(None if labels is None else getattr(labels, name), data.labels.size)
-                              for name in injected.INJECTED_COLUMNS},
-                           "reference_prediction": _reference_in_memory(config, data)})
+                              for name in names.INJECTED_COLUMNS},
+                           REFERENCE_PREDICTION: _reference_in_memory(config, data)})
     models = {"proxy": proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
                                       if name != "proxy" or "proxy_reused" not in prepared.seconds},
@@ -187,17 +187,17 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
                          f"{m.training_mechanism}, audit.attack={config.audit.attack}")
     proxy_spec = feature_spec(proxy_rows, config)
     columns = proxy_spec.feature_columns
-    proxy_frame = model_features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col("split") == 1)
+    proxy_frame = model_features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col(SPLIT) == 1)
     describe_jobs(spark, "train: proxy (xgboost.spark)")
     started = time.monotonic()
     proxy = SparkModel.fitted(spark_booster(spark, config, columns, LABEL).fit(proxy_frame.where(fitted_rows())))
     seconds["fit_proxy"] = time.monotonic() - started
-    proxy_on_target = predicted(proxy, model_features(target_rows, proxy_spec, config), "proxy_prediction")
+    proxy_on_target = predicted(proxy, model_features(target_rows, proxy_spec, config), PROXY_PREDICTION)
     target_spec = feature_spec(target_rows, config)
     target = (model_features(target_rows, target_spec, config).select(ROW_ID, *columns)
-              .join(proxy_on_target.select(ROW_ID, LABEL, "split", "proxy_prediction"), ROW_ID)
-              .withColumn("is_valid", F.col("split") == 1))
-    no_injection = (F.lit(None).cast("int").alias(column) for column in injected.INJECTED_COLUMNS)
+              .join(proxy_on_target.select(ROW_ID, LABEL, SPLIT, PROXY_PREDICTION), ROW_ID)
+              .withColumn("is_valid", F.col(SPLIT) == 1))
+    no_injection = (F.lit(None).cast("int").alias(column) for column in names.INJECTED_COLUMNS)
     target = (_injected_frame(target, config) if injects(config)
               else target.select("*", F.col(LABEL).alias(TRUE_LABEL), *no_injection)).cache()
     fit_target = bag_target if m.training_mechanism in BAG_MECHANISMS else label_target
@@ -205,9 +205,9 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
     models: dict[str, Any] = {"proxy": proxy, **fitted.models}
     scored, reference_seconds = _reference_distributed(spark, config, target, columns, fitted.scored)
     seconds.update({**fitted.seconds, **reference_seconds})
-    scored = scored.select(ROW_ID, F.col(TRUE_LABEL).alias(LABEL), "split", "released_label", "target_prediction",
-                           "proxy_prediction", F.lit(None).cast("int").alias("member"), *injected.INJECTED_COLUMNS,
-                           "reference_prediction")
+    scored = scored.select(ROW_ID, F.col(TRUE_LABEL).alias(LABEL), SPLIT, RELEASED_LABEL, TARGET_PREDICTION,
+                           PROXY_PREDICTION, F.lit(None).cast("int").alias(MEMBER), *names.INJECTED_COLUMNS,
+                           REFERENCE_PREDICTION)
     return TrainedModels(scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {})
 
 
@@ -217,17 +217,17 @@ def _injected_frame(frame: DataFrame, config: Config) -> DataFrame:
     then read it as they read any label), and the canaries' y1 and b."""
     a = config.audit
     schema = StructType(frame.schema.fields + [StructField(TRUE_LABEL, IntegerType())]
-                        + [StructField(name, IntegerType()) for name in injected.INJECTED_COLUMNS])
+                        + [StructField(name, IntegerType()) for name in names.INJECTED_COLUMNS])
 
     def batches(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for part in frames:
             labels = injected.inject(part[ROW_ID].to_numpy(np.int64), part[LABEL].to_numpy(np.int8),
-                                     part["proxy_prediction"].to_numpy(np.float64),
-                                     part["split"].to_numpy() == training.SPLIT_TRAIN, seed=config.run.seed,
+                                     part[PROXY_PREDICTION].to_numpy(np.float64),
+                                     part[SPLIT].to_numpy() == training.SPLIT_TRAIN, seed=config.run.seed,
                                      counterfactual=a.counterfactual, flip_share=a.flip_share)
             yield part.assign(**{TRUE_LABEL: part[LABEL].astype(np.int32), LABEL: labels.training.astype(np.int32),
-                                 "counterfactual_label": _nullable(labels.counterfactual_label),
-                                 "hidden_bit": _nullable(labels.hidden_bit)})
+                                 COUNTERFACTUAL_LABEL: _nullable(labels.counterfactual_label),
+                                 HIDDEN_BIT: _nullable(labels.hidden_bit)})
 
     return frame.mapInPandas(batches, schema)
 
@@ -239,10 +239,10 @@ def _reference_distributed(spark: SparkSession, config: Config, target: DataFram
     (xgboost.spark with the target's settings, on the true labels of the target day's test rows, early-stopped on
     its validation rows; :func:`_reference_in_memory`), else null."""
     if not observes(config):
-        return scored.withColumn("reference_prediction", F.lit(None).cast("double")), {}
+        return scored.withColumn(REFERENCE_PREDICTION, F.lit(None).cast("double")), {}
     describe_jobs(spark, "train: label-blind reference (xgboost.spark)")
     started = time.monotonic()
     reference = spark_booster(spark, config, columns, TRUE_LABEL).fit(
         target.where(F.col(features.SPLIT_COLUMN) >= training.SPLIT_VALID))
-    return (predicted(SparkModel.fitted(reference), scored, "reference_prediction"),
+    return (predicted(SparkModel.fitted(reference), scored, REFERENCE_PREDICTION),
             {"fit_reference": time.monotonic() - started})

@@ -31,8 +31,9 @@ from lia_spark.engine.filesystem import files_for
 from lia_spark.engine.outputs import committed_output, delete_path, reusable_output
 from lia_spark.engine.session import default_parallelism, describe_jobs
 from lia_spark.engine.stage import Stage, StageResult, StageRun
-from lia_spark.kernels.criteo import CAT_COLUMNS, DAY, INT_COLUMNS, LABEL, ROW_ID, STORAGE_DDL, split_row_id
+from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL, split_row_id
 from lia_spark.kernels.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
+from lia_spark.names import DAY, LABEL, ROW_ID
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.fingerprint import Fingerprint

@@ -39,6 +39,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lia_spark import names
 from lia_spark.engine.criteo_files import (GZIP_MODULUS, SCAN_DDL, SourceFile, decompressed_copies, gzip_trailer_size,
                                            list_sources, parse_partition_fn, read_lines, scan_partition)
 from lia_spark.engine.outputs import committed_output, delete_path
@@ -290,10 +291,10 @@ def _write_data(spark: SparkSession, lines: DataFrame, result: IngestResult, blo
     """Parse and write the valid rows to ``staging``; fail (nothing is committed) unless the rows written per day
     match the scan's counts."""
     parsed = lines.mapInArrow(parse_partition_fn(block_offsets, file_days), criteo.STORAGE_DDL)
-    parsed.write.partitionBy(criteo.DAY).parquet(staging)
+    parsed.write.partitionBy(names.DAY).parquet(staging)
     describe_jobs(spark, "ingest: verify written row counts")
-    written = {row[criteo.DAY]: row["count"] for row in
-               spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(criteo.DAY).count().collect()}
+    written = {row[names.DAY]: row["count"] for row in
+               spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(names.DAY).count().collect()}
     expected = {day: rows for day, rows in result.rows_per_day.items() if rows}
     if written != expected:
         raise RuntimeError(f"ingest wrote {written} rows per day but the scan counted {expected}; "

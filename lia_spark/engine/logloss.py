@@ -41,7 +41,8 @@ from lia_spark.engine.outputs import check_writable, copy_from_local, reported_p
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import FilesResult, Input, Stage, StageRun
 from lia_spark.kernels import logloss
-from lia_spark.kernels.criteo import DAY, LABEL, POSITION_BITS, ROW_ID
+from lia_spark.kernels.criteo import POSITION_BITS
+from lia_spark.names import DAY, LABEL, ROW_ID
 from lia_spark.present import logloss_plots
 from lia_spark.run.config import Config
 from lia_spark.run.sections import LoglossConfig

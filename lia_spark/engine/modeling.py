@@ -15,19 +15,16 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark.engine import features as spark_features
+from lia_spark.engine import feature_frames
 from lia_spark.engine.outputs import output_fingerprint
-from lia_spark.engine.pate import spark_votes
+from lia_spark.engine.pate_teachers import spark_votes
 from lia_spark.engine.session import describe_jobs
 from lia_spark.kernels import features, hashing, pate, training
-from lia_spark.kernels.criteo import LABEL, ROW_ID
+from lia_spark.names import INJECTED_LABEL, LABEL, ROW_ID
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
-
-INJECTED_LABEL = "injected_label"  # PATE's teachers: the training label where injection changed it
-
 
 def training_seed(config: Config) -> int:
     """Seed of the training-label mechanisms, derived from the run seed (63 bits)."""
@@ -79,12 +76,12 @@ def in_memory_rows(spark: SparkSession, config: Config, day: int) -> DataFrame:
             driver's limits (spark.driver.maxResultSize, half the driver heap) at IN_MEMORY_BYTES_PER_ROW.
     """
     m = config.models
-    rows = spark_features.read_day(spark, config.parquet_path, day)
+    rows = feature_frames.read_day(spark, config.parquet_path, day)
     describe_jobs(spark, f"train: count the rows of day {day}")
     total = rows.count()
     collected = total
     if 0 < m.sample_rows_per_day < total:
-        rows = spark_features.sample_rows(rows, seed=config.run.seed, share=m.sample_rows_per_day / total)
+        rows = feature_frames.sample_rows(rows, seed=config.run.seed, share=m.sample_rows_per_day / total)
         collected = math.ceil(SAMPLE_MARGIN * m.sample_rows_per_day)
         logger.info("train: day %d has %d rows; in-memory training on the seeded sample of about %d "
                     "(models.sample_rows_per_day)", day, total, m.sample_rows_per_day)
@@ -132,15 +129,15 @@ def feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
         return features.FeatureSpec(encoding="native", hash_buckets=m.hash_buckets)
     if m.categorical_encoding == "hash":
         return features.FeatureSpec(encoding="hash", hash_buckets=m.hash_buckets)
-    train_rows = spark_features.split_rows(spark_rows, seed=config.run.seed, shares=m.split, code=0)
-    vocabulary = spark_features.learn_vocabulary(train_rows, min_count=m.min_category_count, max_size=m.hash_buckets)
+    train_rows = feature_frames.split_rows(spark_rows, seed=config.run.seed, shares=m.split, code=0)
+    vocabulary = feature_frames.learn_vocabulary(train_rows, min_count=m.min_category_count, max_size=m.hash_buckets)
     return features.FeatureSpec(encoding="frequency", hash_buckets=m.hash_buckets, vocabulary=vocabulary)
 
 
 def model_features(rows: DataFrame, spec: features.FeatureSpec, config: Config) -> DataFrame:
-    """The model feature frame of ``rows`` (:func:`lia_spark.engine.features.feature_frame` with the run's seed and
+    """The model feature frame of ``rows`` (:func:`lia_spark.engine.feature_frames.feature_frame` with the run's seed and
     split)."""
-    return spark_features.feature_frame(rows, spec, seed=config.run.seed, shares=config.models.split)
+    return feature_frames.feature_frame(rows, spec, seed=config.run.seed, shares=config.models.split)
 
 
 def collect_model_data(frame: DataFrame, spec: features.FeatureSpec, library: str) -> training.ModelData:

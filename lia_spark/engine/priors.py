@@ -17,13 +17,12 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark.engine import features as spark_features
+from lia_spark.engine import feature_frames
 from lia_spark.engine.modeling import model_features
 from lia_spark.engine.session import describe_jobs, shipped
 from lia_spark.engine.spark_models import predicted
 from lia_spark.kernels import features, training
-from lia_spark.kernels.criteo import ROW_ID
-from lia_spark.names import AUTO_PRIOR, PROXY_PRIOR, TRUE_PRIOR
+from lia_spark.names import AUTO_PRIOR, PROXY_PRIOR, ROW_ID, TRUE_PRIOR
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 
@@ -88,7 +87,7 @@ def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: t
 
 def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: features.FeatureSpec, path: str,
                        days: Sequence[int]) -> int:
-    """Score every row of the released ``days`` (:func:`lia_spark.engine.features.released_days`) with the proxy
+    """Score every row of the released ``days`` (:func:`lia_spark.engine.feature_frames.released_days`) with the proxy
     model in one distributed pass and write Parquet (row_id long, proxy_prediction double) to ``path``; returns
     the rows written.
 
@@ -103,7 +102,7 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
     if config.models.proxy_day in days:
         logger.warning("train: mechanisms.days includes models.proxy_day %d: the proxy's priors of that day's rows "
                        "predict its own training rows (an overfit prior)", config.models.proxy_day)
-    frame = model_features(spark_features.read_days(spark, config.parquet_path, days), spec, config)
+    frame = model_features(feature_frames.read_days(spark, config.parquet_path, days), spec, config)
     if isinstance(proxy, training.FittedModel):
         columns = tuple(spec.feature_columns)
         with shipped(spark, pickle.dumps(proxy)) as model:

@@ -16,12 +16,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, IntegerType, StructField, StructType
 
-from lia_spark.engine.bags import BAG_PROPORTION, row_bag_proportions
+from lia_spark.engine.bags import row_bag_proportions
 from lia_spark.engine.modeling import training_seed
 from lia_spark.engine.session import default_parallelism, describe_jobs
 from lia_spark.kernels import features, label_mechanisms, model_output, training
-from lia_spark.kernels.criteo import LABEL, ROW_ID
-from lia_spark.names import NONE, PROXY_PRIOR, RR, RR_DEBIASED, RR_WITH_PRIOR
+from lia_spark.names import (BAG_PROPORTION, LABEL, NONE, PROXY_PRIOR, RELEASED_LABEL, ROW_ID, RR, RR_DEBIASED,
+                             RR_WITH_PRIOR, SPLIT, TARGET_PREDICTION)
 from lia_spark.run.config import Config
 
 
@@ -84,7 +84,7 @@ def fitted_rows():
 def release_column(frame: DataFrame, *, epsilon: float, seed: int, prior: str | None) -> DataFrame:
     """Add ``released_label`` by mapInPandas over the pure label mechanisms: RR, or RRWithPrior on the ``prior``
     column when one is named."""
-    schema = StructType(frame.schema.fields + [StructField("released_label", IntegerType())])
+    schema = StructType(frame.schema.fields + [StructField(RELEASED_LABEL, IntegerType())])
 
     def batches(frames):
         for part in frames:
@@ -124,7 +124,7 @@ def label_target(spark: SparkSession, config: Config, target: DataFrame, columns
     eps, mechanism = m.epsilon, m.training_mechanism
     models, seconds = {}, {}
     if mechanism == NONE or math.isinf(eps):
-        released = target.withColumn("released_label", F.col(LABEL))
+        released = target.withColumn(RELEASED_LABEL, F.col(LABEL))
     elif mechanism in (RR, RR_DEBIASED):
         released = release_column(target, epsilon=eps, seed=seed, prior=None)
     elif mechanism == RR_WITH_PRIOR:
@@ -136,23 +136,23 @@ def label_target(spark: SparkSession, config: Config, target: DataFrame, columns
         rr = release_column(halves, epsilon=eps, seed=seed, prior=None).cache()
         describe_jobs(spark, "train: lp_2st stage 1 (xgboost.spark)")
         started = time.monotonic()
-        stage1 = spark_booster(spark, config, columns, "released_label").fit(rr.where(half & fitted_rows()))
+        stage1 = spark_booster(spark, config, columns, RELEASED_LABEL).fit(rr.where(half & fitted_rows()))
         seconds["fit_stage1"] = time.monotonic() - started
         models["stage1"] = SparkModel.fitted(stage1, rr_epsilon=eps)
-        prior = predicted(models["stage1"], rr.drop("released_label"), "stage1_prior")
+        prior = predicted(models["stage1"], rr.drop(RELEASED_LABEL), "stage1_prior")
         second = release_column(prior, epsilon=eps, seed=seed, prior="stage1_prior")
-        released = (rr.select(ROW_ID, F.col("released_label").alias("rr_label"))
+        released = (rr.select(ROW_ID, F.col(RELEASED_LABEL).alias("rr_label"))
                     .join(second, ROW_ID)
-                    .withColumn("released_label", F.when(half, F.col("rr_label")).otherwise(F.col("released_label")))
+                    .withColumn(RELEASED_LABEL, F.when(half, F.col("rr_label")).otherwise(F.col(RELEASED_LABEL)))
                     .drop("rr_label", "stage1_prior", "lp2st_first"))
     released = released.cache()
     describe_jobs(spark, "train: target (xgboost.spark)")
     started = time.monotonic()
-    target_model = spark_booster(spark, config, columns, "released_label").fit(released.where(fitted_rows()))
+    target_model = spark_booster(spark, config, columns, RELEASED_LABEL).fit(released.where(fitted_rows()))
     seconds["fit_target"] = time.monotonic() - started
     debias = mechanism == RR_DEBIASED and not math.isinf(eps)
     models["target"] = SparkModel.fitted(target_model, rr_epsilon=eps if debias else None)
-    return DistributedTarget(predicted(models["target"], released, "target_prediction"), models, seconds)
+    return DistributedTarget(predicted(models["target"], released, TARGET_PREDICTION), models, seconds)
 
 
 def bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: list[str]) -> DistributedTarget:
@@ -163,11 +163,11 @@ def bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: 
     m = config.models
     describe_jobs(spark, f"train: bag proportions ({m.training_mechanism}, k={m.bag_size})")
     proportions = functools.reduce(DataFrame.unionByName, [
-        row_bag_proportions(target.where(F.col("split") == split), mechanism=m.training_mechanism, epsilon=m.epsilon,
+        row_bag_proportions(target.where(F.col(SPLIT) == split), mechanism=m.training_mechanism, epsilon=m.epsilon,
                             bag_size=m.bag_size, seed=training_seed(config))
         for split in (training.SPLIT_TRAIN, training.SPLIT_VALID)])
     released = target.join(proportions, ROW_ID, "left").cache()
-    training_rows = released.where(F.col("split") == training.SPLIT_TRAIN)
+    training_rows = released.where(F.col(SPLIT) == training.SPLIT_TRAIN)
     mean_proportion = training_rows.agg(F.mean(BAG_PROPORTION)).first()[0]
     if mean_proportion is None:
         raise ValueError(f"models.split: the target day has no training rows to bag, got split={list(m.split)}")
@@ -177,6 +177,6 @@ def bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: 
     model = spark_booster(spark, config, columns, BAG_PROPORTION, regression_start=mean_proportion).fit(
         released.where(fitted_rows()))
     target_model = SparkModel.fitted(model, link="identity", bag_size=m.bag_size, mean_proportion=mean_proportion)
-    scored = predicted(target_model, released, "target_prediction").withColumn(
-        "released_label", F.lit(None).cast("int"))
+    scored = predicted(target_model, released, TARGET_PREDICTION).withColumn(
+        RELEASED_LABEL, F.lit(None).cast("int"))
     return DistributedTarget(scored, {"target": target_model}, {"fit_target": time.monotonic() - started})

@@ -30,8 +30,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark.engine import features as spark_features
-from lia_spark.engine import metrics as spark_metrics
+from lia_spark import names
+from lia_spark.engine import feature_frames
+from lia_spark.engine import metrics
 from lia_spark.engine.fitting import distributed, in_memory, injects
 from lia_spark.engine.modeling import Preparation, in_memory_rows
 from lia_spark.engine.outputs import copy_from_local, write_text
@@ -39,8 +40,8 @@ from lia_spark.engine.priors import needs_proxy_priors, write_proxy_priors
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.kernels import features, model_output, training
-from lia_spark.kernels.criteo import LABEL, ROW_ID
-from lia_spark.names import BAG_MECHANISMS, LABEL_INFERENCE, LLP, MEMBERSHIP, NONE
+from lia_spark.names import (BAG_MECHANISMS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, LABEL_INFERENCE, LLP, MEMBER,
+                             MEMBERSHIP, NONE, PROXY_PREDICTION, ROW_ID, SPLIT, TARGET_PREDICTION)
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 
@@ -106,18 +107,18 @@ class TrainResult(StageResult):
 def _injection_counts(scored: DataFrame) -> dict[str, int]:
     """Canaries with y1 != y0 (``informative_canaries``, the m of the injected audit) and those of them trained on
     y1 (``injected_labels``: b = 1, the training labels injection changed), on the executors."""
-    informative = F.col("counterfactual_label") != F.col(LABEL)
-    found = scored.where(F.col("split") == training.SPLIT_TRAIN).agg(
+    informative = F.col(COUNTERFACTUAL_LABEL) != F.col(LABEL)
+    found = scored.where(F.col(SPLIT) == training.SPLIT_TRAIN).agg(
         F.sum(informative.cast("long")).alias("informative_canaries"),
-        F.sum((informative & (F.col("hidden_bit") == 1)).cast("long")).alias("injected_labels")).first()
+        F.sum((informative & (F.col(HIDDEN_BIT) == 1)).cast("long")).alias("injected_labels")).first()
     return {name: int(found[name] or 0) for name in ("informative_canaries", "injected_labels")}
 
 
 def _test_metrics(scored: DataFrame) -> dict[str, float]:
     """AUC and log-loss of target and proxy on the test split, on the executors (:mod:`lia_spark.engine.metrics`)."""
-    test = scored.where(F.col("split") == training.SPLIT_TEST)
+    test = scored.where(F.col(SPLIT) == training.SPLIT_TEST)
     return {f"{name}@{model}": value for model in ("target", "proxy")
-            for name, value in spark_metrics.binary_metrics(test, label=LABEL,
+            for name, value in metrics.binary_metrics(test, label=LABEL,
                                                             prediction=f"{model}_prediction").items()}
 
 
@@ -149,7 +150,7 @@ def _write_json(spark: SparkSession, payload: dict[str, Any], path: str) -> None
 
 def _prior_days(spark: SparkSession, config: Config) -> tuple[int, ...]:
     """The released days whose proxy priors train writes: none unless the posteriors stage's prior needs them."""
-    return spark_features.released_days(spark, config) if needs_proxy_priors(config) else ()
+    return feature_frames.released_days(spark, config) if needs_proxy_priors(config) else ()
 
 
 def _priors_fields(spark: SparkSession, config: Config) -> Resolved:
@@ -159,8 +160,8 @@ def _priors_fields(spark: SparkSession, config: Config) -> Resolved:
 
 
 def _days_present(spark: SparkSession, config: Config) -> None:
-    spark_features.check_days_present(spark, config, ("models.proxy_day", "models.target_day",
-                                                      *(spark_features.released_day_field(config)
+    feature_frames.check_days_present(spark, config, ("models.proxy_day", "models.target_day",
+                                                      *(feature_frames.released_day_field(config)
                                                         if needs_proxy_priors(config) else ())))
 
 
@@ -178,21 +179,21 @@ def _train(run: StageRun) -> TrainResult:
         proxy_rows, target_rows = (in_memory_rows(spark, config, day) for day in (m.proxy_day, m.target_day))
         fit = in_memory
     else:
-        proxy_rows, target_rows = (spark_features.read_day(spark, config.parquet_path, day)
+        proxy_rows, target_rows = (feature_frames.read_day(spark, config.parquet_path, day)
                                    for day in (m.proxy_day, m.target_day))
         fit = distributed
     trained = fit(spark, config, proxy_rows, target_rows, run.options.get("preparation") or Preparation())
     scored, seconds = trained.scored.cache(), dict(trained.seconds)
     describe_jobs(spark, "train: write canaries and test predictions")
-    scored.where(F.col("split") == training.SPLIT_TRAIN).select(*layout.CANARY_COLUMNS).write.parquet(
+    scored.where(F.col(SPLIT) == training.SPLIT_TRAIN).select(*names.CANARY_COLUMNS).write.parquet(
         run.under(layout.CANARIES))
-    scored.where(F.col("split") == training.SPLIT_TEST).select(
-        ROW_ID, LABEL, "target_prediction", "proxy_prediction").write.parquet(run.under(layout.TEST_PREDICTIONS))
+    scored.where(F.col(SPLIT) == training.SPLIT_TEST).select(
+        ROW_ID, LABEL, TARGET_PREDICTION, PROXY_PREDICTION).write.parquet(run.under(layout.TEST_PREDICTIONS))
     if config.audit.attack == MEMBERSHIP:
-        scored.where(F.col("member").isNotNull()).select(*layout.MEMBERSHIP_COLUMNS).write.parquet(
+        scored.where(F.col(MEMBER).isNotNull()).select(*names.MEMBERSHIP_COLUMNS).write.parquet(
             run.under(layout.MEMBERSHIP))
-    rows = {name: int(count) for name, count in scored.groupBy("split").count().toPandas()
-            .assign(name=lambda f: f["split"].map(SPLIT_NAMES))[["name", "count"]].itertuples(index=False)}
+    rows = {name: int(count) for name, count in scored.groupBy(SPLIT).count().toPandas()
+            .assign(name=lambda f: f[SPLIT].map(SPLIT_NAMES))[["name", "count"]].itertuples(index=False)}
     if injects(config):
         rows.update(_injection_counts(scored))
     test_metrics = {**_test_metrics(scored), **trained.extra_metrics}

@@ -40,7 +40,8 @@ import math
 import numpy as np
 
 from lia_spark.kernels import _audit_game, hashing
-from lia_spark.names import DIFFERENCE, DIFFERENCE_PREFIX, LOG_RATIO, SCORES, score_parts
+from lia_spark.names import (DIFFERENCE, DIFFERENCE_PREFIX, LABEL, LOG_RATIO, PROXY_PREDICTION, SCORES,
+                             TARGET_PREDICTION, score_parts)
 
 DEFAULT_ATTACKS = ("difference_t0", "difference_t2", "difference_t8", LOG_RATIO)
 TIE_BREAK_PURPOSE = "audit/tie_break"
@@ -166,13 +167,13 @@ def validate_canaries(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray
         ValueError: naming the offending column and a bad value.
     """
     n = len(row_ids)
-    for name, column in (("label", label), ("target_prediction", target), ("proxy_prediction", proxy)):
+    for name, column in ((LABEL, label), (TARGET_PREDICTION, target), (PROXY_PREDICTION, proxy)):
         if len(column) != n:
             raise ValueError(f"{name} must have one value per row_id ({n}), got {len(column)} values")
     bad_label = ~np.isin(label, (0, 1))
     if bad_label.any():
         raise ValueError(f"label must be 0 or 1, got label={label[bad_label][0]!r}")
-    for name, column in (("target_prediction", target), ("proxy_prediction", proxy)):
+    for name, column in ((TARGET_PREDICTION, target), (PROXY_PREDICTION, proxy)):
         bad = ~((column >= 0.0) & (column <= 1.0))
         if bad.any():
             raise ValueError(f"{name} must be finite and in [0, 1], got {name}={column[bad][0]!r}")

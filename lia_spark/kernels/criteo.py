@@ -16,13 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-LABEL = "label"
+from lia_spark.names import DAY, LABEL, ROW_ID
+
 INT_COLUMNS = tuple(f"I{j}" for j in range(1, 14))
 CAT_COLUMNS = tuple(f"C{j}" for j in range(1, 27))
 FEATURE_COLUMNS = INT_COLUMNS + CAT_COLUMNS
 TSV_COLUMNS = (LABEL,) + FEATURE_COLUMNS
-ROW_ID = "row_id"
-DAY = "day"
 
 # row_id = day * 2^40 + position of the line in its source file: stable under any partitioning.
 POSITION_BITS = 40

@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 
 from lia_spark.kernels import hashing
-from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, LABEL, ROW_ID
+from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS
+from lia_spark.names import LABEL, ROW_ID, SPLIT
 
 ENCODINGS = ("frequency", "hash", "native")
-SPLIT_COLUMN = "split"
+SPLIT_COLUMN = SPLIT
 PURPOSE_SPLIT = "model-split"
 PURPOSE_DAY_SAMPLE = "model-day-sample"
 ENCODING_SUFFIX = ".encoding.npz"  # beside each model file: the encoding its raw input rows need (save_spec)

@@ -29,10 +29,9 @@ import dataclasses
 import numpy as np
 
 from lia_spark.kernels import audit, hashing
-from lia_spark.names import COUNTERFACTUALS, PROXY_DRAW
+from lia_spark.names import COUNTERFACTUALS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, PROXY_DRAW
 
 COUNTERFACTUAL_PURPOSE = "audit/injected/counterfactual"
-INJECTED_COLUMNS = ("counterfactual_label", "hidden_bit")  # y1 and b in the canary table (null off the canaries)
 COIN_PURPOSE = "audit/injected/coin"
 
 
@@ -120,7 +119,7 @@ def attack_candidates(row_ids: np.ndarray, label: np.ndarray, counterfactual_lab
     target = np.asarray(target, dtype=np.float64)
     proxy = np.asarray(proxy, dtype=np.float64)
     audit.validate_canaries(row_ids, label, target, proxy)
-    for name, column in (("counterfactual_label", counterfactual_label), ("hidden_bit", hidden_bit)):
+    for name, column in ((COUNTERFACTUAL_LABEL, counterfactual_label), (HIDDEN_BIT, hidden_bit)):
         if len(column) != len(row_ids):
             raise ValueError(f"{name} must have one value per row_id ({len(row_ids)}), got {len(column)} values")
         bad = ~np.isin(column, (0, 1))

@@ -12,11 +12,8 @@ TRUTH = "truth"
 CRITEO_TSV = "criteo"
 MODELS = "models"
 CANARIES = "canaries"  # inside models/
-CANARY_COLUMNS = ("row_id", "label", "released_label", "target_prediction", "proxy_prediction", "counterfactual_label",
-                  "hidden_bit", "reference_prediction")
 TEST_PREDICTIONS = "test_predictions"  # inside models/
 MEMBERSHIP = "membership"  # inside models/, with audit.attack=membership
-MEMBERSHIP_COLUMNS = ("row_id", "label", "member", "target_prediction", "proxy_prediction")
 PROXY_PRIORS = "priors"  # inside models/
 MODEL_METRICS = "metrics.json"  # inside models/
 POSTERIORS = "posteriors"

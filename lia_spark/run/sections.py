@@ -144,7 +144,7 @@ class MechanismsConfig:
     released days, ``<out>/models/priors``, written by the train stage); ``prior_path`` overrides the table
     (:func:`lia_spark.engine.priors.resolve_prior`). ``days``: the released days, ``target``
     (models.target_day), ``all`` (every day of the data) or a list of days
-    (:func:`lia_spark.engine.features.released_days`).
+    (:func:`lia_spark.engine.feature_frames.released_days`).
     """
 
     days: str | tuple[int, ...] = names.TARGET_DAY

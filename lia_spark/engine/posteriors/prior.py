@@ -9,6 +9,7 @@ from typing import Sequence
 
 from pyspark.sql import SparkSession
 
+from lia_spark import names
 from lia_spark.engine.priors import resolve_prior
 from lia_spark.names import TRUE_PRIOR
 from lia_spark.run import layout
@@ -65,10 +66,10 @@ def check_prior_source(spark: SparkSession, config: Config, *, pending: Sequence
     else:
         if prior.step in pending:
             if (prior.path != layout.proxy_priors_path(config) and prior.step == "train"
-                    and prior.column not in layout.CANARY_COLUMNS):
+                    and prior.column not in names.CANARY_COLUMNS):
                 raise ValueError(
                     f"mechanisms.prior_column: the train stage's canary table {prior.path} has no column "
-                    f"{prior.column!r} (columns: {', '.join(layout.CANARY_COLUMNS)}); use auto, eta, "
+                    f"{prior.column!r} (columns: {', '.join(names.CANARY_COLUMNS)}); use auto, eta, "
                     f"proxy_prediction or one of those, or set mechanisms.prior_path to a table with row_id and "
                     f"{prior.column}, got {wanted}")
             return  # the train stage writes models/priors whenever the resolved prior needs them

@@ -39,7 +39,7 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark.engine.features import check_days_present, released_day_field, released_days
+from lia_spark.engine.feature_frames import check_days_present, released_day_field, released_days
 from lia_spark.engine.outputs import copy_from_local, delete_path, local_folder, reported_path
 from lia_spark.engine.posteriors.prior import check_prior_source
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plot_sample, summarize_digest
@@ -139,7 +139,7 @@ def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | Da
 
 
 def _released_days(spark: SparkSession, config: Config) -> Resolved:
-    """The released days (:func:`~lia_spark.engine.features.released_days`) enter the fingerprint; the prior's table
+    """The released days (:func:`~lia_spark.engine.feature_frames.released_days`) enter the fingerprint; the prior's table
     is checked first, schemas only, before the data table's days are read."""
     check_prior_source(spark, config, pending=())
     return Resolved({"mechanisms.days": released_days(spark, config)})

@@ -17,7 +17,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 
 from lia_spark.engine.session import describe_jobs, shipped
 from lia_spark.kernels import pate
-from lia_spark.kernels.criteo import LABEL, ROW_ID
+from lia_spark.names import LABEL, ROW_ID
 
 VOTES_SCHEMA = "teacher int, votes binary"
 TEACHER = "teacher"

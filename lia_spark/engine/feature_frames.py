@@ -8,8 +8,8 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from lia_spark.kernels import features
-from lia_spark.kernels.criteo import CAT_COLUMNS, DAY, LABEL, ROW_ID
-from lia_spark.names import ALL_DAYS, TARGET_DAY
+from lia_spark.kernels.criteo import CAT_COLUMNS
+from lia_spark.names import ALL_DAYS, DAY, LABEL, ROW_ID, TARGET_DAY
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config, day_fields
 
