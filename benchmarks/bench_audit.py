@@ -1,5 +1,5 @@
 """Benchmark: the audit stage (1M canaries x 100 repetitions x 101 sweep points, both bound families, target
-<= 10 s on 2 cores), the in-process audit kernel with one and with several attacks, and the validity study on randomized
+<= 10 s on 2 cores), the in-process audit kernel with one and with several scores, and the validity study on randomized
 response (Kalemaj et al., "Observational Auditing of Label Privacy", 2025, arXiv:2511.14084, App. 11).
 
     .venv/bin/python benchmarks/bench_audit.py [--part audit|kernel|validity|all] [--canaries 1000000]
@@ -11,10 +11,10 @@ Figures:
 - stage: ``run_audit`` (read Parquet, exact distributed counts, bounds on the driver, write outputs);
 - counts: the distributed counting alone (:func:`lia_spark.engine.audit.distributed_counts`);
 - bounds: the driver's best bound per repetition, both families, both conventions;
-- kernel: :func:`lia_spark.kernels.audit.count_correct` in-process with the same attack (its CPU time over the cores is
+- kernel: :func:`lia_spark.kernels.audit.count_correct` in-process with the same score (its CPU time over the cores is
   the ceiling of the distributed counts).
-Kernel (``--part kernel``, no Spark): ``count_correct`` + ``evaluate_sweep`` (one attack, difference t = 2) and
-``count_correct_attacks`` + ``evaluate_attacks`` (the four attacks of ``audit.DEFAULT_ATTACKS``), binomial + GDP.
+Kernel (``--part kernel``, no Spark): ``count_correct`` + ``evaluate_sweep`` (one score, difference t = 2) and
+``count_correct_scores`` + ``evaluate_scores`` (the four scores of ``audit.DEFAULT_SCORES``), binomial + GDP.
 Validity: :func:`lia_spark.studies.validity.study` (n = 500,000, 50 independent draws of data, release and game per cell;
 ``jobs/validate_rr.py`` runs the same study, and ``--validity-from DIR`` renders the section from its output).
 """
@@ -55,7 +55,7 @@ def canary_table(m: int) -> pd.DataFrame:
 
 
 def bench_audit(m: int, master: str, rounds: int = 3) -> str:
-    """The stage, its distributed counts and the in-process kernel (same attack), ``rounds`` times back to back."""
+    """The stage, its distributed counts and the in-process kernel (same score), ``rounds`` times back to back."""
     from lia_spark.engine.audit_counts import distributed_counts, select_canaries
     from lia_spark.engine.stages import run_stage
     from lia_spark.engine.session import get_spark
@@ -81,23 +81,23 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
         config = config_from_dict({"run": {"output_dir": os.path.join(workdir, "out"), "seed": SEED},
                                    "audit": {"repetitions": 100, "canary_path": path}})
         settings = config.audit
-        (attack,) = settings.scores
+        (score,) = settings.scores
         several = config_from_dict({"run": {"output_dir": os.path.join(workdir, "out_scores"), "seed": SEED},
                                     "audit": {"repetitions": 100, "canary_path": path,
-                                              "scores": list(audit.DEFAULT_ATTACKS)}})
+                                              "scores": list(audit.DEFAULT_SCORES)}})
         guesses = audit.guess_grid(m)
         df = select_canaries(spark.read.parquet(path), seed=SEED, canaries=0)
         distributed_counts(df.limit(20_000), section=settings, seed=SEED)  # warm-up: Python workers, imports, jit
         audit.count_correct(*(column[:1000] for column in columns), seed=SEED, repetitions=2, guesses=[1])
         for _ in range(rounds):
-            kernel_counts = timed("kernel", lambda: audit.count_correct_attacks(
-                *columns, seed=SEED, repetitions=100, guesses=guesses, attacks=settings.scores)[attack],
+            kernel_counts = timed("kernel", lambda: audit.count_correct_scores(
+                *columns, seed=SEED, repetitions=100, guesses=guesses, scores=settings.scores)[score],
                 time.process_time)
             sweep = timed("bounds", lambda: audit_sweep.evaluate_sweep(kernel_counts, guesses, canaries=m,
                                                                  families=("binomial", "gdp")), time.process_time)
             _, _, spark_counts = timed("counts", lambda: distributed_counts(df, section=settings, seed=SEED),
                                        process_tree_cpu_seconds)
-            assert np.array_equal(spark_counts[attack], kernel_counts), "Spark counts differ from the in-process kernel"
+            assert np.array_equal(spark_counts[score], kernel_counts), "Spark counts differ from the in-process kernel"
             shutil.rmtree(config.run.output_dir, ignore_errors=True)
             result = timed("stage", lambda: run_stage("audit", spark, config), process_tree_cpu_seconds)
             shutil.rmtree(several.run.output_dir, ignore_errors=True)
@@ -119,7 +119,7 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
     lines = [
         "## Audit (benchmarks/bench_audit.py)",
         "",
-        f"{m:,} canaries x 100 repetitions x {len(guesses)} sweep points, attack `{attack}` (the "
+        f"{m:,} canaries x 100 repetitions x {len(guesses)} sweep points, score `{score}` (the "
         f"default), binomial + GDP best bound per repetition under both conventions (GDP also at delta = "
         f"{sweep.gdp_delta:g}); target saw RR(eps={RR_EPSILON:g}) labels. Master {master}; {rounds} rounds back to "
         "back, medians (each round's wall time in brackets). CPU s: the whole process tree (driver, Spark's JVM, "
@@ -129,7 +129,7 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
         "| figure | wall s | CPU s | canary-repetitions per CPU-second |",
         "|---|---|---|---|",
         row("stage `run_audit` end to end (target <= 10 s)", "stage"),
-        row(f"same stage with the study's {len(audit.DEFAULT_ATTACKS)} scores (`audit.scores`, one pass, "
+        row(f"same stage with the study's {len(audit.DEFAULT_SCORES)} scores (`audit.scores`, one pass, "
             "confidence split)", "stage_scores"),
         row("distributed exact counts only", "counts"),
         row("in-process kernel `count_correct`, 1 process", "kernel"),
@@ -153,7 +153,7 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
 
 
 def bench_kernel(m: int, repetitions: int = 100) -> str:
-    """In-process audit kernel, one core: counts and best bounds for one attack and for the four default attacks."""
+    """In-process audit kernel, one core: counts and best bounds for one score and for the four default scores."""
     table = canary_table(m)
     columns = (table["row_id"].to_numpy(), table["label"].to_numpy(), table["target_prediction"].to_numpy(),
                table["proxy_prediction"].to_numpy())
@@ -170,15 +170,15 @@ def bench_kernel(m: int, repetitions: int = 100) -> str:
     counts = timed("count_one", lambda: audit.count_correct(*columns, seed=SEED, repetitions=repetitions,
                                                              guesses=guesses))
     sweep = timed("bounds_one", lambda: audit_sweep.evaluate_sweep(counts, guesses, canaries=m, families=families))
-    several = timed("count_all", lambda: audit.count_correct_attacks(
-        *columns, seed=SEED, repetitions=repetitions, guesses=guesses, attacks=audit.DEFAULT_ATTACKS))
-    assert np.array_equal(several["difference_t2"], counts), "count_correct_attacks differs from count_correct"
-    combined = timed("bounds_all", lambda: audit_sweep.evaluate_attacks(several, guesses, canaries=m, families=families,
+    several = timed("count_all", lambda: audit.count_correct_scores(
+        *columns, seed=SEED, repetitions=repetitions, guesses=guesses, scores=audit.DEFAULT_SCORES))
+    assert np.array_equal(several["difference_t2"], counts), "count_correct_scores differs from count_correct"
+    combined = timed("bounds_all", lambda: audit_sweep.evaluate_scores(several, guesses, canaries=m, families=families,
                                                                    table_families=("binomial",)))
     log_ratio = audit_sweep.evaluate_sweep(several["log_ratio"], guesses, canaries=m, families=families,
                                      conventions=("bonferroni",))
     row_reps = m * repetitions
-    attacks = len(audit.DEFAULT_ATTACKS)
+    scores = len(audit.DEFAULT_SCORES)
     lines = [
         "## Audit kernel in-process (benchmarks/bench_audit.py --part kernel)",
         "",
@@ -190,13 +190,13 @@ def bench_kernel(m: int, repetitions: int = 100) -> str:
         f"| `count_correct` (difference_t2) | {timings['count_one']:.1f} | {cpu['count_one']:.1f} | "
         f"{row_reps / cpu['count_one']:,.0f} |",
         f"| `evaluate_sweep` (binomial + gdp) | {timings['bounds_one']:.1f} | {cpu['bounds_one']:.1f} | - |",
-        f"| **one attack: count + bounds** | **{timings['count_one'] + timings['bounds_one']:.1f}** | "
+        f"| **one score: count + bounds** | **{timings['count_one'] + timings['bounds_one']:.1f}** | "
         f"**{cpu['count_one'] + cpu['bounds_one']:.1f}** | - |",
-        f"| `count_correct_attacks` ({attacks} attacks: {', '.join(audit.DEFAULT_ATTACKS)}; one game, one sort "
-        f"per attack) | {timings['count_all']:.1f} | {cpu['count_all']:.1f} | {row_reps / cpu['count_all']:,.0f} |",
-        f"| `evaluate_attacks` (binomial + gdp, {attacks} x {len(guesses)} tests) | {timings['bounds_all']:.1f} | "
+        f"| `count_correct_scores` ({scores} scores: {', '.join(audit.DEFAULT_SCORES)}; one game, one sort "
+        f"per score) | {timings['count_all']:.1f} | {cpu['count_all']:.1f} | {row_reps / cpu['count_all']:,.0f} |",
+        f"| `evaluate_scores` (binomial + gdp, {scores} x {len(guesses)} tests) | {timings['bounds_all']:.1f} | "
         f"{cpu['bounds_all']:.1f} | - |",
-        f"| **{attacks} attacks: count + bounds** | **{timings['count_all'] + timings['bounds_all']:.1f}** | "
+        f"| **{scores} scores: count + bounds** | **{timings['count_all'] + timings['bounds_all']:.1f}** | "
         f"**{cpu['count_all'] + cpu['bounds_all']:.1f}** | - |",
         "",
         "CPU s = process CPU time (all threads); on a shared machine it is the steadier figure.",
@@ -204,13 +204,13 @@ def bench_kernel(m: int, repetitions: int = 100) -> str:
         "Best bound per repetition (mean +- std), Bonferroni (valid) convention:",
         "",
         f"| bound | difference_t2 alone (1 - 0.05/{len(guesses)}) | log_ratio alone (1 - 0.05/{len(guesses)}) | "
-        f"{attacks} attacks, split (1 - 0.05/{attacks * len(guesses)}) | winning attack (share of repetitions) |",
+        f"{scores} scores, split (1 - 0.05/{scores * len(guesses)}) | winning score (share of repetitions) |",
         "|---|---|---|---|---|",
     ]
     for family in families:
         key = f"eps_{family}_bonferroni"
         one, ratio, best = sweep.best[key], log_ratio.best[key], combined.best[key]
-        names, shares = np.unique(combined.best_attacks[key], return_counts=True)
+        names, shares = np.unique(combined.best_scores[key], return_counts=True)
         winners = ", ".join(f"{name or 'none'} {share / len(best):.0%}" for name, share in zip(names, shares))
         lines.append(f"| {family} | {one.mean():.3f} +- {one.std(ddof=1):.3f} | {ratio.mean():.3f} +- "
                      f"{ratio.std(ddof=1):.3f} | {best.mean():.3f} +- {best.std(ddof=1):.3f} | {winners} |")
@@ -227,18 +227,18 @@ def _read_draws(folder: str) -> tuple[pd.DataFrame, dict]:
 
 
 def validity_conclusions(records: pd.DataFrame, extra_null: pd.DataFrame | None, extra_meta: dict | None) -> str:
-    """The default attack and why, the null pooled with ``extra_null`` (more null-only draws, another seed)."""
+    """The default score and why, the null pooled with ``extra_null`` (more null-only draws, another seed)."""
     from lia_spark.studies import validity
 
     summary = validity.summarize_study(records)
     choice = validity.pick_default(summary)
-    evidence = choice.evidence.set_index("attack")
+    evidence = choice.evidence.set_index("score")
     theorem = validity.theorem_rows(summary)
     rr = theorem[(theorem["setting"] == "rr") & (theorem["convention"] == "bonferroni")]
-    winner = rr[rr["attack"] == choice.attack]
-    combined_draws = records[(records["attack"] == validity.COMBINED) & (records["convention"] == "bonferroni")
+    winner = rr[rr["score"] == choice.score]
+    combined_draws = records[(records["score"] == validity.COMBINED) & (records["convention"] == "bonferroni")
                              & (records["setting"] == "rr") & (records["tau_rule"] == "0")]
-    winner_share = float((combined_draws["best_attack"] == choice.attack).mean())
+    winner_share = float((combined_draws["best_score"] == choice.score).mean())
     null = records[records["setting"] == "null"]
     if extra_null is not None:
         extra = extra_null[extra_null["setting"] == "null"].copy()
@@ -246,27 +246,27 @@ def validity_conclusions(records: pd.DataFrame, extra_null: pd.DataFrame | None,
         null = pd.concat([null, extra], ignore_index=True)
     pooled = validity.summarize_study(null)
     mismatch = pooled[(pooled["proxy"] == "logistic") & (pooled["target"] == "posterior")
-                      & (pooled["convention"] == "bonferroni")].set_index(["tau_rule", "attack"])["share_positive"]
+                      & (pooled["convention"] == "bonferroni")].set_index(["tau_rule", "score"])["share_positive"]
     draws = int(pooled.loc[(pooled["proxy"] == "logistic") & (pooled["target"] == "posterior"), "draws"].max())
-    attacks = list(dict.fromkeys(records["attack"]))
+    scores = list(dict.fromkeys(records["score"]))
     tv = records.loc[records["tau_rule"] == "max_tv", "tau"]
     logistic_zero = summary[(summary["proxy"] == "logistic") & (summary["setting"] == "rr")
-                            & (summary["convention"] == "bonferroni") & (summary["attack"] == choice.attack)]
+                            & (summary["convention"] == "bonferroni") & (summary["score"] == choice.score)]
     cost = (logistic_zero.set_index(["epsilon", "tau_rule"])["eps_lb_mean"].unstack()["0"]
             - logistic_zero.set_index(["epsilon", "tau_rule"])["eps_lb_mean"].unstack()["max_tv"])
-    others = ", ".join(f"{validity._attack_label(a, attacks[:-1])} {evidence.loc[a, 'mean_ratio_eps']:.3f}"
-                       for a in evidence.index if a != choice.attack)
+    others = ", ".join(f"{validity._attack_label(a, scores[:-1])} {evidence.loc[a, 'mean_ratio_eps']:.3f}"
+                       for a in evidence.index if a != choice.score)
     lines = [
-        f"**Default attack: `{choice.attack}`** (kernel name `{choice.attack}`; with the single-score API "
-        f"`score=\"{choice.attack}\"`, t unused). Valid: eps_lb > eps in "
-        f"{evidence.loc[choice.attack, 'max_share_above']:.0%} of the draws of every RR cell (6 eps x 2 proxies, "
+        f"**Default score: `{choice.score}`** (kernel name `{choice.score}`; with the single-score API "
+        f"`score=\"{choice.score}\"`, t unused). Valid: eps_lb > eps in "
+        f"{evidence.loc[choice.score, 'max_share_above']:.0%} of the draws of every RR cell (6 eps x 2 proxies, "
         f"{int(winner['draws'].min())} draws each), and eps_lb > 0 in at most "
-        f"{evidence.loc[choice.attack, 'max_null_share_positive']:.0%} of the draws of the null cells. Tightest: mean "
-        f"eps_lb / eps over the 12 RR cells {evidence.loc[choice.attack, 'mean_ratio_eps']:.3f} "
+        f"{evidence.loc[choice.score, 'max_null_share_positive']:.0%} of the draws of the null cells. Tightest: mean "
+        f"eps_lb / eps over the 12 RR cells {evidence.loc[choice.score, 'mean_ratio_eps']:.3f} "
         f"({winner['ratio_eps'].min():.2f} - {winner['ratio_eps'].max():.2f} by cell; "
         f"{winner['ratio_ceiling'].min():.2f} - {winner['ratio_ceiling'].max():.2f} of the ceiling) against "
-        f"{others}. Combining the four attacks does not pay on this benchmark: `{choice.attack}` is the combined "
-        f"audit's winning attack in {winner_share:.0%} of the RR draws, so the split (1 - 0.05/404 instead of "
+        f"{others}. Combining the four scores does not pay on this benchmark: `{choice.score}` is the combined "
+        f"audit's winning score in {winner_share:.0%} of the RR draws, so the split (1 - 0.05/404 instead of "
         "1 - 0.05/101 per test) only costs about 1% of eps_lb. Why the log ratio: with M the Bayes posterior given "
         "the release and M' the prior, M(x)[y] / M'(x)[y] is exactly the posterior odds of b = 0 given what the "
         "attacker sees, so ranking by |log ratio| is the Bayes-optimal order of the canaries; the difference score "
@@ -279,13 +279,13 @@ def validity_conclusions(records: pd.DataFrame, extra_null: pd.DataFrame | None,
            f"{extra_meta['wall_seconds'] / 60.0:.1f} min" if extra_null is not None else "")
         + "): a label-blind target that knows the true posterior better than the logistic proxy, M(x) = P(y=1|x), "
         "is flagged (eps_lb > 0, Bonferroni) in "
-        + ", ".join(f"{validity._attack_label(a, attacks[:-1])} {mismatch.loc[('0', a)]:.1%}" for a in attacks)
+        + ", ".join(f"{validity._attack_label(a, scores[:-1])} {mismatch.loc[('0', a)]:.1%}" for a in scores)
         + " of the draws with tau = 0, against "
-        + ", ".join(f"{mismatch.loc[('max_tv', a)]:.1%}" for a in attacks)
+        + ", ".join(f"{mismatch.loc[('max_tv', a)]:.1%}" for a in scores)
         + f" with tau = max_i |P(y=1|x_i) - M'(x_i)| (mean {tv.mean():.4f} over draws). The proxy's mismatch, not the "
-        "attack, makes these false positives (they hit every attack, the split one too): the theorem needs "
+        "score, makes these false positives (they hit every score, the split one too): the theorem needs "
         "tau >= TV(D|x, D'|x). The tau correction costs little: "
-        f"{choice.attack}'s eps_lb falls by {cost.min():.4f} - {cost.max():.4f} (about 2 tau) across eps. In "
+        f"{choice.score}'s eps_lb falls by {cost.min():.4f} - {cost.max():.4f} (about 2 tau) across eps. In "
         "production tau is not known (it is the proxy's error against the real label distribution), so a tau = 0 "
         "audit with a fitted proxy is valid only to the extent that the target knows no more about P(y|x) than "
         "the proxy does; a conservative tau (e.g. from the proxy's calibration error) in `audit.tau` removes the "
@@ -309,7 +309,7 @@ def bench_validity(output: str, source: str | None, extra_null: str | None = Non
         "## Validity and tightness of the audit on randomized response (benchmarks/bench_audit.py --part validity)",
         "",
         VALIDITY_SETUP.format(n=meta["n"], draws=meta["draws_run"], null_draws=meta["null_draws_run"],
-                              points=meta["sweep_points"], tests=meta["sweep_points"] * len(meta["attacks"]),
+                              points=meta["sweep_points"], tests=meta["sweep_points"] * len(meta["scores"]),
                               seed=meta["seed"], minutes=meta["wall_seconds"] / 60.0),
         "",
         tables.strip(),
@@ -317,22 +317,22 @@ def bench_validity(output: str, source: str | None, extra_null: str | None = Non
         validity_conclusions(records, extra, extra_meta),
         "",
         f"Plot `{os.path.join(output, 'validity_rr.png')}`: one panel per proxy (true posterior, logistic), eps_lb "
-        "mean +- std against the true eps on log2 axes, one line per attack and one for all four with the split "
+        "mean +- std against the true eps on log2 axes, one line per score and one for all four with the split "
         "confidence (Bonferroni, the rows of the first table), the ceiling curve (black), eps_lb = eps (dashed) "
-        "and the combined attack under the paper convention (grey, dotted; not a valid bound).",
+        "and the combined score under the paper convention (grey, dotted; not a valid bound).",
     ])
 
 
 VALIDITY_SETUP = """\
 Question: does the audit's 95% lower bound stay below the true epsilon in at least 95% of *independent* audits
-(the theorem's probability space: data, release and game all random), and how close to the truth does each attack
+(the theorem's probability space: data, release and game all random), and how close to the truth does each score
 get? Every draw redraws the Gaussian mixture of App. 11 (n = {n:,} canaries, y ~ Bern(1/2), x | y ~ N(e_y, I_5)),
 the logistic proxy (refitted on n fresh rows), the RR(eps) release (target M = P(y = 1 | x, released label)) and
 the game (its own hash seed; one game per draw). {draws} draws per RR cell, {null_draws} per null cell (the first
-{draws} draws share their mixture rows between cells). Binomial (pure, Theorem 17) bounds, 95%. Attacks: the
+{draws} draws share their mixture rows between cells). Binomial (pure, Theorem 17) bounds, 95%. Scores: the
 difference score with t = 0, 2, 8, the log ratio, each alone with 1 - 0.05/{points} per sweep point (Bonferroni
-over the {points} points), and "all 4 (split)": the best over the four attacks x {points} points with
-1 - 0.05/{tests} per test (`lia_spark.kernels.audit_sweep.evaluate_attacks`). With the logistic proxy the valid rows use
+over the {points} points), and "all 4 (split)": the best over the four scores x {points} points with
+1 - 0.05/{tests} per test (`lia_spark.kernels.audit_sweep.evaluate_scores`). With the logistic proxy the valid rows use
 tau = max_i |P(y=1|x_i) - M'(x_i)| (the TV bound Theorem 17 needs when M' is not the truth, known here); the same
 draws at tau = 0 are in a separate table. Seed {seed}; wall time {minutes:.1f} min in one process (shared
 2-core machine).
@@ -345,8 +345,8 @@ canaries carry no information about b (a fair coin whatever the attacker does). 
 more dilute the accuracy toward 1/2, so c' = I informative canaries with c ~ Bin(I, q) is the best evidence the
 game yields. The ceiling is the pure binomial (Clopper-Pearson) bound at the expected counts, c' = round(E[I]) with
 E[I] = sum_i p_i (1 - p'_i) + p'_i (1 - p_i) (p = P(y=1|x), p' = M'(x)) and c = round(q c'), at the per-test
-confidence of one attack's Bonferroni sweep (1 - 0.05/{points}); `lia_spark.studies.validity.ceiling`. It is a reference
-for the ranking quality of an attack, not a hard cap (a draw can exceed it by chance)."""
+confidence of one score's Bonferroni sweep (1 - 0.05/{points}); `lia_spark.studies.validity.ceiling`. It is a reference
+for the ranking quality of an score, not a hard cap (a draw can exceed it by chance)."""
 
 
 def main(argv=None) -> int:

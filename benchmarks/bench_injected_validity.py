@@ -13,7 +13,7 @@ Each repetition (data draw) redraws everything the validity statement quantifies
   from every null (so no null is its own reference);
 - positive targets trained on the canaries: randomized response at eps in ``--epsilons`` and non-private, once on
   y0 (observational design) and once on y^b (injected design: RR applied to y^b);
-- the games: observational (``lia_spark.kernels.audit.count_correct_attacks``, ``--game-draws`` game draws per data draw:
+- the games: observational (``lia_spark.kernels.audit.count_correct_scores``, ``--game-draws`` game draws per data draw:
   the targets of this design never depend on the game) and injected (one coin/counterfactual draw per trained
   target; label-blind nulls, whose predictions do not depend on the coins, are audited on ``--game-draws`` coin
   and counterfactual draws per data draw, the first being the one the positives trained on).
@@ -21,7 +21,7 @@ Each repetition (data draw) redraws everything the validity statement quantifies
 Designs: ``injected`` (tau = 0, m = informative canaries), ``observational`` (tau = 0) and ``calibrated``
 (observational at tau* = ``lia_spark.kernels.bounds.tau_break_even`` of the reference's counts on the same game draw, at
 the per-test Bonferroni confidence 1 - 0.05/k; then the target's best bound at that tau). Bounds: pure binomial,
-95%, Bonferroni over the k sweep points of ``lia_spark.kernels.audit.guess_grid``, attack ``log_ratio``.
+95%, Bonferroni over the k sweep points of ``lia_spark.kernels.audit.guess_grid``, score ``log_ratio``.
 
 Counterfactual choice (first ``--flip-repetitions`` repetitions): ``flip`` counterfactuals with flip_share = the
 proxy draw's informative share; non-private and RR eps = 4 targets trained with them; utility (test AUC,
@@ -110,15 +110,15 @@ def fit_label_blind(data: training.ModelData, params: training.BoostingParams) -
 
 def best_bound(counts: np.ndarray, guesses: np.ndarray, canaries: int, *, tau: float = 0.0) -> np.ndarray:
     """Valid (Bonferroni over the sweep) pure binomial 95% bound per game draw (row of ``counts``)."""
-    return audit_sweep.evaluate_attacks({ATTACK: counts}, guesses, canaries=canaries, confidence=CONFIDENCE,
+    return audit_sweep.evaluate_scores({ATTACK: counts}, guesses, canaries=canaries, confidence=CONFIDENCE,
                                         tau=tau, families=(BINOMIAL,), conventions=(BONFERRONI,)).best[KEY]
 
 
 def observational(game: dict, target: np.ndarray, reference_counts: np.ndarray | None) -> dict:
     """Observational bounds of ``target`` on every game draw at tau = 0, and at the reference's tau* if given."""
-    counts = audit.count_correct_attacks(game["ids"], game["label"], target, game["proxy"], seed=game["seed"],
+    counts = audit.count_correct_scores(game["ids"], game["label"], target, game["proxy"], seed=game["seed"],
                                          repetitions=game["draws"], guesses=game["guesses"],
-                                         attacks=[ATTACK])[ATTACK]
+                                         scores=[ATTACK])[ATTACK]
     out = {"counts": counts, "observational": best_bound(counts, game["guesses"], game["m"]).tolist()}
     if reference_counts is not None:
         level = audit_sweep.convention_confidence(CONFIDENCE, convention=BONFERRONI, points=len(game["guesses"]))
@@ -134,7 +134,7 @@ def injected_bound(ids, label, y1, coin, target, proxy, *, seed: int) -> tuple[f
     informative = int((label != y1).sum())
     guesses = audit.guess_grid(informative)
     counts = injected.count_correct(ids, label, y1, coin, target, proxy, seed=seed, guesses=guesses,
-                                    attacks=[ATTACK])[ATTACK]
+                                    scores=[ATTACK])[ATTACK]
     return float(best_bound(counts, guesses, informative)[0]), informative
 
 
@@ -174,8 +174,8 @@ def repetition(r: int, s: Settings) -> dict:
     start += REFERENCE_ROWS
     reference = fit_label_blind(ref_data, boost).predict(x_canary)
     del ref_data
-    ref_counts = audit.count_correct_attacks(ids, y0, reference, proxy, seed=game["seed"], repetitions=s.game_draws,
-                                             guesses=guesses, attacks=[ATTACK])[ATTACK]
+    ref_counts = audit.count_correct_scores(ids, y0, reference, proxy, seed=game["seed"], repetitions=s.game_draws,
+                                             guesses=guesses, scores=[ATTACK])[ATTACK]
     level = audit_sweep.convention_confidence(CONFIDENCE, convention=BONFERRONI, points=len(guesses))
     out["reference"] = {"observational": best_bound(ref_counts, guesses, len(ids)).tolist(),
                         "tau_star": [bounds.tau_break_even(canaries=len(ids), guesses=guesses, correct=ref_counts[g],
@@ -288,7 +288,7 @@ def render(payload: dict) -> str:
         f"nulls on 50k / 200k / 1M (one repetition in {s['big_every']}: {big} of {n}) other day-1 rows (80% train "
         f"split of each) and the true eta; positives trained on the canaries with RR(eps) or non-private, on y0 "
         f"(observational designs) or on y^b (injected; RR applied to y^b). Bounds: pure binomial, 95%, Bonferroni "
-        f"over the guess sweep (`guess_grid`), attack `log_ratio`; injected: m = informative canaries (y0 != y1), "
+        f"over the guess sweep (`guess_grid`), score `log_ratio`; injected: m = informative canaries (y0 != y1), "
         f"one training run = one bound. Calibrated observational: tau* = `bounds.tau_break_even` of an independent "
         f"label-blind reference (XGBoost on another 200k day-1 rows, disjoint from every null) on the same game "
         f"draw at the per-test confidence 1 - 0.05/k, then the target's best bound at tau*.")

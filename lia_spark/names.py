@@ -1,6 +1,12 @@
 """The vocabulary of lia_spark, defined once: mechanism names, the setting key, the columns of the tables the stages
 write, score, convention and bound names, audit games and designs, the bag-size limit and the boosting defaults. No
 imports: every ring may import it.
+
+Each word means one thing: an *attack* is what the audit plays (audit.attack: label inference or the membership
+baseline) or one of the log-loss attacks; a *score* ranks the canaries (audit.scores: ``log_ratio``,
+``difference_t<t>``; its *kind* is difference or log ratio); a *design* is how the canaries' labels come about
+(injected or observational); a *setting* is one cell of a mechanism grid (mechanism, epsilon, bag size); a
+*section* is one part of the configuration.
 """
 
 # Release mechanisms (docs/math.md §2) whose posteriors the posteriors stage computes.
@@ -100,14 +106,14 @@ def score_parts(name: str) -> tuple[str, float]:
     if name == LOG_RATIO:
         return LOG_RATIO, 0.0
     if not (isinstance(name, str) and name.startswith(DIFFERENCE_PREFIX)):
-        raise ValueError(f"attack must be 'log_ratio' or 'difference_t<t>' with a number t >= 0 (e.g. "
-                         f"difference_t2, {LOG_RATIO}), got attack={name!r}")
+        raise ValueError(f"score must be 'log_ratio' or 'difference_t<t>' with a number t >= 0 (e.g. "
+                         f"difference_t2, {LOG_RATIO}), got score={name!r}")
     try:
         t = float(name[len(DIFFERENCE_PREFIX):])
     except ValueError:
         t = float("nan")
     if not (t >= 0.0 and t != float("inf")):
-        raise ValueError(f"attack {name!r}: t must be a finite number >= 0, got t={t}")
+        raise ValueError(f"score {name!r}: t must be a finite number >= 0, got t={t}")
     return DIFFERENCE, t
 
 

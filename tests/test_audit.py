@@ -39,10 +39,10 @@ def test_scores_closed_form():
     np.testing.assert_allclose(audit.label_scores(np.array([0.9, 0.9]), np.array([0.6, 0.6]), np.array([1, 0])),
                                [0.048, -0.108], rtol=1e-12)
     np.testing.assert_allclose(audit.label_scores(np.array([0.9]), np.array([0.6]), 1, t=0.0), [0.3], rtol=1e-12)
-    np.testing.assert_allclose(audit.label_scores(np.array([0.9]), np.array([0.6]), 0, score="log_ratio"),
+    np.testing.assert_allclose(audit.label_scores(np.array([0.9]), np.array([0.6]), 0, kind="log_ratio"),
                                [np.log(0.1 / 0.4)], rtol=1e-12)
     with pytest.raises(ValueError, match="score"):
-        audit.label_scores(np.array([0.5]), np.array([0.5]), 1, score="other")
+        audit.label_scores(np.array([0.5]), np.array([0.5]), 1, kind="other")
 
 
 def test_draws_have_the_game_distribution():
@@ -116,11 +116,11 @@ def test_counts_from_one_sort_equal_brute_force_recount(score):
     row_ids, label, target, proxy = _canaries(m, rng=rng, tied_rows=40)
     every = np.arange(1, m + 1)
     counts = audit.count_correct(row_ids, label, target, proxy, seed=3, repetitions=repetitions, guesses=every,
-                                 score=score)
+                                 kind=score)
     hidden, shown = audit.game_draws(row_ids, label, proxy, seed=3, repetitions=repetitions)
     tie = audit.tie_hashes(row_ids, seed=3)
     for r in range(repetitions):
-        s = audit.label_scores(target, proxy, shown[r].astype(int), score=score)
+        s = audit.label_scores(target, proxy, shown[r].astype(int), kind=score)
         correct = np.where(s > 0, 0, 1) == hidden[r]
         ranked = sorted(range(m), key=lambda i: (-abs(s[i]), int(tie[i])))
         for k in every:  # recount the top k rows from scratch for every k
@@ -161,7 +161,7 @@ def test_memorizing_target_gives_a_large_bound():
     grid = audit.guess_grid(m)
     counts = audit.count_correct(row_ids, label, target, proxy, seed=9, repetitions=10, guesses=grid)
     # the top |s| rows show y^b = 1 = y0 ((1 - 0.01)^3), and b = 0 there with probability 1 / (1 + 0.01): the game
-    # caps the attack's accuracy at 0.990 (eps = log 99 = 4.6); at c' = 200 (1%) nearly every guess is right
+    # caps the score's accuracy at 0.990 (eps = log 99 = 4.6); at c' = 200 (1%) nearly every guess is right
     assert counts[:, 1].mean() / grid[1] > 0.97
     sweep = audit_sweep.evaluate_sweep(counts, grid, canaries=m, families=("binomial", "gdp"), table_families=(),
                                  conventions=("bonferroni",))

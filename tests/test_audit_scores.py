@@ -1,4 +1,4 @@
-"""Several attack scores in one audit (lia_spark.kernels.audit.count_correct_attacks / evaluate_attacks), checked against a
+"""Several score scores in one audit (lia_spark.kernels.audit.count_correct_scores / evaluate_scores), checked against a
 game played in plain Python loops and bounds recomputed point by point at the split confidence."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from lia_spark.kernels import audit, audit_sweep, bounds, hashing
 
-ATTACKS = audit.DEFAULT_ATTACKS
+STUDY_SCORES = audit.DEFAULT_SCORES
 TINY = np.finfo(np.float64).tiny
 
 
@@ -26,17 +26,17 @@ def _canaries(m: int, *, seed: int):
     return row_ids, label, target, proxy
 
 
-def _naive_score(attack: str, target: float, proxy: float, shown: int) -> float:
+def _naive_score(score: str, target: float, proxy: float, shown: int) -> float:
     """The score of showing ``shown``, written out with Python floats (module docstring of lia_spark.kernels.audit)."""
     m_y = target if shown == 1 else 1.0 - target
     p_y = proxy if shown == 1 else 1.0 - proxy
-    if attack == "log_ratio":
+    if score == "log_ratio":
         return math.log(max(m_y, TINY)) - math.log(max(p_y, TINY))
-    t = float(attack[len("difference_t"):])
+    t = float(score[len("difference_t"):])
     return (m_y - p_y) * (1.0 - p_y) ** t
 
 
-def _naive_counts(row_ids, label, target, proxy, *, seed, repetitions, guesses, attack):
+def _naive_counts(row_ids, label, target, proxy, *, seed, repetitions, guesses, score):
     """Play Algorithm 2 row by row: draw b and y1, show y^b, score, rank by (|s| desc, tie hash), count."""
     m = len(row_ids)
     out = np.zeros((repetitions, len(guesses)), dtype=np.int64)
@@ -47,7 +47,7 @@ def _naive_counts(row_ids, label, target, proxy, *, seed, repetitions, guesses, 
             b = int(hashing.bernoulli(seed, audit.hidden_bit_purpose(r), one_id, 0.5)[0])
             y1 = int(hashing.bernoulli(seed, audit.counterfactual_purpose(r), one_id, proxy[i])[0])
             shown = int(label[i]) if b == 0 else y1
-            s = _naive_score(attack, float(target[i]), float(proxy[i]), shown)
+            s = _naive_score(score, float(target[i]), float(proxy[i]), shown)
             guess = 0 if s > 0 else 1
             tie = int(hashing.hash_bits(seed, audit.TIE_BREAK_PURPOSE, one_id)[0])
             rows.append((-abs(s), tie, guess == b))
@@ -57,17 +57,17 @@ def _naive_counts(row_ids, label, target, proxy, *, seed, repetitions, guesses, 
     return out
 
 
-def test_counts_of_every_attack_equal_a_naive_game():
+def test_counts_of_every_score_equal_a_naive_game():
     row_ids, label, target, proxy = _canaries(90, seed=1)
     guesses = np.arange(1, 91)
-    counts = audit.count_correct_attacks(row_ids, label, target, proxy, seed=4, repetitions=3, guesses=guesses,
-                                         attacks=ATTACKS)
-    assert list(counts) == list(ATTACKS)
-    for attack in ATTACKS:
-        naive = _naive_counts(row_ids, label, target, proxy, seed=4, repetitions=3, guesses=guesses, attack=attack)
-        np.testing.assert_array_equal(counts[attack], naive, err_msg=attack)
-    # the attacks really differ on this game (otherwise the test could not tell them apart)
-    assert len({counts[attack].tobytes() for attack in ATTACKS}) == len(ATTACKS)
+    counts = audit.count_correct_scores(row_ids, label, target, proxy, seed=4, repetitions=3, guesses=guesses,
+                                         scores=STUDY_SCORES)
+    assert list(counts) == list(STUDY_SCORES)
+    for score in STUDY_SCORES:
+        naive = _naive_counts(row_ids, label, target, proxy, seed=4, repetitions=3, guesses=guesses, score=score)
+        np.testing.assert_array_equal(counts[score], naive, err_msg=score)
+    # the scores really differ on this game (otherwise the test could not tell them apart)
+    assert len({counts[score].tobytes() for score in STUDY_SCORES}) == len(STUDY_SCORES)
 
 
 def test_best_bound_over_attacks_equals_naive_maximum_at_split_confidence():
@@ -75,39 +75,39 @@ def test_best_bound_over_attacks_equals_naive_maximum_at_split_confidence():
     row_ids, label, target, proxy = _canaries(m, seed=2)
     guesses = audit.guess_grid(m)
     k = len(guesses)
-    counts = audit.count_correct_attacks(row_ids, label, target, proxy, seed=5, repetitions=repetitions,
-                                         guesses=guesses, attacks=ATTACKS)
-    result = audit_sweep.evaluate_attacks(counts, guesses, canaries=m, families=("binomial", "gdp"),
+    counts = audit.count_correct_scores(row_ids, label, target, proxy, seed=5, repetitions=repetitions,
+                                         guesses=guesses, scores=STUDY_SCORES)
+    result = audit_sweep.evaluate_scores(counts, guesses, canaries=m, families=("binomial", "gdp"),
                                     conventions=("bonferroni", "paper"))
-    level = 1.0 - 0.05 / (len(ATTACKS) * k)
-    assert result.tests == len(ATTACKS) * k
+    level = 1.0 - 0.05 / (len(STUDY_SCORES) * k)
+    assert result.tests == len(STUDY_SCORES) * k
     assert result.levels == {"bonferroni": pytest.approx(level, abs=1e-15), "paper": 0.95}
-    assert audit_sweep.attack_confidence(0.95, convention="bonferroni", attacks=4, points=101) == pytest.approx(
+    assert audit_sweep.score_confidence(0.95, convention="bonferroni", scores=4, points=101) == pytest.approx(
         1 - 0.05 / 404, abs=1e-15)
-    naive_counts = {attack: _naive_counts(row_ids, label, target, proxy, seed=5, repetitions=repetitions,
-                                          guesses=guesses, attack=attack) for attack in ATTACKS}
+    naive_counts = {score: _naive_counts(row_ids, label, target, proxy, seed=5, repetitions=repetitions,
+                                          guesses=guesses, score=score) for score in STUDY_SCORES}
     for convention, conf in (("bonferroni", level), ("paper", 0.95)):
         for r in range(repetitions):
             naive = {}
-            for attack in ATTACKS:
+            for score in STUDY_SCORES:
                 for j in range(k):
-                    c = int(naive_counts[attack][r, j])
-                    naive[attack, j] = (
+                    c = int(naive_counts[score][r, j])
+                    naive[score, j] = (
                         bounds.epsilon_lower_bound(canaries=m, guesses=int(guesses[j]), correct=c, confidence=conf),
                         bounds.gdp_mu_lower_bound(canaries=m, guesses=int(guesses[j]), correct=c, confidence=conf))
             best_eps = max(value[0] for value in naive.values())
             best_mu = max(value[1] for value in naive.values())
             assert result.best[f"eps_binomial_{convention}"][r] == pytest.approx(best_eps, abs=1e-12)
             assert result.best[f"mu_gdp_{convention}"][r] == pytest.approx(best_mu, abs=2e-7)
-            winner = result.best_attacks[f"eps_binomial_{convention}"][r]
+            winner = result.best_scores[f"eps_binomial_{convention}"][r]
             at = int(np.searchsorted(guesses, result.best_guesses[f"eps_binomial_{convention}"][r]))
             if best_eps > 0:
                 assert naive[winner, at][0] == pytest.approx(best_eps, abs=1e-12)
             else:
                 assert winner == "" and result.best_guesses[f"eps_binomial_{convention}"][r] == 0
-            for attack in ATTACKS:
-                own = max(naive[attack, j][0] for j in range(k))
-                assert result.per_attack[attack].best[f"eps_binomial_{convention}"][r] == pytest.approx(own, abs=1e-12)
+            for score in STUDY_SCORES:
+                own = max(naive[score, j][0] for j in range(k))
+                assert result.per_score[score].best[f"eps_binomial_{convention}"][r] == pytest.approx(own, abs=1e-12)
     assert result.best["eps_binomial_bonferroni"].max() > 0.5  # the leak is found: the comparison is not all zeros
 
 
@@ -115,11 +115,11 @@ def test_split_confidence_is_strictly_more_conservative_than_one_attack():
     m = 3000
     row_ids, label, target, proxy = _canaries(m, seed=3)
     guesses = audit.guess_grid(m)
-    counts = audit.count_correct_attacks(row_ids, label, target, proxy, seed=6, repetitions=4, guesses=guesses,
-                                         attacks=("difference_t2",))
+    counts = audit.count_correct_scores(row_ids, label, target, proxy, seed=6, repetitions=4, guesses=guesses,
+                                         scores=("difference_t2",))
     alone = audit_sweep.evaluate_sweep(counts["difference_t2"], guesses, canaries=m, families=("binomial",),
                                  table_families=(), conventions=("bonferroni",))
-    together = audit_sweep.evaluate_attacks({"difference_t2": counts["difference_t2"], "copy": counts["difference_t2"]},
+    together = audit_sweep.evaluate_scores({"difference_t2": counts["difference_t2"], "copy": counts["difference_t2"]},
                                       guesses, canaries=m, families=("binomial",), conventions=("bonferroni",))
     # the same counts tested twice pay for two tests per point: 1 - 0.05 / (2 k) per test, a smaller bound
     assert np.all(together.best["eps_binomial_bonferroni"] < alone.best["eps_binomial_bonferroni"])
@@ -131,30 +131,30 @@ def test_split_confidence_is_strictly_more_conservative_than_one_attack():
 def test_single_attack_api_is_unchanged():
     row_ids, label, target, proxy = _canaries(400, seed=7)
     guesses = audit.guess_grid(400)
-    counts = audit.count_correct_attacks(row_ids, label, target, proxy, seed=8, repetitions=5, guesses=guesses,
-                                         attacks=("difference_t0", "difference_t2", "log_ratio"))
+    counts = audit.count_correct_scores(row_ids, label, target, proxy, seed=8, repetitions=5, guesses=guesses,
+                                         scores=("difference_t0", "difference_t2", "log_ratio"))
     for score, t in (("difference", 0.0), ("difference", 2.0), ("log_ratio", 2.0)):
         alone = audit.count_correct(row_ids, label, target, proxy, seed=8, repetitions=5, guesses=guesses,
-                                    score=score, t=t)
-        np.testing.assert_array_equal(alone, counts[audit.attack_name(score, t)])
+                                    kind=score, t=t)
+        np.testing.assert_array_equal(alone, counts[audit.score_name(score, t)])
 
 
 def test_attack_names():
-    assert audit.attack_name("difference", 2.0) == "difference_t2"
-    assert audit.attack_name("difference", 0.5) == "difference_t0.5"
-    assert audit.attack_name("log_ratio", 7.0) == "log_ratio"
-    assert audit.parse_attack("difference_t8") == audit.Attack("difference", 8.0)
-    odd = audit.Attack("difference", 0.1234567891)
-    assert audit.parse_attack(odd.name) == odd  # names round-trip exactly
+    assert audit.score_name("difference", 2.0) == "difference_t2"
+    assert audit.score_name("difference", 0.5) == "difference_t0.5"
+    assert audit.score_name("log_ratio", 7.0) == "log_ratio"
+    assert audit.parse_score("difference_t8") == audit.Score("difference", 8.0)
+    odd = audit.Score("difference", 0.1234567891)
+    assert audit.parse_score(odd.name) == odd  # names round-trip exactly
     for bad in ("difference", "difference_t", "difference_t-1", "difference_tinf", "ratio", "log_ratio_t2"):
-        with pytest.raises(ValueError, match="attack"):
-            audit.parse_attack(bad)
+        with pytest.raises(ValueError, match="score"):
+            audit.parse_score(bad)
     with pytest.raises(ValueError, match="distinct"):
-        audit.resolve_attacks(["log_ratio", "difference_t2", "difference_t2.0"])
+        audit.resolve_scores(["log_ratio", "difference_t2", "difference_t2.0"])
     with pytest.raises(ValueError, match="at least one"):
-        audit.resolve_attacks([])
+        audit.resolve_scores([])
     with pytest.raises(ValueError, match="same"):
-        audit_sweep.evaluate_attacks({"a": np.zeros((2, 3)), "b": np.zeros((3, 3))}, [1, 2, 3], canaries=3)
+        audit_sweep.evaluate_scores({"a": np.zeros((2, 3)), "b": np.zeros((3, 3))}, [1, 2, 3], canaries=3)
 
 
 def test_label_blind_target_rarely_gives_a_positive_combined_bound():
@@ -166,8 +166,8 @@ def test_label_blind_target_rarely_gives_a_positive_combined_bound():
     label = (rng.random(m) < proxy).astype(np.int8)
     target = np.clip(proxy + rng.normal(0.0, 0.1, size=m), 0.001, 0.999)  # depends on x only, never on y
     guesses = audit.guess_grid(m)
-    counts = audit.count_correct_attacks(row_ids, label, target, proxy, seed=10, repetitions=repetitions,
+    counts = audit.count_correct_scores(row_ids, label, target, proxy, seed=10, repetitions=repetitions,
                                          guesses=guesses)
-    result = audit_sweep.evaluate_attacks(counts, guesses, canaries=m, families=("binomial",))
+    result = audit_sweep.evaluate_scores(counts, guesses, canaries=m, families=("binomial",))
     assert np.mean(result.best["eps_binomial_bonferroni"] > 0) <= 0.05
     assert np.mean(result.best["eps_binomial_paper"] > 0) > np.mean(result.best["eps_binomial_bonferroni"] > 0)

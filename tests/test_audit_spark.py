@@ -36,46 +36,46 @@ def _kernel_counts(table: pd.DataFrame, *, seed: int, repetitions: int, guesses:
 
 def test_distributed_counts_equal_kernel_for_any_partitioning(spark):
     table = _table(6000, seed=1)
-    attacks = ("log_ratio", "difference_t0", "difference_t2.5")
-    settings = AuditConfig(repetitions=70, scores=attacks)
+    scores = ("log_ratio", "difference_t0", "difference_t2.5")
+    settings = AuditConfig(repetitions=70, scores=scores)
     df = spark.createDataFrame(table)
     kernel = None
     for partitions in (1, 5):
         m, guesses, correct = distributed_counts(df.repartition(partitions), section=settings, seed=42)
-        assert m == len(table) and len(guesses) == 101 and tuple(correct) == attacks
+        assert m == len(table) and len(guesses) == 101 and tuple(correct) == scores
         if kernel is None:
-            kernel = audit.count_correct_attacks(
+            kernel = audit.count_correct_scores(
                 table["row_id"].to_numpy(), table["label"].to_numpy(), table["target_prediction"].to_numpy(),
-                table["proxy_prediction"].to_numpy(), seed=42, repetitions=70, guesses=guesses, attacks=attacks)
-        for attack in attacks:
+                table["proxy_prediction"].to_numpy(), seed=42, repetitions=70, guesses=guesses, scores=scores)
+        for attack in scores:
             np.testing.assert_array_equal(correct[attack], kernel[attack], err_msg=attack)
-    assert not np.array_equal(kernel["log_ratio"], kernel["difference_t0"])  # the attacks rank differently
+    assert not np.array_equal(kernel["log_ratio"], kernel["difference_t0"])  # the scores rank differently
 
 
 def test_several_attacks_split_the_confidence_over_attacks_and_sweep_points(spark, tmp_path):
     table = _table(3000, seed=4)
     path = str(tmp_path / "canaries")
     spark.createDataFrame(table).write.parquet(path)
-    attacks = ["difference_t2", "log_ratio"]
+    scores = ["difference_t2", "log_ratio"]
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 9},
-                               "audit": {"repetitions": 6, "canary_path": path, "scores": attacks,
+                               "audit": {"repetitions": 6, "canary_path": path, "scores": scores,
                                          "design": "observational"}})
     result = run_stage("audit", spark, config)
     guesses = audit.guess_grid(3000)
-    counts = audit.count_correct_attacks(
+    counts = audit.count_correct_scores(
         table["row_id"].to_numpy(), table["label"].to_numpy(), table["target_prediction"].to_numpy(),
-        table["proxy_prediction"].to_numpy(), seed=9, repetitions=6, guesses=guesses, attacks=attacks)
-    expected = audit_sweep.evaluate_attacks(counts, guesses, canaries=3000)
+        table["proxy_prediction"].to_numpy(), seed=9, repetitions=6, guesses=guesses, scores=scores)
+    expected = audit_sweep.evaluate_scores(counts, guesses, canaries=3000)
     key = "eps_binomial_bonferroni"
-    assert result.summary["scores"] == attacks and result.summary["tests"] == 2 * 101
+    assert result.summary["scores"] == scores and result.summary["tests"] == 2 * 101
     assert result.summary["best"][key]["mean"] == pytest.approx(expected.best[key].mean(), abs=1e-12)
     alone = audit_sweep.evaluate_sweep(counts["log_ratio"], guesses, canaries=3000).best[key]
     assert (expected.best[key] <= alone + 1e-12).any()  # splitting the confidence costs something somewhere
     assert result.headline.tests == 202 and result.headline.eps_lb == expected.best[key][0]
     shares = result.summary["best_score_share"][key]
-    assert set(shares) == set(attacks) and sum(shares.values()) <= 1.0 + 1e-12
+    assert set(shares) == set(scores) and sum(shares.values()) <= 1.0 + 1e-12
     results = pd.read_csv(f"{tmp_path}/out/audit/results.csv")
-    assert sorted(results["score"].unique()) == sorted(attacks) and len(results) == 2 * 6 * 101
+    assert sorted(results["score"].unique()) == sorted(scores) and len(results) == 2 * 6 * 101
 
 
 def test_run_audit_writes_results_and_resumes(spark, tmp_path):
@@ -93,7 +93,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     keys = hashing.hash_bits(5, audit.CANARY_PURPOSE, table["row_id"].to_numpy())
     sample = table.iloc[np.argsort(keys)[:2000]]
     guesses = audit.guess_grid(2000)
-    expected = _kernel_counts(sample, seed=5, repetitions=12, guesses=guesses, score="log_ratio")
+    expected = _kernel_counts(sample, seed=5, repetitions=12, guesses=guesses, kind="log_ratio")
     assert config.audit.scores == ("log_ratio",)  # the default attack
     results = spark.read.parquet(f"{output}/results").toPandas().sort_values(["repetition", "guesses"])
     np.testing.assert_array_equal(results["correct"].to_numpy().reshape(12, -1), expected)
@@ -143,31 +143,31 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
     from lia_spark.kernels import injected
 
     table = _injected_table(6000, seed=2)
-    attacks = ("log_ratio", "difference_t2")
+    scores = ("log_ratio", "difference_t2")
     informative = table[table["label"] != table["counterfactual_label"]]
     guesses = audit.guess_grid(len(informative))
     kernel = injected.count_correct(*(table[c].to_numpy() for c in ("row_id", "label", "counterfactual_label",
                                                                       "hidden_bit", "target_prediction",
                                                                       "proxy_prediction")),
-                                    seed=42, guesses=guesses, attacks=attacks)
+                                    seed=42, guesses=guesses, scores=scores)
     from lia_spark.engine.audit_counts import select_canaries
 
     for partitions in (1, 4):
         df = select_canaries(spark.createDataFrame(table).repartition(partitions), seed=42, canaries=0,
                              design="injected")
-        m, found_guesses, correct = distributed_counts(df, section=AuditConfig(repetitions=50, scores=attacks),
+        m, found_guesses, correct = distributed_counts(df, section=AuditConfig(repetitions=50, scores=scores),
                                                        seed=42, design="injected")
-        assert m == len(informative) and tuple(correct) == attacks
+        assert m == len(informative) and tuple(correct) == scores
         np.testing.assert_array_equal(found_guesses, guesses)
-        for attack in attacks:
+        for attack in scores:
             assert correct[attack].shape == (1, len(guesses))  # one game: the one drawn before training
             np.testing.assert_array_equal(correct[attack], kernel[attack], err_msg=attack)
     path = str(tmp_path / "canaries")
     spark.createDataFrame(table).write.parquet(path)
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 42},
-                               "audit": {"canary_path": path, "scores": list(attacks)}})
+                               "audit": {"canary_path": path, "scores": list(scores)}})
     result = run_stage("audit", spark, config)
-    best = audit_sweep.evaluate_attacks(kernel, guesses, canaries=len(informative)).best["eps_binomial_bonferroni"]
+    best = audit_sweep.evaluate_scores(kernel, guesses, canaries=len(informative)).best["eps_binomial_bonferroni"]
     assert result.summary["design"] == "injected" and result.repetitions == 1 and result.canaries == len(informative)
     assert result.headline.eps_lb == best[0] > 0 and "injected canaries, no assumption on the proxy" in \
         result.console_summary()

@@ -50,16 +50,16 @@ def test_training_labels_are_the_shown_label():
                                                            np.array([0, 1, 1, 0])), [0, 1, 0, 1])
 
 
-def _naive_counts(row_ids, label, y1, coin, target, proxy, *, seed, guesses, attack):
+def _naive_counts(row_ids, label, y1, coin, target, proxy, *, seed, guesses, score):
     """Per canary, by the definition: score s = A(y0) - A(y1) on informative canaries, rank by |s| (ties by the
     row id's tie hash), guess 0 if s > 0 else 1, count correct guesses among the top c'."""
-    parsed = audit.parse_attack(attack)
+    parsed = audit.parse_score(score)
     rows = []
     for i in range(len(row_ids)):
         if label[i] == y1[i]:
             continue
-        s = (audit.label_scores(target[i:i + 1], proxy[i:i + 1], int(label[i]), score=parsed.score, t=parsed.t)[0]
-             - audit.label_scores(target[i:i + 1], proxy[i:i + 1], int(y1[i]), score=parsed.score, t=parsed.t)[0])
+        s = (audit.label_scores(target[i:i + 1], proxy[i:i + 1], int(label[i]), kind=parsed.kind, t=parsed.t)[0]
+             - audit.label_scores(target[i:i + 1], proxy[i:i + 1], int(y1[i]), kind=parsed.kind, t=parsed.t)[0])
         tie = int(audit.tie_hashes(row_ids[i:i + 1], seed=seed)[0])
         rows.append((-abs(s), tie, int((0 if s > 0 else 1) == coin[i])))
     rows.sort()
@@ -67,8 +67,8 @@ def _naive_counts(row_ids, label, y1, coin, target, proxy, *, seed, guesses, att
     return np.array([correct[g - 1] for g in guesses])
 
 
-@pytest.mark.parametrize("attack", ["log_ratio", "difference_t2"])
-def test_counts_equal_a_naive_per_canary_implementation(attack):
+@pytest.mark.parametrize("score", ["log_ratio", "difference_t2"])
+def test_counts_equal_a_naive_per_canary_implementation(score):
     row_ids, label, eta, proxy = _world(3_000, seed=5)
     y1, coin = injected.injected_draws(row_ids, label, proxy, seed=11)
     trained = injected.training_labels(label, y1, coin)
@@ -77,10 +77,10 @@ def test_counts_equal_a_naive_per_canary_implementation(attack):
     informative = int((label != y1).sum())
     guesses = audit.guess_grid(informative)
     counts = injected.count_correct(row_ids, label, y1, coin, target, proxy, seed=11, guesses=guesses,
-                                    attacks=[attack])[attack]
+                                    scores=[score])[score]
     assert counts.shape == (1, len(guesses))
     np.testing.assert_array_equal(counts[0], _naive_counts(row_ids, label, y1, coin, target, proxy, seed=11,
-                                                           guesses=guesses, attack=attack))
+                                                           guesses=guesses, score=score))
     assert counts[0, 0] == 1 and counts[0, -1] > 0.8 * informative  # the memorising model is found
 
 
@@ -94,9 +94,9 @@ def test_bad_columns_name_the_field():
     ids, label = np.arange(3), np.array([0, 1, 0])
     p = np.full(3, 0.5)
     with pytest.raises(ValueError, match="hidden_bit"):
-        injected.attack_candidates(ids, label, label, np.array([0, 2, 0]), p, p, seed=1, attacks=["log_ratio"])
+        injected.score_candidates(ids, label, label, np.array([0, 2, 0]), p, p, seed=1, scores=["log_ratio"])
     with pytest.raises(ValueError, match="counterfactual_label"):
-        injected.attack_candidates(ids, label, label[:2], label, p, p, seed=1, attacks=["log_ratio"])
+        injected.score_candidates(ids, label, label[:2], label, p, p, seed=1, scores=["log_ratio"])
 
 
 def test_a_label_blind_target_certifies_zero_in_at_least_95_percent_of_draws():
@@ -109,16 +109,16 @@ def test_a_label_blind_target_certifies_zero_in_at_least_95_percent_of_draws():
         row_ids, label, eta, proxy = _world(4_000, seed=100 + draw)
         if draw < 20:
             everyone = audit.guess_grid(len(row_ids))
-            observed = audit.count_correct_attacks(row_ids, label, eta, proxy, seed=draw, repetitions=1,
-                                                   guesses=everyone, attacks=["log_ratio"])
-            observational_positives += float(audit_sweep.evaluate_attacks(
+            observed = audit.count_correct_scores(row_ids, label, eta, proxy, seed=draw, repetitions=1,
+                                                   guesses=everyone, scores=["log_ratio"])
+            observational_positives += float(audit_sweep.evaluate_scores(
                 observed, everyone, canaries=len(row_ids), families=("binomial",)).best["eps_binomial_bonferroni"][0]) > 0
         y1, coin = injected.injected_draws(row_ids, label, proxy, seed=draw)
         informative = int((label != y1).sum())
         guesses = audit.guess_grid(informative)
         counts = injected.count_correct(row_ids, label, y1, coin, eta, proxy, seed=draw, guesses=guesses,
-                                        attacks=["log_ratio"])
-        best = audit_sweep.evaluate_attacks(counts, guesses, canaries=informative, families=("binomial",))
+                                        scores=["log_ratio"])
+        best = audit_sweep.evaluate_scores(counts, guesses, canaries=informative, families=("binomial",))
         positives += float(best.best["eps_binomial_bonferroni"][0]) > 0.0
     assert positives <= 10
     assert observational_positives >= 15  # the null is realistic: it fools the observational design
@@ -139,8 +139,8 @@ def test_a_memorising_target_is_bounded_by_its_randomized_response_epsilon():
     informative = int((label != y1).sum())
     guesses = audit.guess_grid(informative)
     counts = injected.count_correct(row_ids, label, y1, coin, target, np.full(len(row_ids), 0.5), seed=3,
-                                    guesses=guesses, attacks=["log_ratio"])
-    eps_lb = audit_sweep.evaluate_attacks(counts, guesses, canaries=informative,
+                                    guesses=guesses, scores=["log_ratio"])
+    eps_lb = audit_sweep.evaluate_scores(counts, guesses, canaries=informative,
                                           families=("binomial",)).best["eps_binomial_bonferroni"][0]
     assert 0.5 < eps_lb <= epsilon
     assert bounds.accuracy_of_epsilon(epsilon) == pytest.approx(keep)

@@ -35,8 +35,8 @@ def small_study():
 def test_redrawn_study_is_valid_and_informative(small_study):
     summary = validity.summarize_study(small_study)
     cells = validity.study_cells(epsilons=(0.5, 8.0), proxies=validity.PROXIES)
-    attacks = (*audit.DEFAULT_ATTACKS, validity.COMBINED)
-    assert len(validity.theorem_rows(summary)) == len(cells) * len(attacks) * 2 and set(summary["draws"]) == {20}
+    scores = (*audit.DEFAULT_SCORES, validity.COMBINED)
+    assert len(validity.theorem_rows(summary)) == len(cells) * len(scores) * 2 and set(summary["draws"]) == {20}
     logistic_rules = set(summary.loc[summary["proxy"] == "logistic", "tau_rule"])
     assert logistic_rules == {"0", "max_tv"} and set(summary.loc[summary["proxy"] == "true", "tau_rule"]) == {"0"}
     assert small_study.attrs["draws_run"] == 20
@@ -44,12 +44,12 @@ def test_redrawn_study_is_valid_and_informative(small_study):
     assert validity.invalid_cells(summary).empty, validity.invalid_cells(summary).to_string()
     theorem = validity.theorem_rows(summary)
     bonf = theorem[(theorem["convention"] == "bonferroni") & (theorem["setting"] == "rr")].set_index(
-        ["proxy", "epsilon", "attack"])
+        ["proxy", "epsilon", "score"])
     for proxy in validity.PROXIES:
         # the log ratio finds most of the leak (the difference score with t = 2 falls far behind at eps = 8)
         assert bonf.loc[(proxy, 8.0, "log_ratio"), "ratio_eps"] > 0.6
         assert bonf.loc[(proxy, 8.0, "difference_t2"), "ratio_eps"] < 0.4
-        # splitting the confidence over 4 attacks costs a little against the best attack alone, never gains
+        # splitting the confidence over 4 scores costs a little against the best score alone, never gains
         combined = bonf.loc[(proxy, 8.0, validity.COMBINED), "eps_lb_mean"]
         assert 0.9 * bonf.loc[(proxy, 8.0, "log_ratio"), "eps_lb_mean"] < combined
         assert combined <= bonf.loc[(proxy, 8.0, "log_ratio"), "eps_lb_mean"] + 1e-12
@@ -58,7 +58,7 @@ def test_redrawn_study_is_valid_and_informative(small_study):
     # the paper convention is not a valid 95% bound: under the null it is positive far more often than 5%
     null_paper = summary[(summary["setting"] == "null") & (summary["convention"] == "paper")]
     assert null_paper["share_positive"].mean() > 0.1
-    assert validity.pick_default(summary).attack == "log_ratio"
+    assert validity.pick_default(summary).score == "log_ratio"
 
 
 def test_every_draw_redraws_data_release_and_game(small_study):
@@ -68,7 +68,7 @@ def test_every_draw_redraws_data_release_and_game(small_study):
     # draw, and so does the refitted logistic proxy's distance to the truth
     assert rr.groupby(["proxy", "epsilon"])["informative"].nunique().min() == 20
     assert rr.loc[rr["proxy"] == "logistic", "proxy_tv"].nunique() == 20
-    assert rr.groupby(["proxy", "epsilon", "attack"])["eps_lb"].nunique().min() >= 10  # (c', c) are discrete
+    assert rr.groupby(["proxy", "epsilon", "score"])["eps_lb"].nunique().min() >= 10  # (c', c) are discrete
     # draw d depends on (seed, d) only: a 1-draw study reproduces draw 0 exactly, another seed does not
     again = validity.study(n=20_000, draws=1, null_draws=0, epsilons=(8.0,), proxies=("true",), seed=7)
     first = small_study[(small_study["draw"] == 0) & (small_study["epsilon"] == 8.0)
@@ -111,13 +111,13 @@ def test_ceiling_closed_form():
 
 def test_pick_default_skips_an_invalid_attack():
     rows = []
-    for attack, ratio, above, null in (("tight_but_invalid", 0.95, 0.10, 0.0), ("valid", 0.8, 0.0, 0.02),
+    for score, ratio, above, null in (("tight_but_invalid", 0.95, 0.10, 0.0), ("valid", 0.8, 0.0, 0.02),
                                        ("loose", 0.5, 0.0, 0.0), ("null_breaker", 0.9, 0.0, 0.2)):
-        common = {"proxy": "true", "tau_rule": "0", "attack": attack, "convention": "bonferroni"}
+        common = {"proxy": "true", "tau_rule": "0", "score": score, "convention": "bonferroni"}
         rows.append({**common, "setting": "rr", "share_above": above, "share_positive": 1.0, "ratio_eps": ratio,
                      "ratio_ceiling": ratio})
         rows.append({**common, "setting": "null", "share_above": null, "share_positive": null, "ratio_eps": np.nan,
                      "ratio_ceiling": np.nan})
     choice = validity.pick_default(pd.DataFrame(rows))
-    assert choice.attack == "valid"
-    assert list(choice.evidence["attack"]) == ["tight_but_invalid", "null_breaker", "valid", "loose"]
+    assert choice.score == "valid"
+    assert list(choice.evidence["score"]) == ["tight_but_invalid", "null_breaker", "valid", "loose"]

@@ -1,7 +1,7 @@
 """Spark stage of the one-run audit (docs/math.md §5, §6): the games' exact counts
 (:mod:`lia_spark.engine.audit_counts`), or with audit.attack=membership the membership baseline over the train stage's
 candidate table on the driver (:func:`membership_counts`, docs/math.md §5.8). Then the bounds run on the driver
-(lia_spark.kernels.audit_sweep.evaluate_attacks: the best over the scores of audit.scores x the sweep). Outputs under
+(lia_spark.kernels.audit_sweep.evaluate_scores: the best over the scores of audit.scores x the sweep). Outputs under
 ``<run.output_dir>/audit``: ``results`` (Parquet) and ``results.csv`` (per repetition and c': c', c, per-point
 bounds), ``summary.json`` and ``plots/eps_vs_guesses.png``, committed atomically; resumable.
 """
@@ -46,14 +46,14 @@ def canary_path(config: Config) -> str:
     return config.audit.canary_path or layout.canaries_path(config)
 
 
-def results_frame(bounds: audit_sweep.AttackBounds) -> pd.DataFrame:
-    """Long table: one row per (attack, repetition, c') with c, c/c' and the per-point bounds (each point at the
-    per-test confidence of the audit: the split over attacks x sweep points for "bonferroni")."""
+def results_frame(bounds: audit_sweep.ScoreBounds) -> pd.DataFrame:
+    """Long table: one row per (score, repetition, c') with c, c/c' and the per-point bounds (each point at the
+    per-test confidence of the audit: the split over scores x sweep points for "bonferroni")."""
     frames = []
-    for attack, sweep in bounds.per_attack.items():
+    for score, sweep in bounds.per_score.items():
         repetitions, points = sweep.correct.shape
         frame = pd.DataFrame({
-            "score": attack,
+            "score": score,
             "repetition": np.repeat(np.arange(repetitions, dtype=np.int32), points),
             "guesses": np.tile(sweep.guesses, repetitions),
             "correct": sweep.correct.ravel(),
@@ -176,20 +176,20 @@ def _audit(run: StageRun) -> AuditResult:
     tau = section.tau if design == names.OBSERVATIONAL else 0.0  # injected coins assume nothing of the proxy
     repetitions = next(iter(correct.values())).shape[0]
     counted = time.monotonic()
-    bounds = audit_sweep.evaluate_attacks(correct, guesses, canaries=m, confidence=section.confidence,
+    bounds = audit_sweep.evaluate_scores(correct, guesses, canaries=m, confidence=section.confidence,
                                           delta=section.delta, tau=tau, families=section.bounds,
                                           table_families=section.table_bounds)
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
     summary = {
         "attack": section.attack, "design": design, "canaries": m, "repetitions": repetitions,
         "guesses": guesses.tolist(), "confidence": section.confidence, "delta": section.delta, "tau": tau,
-        "gdp_delta": bounds.gdp_delta, "gdp_tau_vacuous": bounds.gdp_tau_vacuous, "scores": list(bounds.attacks),
+        "gdp_delta": bounds.gdp_delta, "gdp_tau_vacuous": bounds.gdp_tau_vacuous, "scores": list(bounds.scores),
         "tests": bounds.tests, "default_convention": section.convention,
         "best": audit_sweep.summarize(bounds.best),
         "best_guesses_median": {key: float(np.median(v)) for key, v in bounds.best_guesses.items()},
-        "best_score_share": {key: {attack: float(np.mean(winners == attack)) for attack in bounds.attacks}
-                              for key, winners in bounds.best_attacks.items()},
-        "per_score": {attack: audit_sweep.summarize(sweep.best) for attack, sweep in bounds.per_attack.items()},
+        "best_score_share": {key: {score: float(np.mean(winners == score)) for score in bounds.scores}
+                              for key, winners in bounds.best_scores.items()},
+        "per_score": {score: audit_sweep.summarize(sweep.best) for score, sweep in bounds.per_score.items()},
     }
     observational = (_observational_checks(spark, config, canaries, bounds, correct, guesses, m)
                      if design == names.OBSERVATIONAL else {})
@@ -232,7 +232,7 @@ def headline_family(section: AuditConfig) -> str:
 
 
 def _observational_checks(spark: SparkSession, config: Config, canaries: DataFrame | None,
-                          bounds: audit_sweep.AttackBounds, correct: dict[str, np.ndarray], guesses: np.ndarray,
+                          bounds: audit_sweep.ScoreBounds, correct: dict[str, np.ndarray], guesses: np.ndarray,
                           m: int) -> dict[str, Any]:
     """What the observational bound rests on (docs/math.md §5.10): ``tau_break_even`` (tau* per repetition, first
     and mean), ``eps_lb_by_tau`` (the first repetition's valid bound at the taus of
@@ -240,7 +240,7 @@ def _observational_checks(spark: SparkSession, config: Config, canaries: DataFra
     without one) and ``calibrated`` (the target's valid bound at the reference's largest tau*)."""
     section = config.audit
     family = headline_family(section)
-    level = audit_sweep.attack_confidence(section.confidence, convention=names.BONFERRONI, attacks=len(correct),
+    level = audit_sweep.score_confidence(section.confidence, convention=names.BONFERRONI, scores=len(correct),
                                           points=len(guesses))
 
     def sensitivity(counts: dict[str, np.ndarray], size: int) -> audit_sweep.TauSensitivity:
@@ -258,12 +258,12 @@ def _observational_checks(spark: SparkSession, config: Config, canaries: DataFra
         return checks
     size, _, reference = found
     valid = names.bound_key(family, names.BONFERRONI)
-    reference_best = audit_sweep.evaluate_attacks(reference, _grid(size, section), canaries=size,
+    reference_best = audit_sweep.evaluate_scores(reference, _grid(size, section), canaries=size,
                                                   confidence=section.confidence, delta=section.delta, tau=0.0,
                                                   families=(family,)).best[valid]
     reference_tau = sensitivity(reference, size)
     calibrated_tau = float(reference_tau.break_even.max())
-    calibrated = audit_sweep.evaluate_attacks(correct, guesses, canaries=m, confidence=section.confidence,
+    calibrated = audit_sweep.evaluate_scores(correct, guesses, canaries=m, confidence=section.confidence,
                                               delta=section.delta, tau=calibrated_tau, families=(family,)).best[valid]
     checks["reference"] = {"eps_lb": float(reference_best[0]), **audit_sweep.summarize({"eps_lb": reference_best})[
         "eps_lb"], "tau_break_even": float(reference_tau.break_even[0]), "canaries": size}
@@ -280,9 +280,9 @@ def _grid(canaries: int, section: AuditConfig) -> np.ndarray:
     return audit.guess_grid(canaries, step_percent=section.sweep_step_percent, extra_share=section.extra_guess_share)
 
 
-def _headline(config: Config, bounds: audit_sweep.AttackBounds, *, design: str, canaries: int,
+def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, canaries: int,
               observational: dict[str, Any], trained: Any) -> Headline:
-    """The first repetition's valid (Bonferroni over attacks x sweep points) bound of :func:`headline_family`, with
+    """The first repetition's valid (Bonferroni over scores x sweep points) bound of :func:`headline_family`, with
     what it assumes: nothing (injected) or tau, tau* and the reference (observational), beside the claimed privacy
     of the target the train stage reports (``trained``, its result; None for a canary table of audit.canary_path:
     "an unknown mechanism", NaN)."""

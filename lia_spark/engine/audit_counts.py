@@ -67,26 +67,26 @@ def _canary_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def _game_candidates(frame: pd.DataFrame, *, design: str, seed: int, repetitions: int,
-                     attacks: tuple[audit.Attack, ...]) -> dict[str, audit.Candidates]:
+                     scores: tuple[audit.Score, ...]) -> dict[str, audit.Candidates]:
     """The candidates of one batch of canaries under ``design``: the observational games of every repetition
-    (:func:`lia_spark.kernels.audit.attack_candidates`) or the injected game (:func:`lia_spark.kernels.injected.attack_candidates`)."""
+    (:func:`lia_spark.kernels.audit.score_candidates`) or the injected game (:func:`lia_spark.kernels.injected.score_candidates`)."""
     row_ids, label, target, proxy = _canary_arrays(frame)
     if design == names.INJECTED:
-        return injected.attack_candidates(row_ids, label, frame[COUNTERFACTUAL_LABEL].to_numpy(),
-                                          frame[HIDDEN_BIT].to_numpy(), target, proxy, seed=seed, attacks=attacks)
-    return audit.attack_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions, attacks=attacks)
+        return injected.score_candidates(row_ids, label, frame[COUNTERFACTUAL_LABEL].to_numpy(),
+                                          frame[HIDDEN_BIT].to_numpy(), target, proxy, seed=seed, scores=scores)
+    return audit.score_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions, scores=scores)
 
 
-def _candidate_keys(frame: pd.DataFrame, attack: audit.Attack, *, design: str, seed: int
+def _candidate_keys(frame: pd.DataFrame, score: audit.Score, *, design: str, seed: int
                     ) -> tuple[np.ndarray, np.ndarray]:
     """(|s|, tie hash) of every candidate a batch may show under ``design``: one per informative canary (injected),
     two per canary (observational: label 0 and label 1)."""
     row_ids, label, target, proxy = _canary_arrays(frame)
     if design == names.INJECTED:
-        return (np.abs(injected.injected_scores(target, proxy, label, attack=attack)),
+        return (np.abs(injected.injected_scores(target, proxy, label, score=score)),
                 audit.tie_hashes(row_ids, seed=seed))
-    scores = audit.candidate_scores(target, proxy, score=attack.score, t=attack.t)
-    return np.abs(scores), audit.candidate_ties_labels(row_ids, seed=seed)[0]
+    values = audit.candidate_scores(target, proxy, kind=score.kind, t=score.t)
+    return np.abs(values), audit.candidate_ties_labels(row_ids, seed=seed)[0]
 
 
 def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = names.OBSERVATIONAL,
@@ -133,58 +133,58 @@ def _smallest_hashes(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:
 
 @dataclasses.dataclass(frozen=True)
 class CandidateRanges:
-    """The candidate ranges of every attack, numbered globally: attack a owns ranges first[a] .. first[a + 1] - 1.
+    """The candidate ranges of every score, numbered globally: score a owns ranges first[a] .. first[a + 1] - 1.
 
     Attributes:
-        attacks: the attacks, in the order of ``audit.scores``.
-        boundary_abs, boundary_tie: per attack, the cut keys of :func:`lia_spark.kernels.audit.range_boundaries`.
-        first: (A + 1,) global id of each attack's first range; first[A] = the number of ranges.
+        scores: the scores, in the order of ``audit.scores``.
+        boundary_abs, boundary_tie: per score, the cut keys of :func:`lia_spark.kernels.audit.range_boundaries`.
+        first: (A + 1,) global id of each score's first range; first[A] = the number of ranges.
     """
 
-    attacks: tuple[audit.Attack, ...]
+    scores: tuple[audit.Score, ...]
     boundary_abs: tuple[np.ndarray, ...]
     boundary_tie: tuple[np.ndarray, ...]
     first: np.ndarray
 
     @classmethod
-    def cut(cls, attacks: tuple[audit.Attack, ...], keys: pd.DataFrame, *, parts: int) -> "CandidateRanges":
-        """Ranges from a sample of candidate keys (columns attack, abs_score, tie) with about ``parts`` per attack."""
+    def cut(cls, scores: tuple[audit.Score, ...], keys: pd.DataFrame, *, parts: int) -> "CandidateRanges":
+        """Ranges from a sample of candidate keys (columns score, abs_score, tie) with about ``parts`` per score."""
         cuts = [audit.range_boundaries(keys["abs_score"].to_numpy(dtype=np.float64)[rows],
                                        _as_uint64(keys["tie"])[rows], parts=parts)
-                for rows in (keys["attack"].to_numpy() == index for index in range(len(attacks)))]
+                for rows in (keys["score"].to_numpy() == index for index in range(len(scores)))]
         sizes = [len(boundary_abs) + 1 for boundary_abs, _ in cuts]
-        return cls(attacks=attacks, boundary_abs=tuple(c[0] for c in cuts), boundary_tie=tuple(c[1] for c in cuts),
+        return cls(scores=scores, boundary_abs=tuple(c[0] for c in cuts), boundary_tie=tuple(c[1] for c in cuts),
                    first=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
 
     @property
     def count(self) -> int:
-        """Number of ranges over all attacks."""
+        """Number of ranges over all scores."""
         return int(self.first[-1])
 
-    def attack_of(self) -> np.ndarray:
-        """(count,) index of the attack owning each range."""
-        return np.repeat(np.arange(len(self.attacks)), np.diff(self.first))
+    def score_of(self) -> np.ndarray:
+        """(count,) index of the score owning each range."""
+        return np.repeat(np.arange(len(self.scores)), np.diff(self.first))
 
     def exclusive_offsets(self, totals: np.ndarray) -> np.ndarray:
-        """Per (range, repetition): the sum of ``totals`` over the ranges before it of the same attack."""
+        """Per (range, repetition): the sum of ``totals`` over the ranges before it of the same score."""
         offsets = np.cumsum(totals, axis=0) - totals
-        return offsets - offsets[self.first[self.attack_of()]]
+        return offsets - offsets[self.first[self.score_of()]]
 
 
-def _sample_keys(df: DataFrame, *, attacks: tuple[audit.Attack, ...], seed: int, fraction: float,
+def _sample_keys(df: DataFrame, *, scores: tuple[audit.Score, ...], seed: int, fraction: float,
                  design: str) -> pd.DataFrame:
-    """Candidate keys (attack index, |s|, tie) of the rows whose tie hash falls below ``fraction`` of its range."""
+    """Candidate keys (score index, |s|, tie) of the rows whose tie hash falls below ``fraction`` of its range."""
     threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
 
     def sample(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for frame in batches:
             kept = frame.loc[audit.tie_hashes(frame[ROW_ID].to_numpy(dtype=np.int64), seed=seed) < threshold]
-            for index, attack in enumerate(attacks):
-                abs_score, tie = _candidate_keys(kept, attack, design=design, seed=seed)
-                yield pd.DataFrame({"attack": np.full(len(abs_score), index, dtype=np.int32),
+            for index, score in enumerate(scores):
+                abs_score, tie = _candidate_keys(kept, score, design=design, seed=seed)
+                yield pd.DataFrame({"score": np.full(len(abs_score), index, dtype=np.int32),
                                     "abs_score": abs_score, "tie": tie.view(np.int64)})
 
-    return df.mapInPandas(sample, "attack int, abs_score double, tie bigint").toPandas()
+    return df.mapInPandas(sample, "score int, abs_score double, tie bigint").toPandas()
 
 
 CANDIDATE_SCHEMA = "range int, active_total array<bigint>, correct_total array<bigint>, candidates binary"
@@ -192,12 +192,12 @@ CANDIDATE_SCHEMA = "range int, active_total array<bigint>, correct_total array<b
 def _candidate_blobs(batches: Iterator[pd.DataFrame], *, repetitions: int, seed: int, ranges: CandidateRanges,
                      design: str) -> Iterator[pd.DataFrame]:
     """Per batch and candidate range: the range's candidates as one blob and their totals per repetition (the
-    games are played once per batch and shared by every attack)."""
+    games are played once per batch and shared by every score)."""
     for frame in batches:
-        found_by_attack = _game_candidates(frame, design=design, seed=seed, repetitions=repetitions,
-                                           attacks=ranges.attacks)
+        found_by_score = _game_candidates(frame, design=design, seed=seed, repetitions=repetitions,
+                                           scores=ranges.scores)
         rows = []
-        for index, found in enumerate(found_by_attack.values()):
+        for index, found in enumerate(found_by_score.values()):
             range_of = ranges.first[index] + audit.range_ids(found.abs_score, found.tie, ranges.boundary_abs[index],
                                                              ranges.boundary_tie[index])
             order = np.argsort(range_of, kind="stable")
@@ -239,19 +239,19 @@ def _range_totals(candidates: DataFrame, *, parts: int, repetitions: int) -> tup
 
 def distributed_counts(df: DataFrame, *, section: AuditConfig, seed: int, guesses: np.ndarray | None = None,
                        design: str = names.OBSERVATIONAL) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
-    """Exact c for every attack, repetition and c' of the sweep over a canary DataFrame (module docstring, steps
-    1-4). Every attack of ``section.scores`` is counted on the same games, in the same passes over the canaries.
+    """Exact c for every score, repetition and c' of the sweep over a canary DataFrame (module docstring, steps
+    1-4). Every score of ``section.scores`` is counted on the same games, in the same passes over the canaries.
 
     Args:
         df: canary rows (see :func:`select_canaries`); row ids must be distinct (they key the draws and ties).
-        section: the audit section (repetitions, attacks, sweep).
+        section: the audit section (repetitions, scores, sweep).
         seed: the run seed.
         guesses: guess counts to evaluate; default the sweep of ``section``.
         design: observational (section.repetitions games drawn by the audit) or injected (the one game drawn
             before training: R = 1, the rows of ``df`` are the informative canaries).
 
     Returns:
-        (m, guesses (k,), attack name -> correct (R, k) int64), the attacks in the order of ``section.scores``.
+        (m, guesses (k,), score name -> correct (R, k) int64), the scores in the order of ``section.scores``.
 
     Raises:
         ValueError: if the table is empty.
@@ -269,14 +269,14 @@ def distributed_counts(df: DataFrame, *, section: AuditConfig, seed: int, guesse
     if guesses is None:
         guesses = audit.guess_grid(m, step_percent=section.sweep_step_percent, extra_share=section.extra_guess_share)
     guesses = np.asarray(guesses, dtype=np.int64)
-    attacks = audit.resolve_attacks(section.scores)
+    scores = audit.resolve_scores(section.scores)
     parts = max(4 * default_parallelism(spark), -(-2 * m // RANGE_CANDIDATES))
     describe_jobs(spark, "audit: sample candidate keys for range boundaries")
-    keys = _sample_keys(df, attacks=attacks, seed=seed, fraction=min(1.0, sample_rows_per_range(parts) * parts / m),
+    keys = _sample_keys(df, scores=scores, seed=seed, fraction=min(1.0, sample_rows_per_range(parts) * parts / m),
                         design=design)
-    ranges = CandidateRanges.cut(attacks, keys, parts=parts)
-    logger.info("audit: %d canaries, %d repetitions, %d guess counts, %d attack(s), %d candidate ranges", m,
-                repetitions, len(guesses), len(attacks), ranges.count)
+    ranges = CandidateRanges.cut(scores, keys, parts=parts)
+    logger.info("audit: %d canaries, %d repetitions, %d guess counts, %d score(s), %d candidate ranges", m,
+                repetitions, len(guesses), len(scores), ranges.count)
 
     def candidate_batches(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         return _candidate_blobs(batches, repetitions=repetitions, seed=seed, ranges=ranges, design=design)
@@ -298,9 +298,9 @@ def distributed_counts(df: DataFrame, *, section: AuditConfig, seed: int, guesse
                 .applyInPandas(evaluate, "range int, repetition int, guess_index int, correct long").toPandas())
     finally:
         candidates.unpersist()
-    correct = np.full((len(attacks), repetitions, len(guesses)), -1, dtype=np.int64)
-    attack_index = ranges.attack_of()[cuts["range"].to_numpy()]
-    correct[attack_index, cuts["repetition"].to_numpy(), cuts["guess_index"].to_numpy()] = cuts["correct"].to_numpy()
+    correct = np.full((len(scores), repetitions, len(guesses)), -1, dtype=np.int64)
+    score_index = ranges.score_of()[cuts["range"].to_numpy()]
+    correct[score_index, cuts["repetition"].to_numpy(), cuts["guess_index"].to_numpy()] = cuts["correct"].to_numpy()
     if len(cuts) != correct.size or (correct < 0).any():
-        raise ValueError(f"audit: expected one count per (attack, repetition, c') = {correct.size}, got {len(cuts)}")
-    return m, guesses, {attack.name: counts for attack, counts in zip(attacks, correct)}
+        raise ValueError(f"audit: expected one count per (score, repetition, c') = {correct.size}, got {len(cuts)}")
+    return m, guesses, {score.name: counts for score, counts in zip(scores, correct)}

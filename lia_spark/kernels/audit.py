@@ -22,11 +22,12 @@ candidates read at the position where the prefix sum of active bits reaches c'. 
 repetition after one O(m log m) sort. The activity and correctness bits of all repetitions are packed into
 uint64 words (bit r of a candidate's words = repetition r), which is what the Spark stage ships around.
 
-Several attacks on one game. An *attack* is a named score: ``difference_t<t>`` (the difference score with that
-t, e.g. ``difference_t0``, ``difference_t2``, ``difference_t8``) or ``log_ratio``. :func:`count_correct_attacks`
-plays the game once (the draws are keyed on the seed, not on the score) and counts every attack's correct
-guesses with one sort per attack; :func:`lia_spark.kernels.audit_sweep.evaluate_attacks` takes, per repetition, the best
-bound over attacks x sweep points. Each (attack, c') pair is one test of the hypothesis "the mechanism is eps-DP"; with A attacks
+Several scores on one game. A *score* is named by its kind and exponent t: ``difference_t<t>`` (the difference
+score with that t, e.g. ``difference_t0``, ``difference_t2``, ``difference_t8``) or ``log_ratio``
+(:class:`Score`; the *attack* is what the audit plays, audit.attack). :func:`count_correct_scores`
+plays the game once (the draws are keyed on the seed, not on the score) and counts every score's correct
+guesses with one sort per score; :func:`lia_spark.kernels.audit_sweep.evaluate_scores` takes, per repetition, the best
+bound over scores x sweep points. Each (score, c') pair is one test of the hypothesis "the mechanism is eps-DP"; with A scores
 and k sweep points the Bonferroni convention runs every test at 1 - (1 - confidence) / (A k), so by the union
 bound the probability that the best of the A k bounds exceeds the true epsilon is at most 1 - confidence.
 The log ratio is the Bayes-optimal ranking when M is the Bayes posterior given the release and M' the
@@ -43,7 +44,7 @@ from lia_spark.kernels import _audit_game, hashing
 from lia_spark.names import (DIFFERENCE, DIFFERENCE_PREFIX, LABEL, LOG_RATIO, PROXY_PREDICTION, SCORES,
                              TARGET_PREDICTION, score_parts)
 
-DEFAULT_ATTACKS = ("difference_t0", "difference_t2", "difference_t8", LOG_RATIO)
+DEFAULT_SCORES = ("difference_t0", "difference_t2", "difference_t8", LOG_RATIO)
 TIE_BREAK_PURPOSE = "audit/tie_break"
 CANARY_PURPOSE = "audit/canary_sample"
 _TINY = np.finfo(np.float64).tiny
@@ -81,17 +82,17 @@ def guess_grid(canaries: int, *, step_percent: float = 1.0, extra_share: float =
     return np.unique(counts)
 
 
-def label_scores(target: np.ndarray, proxy: np.ndarray, shown: np.ndarray | int, *, score: str = DIFFERENCE,
+def label_scores(target: np.ndarray, proxy: np.ndarray, shown: np.ndarray | int, *, kind: str = DIFFERENCE,
                  t: float = 2.0) -> np.ndarray:
-    """Attack score s of showing label ``shown`` (array or 0/1), elementwise; see the module docstring.
+    """Score s of the kind ``kind`` of showing label ``shown`` (array or 0/1), elementwise; see the module docstring.
 
     The log ratio clips probabilities at the smallest positive double, so M(x)[y] = 0 gives a large finite |s|.
 
     Raises:
-        ValueError: on an unknown score or a negative t.
+        ValueError: on an unknown score kind or a negative t.
     """
-    if score not in SCORES:
-        raise ValueError(f"score must be one of {', '.join(SCORES)}, got score={score!r}")
+    if kind not in SCORES:
+        raise ValueError(f"score kind must be one of {', '.join(SCORES)}, got kind={kind!r}")
     if not t >= 0:
         raise ValueError(f"t must be >= 0, got t={t}")
     target = np.asarray(target, dtype=np.float64)
@@ -99,65 +100,65 @@ def label_scores(target: np.ndarray, proxy: np.ndarray, shown: np.ndarray | int,
     shown_one = np.asarray(shown) == 1
     target_shown = np.where(shown_one, target, 1.0 - target)
     proxy_shown = np.where(shown_one, proxy, 1.0 - proxy)
-    if score == LOG_RATIO:
+    if kind == LOG_RATIO:
         return np.log(np.maximum(target_shown, _TINY)) - np.log(np.maximum(proxy_shown, _TINY))
     return (target_shown - proxy_shown) * (1.0 - proxy_shown) ** t
 
 
 @dataclasses.dataclass(frozen=True)
-class Attack:
-    """One attack: a score of :data:`SCORES` and the exponent t of the difference score (0 for the log ratio)."""
+class Score:
+    """One score: its kind (:data:`SCORES`) and the exponent t of the difference score (0 for the log ratio)."""
 
-    score: str
+    kind: str
     t: float = 2.0
 
     @property
     def name(self) -> str:
         """``log_ratio`` or ``difference_t<t>`` (t printed exactly: ``difference_t2``, ``difference_t0.5``)."""
-        if self.score == LOG_RATIO:
+        if self.kind == LOG_RATIO:
             return LOG_RATIO
         short = f"{self.t:g}"
         return DIFFERENCE_PREFIX + (short if float(short) == self.t else repr(float(self.t)))
 
 
-def parse_attack(attack: "str | Attack") -> Attack:
-    """The :class:`Attack` named ``log_ratio`` or ``difference_t<t>`` (t a number >= 0), or ``attack`` itself.
+def parse_score(score: "str | Score") -> Score:
+    """The :class:`Score` named ``log_ratio`` or ``difference_t<t>`` (t a number >= 0), or ``score`` itself.
 
     Raises:
-        ValueError: naming the attack when it is neither form, or t is negative or not finite.
+        ValueError: naming the score when it is neither form, or t is negative or not finite.
     """
-    if isinstance(attack, Attack):
-        score, t = attack.score, attack.t
-        if score not in SCORES:
-            raise ValueError(f"score must be one of {', '.join(SCORES)}, got score={score!r}")
+    if isinstance(score, Score):
+        kind, t = score.kind, score.t
+        if kind not in SCORES:
+            raise ValueError(f"score kind must be one of {', '.join(SCORES)}, got kind={kind!r}")
         if not (math.isfinite(t) and t >= 0.0):
-            raise ValueError(f"attack {attack.name!r}: t must be a finite number >= 0, got t={t}")
+            raise ValueError(f"score {score.name!r}: t must be a finite number >= 0, got t={t}")
     else:
-        score, t = score_parts(attack)
-    return Attack(score=score, t=0.0 if score == LOG_RATIO else float(t))
+        kind, t = score_parts(score)
+    return Score(kind=kind, t=0.0 if kind == LOG_RATIO else float(t))
 
 
-def resolve_attacks(attacks) -> tuple[Attack, ...]:
-    """Parse a non-empty sequence of attacks (names or :class:`Attack`); names must be distinct.
+def resolve_scores(scores) -> tuple[Score, ...]:
+    """Parse a non-empty sequence of scores (names or :class:`Score`); names must be distinct.
 
     Raises:
-        ValueError: on an empty sequence, a bad attack (see :func:`parse_attack`) or a repeated name.
+        ValueError: on an empty sequence, a bad score (see :func:`parse_score`) or a repeated name.
     """
-    if isinstance(attacks, (str, Attack)):
-        attacks = (attacks,)
-    parsed = tuple(parse_attack(attack) for attack in attacks)
+    if isinstance(scores, (str, Score)):
+        scores = (scores,)
+    parsed = tuple(parse_score(score) for score in scores)
     if not parsed:
-        raise ValueError("attacks must name at least one attack, got attacks=()")
-    names = [attack.name for attack in parsed]
+        raise ValueError("scores must name at least one score, got scores=()")
+    names = [score.name for score in parsed]
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
-        raise ValueError(f"attacks must be distinct, got {', '.join(repeated)} more than once")
+        raise ValueError(f"scores must be distinct, got {', '.join(repeated)} more than once")
     return parsed
 
 
-def attack_name(score: str = DIFFERENCE, t: float = 2.0) -> str:
-    """Name of the attack of the ``score=`` / ``t=`` API: ``attack_name("difference", 2.0) == "difference_t2"``."""
-    return parse_attack(Attack(score=score, t=t)).name
+def score_name(kind: str = DIFFERENCE, t: float = 2.0) -> str:
+    """Name of the score of the ``kind=`` / ``t=`` API: ``score_name("difference", 2.0) == "difference_t2"``."""
+    return parse_score(Score(kind=kind, t=t)).name
 
 
 def validate_canaries(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray) -> None:
@@ -277,10 +278,10 @@ def tie_hashes(row_ids: np.ndarray, *, seed: int) -> np.ndarray:
     return hashing.hash_bits(seed, TIE_BREAK_PURPOSE, row_ids)
 
 
-def candidate_scores(target: np.ndarray, proxy: np.ndarray, *, score: str, t: float) -> np.ndarray:
+def candidate_scores(target: np.ndarray, proxy: np.ndarray, *, kind: str, t: float) -> np.ndarray:
     """Signed scores of all 2m candidates: showing label 0 for every row, then showing label 1."""
-    return np.concatenate([label_scores(target, proxy, 0, score=score, t=t),
-                           label_scores(target, proxy, 1, score=score, t=t)])
+    return np.concatenate([label_scores(target, proxy, 0, kind=kind, t=t),
+                           label_scores(target, proxy, 1, kind=kind, t=t)])
 
 
 def candidate_ties_labels(row_ids: np.ndarray, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -291,28 +292,28 @@ def candidate_ties_labels(row_ids: np.ndarray, *, seed: int) -> tuple[np.ndarray
 
 
 def candidates(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
-               repetitions: int, score: str = DIFFERENCE, t: float = 2.0) -> Candidates:
+               repetitions: int, kind: str = DIFFERENCE, t: float = 2.0) -> Candidates:
     """Play ``repetitions`` games on a batch of canaries and return their shown candidates (module docstring).
 
     Raises:
         ValueError: on invalid canary columns (see :func:`validate_canaries`) or repetitions < 1.
     """
-    found = attack_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions,
-                              attacks=(Attack(score=score, t=t),))
+    found = score_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions,
+                             scores=(Score(kind=kind, t=t),))
     return next(iter(found.values()))
 
 
-def attack_candidates(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
-                      repetitions: int, attacks=DEFAULT_ATTACKS) -> dict[str, Candidates]:
-    """:func:`candidates` of several attacks on the same games (played once): attack name -> candidates.
+def score_candidates(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
+                     repetitions: int, scores=DEFAULT_SCORES) -> dict[str, Candidates]:
+    """:func:`candidates` of several scores on the same games (played once): score name -> candidates.
 
     Raises:
-        ValueError: on a bad or repeated attack, invalid canary columns or repetitions < 1.
+        ValueError: on a bad or repeated score, invalid canary columns or repetitions < 1.
     """
-    parsed = resolve_attacks(attacks)
+    parsed = resolve_scores(scores)
     row_ids, label, target, proxy = _checked_canaries(row_ids, label, target, proxy, repetitions=repetitions)
     game = _Game.play(row_ids, label, proxy, seed=seed, repetitions=repetitions)
-    return {attack.name: game.candidates(target, proxy, attack) for attack in parsed}
+    return {score.name: game.candidates(target, proxy, score) for score in parsed}
 
 
 def _checked_canaries(row_ids, label, target, proxy, *, repetitions: int):
@@ -328,7 +329,7 @@ def _checked_canaries(row_ids, label, target, proxy, *, repetitions: int):
 
 @dataclasses.dataclass(frozen=True)
 class _Game:
-    """The draws of one set of games, shared by every attack: which candidates are shown, and b per candidate.
+    """The draws of one set of games, shared by every score: which candidates are shown, and b per candidate.
 
     All bit sets are (n, ceil(R / 64)) packed words over the candidates shown at least once.
     """
@@ -351,11 +352,11 @@ class _Game:
         return cls(active=active[keep], hidden=np.concatenate([hidden, hidden])[keep], mask=mask, keep=keep,
                    tie=tie[keep], label=labels[keep])
 
-    def candidates(self, target: np.ndarray, proxy: np.ndarray, attack: Attack) -> Candidates:
-        scores = candidate_scores(target, proxy, score=attack.score, t=attack.t)[self.keep]
-        guess_one = (scores <= 0.0)[:, None]  # the guess is b' = 1 iff s <= 0; correct iff b' = b
+    def candidates(self, target: np.ndarray, proxy: np.ndarray, score: Score) -> Candidates:
+        values = candidate_scores(target, proxy, kind=score.kind, t=score.t)[self.keep]
+        guess_one = (values <= 0.0)[:, None]  # the guess is b' = 1 iff s <= 0; correct iff b' = b
         correct = self.active & np.where(guess_one, self.hidden, ~self.hidden & self.mask)
-        return Candidates(abs_score=np.abs(scores), tie=self.tie, label=self.label, active=self.active,
+        return Candidates(abs_score=np.abs(values), tie=self.tie, label=self.label, active=self.active,
                           correct=correct)
 
 
@@ -388,41 +389,41 @@ def bit_totals(words: np.ndarray, *, repetitions: int) -> np.ndarray:
 
 
 def count_correct(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
-                  repetitions: int, guesses: np.ndarray, score: str = DIFFERENCE, t: float = 2.0) -> np.ndarray:
+                  repetitions: int, guesses: np.ndarray, kind: str = DIFFERENCE, t: float = 2.0) -> np.ndarray:
     """In-process audit: c for every repetition and every guess count in ``guesses`` from one sort -> (R, k) int64.
 
     Raises:
         ValueError: if a guess count is outside [1, m] or on invalid canary columns.
     """
-    counts = count_correct_attacks(row_ids, label, target, proxy, seed=seed, repetitions=repetitions,
-                                   guesses=guesses, attacks=(Attack(score=score, t=t),))
+    counts = count_correct_scores(row_ids, label, target, proxy, seed=seed, repetitions=repetitions,
+                                  guesses=guesses, scores=(Score(kind=kind, t=t),))
     return next(iter(counts.values()))
 
 
-def count_correct_attacks(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *,
+def count_correct_scores(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray, *,
                           seed: int, repetitions: int, guesses: np.ndarray,
-                          attacks=DEFAULT_ATTACKS) -> dict[str, np.ndarray]:
-    """:func:`count_correct` for several attacks on the same games: attack name -> (R, k) int64 counts.
+                          scores=DEFAULT_SCORES) -> dict[str, np.ndarray]:
+    """:func:`count_correct` for several scores on the same games: score name -> (R, k) int64 counts.
 
-    The games (y1, b per repetition) are drawn once; each attack's counts come from one sort of its candidates.
-    ``count_correct(..., score=s, t=t)`` equals ``count_correct_attacks(..., attacks=[attack_name(s, t)])``.
+    The games (y1, b per repetition) are drawn once; each score's counts come from one sort of its candidates.
+    ``count_correct(..., kind=s, t=t)`` equals ``count_correct_scores(..., scores=[score_name(s, t)])``.
 
     Raises:
-        ValueError: on a bad or repeated attack, a guess count outside [1, m] or invalid canary columns.
+        ValueError: on a bad or repeated score, a guess count outside [1, m] or invalid canary columns.
     """
-    parsed = resolve_attacks(attacks)
+    parsed = resolve_scores(scores)
     guesses = np.asarray(guesses, dtype=np.int64)
     if guesses.size and (guesses.min() < 1 or guesses.max() > len(row_ids)):
         raise ValueError(f"guesses must lie in [1, {len(row_ids)}], got guesses={guesses.min()}..{guesses.max()}")
     row_ids, label, target, proxy = _checked_canaries(row_ids, label, target, proxy, repetitions=repetitions)
     game = _Game.play(row_ids, label, proxy, seed=seed, repetitions=repetitions)
     ranks = np.broadcast_to(guesses, (repetitions, len(guesses)))
-    return {attack.name: sorted_counts(game.candidates(target, proxy, attack), ranks, repetitions=repetitions)
-            for attack in parsed}
+    return {score.name: sorted_counts(game.candidates(target, proxy, score), ranks, repetitions=repetitions)
+            for score in parsed}
 
 
 def sorted_counts(found: Candidates, ranks: np.ndarray, *, repetitions: int) -> np.ndarray:
-    """In-process counts of one attack's candidates: one sort (:func:`candidate_order`), then
+    """In-process counts of one score's candidates: one sort (:func:`candidate_order`), then
     :func:`correct_at_ranks` at ``ranks`` (R, k) -> (R, k) int64."""
     order = candidate_order(found.abs_score, found.tie, found.label)
     return correct_at_ranks(found.active[order], found.correct[order], ranks, repetitions=repetitions)

@@ -1,9 +1,9 @@
-"""Bounds from the audit's counts over the sweep of guess counts and over attacks (docs/math.md §5.4, §6).
+"""Bounds from the audit's counts over the sweep of guess counts and over scores (docs/math.md §5.4, §6).
 
 :func:`evaluate_sweep` turns the counts c(r, c') of :func:`lia_spark.kernels.audit.count_correct` into per-point and best
 epsilon lower bounds per repetition under both conventions: "paper" (each point at the full confidence, the best
 point reported: not a valid joint bound) and "bonferroni" (each of the k points at 1 - (1 - confidence) / k, so
-the best of them holds at the stated confidence). :func:`evaluate_attacks` does the same over A attacks x k points.
+the best of them holds at the stated confidence). :func:`evaluate_scores` does the same over A scores x k points.
 """
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
 
     The best bound per repetition uses bounds.best_* (same value as the max of the per-point bounds, far cheaper
     for GDP); per-point bounds are evaluated only for ``table_families``. ``tests`` is the number of tests the
-    Bonferroni convention splits ``1 - confidence`` over (default: the sweep points; :func:`evaluate_attacks`
-    passes attacks x sweep points).
+    Bonferroni convention splits ``1 - confidence`` over (default: the sweep points; :func:`evaluate_scores`
+    passes scores x sweep points).
 
     Raises:
         ValueError: on a family outside bounds.METHODS, mismatched shapes or tests < the number of sweep points.
@@ -112,91 +112,91 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
                        gdp_delta=gdp_delta, gdp_tau_vacuous=vacuous)
 
 
-def attack_confidence(confidence: float, *, convention: str, attacks: int, points: int) -> float:
-    """Per-test confidence of an audit taking the best of ``attacks`` x ``points`` tests.
+def score_confidence(confidence: float, *, convention: str, scores: int, points: int) -> float:
+    """Per-test confidence of an audit taking the best of ``scores`` x ``points`` tests.
 
-    "bonferroni": 1 - (1 - confidence) / (attacks * points), so that the best bound over every (attack, c') pair
+    "bonferroni": 1 - (1 - confidence) / (scores * points), so that the best bound over every (score, c') pair
     holds at ``confidence`` (union bound); "paper": ``confidence`` at every test (not a valid joint bound).
     """
-    if attacks < 1:
-        raise ValueError(f"attacks must be >= 1, got attacks={attacks}")
+    if scores < 1:
+        raise ValueError(f"scores must be >= 1, got scores={scores}")
     if points < 1:
         raise ValueError(f"points must be >= 1, got points={points}")
-    return convention_confidence(confidence, convention=convention, points=attacks * points)
+    return convention_confidence(confidence, convention=convention, points=scores * points)
 
 
 @dataclasses.dataclass(frozen=True)
-class AttackBounds:
-    """Best epsilon lower bounds of every repetition over several attacks x the guess sweep.
+class ScoreBounds:
+    """Best epsilon lower bounds of every repetition over several scores x the guess sweep.
 
     Attributes:
-        attacks: attack names, in the order given.
+        scores: score names, in the order given.
         guesses: (k,) guess counts c'.
-        tests: attacks x sweep points, the Bonferroni denominator.
-        levels: convention -> per-test confidence (see :func:`attack_confidence`).
-        per_attack: attack name -> its :class:`SweepBounds`, every test at ``levels`` (so each attack's best is
-            itself a valid bound at ``confidence``, if a looser one than auditing that attack alone).
-        best: same keys as :attr:`SweepBounds.best` -> (R,) max over attacks.
+        tests: scores x sweep points, the Bonferroni denominator.
+        levels: convention -> per-test confidence (see :func:`score_confidence`).
+        per_score: score name -> its :class:`SweepBounds`, every test at ``levels`` (so each score's best is
+            itself a valid bound at ``confidence``, if a looser one than auditing that score alone).
+        best: same keys as :attr:`SweepBounds.best` -> (R,) max over scores.
         best_guesses: same keys -> (R,) c' reaching it (0 when nothing is rejected).
-        best_attacks: same keys -> (R,) name of the attack reaching it (the first in order on ties; "" when
+        best_scores: same keys -> (R,) name of the score reaching it (the first in order on ties; "" when
             nothing is rejected).
         gdp_delta, gdp_tau_vacuous: as in :class:`SweepBounds`.
     """
 
-    attacks: tuple[str, ...]
+    scores: tuple[str, ...]
     guesses: np.ndarray
     tests: int
     levels: dict[str, float]
-    per_attack: dict[str, SweepBounds]
+    per_score: dict[str, SweepBounds]
     best: dict[str, np.ndarray]
     best_guesses: dict[str, np.ndarray]
-    best_attacks: dict[str, np.ndarray]
+    best_scores: dict[str, np.ndarray]
     gdp_delta: float
     gdp_tau_vacuous: bool
 
 
-def evaluate_attacks(correct: dict[str, np.ndarray], guesses: np.ndarray, *, canaries: int,
+def evaluate_scores(correct: dict[str, np.ndarray], guesses: np.ndarray, *, canaries: int,
                      confidence: float = 0.95, delta: float = 0.0, tau: float = 0.0,
                      families: tuple[str, ...] = BOUND_FAMILIES, table_families: tuple[str, ...] = (),
-                     conventions: tuple[str, ...] = CONVENTIONS) -> AttackBounds:
-    """Best bound per repetition over every attack and sweep point, the confidence split over all of them.
+                     conventions: tuple[str, ...] = CONVENTIONS) -> ScoreBounds:
+    """Best bound per repetition over every score and sweep point, the confidence split over all of them.
 
     Args:
-        correct: attack name -> (R, k) counts of :func:`lia_spark.kernels.audit.count_correct_attacks` on the same games (same R, k).
+        correct: score name -> (R, k) counts of :func:`lia_spark.kernels.audit.count_correct_scores` on the same games (same R, k).
         guesses: (k,) guess counts c' of the columns.
         canaries, confidence, delta, tau, families, table_families, conventions: as in :func:`evaluate_sweep`.
     Returns:
-        :class:`AttackBounds`; under "bonferroni" every one of the A x k tests runs at
+        :class:`ScoreBounds`; under "bonferroni" every one of the A x k tests runs at
         1 - (1 - confidence) / (A k), so P[best bound > true epsilon] <= 1 - confidence (union bound).
     Raises:
-        ValueError: on no attacks, counts of different shapes, or the errors of :func:`evaluate_sweep`.
+        ValueError: on no scores, counts of different shapes, or the errors of :func:`evaluate_sweep`.
     """
     if not correct:
-        raise ValueError("correct must hold the counts of at least one attack, got none")
+        raise ValueError("correct must hold the counts of at least one score, got none")
     names = tuple(correct)
     arrays = {name: np.atleast_2d(np.asarray(correct[name], dtype=np.int64)) for name in names}
     shapes = {array.shape for array in arrays.values()}
     if len(shapes) != 1:
-        raise ValueError(f"every attack's counts must have the same (repetitions, guesses) shape, got "
+        raise ValueError(f"every score's counts must have the same (repetitions, guesses) shape, got "
                          f"{', '.join(f'{name}: {arrays[name].shape}' for name in names)}")
     guesses = np.asarray(guesses, dtype=np.int64)
     tests = len(names) * len(guesses)
-    per_attack = {name: evaluate_sweep(arrays[name], guesses, canaries=canaries, confidence=confidence,
+    per_score = {name: evaluate_sweep(arrays[name], guesses, canaries=canaries, confidence=confidence,
                                        delta=delta, tau=tau, families=families, table_families=table_families,
                                        conventions=conventions, tests=tests) for name in names}
-    first = per_attack[names[0]]
-    best, best_guesses, best_attacks = {}, {}, {}
+    first = per_score[names[0]]
+    best, best_guesses, best_scores = {}, {}, {}
     for key in first.best:
-        values = np.stack([per_attack[name].best[key] for name in names])  # (A, R)
-        winner = np.argmax(values, axis=0)  # first maximum: ties go to the earlier attack
+        values = np.stack([per_score[name].best[key] for name in names])  # (A, R)
+        winner = np.argmax(values, axis=0)  # first maximum: ties go to the earlier score
         columns = np.arange(values.shape[1])
         best[key] = values[winner, columns]
-        best_guesses[key] = np.stack([per_attack[name].best_guesses[key] for name in names])[winner, columns]
-        best_attacks[key] = np.where(best_guesses[key] > 0, np.asarray(names, dtype=object)[winner], "")
+        best_guesses[key] = np.stack([per_score[name].best_guesses[key] for name in names])[winner, columns]
+        best_scores[key] = np.where(best_guesses[key] > 0, np.asarray(names, dtype=object)[winner], "")
     levels = {convention: convention_confidence(confidence, convention=convention, points=tests)
               for convention in conventions}
-    return AttackBounds(attacks=names, guesses=guesses, tests=tests, levels=levels, per_attack=per_attack,
-                        best=best, best_guesses=best_guesses, best_attacks=best_attacks,
+    return ScoreBounds(scores=names, guesses=guesses, tests=tests, levels=levels, per_score=per_score,
+                        best=best, best_guesses=best_guesses, best_scores=best_scores,
                         gdp_delta=first.gdp_delta, gdp_tau_vacuous=first.gdp_tau_vacuous)
 
 
@@ -219,7 +219,7 @@ class TauSensitivity:
     """How the observational bound of one family depends on tau (docs/math.md §6.6), every test at ``level``.
 
     Attributes:
-        break_even: (R',) tau* per repetition: the smallest tau at which the best bound over attacks x sweep points
+        break_even: (R',) tau* per repetition: the smallest tau at which the best bound over scores x sweep points
             is 0 (R' = R for the closed form of the pure binomial bound, else the first repetition only).
         taus: the tau values of ``eps_lb``.
         eps_lb: (len(taus),) the first repetition's best bound at each tau.
@@ -232,9 +232,9 @@ class TauSensitivity:
 
 def tau_sensitivity(correct: dict[str, np.ndarray], guesses: np.ndarray, *, canaries: int, level: float,
                     delta: float, family: str, taus: tuple[float, ...] = TAU_GRID) -> TauSensitivity:
-    """:class:`TauSensitivity` of the counts of several attacks (attack name -> (R, k)), each test at the per-test
-    confidence ``level`` (e.g. the Bonferroni split). The best bound over attacks is positive iff one attack's is,
-    so tau* is the largest of the attacks' :func:`lia_spark.kernels.bounds.tau_break_even`."""
+    """:class:`TauSensitivity` of the counts of several scores (score name -> (R, k)), each test at the per-test
+    confidence ``level`` (e.g. the Bonferroni split). The best bound over scores is positive iff one score's is,
+    so tau* is the largest of the scores' :func:`lia_spark.kernels.bounds.tau_break_even`."""
     from lia_spark.kernels import bounds
 
     arrays = [np.atleast_2d(np.asarray(counts, dtype=np.int64)) for counts in correct.values()]

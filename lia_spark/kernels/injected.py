@@ -13,7 +13,7 @@ M' and the pair (y0_i, y1_i); on the *informative* canaries (y0_i != y1_i, the o
 
     s_i = A(M, M', x_i, y0_i) - A(M, M', x_i, y1_i)
 
-with A an attack score of :func:`lia_spark.kernels.audit.label_scores` (the log ratio log M[y] - log M'[y] makes s the
+with A an score score of :func:`lia_spark.kernels.audit.label_scores` (the log ratio log M[y] - log M'[y] makes s the
 Bayes log-likelihood ratio of b = 0 against b = 1 when M is the posterior given the training label and M' the
 prior), guesses b' = 0 if s > 0 else 1 on the c' informative canaries of largest |s| (ties broken by a hash of
 the row id) and abstains elsewhere. Because b_i is a fair coin independent of the data, of y1 and of every other
@@ -92,27 +92,27 @@ def inject(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, canary: np
 
 
 def injected_scores(target: np.ndarray, proxy: np.ndarray, label: np.ndarray, *,
-                    attack: "str | audit.Attack" = "log_ratio") -> np.ndarray:
-    """s = A(y0) - A(1 - y0) per canary for the attack score A (module docstring); on an informative canary
+                    score: "str | audit.Score" = "log_ratio") -> np.ndarray:
+    """s = A(y0) - A(1 - y0) per canary for the score score A (module docstring); on an informative canary
     1 - y0 = y1, so s > 0 favours b = 0 (the model agrees with the true label more than the proxy does)."""
-    parsed = audit.parse_attack(attack)
+    parsed = audit.parse_score(score)
     label = np.asarray(label)
-    return (audit.label_scores(target, proxy, label, score=parsed.score, t=parsed.t)
-            - audit.label_scores(target, proxy, 1 - label, score=parsed.score, t=parsed.t))
+    return (audit.label_scores(target, proxy, label, kind=parsed.kind, t=parsed.t)
+            - audit.label_scores(target, proxy, 1 - label, kind=parsed.kind, t=parsed.t))
 
 
-def attack_candidates(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: np.ndarray,
+def score_candidates(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: np.ndarray,
                       hidden_bit: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
-                      attacks=audit.DEFAULT_ATTACKS) -> dict[str, audit.Candidates]:
+                      scores=audit.DEFAULT_SCORES) -> dict[str, audit.Candidates]:
     """The injected game as :class:`lia_spark.kernels.audit.Candidates` of one repetition: one candidate per informative
-    canary (y0 != y1), always active, correct iff the guess (0 if s > 0 else 1) equals b; attack name ->
+    canary (y0 != y1), always active, correct iff the guess (0 if s > 0 else 1) equals b; score name ->
     candidates. The counting machinery of the observational audit (one sort, exact distributed top-c') then
     applies unchanged with R = 1.
 
     Raises:
-        ValueError: on a bad or repeated attack, invalid canary columns, or labels / coins outside {0, 1}.
+        ValueError: on a bad or repeated score, invalid canary columns, or labels / coins outside {0, 1}.
     """
-    parsed = audit.resolve_attacks(attacks)
+    parsed = audit.resolve_scores(scores)
     row_ids = np.asarray(row_ids, dtype=np.int64)
     label, counterfactual_label, hidden_bit = (np.asarray(column) for column in (label, counterfactual_label,
                                                                                   hidden_bit))
@@ -131,25 +131,25 @@ def attack_candidates(row_ids: np.ndarray, label: np.ndarray, counterfactual_lab
     coin = hidden_bit[informative] == 1
     active = np.ones((int(informative.sum()), 1), dtype=np.uint64)
     found = {}
-    for attack in parsed:
-        scores = injected_scores(target[informative], proxy[informative], shown, attack=attack)
-        correct = ((scores <= 0.0) == coin).astype(np.uint64)[:, None]  # guess b' = 1 iff s <= 0
-        found[attack.name] = audit.Candidates(abs_score=np.abs(scores), tie=tie, label=shown, active=active,
+    for score in parsed:
+        values = injected_scores(target[informative], proxy[informative], shown, score=score)
+        correct = ((values <= 0.0) == coin).astype(np.uint64)[:, None]  # guess b' = 1 iff s <= 0
+        found[score.name] = audit.Candidates(abs_score=np.abs(values), tie=tie, label=shown, active=active,
                                               correct=correct)
     return found
 
 
 def count_correct(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: np.ndarray, hidden_bit: np.ndarray,
                   target: np.ndarray, proxy: np.ndarray, *, seed: int, guesses: np.ndarray,
-                  attacks=audit.DEFAULT_ATTACKS) -> dict[str, np.ndarray]:
-    """In-process injected audit: attack name -> (1, k) correct guesses c at each guess count c' of ``guesses``
-    (counted among the informative canaries, from one sort per attack).
+                  scores=audit.DEFAULT_SCORES) -> dict[str, np.ndarray]:
+    """In-process injected audit: score name -> (1, k) correct guesses c at each guess count c' of ``guesses``
+    (counted among the informative canaries, from one sort per score).
 
     Raises:
-        ValueError: if a guess count is outside [1, informative canaries], or as :func:`attack_candidates`.
+        ValueError: if a guess count is outside [1, informative canaries], or as :func:`score_candidates`.
     """
-    found = attack_candidates(row_ids, label, counterfactual_label, hidden_bit, target, proxy, seed=seed,
-                              attacks=attacks)
+    found = score_candidates(row_ids, label, counterfactual_label, hidden_bit, target, proxy, seed=seed,
+                              scores=scores)
     informative = len(next(iter(found.values())))
     guesses = np.asarray(guesses, dtype=np.int64)
     if guesses.size and (guesses.min() < 1 or guesses.max() > informative):

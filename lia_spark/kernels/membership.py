@@ -38,7 +38,7 @@ def membership(row_ids: np.ndarray, *, seed: int) -> np.ndarray:
 def membership_scores(label: np.ndarray, target: np.ndarray, proxy: np.ndarray) -> np.ndarray:
     """s = loss(M', x, y) - loss(M, x, y) = log M(x)[y] - log M'(x)[y] (log-loss, difficulty calibration)."""
     return audit.label_scores(np.asarray(target, np.float64), np.asarray(proxy, np.float64),
-                              np.asarray(label), score=LOG_RATIO)
+                              np.asarray(label), kind=LOG_RATIO)
 
 
 def correct_guesses(scores: np.ndarray, member: np.ndarray, row_ids: np.ndarray, guesses: np.ndarray, *,

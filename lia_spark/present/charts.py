@@ -21,7 +21,7 @@ from lia_spark import names  # noqa: E402
 from lia_spark.kernels.utility import ADVANTAGES, RR_FAMILY, hidden_settings_text, point_label  # noqa: E402
 from lia_spark.names import BONFERRONI, LLP, LLP_LAPLACE, PAPER  # noqa: E402
 from lia_spark.studies.table import PUBLISHED_EPS_LB, PUBLISHED_EPSILONS, PUBLISHED_LABEL, inf_position  # noqa: E402
-from lia_spark.studies.validity import COMBINED, attack_label, summarize_study, theorem_rows  # noqa: E402
+from lia_spark.studies.validity import COMBINED, score_label, summarize_study, theorem_rows  # noqa: E402
 
 
 def _label_points(axis, rows: pd.DataFrame, advantage: str) -> None:
@@ -109,26 +109,26 @@ def plot_eps_lb(cells: pd.DataFrame, *, path: str, published: bool = True, title
 
 def plot_study(records: pd.DataFrame, *, path: str) -> str:
     """PNG: eps_lb mean +- std against the true eps (log2 axes), one panel per proxy; one line per valid measure
-    (Bonferroni), the ceiling, eps_lb = eps, and the combined attack under the paper convention (grey, dotted)."""
+    (Bonferroni), the ceiling, eps_lb = eps, and the combined score under the paper convention (grey, dotted)."""
     summary = theorem_rows(summarize_study(records))
     rr = summary[summary["setting"] == "rr"]
-    attacks = list(dict.fromkeys(rr["attack"]))
-    singles = [a for a in attacks if a != COMBINED]
+    scores = list(dict.fromkeys(rr["score"]))
+    singles = [a for a in scores if a != COMBINED]
     proxies = list(dict.fromkeys(rr["proxy"]))
     figure, axes = plt.subplots(1, len(proxies), figsize=(6.0 * len(proxies), 4.5), squeeze=False, sharey=True)
     for axis, proxy in zip(axes[0], proxies):
         rows = rr[rr["proxy"] == proxy]
         valid = rows[rows["convention"] == BONFERRONI]
-        for attack in attacks:
-            group = valid[valid["attack"] == attack]
+        for score in scores:
+            group = valid[valid["score"] == score]
             axis.errorbar(group["epsilon"], group["eps_lb_mean"], yerr=group["eps_lb_std"], marker="o", capsize=3,
-                          linewidth=2.0 if attack == COMBINED else 1.2, label=f"{attack_label(attack, singles)}")
+                          linewidth=2.0 if score == COMBINED else 1.2, label=f"{score_label(score, singles)}")
         ceiling_rows = valid.drop_duplicates("epsilon")
         axis.plot(ceiling_rows["epsilon"], ceiling_rows["ceiling_mean"], color="black", linewidth=1.5,
                   label="ceiling (oracle on informative canaries)")
-        paper = rows[(rows["convention"] == PAPER) & (rows["attack"] == attacks[-1])]
+        paper = rows[(rows["convention"] == PAPER) & (rows["score"] == scores[-1])]
         axis.plot(paper["epsilon"], paper["eps_lb_mean"], color="grey", linestyle=":", marker=".",
-                  label=f"{attack_label(attacks[-1], singles)}, paper convention (not a valid bound)")
+                  label=f"{score_label(scores[-1], singles)}, paper convention (not a valid bound)")
         epsilons = np.sort(rows["epsilon"].unique())
         axis.plot(epsilons, epsilons, color="black", linestyle="--", linewidth=1, label="eps_lb = eps")
         axis.set_xscale("log", base=2)
@@ -146,20 +146,20 @@ def plot_study(records: pd.DataFrame, *, path: str) -> str:
 
 def plot_sweep(frame: pd.DataFrame, *, path: str, title: str, confidence: float, deltas: dict[str, float]) -> str:
     """PNG (the local file ``path``) of the mean (+- std band over repetitions) per-point epsilon lower bound
-    against c', one line per attack and bound; each line names its family, convention, confidence and delta
+    against c', one line per score and bound; each line names its family, convention, confidence and delta
     (``deltas``: family -> delta), the bands are labelled."""
     columns = [c for c in frame.columns if c.startswith("eps_")]
     figure, axis = plt.subplots(figsize=(6.4, 4.0))
     several = frame["score"].nunique() > 1
     band_label = f"bands: +-1 std over {frame['repetition'].nunique()} repetitions"
-    for attack, rows in frame.groupby("score", sort=False):
+    for score, rows in frame.groupby("score", sort=False):
         stats = rows.groupby("guesses")[columns].agg(["mean", "std"])
         for column in columns:
             family, convention = column[len("eps_"):].rsplit("_", 1)
             mean, std = stats[(column, "mean")], stats[(column, "std")].fillna(0.0)
             valid = "" if convention == names.BONFERRONI else ", not a valid bound"
             label = f"{family}, {convention}{valid} ({confidence:.0%}, delta = {deltas.get(family, math.nan):g})"
-            axis.plot(stats.index, mean, label=f"{attack}: {label}" if several else label)
+            axis.plot(stats.index, mean, label=f"{score}: {label}" if several else label)
             axis.fill_between(stats.index, mean - std, mean + std, alpha=0.2, label=band_label)
             band_label = None
     axis.set_xscale("log")

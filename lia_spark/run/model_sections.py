@@ -134,7 +134,7 @@ class AuditConfig:
     flip_share: float = 0.05
     membership_candidates: int = 20_000
     repetitions: int = 100
-    scores: tuple[str, ...] = (names.LOG_RATIO,)  # the tightest valid attack of the study in BENCHMARKS.md
+    scores: tuple[str, ...] = (names.LOG_RATIO,)  # the tightest valid score of the study in BENCHMARKS.md
     confidence: float = 0.95
     delta: float = 0.0
     tau: float = 0.0
@@ -167,11 +167,11 @@ class AuditConfig:
             fail("audit.repetitions", self.repetitions, "must be >= 1")
         if not self.scores:
             fail("audit.scores", list(self.scores), "must name at least one score (e.g. [log_ratio])")
-        for attack in self.scores:
+        for score in self.scores:
             try:
-                names.score_parts(attack)
+                names.score_parts(score)
             except ValueError as error:
-                fail("audit.scores", attack, "must be log_ratio or difference_t<t> with a finite number t >= 0 "
+                fail("audit.scores", score, "must be log_ratio or difference_t<t> with a finite number t >= 0 "
                       "(e.g. difference_t2)", str(error))
         fail_repeats("audit.scores", self.scores)
         if not 0.0 < self.confidence < 1.0:

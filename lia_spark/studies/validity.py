@@ -30,7 +30,7 @@ fewer guesses loses sample size at the same accuracy, taking more dilutes the ac
 oracle's evidence (c' = I informative canaries, c ~ Bin(I, q)) is the best the game can produce. The ceiling
 is the pure binomial (one-sided Clopper-Pearson) bound of lia_spark.kernels.bounds at the expected counts,
 c' = round(E[I]) with E[I] = sum_i p_i (1 - p'_i) + p'_i (1 - p_i) (p = P(y=1|x), p' = M'(x)) and
-c = round(q c'), at the per-test confidence of a single attack's Bonferroni sweep, 1 - (1 - confidence) / k
+c = round(q c'), at the per-test confidence of a single score's Bonferroni sweep, 1 - (1 - confidence) / k
 (k sweep points). It is a reference, not a hard cap: a real attacker's bound fluctuates around its mean
 and can exceed it in a draw. With the logistic proxy the same formula is used (q is then approximate: M' is
 within about 1e-3 of the truth on average).
@@ -51,7 +51,7 @@ from lia_spark.names import BINOMIAL, BONFERRONI, CONVENTIONS, PAPER, bound_key
 
 PROXIES = ("true", "logistic")
 EPSILONS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-COMBINED = "combined"  # every attack of the study, best over attacks x sweep points with the confidence split
+COMBINED = "combined"  # every score of the study, best over scores x sweep points with the confidence split
 NULL_TARGETS = ("posterior", "proxy")  # label-blind targets: M(x) = P(y=1|x), M = M'
 MAX_SHARE = 0.05
 
@@ -140,12 +140,12 @@ def study_cells(*, epsilons: tuple[float, ...], proxies: tuple[str, ...]) -> lis
 
 def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] = EPSILONS, draws: int = 50,
           null_draws: int | None = None, proxies: tuple[str, ...] = PROXIES,
-          attacks: tuple[str, ...] = audit.DEFAULT_ATTACKS, confidence: float = 0.95, seed: int = 0,
+          scores: tuple[str, ...] = audit.DEFAULT_SCORES, confidence: float = 0.95, seed: int = 0,
           time_budget: float | None = None) -> pd.DataFrame:
     """Audit RR(eps) and label-blind targets on independently redrawn data, release and game per draw.
 
-    Per cell and draw, every attack alone (Bonferroni over its k sweep points, and the paper convention) and,
-    with several attacks, all of them together (``COMBINED``: Bonferroni over attacks x sweep points, and the
+    Per cell and draw, every score alone (Bonferroni over its k sweep points, and the paper convention) and,
+    with several scores, all of them together (``COMBINED``: Bonferroni over scores x sweep points, and the
     paper convention = max over everything at ``confidence`` per test); binomial (pure, Theorem 17) bounds.
 
     Args:
@@ -154,15 +154,15 @@ def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] =
             may be 0).
         time_budget: seconds; no new draw starts once it is spent (the first always runs).
     Returns:
-        One row per (draw, cell, tau rule, attack, convention): draw, setting ("rr"/"null"), target, proxy,
-        epsilon (0 for null), tau_rule and tau, attack, convention, eps_lb, best_guesses, best_attack (the
-        winning attack of ``COMBINED``), ceiling, informative (E[I]), proxy_tv (mean |P(y=1|x) - M'(x)|).
+        One row per (draw, cell, tau rule, score, convention): draw, setting ("rr"/"null"), target, proxy,
+        epsilon (0 for null), tau_rule and tau, score, convention, eps_lb, best_guesses, best_score (the
+        winning score of ``COMBINED``), ceiling, informative (E[I]), proxy_tv (mean |P(y=1|x) - M'(x)|).
         tau_rule "0": bounds with tau = 0, as the paper (and a production audit, which cannot know tau) runs
         them; "max_tv" (logistic proxy only): tau = max_i |P(y=1|x_i) - M'(x_i)|, the TV bound the theorem
         needs when M' is not the true posterior (known here because the truth is). ``attrs``: seconds,
         draws_run, null_draws_run and the parameters.
     Raises:
-        ValueError: on an unknown proxy, no epsilons, draws < 1 or a bad attack.
+        ValueError: on an unknown proxy, no epsilons, draws < 1 or a bad score.
     """
     for proxy in proxies:
         if proxy not in PROXIES:
@@ -171,7 +171,7 @@ def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] =
     if draws < 0 or null_draws < 0 or max(draws, null_draws) < 1:
         raise ValueError(f"draws and null_draws must be >= 0, one of them >= 1, got draws={draws}, "
                          f"null_draws={null_draws}")
-    names = tuple(attack.name for attack in audit.resolve_attacks(attacks))
+    names = tuple(score.name for score in audit.resolve_scores(scores))
     cells = study_cells(epsilons=tuple(epsilons), proxies=tuple(proxies))
     row_ids = np.arange(n, dtype=np.int64)
     grid = audit.guess_grid(n)
@@ -199,8 +199,8 @@ def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] =
             target = {"rr_posterior": targets.get(epsilon), "posterior": sample.posterior,
                       "proxy": predictions[proxy]}[target_kind]
             game_seed = int(_stream(seed, draw, f"game {setting} {target_kind} {proxy} {epsilon!r}").integers(2**62))
-            counts = audit.count_correct_attacks(row_ids, sample.labels, target, predictions[proxy], seed=game_seed,
-                                                 repetitions=1, guesses=grid, attacks=names)
+            counts = audit.count_correct_scores(row_ids, sample.labels, target, predictions[proxy], seed=game_seed,
+                                                 repetitions=1, guesses=grid, scores=names)
             top = (ceiling(sample.posterior, predictions[proxy], epsilon=epsilon, confidence=confidence,
                            tests=len(grid)) if setting == "rr" else None)
             gap = np.abs(sample.posterior - predictions[proxy])
@@ -213,27 +213,27 @@ def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] =
                                                        tau=tau, families=(BINOMIAL,), table_families=())
                             for name in names}
                 if len(names) > 1:
-                    measures[COMBINED] = audit_sweep.evaluate_attacks(counts, grid, canaries=n, confidence=confidence,
+                    measures[COMBINED] = audit_sweep.evaluate_scores(counts, grid, canaries=n, confidence=confidence,
                                                                 tau=tau, families=(BINOMIAL,))
                 for name, result in measures.items():
                     for convention in CONVENTIONS:
                         key = bound_key(BINOMIAL, convention)
-                        winner = result.best_attacks[key][0] if name == COMBINED else name
-                        rows.append({**common, "tau_rule": rule, "tau": tau, "attack": name,
+                        winner = result.best_scores[key][0] if name == COMBINED else name
+                        rows.append({**common, "tau_rule": rule, "tau": tau, "score": name,
                                      "convention": convention, "eps_lb": float(result.best[key][0]),
-                                     "best_guesses": int(result.best_guesses[key][0]), "best_attack": winner})
+                                     "best_guesses": int(result.best_guesses[key][0]), "best_score": winner})
     table = pd.DataFrame(rows)
     table.attrs.update({"seconds": time.monotonic() - started, "draws_run": draws_run, "null_draws_run": null_run,
                         "n": n, "dimension": dimension, "confidence": confidence, "sweep_points": len(grid),
-                        "attacks": list(names), "seed": seed})
+                        "scores": list(names), "seed": seed})
     return table
 
 
 def summarize_study(records: pd.DataFrame) -> pd.DataFrame:
-    """Per (setting, target, proxy, epsilon, tau_rule, attack, convention): draws, eps_lb mean and std (ddof 1),
+    """Per (setting, target, proxy, epsilon, tau_rule, score, convention): draws, eps_lb mean and std (ddof 1),
     share of draws with eps_lb > eps and with eps_lb > 0, mean eps_lb / eps, mean ceiling and mean eps_lb / mean
     ceiling (NaN where eps or the ceiling is 0)."""
-    keys = ["setting", "target", "proxy", "epsilon", "tau_rule", "attack", "convention"]
+    keys = ["setting", "target", "proxy", "epsilon", "tau_rule", "score", "convention"]
     out = []
     for key, group in records.groupby(keys, sort=False):
         values = group["eps_lb"].to_numpy()
@@ -256,13 +256,13 @@ def theorem_rows(summary: pd.DataFrame) -> pd.DataFrame:
 
 @dataclasses.dataclass(frozen=True)
 class DefaultChoice:
-    """The tightest valid attack of a study: name and the per-attack evidence (Bonferroni convention).
+    """The tightest valid score of a study: name and the per-score evidence (Bonferroni convention).
 
-    ``evidence`` columns: attack, valid, max_share_above (RR cells), max_null_share_positive (null cells),
+    ``evidence`` columns: score, valid, max_share_above (RR cells), max_null_share_positive (null cells),
     mean_ratio_eps and min_ratio_eps (over RR cells), mean_ratio_ceiling.
     """
 
-    attack: str | None
+    score: str | None
     evidence: pd.DataFrame
 
 
@@ -273,110 +273,110 @@ def pick_default(summary: pd.DataFrame, *, max_share: float = MAX_SHARE) -> Defa
     valid_rows = theorem_rows(summary)
     valid_rows = valid_rows[valid_rows["convention"] == BONFERRONI]
     evidence = []
-    for attack, group in valid_rows.groupby("attack", sort=False):
+    for score, group in valid_rows.groupby("score", sort=False):
         rr, null = group[group["setting"] == "rr"], group[group["setting"] == "null"]
         max_above = float(rr["share_above"].max()) if len(rr) else math.nan
         max_null = float(null["share_positive"].max()) if len(null) else 0.0
-        evidence.append({"attack": attack, "valid": bool(max_above <= max_share and max_null <= max_share),
+        evidence.append({"score": score, "valid": bool(max_above <= max_share and max_null <= max_share),
                          "max_share_above": max_above, "max_null_share_positive": max_null,
                          "mean_ratio_eps": float(rr["ratio_eps"].mean()), "min_ratio_eps": float(rr["ratio_eps"].min()),
                          "mean_ratio_ceiling": float(rr["ratio_ceiling"].mean())})
     evidence = pd.DataFrame(evidence).sort_values("mean_ratio_eps", ascending=False, kind="stable")
     valid = evidence[evidence["valid"]]
-    return DefaultChoice(attack=str(valid["attack"].iloc[0]) if len(valid) else None,
+    return DefaultChoice(score=str(valid["score"].iloc[0]) if len(valid) else None,
                          evidence=evidence.reset_index(drop=True))
 
 
-def attack_label(attack: str, attacks: list[str]) -> str:
-    return f"all {len(attacks)} (split)" if attack == COMBINED else attack
+def score_label(score: str, scores: list[str]) -> str:
+    return f"all {len(scores)} (split)" if score == COMBINED else score
 
 
 def null_table(summary: pd.DataFrame) -> list[str]:
-    """Markdown lines: share of draws with eps_lb > 0 per null cell, tau rule and attack (Bonferroni / paper)."""
+    """Markdown lines: share of draws with eps_lb > 0 per null cell, tau rule and score (Bonferroni / paper)."""
     null = summary[summary["setting"] == "null"]
     if null.empty:
         return []
-    attacks = list(dict.fromkeys(null["attack"]))
-    singles = [a for a in attacks if a != COMBINED]
+    scores = list(dict.fromkeys(null["score"]))
+    singles = [a for a in scores if a != COMBINED]
     lines = ["Null (label-blind target: any eps_lb > 0 is a false positive): share of draws with eps_lb > 0, "
              "Bonferroni / paper convention (paper = not a valid bound):", "",
-             "| proxy | target | tau | draws | " + " | ".join(attack_label(a, singles) for a in attacks) + " |",
-             "|---|---|---|---|" + "---|" * len(attacks)]
+             "| proxy | target | tau | draws | " + " | ".join(score_label(a, singles) for a in scores) + " |",
+             "|---|---|---|---|" + "---|" * len(scores)]
     for (proxy, target, rule), group in null.groupby(["proxy", "target", "tau_rule"], sort=False):
-        by = group.set_index(["attack", "convention"])
+        by = group.set_index(["score", "convention"])
         label = "M(x) = P(y=1 given x)" if target == "posterior" else "M = M'"
         cells = [f"{by.loc[(a, BONFERRONI), 'share_positive']:.1%} / {by.loc[(a, PAPER), 'share_positive']:.1%}"
-                 for a in attacks]
+                 for a in scores]
         tau = "max TV" if rule == "max_tv" else "0"
         lines.append(f"| {proxy} | {label} | {tau} | {int(group['draws'].iloc[0])} | " + " | ".join(cells) + " |")
     return lines
 
 
 def markdown_report(records: pd.DataFrame, *, max_share: float = MAX_SHARE) -> str:
-    """The study as Markdown: valid (Bonferroni, :func:`theorem_rows`) tables, the null, the default attack, the
+    """The study as Markdown: valid (Bonferroni, :func:`theorem_rows`) tables, the null, the default score, the
     logistic proxy at tau = 0, then the paper convention."""
     everything = summarize_study(records)
     summary = theorem_rows(everything)
-    attacks = list(dict.fromkeys(records["attack"]))
-    singles = [a for a in attacks if a != COMBINED]
-    heads = " | ".join(attack_label(a, singles) for a in attacks)
+    scores = list(dict.fromkeys(records["score"]))
+    singles = [a for a in scores if a != COMBINED]
+    heads = " | ".join(score_label(a, singles) for a in scores)
     bonf = summary[summary["convention"] == BONFERRONI]
     rr = bonf[bonf["setting"] == "rr"]
     if rr.empty:
         return "\n".join(null_table(everything))
     lines = ["eps_lb / eps (share of draws with eps_lb > eps), Bonferroni, binomial bound, mean over draws; "
              "logistic proxy with tau = max TV:", "",
-             f"| proxy | eps | ceiling / eps | {heads} |", "|---|---|---|" + "---|" * len(attacks)]
+             f"| proxy | eps | ceiling / eps | {heads} |", "|---|---|---|" + "---|" * len(scores)]
     for (proxy, epsilon), group in rr.groupby(["proxy", "epsilon"], sort=False):
-        by = group.set_index("attack")
-        cells = [f"{by.loc[a, 'ratio_eps']:.2f} ({by.loc[a, 'share_above']:.0%})" for a in attacks]
+        by = group.set_index("score")
+        cells = [f"{by.loc[a, 'ratio_eps']:.2f} ({by.loc[a, 'share_above']:.0%})" for a in scores]
         lines.append(f"| {proxy} | {epsilon:g} | {by['ceiling_mean'].iloc[0] / epsilon:.2f} | " + " | ".join(cells)
                      + " |")
     lines += ["", "eps_lb / ceiling (mean eps_lb over mean ceiling), same rows:", "",
-              f"| proxy | eps | ceiling | {heads} |", "|---|---|---|" + "---|" * len(attacks)]
+              f"| proxy | eps | ceiling | {heads} |", "|---|---|---|" + "---|" * len(scores)]
     for (proxy, epsilon), group in rr.groupby(["proxy", "epsilon"], sort=False):
-        by = group.set_index("attack")
+        by = group.set_index("score")
         lines.append(f"| {proxy} | {epsilon:g} | {by['ceiling_mean'].iloc[0]:.3f} | "
-                     + " | ".join(f"{by.loc[a, 'ratio_ceiling']:.2f}" for a in attacks) + " |")
+                     + " | ".join(f"{by.loc[a, 'ratio_ceiling']:.2f}" for a in scores) + " |")
     lines += ["", "Full valid table: eps_lb mean +- std over draws, share of draws with eps_lb > eps, "
               "mean eps_lb / eps and mean eps_lb / mean ceiling:", "",
-              "| proxy | eps | attack | eps_lb mean +- std | share > eps | eps_lb / eps | eps_lb / ceiling | draws |",
+              "| proxy | eps | score | eps_lb mean +- std | share > eps | eps_lb / eps | eps_lb / ceiling | draws |",
               "|---|---|---|---|---|---|---|---|"]
     for row in rr.itertuples(index=False):
-        lines.append(f"| {row.proxy} | {row.epsilon:g} | {attack_label(row.attack, singles)} | "
+        lines.append(f"| {row.proxy} | {row.epsilon:g} | {score_label(row.score, singles)} | "
                      f"{row.eps_lb_mean:.3f} +- {row.eps_lb_std:.3f} | {row.share_above:.0%} | {row.ratio_eps:.3f} | "
                      f"{row.ratio_ceiling:.3f} | {row.draws} |")
     lines += ["", *null_table(everything)]
     choice = pick_default(everything, max_share=max_share)
-    lines += ["", f"Default attack: the tightest valid measure (share of draws with eps_lb > eps <= {max_share:.0%} "
+    lines += ["", f"Default score: the tightest valid measure (share of draws with eps_lb > eps <= {max_share:.0%} "
               f"in every RR cell and share with eps_lb > 0 <= {max_share:.0%} in every null cell, rows as in the "
               "first table; tightest = largest mean eps_lb / eps over the RR cells):", "",
-              "| attack | valid | max share > eps | max null share > 0 | mean eps_lb / eps | min eps_lb / eps | "
+              "| score | valid | max share > eps | max null share > 0 | mean eps_lb / eps | min eps_lb / eps | "
               "mean eps_lb / ceiling |", "|---|---|---|---|---|---|---|"]
     for row in choice.evidence.itertuples(index=False):
-        lines.append(f"| {attack_label(row.attack, singles)} | {'yes' if row.valid else 'no'} | "
+        lines.append(f"| {score_label(row.score, singles)} | {'yes' if row.valid else 'no'} | "
                      f"{row.max_share_above:.0%} | {row.max_null_share_positive:.1%} | {row.mean_ratio_eps:.3f} | "
                      f"{row.min_ratio_eps:.3f} | {row.mean_ratio_ceiling:.3f} |")
-    lines += ["", f"Winner: **{choice.attack}**." if choice.attack else "Winner: none is valid.", ""]
+    lines += ["", f"Winner: **{choice.score}**." if choice.score else "Winner: none is valid.", ""]
     zero = everything[(everything["tau_rule"] == "0") & (everything["setting"] == "rr")
                       & (everything["convention"] == BONFERRONI) & (everything["proxy"] != "true")]
     if len(zero):
         lines += ["Logistic proxy with tau = 0 (as the paper and a production audit run it), Bonferroni: "
                   "eps_lb / eps (share of draws with eps_lb > eps):", "",
-                  f"| proxy | eps | {heads} |", "|---|---|" + "---|" * len(attacks)]
+                  f"| proxy | eps | {heads} |", "|---|---|" + "---|" * len(scores)]
         for (proxy, epsilon), group in zero.groupby(["proxy", "epsilon"], sort=False):
-            by = group.set_index("attack")
+            by = group.set_index("score")
             lines.append(f"| {proxy} | {epsilon:g} | " + " | ".join(
-                f"{by.loc[a, 'ratio_eps']:.3f} ({by.loc[a, 'share_above']:.0%})" for a in attacks) + " |")
+                f"{by.loc[a, 'ratio_eps']:.3f} ({by.loc[a, 'share_above']:.0%})" for a in scores) + " |")
         lines.append("")
     paper = summary[(summary["convention"] == PAPER) & (summary["setting"] == "rr")]
     lines += ["Paper convention, not a valid bound (max over the sweep, every point at 95%): eps_lb mean +- std and "
               "share of draws with eps_lb > eps:", "",
-              f"| proxy | eps | {heads} |", "|---|---|" + "---|" * len(attacks)]
+              f"| proxy | eps | {heads} |", "|---|---|" + "---|" * len(scores)]
     for (proxy, epsilon), group in paper.groupby(["proxy", "epsilon"], sort=False):
-        by = group.set_index("attack")
+        by = group.set_index("score")
         cells = [f"{by.loc[a, 'eps_lb_mean']:.3f} +- {by.loc[a, 'eps_lb_std']:.3f} ({by.loc[a, 'share_above']:.0%})"
-                 for a in attacks]
+                 for a in scores]
         lines.append(f"| {proxy} | {epsilon:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
