@@ -14,7 +14,7 @@ Figures:
 - kernel: :func:`lia_spark.kernels.audit.count_correct` in-process with the same score (its CPU time over the cores is
   the ceiling of the distributed counts).
 Kernel (``--part kernel``, no Spark): ``count_correct`` + ``evaluate_sweep`` (one score, difference t = 2) and
-``count_correct_scores`` + ``evaluate_scores`` (the four scores of ``audit.DEFAULT_SCORES``), binomial + GDP.
+``count_correct_scores`` + ``evaluate_scores`` (the four scores of ``canary_scores.DEFAULT_SCORES``), binomial + GDP.
 Validity: :func:`lia_spark.studies.validity.study` (n = 500,000, 50 independent draws of data, release and game per cell;
 ``jobs/validate_rr.py`` runs the same study, and ``--validity-from DIR`` renders the section from its output).
 """
@@ -35,7 +35,7 @@ from scipy.special import expit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import process_tree_cpu_seconds, write_section  # noqa: E402
 
-from lia_spark.kernels import audit, audit_sweep, hashing, posteriors  # noqa: E402
+from lia_spark.kernels import audit, audit_sweep, canary_scores, hashing, posteriors  # noqa: E402
 from lia_spark.run.config import config_from_dict  # noqa: E402
 from lia_spark.run.sections import SparkConfig  # noqa: E402
 
@@ -84,7 +84,7 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
         (score,) = settings.scores
         several = config_from_dict({"run": {"output_dir": os.path.join(workdir, "out_scores"), "seed": SEED},
                                     "audit": {"repetitions": 100, "canary_path": path,
-                                              "scores": list(audit.DEFAULT_SCORES)}})
+                                              "scores": list(canary_scores.DEFAULT_SCORES)}})
         guesses = audit.guess_grid(m)
         df = select_canaries(spark.read.parquet(path), seed=SEED, canaries=0)
         distributed_counts(df.limit(20_000), section=settings, seed=SEED)  # warm-up: Python workers, imports, jit
@@ -129,7 +129,7 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
         "| figure | wall s | CPU s | canary-repetitions per CPU-second |",
         "|---|---|---|---|",
         row("stage `run_audit` end to end (target <= 10 s)", "stage"),
-        row(f"same stage with the study's {len(audit.DEFAULT_SCORES)} scores (`audit.scores`, one pass, "
+        row(f"same stage with the study's {len(canary_scores.DEFAULT_SCORES)} scores (`audit.scores`, one pass, "
             "confidence split)", "stage_scores"),
         row("distributed exact counts only", "counts"),
         row("in-process kernel `count_correct`, 1 process", "kernel"),
@@ -171,14 +171,14 @@ def bench_kernel(m: int, repetitions: int = 100) -> str:
                                                              guesses=guesses))
     sweep = timed("bounds_one", lambda: audit_sweep.evaluate_sweep(counts, guesses, canaries=m, families=families))
     several = timed("count_all", lambda: audit.count_correct_scores(
-        *columns, seed=SEED, repetitions=repetitions, guesses=guesses, scores=audit.DEFAULT_SCORES))
+        *columns, seed=SEED, repetitions=repetitions, guesses=guesses, scores=canary_scores.DEFAULT_SCORES))
     assert np.array_equal(several["difference_t2"], counts), "count_correct_scores differs from count_correct"
     combined = timed("bounds_all", lambda: audit_sweep.evaluate_scores(several, guesses, canaries=m, families=families,
                                                                    table_families=("binomial",)))
     log_ratio = audit_sweep.evaluate_sweep(several["log_ratio"], guesses, canaries=m, families=families,
                                      conventions=("bonferroni",))
     row_reps = m * repetitions
-    scores = len(audit.DEFAULT_SCORES)
+    scores = len(canary_scores.DEFAULT_SCORES)
     lines = [
         "## Audit kernel in-process (benchmarks/bench_audit.py --part kernel)",
         "",
@@ -192,7 +192,7 @@ def bench_kernel(m: int, repetitions: int = 100) -> str:
         f"| `evaluate_sweep` (binomial + gdp) | {timings['bounds_one']:.1f} | {cpu['bounds_one']:.1f} | - |",
         f"| **one score: count + bounds** | **{timings['count_one'] + timings['bounds_one']:.1f}** | "
         f"**{cpu['count_one'] + cpu['bounds_one']:.1f}** | - |",
-        f"| `count_correct_scores` ({scores} scores: {', '.join(audit.DEFAULT_SCORES)}; one game, one sort "
+        f"| `count_correct_scores` ({scores} scores: {', '.join(canary_scores.DEFAULT_SCORES)}; one game, one sort "
         f"per score) | {timings['count_all']:.1f} | {cpu['count_all']:.1f} | {row_reps / cpu['count_all']:,.0f} |",
         f"| `evaluate_scores` (binomial + gdp, {scores} x {len(guesses)} tests) | {timings['bounds_all']:.1f} | "
         f"{cpu['bounds_all']:.1f} | - |",

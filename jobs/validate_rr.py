@@ -19,7 +19,7 @@ import time
 
 import pandas as pd
 
-from lia_spark.kernels import audit
+from lia_spark.kernels import canary_scores
 from lia_spark.present import charts
 from lia_spark.studies import validity
 
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     parser.add_argument("--null-draws", type=int, default=None, help="independent draws per null cell")
     parser.add_argument("--epsilons", type=float, nargs="+", default=list(validity.EPSILONS))
     parser.add_argument("--proxies", nargs="+", default=list(validity.PROXIES), choices=validity.PROXIES)
-    parser.add_argument("--scores", nargs="+", default=list(audit.DEFAULT_SCORES))
+    parser.add_argument("--scores", nargs="+", default=list(canary_scores.DEFAULT_SCORES))
     parser.add_argument("--minutes", type=float, default=None, help="start no new draw after this wall time")
     parser.add_argument("--seed", type=int, default=20261122)
     parser.add_argument("--from-draws", default=None, help="re-render from DIR/validity_rr_draws.csv")

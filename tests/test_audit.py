@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lia_spark.kernels import audit, audit_sweep, bounds, hashing
+from lia_spark.kernels import audit, audit_sweep, bounds, canary_scores, hashing
 
 
 def _canaries(m: int, *, rng: np.random.Generator, tied_rows: int = 0):
@@ -36,13 +36,13 @@ def test_guess_grid_rejects_bad_values(kwargs):
 
 def test_scores_closed_form():
     # by hand: shown 1, M = 0.9, M' = 0.6: (0.9 - 0.6) * 0.4^2 = 0.048; shown 0: (0.1 - 0.4) * 0.6^2 = -0.108
-    np.testing.assert_allclose(audit.label_scores(np.array([0.9, 0.9]), np.array([0.6, 0.6]), np.array([1, 0])),
+    np.testing.assert_allclose(canary_scores.label_scores(np.array([0.9, 0.9]), np.array([0.6, 0.6]), np.array([1, 0])),
                                [0.048, -0.108], rtol=1e-12)
-    np.testing.assert_allclose(audit.label_scores(np.array([0.9]), np.array([0.6]), 1, t=0.0), [0.3], rtol=1e-12)
-    np.testing.assert_allclose(audit.label_scores(np.array([0.9]), np.array([0.6]), 0, kind="log_ratio"),
+    np.testing.assert_allclose(canary_scores.label_scores(np.array([0.9]), np.array([0.6]), 1, t=0.0), [0.3], rtol=1e-12)
+    np.testing.assert_allclose(canary_scores.label_scores(np.array([0.9]), np.array([0.6]), 0, kind="log_ratio"),
                                [np.log(0.1 / 0.4)], rtol=1e-12)
     with pytest.raises(ValueError, match="score"):
-        audit.label_scores(np.array([0.5]), np.array([0.5]), 1, kind="other")
+        canary_scores.label_scores(np.array([0.5]), np.array([0.5]), 1, kind="other")
 
 
 def test_draws_have_the_game_distribution():
@@ -120,7 +120,7 @@ def test_counts_from_one_sort_equal_brute_force_recount(score):
     hidden, shown = audit.game_draws(row_ids, label, proxy, seed=3, repetitions=repetitions)
     tie = audit.tie_hashes(row_ids, seed=3)
     for r in range(repetitions):
-        s = audit.label_scores(target, proxy, shown[r].astype(int), kind=score)
+        s = canary_scores.label_scores(target, proxy, shown[r].astype(int), kind=score)
         correct = np.where(s > 0, 0, 1) == hidden[r]
         ranked = sorted(range(m), key=lambda i: (-abs(s[i]), int(tie[i])))
         for k in every:  # recount the top k rows from scratch for every k

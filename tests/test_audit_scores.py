@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from lia_spark.kernels import audit, audit_sweep, bounds, hashing
+from lia_spark.kernels import audit, audit_sweep, bounds, canary_scores, gdp, hashing
 
-STUDY_SCORES = audit.DEFAULT_SCORES
+STUDY_SCORES = canary_scores.DEFAULT_SCORES
 TINY = np.finfo(np.float64).tiny
 
 
@@ -94,7 +94,7 @@ def test_best_bound_over_attacks_equals_naive_maximum_at_split_confidence():
                     c = int(naive_counts[score][r, j])
                     naive[score, j] = (
                         bounds.epsilon_lower_bound(canaries=m, guesses=int(guesses[j]), correct=c, confidence=conf),
-                        bounds.gdp_mu_lower_bound(canaries=m, guesses=int(guesses[j]), correct=c, confidence=conf))
+                        gdp.gdp_mu_lower_bound(canaries=m, guesses=int(guesses[j]), correct=c, confidence=conf))
             best_eps = max(value[0] for value in naive.values())
             best_mu = max(value[1] for value in naive.values())
             assert result.best[f"eps_binomial_{convention}"][r] == pytest.approx(best_eps, abs=1e-12)
@@ -136,23 +136,23 @@ def test_single_attack_api_is_unchanged():
     for score, t in (("difference", 0.0), ("difference", 2.0), ("log_ratio", 2.0)):
         alone = audit.count_correct(row_ids, label, target, proxy, seed=8, repetitions=5, guesses=guesses,
                                     kind=score, t=t)
-        np.testing.assert_array_equal(alone, counts[audit.score_name(score, t)])
+        np.testing.assert_array_equal(alone, counts[canary_scores.score_name(score, t)])
 
 
 def test_attack_names():
-    assert audit.score_name("difference", 2.0) == "difference_t2"
-    assert audit.score_name("difference", 0.5) == "difference_t0.5"
-    assert audit.score_name("log_ratio", 7.0) == "log_ratio"
-    assert audit.parse_score("difference_t8") == audit.Score("difference", 8.0)
-    odd = audit.Score("difference", 0.1234567891)
-    assert audit.parse_score(odd.name) == odd  # names round-trip exactly
+    assert canary_scores.score_name("difference", 2.0) == "difference_t2"
+    assert canary_scores.score_name("difference", 0.5) == "difference_t0.5"
+    assert canary_scores.score_name("log_ratio", 7.0) == "log_ratio"
+    assert canary_scores.parse_score("difference_t8") == canary_scores.Score("difference", 8.0)
+    odd = canary_scores.Score("difference", 0.1234567891)
+    assert canary_scores.parse_score(odd.name) == odd  # names round-trip exactly
     for bad in ("difference", "difference_t", "difference_t-1", "difference_tinf", "ratio", "log_ratio_t2"):
         with pytest.raises(ValueError, match="score"):
-            audit.parse_score(bad)
+            canary_scores.parse_score(bad)
     with pytest.raises(ValueError, match="distinct"):
-        audit.resolve_scores(["log_ratio", "difference_t2", "difference_t2.0"])
+        canary_scores.resolve_scores(["log_ratio", "difference_t2", "difference_t2.0"])
     with pytest.raises(ValueError, match="at least one"):
-        audit.resolve_scores([])
+        canary_scores.resolve_scores([])
     with pytest.raises(ValueError, match="same"):
         audit_sweep.evaluate_scores({"a": np.zeros((2, 3)), "b": np.zeros((3, 3))}, [1, 2, 3], canaries=3)
 

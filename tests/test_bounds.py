@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import optimize, special, stats
 
-from lia_spark.kernels import bounds
+from lia_spark.kernels import bounds, gdp
 
 GAMMA = 0.05
 FAST = settings(max_examples=60, deadline=None)
@@ -145,19 +145,19 @@ def test_gdp_epsilon_matches_mpmath_profile(mu, delta):
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if profile(mid) > delta else (lo, mid)
         expected = float(lo)
-    assert bounds.gdp_epsilon(mu, delta=delta) == pytest.approx(expected, abs=1e-9, rel=1e-10)
+    assert gdp.gdp_epsilon(mu, delta=delta) == pytest.approx(expected, abs=1e-9, rel=1e-10)
 
 
 def test_gdp_epsilon_edge_cases():
-    assert bounds.gdp_epsilon(0.0, delta=1e-5) == 0.0
-    assert bounds.gdp_epsilon(0.1, delta=0.5) == 0.0  # delta above the profile at eps = 0
+    assert gdp.gdp_epsilon(0.0, delta=1e-5) == 0.0
+    assert gdp.gdp_epsilon(0.1, delta=0.5) == 0.0  # delta above the profile at eps = 0
     with pytest.raises(ValueError, match="delta"):
-        bounds.gdp_epsilon(1.0, delta=0.0)
+        gdp.gdp_epsilon(1.0, delta=0.0)
 
 
 def test_ndtri_kernel_matches_scipy():
     p = np.concatenate([np.logspace(-300, -1, 500), np.linspace(0.01, 0.99, 500), 1 - np.logspace(-15, -1, 200)])
-    ours = np.array([bounds._ndtri(x) for x in p])
+    ours = np.array([gdp._ndtri(x) for x in p])
     np.testing.assert_allclose(ours, special.ndtri(p), rtol=1e-13, atol=1e-16)
 
 
@@ -166,7 +166,7 @@ def test_ndtri_kernel_matches_scipy():
 def test_gdp_mu_is_exact_to_1e6_against_plain_algorithm_3(mcc, tau, confidence):
     m, g, c = mcc
     gamma = 1 - confidence
-    mu = bounds.gdp_mu_lower_bound(canaries=m, guesses=g, correct=c, confidence=confidence, tau=tau)
+    mu = gdp.gdp_mu_lower_bound(canaries=m, guesses=g, correct=c, confidence=confidence, tau=tau)
     assert mu >= 0.0 and math.isfinite(mu)
     if mu > 0:  # the sup need not be attained (e.g. mu_lb at the first-step threshold): flip within 1e-6
         assert reference_rejects(max(mu - 1e-6, 0.0), m, g, c, gamma, tau)
@@ -176,36 +176,36 @@ def test_gdp_mu_is_exact_to_1e6_against_plain_algorithm_3(mcc, tau, confidence):
     # the compiled decision (early exits, certificates) agrees with the plain recursion away from mu_lb
     for x in (0.0, 0.3, 1.0, 2.0):
         if abs(x - mu) > 1e-6:
-            assert bounds.gdp_rejects(mu=x, canaries=m, guesses=g, correct=c, confidence=confidence,
+            assert gdp.gdp_rejects(mu=x, canaries=m, guesses=g, correct=c, confidence=confidence,
                                       tau=tau) == reference_rejects(x, m, g, c, gamma, tau)
 
 
 @pytest.mark.parametrize("m,g", [(1000, 1000), (5000, 500), (100_000, 1000)])
 def test_gdp_mu_monotone_in_correct_and_tau(m, g):
     cs = np.arange(g + 1)
-    mus = bounds.gdp_mu_lower_bound_sweep(canaries=m, guesses=np.full(g + 1, g), correct=cs)
+    mus = gdp.gdp_mu_lower_bound_sweep(canaries=m, guesses=np.full(g + 1, g), correct=cs)
     assert np.all(np.diff(mus) >= 0)
     assert mus[g // 2] == 0.0 and mus[-1] > 0
-    with_tau = bounds.gdp_mu_lower_bound_sweep(canaries=m, guesses=np.full(g + 1, g), correct=cs, tau=0.01)
+    with_tau = gdp.gdp_mu_lower_bound_sweep(canaries=m, guesses=np.full(g + 1, g), correct=cs, tau=0.01)
     assert np.all(with_tau <= mus)
 
 
 def test_gdp_tau_vacuous_flag_and_zero_bound():
-    assert bounds.gdp_tau_vacuous(canaries=1000, guesses=10, tau=0.01)
-    assert not bounds.gdp_tau_vacuous(canaries=1000, guesses=11, tau=0.01)
-    flags = bounds.gdp_tau_vacuous(canaries=1000, guesses=np.array([5, 10, 50]), tau=0.01)
+    assert gdp.gdp_tau_vacuous(canaries=1000, guesses=10, tau=0.01)
+    assert not gdp.gdp_tau_vacuous(canaries=1000, guesses=11, tau=0.01)
+    flags = gdp.gdp_tau_vacuous(canaries=1000, guesses=np.array([5, 10, 50]), tau=0.01)
     assert flags.tolist() == [True, True, False]
-    assert bounds.gdp_mu_lower_bound(canaries=1000, guesses=10, correct=10, tau=0.01) == 0.0
+    assert gdp.gdp_mu_lower_bound(canaries=1000, guesses=10, correct=10, tau=0.01) == 0.0
     # the binomial variant only loses log((1+tau)/(1-tau)) there
     assert bounds.epsilon_lower_bound(canaries=1000, guesses=10, correct=10, tau=0.01) > 0
 
 
 def test_gdp_method_with_zero_delta_uses_the_documented_default():
-    mu = bounds.gdp_mu_lower_bound(canaries=10_000, guesses=1000, correct=900)
+    mu = gdp.gdp_mu_lower_bound(canaries=10_000, guesses=1000, correct=900)
     assert mu > 0
     assert bounds.epsilon_lower_bound(canaries=10_000, guesses=1000, correct=900, method="gdp") == \
-        bounds.gdp_epsilon(mu, delta=bounds.GDP_DEFAULT_DELTA)
-    assert bounds.effective_gdp_delta(0.0) == 1e-5 and bounds.effective_gdp_delta(1e-3) == 1e-3
+        gdp.gdp_epsilon(mu, delta=gdp.GDP_DEFAULT_DELTA)
+    assert gdp.effective_gdp_delta(0.0) == 1e-5 and gdp.effective_gdp_delta(1e-3) == 1e-3
 
 
 # ------------------------------------------------------------------------------------ zero / extremes
@@ -252,8 +252,8 @@ def test_best_gdp_mu_matches_sweep_max():
     m = 50_000
     g = np.arange(500, m + 1, 500)
     c = np.round((0.75 - 0.2 * g / m) * g).astype(int)
-    mus = bounds.gdp_mu_lower_bound_sweep(canaries=m, guesses=g, correct=c)
-    best = bounds.best_gdp_mu_lower_bound(canaries=m, guesses=g, correct=c)
+    mus = gdp.gdp_mu_lower_bound_sweep(canaries=m, guesses=g, correct=c)
+    best = gdp.best_gdp_mu_lower_bound(canaries=m, guesses=g, correct=c)
     assert best.value == pytest.approx(mus.max(), abs=2e-7) and mus[best.index] == pytest.approx(mus.max(), abs=2e-7)
 
 

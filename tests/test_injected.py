@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lia_spark.kernels import audit, audit_sweep, bounds, injected
+from lia_spark.kernels import audit, audit_sweep, bounds, canary_scores, injected
 
 
 def _world(m: int, *, seed: int):
@@ -53,13 +53,13 @@ def test_training_labels_are_the_shown_label():
 def _naive_counts(row_ids, label, y1, coin, target, proxy, *, seed, guesses, score):
     """Per canary, by the definition: score s = A(y0) - A(y1) on informative canaries, rank by |s| (ties by the
     row id's tie hash), guess 0 if s > 0 else 1, count correct guesses among the top c'."""
-    parsed = audit.parse_score(score)
+    parsed = canary_scores.parse_score(score)
     rows = []
     for i in range(len(row_ids)):
         if label[i] == y1[i]:
             continue
-        s = (audit.label_scores(target[i:i + 1], proxy[i:i + 1], int(label[i]), kind=parsed.kind, t=parsed.t)[0]
-             - audit.label_scores(target[i:i + 1], proxy[i:i + 1], int(y1[i]), kind=parsed.kind, t=parsed.t)[0])
+        s = (canary_scores.label_scores(target[i:i + 1], proxy[i:i + 1], int(label[i]), kind=parsed.kind, t=parsed.t)[0]
+             - canary_scores.label_scores(target[i:i + 1], proxy[i:i + 1], int(y1[i]), kind=parsed.kind, t=parsed.t)[0])
         tie = int(audit.tie_hashes(row_ids[i:i + 1], seed=seed)[0])
         rows.append((-abs(s), tie, int((0 if s > 0 else 1) == coin[i])))
     rows.sort()

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from lia_spark.kernels import audit, bounds
+from lia_spark.kernels import bounds, canary_scores
 from lia_spark.studies import validity
 
 
@@ -35,7 +35,7 @@ def small_study():
 def test_redrawn_study_is_valid_and_informative(small_study):
     summary = validity.summarize_study(small_study)
     cells = validity.study_cells(epsilons=(0.5, 8.0), proxies=validity.PROXIES)
-    scores = (*audit.DEFAULT_SCORES, validity.COMBINED)
+    scores = (*canary_scores.DEFAULT_SCORES, validity.COMBINED)
     assert len(validity.theorem_rows(summary)) == len(cells) * len(scores) * 2 and set(summary["draws"]) == {20}
     logistic_rules = set(summary.loc[summary["proxy"] == "logistic", "tau_rule"])
     assert logistic_rules == {"0", "max_tv"} and set(summary.loc[summary["proxy"] == "true", "tau_rule"]) == {"0"}

@@ -36,7 +36,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from lia_spark import names
 from lia_spark.engine.session import default_parallelism, describe_jobs
-from lia_spark.kernels import audit, hashing, injected
+from lia_spark.kernels import audit, canary_scores, hashing, injected
 from lia_spark.names import (AUDITED_COLUMNS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION, ROW_ID,
                              TARGET_PREDICTION)
 from lia_spark.run.model_sections import AuditConfig
@@ -67,7 +67,7 @@ def _canary_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 def _game_candidates(frame: pd.DataFrame, *, design: str, seed: int, repetitions: int,
-                     scores: tuple[audit.Score, ...]) -> dict[str, audit.Candidates]:
+                     scores: tuple[canary_scores.Score, ...]) -> dict[str, audit.Candidates]:
     """The candidates of one batch of canaries under ``design``: the observational games of every repetition
     (:func:`lia_spark.kernels.audit.score_candidates`) or the injected game (:func:`lia_spark.kernels.injected.score_candidates`)."""
     row_ids, label, target, proxy = _canary_arrays(frame)
@@ -77,7 +77,7 @@ def _game_candidates(frame: pd.DataFrame, *, design: str, seed: int, repetitions
     return audit.score_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions, scores=scores)
 
 
-def _candidate_keys(frame: pd.DataFrame, score: audit.Score, *, design: str, seed: int
+def _candidate_keys(frame: pd.DataFrame, score: canary_scores.Score, *, design: str, seed: int
                     ) -> tuple[np.ndarray, np.ndarray]:
     """(|s|, tie hash) of every candidate a batch may show under ``design``: one per informative canary (injected),
     two per canary (observational: label 0 and label 1)."""
@@ -85,7 +85,7 @@ def _candidate_keys(frame: pd.DataFrame, score: audit.Score, *, design: str, see
     if design == names.INJECTED:
         return (np.abs(injected.injected_scores(target, proxy, label, score=score)),
                 audit.tie_hashes(row_ids, seed=seed))
-    values = audit.candidate_scores(target, proxy, kind=score.kind, t=score.t)
+    values = canary_scores.candidate_scores(target, proxy, kind=score.kind, t=score.t)
     return np.abs(values), audit.candidate_ties_labels(row_ids, seed=seed)[0]
 
 
@@ -141,13 +141,13 @@ class CandidateRanges:
         first: (A + 1,) global id of each score's first range; first[A] = the number of ranges.
     """
 
-    scores: tuple[audit.Score, ...]
+    scores: tuple[canary_scores.Score, ...]
     boundary_abs: tuple[np.ndarray, ...]
     boundary_tie: tuple[np.ndarray, ...]
     first: np.ndarray
 
     @classmethod
-    def cut(cls, scores: tuple[audit.Score, ...], keys: pd.DataFrame, *, parts: int) -> "CandidateRanges":
+    def cut(cls, scores: tuple[canary_scores.Score, ...], keys: pd.DataFrame, *, parts: int) -> "CandidateRanges":
         """Ranges from a sample of candidate keys (columns score, abs_score, tie) with about ``parts`` per score."""
         cuts = [audit.range_boundaries(keys["abs_score"].to_numpy(dtype=np.float64)[rows],
                                        _as_uint64(keys["tie"])[rows], parts=parts)
@@ -171,7 +171,7 @@ class CandidateRanges:
         return offsets - offsets[self.first[self.score_of()]]
 
 
-def _sample_keys(df: DataFrame, *, scores: tuple[audit.Score, ...], seed: int, fraction: float,
+def _sample_keys(df: DataFrame, *, scores: tuple[canary_scores.Score, ...], seed: int, fraction: float,
                  design: str) -> pd.DataFrame:
     """Candidate keys (score index, |s|, tie) of the rows whose tie hash falls below ``fraction`` of its range."""
     threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
@@ -269,7 +269,7 @@ def distributed_counts(df: DataFrame, *, section: AuditConfig, seed: int, guesse
     if guesses is None:
         guesses = audit.guess_grid(m, step_percent=section.sweep_step_percent, extra_share=section.extra_guess_share)
     guesses = np.asarray(guesses, dtype=np.int64)
-    scores = audit.resolve_scores(section.scores)
+    scores = canary_scores.resolve_scores(section.scores)
     parts = max(4 * default_parallelism(spark), -(-2 * m // RANGE_CANDIDATES))
     describe_jobs(spark, "audit: sample candidate keys for range boundaries")
     keys = _sample_keys(df, scores=scores, seed=seed, fraction=min(1.0, sample_rows_per_range(parts) * parts / m),

@@ -24,7 +24,8 @@ uint64 words (bit r of a candidate's words = repetition r), which is what the Sp
 
 Several scores on one game. A *score* is named by its kind and exponent t: ``difference_t<t>`` (the difference
 score with that t, e.g. ``difference_t0``, ``difference_t2``, ``difference_t8``) or ``log_ratio``
-(:class:`Score`; the *attack* is what the audit plays, audit.attack). :func:`count_correct_scores`
+(:class:`lia_spark.kernels.canary_scores.Score`; the *attack* is what the audit plays, audit.attack).
+:func:`count_correct_scores`
 plays the game once (the draws are keyed on the seed, not on the score) and counts every score's correct
 guesses with one sort per score; :func:`lia_spark.kernels.audit_sweep.evaluate_scores` takes, per repetition, the best
 bound over scores x sweep points. Each (score, c') pair is one test of the hypothesis "the mechanism is eps-DP"; with A scores
@@ -41,13 +42,12 @@ import math
 import numpy as np
 
 from lia_spark.kernels import _audit_game, hashing
-from lia_spark.names import (DIFFERENCE, DIFFERENCE_PREFIX, LABEL, LOG_RATIO, PROXY_PREDICTION, SCORES,
-                             TARGET_PREDICTION, score_parts)
+from lia_spark.kernels.canary_scores import DEFAULT_SCORES, Score, candidate_scores, resolve_scores
+from lia_spark.names import DIFFERENCE, LABEL, PROXY_PREDICTION, TARGET_PREDICTION
 
-DEFAULT_SCORES = ("difference_t0", "difference_t2", "difference_t8", LOG_RATIO)
+
 TIE_BREAK_PURPOSE = "audit/tie_break"
 CANARY_PURPOSE = "audit/canary_sample"
-_TINY = np.finfo(np.float64).tiny
 
 
 def counterfactual_purpose(repetition: int) -> str:
@@ -80,85 +80,6 @@ def guess_grid(canaries: int, *, step_percent: float = 1.0, extra_share: float =
         shares = np.append(shares, extra_share)
     counts = np.clip(np.floor(shares * canaries + 0.5).astype(np.int64), 1, canaries)
     return np.unique(counts)
-
-
-def label_scores(target: np.ndarray, proxy: np.ndarray, shown: np.ndarray | int, *, kind: str = DIFFERENCE,
-                 t: float = 2.0) -> np.ndarray:
-    """Score s of the kind ``kind`` of showing label ``shown`` (array or 0/1), elementwise; see the module docstring.
-
-    The log ratio clips probabilities at the smallest positive double, so M(x)[y] = 0 gives a large finite |s|.
-
-    Raises:
-        ValueError: on an unknown score kind or a negative t.
-    """
-    if kind not in SCORES:
-        raise ValueError(f"score kind must be one of {', '.join(SCORES)}, got kind={kind!r}")
-    if not t >= 0:
-        raise ValueError(f"t must be >= 0, got t={t}")
-    target = np.asarray(target, dtype=np.float64)
-    proxy = np.asarray(proxy, dtype=np.float64)
-    shown_one = np.asarray(shown) == 1
-    target_shown = np.where(shown_one, target, 1.0 - target)
-    proxy_shown = np.where(shown_one, proxy, 1.0 - proxy)
-    if kind == LOG_RATIO:
-        return np.log(np.maximum(target_shown, _TINY)) - np.log(np.maximum(proxy_shown, _TINY))
-    return (target_shown - proxy_shown) * (1.0 - proxy_shown) ** t
-
-
-@dataclasses.dataclass(frozen=True)
-class Score:
-    """One score: its kind (:data:`SCORES`) and the exponent t of the difference score (0 for the log ratio)."""
-
-    kind: str
-    t: float = 2.0
-
-    @property
-    def name(self) -> str:
-        """``log_ratio`` or ``difference_t<t>`` (t printed exactly: ``difference_t2``, ``difference_t0.5``)."""
-        if self.kind == LOG_RATIO:
-            return LOG_RATIO
-        short = f"{self.t:g}"
-        return DIFFERENCE_PREFIX + (short if float(short) == self.t else repr(float(self.t)))
-
-
-def parse_score(score: "str | Score") -> Score:
-    """The :class:`Score` named ``log_ratio`` or ``difference_t<t>`` (t a number >= 0), or ``score`` itself.
-
-    Raises:
-        ValueError: naming the score when it is neither form, or t is negative or not finite.
-    """
-    if isinstance(score, Score):
-        kind, t = score.kind, score.t
-        if kind not in SCORES:
-            raise ValueError(f"score kind must be one of {', '.join(SCORES)}, got kind={kind!r}")
-        if not (math.isfinite(t) and t >= 0.0):
-            raise ValueError(f"score {score.name!r}: t must be a finite number >= 0, got t={t}")
-    else:
-        kind, t = score_parts(score)
-    return Score(kind=kind, t=0.0 if kind == LOG_RATIO else float(t))
-
-
-def resolve_scores(scores) -> tuple[Score, ...]:
-    """Parse a non-empty sequence of scores (names or :class:`Score`); names must be distinct.
-
-    Raises:
-        ValueError: on an empty sequence, a bad score (see :func:`parse_score`) or a repeated name.
-    """
-    if isinstance(scores, (str, Score)):
-        scores = (scores,)
-    parsed = tuple(parse_score(score) for score in scores)
-    if not parsed:
-        raise ValueError("scores must name at least one score, got scores=()")
-    names = [score.name for score in parsed]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise ValueError(f"scores must be distinct, got {', '.join(repeated)} more than once")
-    return parsed
-
-
-def score_name(kind: str = DIFFERENCE, t: float = 2.0) -> str:
-    """Name of the score of the ``kind=`` / ``t=`` API: ``score_name("difference", 2.0) == "difference_t2"``."""
-    return parse_score(Score(kind=kind, t=t)).name
 
 
 def validate_canaries(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray) -> None:
@@ -276,12 +197,6 @@ class Candidates:
 def tie_hashes(row_ids: np.ndarray, *, seed: int) -> np.ndarray:
     """The uint64 tie-break hash of each row id (distinct ids give distinct hashes: the mixer is a bijection)."""
     return hashing.hash_bits(seed, TIE_BREAK_PURPOSE, row_ids)
-
-
-def candidate_scores(target: np.ndarray, proxy: np.ndarray, *, kind: str, t: float) -> np.ndarray:
-    """Signed scores of all 2m candidates: showing label 0 for every row, then showing label 1."""
-    return np.concatenate([label_scores(target, proxy, 0, kind=kind, t=t),
-                           label_scores(target, proxy, 1, kind=kind, t=t)])
 
 
 def candidate_ties_labels(row_ids: np.ndarray, *, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -64,7 +64,7 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
     Raises:
         ValueError: on a family outside bounds.METHODS, mismatched shapes or tests < the number of sweep points.
     """
-    from lia_spark.kernels import bounds
+    from lia_spark.kernels import bounds, gdp
 
     correct = np.atleast_2d(np.asarray(correct, dtype=np.int64))
     guesses = np.asarray(guesses, dtype=np.int64)
@@ -77,7 +77,7 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
         tests = len(guesses)
     elif tests < len(guesses):
         raise ValueError(f"tests must be >= the number of sweep points ({len(guesses)}), got tests={tests}")
-    gdp_delta = bounds.effective_gdp_delta(delta)
+    gdp_delta = gdp.effective_gdp_delta(delta)
     per_guess: dict[str, np.ndarray] = {}
     best: dict[str, np.ndarray] = {}
     best_guesses: dict[str, np.ndarray] = {}
@@ -102,12 +102,12 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
                      for r in range(repetitions)]
             record(bound_key(BINOMIAL, convention), [f.value for f in found], [f.index for f in found])
         if GDP in families:
-            found = [bounds.best_gdp_mu_lower_bound(canaries=canaries, guesses=guesses, correct=correct[r],
+            found = [gdp.best_gdp_mu_lower_bound(canaries=canaries, guesses=guesses, correct=correct[r],
                                                     confidence=level, tau=tau) for r in range(repetitions)]
             indices = [f.index for f in found]
             record(f"mu_gdp_{convention}", [f.value for f in found], indices)
-            record(bound_key(GDP, convention), [bounds.gdp_epsilon(f.value, delta=gdp_delta) for f in found], indices)
-    vacuous = bool(np.all(bounds.gdp_tau_vacuous(canaries=canaries, guesses=guesses, tau=tau)))
+            record(bound_key(GDP, convention), [gdp.gdp_epsilon(f.value, delta=gdp_delta) for f in found], indices)
+    vacuous = bool(np.all(gdp.gdp_tau_vacuous(canaries=canaries, guesses=guesses, tau=tau)))
     return SweepBounds(guesses=guesses, correct=correct, per_guess=per_guess, best=best, best_guesses=best_guesses,
                        gdp_delta=gdp_delta, gdp_tau_vacuous=vacuous)
 

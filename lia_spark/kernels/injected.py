@@ -13,7 +13,7 @@ M' and the pair (y0_i, y1_i); on the *informative* canaries (y0_i != y1_i, the o
 
     s_i = A(M, M', x_i, y0_i) - A(M, M', x_i, y1_i)
 
-with A an score score of :func:`lia_spark.kernels.audit.label_scores` (the log ratio log M[y] - log M'[y] makes s the
+with A an score score of :func:`lia_spark.kernels.canary_scores.label_scores` (the log ratio log M[y] - log M'[y] makes s the
 Bayes log-likelihood ratio of b = 0 against b = 1 when M is the posterior given the training label and M' the
 prior), guesses b' = 0 if s > 0 else 1 on the c' informative canaries of largest |s| (ties broken by a hash of
 the row id) and abstains elsewhere. Because b_i is a fair coin independent of the data, of y1 and of every other
@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from lia_spark.kernels import audit, hashing
+from lia_spark.kernels import audit, canary_scores, hashing
 from lia_spark.names import COUNTERFACTUALS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, PROXY_DRAW
 
 COUNTERFACTUAL_PURPOSE = "audit/injected/counterfactual"
@@ -92,18 +92,18 @@ def inject(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, canary: np
 
 
 def injected_scores(target: np.ndarray, proxy: np.ndarray, label: np.ndarray, *,
-                    score: "str | audit.Score" = "log_ratio") -> np.ndarray:
+                    score: "str | canary_scores.Score" = "log_ratio") -> np.ndarray:
     """s = A(y0) - A(1 - y0) per canary for the score score A (module docstring); on an informative canary
     1 - y0 = y1, so s > 0 favours b = 0 (the model agrees with the true label more than the proxy does)."""
-    parsed = audit.parse_score(score)
+    parsed = canary_scores.parse_score(score)
     label = np.asarray(label)
-    return (audit.label_scores(target, proxy, label, kind=parsed.kind, t=parsed.t)
-            - audit.label_scores(target, proxy, 1 - label, kind=parsed.kind, t=parsed.t))
+    return (canary_scores.label_scores(target, proxy, label, kind=parsed.kind, t=parsed.t)
+            - canary_scores.label_scores(target, proxy, 1 - label, kind=parsed.kind, t=parsed.t))
 
 
 def score_candidates(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: np.ndarray,
                       hidden_bit: np.ndarray, target: np.ndarray, proxy: np.ndarray, *, seed: int,
-                      scores=audit.DEFAULT_SCORES) -> dict[str, audit.Candidates]:
+                      scores=canary_scores.DEFAULT_SCORES) -> dict[str, audit.Candidates]:
     """The injected game as :class:`lia_spark.kernels.audit.Candidates` of one repetition: one candidate per informative
     canary (y0 != y1), always active, correct iff the guess (0 if s > 0 else 1) equals b; score name ->
     candidates. The counting machinery of the observational audit (one sort, exact distributed top-c') then
@@ -112,7 +112,7 @@ def score_candidates(row_ids: np.ndarray, label: np.ndarray, counterfactual_labe
     Raises:
         ValueError: on a bad or repeated score, invalid canary columns, or labels / coins outside {0, 1}.
     """
-    parsed = audit.resolve_scores(scores)
+    parsed = canary_scores.resolve_scores(scores)
     row_ids = np.asarray(row_ids, dtype=np.int64)
     label, counterfactual_label, hidden_bit = (np.asarray(column) for column in (label, counterfactual_label,
                                                                                   hidden_bit))
@@ -141,7 +141,7 @@ def score_candidates(row_ids: np.ndarray, label: np.ndarray, counterfactual_labe
 
 def count_correct(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: np.ndarray, hidden_bit: np.ndarray,
                   target: np.ndarray, proxy: np.ndarray, *, seed: int, guesses: np.ndarray,
-                  scores=audit.DEFAULT_SCORES) -> dict[str, np.ndarray]:
+                  scores=canary_scores.DEFAULT_SCORES) -> dict[str, np.ndarray]:
     """In-process injected audit: score name -> (1, k) correct guesses c at each guess count c' of ``guesses``
     (counted among the informative canaries, from one sort per score).
 

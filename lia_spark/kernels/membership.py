@@ -2,7 +2,7 @@
 
 Pure (numpy): 2m candidate rows (the training rows with the smallest hash of (seed, row_id)), each a member of the target's training set with probability 1/2 by a hash of
 (seed, row_id); the calibrated score s = loss(M', x, y) - loss(M, x, y) with log-loss, which is the audit's
-log-ratio score log M(x)[y] - log M'(x)[y] at the true label (:func:`lia_spark.kernels.audit.label_scores`). The
+log-ratio score log M(x)[y] - log M'(x)[y] at the true label (:func:`lia_spark.kernels.canary_scores.label_scores`). The
 attacker orders the candidates by s (ties by a row-id hash), guesses "member" on the ceil(c'/2) highest and
 "non-member" on the floor(c'/2) lowest and abstains elsewhere; the counts go through the same bounds, sweep and
 conventions as the label-inference audit (:func:`lia_spark.kernels.audit_sweep.evaluate_sweep`, m = 2m candidates).
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lia_spark.kernels import audit, hashing
+from lia_spark.kernels import audit, canary_scores, hashing
 from lia_spark.names import LOG_RATIO
 
 MEMBER_PURPOSE, CANDIDATE_PURPOSE = "audit/membership", "audit/membership-candidate"
@@ -37,7 +37,7 @@ def membership(row_ids: np.ndarray, *, seed: int) -> np.ndarray:
 
 def membership_scores(label: np.ndarray, target: np.ndarray, proxy: np.ndarray) -> np.ndarray:
     """s = loss(M', x, y) - loss(M, x, y) = log M(x)[y] - log M'(x)[y] (log-loss, difficulty calibration)."""
-    return audit.label_scores(np.asarray(target, np.float64), np.asarray(proxy, np.float64),
+    return canary_scores.label_scores(np.asarray(target, np.float64), np.asarray(proxy, np.float64),
                               np.asarray(label), kind=LOG_RATIO)
 
 

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from lia_spark.kernels import audit, audit_sweep, bounds, mechanisms, posteriors
+from lia_spark.kernels import audit, audit_sweep, bounds, canary_scores, mechanisms, posteriors
 from lia_spark.names import BINOMIAL, BONFERRONI, CONVENTIONS, PAPER, bound_key
 
 PROXIES = ("true", "logistic")
@@ -140,7 +140,7 @@ def study_cells(*, epsilons: tuple[float, ...], proxies: tuple[str, ...]) -> lis
 
 def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] = EPSILONS, draws: int = 50,
           null_draws: int | None = None, proxies: tuple[str, ...] = PROXIES,
-          scores: tuple[str, ...] = audit.DEFAULT_SCORES, confidence: float = 0.95, seed: int = 0,
+          scores: tuple[str, ...] = canary_scores.DEFAULT_SCORES, confidence: float = 0.95, seed: int = 0,
           time_budget: float | None = None) -> pd.DataFrame:
     """Audit RR(eps) and label-blind targets on independently redrawn data, release and game per draw.
 
@@ -171,7 +171,7 @@ def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] =
     if draws < 0 or null_draws < 0 or max(draws, null_draws) < 1:
         raise ValueError(f"draws and null_draws must be >= 0, one of them >= 1, got draws={draws}, "
                          f"null_draws={null_draws}")
-    names = tuple(score.name for score in audit.resolve_scores(scores))
+    names = tuple(score.name for score in canary_scores.resolve_scores(scores))
     cells = study_cells(epsilons=tuple(epsilons), proxies=tuple(proxies))
     row_ids = np.arange(n, dtype=np.int64)
     grid = audit.guess_grid(n)
