@@ -173,7 +173,7 @@ def test_every_stage_artifact_is_logged(run, client):
     stage_runs = {r.info.run_name: r for r in _children(client, run.result.mlflow_run_id)}
     for outcome in run.result.steps:
         listed = {Path(a.path).name for a in client.list_artifacts(stage_runs[outcome.step].info.run_id, outcome.step)}
-        expected = {Path(p).name for p in outcome.artifacts()} | ({"settings.json"} if outcome.settings() else set())
+        expected = {Path(p).name for p in outcome.artifacts()} | ({"settings.json"} if outcome.setting_rows() else set())
         assert expected == listed, outcome.step
         assert expected or outcome.step == "data", f"{outcome.step} reported no artifacts"
     report = client.list_artifacts(run.result.mlflow_run_id, "report")
@@ -268,7 +268,8 @@ def test_one_setting_key_names_runs_metrics_and_report(run, client):
     for stage in ("posteriors", "utility"):
         stage_run = next(r for r in _children(client, run.result.mlflow_run_id) if r.info.run_name == stage)
         names = {r.info.run_name for r in _children(client, stage_run.info.run_id)}
-        keys = {setting_key(row["mechanism"], row["epsilon"], row["bag_size"]) for row in run.result.step(stage).settings()}
+        keys = {setting_key(row["mechanism"], row["epsilon"], row["bag_size"])
+                for row in run.result.step(stage).setting_rows()}
         assert names == keys and all(n == r.data.params["setting"] for r in _children(client, stage_run.info.run_id)
                                      for n in [r.info.run_name])
         assert all(any(metric.startswith(f"{stage}.{key}.") for metric in parent) for key in keys), stage
