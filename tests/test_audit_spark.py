@@ -206,3 +206,19 @@ def test_observational_headline_of_a_label_blind_target_names_a_comparable_refer
     assert summary["reference"]["canaries"] == m and summary["calibrated"]["tau"] == headline.calibrated_tau
     assert summary["eps_lb_by_tau"]["0"] == pytest.approx(headline.eps_lb)
     assert {"tau_break_even", "reference_eps_lb", "calibrated_eps_lb"} <= set(result.metrics())
+
+
+def test_an_audit_without_its_canary_table_fails_first_naming_the_command_that_writes_it(spark, tmp_path):
+    """Alone, the audit stage checks its declared input before any work; in the pipeline, a selection without the
+    step that writes it fails before any stage runs (nothing written either way)."""
+    from lia_spark.engine.pipeline import run_pipeline
+
+    config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "stages": ["audit"]},
+                               "tracking": {"enabled": False}})
+    with pytest.raises(ValueError, match=r"^audit\.canary_path: the audit stage reads the canaries table, but .* "
+                                         r"does not exist; run `lia-spark train`"):
+        run_stage("audit", spark, config)
+    with pytest.raises(ValueError, match=r"^run\.stages: \['audit'\] reads the canaries table but .* is missing or "
+                                         r"incomplete; add 'train' to run\.stages or set audit\.canary_path"):
+        run_pipeline(spark, config)
+    assert not (tmp_path / "out" / "audit").exists()

@@ -309,6 +309,11 @@ def _input_files(spark: SparkSession, config: Config) -> Resolved:
     return Resolved(values={"data.criteo_paths": files}, inputs={f"criteo:{path}": path for path in files})
 
 
+def _sources_exist(spark: SparkSession, config: Config) -> None:
+    """The pipeline's check before any stage: every file of data.criteo_paths exists with a Criteo day name."""
+    list_sources(spark, config.data.criteo_paths)
+
+
 def _ingest(run: StageRun) -> IngestResult:
     """Ingest ``data.criteo_paths`` into ``config.parquet_path`` (Parquet by day, schema ``STORAGE_DDL``); malformed
     lines go to ``config.quarantine_path`` (file, 1-based line_number, raw_line, reason).
@@ -387,4 +392,5 @@ def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str
 INGEST = Stage(
     name="ingest", step="data", result=IngestResult, compute=_ingest, resolved=_input_files,
     fields=("data.criteo_paths", "data.max_malformed_share", "data.kaggle_days", "data.allow_truncated_files"),
-    outputs=lambda config: (config.parquet_path, config.quarantine_path), describes_input=True)
+    outputs=lambda config: (config.parquet_path, config.quarantine_path), describes_input=True,
+    upfront=_sources_exist)

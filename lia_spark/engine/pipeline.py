@@ -111,9 +111,8 @@ class PipelineResult:
             lines.append(f"MLflow: {self.mlflow_location}")
         if self.not_logged:
             lines.append(f"warning: not logged to MLflow: {', '.join(self.not_logged)}; {TRACK_LATER}")
-        audit = self.step("audit")
-        if audit is not None and audit.result is not None:
-            lines.append(audit.result.console_summary())  # the headline comes last
+        lines += [o.result.console_summary() for o in self.steps  # the headline comes last
+                  if o.result is not None and o.result.headline is not None]
         return "\n".join(lines)
 
 
@@ -124,23 +123,21 @@ def _row_counts(metrics: dict[str, float]) -> str:
 
 def check_before_stages(spark: SparkSession, config: Config) -> None:
     """Fail in seconds, before any stage runs, on what would fail later: an output folder that cannot be
-    written, missing Criteo inputs, an input table a selected step declares (:class:`lia_spark.engine.stage.Input`)
-    that no selected step writes and that is not complete, a table the user names that does not exist, and an
-    attacker prior that cannot be resolved (the tracking store is checked by the tracker itself).
+    written, an input table a selected step declares (:class:`lia_spark.engine.stage.Input`) that no selected step
+    writes and that is not complete, a table the user names that does not exist, and each selected stage's own
+    ``upfront`` check (the Criteo files exist, the attacker prior resolves; the tracking store is checked by the
+    tracker itself).
 
     Raises:
         PermissionError: run.output_dir cannot be written.
         ValueError: naming the field (data.criteo_paths, run.stages, audit.canary_path, mechanisms.prior_*).
     """
     selected = set(config.run.stages)
-    if "data" in selected and config.data.source == "criteo":
-        from lia_spark.engine.criteo_files import list_sources
-
-        list_sources(spark, config.data.criteo_paths)
     for step in PIPELINE_STAGES:
         if step not in selected:
             continue
-        for item in step_stage(step, config).inputs(config):
+        stage = step_stage(step, config)
+        for item in stage.inputs(config):
             producer, path = item.producer(config), item.path(config)
             if not item.required or producer in selected:
                 continue
@@ -149,10 +146,7 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
                                  f"missing or incomplete; add '{producer}' to run.stages or set {item.field}")
             if not producer and not path_exists(spark, path):
                 raise ValueError(f"{item.field}: no such table, got {path!r}; set it to an existing table")
-    if "posteriors" in selected:
-        from lia_spark.engine.posteriors.prior import check_prior_source
-
-        check_prior_source(spark, config)
+        stage.upfront(spark, config)
     check_writable(spark, config.run.output_dir)  # last: it creates the folder
 
 
@@ -197,8 +191,8 @@ def log_outcome(spark: SparkSession, config: Config, tracker: Any, outcome: Stag
     stage = step_stage(outcome.step, config)
     if stage.describes_input:
         tracker.log_data_marker(read_marker(spark, stage.outputs(config)[0]) or {})
-    if outcome.result.page():
-        tracker.log_report(outcome.result.page())
+    if outcome.result.page_file():
+        tracker.log_report(outcome.result.page_file())
 
 
 def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
@@ -233,8 +227,8 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
             result.steps.append(outcome)
             if tracker is not None and outcome.status in ("ran", "reused", "failed"):
                 tracker.best_effort(f"stage {step}", functools.partial(log_outcome, spark, config, tracker, outcome))
-            if outcome.step == "report" and outcome.result is not None:
-                result.report_path = outcome.result.path
+            if outcome.result is not None and outcome.result.page():
+                result.report_path = outcome.result.page()
             if outcome.status == "failed":
                 failed = outcome
                 break

@@ -52,6 +52,10 @@ class ReportResult(StageResult):
         return [self.html_path]
 
     def page(self) -> str:
+        """The committed report.html (a local path, or the URI of a remote output folder)."""
+        return self.path
+
+    def page_file(self) -> str:
         """The local HTML file, attached to the parent MLflow run."""
         return self.html_path
 

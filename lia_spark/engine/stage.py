@@ -82,7 +82,8 @@ class Stage:
     must match the fingerprint for reuse; the first holds the marker with the result. ``resolved``: values and
     tables found in the data that enter the fingerprint. ``check``: cheap checks before any long work.
     ``reused``: completes a reused result (a secondary output with its own fingerprint); the default returns it.
-    ``step`` is "" for a stage outside the pipeline."""
+    ``upfront``: what the pipeline checks before any stage runs when this stage is selected (its own inputs beyond
+    the declared tables). ``step`` is "" for a stage outside the pipeline."""
 
     name: str
     step: str
@@ -98,6 +99,7 @@ class Stage:
     reusable: bool = True  # False: recomputed every time, its marker unsealed (the report)
     rebuilt: Callable[[Config, dict[str, Any]], Any] | None = None  # a result needing more than its marker
     recomputed_with: tuple[str, ...] = ()  # options that replace an input (a frame): never reuse with them
+    upfront: Callable[[SparkSession, Config], None] = no_check  # the pipeline's check before any stage runs
 
     def result_from(self, config: Config, marker: dict[str, Any], *, skipped: bool = False) -> Any:
         """The stage's result rebuilt from its marker."""
@@ -166,7 +168,11 @@ class StageResult:
         return None
 
     def page(self) -> str:
-        """A local HTML page the parent MLflow run attaches ("" for none)."""
+        """Where a reader opens the page this result wrote ("" for none)."""
+        return ""
+
+    def page_file(self) -> str:
+        """A local copy of that page, which the parent MLflow run attaches ("" for none)."""
         return ""
 
 

@@ -205,6 +205,7 @@ def _posteriors(run: StageRun) -> PosteriorsResult:
 POSTERIORS = Stage(
     name="posteriors", step="posteriors", result=PosteriorsResult, compute=_posteriors, resolved=_released_days,
     check=lambda spark, config: check_days_present(spark, config, released_day_field(config)),
+    upfront=check_prior_source,
     fields=("run.seed", "data.source", "mechanisms.*"),
     outputs=lambda config: (layout.output_path(config, layout.POSTERIORS),),
     inputs=lambda config: (Input("data", lambda c: c.parquet_path, "data.parquet_path", lambda c: "data"),
