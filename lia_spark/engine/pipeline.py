@@ -2,7 +2,7 @@
 
 Each step runs the stage of :mod:`lia_spark.engine.stages` it names, through the one skeleton
 :func:`~lia_spark.engine.stages.run_stage`. Steps are chosen by
-``run.stages`` and run in the order of :data:`lia_spark.run.config.PIPELINE_STAGES`; a step whose output is already
+``run.stages`` and run in the order of :data:`lia_spark.run.sections.PIPELINE_STAGES`; a step whose output is already
 complete is reused by the stage itself unless ``run.force``. A failing stage stops the pipeline; outputs of
 finished stages stay committed, the MLflow run is marked FAILED, the error is raised.
 """

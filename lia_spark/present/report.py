@@ -1,12 +1,11 @@
 """One self-contained HTML page per pipeline run that states its findings first, then the evidence.
 
-
 Order: the audit headline and every epsilon bound with its confidence and delta; one table of the mechanism settings
 (mean additive advantage, 98th percentile of |I|, share of infinite |I|, target AUC; :mod:`lia_spark.present.findings`); the
 mechanisms side by side at matched utility; then per step its plots (PNG, embedded) with its metrics and CSV tables
 folded away; last the git commit, package versions and config. Built from the stage results' ``metrics()``,
-``artifacts()``, ``settings()`` and the audit's summary, so any plot or table a stage adds shows up without changes
-here. Rendering only (no Spark): the pipeline (:func:`lia_spark.engine.pipeline.write_report`) commits it to
+``artifacts()``, ``setting_rows()`` and the audit's summary, so any plot or table a stage adds shows up without changes
+here. Rendering only (no Spark): the pipeline (the report stage, :mod:`lia_spark.engine.report`) commits it to
 ``OUT/report/report.html`` and logs it to MLflow.
 """
 from __future__ import annotations

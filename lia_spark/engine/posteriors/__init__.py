@@ -5,7 +5,7 @@
 - :mod:`.units`: rows packed by bagging unit, one shuffle to one partition per unit;
 - :mod:`.writing`: the pass that runs every setting per unit and writes the per-row results and their digest;
 - :mod:`.summary`: summaries with exact percentiles, bag counts, the plot sample;
-- :mod:`.stage`: :func:`~lia_spark.engine.posteriors.stage.run_posteriors`, the stage itself.
+- :mod:`.stage`: the stage declaration ``POSTERIORS`` and its computation.
 
 The computation without Spark is :mod:`lia_spark.kernels.posterior_grid`.
 """
