@@ -4,6 +4,7 @@ and a tracking server that goes away mid-run (the run goes on; `lia-spark track`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -107,6 +108,24 @@ def test_a_day_the_data_lacks_fails_before_training(data_run, tmp_path, capsys):
     assert line.startswith("lia-spark: models.target_day: ") and "holds no rows of day 5" in line
     assert not (tmp_path / "out" / "models").exists()
     assert not (tmp_path / "out" / LOCK_FILE).exists(), "the lock is released on failure"
+
+
+def test_a_resumed_run_removes_what_an_interrupted_one_left(data_run, caplog):
+    """Staging folders beside the stages' outputs and ingest's decoded copies are an interrupted attempt's once the
+    next run holds the lock: it removes them, and keeps everything else."""
+    out = data_run / "out"
+    left = [out / "posteriors._tmp-0123456789ab", out / "data._tmp-abcdef012345", out / "truth._tmp-00000000000f",
+            out / "data.gunzip"]
+    kept = [out / "notes._tmp-0123456789ab", out / "posteriors._tmp-short"]
+    for folder in (*left, *kept):
+        folder.mkdir()
+        (folder / "part-00000").write_text("x", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="lia_spark"):
+        assert main(["run", "--conf", str(data_run / "conf.yaml")]) == 0
+    assert [folder.name for folder in left if folder.exists()] == []
+    assert all(folder.exists() for folder in kept)
+    assert sum("left by an interrupted run" in record.getMessage() for record in caplog.records) == len(left)
+    assert (out / "data" / "_LIA_COMPLETE").is_file()
 
 
 def test_a_second_run_into_a_locked_folder_fails_naming_the_holder(spark, data_run, tmp_path):

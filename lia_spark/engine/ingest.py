@@ -309,6 +309,11 @@ def _input_files(spark: SparkSession, config: Config) -> Resolved:
     return Resolved(values={"data.criteo_paths": files}, inputs={f"criteo:{path}": path for path in files})
 
 
+def copies_folder(config: Config) -> str:
+    """Step 0's decoded copies of the .gz inputs, beside the data table; deleted when the stage ends."""
+    return f"{config.parquet_path}.gunzip"
+
+
 def _sources_exist(spark: SparkSession, config: Config) -> None:
     """The pipeline's check before any stage: every file of data.criteo_paths exists with a Criteo day name."""
     list_sources(spark, config.data.criteo_paths)
@@ -328,11 +333,10 @@ def _ingest(run: StageRun) -> IngestResult:
     spark, config = run.spark, run.config
     sources = list_sources(spark, config.data.criteo_paths)
     logger.info("ingest: %d input files, %.1f MB", len(sources), sum(s.size for s in sources) / 1e6)
-    copies_folder = f"{config.parquet_path}.gunzip"
     try:
-        return _ingest_sources(run, sources, copies_folder)
+        return _ingest_sources(run, sources, copies_folder(config))
     finally:
-        delete_path(spark, copies_folder)
+        delete_path(spark, copies_folder(config))
 
 
 def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str) -> IngestResult:
@@ -393,4 +397,4 @@ INGEST = Stage(
     name="ingest", step="data", result=IngestResult, compute=_ingest, resolved=_input_files,
     fields=("data.criteo_paths", "data.max_malformed_share", "data.kaggle_days", "data.allow_truncated_files"),
     outputs=lambda config: (config.parquet_path, config.quarantine_path), describes_input=True,
-    upfront=_sources_exist)
+    upfront=_sources_exist, scratch=lambda config: (copies_folder(config),))

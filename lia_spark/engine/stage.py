@@ -100,6 +100,7 @@ class Stage:
     rebuilt: Callable[[Config, dict[str, Any]], Any] | None = None  # a result needing more than its marker
     recomputed_with: tuple[str, ...] = ()  # options that replace an input (a frame): never reuse with them
     upfront: Callable[[SparkSession, Config], None] = no_check  # the pipeline's check before any stage runs
+    scratch: Callable[[Config], tuple[str, ...]] = lambda config: ()  # folders it deletes when it ends
 
     def result_from(self, config: Config, marker: dict[str, Any], *, skipped: bool = False) -> Any:
         """The stage's result rebuilt from its marker."""

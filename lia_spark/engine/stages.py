@@ -8,25 +8,30 @@ folder renamed into place on success, with the result as its sealed marker) -> t
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.audit import AUDIT
+from lia_spark.engine.filesystem import files_for
 from lia_spark.engine.generate import GENERATE
 from lia_spark.engine.ingest import INGEST
 from lia_spark.engine.logloss import LOGLOSS
-from lia_spark.engine.outputs import committed_output, path_exists, read_marker, reusable_output
+from lia_spark.engine.outputs import committed_output, delete_path, path_exists, read_marker, reusable_output
 from lia_spark.engine.posteriors.stage import POSTERIORS
 from lia_spark.engine.report import REPORT
 from lia_spark.engine.stage import Stage, StageRun
 from lia_spark.engine.train import TRAIN
 from lia_spark.engine.utility import UTILITY
+from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.fingerprint import marker_fingerprint, verified_marker
 
 logger = logging.getLogger(__name__)
+
+STAGING_NAME = re.compile(r"(.+)\._tmp-[0-9a-f]{12}")  # committed_output's temporary sibling of an output
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in
                             (GENERATE, INGEST, TRAIN, POSTERIORS, UTILITY, AUDIT, REPORT, LOGLOSS)}
@@ -59,6 +64,36 @@ def _upstream(spark: SparkSession, stage: Stage, config: Config):
         return committed_result(spark, step_stage(producer, config), config) if producer else None
 
     return result
+
+
+def leftovers(spark: SparkSession, config: Config) -> list[str]:
+    """What interrupted attempts left beside the outputs of every stage under ``config``: staging folders
+    (``<output>._tmp-<12 hex>``, :func:`lia_spark.engine.outputs.committed_output`, the Criteo files' included) and
+    the stages' scratch folders (:attr:`lia_spark.engine.stage.Stage.scratch`)."""
+    outputs = {path.rstrip("/") for stage in STAGES.values() for path in stage.outputs(config)}
+    outputs.add(layout.output_path(config, layout.CRITEO_TSV))
+    by_folder: dict[str, set[str]] = {}
+    for path in outputs:
+        folder, _, name = path.rpartition("/")
+        by_folder.setdefault(folder, set()).add(name)
+    found = [path for stage in STAGES.values() for path in stage.scratch(config) if path_exists(spark, path)]
+    for folder, names in sorted(by_folder.items()):
+        if not path_exists(spark, folder):
+            continue
+        found += [entry.path for entry in files_for(spark, folder).list_folder(folder)
+                  if (match := STAGING_NAME.fullmatch(entry.name)) and match.group(1) in names]
+    return found
+
+
+def remove_leftovers(spark: SparkSession, config: Config) -> list[str]:
+    """Delete :func:`leftovers` and return them. Only for a caller holding the output folder's run lock
+    (:func:`lia_spark.engine.lock.run_lock`): then no other run writes there, and a staging folder is an interrupted
+    attempt's."""
+    removed = leftovers(spark, config)
+    for path in removed:
+        logger.warning("removing %s, left by an interrupted run", path)
+        delete_path(spark, path)
+    return removed
 
 
 def check_inputs(spark: SparkSession, stage: Stage, config: Config) -> None:

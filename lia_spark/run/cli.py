@@ -130,10 +130,12 @@ def job_main(name: str, argv: Sequence[str] | None = None, description: str = ""
         from lia_spark.engine.lock import run_lock
         from lia_spark.engine.outputs import write_text
         from lia_spark.engine.session import start_spark
+        from lia_spark.engine.stages import remove_leftovers
 
         spark = start_spark(config.spark)
         with run_lock(spark, config.run.output_dir, command=f"lia-spark {name}",
                       max_age_hours=config.run.stale_lock_hours):
+            remove_leftovers(spark, config)  # holding the lock: staging folders are an interrupted attempt's
             started = time.monotonic()
             logger.info("stage %s: started", name)
             result = COMMANDS[name](spark, config)
