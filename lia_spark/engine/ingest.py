@@ -305,8 +305,10 @@ def _write_data(spark: SparkSession, lines: DataFrame, result: IngestResult, blo
 def _input_files(spark: SparkSession, config: Config) -> Resolved:
     """The files data.criteo_paths names, not their spelling (a folder and the list of its day files are the same
     input): their list enters the fingerprint, and each file's listing fingerprint."""
-    files = [source.path for source in list_sources(spark, config.data.criteo_paths)]
-    return Resolved(values={"data.criteo_paths": files}, inputs={f"criteo:{path}": path for path in files})
+    sources = list_sources(spark, config.data.criteo_paths)
+    files = [source.path for source in sources]
+    return Resolved(values={"data.criteo_paths": files}, inputs={f"criteo:{path}": path for path in files},
+                    found=sources)
 
 
 def copies_folder(config: Config) -> str:
@@ -331,7 +333,7 @@ def _ingest(run: StageRun) -> IngestResult:
             included (quarantine committed, data not written).
     """
     spark, config = run.spark, run.config
-    sources = list_sources(spark, config.data.criteo_paths)
+    sources = run.resolved.found
     logger.info("ingest: %d input files, %.1f MB", len(sources), sum(s.size for s in sources) / 1e6)
     try:
         return _ingest_sources(run, sources, copies_folder(config))

@@ -37,10 +37,12 @@ class Input:
 @dataclasses.dataclass(frozen=True)
 class Resolved:
     """What a stage's fingerprint needs beyond its configuration fields, found by looking at the data: values
-    (e.g. the released days) and further input tables (role -> path, e.g. the raw Criteo files)."""
+    (e.g. the released days) and further input tables (role -> path, e.g. the raw Criteo files); ``found`` is what
+    the looking produced that the computation reuses (not fingerprinted: the listed source files)."""
 
     values: dict[str, Any] = dataclasses.field(default_factory=dict)
     inputs: dict[str, str] = dataclasses.field(default_factory=dict)
+    found: Any = None
 
 
 def nothing_resolved(spark: SparkSession, config: Config) -> Resolved:
@@ -65,6 +67,7 @@ class StageRun:
     started: float
     options: dict[str, Any]
     upstream_results: Callable[[str], Any]
+    resolved: Resolved = dataclasses.field(default_factory=Resolved)
 
     def under(self, *names: str) -> str:
         """``staging/name/...``."""
@@ -108,10 +111,12 @@ class Stage:
             return self.rebuilt(config, marker)
         return self.result.from_dict(marker, skipped=skipped)
 
-    def fingerprint(self, spark: SparkSession, config: Config, **values: Any) -> Fingerprint:
+    def fingerprint(self, spark: SparkSession, config: Config, *, resolved: Resolved | None = None,
+                    **values: Any) -> Fingerprint:
         """:class:`lia_spark.run.fingerprint.Fingerprint` of this stage under ``config``: its declared fields, the values
-        it resolves from the data (plus ``values``), and the fingerprint of every input table."""
-        resolved = self.resolved(spark, config)
+        it resolves from the data (``resolved``, else resolved now; plus ``values``), and the fingerprint of every
+        input table."""
+        resolved = resolved if resolved is not None else self.resolved(spark, config)
         inputs = {**{item.role: item.path(config) for item in self.inputs(config)}, **resolved.inputs}
         return Fingerprint(self.name, stage_parameters(self.fields, config.to_dict(), **resolved.values, **values),
                            {role: output_fingerprint(spark, path) for role, path in inputs.items()})

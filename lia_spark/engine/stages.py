@@ -114,7 +114,8 @@ def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = T
     recomputes whatever the output holds. ``options`` reach ``compute`` (:attr:`StageRun.options`)."""
     stage = STAGES[name]
     reuse = reuse and not set(stage.recomputed_with) & set(options)
-    fingerprint = stage.fingerprint(spark, config) if stage.reusable else None
+    resolved = stage.resolved(spark, config)
+    fingerprint = stage.fingerprint(spark, config, resolved=resolved) if stage.reusable else None
     if fingerprint is not None:
         marker = reusable_output(spark, stage.outputs(config), fingerprint, force=config.run.force or not reuse)
         if marker is not None:
@@ -124,6 +125,6 @@ def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = T
     metadata: dict[str, Any] = {}
     with committed_output(spark, stage.outputs(config)[0], metadata, fingerprint=fingerprint) as staging:
         result = stage.compute(StageRun(spark, config, staging, fingerprint, time.monotonic(), options,
-                                        _upstream(spark, stage, config)))
+                                        _upstream(spark, stage, config), resolved))
         metadata.update(result.marker())
     return result

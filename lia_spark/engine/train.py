@@ -156,7 +156,7 @@ def _prior_days(spark: SparkSession, config: Config) -> tuple[int, ...]:
 def _priors_fields(spark: SparkSession, config: Config) -> Resolved:
     days = _prior_days(spark, config)
     return Resolved({"mechanisms.days": days, "mechanisms.prior_column": config.mechanisms.prior_column}
-                    if days else {})
+                    if days else {}, found=days)
 
 
 def _days_present(spark: SparkSession, config: Config) -> None:
@@ -172,7 +172,7 @@ def _train(run: StageRun) -> TrainResult:
     and the target day's features for the next training with the same data, seed and models fields apart from
     the training mechanism; ``lia-spark audit-table`` passes one for all its cells."""
     spark, config, m = run.spark, run.config, run.config.models
-    out, prior_days = layout.output_path(config, layout.MODELS), _prior_days(spark, config)
+    out, prior_days = layout.output_path(config, layout.MODELS), run.resolved.found
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
                 m.proxy_day, m.target_day, m.training_mechanism, m.epsilon, m.bag_size)
     if m.execution == "in_memory":

@@ -142,7 +142,8 @@ def _released_days(spark: SparkSession, config: Config) -> Resolved:
     """The released days (:func:`~lia_spark.engine.feature_frames.released_days`) enter the fingerprint; the prior's table
     is checked first, schemas only, before the data table's days are read."""
     check_prior_source(spark, config, pending=())
-    return Resolved({"mechanisms.days": released_days(spark, config)})
+    days = released_days(spark, config)
+    return Resolved({"mechanisms.days": days}, found=days)
 
 
 def _posteriors(run: StageRun) -> PosteriorsResult:
@@ -151,7 +152,7 @@ def _posteriors(run: StageRun) -> PosteriorsResult:
     ``summary.csv`` and ``plots/*.png``)."""
     spark, config, started, staging = run.spark, run.config, run.started, run.staging
     output_path = reported_path(layout.output_path(config, layout.POSTERIORS))
-    days = released_days(spark, config)
+    days = run.resolved.found
     section = config.mechanisms
     settings = settings_grid(section)
     prior = resolve_prior(config)
