@@ -27,6 +27,7 @@ setup(
         "pyyaml>=6",
         "matplotlib>=3.8",
         "dp-accounting>=0.4",
+        "isal>=1.6",
     ],
     extras_require={
         "catboost": ["catboost>=1.2,<2"],

@@ -471,6 +471,30 @@ def findings(reps: list[dict], s: dict) -> list[str]:
     return out
 
 
+def repetition_task(settings: Settings, r: int, threads: int) -> dict:
+    """:func:`repetition` as a parallel fit (its models use one thread, whatever ``threads``)."""
+    return repetition(r, settings)
+
+
+def repetitions_in_tasks(master: str, settings: Settings) -> list[dict]:
+    """Every repetition as one Spark task on ``master`` (:func:`lia_spark.engine.parallel_fits.run_fits`); a failed
+    repetition is logged and left out."""
+    from lia_spark.engine.parallel_fits import run_fits
+    from lia_spark.engine.session import get_spark
+    from lia_spark.run.sections import SparkConfig
+
+    spark = get_spark(SparkConfig(master=master, app_name="bench-injected-validity"))
+    try:
+        outcomes = run_fits(spark, settings, [(f"repetition {r}", r) for r in range(settings.repetitions)],
+                            repetition_task, purpose="validity repetitions")
+    finally:
+        spark.stop()
+    for outcome in outcomes:
+        if outcome.failed:
+            logger.error("%s failed: %s", outcome.name, outcome.error)
+    return [outcome.value for outcome in outcomes if not outcome.failed]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=30, help="data draws")
@@ -490,6 +514,10 @@ def main(argv=None) -> int:
     parser.add_argument("--click-rate", type=float, default=0.032)
     parser.add_argument("--seed", type=int, default=20261124)
     parser.add_argument("--minutes", type=float, default=None, help="start no new repetition after this wall time")
+    parser.add_argument("--spark", metavar="MASTER", default="",
+                        help="run the repetitions as parallel Spark tasks on this master (e.g. local[2] or a "
+                             "cluster's), one per repetition, saved when all are done; default: one after another "
+                             "in this process, each saved as it ends")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.from_output:
@@ -506,7 +534,12 @@ def main(argv=None) -> int:
                    "repetitions": []}
         os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
         started = time.monotonic()
-        for r in range(args.repetitions):
+        if args.spark:
+            payload["repetitions"] = repetitions_in_tasks(args.spark, settings)
+            payload["meta"]["wall_seconds"] = time.monotonic() - started
+            with open(args.output, "w", encoding="utf-8") as handle:
+                json.dump(payload, handle)
+        for r in range(0 if args.spark else args.repetitions):
             if args.minutes is not None and time.monotonic() - started > 60.0 * args.minutes:
                 logger.warning("time budget reached: %d repetitions run", r)
                 break

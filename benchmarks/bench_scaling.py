@@ -16,6 +16,7 @@ week (1.3B rows) and the full set (4.4B rows) on 100 and 1,000 cores from the me
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -47,10 +48,13 @@ STEPS_FIXED = ("train", "utility", "audit", "report")
 TRAINING_DAYS = 2  # the proxy day and the target day, scanned by the STEPS_FIXED to draw their day samples
 PROJECTED_SETS = (("one Criteo week", 1_300_000_000, 7), ("the full set", 4_400_000_000, 24))
 PROJECTED_CORES = (100, 1000)
-# The ingest_gzip section (benchmarks/bench_ingest.py --part gzip): after the serial decode, 2M twin lines parse in
-# 27.0 s on 2 cores; the decode itself runs in one task per .gz file
-INGEST_CORE_SECONDS_PER_ROW = 27.0 * 2 / 2_000_000
-GZIP_DECODE_LINES_PER_SECOND = 812_837
+# The ingest_gzip section (benchmarks/bench_ingest.py --part gzip, 2026-11-25): after the serial decode, 2M twin
+# lines parse in 23.3 s on 2 cores; the decode itself (ISA-L, step 0) runs in one task per .gz file
+INGEST_CORE_SECONDS_PER_ROW = 23.3 * 2 / 2_000_000
+GZIP_DECODE_LINES_PER_SECOND = 2_228_013
+SPARK_CODEC_LINES_PER_SECOND = 717_426  # step 0 by Spark's gzip codec (files on HDFS, S3, ...: no ISA-L)
+PARALLEL_FITS = "spark tasks"  # UtilityResult.fits_where of a run whose utility fits ran as parallel tasks
+PATE_TEACHERS = 100  # pate.teachers of the demo grid: PATE's teachers' job has at most this many tasks
 RECOMMENDED_ROWS_PER_BAGGING_UNIT = 65_536  # 2,048 units (tasks) per released Criteo day of ~186M rows
 
 
@@ -59,8 +63,8 @@ def run_command(rows_per_day: int, days: int, master: str, output: Path, stages:
     tracked into the output folder."""
     extra = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{output / 'eventlog'}",
              "spark.eventLog.compress": "false"}
-    if master.startswith("local-cluster"):
-        extra["spark.executor.memory"] = "1g"  # the worker offers 2048 MB; leave room for the Python workers
+    if master.startswith("local-cluster"):  # half the worker's MB for the JVM heap, the rest for the Python workers
+        extra["spark.executor.memory"] = f"{int(master.rstrip(']').split(',')[-1]) // 2}m"
     return [sys.executable, "-m", "lia_spark.run.cli", "run", "--conf", str(REPO / "conf" / "demo.yaml"),
             f"synthetic.rows_per_day={rows_per_day}", f"synthetic.days={days}", f"run.output_dir={output}",
             "run.name=scaling", f"spark.master={master}", f"spark.extra={json.dumps(extra)}",
@@ -100,6 +104,7 @@ class StageClock:
 
     def __init__(self, root_pid: int):
         self.cpu = SeenProcessesCpu(root_pid)
+        self.driver = psutil.Process(root_pid)
         self.current = BEFORE_STAGES
         self.steps: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
@@ -111,14 +116,21 @@ class StageClock:
             with self.lock:
                 self.current = started.group(1)
                 self.steps[self.current] = {"start": time.time(), "cpu_start": self.cpu.update(),
-                                            "machine_cpu_start": machine_cpu_seconds()}
+                                            "machine_cpu_start": machine_cpu_seconds(),
+                                            "driver_cpu_start": self.driver_cpu()}
         elif finished and finished.group(1) in self.steps:
             with self.lock:
                 step = self.steps[finished.group(1)]
                 step.update(end=time.time(), status=finished.group(2), wall_s=float(finished.group(3)),
                             cpu_s=self.cpu.update() - step["cpu_start"],
-                            machine_cpu_s=machine_cpu_seconds() - step["machine_cpu_start"])
+                            machine_cpu_s=machine_cpu_seconds() - step["machine_cpu_start"],
+                            driver_python_cpu_s=self.driver_cpu() - step["driver_cpu_start"])
                 self.current = f"after {finished.group(1)}"
+
+    def driver_cpu(self) -> float:
+        """CPU seconds (user + system) of the driver's Python process itself (its threads, not its children)."""
+        times = self.driver.cpu_times()
+        return times.user + times.system
 
 
 def follow_log(stream: IO[str], log_path: Path, clock: StageClock) -> None:
@@ -200,6 +212,7 @@ def measure(rows_per_day: int, days: int, master: str, output: Path, stages: str
             "steps": {name: {"status": step.get("status", "?"), "wall_s": step.get("wall_s", 0.0),
                              "cpu_s": round(step.get("cpu_s", 0.0), 1),
                              "machine_cpu_s": round(step.get("machine_cpu_s", 0.0), 1),
+                             "driver_python_cpu_s": round(step.get("driver_python_cpu_s", 0.0), 1),
                              "peak_rss_mb": {role: round(value) for role, value in peaks.get(name, {}).items()},
                              **shuffle.get(name, {})}
                       for name, step in clock.steps.items()},
@@ -207,7 +220,8 @@ def measure(rows_per_day: int, days: int, master: str, output: Path, stages: str
 
 
 def pipeline_metrics(pipeline: dict[str, Any]) -> dict[str, Any]:
-    """Row counts and setting counts reported by the stages (their results' scalar fields)."""
+    """Row counts and setting counts reported by the stages (their results' scalar fields); for the utility step
+    also where its fits ran and their seconds (sum, longest: one thread each when they ran as Spark tasks)."""
     found = {}
     for step in pipeline.get("steps", []):
         result = step.get("result") or {}
@@ -215,6 +229,11 @@ def pipeline_metrics(pipeline: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and ("rows" in key or "settings" in key
                                                                                      or "canaries" in key):
                 found[f"{step['step']}.{key}"] = value
+        if step["step"] == "utility" and result.get("fits_where"):
+            fits = [row["fit_seconds"] for row in result.get("table", [])]
+            found.update({"utility.fits_where": result["fits_where"], "utility.fit_seconds_sum": round(sum(fits), 1),
+                          "utility.fit_seconds_max": round(max(fits), 1),
+                          **{f"utility.phase.{name}": value for name, value in result.get("phase_seconds", {}).items()}})
     return found
 
 
@@ -284,15 +303,22 @@ def linearity_summary(runs: list[dict[str, Any]]) -> str:
         rows = twin_rows(run) if step == "data" else run["metrics"]["posteriors.input_rows"]
         return run["steps"][step]["cpu_s"] / rows * 1e6
 
-    workers = [max(step["peak_rss_mb"].get("python_worker", 0) for step in run["steps"].values()) for run in local]
+    def worker_peak(run: dict[str, Any], steps: set[str]) -> int:
+        return max(step["peak_rss_mb"].get("python_worker", 0) for name, step in run["steps"].items() if name in steps)
+
+    streaming = [worker_peak(run, {"data", "posteriors"}) for run in local]
+    fitting = [worker_peak(run, {"utility"}) for run in local if parallel_fits(run)]
     return (f"From {twin_rows(small):,} to {twin_rows(large):,} twin rows ({twin_rows(large) / twin_rows(small):.0f}x, "
             f"both runs on an idle machine) the CPU per row went from {per_row(small, 'data'):.1f} to "
             f"{per_row(large, 'data'):.1f} CPU s per 1M twin rows (data) and from {per_row(small, 'posteriors'):.1f} "
             f"to {per_row(large, 'posteriors'):.1f} per 1M released rows (posteriors): linear in rows plus a fixed "
-            "part that the larger run amortizes (the runs on the loaded machine of 2026-11-23 spread by about 30% "
-            "around these). The largest Python worker stayed at "
-            f"{min(workers):,}-{max(workers):,} MB in every local run; the driver JVM grows lazily toward its heap cap "
-            "(`spark.driver_memory: 4g`, plus off-heap Arrow and shuffle buffers), not with the rows.")
+            "part that the larger run amortizes (runs on other days of this shared machine spread by 30-50% around "
+            "these: compare runs of one session only). The largest Python worker of the data and posteriors steps "
+            f"stayed at {min(streaming):,}-{max(streaming):,} MB in every local run"
+            + (f", and one that fits a utility target on the broadcast 1M-row sample peaked at {min(fitting):,}-"
+               f"{max(fitting):,} MB whatever the rows" if fitting else "")
+            + "; the driver JVM grows lazily toward its heap cap (`spark.driver_memory: 4g`, plus off-heap Arrow and "
+            "shuffle buffers), not with the rows.")
 
 
 def run_notes(runs: list[dict[str, Any]]) -> str:
@@ -336,25 +362,62 @@ def training_day_rows(run: dict[str, Any]) -> int:
 
 
 def sample_step_runs(runs: list[dict[str, Any]], base: dict[str, Any], step: str) -> list[dict[str, Any]]:
-    """The local[N] runs of ``base``'s grid (its utility settings) and CPU accounting that measured ``step``."""
+    """The local[N] runs of ``base``'s grid (its utility settings), CPU accounting and utility execution (parallel
+    fits or not) that measured ``step``."""
     return [run for run in runs if run["master"].startswith("local[") and step in run["steps"]
             and run["metrics"].get("utility.settings") == base["metrics"].get("utility.settings")
-            and run.get("cpu_accounting") == base.get("cpu_accounting")]
+            and run.get("cpu_accounting") == base.get("cpu_accounting") and parallel_fits(run) == parallel_fits(base)]
 
 
-def sample_step_costs(runs: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, tuple[float, float]]:
-    """Per step of :data:`STEPS_FIXED`: (fixed CPU s, CPU s per row of the proxy and target days), the least-squares
-    line through :func:`sample_step_runs`. The fixed part is the work on the 1M-row day samples; the per-row part the
-    Spark scans of the two days (counting them, drawing the samples). One run, or a falling line (noise), gives
-    (mean CPU s, 0)."""
+@dataclasses.dataclass(frozen=True)
+class StepCost:
+    """A sample step's CPU seconds: ``serial`` in the driver's Python process (the in-memory fits on the day samples,
+    pandas and numpy: it neither grows with the rows nor shrinks with executor cores), ``parallel`` the rest of its
+    fixed part (Spark's work on the samples) and ``per_row`` per row of the proxy and target days (the scans), both
+    spread over the cores."""
+
+    serial: float
+    parallel: float
+    per_row: float
+
+    def wall(self, *, day_rows: float, cores: int) -> float:
+        """Seconds on ``cores`` cores for days of ``day_rows`` rows."""
+        return self.serial + (self.parallel + self.per_row * TRAINING_DAYS * day_rows) / cores
+
+
+def sample_step_costs(runs: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, StepCost]:
+    """Per step of :data:`STEPS_FIXED`, its :class:`StepCost`: the serial part is the driver Python's CPU seconds in
+    the step (the mean over :func:`sample_step_runs` that measured it; it does not depend on the rows: the driver
+    only sees the 1M-row samples), the rest the least-squares line through the runs' remaining CPU seconds against
+    the rows of the proxy and target days. One run, or a falling line (noise), gives (mean, 0)."""
     costs = {}
     for name in STEPS_FIXED:
-        points = [(training_day_rows(run), run["steps"][name]["cpu_s"]) for run in sample_step_runs(runs, base, name)]
-        rows, cpu = (np.array(values, dtype=float) for values in zip(*points))
-        slope = np.polyfit(rows, cpu, 1)[0] if len(set(rows)) > 1 else 0.0
-        slope = max(float(slope), 0.0)
-        costs[name] = (float(np.mean(cpu - slope * rows)), slope)
+        chosen = sample_step_runs(runs, base, name)
+        driver = [run["steps"][name]["driver_python_cpu_s"] for run in chosen
+                  if "driver_python_cpu_s" in run["steps"][name]]
+        serial = float(np.mean(driver)) if driver else 0.0
+        rows, cpu = (np.array(values, dtype=float) for values in zip(*[
+            (training_day_rows(run), run["steps"][name]["cpu_s"] - serial) for run in chosen]))
+        slope = max(float(np.polyfit(rows, cpu, 1)[0]) if len(set(rows)) > 1 else 0.0, 0.0)
+        fixed = max(float(np.mean(cpu - slope * rows)), 0.0)
+        # runs recorded before the driver's own CPU was measured: their whole fixed part counts as serial
+        costs[name] = StepCost(serial, fixed, slope) if driver else StepCost(fixed, 0.0, slope)
     return costs
+
+
+def parallel_fits(run: dict[str, Any]) -> bool:
+    """True when ``run``'s utility fits ran as parallel Spark tasks."""
+    return run["metrics"].get("utility.fits_where") == PARALLEL_FITS
+
+
+def utility_wall(run: dict[str, Any], cost: StepCost, *, day_rows: float, cores: int) -> float:
+    """The utility step on ``cores`` cores: :meth:`StepCost.wall`, except that with parallel fits the grid's fits
+    (one task each) never take less than the longest of them."""
+    wall = cost.wall(day_rows=day_rows, cores=cores)
+    if not parallel_fits(run):
+        return wall
+    fits, longest = run["metrics"]["utility.fit_seconds_sum"], run["metrics"]["utility.fit_seconds_max"]
+    return wall + max(0.0, longest - fits / cores)
 
 
 def projection(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
@@ -378,20 +441,19 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     ingest = [ingest_wall(rows, files, cores) for _, rows, files, cores in cases]
     row("data (ingest of the .gz days)", f"decode {GZIP_DECODE_LINES_PER_SECOND:,} lines/s per file (serial), "
         f"then {INGEST_CORE_SECONDS_PER_ROW * 1e6:.1f} core-s per 1M rows", ingest)
-
-    def sample_step(name: str) -> list[float]:
-        fixed, per_row = costs[name]
-        return [fixed + per_row * TRAINING_DAYS * rows / files / cores for _, rows, files, cores in cases]
-
-    sample_walls = {name: sample_step(name) for name in STEPS_FIXED}
+    sample_walls = {name: [costs[name].wall(day_rows=rows / files, cores=cores) for _, rows, files, cores in cases]
+                    for name in STEPS_FIXED}
+    sample_walls["utility"] = [utility_wall(run, costs["utility"], day_rows=rows / files, cores=cores)
+                               for _, rows, files, cores in cases]
 
     def sample_model(name: str, work: str) -> str:
-        fixed, per_row = costs[name]
-        scans = (f" + {per_row * 1e6:.2f} CPU s per 1M rows of the proxy and target days on all cores (scans)"
-                 if per_row * 1e6 >= 0.005 else "")
-        return f"{fixed:,.0f} CPU s on the driver ({work}){scans}"
+        cost = costs[name]
+        scans = (f" + {cost.per_row * 1e6:.2f} CPU s per 1M rows of the proxy and target days (scans)"
+                 if cost.per_row * 1e6 >= 0.005 else "")
+        return (f"{cost.serial:,.0f} CPU s in the driver's Python ({work}); on all cores {cost.parallel:,.0f} CPU s "
+                f"of Spark work on the samples{scans}")
 
-    row("train", sample_model("train", "XGBoost on the 1M-row day samples"), sample_walls["train"])
+    row("train", sample_model("train", "XGBoost proxy and target on the 1M-row day samples"), sample_walls["train"])
     one_day = [posteriors_wall(rows / files * settings, cpu_per_result_row=cpu_per_result_row, cores=cores,
                                units=bagging_units(rows / files, RECOMMENDED_ROWS_PER_BAGGING_UNIT))
                for _, rows, files, cores in cases]
@@ -400,15 +462,25 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     row(f"posteriors, every day released ({settings} settings)", "same rate, one release of all rows",
         [posteriors_wall(rows * settings, cpu_per_result_row=cpu_per_result_row, cores=cores,
                          units=bagging_units(rows, RECOMMENDED_ROWS_PER_BAGGING_UNIT)) for _, rows, _, cores in cases])
-    for name in ("utility", "audit", "report"):
-        row(name, sample_model(name, "on the 1M-row day sample"), sample_walls[name])
+    longest = metrics.get("utility.fit_seconds_max", 0.0) if parallel_fits(run) else 0.0
+    row("utility", sample_model("utility", "the table, the plots") + (
+        f"; its {metrics['utility.settings']} fits ({metrics['utility.fit_seconds_sum']:,.0f} CPU s) are parallel "
+        f"Spark tasks, never faster than the longest ({longest:,.0f} s)" if parallel_fits(run) else ""),
+        sample_walls["utility"])
+    for name in ("audit", "report"):
+        row(name, sample_model(name, "the day sample"), sample_walls[name])
     totals = [sum(parts) for parts in zip(ingest, one_day, *sample_walls.values())]
     row("**whole pipeline, one released day**", "", totals)
     decode = max(rows / files for _, rows, files in PROJECTED_SETS) / GZIP_DECODE_LINES_PER_SECOND
-    driver = sum(fixed for fixed, _ in costs.values())
-    floor = (f"What does not scale with cores: the gzip decode of one day file ({duration(decode)}, one task per file) "
-             f"and the driver-side work on the 1M-row samples ({duration(driver)} of CPU on one core): "
-             f"about {duration(decode + driver)} whatever the cluster.")
+    driver = sum(cost.serial for cost in costs.values()) + longest
+    floor = (f"What does not scale with cores: the gzip decode of one day file ({duration(decode)} by ISA-L, one task "
+             f"per file; {duration(decode * GZIP_DECODE_LINES_PER_SECOND / SPARK_CODEC_LINES_PER_SECOND)} by Spark's "
+             "codec where the files are not on a local path or mount), the driver's own work on the 1M-row samples ("
+             + ", ".join(f"{name} {costs[name].serial:,.0f} s" for name in STEPS_FIXED)
+             + f" of CPU in its Python process) and the longest utility fit ({longest:,.0f} s): about "
+             f"{decode + driver:,.0f} s ({(decode + driver) / 60:.1f} min) whatever the cluster. In local mode the "
+             "driver's JVM is also the executor, so its own serial work (collecting results, scheduling) is counted "
+             "with the parallel part here.")
     return "\n".join(lines) + "\n\n" + floor + "\n\n" + assumptions(run, runs, shuffle_per_row=shuffle_per_row)
 
 
@@ -421,20 +493,27 @@ def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], *, shuffle_per_
         "- Parallel parts cost their measured CPU seconds (driver, JVM and Python workers, from /proc) spread over "
         "the cores with no loss: CPU seconds are steadier than wall times on this shared machine, and a real "
         "cluster adds network shuffle and stragglers, so read the parallel figures as lower bounds.",
-        "- Sample steps (train, utility, audit, report): a fixed part plus a part proportional to the rows of the "
-        "proxy and target days, fitted by least squares over the local runs of "
+        "- Sample steps (train, utility, audit, report): the CPU seconds of the driver's own Python process in the "
+        "step (the in-memory fits with XGBoost's threads, pandas and numpy on the seeded 1M-row sample per day, "
+        "`models.sample_rows_per_day: 1000000`) are serial: they neither grow with the rows nor shrink with executor "
+        "cores, so they are carried over at their CPU seconds, i.e. their wall time on one dedicated core (a "
+        "dedicated 8-16 core driver runs XGBoost faster). The rest of the step's CPU (Spark's JVM and Python workers: "
+        "the features of the samples, PATE's teachers, the utility grid's fits, and the scans of the two days that "
+        "count them and draw the samples) spreads over all cores: a fixed part plus a part proportional to the rows "
+        "of the proxy and target days, fitted by least squares over the local runs of "
         + ", ".join(dict.fromkeys(f"{twin_rows(item) / 1e6:,.0f}M"
                                   for item in sorted(sample_step_runs(runs, run, "train"), key=twin_rows)))
-        + " twin rows with the same grid (rows of two days each). The fixed part is the work on the seeded 1M-row "
-        "sample per day (`models.sample_rows_per_day: 1000000`) on the driver: it does not shrink with more "
-        "executor cores, so it is carried over at its CPU seconds, i.e. its wall time on one dedicated core "
-        "(XGBoost's threads use the driver's cores: a dedicated 8-16 core driver runs it faster). The per-row part is "
-        "the Spark scans of the two days (counting them, drawing the samples), spread over all cores: it grows with "
-        "the size of a day (~186M Criteo rows), not with the number of days. Not measured here: on Criteo data the train stage also scores every row of the released day with "
-        "the proxy on the executors (`models/priors`, the attacker's prior; the twin uses its true eta instead), a "
-        "parallel part that grows with the rows.",
+        + " twin rows with the same grid and code (rows of two days each); it grows with the size of a day (~186M "
+        "Criteo rows), not with the number of days. Not measured here: on Criteo data the train stage also scores "
+        "every row of the released day with the proxy on the executors (`models/priors`, the attacker's prior; the "
+        "twin uses its true eta instead), a parallel part that grows with the rows."
+        + (" The utility step's fits run as parallel Spark tasks (`spark.parallel_fits`, the default; "
+           f"{run['metrics']['utility.fit_seconds_sum']:,.0f} CPU s for {run['metrics']['utility.settings']} fits, "
+           "one thread each), never faster than the longest fit." if parallel_fits(run) else ""),
         f"- Data: Criteo's .gz days (~{day_rows[PROJECTED_SETS[0][0]] / 1e6:,.0f}M rows each), ingested with "
         f"`data.split_gzip: true`: each file decoded once in one task at {GZIP_DECODE_LINES_PER_SECOND:,} lines/s "
+        "(ISA-L, for files on a local path or a mount the executors share such as /dbfs or /Volumes; "
+        f"{SPARK_CODEC_LINES_PER_SECOND:,} lines/s by Spark's codec on HDFS or object stores) "
         f"(~{day_rows[PROJECTED_SETS[0][0]] / GZIP_DECODE_LINES_PER_SECOND:,.0f} s per day, all days at once when "
         f"there are at least as many cores as files: this part does not scale with cores), then parsed in "
         f"parallel blocks at {INGEST_CORE_SECONDS_PER_ROW * 1e6:.0f} core-seconds per 1M rows (wall x cores of "
@@ -454,7 +533,8 @@ def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], *, shuffle_per_
         f"{run['metrics']['posteriors.settings']}).",
         f"- Memory (peaks measured over the whole run): driver JVM {peaks['driver_jvm']:,} MB, driver Python "
         f"{peaks['driver_python']:,} MB (the day samples and the models), largest Python worker "
-        f"{peaks['python_worker']:,} MB (one bagging unit or one input batch: it does not grow with the rows)"
+        f"{peaks['python_worker']:,} MB (one utility fit on the broadcast 1M-row day sample, one bagging unit or "
+        "one input batch: it does not grow with the rows)"
         + (f", largest executor JVM {peaks['executor_jvm']:,} MB" if peaks["executor_jvm"] else "")
         + ". Executors need the JVM heap for shuffle blocks plus one Python worker per core outside the heap.",
     ])
@@ -477,9 +557,9 @@ def recommended_config() -> str:
         "  shuffle_partitions: 0          # 4 x cores",
         "  driver_memory: 8g              # the 1M-row day samples and the models live on the driver",
         "  extra:                         # 4-core executors: the heap for shuffle blocks, one Python worker",
-        "    spark.executor.cores: 4      # (~0.7 GB at the default unit size) per core outside it",
-        "    spark.executor.memory: 4g",
-        "    spark.executor.memoryOverhead: 3g",
+        "    spark.executor.cores: 4      # per core outside it (~1.5 GB while it fits a model on the broadcast",
+        "    spark.executor.memory: 4g    # 1M-row day sample, ~0.7 GB for a bagging unit)",
+        "    spark.executor.memoryOverhead: 6g",
         "    spark.driver.maxResultSize: 2g",
         "```",
     ])
@@ -488,7 +568,8 @@ def recommended_config() -> str:
 def render(runs: list[dict[str, Any]]) -> str:
     """The scaling section: the measured runs, then the projection from the largest local[N] run of every step."""
     complete = [run for run in growing(runs) if set(STEPS_FIXED) <= set(run["steps"])]
-    base = max([run for run in complete if run["master"].startswith("local[")] or complete, key=twin_rows)
+    local = [run for run in complete if run["master"].startswith("local[")] or complete
+    base = max([run for run in local if parallel_fits(run)] or local, key=twin_rows)
     return "\n\n".join([
         "## Scaling of the whole pipeline (`benchmarks/bench_scaling.py`)",
         "`python -m lia_spark.run.cli run --conf conf/demo.yaml synthetic.rows_per_day=N synthetic.days=D` (the demo "
@@ -502,8 +583,9 @@ def render(runs: list[dict[str, Any]]) -> str:
         measured_table(runs),
         run_notes(runs),
         "The steps that grow with the rows (data; posteriors over the one released day; memory over both steps). "
-        "The local-cluster run is small (400k rows), so fixed costs (executor start, Python worker start, plots) "
-        "dominate its per-row figures; it shows the separate executor JVMs' memory at `spark.executor.memory=1g`.",
+        "The local-cluster runs have separate executor JVMs (`spark.executor.memory` = half the worker's memory) "
+        "and Python workers; in the smallest ones fixed costs (executor start, Python worker start, plots) dominate "
+        "the per-row figures.",
         linearity_table(runs),
         linearity_summary(runs),
         "### Projection to the Criteo data on 100 and 1,000 cores",

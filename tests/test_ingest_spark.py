@@ -292,3 +292,30 @@ def test_reuse_follows_the_fields_read_and_the_input_files(spark, tmp_path, days
         handle.write((inputs / "day_1").read_text(encoding="utf-8").splitlines()[0] + "\n")
     changed = run_stage("ingest", spark, _config(tmp_path, [inputs], max_malformed_share=0.01))
     assert not changed.skipped and changed.rows_per_day == {0: 3000, 1: 1701}
+
+
+def test_isal_and_spark_decode_the_same_lines_of_multi_member_damaged_and_odd_line_ends(spark, tmp_path):
+    """Step 0's two decoders (ISA-L in a task for local files, Spark's codec elsewhere) give the same lines: a
+    two-member gzip with CRLF and a lone CR, a truncated gzip (what precedes the damage) and a plain file named .gz."""
+    from lia_spark.engine import criteo_files
+
+    rng = np.random.default_rng(23)
+    text = "".join(line + "\n" for line in _format(_random_rows(rng, 3000))).encode()
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "day_0.gz").write_bytes(gzip.compress(text[:50_000].replace(b"\n", b"\r\n", 3) + b"x\ry\n")
+                                      + gzip.compress(text[50_000:]))
+    whole = gzip.compress(text)
+    (folder / "day_1.gz").write_bytes(whole[: len(whole) // 2])
+    (folder / "day_2.gz").write_bytes(text[:20_000])
+    sources = criteo_files.list_sources(spark, [str(folder)])
+    lines = {}
+    for name, decode in (("isal", criteo_files._decoded_by_isal), ("spark", criteo_files._decoded_by_spark)):
+        copies = decode(spark, list(enumerate(sources)), str(tmp_path / name))
+        frame = criteo_files.read_lines(spark, sources, copies).select("file_index", "line").toPandas()
+        lines[name] = {index: sorted(group["line"].map(bytes)) for index, group in frame.groupby("file_index")}
+    assert lines["isal"][0] == lines["spark"][0] and len(lines["isal"][0]) == 3002  # the lone CR splits a line
+    spark_kept, isal_kept = set(lines["spark"].get(1, [])), set(lines["isal"][1])
+    assert spark_kept <= isal_kept and len(isal_kept) < 3000  # ISA-L keeps every line decoded before the damage
+    assert len(isal_kept - set(text.split(b"\n"))) <= 1  # but the cut last one is whole
+    assert 2 not in lines["isal"] and 2 not in lines["spark"]  # not gzip: nothing decoded

@@ -15,8 +15,8 @@ from lia_spark.engine import metrics
 from lia_spark.engine.bags import row_bag_proportions
 from lia_spark.engine.feature_frames import read_day
 from lia_spark.engine.fitting import membership_candidates
-from lia_spark.engine.modeling import (Preparation, boosting_params, byte_size, check_driver_fits, prepare_days,
-                                       training_seed)
+from lia_spark.engine.modeling import (Preparation, TargetJob, boosting_params, byte_size, check_driver_fits,
+                                       prepare_days, training_seed)
 from lia_spark.engine.outputs import MARKER
 from lia_spark.engine.stages import run_stage
 from lia_spark.kernels import features, injected, label_mechanisms, mechanisms, membership, pate, synthetic, training
@@ -333,3 +333,77 @@ def test_pate_teachers_on_spark_do_not_see_the_membership_non_members(spark, par
     assert students.sum() == 300 and (member == 0).sum() > 400
     np.testing.assert_array_equal(released.loc[data.row_ids[students], "released_label"].to_numpy(),
                                   reference.released_labels[students])
+
+
+def _utility_config(parquet_path: str, out: str, *overrides: str):
+    return _config(parquet_path, out, "utility.epsilons=[1.0, inf]", "utility.bag_sizes=[8]",
+                   "utility.extra_mechanisms=[rr_debiased]", *overrides)
+
+
+def test_utility_grid_in_parallel_tasks_equals_the_driver_grid(spark, parquet_path, tmp_path):
+    """The grid's fits as parallel Spark tasks (spark.parallel_fits) give the same table as the fits one after another
+    on the driver: same seeds, and XGBoost gives the same model whatever the thread count (AUC and log-loss exact)."""
+    results = {}
+    for parallel in (True, False):
+        config = _utility_config(parquet_path, str(tmp_path / str(parallel)), f"spark.parallel_fits={parallel}")
+        results[parallel] = run_stage("utility", spark, config)
+    assert results[True].fits_where == "spark tasks" and results[False].fits_where == "driver"
+    tables = {parallel: pd.DataFrame(result.table).drop(columns="fit_seconds") for parallel, result in results.items()}
+    assert len(tables[True]) == 6 and (tables[True]["error"] == "").all() and not results[True].failures()
+    pd.testing.assert_frame_equal(tables[True], tables[False], check_exact=True)
+
+
+def test_a_failing_parallel_fit_names_its_setting_and_the_others_finish(spark, parquet_path, tmp_path):
+    """One job of the grid fails (an unknown training mechanism) in its Spark task: its outcome names the setting and
+    the error, and every other job's outcome equals its fit on the driver."""
+    from lia_spark.engine import parallel_fits, utility
+
+    config = _utility_config(parquet_path, str(tmp_path))
+    data = training.ModelData(*_sample_matrix(spark, config))
+    params = dataclasses.replace(boosting_params(config), n_estimators=10)
+    jobs = [(f"rr@{epsilon}", utility.GridJob(TargetJob("rr", epsilon, 1, seed=3, params=params),
+                                              keep_priors=epsilon == 1.0)) for epsilon in (1.0, 4.0)]
+    jobs.insert(1, ("broken@2.0", utility.GridJob(TargetJob("no_such_mechanism", 2.0, 1, seed=3, params=params))))
+    in_tasks = parallel_fits.run_fits(spark, data, jobs, utility.fit_grid_job, purpose="test")
+    on_driver = parallel_fits.run_fits(spark, data, jobs, utility.fit_grid_job, purpose="test", in_tasks=False)
+    assert [outcome.name for outcome in in_tasks] == ["rr@1.0", "broken@2.0", "rr@4.0"]
+    broken = in_tasks[1]
+    assert broken.failed and broken.value is None and broken.where == "spark tasks"
+    assert broken.error.startswith("ValueError: training_mechanism must be one of") and "no_such_mechanism" in broken.error
+    for task, driver in zip(in_tasks[::2], on_driver[::2]):
+        assert not task.failed and task.where == "spark tasks" and driver.where == "driver"
+        assert task.value["scores"] == driver.value["scores"]
+    np.testing.assert_array_equal(in_tasks[0].value["priors"], on_driver[0].value["priors"])
+    assert in_tasks[2].value["priors"] is None
+
+
+def _sample_matrix(spark, config):
+    """Features, labels, row ids and splits of the target day as the utility stage collects them (hash encoding)."""
+    from lia_spark.engine.modeling import collect_model_data, feature_spec, in_memory_rows, model_features
+
+    rows = in_memory_rows(spark, config, config.models.target_day)
+    spec = feature_spec(rows, config)
+    data = collect_model_data(model_features(rows, spec, config), spec, config.models.library)
+    return data.features, data.labels, data.row_ids, data.split
+
+
+def test_targets_fitted_ahead_in_parallel_tasks_equal_the_train_stage_fits_on_the_driver(spark, parquet_path,
+                                                                                          tmp_path):
+    """``lia-spark audit-table`` fits its cells' targets ahead as parallel Spark tasks (fitting.fit_ahead); each
+    cell's train stage takes its own and writes the same canary table as a train stage that fits on the driver."""
+    from lia_spark.engine.fitting import fit_ahead
+
+    settings = [("rr", 2.0, 1), ("llp_laplace", 1.0, 8)]
+    ahead = Preparation()
+    fit_ahead(spark, _config(parquet_path, str(tmp_path / "first")), settings, ahead)
+    assert set(ahead.fits) == set(settings)
+    for mechanism, epsilon, bag_size in settings:
+        tables = []
+        for name, preparation in (("ahead", ahead), ("driver", Preparation())):
+            out = str(tmp_path / f"{name}-{mechanism}")
+            config = _config(parquet_path, out).with_target(mechanism, epsilon, bag_size)
+            run_stage("train", spark, config, preparation=preparation)
+            tables.append(spark.read.parquet(f"{out}/models/canaries").toPandas().sort_values("row_id")
+                          .reset_index(drop=True))
+        pd.testing.assert_frame_equal(tables[0], tables[1], check_exact=True)
+    assert ahead.fits == {}  # each cell took its own

@@ -24,14 +24,16 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from lia_spark import names
-from lia_spark.engine.modeling import (Preparation, boosting_params, feature_spec, model_features, prepare_days,
-                                       shared_pate_settings, training_seed)
+from lia_spark.engine.modeling import (Preparation, PreparedDays, TargetJob, TargetRows, boosting_params,
+                                       feature_spec, fit_target_job, found_votes, in_memory_rows, model_features,
+                                       prepare_days, shared_pate_settings, target_job)
+from lia_spark.engine.parallel_fits import run_fits
 from lia_spark.engine.session import describe_jobs, is_connect
 from lia_spark.engine.spark_models import SparkModel, bag_target, fitted_rows, label_target, predicted, spark_booster
 from lia_spark.kernels import features, injected, membership, training
 from lia_spark.names import (BAG_MECHANISMS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
                              MEMBERSHIP, OBSERVATIONAL, PATE, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
-                             ROW_ID, SPLIT, TARGET_PREDICTION, TRUE_LABEL)
+                             ROW_ID, SPLIT, TARGET_PREDICTION, TRUE_LABEL, setting_key)
 from lia_spark.run.capabilities import DISTRIBUTED, unsupported
 from lia_spark.run.config import Config
 
@@ -134,24 +136,78 @@ def _model_specs(models: dict[str, Any], proxy_spec: features.FeatureSpec,
     return {name: proxy_spec if name == "proxy" else target_spec for name in models}
 
 
+@dataclasses.dataclass(frozen=True)
+class InMemoryTarget:
+    """The in-memory path's target day before the target's fit: the prepared days, the rows (the membership
+    baseline's non-members moved out of training), the membership bit, the injected labels and what the fit reads."""
+
+    prepared: PreparedDays
+    data: training.ModelData
+    member: np.ndarray
+    labels: injected.InjectedLabels | None
+    rows: TargetRows
+
+
+def in_memory_target(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
+                     preparation: Preparation) -> InMemoryTarget:
+    """Everything the in-memory target fit reads (:func:`lia_spark.engine.modeling.prepare_days`, the membership
+    candidates, the injected labels): the same for every training mechanism of one preparation."""
+    prepared = prepare_days(spark, config, proxy_rows, target_rows, preparation)
+    data, member = membership_candidates(prepared.target_data, config)
+    labels = injection(config, data, prepared.proxy_prediction)
+    trained_on = data if labels is None else dataclasses.replace(data, labels=labels.training)
+    return InMemoryTarget(prepared, data, member, labels, TargetRows(trained_on, prepared.proxy_prediction))
+
+
+def in_memory_job(spark: SparkSession, config: Config, target_rows: DataFrame, preparation: Preparation,
+                  target: InMemoryTarget) -> TargetJob:
+    """The target fit of ``config`` on ``target``; PATE's settings share the preparation's teachers (fitted here on
+    the executors when they are not yet)."""
+    if config.models.training_mechanism != PATE:
+        return target_job(config)
+    labels, data = target.labels, target.data
+    pate_labels = None if labels is None else _changed_labels(spark, data, labels)
+    return target_job(config, pate_settings=shared_pate_settings(
+        config, target_rows, preparation, left_out=data.row_ids[target.member == 0], training_labels=pate_labels))
+
+
+def fit_ahead(spark: SparkSession, config: Config, settings: list[tuple[str, float, int]],
+              preparation: Preparation) -> None:
+    """Fit the in-memory targets of ``settings`` (training mechanism, epsilon, bag size; everything else from
+    ``config``) as parallel Spark tasks (:func:`lia_spark.engine.parallel_fits.run_fits`) and keep them in
+    ``preparation.fits``, where the train stage of each setting takes its own. A failed fit is left out (its
+    train stage fits it on the driver and reports the error)."""
+    m = config.models
+    proxy_rows, target_rows = (in_memory_rows(spark, config, day) for day in (m.proxy_day, m.target_day))
+    target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
+    jobs = []
+    for mechanism, epsilon, bag_size in settings:
+        job = in_memory_job(spark, config.with_target(mechanism, epsilon, bag_size), target_rows, preparation, target)
+        if job.pate is not None:
+            job = dataclasses.replace(job, pate=found_votes(job.pate, target.data, seed=job.seed))
+        jobs.append((setting_key(mechanism, epsilon, bag_size), job))
+    for (name, job), outcome in zip(jobs, run_fits(spark, target.rows, jobs, fit_target_job, purpose="audit-table")):
+        if outcome.failed:
+            logger.warning("audit-table: the fit of %s failed in its task (%s); its cell fits it again", name,
+                           outcome.error)
+        else:
+            preparation.fits[job.key] = outcome.value
+
+
 def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
               preparation: Preparation) -> TrainedModels:
     """Proxy and target fitted on the driver from the collected (sampled) days; the proxy and the target day's
-    features come from ``preparation`` when it kept them (:func:`lia_spark.engine.modeling.prepare_days`)."""
+    features come from ``preparation`` when it kept them (:func:`lia_spark.engine.modeling.prepare_days`), the target
+    too when :func:`fit_ahead` fitted it."""
     m = config.models
-    prepared = prepare_days(spark, config, proxy_rows, target_rows, preparation)
-    data, member = membership_candidates(prepared.target_data, config)
-    proxy, proxy_prediction = prepared.proxy, prepared.proxy_prediction
-    labels = injection(config, data, proxy_prediction)
+    target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
+    prepared, data, member, labels = target.prepared, target.data, target.member, target.labels
     started = time.monotonic()
-    pate_labels = None if labels is None or m.training_mechanism != PATE else _changed_labels(spark, data, labels)
-    fit = training.train_target(data if labels is None else dataclasses.replace(data, labels=labels.training),
-                                mechanism=m.training_mechanism, epsilon=m.epsilon, seed=training_seed(config),
-                                params=boosting_params(config), prior=proxy_prediction, bag_size=m.bag_size,
-                                pate_settings=(shared_pate_settings(config, target_rows, preparation,
-                                                                    left_out=data.row_ids[member == 0],
-                                                                    training_labels=pate_labels)
-                                               if m.training_mechanism == PATE else None))
+    fit = preparation.fits.pop((m.training_mechanism, m.epsilon, m.bag_size), None)
+    if fit is None:
+        fit = fit_target_job(target.rows, in_memory_job(spark, config, target_rows, preparation, target), 0)
+    else:
+        logger.info("train: target fitted ahead in a parallel Spark task")
     logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
                 fit.model.fit_seconds)
     released = (pd.array(fit.released_labels, dtype="Int32") if fit.released_labels is not None
@@ -159,12 +215,12 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
     scored = pd.DataFrame({ROW_ID: data.row_ids, LABEL: data.labels.astype(np.int32),
                            SPLIT: data.split.astype(np.int32), RELEASED_LABEL: released,
                            TARGET_PREDICTION: fit.model.predict(data.features),
-                           PROXY_PREDICTION: proxy_prediction,
+                           PROXY_PREDICTION: prepared.proxy_prediction,
                            MEMBER: _nullable(member),
                            **{name: _nullable(None if labels is None else getattr(labels, name), data.labels.size)
                               for name in names.INJECTED_COLUMNS},
                            REFERENCE_PREDICTION: _reference_in_memory(config, data)})
-    models = {"proxy": proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
+    models = {"proxy": prepared.proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
                                       if name != "proxy" or "proxy_reused" not in prepared.seconds},
                "train_target": time.monotonic() - started}

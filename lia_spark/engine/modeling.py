@@ -183,12 +183,14 @@ class Preparation:
     key: str = ""
     days: PreparedDays | None = None
     pate: pate.PateSettings | None = None
+    fits: dict[tuple[str, float, int], training.TargetFit] = dataclasses.field(default_factory=dict)
+    # targets fitted ahead in parallel tasks, by (training mechanism, epsilon, bag size); taken by the train stage
 
     def keep(self, key: str) -> bool:
         """True when what is kept was prepared under ``key``; otherwise forget it and start keeping ``key``."""
         if key == self.key:
             return True
-        self.key, self.days, self.pate = key, None, None
+        self.key, self.days, self.pate, self.fits = key, None, None, {}
         return False
 
 
@@ -239,3 +241,53 @@ def shared_pate_settings(config: Config, target_rows: DataFrame, preparation: Pr
     else:
         logger.info("train: PATE's teachers' votes reused from the previous PATE cell of this process")
     return preparation.pate
+
+
+def found_votes(settings: pate.PateSettings, data: training.ModelData, *, seed: int) -> pate.PateSettings:
+    """``settings`` with the teachers' votes on the student rows of ``data`` found now (on the driver: a Spark job)
+    and frozen, so the settings pickle into Spark tasks that cannot fit teachers."""
+    students = training.student_rows(data, settings=settings, seed=seed)
+    settings.votes(data.row_ids[students], data.rows(students), seed)
+    return dataclasses.replace(settings, votes=settings.votes.frozen())
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetRows:
+    """What the target fits of one preparation read: the target day's rows with their training labels (the injected
+    design's y^b) and the proxy's predictions on them (rr_with_prior's prior; None where no mechanism needs it)."""
+
+    data: training.ModelData
+    prior: np.ndarray | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetJob:
+    """One target fit (plain data, so it pickles into a Spark task): the training mechanism, epsilon, bag size, the
+    mechanisms' seed, the hyper-parameters and PATE's settings (votes already found; pate only)."""
+
+    mechanism: str
+    epsilon: float
+    bag_size: int
+    seed: int
+    params: training.BoostingParams
+    pate: pate.PateSettings | None = None
+
+    @property
+    def key(self) -> tuple[str, float, int]:
+        """(training mechanism, epsilon, bag size): how :attr:`Preparation.fits` finds it."""
+        return self.mechanism, self.epsilon, self.bag_size
+
+
+def target_job(config: Config, *, pate_settings: pate.PateSettings | None = None) -> TargetJob:
+    """The target fit the models section asks for."""
+    m = config.models
+    return TargetJob(m.training_mechanism, m.epsilon, m.bag_size, seed=training_seed(config),
+                     params=boosting_params(config), pate=pate_settings)
+
+
+def fit_target_job(rows: TargetRows, job: TargetJob, threads: int) -> training.TargetFit:
+    """The target of ``job`` trained on ``rows`` with ``threads`` threads (0 = every core;
+    :func:`lia_spark.kernels.training.train_target`)."""
+    return training.train_target(rows.data, mechanism=job.mechanism, epsilon=job.epsilon, seed=job.seed,
+                                 params=dataclasses.replace(job.params, threads=threads), prior=rows.prior,
+                                 bag_size=job.bag_size, pate_settings=job.pate)

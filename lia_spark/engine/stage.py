@@ -148,6 +148,11 @@ class StageResult:
         """What the completion marker holds (the whole result unless a stage says otherwise)."""
         return self.to_dict()
 
+    def failures(self) -> dict[str, str]:
+        """Parts of the computation that failed (name -> error): an output with failures is recomputed, not
+        reused."""
+        return {}
+
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics for MLflow."""
         return {}

@@ -109,6 +109,27 @@ def check_inputs(spark: SparkSession, stage: Stage, config: Config) -> None:
                          f"exist; {fix}, got {path!r}")
 
 
+def _reusable_result(spark: SparkSession, stage: Stage, config: Config, fingerprint: Any, *, reuse: bool) -> Any:
+    """The result of ``stage``'s committed output when it may be reused: same fingerprint, no failed part, reuse
+    allowed (not run.force); else None (logging why)."""
+    if fingerprint is None:
+        return None
+    marker = reusable_output(spark, stage.outputs(config), fingerprint, force=config.run.force or not reuse)
+    found = None if marker is None else stage.result_from(config, marker, skipped=True)
+    if found is not None and found.failures():
+        logger.warning("%s: recomputing: the committed output records failed parts: %s", stage.name,
+                       "; ".join(f"{part}: {error}" for part, error in found.failures().items()))
+        return None
+    return found
+
+
+def would_reuse(spark: SparkSession, name: str, config: Config) -> bool:
+    """True when :func:`run_stage` would reuse stage ``name``'s committed output under ``config``."""
+    stage = STAGES[name]
+    fingerprint = stage.fingerprint(spark, config, resolved=stage.resolved(spark, config)) if stage.reusable else None
+    return _reusable_result(spark, stage, config, fingerprint, reuse=True) is not None
+
+
 def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = True, **options: Any) -> Any:
     """Run stage ``name`` under ``config`` (the module docstring's skeleton) and return its result; ``reuse=False``
     recomputes whatever the output holds. ``options`` reach ``compute`` (:attr:`StageRun.options`)."""
@@ -116,10 +137,9 @@ def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = T
     reuse = reuse and not set(stage.recomputed_with) & set(options)
     resolved = stage.resolved(spark, config)
     fingerprint = stage.fingerprint(spark, config, resolved=resolved) if stage.reusable else None
-    if fingerprint is not None:
-        marker = reusable_output(spark, stage.outputs(config), fingerprint, force=config.run.force or not reuse)
-        if marker is not None:
-            return stage.reused(spark, config, stage.result_from(config, marker, skipped=True))
+    found = _reusable_result(spark, stage, config, fingerprint, reuse=reuse)
+    if found is not None:
+        return stage.reused(spark, config, found)
     check_inputs(spark, stage, config)
     stage.check(spark, config)
     metadata: dict[str, Any] = {}

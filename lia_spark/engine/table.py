@@ -31,10 +31,11 @@ from typing import Any
 import pandas as pd
 from pyspark.sql import SparkSession
 
+from lia_spark.engine.fitting import fit_ahead
 from lia_spark.engine.modeling import Preparation
 from lia_spark.engine.outputs import check_writable, copy_from_local, local_copies, local_folder, path_exists
 from lia_spark.engine.session import describe_jobs, job_group
-from lia_spark.engine.stages import STAGES, run_stage, sealed_fingerprint, step_stage
+from lia_spark.engine.stages import STAGES, run_stage, sealed_fingerprint, step_stage, would_reuse
 from lia_spark.present import charts
 from lia_spark.run import layout
 from lia_spark.run.config import Config
@@ -49,11 +50,9 @@ def cell_config(config: Config, cell: table.Cell) -> Config:
     """The user's config for one cell: its training mechanism, epsilon and bag size, its own output folder, the
     shared data table and the cell's own canary table (audit.canary_path cleared)."""
     return dataclasses.replace(
-        config,
+        config.with_target(cell.mechanism, cell.epsilon, cell.bag_size),
         run=dataclasses.replace(config.run, output_dir=layout.table_cell_path(config, cell.name)),
         data=dataclasses.replace(config.data, parquet_path=config.parquet_path),
-        models=dataclasses.replace(config.models, training_mechanism=cell.mechanism, epsilon=cell.epsilon,
-                                   bag_size=cell.bag_size),
         audit=dataclasses.replace(config.audit, canary_path=""),
     )
 
@@ -190,6 +189,25 @@ def _run_cell(spark: SparkSession, config: Config, cell: table.Cell, preparation
     return outcome
 
 
+def _fit_ahead(spark: SparkSession, config: Config, cells: list[table.Cell], preparation: Preparation) -> None:
+    """With spark.parallel_fits and in-memory training: the targets of the cells whose train stage will compute,
+    fitted as parallel Spark tasks before the cells run (:func:`lia_spark.engine.fitting.fit_ahead`); each cell's
+    train stage then takes its own."""
+    if not config.spark.parallel_fits or config.models.execution != "in_memory":
+        return
+    pending = [cell for cell in cells if not would_reuse(spark, "train", cell_config(config, cell))]
+    if len(pending) < 2:
+        return
+    logger.info("audit-table: fitting the targets of %d cells ahead in parallel tasks", len(pending))
+    try:
+        with job_group(spark, "lia-spark-table-fits", f"{config.run.name}: audit-table targets in parallel"):
+            fit_ahead(spark, cell_config(config, pending[0]),
+                      [(cell.mechanism, cell.epsilon, cell.bag_size) for cell in pending], preparation)
+    except Exception as error:  # noqa: BLE001 - the cells then fit their own targets and record their own errors
+        logger.warning("audit-table: fitting the targets ahead failed (%s: %s); each cell fits its own",
+                       type(error).__name__, str(error).splitlines()[0] if str(error) else "")
+
+
 def _prepare_data(spark: SparkSession, config: Config) -> str:
     """Run (or reuse) the data step's stage when ``data`` is in run.stages; else require the existing table."""
     if "data" not in config.run.stages:
@@ -255,6 +273,7 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
         result.mlflow_location = tracker.location()
     preparation = Preparation()  # the cells differ only in the target's mechanism: they share the proxy and features
     try:
+        _fit_ahead(spark, config, cells, preparation)
         for index, cell in enumerate(cells, start=1):
             logger.info("audit-table: cell %d/%d %s", index, len(cells), cell.name)
             outcome = _run_cell(spark, config, cell, preparation)

@@ -20,12 +20,14 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from lia_spark.engine.modeling import (boosting_params, collect_model_data, feature_spec, in_memory_rows,
-                                       model_features, pate_settings, training_seed)
+from lia_spark.engine.modeling import (TargetJob, TargetRows, collect_model_data, feature_spec, fit_target_job,
+                                       found_votes, in_memory_rows, model_features, pate_settings, target_job,
+                                       training_seed)
 from lia_spark.engine.outputs import MARKER, copy_from_local, path_exists
+from lia_spark.engine.parallel_fits import run_fits
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import Input, Stage, StageResult, StageRun
-from lia_spark.kernels import training
+from lia_spark.kernels import pate, training
 from lia_spark.names import PATE, RR, setting_key
 from lia_spark.present import charts
 from lia_spark.run import layout
@@ -46,6 +48,14 @@ class UtilityResult(StageResult):
     skipped: bool = False
     left_out: dict[str, str] = dataclasses.field(default_factory=dict)  # extra mechanism -> why it is not trained
     teacher_fits: int = 0  # times PATE's teachers were fitted (once per run with pate in the grid)
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)  # setting key -> the error of its fit
+    fits_where: str = ""  # where the fits ran: spark tasks or driver
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    # wall seconds of the day sample, PATE's teachers' votes, the fits and the table with its plots
+
+    def failures(self) -> dict[str, str]:
+        """The settings whose fit failed, with the error: such an output is recomputed, never reused."""
+        return dict(self.failed)
 
     def metrics(self) -> dict[str, float]:
         """``<setting key>.auc_test`` per setting (:func:`lia_spark.names.setting_key`)."""
@@ -89,54 +99,114 @@ def extra_mechanisms(config: Config, *, training_rows: int) -> tuple[list[str], 
     return [name for name in config.utility.extra_mechanisms if name not in left_out], left_out
 
 
+@dataclasses.dataclass(frozen=True)
+class GridJob:
+    """One fit of the utility grid: the target's fit (epsilon NaN, the LLP rows: no noise) and whether to return its
+    predictions on the training rows (the closed forms' prior)."""
+
+    target: TargetJob
+    keep_priors: bool = False
+
+
+def fit_grid_job(data: training.ModelData, job: GridJob, threads: int) -> dict[str, Any]:
+    """One utility setting: the target trained on ``data`` with ``threads`` threads
+    (:func:`lia_spark.engine.modeling.fit_target_job`); its test metrics, fit seconds, the mechanism's report and,
+    with ``keep_priors``, its predictions on the training rows."""
+    target = job.target
+    if math.isnan(target.epsilon):
+        target = dataclasses.replace(target, epsilon=math.inf)
+    fit = fit_target_job(TargetRows(data), target, threads)
+    test = data.split == training.SPLIT_TEST
+    return {"scores": training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test))),
+            "fit_seconds": fit.model.fit_seconds, "report": fit.report,
+            "priors": (fit.model.predict(data.rows(data.split == training.SPLIT_TRAIN)) if job.keep_priors
+                       else None)}
+
+
+PRIORS_JOB = "priors"  # the non-private fit whose predictions are the prior, when the grid has no RR eps = inf row
+
+
+def grid_jobs(config: Config, data: training.ModelData, grid: list[tuple[str, float, int]],
+              pate_settings: pate.PateSettings | None) -> list[tuple[str, GridJob]]:
+    """The fits of ``grid`` (named by :func:`lia_spark.names.setting_key`), the first RR eps = inf setting keeping its
+    predictions on the training rows, or one more non-private fit (:data:`PRIORS_JOB`) when the grid has none.
+    PATE's votes are found here, once (a Spark job on the driver), and travel frozen with the pate fits."""
+    if pate_settings is not None:
+        pate_settings = found_votes(pate_settings, data, seed=training_seed(config))
+    priors_at = next((index for index, (mechanism, epsilon, _) in enumerate(grid)
+                      if mechanism == RR and math.isinf(epsilon)), None)
+    jobs = [(setting_key(mechanism, epsilon, bag_size),
+             GridJob(target_job(config.with_target(mechanism, epsilon, bag_size),
+                                pate_settings=pate_settings if mechanism == PATE else None),
+                     keep_priors=index == priors_at))
+            for index, (mechanism, epsilon, bag_size) in enumerate(grid)]
+    if priors_at is None:
+        jobs.append((PRIORS_JOB, GridJob(target_job(config.with_target(RR, math.inf, 1)), keep_priors=True)))
+    return jobs
+
+
 def _utility(run: StageRun) -> UtilityResult:
     """Train the target (in memory) for every setting of the utility grid; write table and two plots.
 
-    Output ``<run.output_dir>/utility`` (beside, not inside, ``models/``, so re-training keeps it):
-    tradeoff.csv, tradeoff_additive.png, tradeoff_p98.png. Run it after the posteriors stage so the table
-    carries the LLP advantages; without their summary only the RR family's closed forms are used.
+    The fits are independent: with spark.parallel_fits they run as parallel Spark tasks on the broadcast day sample
+    (:func:`lia_spark.engine.parallel_fits.run_fits`), else one after another on the driver; the models are the same
+    either way. A failing fit is reported (its row keeps its error, AUC NaN) and the others finish; such an output
+    is recomputed by the next run. Output ``<run.output_dir>/utility`` (beside, not inside, ``models/``, so
+    re-training keeps it): tradeoff.csv, tradeoff_additive.png, tradeoff_p98.png. Run it after the posteriors stage
+    so the table carries the LLP advantages; without their summary only the RR family's closed forms are used.
     """
     from lia_spark.kernels import utility
 
     spark, config, started = run.spark, run.config, run.started
-    m, params, seed = config.models, boosting_params(config), training_seed(config)
-    target_rows = in_memory_rows(spark, config, m.target_day)
+    target_rows = in_memory_rows(spark, config, config.models.target_day)
     describe_jobs(spark, "utility: target-day features")
     spec = feature_spec(target_rows, config)
-    data = collect_model_data(model_features(target_rows, spec, config), spec, m.library)
-    test = data.split == training.SPLIT_TEST
+    data = collect_model_data(model_features(target_rows, spec, config), spec, config.models.library)
     extras, left_out = extra_mechanisms(config, training_rows=int(np.sum(data.split == training.SPLIT_TRAIN)))
     grid = utility.utility_grid(epsilons=config.utility.epsilons, bag_sizes=config.utility.bag_sizes,
                                 extra_mechanisms=extras)
-    # the votes do not depend on epsilon: the teachers are fitted at the first pate setting only
+    # the votes do not depend on epsilon: the teachers are fitted once, before the fits
+    phases = {"sample": time.monotonic() - started}
     reused_pate = pate_settings(config, target_rows, spec) if PATE in extras else None
-    rows, priors = [], None
-    for mechanism, epsilon, bag_size in grid:
-        fit = training.train_target(data, mechanism=mechanism, epsilon=math.inf if math.isnan(epsilon) else epsilon,
-                                    seed=seed, params=params, bag_size=bag_size, pate_settings=reused_pate)
-        scores = training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test)))
-        if priors is None and mechanism == RR and math.isinf(epsilon):
-            priors = fit.model.predict(data.rows(data.split == training.SPLIT_TRAIN))
-        rows.append({"mechanism": mechanism, "epsilon": epsilon, "bag_size": bag_size, **scores,
-                     "fit_seconds": fit.model.fit_seconds})
-        logger.info("utility: %s eps=%s k=%d -> AUC %.4f (%.1f s)%s", mechanism, epsilon, bag_size, scores["auc"],
-                    fit.model.fit_seconds, "".join(f", {key} {value:.4g}" for key, value in fit.report.items()))
+    jobs = grid_jobs(config, data, grid, reused_pate)
+    phases["teachers"] = time.monotonic() - started - sum(phases.values())
+    outcomes = run_fits(spark, data, jobs, fit_grid_job, purpose="utility", in_tasks=config.spark.parallel_fits)
+    phases["fits"] = time.monotonic() - started - sum(phases.values())
+    rows, failed = [], {}
+    for (mechanism, epsilon, bag_size), outcome in zip(grid, outcomes):
+        found = outcome.value or {"scores": {"auc": math.nan, "log_loss": math.nan}, "fit_seconds": math.nan,
+                                  "report": {}}
+        rows.append({"mechanism": mechanism, "epsilon": epsilon, "bag_size": bag_size, **found["scores"],
+                     "fit_seconds": found["fit_seconds"], "error": outcome.error})
+        if outcome.failed:
+            failed[outcome.name] = outcome.error
+            logger.warning("utility: the fit of %s failed (%s); its row keeps the error and the next run retries it",
+                           outcome.name, outcome.error)
+            continue
+        logger.info("utility: %s -> AUC %.4f (%.1f s, %s)%s", outcome.name, found["scores"]["auc"],
+                    found["fit_seconds"], outcome.where,
+                    "".join(f", {key} {value:.4g}" for key, value in found["report"].items()))
+    prior_fit = next(outcome for (_, job), outcome in zip(jobs, outcomes) if job.keep_priors)
+    if prior_fit.failed:
+        raise RuntimeError(f"utility: the non-private fit {prior_fit.name}, whose predictions are the closed forms' "
+                           f"prior, failed: {prior_fit.error}")
     if reused_pate is not None:
         logger.info("utility: PATE's teachers fitted %d time(s) for %d pate settings", reused_pate.votes.fits,
                     sum(mechanism == PATE for mechanism, _, _ in grid))
-    if priors is None:
-        priors = training.fit_model(data, data.labels, data.split == 0, data.split == 1, params=params).predict(
-            data.rows(data.split == training.SPLIT_TRAIN))
-    table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config), priors=priors)
+    table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config),
+                                   priors=prior_fit.value["priors"])
     with tempfile.TemporaryDirectory() as local:
         table.to_csv(os.path.join(local, UTILITY_FILES[0]), index=False)
         charts.plot_tradeoff(table, advantage="mean_additive_advantage", path=os.path.join(local, UTILITY_FILES[1]))
         charts.plot_tradeoff(table, advantage="abs_I_p98", path=os.path.join(local, UTILITY_FILES[2]))
         for name in UTILITY_FILES:
             copy_from_local(spark, os.path.join(local, name), run.under(name))
+    phases["table"] = time.monotonic() - started - sum(phases.values())
     return UtilityResult(output_dir=layout.output_path(config, layout.UTILITY), settings=len(table),
                          seconds=time.monotonic() - started, table=table.to_dict(orient="records"),
-                         left_out=left_out, teacher_fits=reused_pate.votes.fits if reused_pate else 0)
+                         phase_seconds={name: round(value, 3) for name, value in phases.items()},
+                         left_out=left_out, teacher_fits=reused_pate.votes.fits if reused_pate else 0,
+                         failed=failed, fits_where=outcomes[0].where if outcomes else "")
 
 
 UTILITY = Stage(

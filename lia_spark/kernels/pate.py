@@ -224,6 +224,18 @@ class ReusedVotes:
             self._found[key] = self._votes(student_ids, student_features, seed)
         return self._found[key]
 
+    def frozen(self) -> "ReusedVotes":
+        """The votes found so far, without the way to fit more: a picklable copy for processes that cannot fit
+        teachers (Spark tasks); asking it for other student rows raises."""
+        copy = ReusedVotes(_no_teachers)
+        copy._found = dict(self._found)
+        return copy
+
+
+def _no_teachers(student_ids: np.ndarray, student_features: np.ndarray, seed: int) -> np.ndarray:
+    raise RuntimeError(f"PATE's teachers' votes on these {len(student_ids)} student rows (seed {seed}) were not "
+                       "computed before the votes were frozen")
+
 
 @dataclasses.dataclass(frozen=True)
 class PateSettings:

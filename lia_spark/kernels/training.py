@@ -283,6 +283,14 @@ def teacher_model(params: BoostingParams) -> pate.TeacherModel:
                              learning_rate=params.learning_rate, seed=params.seed)
 
 
+def student_rows(data: ModelData, *, settings: pate.PateSettings, seed: int) -> np.ndarray:
+    """PATE's Q student rows among the training rows of ``data`` (boolean mask; :func:`lia_spark.kernels.pate.student_mask`)."""
+    train = data.split == SPLIT_TRAIN
+    students = np.zeros(data.row_ids.size, dtype=bool)
+    students[train] = pate.student_mask(data.row_ids[train], queries=settings.queries, seed=seed)
+    return students
+
+
 def train_pate(data: ModelData, *, epsilon: float, seed: int, params: BoostingParams,
                settings: pate.PateSettings) -> TargetFit:
     """PATE (docs/math.md §4.6): teachers on disjoint partitions of the training rows outside the Q student rows,
@@ -292,8 +300,7 @@ def train_pate(data: ModelData, *, epsilon: float, seed: int, params: BoostingPa
     if data.library != "xgboost":
         raise ValueError(f"training_mechanism pate trains xgboost teachers on a feature matrix, got library={data.library}")
     train, ids, labels = data.split == SPLIT_TRAIN, data.row_ids, data.labels.astype(np.int8)
-    students = np.zeros(ids.size, dtype=bool)
-    students[train] = pate.student_mask(ids[train], queries=settings.queries, seed=seed)
+    students = student_rows(data, settings=settings, seed=seed)
     votes_of = settings.votes or pate.sequential_votes(ids[train], data.rows(train), labels[train],
                                                        teachers=settings.teachers, model=teacher_model(params))
     votes = votes_of(ids[students], data.rows(students), seed)

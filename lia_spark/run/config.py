@@ -67,6 +67,12 @@ class Config:
         """Malformed input rows; defaults to <run.output_dir>/quarantine."""
         return self.data.quarantine_path or os.path.join(self.run.output_dir, "quarantine")
 
+    def with_target(self, mechanism: str, epsilon: float, bag_size: int) -> "Config":
+        """This config with the target trained under ``mechanism`` at ``epsilon`` with bags of ``bag_size``
+        (models.training_mechanism, models.epsilon, models.bag_size)."""
+        return dataclasses.replace(self, models=dataclasses.replace(
+            self.models, training_mechanism=mechanism, epsilon=epsilon, bag_size=bag_size))
+
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (YAML/JSON friendly) of every resolved value."""
         return {

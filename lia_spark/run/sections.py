@@ -66,6 +66,7 @@ class SparkConfig:
     arrow_batch_rows: int = 100_000
     extra: Mapping[str, str] = dataclasses.field(default_factory=dict)
     remote: str = ""
+    parallel_fits: bool = True  # independent fits (the utility grid) as parallel Spark tasks; false: on the driver
 
     def validate(self) -> None:
         if self.remote and not _SPARK_REMOTE.fullmatch(self.remote.strip()):
