@@ -407,3 +407,27 @@ def test_targets_fitted_ahead_in_parallel_tasks_equal_the_train_stage_fits_on_th
                           .reset_index(drop=True))
         pd.testing.assert_frame_equal(tables[0], tables[1], check_exact=True)
     assert ahead.fits == {}  # each cell took its own
+
+
+def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parquet_path, tmp_path, caplog):
+    """A utility output committed with a failed fit (UtilityResult.failed) is recomputed by the next run, naming the
+    failed setting, while a complete one is reused."""
+    import dataclasses as dc
+    import logging
+
+    from lia_spark.engine.outputs import committed_output
+    from lia_spark.engine.stages import STAGES
+
+    config = _config(parquet_path, str(tmp_path), "utility.epsilons=[inf]", "utility.bag_sizes=[]",
+                     "utility.extra_mechanisms=[]")
+    first = run_stage("utility", spark, config)
+    assert not first.skipped and run_stage("utility", spark, config).skipped
+    stage = STAGES["utility"]
+    failed = dc.replace(first, failed={"rr.epsinf.k1": "ValueError: a fit that failed"})
+    with committed_output(spark, stage.outputs(config)[0], failed.marker(),
+                          fingerprint=stage.fingerprint(spark, config)):
+        pass
+    with caplog.at_level(logging.WARNING, logger="lia_spark.engine.stages"):
+        again = run_stage("utility", spark, config)
+    assert not again.skipped and not again.failures()
+    assert "recomputing: the committed output records failed parts: rr.epsinf.k1: ValueError" in caplog.text
