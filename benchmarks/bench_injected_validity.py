@@ -471,9 +471,10 @@ def findings(reps: list[dict], s: dict) -> list[str]:
     return out
 
 
-def repetition_task(settings: Settings, r: int, threads: int) -> dict:
-    """:func:`repetition` as a parallel fit (its models use one thread, whatever ``threads``)."""
-    return repetition(r, settings)
+def repetition_task(settings: dict, r: int, threads: int) -> dict:
+    """:func:`repetition` as a parallel fit on the :class:`Settings` fields ``settings`` (a broadcast holds plain data:
+    this script's classes do not unpickle in a Spark worker); its models use one thread, whatever ``threads``."""
+    return repetition(r, Settings(**settings))
 
 
 def repetitions_in_tasks(master: str, settings: Settings) -> list[dict]:
@@ -485,7 +486,8 @@ def repetitions_in_tasks(master: str, settings: Settings) -> list[dict]:
 
     spark = get_spark(SparkConfig(master=master, app_name="bench-injected-validity"))
     try:
-        outcomes = run_fits(spark, settings, [(f"repetition {r}", r) for r in range(settings.repetitions)],
+        outcomes = run_fits(spark, dataclasses.asdict(settings),
+                            [(f"repetition {r}", r) for r in range(settings.repetitions)],
                             repetition_task, purpose="validity repetitions")
     finally:
         spark.stop()
