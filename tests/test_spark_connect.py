@@ -47,12 +47,13 @@ def run(spark, tmp_path_factory):
     return tiny_run(spark, tmp_path_factory)
 
 
-def _without_timings(value: Any) -> Any:
-    """``value`` with every entry whose key names seconds left out (the only numbers two runs may differ in)."""
+def _computed(value: Any) -> Any:
+    """``value`` without what describes how the run went rather than what it computed: every entry whose key names
+    seconds, and where the utility grid's fits ran (Spark tasks on classic sessions, the driver over Connect)."""
     if isinstance(value, dict):
-        return {key: _without_timings(item) for key, item in value.items() if "seconds" not in key}
+        return {key: _computed(item) for key, item in value.items() if "seconds" not in key and key != "fits_where"}
     if isinstance(value, list):
-        return [_without_timings(item) for item in value]
+        return [_computed(item) for item in value]
     return value
 
 
@@ -75,5 +76,8 @@ def test_pipeline_over_spark_connect_matches_the_classic_run(run, tmp_path):
     assert connect["spark_master"].startswith("spark connect")
     assert [(step["step"], step["status"]) for step in connect["steps"]] == [
         (step["step"], "ran") for step in classic["steps"]]
-    assert _without_timings(connect["steps"]) == _without_timings(classic["steps"])
+    assert _computed(connect["steps"]) == _computed(classic["steps"])
+    fits_where = {name: next(step["result"]["fits_where"] for step in payload["steps"] if step["step"] == "utility")
+                  for name, payload in (("connect", connect), ("classic", classic))}
+    assert fits_where == {"connect": "driver", "classic": "spark tasks"}
     assert (out / "report" / "report.html").exists() and not list(out.glob("*._tmp-*"))
