@@ -86,7 +86,7 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
                                     "audit": {"repetitions": 100, "canary_path": path,
                                               "scores": list(canary_scores.DEFAULT_SCORES)}})
         guesses = audit.guess_grid(m)
-        df = select_canaries(spark.read.parquet(path), seed=SEED, canaries=0)
+        df, _ = select_canaries(spark.read.parquet(path), seed=SEED, canaries=0)
         distributed_counts(df.limit(20_000), section=settings, seed=SEED)  # warm-up: Python workers, imports, jit
         audit.count_correct(*(column[:1000] for column in columns), seed=SEED, repetitions=2, guesses=[1])
         for _ in range(rounds):

@@ -137,3 +137,7 @@ DESIGNS = (INJECTED, OBSERVATIONAL)
 PROXY_DRAW = "proxy"
 UNIFORM_FLIP = "flip"
 COUNTERFACTUALS = (PROXY_DRAW, UNIFORM_FLIP)
+# Label-free recalibration before scoring (audit.recalibrate, docs/math.md §5.11): none; the target mapped onto the
+# proxy's scale, g(M) = E[M' | M]; or the proxy mapped onto the target's, h(M') = E[M | M'].
+RECALIBRATE_NONE, RECALIBRATE_TARGET, RECALIBRATE_PROXY = "none", "target", "proxy"
+RECALIBRATIONS = (RECALIBRATE_NONE, RECALIBRATE_TARGET, RECALIBRATE_PROXY)

@@ -153,7 +153,7 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
     from lia_spark.engine.audit_counts import select_canaries
 
     for partitions in (1, 4):
-        df = select_canaries(spark.createDataFrame(table).repartition(partitions), seed=42, canaries=0,
+        df, _ = select_canaries(spark.createDataFrame(table).repartition(partitions), seed=42, canaries=0,
                              design="injected")
         m, found_guesses, correct = distributed_counts(df, section=AuditConfig(repetitions=50, scores=scores),
                                                        seed=42, design="injected")
@@ -222,3 +222,55 @@ def test_an_audit_without_its_canary_table_fails_first_naming_the_command_that_w
                                          r"incomplete; add 'train' to run\.stages or set audit\.canary_path"):
         run_pipeline(spark, config)
     assert not (tmp_path / "out" / "audit").exists()
+
+
+def test_recalibration_reads_no_label_and_maps_a_shifted_target_back(spark, tmp_path):
+    """The map is fitted on the canaries' predictions only: permuting the labels, counterfactuals and coins leaves
+    it unchanged; a target shifted by +3 in logit is mapped back onto the proxy; the audit records the map."""
+    from scipy.special import expit, logit
+
+    from lia_spark.engine.audit_counts import select_canaries
+
+    table = _injected_table(6000, seed=3)
+    table["target_prediction"] = expit(logit(table["proxy_prediction"]) + 3.0)
+    permuted = table.copy()
+    order = np.random.default_rng(0).permutation(len(table))
+    for column in ("label", "counterfactual_label", "hidden_bit"):
+        permuted[column] = table[column].to_numpy()[order]
+    maps = []
+    for frame, partitions in ((table, 1), (permuted, 3)):
+        for mode in ("target", "proxy"):
+            df, mapping = select_canaries(spark.createDataFrame(frame).repartition(partitions), seed=42, canaries=0,
+                                          design="injected", recalibrate=mode)
+            maps.append(mapping)
+            mapped = df.toPandas()  # the map of M' onto M: the shifted proxy is the target again
+            assert np.abs(logit(mapped["target_prediction"]) - logit(mapped["proxy_prediction"])).max() < 0.01
+            kept = mapped.set_index("row_id")
+            unchanged = "proxy_prediction" if mode == "target" else "target_prediction"
+            np.testing.assert_array_equal(kept[unchanged], table.set_index("row_id").loc[kept.index, unchanged])
+    for first, second in ((maps[0], maps[2]), (maps[1], maps[3])):  # labels permuted: the same maps
+        np.testing.assert_array_equal(first.centres, second.centres)
+        np.testing.assert_array_equal(first.values, second.values)
+    assert maps[0].canaries == len(table)  # fitted on every canary, before the informative ones are kept
+    path = str(tmp_path / "canaries")
+    spark.createDataFrame(table).write.parquet(path)
+    config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 42},
+                               "audit": {"canary_path": path, "recalibrate": "proxy"}})
+    result = run_stage("audit", spark, config)
+    assert result.summary["recalibration"]["canaries"] == len(table)
+    assert result.summary["recalibration"]["mapped"] == "proxy"
+
+
+def test_the_observational_game_on_an_injected_target_shows_the_label_it_trained_on(spark):
+    """y0 of the observational game is the training label: y1 where the coin injected it, else the true label."""
+    from lia_spark.engine.audit_counts import select_canaries
+
+    table = _injected_table(2000, seed=4)
+    df, mapping = select_canaries(spark.createDataFrame(table), seed=42, canaries=0, design="observational")
+    found = df.toPandas().set_index("row_id").loc[table["row_id"], "label"].to_numpy()
+    trained = np.where(table["hidden_bit"] == 1, table["counterfactual_label"], table["label"])
+    np.testing.assert_array_equal(found, trained)
+    assert mapping is None and (found != table["label"]).sum() > 0
+    plain, _ = select_canaries(spark.createDataFrame(table.drop(columns=["counterfactual_label", "hidden_bit"])),
+                               seed=42, canaries=0, design="observational")
+    assert plain.toPandas().set_index("row_id").loc[table["row_id"], "label"].tolist() == table["label"].tolist()

@@ -225,3 +225,35 @@ def test_mlflow_parent_and_nested_cell_runs(runs):
     failed_children = client.search_runs([experiment.experiment_id],
                                          f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
     assert [c.data.params["cell"] for c in failed_children if c.info.status == "FAILED"] == [BLOCKED]
+
+
+def test_paper_convention_audits_the_same_targets_the_papers_way_beside_the_valid_bound(spark, tmp_path):
+    """table.paper_convention: each cell's canary table is audited a second time with the paper's settings (no
+    training: the train stages are reused), and paper_convention.csv puts the valid bound, the paper-way value and
+    the published value side by side."""
+    from lia_spark.engine.table import PAPER_WAY_FILE, run_audit_table
+    from lia_spark.studies.table import PAPER_WAY_LABEL
+
+    values = _values(tmp_path)
+    values["table"] = {"mechanisms": ["rr", "pate"], "epsilons": ["inf", 1.0]}
+    values["pate"] = {"teachers": 10, "queries": 500}
+    values["tracking"] = {"enabled": False}
+    plain = run_audit_table(spark, config_from_dict(values))
+    values["table"]["paper_convention"] = True
+    both = run_audit_table(spark, config_from_dict(values))
+    for before, after in zip(plain.cells, both.cells):
+        assert after.train.skipped and after.audit.skipped and not after.paper.skipped  # no extra training
+        assert after.record()["eps_lb_mean"] == before.record()["eps_lb_mean"]
+        summary = after.paper.summary
+        assert (summary["design"], summary["scores"], summary["delta"], summary["repetitions"]) == (
+            "observational", ["difference_t2"], 1e-5, 100)
+        trained_rows = len(pd.read_parquet(f"{after.output_dir}/models/canaries"))
+        assert summary["headline"]["family"] == "gdp" and summary["canaries"] == trained_rows  # fewer than 200k
+        assert math.isfinite(after.record()["eps_lb_paper_way_mean"])
+    frame = pd.read_csv(tmp_path / "out" / "table" / PAPER_WAY_FILE, dtype=str, keep_default_na=False)
+    assert list(frame["cell"]) == ["rr-epsinf", "rr-eps1", "pate-epsinf", "pate-eps1"]
+    row = frame.set_index("cell").loc["rr-eps1"]
+    assert row["eps_lb_published"] == "0.34 +- 0.02" and row["test_log_loss_published"] == "0.362"
+    assert (frame["paper_way"] == PAPER_WAY_LABEL).all() and "not a valid bound" in PAPER_WAY_LABEL
+    report = both.cell("pate-eps1").train.mechanism_report
+    assert report["queries"] == 500.0 and report["teachers"] == 10.0 and report["epsilon"] <= 1.0

@@ -1,6 +1,7 @@
 """PATE (docs/math.md §4.6): accounting through dp-accounting, calibration, vote aggregation, determinism."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import dp_accounting
@@ -10,7 +11,7 @@ import pytest
 from dp_accounting import rdp
 
 from lia_spark.engine.pate_teachers import spark_votes
-from lia_spark.kernels import features, pate, training
+from lia_spark.kernels import features, hashing, pate, training
 
 MODEL = pate.TeacherModel(n_estimators=15, max_depth=3, learning_rate=0.3, seed=3)
 
@@ -39,29 +40,64 @@ def test_sigma_calibration_hits_the_requested_epsilon(noise, epsilon):
     assert pate.pate_epsilon(sigma=0.99 * sigma, queries=10_000, noise=noise) > epsilon  # the smallest such sigma
 
 
-def test_vote_aggregation_and_argmax_on_hand_made_votes():
+def test_vote_counts_and_shares_on_hand_made_votes():
     votes = np.array([[1, 0, 1, 0],
                       [1, 0, 0, 1],
                       [0, 0, 1, 1],
                       [1, 0, 0, 0]], dtype=np.int8)  # 4 teachers x 4 queries
     counts = pate.vote_counts(votes)
     np.testing.assert_array_equal(counts, [[1, 3], [4, 0], [2, 2], [2, 2]])
-    ids = np.array([11, 12, 13, 14])
-    labels = pate.noisy_argmax(counts, ids, sigma=0.0, seed=7)
-    np.testing.assert_array_equal(labels[:2], [1, 0])
-    coin = pate.noisy_argmax(counts, ids, sigma=0.0, seed=7)[2:]  # ties: a coin by (seed, row id)
-    np.testing.assert_array_equal(coin, pate.noisy_argmax(counts[2:], ids[2:], sigma=0.0, seed=7))
-    assert set(np.unique([pate.noisy_argmax(counts[2:], ids[2:], sigma=0.0, seed=s) for s in range(20)])) == {0, 1}
+    np.testing.assert_allclose(pate.vote_shares(counts), [0.75, 0.0, 0.5, 0.5])
+    # negative noisy counts are clipped at 0; a query with both clipped to 0 gets the share over all queries
+    noisy = np.array([[-1.0, 3.0], [2.0, -0.5], [-2.0, -1.0], [3.0, 1.0]])
+    np.testing.assert_allclose(pate.vote_shares(noisy), [1.0, 0.0, 4.0 / 9.0, 0.25])
+    np.testing.assert_allclose(pate.vote_shares(np.array([[-1.0, -1.0]])), [0.5])
 
 
-def test_noise_is_centred_with_the_configured_scale():
+@pytest.mark.parametrize("noise, variance", [(pate.GAUSSIAN, 4.0), (pate.LAPLACE, 8.0)])
+def test_noise_is_centred_with_the_configured_scale(noise, variance):
     ids = np.arange(200_000)
-    counts = np.zeros((ids.size, 2))
-    gaussian = pate.noisy_argmax(counts + [[0, 1]], ids, sigma=2.0, seed=1)  # P(N(0, 8) < 1) = Phi(1 / sqrt 8)
-    assert gaussian.mean() == pytest.approx(0.6382, abs=0.005)
-    laplace = pate.noisy_argmax(counts + [[0, 1]], ids, sigma=2.0, seed=1, noise=pate.LAPLACE)
-    # difference of two Lap(b): P(D < 1) = 1 - (1/2)(1 + 1/(2b)) e^{-1/b}, b = 2
-    assert laplace.mean() == pytest.approx(1 - 0.5 * 1.25 * math.exp(-0.5), abs=0.005)
+    added = pate.noisy_counts(np.zeros((ids.size, 2)), ids, sigma=2.0, seed=1, noise=noise)  # N(0, 4) or Lap(2)
+    assert np.abs(added.mean(axis=0)).max() < 0.03
+    np.testing.assert_allclose(added.var(axis=0), variance, rtol=0.03)  # Lap(b): variance 2 b^2
+    assert abs(np.corrcoef(added[:, 0], added[:, 1])[0, 1]) < 0.01  # independent per class
+
+
+def test_teacher_partition_covers_every_training_row_once_for_any_order():
+    ids = np.random.default_rng(1).permutation(50_000).astype(np.int64) * 3 + 11
+    teacher = pate.teacher_index(ids, teachers=100, seed=5)
+    assert teacher.shape == ids.shape and teacher.min() == 0 and teacher.max() == 99
+    sizes = np.bincount(teacher, minlength=100)
+    assert sizes.sum() == ids.size and sizes.min() > 380 and sizes.max() < 620  # about 500 rows each
+    order = np.argsort(ids)
+    np.testing.assert_array_equal(pate.teacher_index(ids[order], teachers=100, seed=5), teacher[order])
+    assert (pate.teacher_index(ids, teachers=100, seed=6) != teacher).mean() > 0.9
+
+
+def test_votes_and_labels_are_draws_keyed_on_seed_purpose_and_row_id():
+    ids = np.arange(100_000, dtype=np.int64) * 13
+    p = np.linspace(0.0, 1.0, ids.size)
+    votes = pate.sampled_votes(p, ids, teacher=7, seed=3)
+    np.testing.assert_array_equal(votes, (hashing.uniform(3, pate.VOTE_PURPOSE, ids, 7) < p).astype(np.int8))
+    assert abs(votes.mean() - 0.5) < 0.01 and votes[p == 0].sum() == 0 and votes[p == 1].all()
+    shuffle = np.random.default_rng(0).permutation(ids.size)
+    np.testing.assert_array_equal(pate.sampled_votes(p[shuffle], ids[shuffle], teacher=7, seed=3), votes[shuffle])
+    assert (pate.sampled_votes(p, ids, teacher=8, seed=3) != votes).mean() > 0.3  # teachers draw independently
+    votes = (np.arange(100)[:, None] < (np.arange(ids.size) % 101)[None, :]).astype(np.int8)  # n_1 = i mod 101
+    answer = pate.student_labels(votes, ids, np.zeros(ids.size), epsilon=math.inf, seed=3,
+                                 settings=pate.PateSettings(queries=ids.size, student_labels=pate.SAMPLED))
+    share = (np.arange(ids.size) % 101) / 100.0
+    np.testing.assert_array_equal(answer.labels, hashing.bernoulli(3, pate.LABEL_PURPOSE, ids, share))
+    assert abs(answer.labels.mean() - share.mean()) < 0.01 and answer.sigma == 0.0
+    assert answer.label_rate == answer.labels.mean() and answer.true_rate == 0.0
+    assert answer.agreement == pytest.approx(1.0 - answer.labels.mean(), rel=1e-12)  # every true label is 0
+    soft = pate.student_labels(votes, ids, np.ones(ids.size), epsilon=math.inf, seed=3,
+                               settings=pate.PateSettings(queries=ids.size))  # the default: the share itself
+    np.testing.assert_allclose(soft.labels, share, rtol=1e-15)
+    assert soft.agreement == pytest.approx(share.mean(), rel=1e-12) and soft.true_rate == 1.0
+    with pytest.raises(ValueError, match="pate.student_labels must be one of share, sampled"):
+        pate.student_labels(votes, ids, np.ones(ids.size), epsilon=1.0, seed=3,
+                            settings=pate.PateSettings(student_labels="argmax"))
 
 
 def _day(n: int, seed: int) -> training.ModelData:
@@ -87,37 +123,48 @@ def test_spark_teachers_equal_sequential_ones_for_any_row_order(spark):
     assert 0 < sequential.mean() < 1
 
 
-def test_teachers_vote_for_the_upper_half_of_the_student_rows():
-    """A rare positive class: a 1/2 threshold would make every vote 0; the median threshold splits the student
-    rows in halves, the riskier half voted 1."""
-    rng = np.random.default_rng(2)
-    x = rng.standard_normal((4000, 2)).astype(np.float32)
-    labels = (rng.random(4000) < 1 / (1 + np.exp(4.0 - 1.5 * x[:, 0]))).astype(np.int8)  # about 4% positives
-    students = rng.standard_normal((1000, 2)).astype(np.float32)
-    found = pate.teacher_votes(np.arange(4000), x, labels, students, **vars(MODEL))
-    assert labels.mean() < 0.1 and 0.5 <= found.mean() < 0.55
-    assert found[students[:, 0] > 1.0].mean() > 0.9 and found[students[:, 0] < -1.0].mean() < 0.1
+def test_missing_teachers_are_refused_naming_the_field(spark):
+    data = _day(40, seed=6)
+    with pytest.raises(ValueError, match=r"pate.teachers: \d+ of the 500 teachers have no training row"):
+        pate.sequential_votes(data.row_ids, data.features, data.labels, teachers=500, model=MODEL)(
+            data.row_ids[:5], data.features[:5], 1)
+    columns = [f"f{index}" for index in range(data.features.shape[1])]
+    rows = spark.createDataFrame(pd.DataFrame(data.features, columns=columns).assign(
+        row_id=data.row_ids, label=data.labels.astype(np.int32)))
+    with pytest.raises(ValueError, match=r"pate.teachers: \d+ of the 500 teachers have no training row .* among "
+                                         r"the 40 training rows"):
+        spark_votes(rows, columns, teachers=500, model=MODEL)(data.row_ids[:5], data.features[:5], 1)
 
 
-def test_student_labels_deterministic_and_non_private_at_infinity():
+def test_students_query_the_teachers_own_rows_and_are_calibrated_at_infinity():
     data = _day(4000, seed=5)
     params = training.BoostingParams(n_estimators=15, max_depth=3, learning_rate=0.3, threads=1, seed=3)
     train = data.split == training.SPLIT_TRAIN
     fresh = pate.sequential_votes(data.row_ids[train], data.features[train], data.labels[train], teachers=5,
                                   model=training.teacher_model(params))
     reused = pate.ReusedVotes(fresh)
-    settings = pate.PateSettings(teachers=5, queries=300, votes=reused)
+    settings = pate.PateSettings(teachers=5, queries=300, votes=reused, student_labels=pate.SAMPLED)
     runs = [training.train_pate(data, epsilon=epsilon, seed=8, params=params, settings=settings)
             for epsilon in (math.inf, math.inf, 1.0)]
+    soft = training.train_pate(data, epsilon=math.inf, seed=8, params=params,
+                               settings=dataclasses.replace(settings, student_labels=pate.SHARE))
+    assert soft.released_labels is None and soft.report["share_labels"] == 1.0  # no per-row label released
     assert reused.fits == 1  # the votes do not depend on epsilon: one fit of the teachers for the three runs
     np.testing.assert_array_equal(runs[0].released_labels, runs[1].released_labels)
     students = ~np.isnan(runs[0].released_labels)
-    assert students.sum() == 300
-    # eps = inf: the released labels are the plain majority vote of freshly fitted teachers (ties: the hashed coin)
-    votes = fresh(data.row_ids[students], data.features[students], 8)
-    majority = pate.noisy_argmax(pate.vote_counts(votes), data.row_ids[students], sigma=0.0, seed=8)
-    np.testing.assert_array_equal(runs[0].released_labels[students], majority)
+    assert students.sum() == 300 and train[students].all()  # the queries are training rows
+    # eps = inf: the released labels are draws from the plain vote share of freshly fitted teachers
+    ids = data.row_ids[students]
+    votes = fresh(ids, data.features[students], 8)
+    share = votes.mean(axis=0)
+    np.testing.assert_array_equal(runs[0].released_labels[students], hashing.bernoulli(8, pate.LABEL_PURPOSE, ids, share))
     assert runs[0].report["sigma"] == 0.0 and math.isinf(runs[0].report["epsilon"])
     private = runs[2].report
     assert private["epsilon"] <= 1.0 and private["sigma"] > 0 and private["queries"] == 300.0
-    assert runs[0].report["student_label_agreement"] > private["student_label_agreement"]
+    # one teacher on every training row (the student rows included) votes what a teacher fitted on all of them draws
+    alone = pate.sequential_votes(data.row_ids[train], data.features[train], data.labels[train], teachers=1,
+                                  model=training.teacher_model(params))(ids, data.features[students], 8)
+    direct = pate.teacher_votes(data.row_ids[train], data.features[train], data.labels[train], ids,
+                                data.features[students], teacher=0, vote_seed=8,
+                                **dataclasses.asdict(training.teacher_model(params)))
+    np.testing.assert_array_equal(alone[0], direct)

@@ -319,7 +319,7 @@ def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, par
 def test_pate_teachers_on_spark_do_not_see_the_membership_non_members(spark, parquet_path, tmp_path):
     """The Spark teachers' student labels equal the sequential reference on the membership run's training rows."""
     config = _config(parquet_path, str(tmp_path), "models.training_mechanism=pate", "models.epsilon=inf",
-                     "pate.teachers=4", "pate.queries=300", "audit.attack=membership",
+                     "pate.teachers=4", "pate.queries=300", "pate.student_labels=sampled", "audit.attack=membership",
                      "audit.membership_candidates=1000")
     run_stage("train", spark, config)
     m = config.models
@@ -327,7 +327,7 @@ def test_pate_teachers_on_spark_do_not_see_the_membership_non_members(spark, par
                             read_day(spark, parquet_path, m.target_day), Preparation())
     data, member = membership_candidates(prepared.target_data, config)
     reference = training.train_pate(data, epsilon=math.inf, seed=training_seed(config), params=boosting_params(config),
-                                    settings=pate.PateSettings(teachers=4, queries=300))
+                                    settings=pate.PateSettings(teachers=4, queries=300, student_labels=pate.SAMPLED))
     students = ~np.isnan(reference.released_labels)
     released = pd.read_parquet(os.path.join(config.run.output_dir, "models", "canaries")).set_index("row_id")
     assert students.sum() == 300 and (member == 0).sum() > 400

@@ -117,18 +117,20 @@ def test_catboost_native_categoricals_learn():
     ([], 20_000, ["rr_debiased", "lp_2st", "pate"], []),
     (["models.library=catboost", "utility.bag_sizes=[]"], 20_000, ["rr_debiased", "lp_2st"], ["pate"]),
     (["models.execution=distributed"], 20_000, ["rr_debiased", "lp_2st", "pate"], []),  # utility trains in memory
-    (["pate.queries=500", "utility.extra_mechanisms=[pate]"], 500, [], ["pate"]),
+    (["pate.queries=500", "utility.extra_mechanisms=[pate]"], 500, ["pate"], []),  # queries are training rows
+    (["pate.queries=500", "utility.extra_mechanisms=[pate]"], 499, [], ["pate"]),
+    (["pate.queries=50", "pate.teachers=600", "utility.extra_mechanisms=[pate]"], 599, [], ["pate"]),
     (["utility.extra_mechanisms=[]"], 20_000, [], []),
 ])
-def test_utility_extra_mechanisms_follow_the_table_rule_and_need_more_rows_than_pate_queries(
+def test_utility_extra_mechanisms_follow_the_table_rule_and_need_as_many_rows_as_pate_queries_and_teachers(
         overrides, rows, trained, left_out):
     from lia_spark.run.config import load_config
     from lia_spark.engine.utility import extra_mechanisms
 
     found, reasons = extra_mechanisms(load_config(None, overrides), training_rows=rows)
     assert found == trained and list(reasons) == left_out
-    if rows < 20_000:
-        assert "pate.queries=500" in reasons["pate"]
+    if left_out == ["pate"] and rows < 20_000:
+        assert "pate.queries=" in reasons["pate"] and "pate.teachers=" in reasons["pate"]
 
 
 def test_binary_metrics_against_brute_force():

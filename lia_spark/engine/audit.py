@@ -108,25 +108,29 @@ class AuditResult(FilesResult):
 
 
 def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None, *,
-                           target: str = TARGET_PREDICTION) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
-    """(m, guesses, score name -> correct (R, k)) of the label-inference audit of audit.design over the canary table
-    (``canaries`` or :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column
-    ``target`` (the target's, or the label-blind reference's); injected: m = the informative canaries, R = 1."""
+                           target: str = TARGET_PREDICTION
+                           ) -> tuple[int, np.ndarray, dict[str, np.ndarray], dict[str, float]]:
+    """(m, guesses, score name -> correct (R, k), recalibration summary) of the label-inference audit of audit.design
+    over the canary table (``canaries`` or :func:`canary_path`, optionally sampled to audit.canaries rows), scoring
+    the prediction column ``target`` (the target's, or the label-blind reference's), one of the two prediction
+    columns recalibrated onto the other with audit.recalibrate (its summary, else {}); injected: m = the informative
+    canaries, R = 1."""
     if canaries is None:
         describe_jobs(spark, "audit: read canaries")
         canaries = spark.read.parquet(canary_path(config))
-    df = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries, design=config.audit.design,
-                         target=target)
-    if config.audit.canaries > 0:
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)  # the sample's top-k selection is a full scan: run it once
+    df, mapping = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries,
+                                  design=config.audit.design, target=target, recalibrate=config.audit.recalibrate)
+    if config.audit.canaries > 0 or mapping is not None:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)  # a sample's top-k and the map are full scans: run them once
     try:
-        return distributed_counts(df, section=config.audit, seed=config.run.seed, design=config.audit.design)
+        return (*distributed_counts(df, section=config.audit, seed=config.run.seed, design=config.audit.design),
+                {"mapped": config.audit.recalibrate, **mapping.summary()} if mapping is not None else {})
     finally:
         df.unpersist()
 
 
 def reference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None
-                     ) -> tuple[int, np.ndarray, dict[str, np.ndarray]] | None:
+                     ) -> tuple[int, np.ndarray, dict[str, np.ndarray], dict[str, float]] | None:
     """The observational counts of the label-blind reference (the canary table's reference_prediction, same games
     as the target's), or None when the table has no reference (a given model without one, the injected design)."""
     if config.audit.design != names.OBSERVATIONAL:
@@ -169,9 +173,9 @@ def _audit(run: StageRun) -> AuditResult:
         if canaries is not None:
             raise ValueError(f"audit.attack={names.MEMBERSHIP} audits the train stage's candidates, not a canary "
                              "table; got a canaries frame")
-        m, guesses, correct = membership_counts(spark, config)
+        (m, guesses, correct), recalibration = membership_counts(spark, config), {}
     else:
-        m, guesses, correct = label_inference_counts(spark, config, canaries)
+        m, guesses, correct, recalibration = label_inference_counts(spark, config, canaries)
     design = section.game
     tau = section.tau if design == names.OBSERVATIONAL else 0.0  # injected coins assume nothing of the proxy
     repetitions = next(iter(correct.values())).shape[0]
@@ -184,7 +188,7 @@ def _audit(run: StageRun) -> AuditResult:
         "attack": section.attack, "design": design, "canaries": m, "repetitions": repetitions,
         "guesses": guesses.tolist(), "confidence": section.confidence, "delta": section.delta, "tau": tau,
         "gdp_delta": bounds.gdp_delta, "gdp_tau_vacuous": bounds.gdp_tau_vacuous, "scores": list(bounds.scores),
-        "tests": bounds.tests, "default_convention": section.convention,
+        "tests": bounds.tests, "default_convention": section.convention, "recalibration": recalibration,
         "best": audit_sweep.summarize(bounds.best),
         "best_guesses_median": {key: float(np.median(v)) for key, v in bounds.best_guesses.items()},
         "best_score_share": {key: {score: float(np.mean(winners == score)) for score in bounds.scores}
@@ -256,7 +260,7 @@ def _observational_checks(spark: SparkSession, config: Config, canaries: DataFra
     found = reference_counts(spark, config, canaries)
     if found is None:
         return checks
-    size, _, reference = found
+    size, _, reference, _ = found
     valid = names.bound_key(family, names.BONFERRONI)
     reference_best = audit_sweep.evaluate_scores(reference, _grid(size, section), canaries=size,
                                                   confidence=section.confidence, delta=section.delta, tau=0.0,

@@ -36,7 +36,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from lia_spark import names
 from lia_spark.engine.session import default_parallelism, describe_jobs
-from lia_spark.kernels import audit, canary_scores, hashing, injected
+from lia_spark.kernels import audit, canary_scores, hashing, injected, recalibration
 from lia_spark.names import (AUDITED_COLUMNS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION, ROW_ID,
                              TARGET_PREDICTION)
 from lia_spark.run.model_sections import AuditConfig
@@ -90,10 +90,13 @@ def _candidate_keys(frame: pd.DataFrame, score: canary_scores.Score, *, design: 
 
 
 def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = names.OBSERVATIONAL,
-                    target: str = TARGET_PREDICTION) -> DataFrame:
+                    target: str = TARGET_PREDICTION, recalibrate: str = names.RECALIBRATE_NONE
+                    ) -> tuple[DataFrame, recalibration.RecalibrationMap | None]:
     """The canary columns of ``design`` (the prediction column ``target`` read as the target's); with ``canaries``
-    > 0 only the rows with the smallest hash of (seed, row_id); under the injected design then only the informative
-    canaries (y1 != y0: the others abstain).
+    > 0 only the rows with the smallest hash of (seed, row_id); with ``recalibrate`` (target | proxy) one prediction
+    column mapped onto the other's scale by :func:`recalibrated` (fitted on every selected canary, before any label
+    is looked at); under the injected design then only the informative canaries (y1 != y0: the others abstain). The
+    observational game's y0 is the label the model was trained on: the injected label y^b where the table has one.
 
     Raises:
         ValueError: if a column of the design is missing, or the injected columns hold no value.
@@ -106,14 +109,59 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = na
                 f"audit.design={names.OBSERVATIONAL}" if set(missing) & set(names.INJECTED_COLUMNS) else "")
         raise ValueError(f"canary table: missing columns {missing}, got columns={df.columns}{hint}")
     injected_fields = [F.col(c).cast("int") for c in names.INJECTED_COLUMNS] if design == names.INJECTED else []
-    df = df.select(F.col(ROW_ID).cast("long"), F.col(LABEL).cast("int"),
+    df = df.select(F.col(ROW_ID).cast("long"), _trained_label(df, design),
                    F.col(target).cast("double").alias(TARGET_PREDICTION), F.col(PROXY_PREDICTION).cast("double"),
                    *injected_fields)
     if design == names.INJECTED:
         df = df.where(F.col(COUNTERFACTUAL_LABEL).isNotNull() & F.col(HIDDEN_BIT).isNotNull())
     if canaries > 0:
         df = _smallest_hashes(df, seed=seed, canaries=canaries)
-    return df.where(F.col(LABEL) != F.col(COUNTERFACTUAL_LABEL)) if design == names.INJECTED else df
+    mapping = None
+    if recalibrate != names.RECALIBRATE_NONE:
+        df, mapping = recalibrated(df, mapped=recalibrate)
+    return (df.where(F.col(LABEL) != F.col(COUNTERFACTUAL_LABEL)) if design == names.INJECTED else df), mapping
+
+
+def _trained_label(df: DataFrame, design: str):
+    """The label column y0 of the game: the true label under the injected design (whose game reads y0, y1 and b);
+    under the observational design the label the target trained on, y^b where the table records an injected label."""
+    if design == names.INJECTED or not set(names.INJECTED_COLUMNS) <= set(df.columns):
+        return F.col(LABEL).cast("int")
+    return (F.when(F.col(HIDDEN_BIT) == 1, F.col(COUNTERFACTUAL_LABEL)).otherwise(F.col(LABEL))
+            .cast("int").alias(LABEL))
+
+
+def recalibrated(df: DataFrame, *, mapped: str = names.RECALIBRATE_TARGET
+                 ) -> tuple[DataFrame, recalibration.RecalibrationMap]:
+    """``df`` with one prediction column replaced by the increasing map onto the other's scale, fitted on the target
+    and proxy predictions of every row (:mod:`lia_spark.kernels.recalibration`; no label is read): ``mapped`` =
+    target: M -> g(M) = E[M' | M]; proxy: M' -> h(M') = E[M | M']. One pass sums integer totals per logit bin
+    (identical for any partitioning; at most 8,192 rows reach the driver), the second maps the column."""
+    spark = df.sparkSession
+    source, reference = ((TARGET_PREDICTION, PROXY_PREDICTION) if mapped == names.RECALIBRATE_TARGET
+                         else (PROXY_PREDICTION, TARGET_PREDICTION))
+
+    def totals(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for frame in batches:
+            bins, counts, sums = recalibration.bin_sums(frame[source].to_numpy(np.float64),
+                                                        frame[reference].to_numpy(np.float64))
+            yield pd.DataFrame({"bin": bins, "count": counts, "reference_sum": sums})
+
+    describe_jobs(spark, f"audit: fit the label-free recalibration map of the {mapped} predictions")
+    found = (df.select(source, reference)
+             .mapInPandas(totals, "bin long, count long, reference_sum long")
+             .groupBy("bin").agg(F.sum("count").alias("count"), F.sum("reference_sum").alias("reference_sum"))
+             .toPandas())
+    mapping = recalibration.RecalibrationMap.fit(found["bin"].to_numpy(), found["count"].to_numpy(),
+                                                 found["reference_sum"].to_numpy())
+    logger.info("audit: %s predictions recalibrated by a map fitted on %d canaries (%d bins), from %.3g to %.3g",
+                mapped, mapping.canaries, mapping.centres.size, mapping.values[0], mapping.values[-1])
+
+    def remap(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for frame in batches:
+            yield frame.assign(**{source: mapping(frame[source].to_numpy(np.float64))})
+
+    return df.mapInPandas(remap, df.schema), mapping
 
 
 def _smallest_hashes(df: DataFrame, *, seed: int, canaries: int) -> DataFrame:

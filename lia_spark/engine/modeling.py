@@ -49,6 +49,7 @@ def pate_settings(config: Config, target_rows: DataFrame, spec: features.Feature
         training_rows = training_rows.join(F.broadcast(excluded), ROW_ID, "left_anti")
     section = config.pate
     return pate.PateSettings(teachers=section.teachers, queries=section.queries, noise=section.noise,
+                             student_labels=section.student_labels,
                              pseudo_labels=section.pseudo_labels, delta=section.delta,
                              votes=pate.ReusedVotes(spark_votes(training_rows, spec.feature_columns,
                                                                 teachers=section.teachers,

@@ -44,6 +44,8 @@ from lia_spark.studies import table
 logger = logging.getLogger(__name__)
 
 TABLE_FILES = ("eps_lb.csv", "cells.csv", "utility.csv", "published.csv", "eps_lb_vs_claimed.png")
+PAPER_WAY_FILE = "paper_convention.csv"  # with table.paper_convention
+PAPER_WAY_FOLDER = "paper_convention"  # the paper-way audit of a cell: <cell>/paper_convention/audit
 
 
 def cell_config(config: Config, cell: table.Cell) -> Config:
@@ -57,6 +59,17 @@ def cell_config(config: Config, cell: table.Cell) -> Config:
     )
 
 
+def paper_way_config(config: Config, cell_dir: str) -> Config:
+    """``config`` auditing the canary table of the cell folder ``cell_dir`` the paper's way
+    (:data:`lia_spark.studies.table.PAPER_AUDIT`) into ``<cell_dir>/paper_convention/audit``: same trained target,
+    no training."""
+    return dataclasses.replace(
+        config, run=dataclasses.replace(config.run, output_dir=f"{cell_dir}/{PAPER_WAY_FOLDER}"),
+        audit=dataclasses.replace(config.audit, **table.PAPER_AUDIT,
+                                  canary_path=layout.canaries_path(dataclasses.replace(
+                                      config, run=dataclasses.replace(config.run, output_dir=cell_dir)))))
+
+
 @dataclasses.dataclass
 class CellOutcome:
     """One cell: ``ran`` (train or audit computed), ``reused`` (both outputs reused) or ``failed`` (``error``)."""
@@ -68,6 +81,7 @@ class CellOutcome:
     train: Any = None  # the train stage's result
     audit: Any = None  # the audit stage's result
     error: str = ""
+    paper: Any = None  # the paper-way audit's result (table.paper_convention)
 
     def record(self) -> dict[str, Any]:
         """The cell's row of ``cells.csv`` (:func:`lia_spark.studies.table.cell_record`)."""
@@ -76,13 +90,13 @@ class CellOutcome:
             test_metrics=self.train.test_metrics if self.train else None,
             train_seconds=float(self.train.seconds.get("total", math.nan)) if self.train else math.nan,
             audit_seconds=float(self.audit.seconds) if self.audit else math.nan, seconds=self.seconds,
-            error=self.error, output_dir=self.output_dir)
+            error=self.error, output_dir=self.output_dir, paper_summary=self.paper.summary if self.paper else None)
 
     def metrics(self) -> dict[str, float]:
         """eps_lb mean/std (valid and paper convention), target test AUC and log-loss (finite values only)."""
         row = self.record()
         keys = ("eps_lb_mean", "eps_lb_std", "eps_lb_paper_convention_mean", "eps_lb_paper_convention_std",
-                "test_auc", "test_log_loss")
+                "eps_lb_paper_way_mean", "eps_lb_paper_way_std", "test_auc", "test_log_loss")
         return {key: float(row[key]) for key in keys if math.isfinite(float(row[key]))}
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,7 +159,8 @@ class TableResult:
             row = outcome.record()
             lines.append(f"FINDING {outcome.cell.name}: eps_lb {row['eps_lb_mean']:.3f} > claimed eps "
                          f"{outcome.cell.epsilon:g}")
-        lines.append(f"table: {self.output_dir}/eps_lb.csv (and {', '.join(TABLE_FILES[1:])})")
+        written = [os.path.basename(path) for path in self.files[1:]] or list(TABLE_FILES[1:])
+        lines.append(f"table: {self.output_dir}/eps_lb.csv (and {', '.join(written)})")
         if self.mlflow_location:
             lines.append(f"MLflow: {self.mlflow_location}")
         return "\n".join(lines)
@@ -166,23 +181,28 @@ def _run_cell(spark: SparkSession, config: Config, cell: table.Cell, preparation
     conf = cell_config(config, cell)
     out = conf.run.output_dir
     started = time.monotonic()
-    train = audit = None
+    train = audit = paper = None
     try:
         with job_group(spark, f"lia-spark-table-{cell.name}", f"{config.run.name}: audit-table cell {cell.name}"):
             check_writable(spark, out, field=f"run.output_dir (audit-table cell {cell.name})")
             train = run_stage("train", spark, conf, preparation=preparation)
             audit = run_stage("audit", spark, conf)
+            if config.table.paper_convention:
+                paper = run_stage("audit", spark, paper_way_config(conf, out))
     except Exception as error:  # noqa: BLE001 - a failing cell is recorded and the other cells go on
         seconds = time.monotonic() - started
         message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         logger.exception("audit-table: cell %s failed after %.1f s", cell.name, seconds)
         return CellOutcome(cell, out, "failed", seconds, train, audit, error=message)
-    status = "reused" if train.skipped and audit.skipped else "ran"
-    outcome = CellOutcome(cell, out, status, time.monotonic() - started, train, audit)
+    status = "reused" if all(part.skipped for part in (train, audit, paper) if part is not None) else "ran"
+    outcome = CellOutcome(cell, out, status, time.monotonic() - started, train, audit, paper=paper)
     row = outcome.record()
     logger.info("audit-table: cell %s %s in %.1f s: eps_lb %s (claimed %s), test AUC %.4f, log-loss %.4f",
                 cell.name, status, outcome.seconds, table.mean_std_text(row["eps_lb_mean"], row["eps_lb_std"]),
                 table.epsilon_text(cell.epsilon), row["test_auc"], row["test_log_loss"])
+    if paper is not None:
+        logger.info("audit-table: cell %s the paper's way (%s): %s", cell.name, table.PAPER_WAY_LABEL,
+                    table.mean_std_text(row["eps_lb_paper_way_mean"], row["eps_lb_paper_way_std"]))
     if row["exceeds_claimed"]:
         logger.warning("audit-table: FINDING: cell %s: valid eps_lb %.3f exceeds the claimed eps %s", cell.name,
                        row["eps_lb_mean"], table.epsilon_text(cell.epsilon))
@@ -230,16 +250,19 @@ def write_table(spark: SparkSession, config: Config, outcomes: list[CellOutcome]
     with tempfile.TemporaryDirectory(prefix="lia-table-") as local:
         frames = {"eps_lb.csv": table.wide_table(cells, epsilons=config.table.epsilons), "cells.csv": cells,
                   "utility.csv": table.utility_table(cells), "published.csv": table.published_table()}
+        if config.table.paper_convention:
+            frames[PAPER_WAY_FILE] = table.paper_way_table(cells)
         for name, frame in frames.items():
             frame.to_csv(os.path.join(local, name), index=False)
         charts.plot_eps_lb(cells, path=os.path.join(local, TABLE_FILES[-1]),
                           title=f"{config.run.name}: valid eps_lb ({config.models.library}, "
                                 f"{config.audit.repetitions} repetitions, delta={config.audit.delta:g})")
+        names = (*TABLE_FILES, *([PAPER_WAY_FILE] if config.table.paper_convention else []))
         describe_jobs(spark, "audit-table: write the table")
-        for name in TABLE_FILES:
+        for name in names:
             copy_from_local(spark, os.path.join(local, name), f"{out}/{name}")
     local_out = local_folder(out)
-    return tuple(os.path.join(local_out if local_out is not None else out, name) for name in TABLE_FILES)
+    return tuple(os.path.join(local_out if local_out is not None else out, name) for name in names)
 
 
 def run_audit_table(spark: SparkSession, config: Config) -> TableResult:

@@ -85,14 +85,15 @@ def _posterior_summary(spark: SparkSession, config: Config) -> pd.DataFrame | No
 def extra_mechanisms(config: Config, *, training_rows: int) -> tuple[list[str], dict[str, str]]:
     """The utility.extra_mechanisms this stage trains, and those it leaves out with the reason: the audit
     capability table (:func:`lia_spark.run.capabilities.unsupported`, in memory whatever models.execution: this stage
-    always trains on the driver) and, for pate, fewer than pate.queries + 1 training rows."""
+    always trains on the driver) and, for pate, fewer training rows than pate.queries (queries are training rows)
+    or than pate.teachers (a teacher without rows)."""
     m = config.models
     left_out = {}
     for name in config.utility.extra_mechanisms:
         reason = unsupported(name, library=m.library, execution=IN_MEMORY)
-        if not reason and name == PATE and config.pate.queries >= training_rows:
-            reason = (f"pate.queries={config.pate.queries} student rows need more than the target day's "
-                      f"{training_rows:,} training rows; lower pate.queries")
+        if not reason and name == PATE and max(config.pate.queries, config.pate.teachers) > training_rows:
+            reason = (f"pate.queries={config.pate.queries} student queries and pate.teachers={config.pate.teachers} "
+                      f"teachers need at least as many of the target day's {training_rows:,} training rows; lower them")
         if reason:
             left_out[name] = reason
             logger.warning("utility: %s left out of the grid (utility.extra_mechanisms): %s", name, reason)

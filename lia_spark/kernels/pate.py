@@ -1,19 +1,23 @@
-"""PATE as a training mechanism of the target (docs/math.md §4.6; [PAE+17], [PSM+18]).
+"""PATE as a training mechanism of the target, as the Criteo setup of Wu et al. (2023) runs it (docs/math.md §4.6;
+[PAE+17], [PSM+18], [WYM+23]).
 
 Pure (numpy, xgboost, dp-accounting): every draw is a counter-based hash of (seed, purpose, row_id), so the
-student rows, the teacher partitions and the vote noise do not depend on how the rows are partitioned.
+teacher partitions, the votes, the noise, the student rows and their labels do not depend on how the rows are
+partitioned.
 
-- The Q *student* rows are the Q training rows with the smallest hash; their labels are never read.
-- Every other training row belongs to teacher floor(T u) (u uniform by row id); teacher t is a GBDT fitted on
-  its rows' true labels and votes 1{P_t(y=1|x) >= m_t} on every student row, m_t its median prediction over the
-  student rows: "x is in my upper half" (at a 3% click rate a 1/2 threshold makes every vote "no click"; m_t
-  depends on teacher t's rows and the unlabelled student features only, so the sensitivity below is unchanged).
-- Vote counts n_0, n_1 per student row; GNMax releases argmax_c (n_c + N(0, sigma^2)), LNMax
-  argmax_c (n_c + Lap(sigma)); ties (only possible without noise) go to a fair coin hashed by row id.
-- Changing one training label changes one teacher's vote: the count vector moves by 1 in two classes (L2
-  sensitivity sqrt 2, L1 sensitivity 2). GNMax is the Gaussian mechanism with noise multiplier sigma / sqrt 2
-  ((lambda, lambda / sigma^2)-RDP, [PSM+18] Prop. 8), LNMax the Laplace mechanism with noise multiplier sigma / 2;
-  the Q queries are composed and converted to (eps, delta) by dp-accounting's RDP accountant.
+- Every training row belongs to teacher floor(T u) (u uniform by row id): T disjoint partitions covering all of
+  them. Teacher t is a GBDT fitted on its rows' labels.
+- The Q *student* queries are the Q training rows with the smallest hash (the teachers' own rows, as in Wu et al.).
+- Teacher t's vote on query x is *sampled* from its predicted click probability: v_t(x) = 1{u(seed, row_id, t) <
+  P_t(y=1|x)}; counts n_0, n_1 of the T votes.
+- GNMax adds N(0, sigma^2) to each count, LNMax Lap(sigma); the student's label is the noisy vote share
+  max(n~_1, 0) / (max(n~_0, 0) + max(n~_1, 0)) as a soft label (``share``, the default) or a Bernoulli draw from it
+  (``sampled``, Wu et al.'s code); both are post-processing of the noisy counts, and at sigma = 0 both have mean
+  (1/T) sum_t P_t(y=1|x), so the student is calibrated like its teachers (the soft label has less variance).
+- Changing one training label changes one teacher; with the vote draws u fixed, the count vector moves by 1 in two
+  classes (L2 sensitivity sqrt 2, L1 sensitivity 2). GNMax is the Gaussian mechanism with noise multiplier
+  sigma / sqrt 2 ((lambda, lambda / sigma^2)-RDP, [PSM+18] Prop. 8), LNMax the Laplace mechanism with noise multiplier
+  sigma / 2; the Q queries are composed and converted to (eps, delta) by dp-accounting's RDP accountant.
 """
 from __future__ import annotations
 
@@ -27,8 +31,12 @@ from lia_spark.kernels import hashing
 
 GAUSSIAN, LAPLACE = "gaussian", "laplace"
 NOISES = (GAUSSIAN, LAPLACE)
+SHARE, SAMPLED = "share", "sampled"  # the student's labels: the noisy vote share itself, or a draw from it
+STUDENT_LABELS = (SHARE, SAMPLED)
 DELTA = 1e-5
-STUDENT_PURPOSE, TEACHER_PURPOSE, NOISE_PURPOSE, TIE_PURPOSE = "pate/student", "pate/teacher", "pate/noise", "pate/tie"
+STUDENT_PURPOSE, TEACHER_PURPOSE, NOISE_PURPOSE = "pate/student", "pate/teacher", "pate/noise"
+VOTE_PURPOSE, LABEL_PURPOSE, TEACHER_HOLDOUT_PURPOSE = "pate/vote", "pate/label", "pate/teacher-holdout"
+TEACHER_HOLDOUT_SHARE = 0.1  # a teacher's own rows it early-stops on
 HOLDOUT_PURPOSE, PSEUDO_PURPOSE = "pate/student-holdout", "pate/pseudo-label"
 STUDENT_HOLDOUT_SHARE = 0.1  # student rows the student early-stops on (noisy labels: no extra query)
 _CALIBRATION_TOLERANCE = 1e-6
@@ -76,7 +84,7 @@ def pate_epsilon(*, sigma: float, queries: int, delta: float = DELTA, noise: str
 
 def calibrate_sigma(*, epsilon: float, queries: int, delta: float = DELTA, noise: str = GAUSSIAN) -> float:
     """The smallest noise sigma with pate_epsilon(sigma) <= epsilon, by bisection on log sigma (eps decreases in
-    sigma); |eps(sigma) - epsilon| <= 1e-6 epsilon. epsilon = inf gives sigma = 0 (the non-private vote argmax).
+    sigma); |eps(sigma) - epsilon| <= 1e-6 epsilon. epsilon = inf gives sigma = 0 (no noise on the vote counts).
 
     Raises:
         ValueError: on epsilon <= 0.
@@ -102,14 +110,15 @@ def calibrate_sigma(*, epsilon: float, queries: int, delta: float = DELTA, noise
 
 
 def student_mask(row_ids: np.ndarray, *, queries: int, seed: int) -> np.ndarray:
-    """True on the ``queries`` rows of ``row_ids`` with the smallest hash (seed, "pate/student", row_id).
+    """True on the ``queries`` rows of ``row_ids`` (the training rows) with the smallest hash (seed, "pate/student",
+    row_id): the student's queries, drawn from the teachers' own rows.
 
     Raises:
-        ValueError: unless 1 <= queries < len(row_ids) (teachers need the other rows).
+        ValueError: unless 1 <= queries <= len(row_ids).
     """
     row_ids = np.asarray(row_ids, dtype=np.int64)
-    if not 1 <= queries < row_ids.size:
-        raise ValueError(f"queries must be in [1, {row_ids.size}) (the training rows), got queries={queries}")
+    if not 1 <= queries <= row_ids.size:
+        raise ValueError(f"pate.queries must be in [1, {row_ids.size}] (the training rows), got {queries}")
     return hashing.smallest_hashes(seed, STUDENT_PURPOSE, row_ids, queries)
 
 
@@ -130,10 +139,9 @@ def vote_counts(votes: np.ndarray) -> np.ndarray:
     return np.stack([votes.shape[0] - ones, ones], axis=1)
 
 
-def noisy_argmax(counts: np.ndarray, row_ids: np.ndarray, *, sigma: float, seed: int,
+def noisy_counts(counts: np.ndarray, row_ids: np.ndarray, *, sigma: float, seed: int,
                  noise: str = GAUSSIAN) -> np.ndarray:
-    """argmax_c (n_c + z_c) per row as int8, z_c ~ N(0, sigma^2) (gaussian) or Lap(sigma) (laplace) drawn by
-    (seed, row_id, class); an exact tie (sigma = 0) goes to a fair coin by (seed, row_id)."""
+    """(Q, 2) counts n_c + z_c, z_c ~ N(0, sigma^2) (gaussian) or Lap(sigma) (laplace) drawn by (seed, row_id, c)."""
     _check_noise(noise)
     if not sigma >= 0:
         raise ValueError(f"sigma must be non-negative, got sigma={sigma}")
@@ -146,29 +154,65 @@ def noisy_argmax(counts: np.ndarray, row_ids: np.ndarray, *, sigma: float, seed:
             else:
                 centred = hashing.uniform(seed, NOISE_PURPOSE, row_ids, label) - 0.5
                 noisy[:, label] -= sigma * np.sign(centred) * np.log1p(-2.0 * np.abs(centred))
-    coin = hashing.bernoulli(seed, TIE_PURPOSE, row_ids, 0.5)
-    return np.where(noisy[:, 1] > noisy[:, 0], 1, np.where(noisy[:, 1] < noisy[:, 0], 0, coin)).astype(np.int8)
+    return noisy
 
 
-def teacher_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarray, student_features: np.ndarray, *,
-                  n_estimators: int, max_depth: int, learning_rate: float, seed: int) -> np.ndarray:
-    """One teacher: XGBoost (hist, one thread, no early stopping: the day's other labels stay unread) fitted on
-    its rows in row-id order, and its votes 1{P(y=1|x) >= m} on the student rows as int8, m = its median
-    prediction over the student rows (a function of this teacher's rows and the student features only)."""
+def vote_shares(noisy: np.ndarray) -> np.ndarray:
+    """Share of class 1 in the clipped noisy counts, max(n~_1, 0) / (max(n~_0, 0) + max(n~_1, 0)); a query whose
+    clipped counts are both 0 gets the share over all queries (1/2 if that is 0/0 too): post-processing only."""
+    clipped = np.maximum(np.asarray(noisy, dtype=np.float64), 0.0)
+    totals = clipped.sum(axis=1)
+    overall = clipped[:, 1].sum() / totals.sum() if totals.sum() > 0 else 0.5
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals > 0, clipped[:, 1] / totals, overall)
+
+
+def sampled_votes(probabilities: np.ndarray, student_ids: np.ndarray, *, teacher: int, seed: int) -> np.ndarray:
+    """Teacher ``teacher``'s votes v(x_i) = 1{u(seed, "pate/vote", row_id_i, teacher) < P(y=1|x_i)} as int8."""
+    u = hashing.uniform(seed, VOTE_PURPOSE, np.asarray(student_ids, dtype=np.int64), int(teacher))
+    return (u < np.asarray(probabilities, dtype=np.float64)).astype(np.int8)
+
+
+def teacher_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarray, student_ids: np.ndarray,
+                  student_features: np.ndarray, *, teacher: int, vote_seed: int, n_estimators: int, max_depth: int,
+                  learning_rate: float, seed: int, early_stopping_rounds: int = 0) -> np.ndarray:
+    """One teacher: XGBoost (hist, one thread) fitted on its rows in row-id order and its votes on the student rows
+    sampled from its predictions (:func:`sampled_votes`). With ``early_stopping_rounds`` it stops on the log-loss
+    of its own rows with hash (vote_seed, "pate/teacher-holdout", row_id) below :data:`TEACHER_HOLDOUT_SHARE`: no
+    label outside its partition is read, and a teacher fitted on about 8,000 rows stays calibrated (without it
+    200 trees overfit and predict a 0.7% click rate where the rows have 3%)."""
     import xgboost as xgb
 
-    order = np.argsort(np.asarray(row_ids, dtype=np.int64), kind="stable")
-    labels = np.asarray(labels, dtype=np.float32)[order]
+    row_ids = np.asarray(row_ids, dtype=np.int64)
+    order = np.argsort(row_ids, kind="stable")
+    row_ids, features, labels = row_ids[order], np.asarray(features)[order], np.asarray(labels, np.float32)[order]
     base = float(np.clip(labels.mean() if labels.size else 0.5, 1e-4, 1 - 1e-4))
-    booster = xgb.train({"tree_method": "hist", "max_depth": max_depth, "eta": learning_rate, "nthread": 1,
-                         "seed": seed % 2**31, "verbosity": 0, "objective": "binary:logistic", "base_score": base},
-                        xgb.DMatrix(np.asarray(features)[order], label=labels), n_estimators)
-    predictions = booster.predict(xgb.DMatrix(student_features))
-    return (predictions >= np.median(predictions)).astype(np.int8)
+    params = {"tree_method": "hist", "max_depth": max_depth, "eta": learning_rate, "nthread": 1,
+              "seed": seed % 2**31, "verbosity": 0, "objective": "binary:logistic", "base_score": base,
+              "eval_metric": "logloss"}
+    held = hashing.uniform(vote_seed, TEACHER_HOLDOUT_PURPOSE, row_ids) < TEACHER_HOLDOUT_SHARE
+    if early_stopping_rounds and 0 < held.sum() < held.size:
+        booster = xgb.train(params, xgb.DMatrix(features[~held], label=labels[~held]), n_estimators,
+                            evals=[(xgb.DMatrix(features[held], label=labels[held]), "holdout")],
+                            early_stopping_rounds=early_stopping_rounds, verbose_eval=False)
+        trees = (0, booster.best_iteration + 1)
+    else:
+        booster, trees = xgb.train(params, xgb.DMatrix(features, label=labels), n_estimators), (0, 0)
+    return sampled_votes(booster.predict(xgb.DMatrix(student_features), iteration_range=trees), student_ids,
+                         teacher=teacher, seed=vote_seed)
 
 
-# Votes of the T teachers on the student rows: (student row ids, student features, partition seed) -> (T, Q) int8.
-# The teachers are fitted on the training rows outside the student rows, row i with teacher teacher_index(i).
+def missing_teachers(found: np.ndarray, *, teachers: int, rows: int) -> ValueError:
+    """The error for teachers whose partition of the ``rows`` training rows is empty (``found``: those with rows)."""
+    empty = sorted(set(range(teachers)) - {int(t) for t in found})
+    return ValueError(f"pate.teachers: {len(empty)} of the {teachers} teachers have no training row (teacher "
+                      f"{empty[0]}, ...) among the {rows} training rows; use fewer teachers (pate.teachers <= "
+                      f"{rows // 100} keeps about 100 rows each)")
+
+
+# Votes of the T teachers on the student rows: (student row ids, student features, seed) -> (T, Q) int8.
+# The teachers are fitted on all training rows, row i with teacher teacher_index(i); the seed keys the
+# partition and the vote draws.
 TeacherVotes = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 
 
@@ -180,24 +224,28 @@ class TeacherModel:
     max_depth: int
     learning_rate: float
     seed: int
+    early_stopping_rounds: int = 0
 
 
 def sequential_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarray, *, teachers: int,
                      model: TeacherModel) -> TeacherVotes:
     """Teachers fitted one after another in this process on the training rows (row_ids, features, labels)
-    outside the student rows (the reference for the Spark path)."""
+    (the reference for the Spark path).
+
+    Raises (when called):
+        ValueError: naming pate.teachers if a teacher's partition is empty.
+    """
     row_ids = np.asarray(row_ids, dtype=np.int64)
 
     def votes(student_ids: np.ndarray, student_features: np.ndarray, seed: int) -> np.ndarray:
-        labelled = ~np.isin(row_ids, student_ids)
-        teacher = teacher_index(row_ids[labelled], teachers=teachers, seed=seed)
-        ids, rows, answers = row_ids[labelled], np.asarray(features)[labelled], np.asarray(labels)[labelled]
+        teacher = teacher_index(row_ids, teachers=teachers, seed=seed)
+        if np.unique(teacher).size < teachers:
+            raise missing_teachers(np.unique(teacher), teachers=teachers, rows=row_ids.size)
         result = np.zeros((teachers, len(student_features)), dtype=np.int8)
         for index in range(teachers):
             own = teacher == index
-            if not own.any():  # an empty partition votes 0, as a missing group of the Spark path
-                continue
-            result[index] = teacher_votes(ids[own], rows[own], answers[own], student_features,
+            result[index] = teacher_votes(row_ids[own], np.asarray(features)[own], np.asarray(labels)[own],
+                                          student_ids, student_features, teacher=index, vote_seed=seed,
                                           **dataclasses.asdict(model))
         return result
 
@@ -239,12 +287,13 @@ def _no_teachers(student_ids: np.ndarray, student_features: np.ndarray, seed: in
 
 @dataclasses.dataclass(frozen=True)
 class PateSettings:
-    """T teachers, Q student queries, the noise kind, pseudo-labels, the target delta and how votes are computed
-    (None: :func:`sequential_votes` on the training rows)."""
+    """T teachers, Q student queries, the noise kind, the student's labels (share | sampled), pseudo-labels, the
+    target delta and how votes are computed (None: :func:`sequential_votes` on the training rows)."""
 
     teachers: int = 100
     queries: int = 10_000
     noise: str = GAUSSIAN
+    student_labels: str = SHARE
     pseudo_labels: bool = False
     delta: float = DELTA
     votes: TeacherVotes | None = None
@@ -252,28 +301,42 @@ class PateSettings:
 
 @dataclasses.dataclass(frozen=True)
 class StudentLabels:
-    """The student rows' noisy-argmax labels and the privacy report of their release."""
+    """The student rows' labels (noisy vote shares, or draws from them) and the privacy report of their release."""
 
     labels: np.ndarray
     counts: np.ndarray
     epsilon: float
     delta: float
     sigma: float
-    agreement: float  # share of student labels equal to the true labels
+    agreement: float  # mean agreement with the true labels: label if y = 1, 1 - label if y = 0
+    label_rate: float  # mean student label (its click rate)
+    true_rate: float  # share of the student rows' true labels that are 1
 
     def report(self, settings: PateSettings) -> dict[str, float]:
-        """eps, delta, T, Q, sigma, noise (1 gaussian / 0 laplace) and the agreement with the true labels."""
+        """eps, delta, T, Q, sigma, noise (1 gaussian / 0 laplace), labels (1 share / 0 sampled), the agreement
+        with the true labels and the click rates of the student labels and of the true labels."""
         return {"epsilon": self.epsilon, "delta": self.delta, "teachers": float(settings.teachers),
                 "queries": float(settings.queries), "sigma": self.sigma,
-                "gaussian_noise": float(settings.noise == GAUSSIAN), "student_label_agreement": self.agreement}
+                "gaussian_noise": float(settings.noise == GAUSSIAN),
+                "share_labels": float(settings.student_labels == SHARE), "student_label_agreement": self.agreement,
+                "student_label_rate": self.label_rate, "student_true_rate": self.true_rate}
 
 
 def student_labels(votes: np.ndarray, student_ids: np.ndarray, true_labels: np.ndarray, *, epsilon: float,
                    seed: int, settings: PateSettings) -> StudentLabels:
-    """Noisy-argmax labels of the student rows with sigma calibrated to (epsilon, settings.delta) over Q queries."""
+    """Labels of the student rows from the counts noised with sigma calibrated to (epsilon, settings.delta) over the
+    Q queries: the :func:`vote_shares` (settings.student_labels = share, float) or Bernoulli draws from them by
+    (seed, "pate/label", row_id) (sampled, int8)."""
+    if settings.student_labels not in STUDENT_LABELS:
+        raise ValueError(f"pate.student_labels must be one of {', '.join(STUDENT_LABELS)}, got "
+                         f"{settings.student_labels!r}")
     sigma = calibrate_sigma(epsilon=epsilon, queries=len(student_ids), delta=settings.delta, noise=settings.noise)
     counts = vote_counts(votes)
-    labels = noisy_argmax(counts, student_ids, sigma=sigma, seed=seed, noise=settings.noise)
+    shares = vote_shares(noisy_counts(counts, student_ids, sigma=sigma, seed=seed, noise=settings.noise))
+    labels = shares if settings.student_labels == SHARE else hashing.bernoulli(
+        seed, LABEL_PURPOSE, np.asarray(student_ids, dtype=np.int64), shares)
     spent = pate_epsilon(sigma=sigma, queries=len(student_ids), delta=settings.delta, noise=settings.noise)
+    true_labels = np.asarray(true_labels)
     return StudentLabels(labels=labels, counts=counts, epsilon=spent, delta=settings.delta, sigma=sigma,
-                         agreement=float(np.mean(labels == np.asarray(true_labels))))
+                         agreement=float(np.mean(np.where(true_labels == 1, labels, 1.0 - labels))),
+                         label_rate=float(labels.mean()), true_rate=float(true_labels.mean()))

@@ -278,9 +278,10 @@ class TargetFit:
 
 
 def teacher_model(params: BoostingParams) -> pate.TeacherModel:
-    """PATE's teacher settings: the boosting hyper-parameters without early stopping."""
+    """PATE's teacher settings: the boosting hyper-parameters (early stopping on each teacher's own held-out rows)."""
     return pate.TeacherModel(n_estimators=params.n_estimators, max_depth=params.max_depth,
-                             learning_rate=params.learning_rate, seed=params.seed)
+                             learning_rate=params.learning_rate, seed=params.seed,
+                             early_stopping_rounds=params.early_stopping_rounds)
 
 
 def student_rows(data: ModelData, *, settings: pate.PateSettings, seed: int) -> np.ndarray:
@@ -293,10 +294,12 @@ def student_rows(data: ModelData, *, settings: pate.PateSettings, seed: int) -> 
 
 def train_pate(data: ModelData, *, epsilon: float, seed: int, params: BoostingParams,
                settings: pate.PateSettings) -> TargetFit:
-    """PATE (docs/math.md §4.6): teachers on disjoint partitions of the training rows outside the Q student rows,
-    the student on the noisy vote argmax of the student rows (early stopping on a seeded 10% of them, so no
-    label beyond the Q answers is read); with pseudo-labels, the student is refitted with labels drawn from its
-    own predictions, Bernoulli(p) by row id, on the remaining training rows."""
+    """PATE as Wu et al.'s Criteo setup runs it (docs/math.md §4.6): teachers on disjoint partitions of all the
+    training rows with votes sampled from their predictions, the student on Q of those rows labelled by the noisy
+    vote shares (soft labels) or draws from them (early stopping on a seeded 10% of them, so no label beyond the Q
+    answers is read); with pseudo-labels, the student is refitted with labels drawn from its own predictions,
+    Bernoulli(p) by row id, on the remaining training rows. Released labels: the draws (NaN elsewhere) with
+    sampled labels, None with shares (no per-row label is released)."""
     if data.library != "xgboost":
         raise ValueError(f"training_mechanism pate trains xgboost teachers on a feature matrix, got library={data.library}")
     train, ids, labels = data.split == SPLIT_TRAIN, data.row_ids, data.labels.astype(np.int8)
@@ -315,7 +318,8 @@ def train_pate(data: ModelData, *, epsilon: float, seed: int, params: BoostingPa
         rest = train & ~students
         released[rest] = hashing.bernoulli(seed, pate.PSEUDO_PURPOSE, ids[rest], model.predict(data.rows(rest)))
         model = fit_model(data, released, fit_rows | rest, valid_rows, params=params)
-    return TargetFit(model, released, report=answer.report(settings))
+    return TargetFit(model, released if settings.student_labels == pate.SAMPLED else None,
+                     report=answer.report(settings))
 
 
 def train_target(data: ModelData, *, mechanism: str, epsilon: float, seed: int, params: BoostingParams,

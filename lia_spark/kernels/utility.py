@@ -27,7 +27,7 @@ def utility_grid(*, epsilons: Sequence[float], bag_sizes: Sequence[int],
                  extra_mechanisms: Sequence[str] = ()) -> list[tuple[str, float, int]]:
     """Settings (mechanism, epsilon, bag size): rr x eps (inf = true labels), llp x k, noisy llp x finite eps x k,
     each extra label mechanism x finite eps (at eps = inf they train on the true labels, as rr does) and pate x
-    every eps (at eps = inf the noiseless vote argmax). LLP rows carry epsilon NaN, the others bag size 1."""
+    every eps (at eps = inf no noise on the vote counts). LLP rows carry epsilon NaN, the others bag size 1."""
     finite = [float(e) for e in epsilons if math.isfinite(e)]
     grid = [(RR, float(e), 1) for e in epsilons]
     grid += [(LLP, math.nan, int(k)) for k in bag_sizes]

@@ -77,12 +77,13 @@ class ModelsConfig:
 @dataclasses.dataclass(frozen=True)
 class PateConfig:
     """PATE (docs/math.md §4.6) wherever a target is trained with it (models.training_mechanism=pate, the utility
-    grid, the audit table): T teachers on disjoint row-id-seeded partitions, Q student queries, the noise of the
-    vote counts, pseudo-labels, and the delta of its accounting."""
+    grid, the audit table): T teachers on disjoint row-id-seeded partitions of all training rows, Q student queries
+    drawn from those rows, the noise of the vote counts, pseudo-labels, and the delta of its accounting."""
 
     teachers: int = 100
     queries: int = 10_000
     noise: str = "gaussian"
+    student_labels: str = "share"
     pseudo_labels: bool = False
     delta: float = 1e-5
 
@@ -93,6 +94,8 @@ class PateConfig:
             fail("pate.queries", self.queries, "must be >= 1")
         if self.noise not in ("gaussian", "laplace"):
             fail("pate.noise", self.noise, "must be one of gaussian, laplace")
+        if self.student_labels not in ("share", "sampled"):
+            fail("pate.student_labels", self.student_labels, "must be one of share, sampled")
         if not 0.0 < self.delta < 1.0:
             fail("pate.delta", self.delta, "must be in (0, 1)")
 
@@ -135,6 +138,7 @@ class AuditConfig:
     membership_candidates: int = 20_000
     repetitions: int = 100
     scores: tuple[str, ...] = (names.LOG_RATIO,)  # the tightest valid score of the study in BENCHMARKS.md
+    recalibrate: str = names.RECALIBRATE_NONE  # none | target (M onto M') | proxy (M' onto M): no label read
     confidence: float = 0.95
     delta: float = 0.0
     tau: float = 0.0
@@ -157,6 +161,8 @@ class AuditConfig:
             fail("audit.attack", self.attack, f"must be one of {', '.join(names.ATTACKS)}")
         if self.design not in names.DESIGNS:
             fail("audit.design", self.design, f"must be one of {', '.join(names.DESIGNS)}")
+        if self.recalibrate not in names.RECALIBRATIONS:
+            fail("audit.recalibrate", self.recalibrate, f"must be one of {', '.join(names.RECALIBRATIONS)}")
         if self.counterfactual not in names.COUNTERFACTUALS:
             fail("audit.counterfactual", self.counterfactual, f"must be one of {', '.join(names.COUNTERFACTUALS)}")
         if not 0.0 < self.flip_share <= 1.0:

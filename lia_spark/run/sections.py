@@ -238,6 +238,7 @@ class TableConfig:
                                    *names.BAG_MECHANISMS, names.PATE)
     epsilons: tuple[float, ...] = (math.inf, 8.0, 4.0, 2.0, 1.0, 0.1)
     bag_sizes: tuple[int, ...] = (8,)
+    paper_convention: bool = False  # also audit each cell's target the paper's way (not a valid bound)
 
     def validate(self) -> None:
         if not self.mechanisms:

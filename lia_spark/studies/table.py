@@ -15,8 +15,8 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from lia_spark.names import (BAG_MECHANISMS, BINOMIAL, BONFERRONI, LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, NONE, PAPER,
-                             PATE, RR, RR_DEBIASED, RR_WITH_PRIOR, bound_key)
+from lia_spark.names import (BAG_MECHANISMS, BINOMIAL, BONFERRONI, GDP, LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, NONE,
+                             OBSERVATIONAL, PAPER, PATE, RECALIBRATE_NONE, RR, RR_DEBIASED, RR_WITH_PRIOR, bound_key)
 from lia_spark.run.capabilities import unsupported
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config
@@ -35,6 +35,15 @@ DISPLAY_NAMES: dict[str, str] = {
     PATE: "PATE",
 }
 CONVENTION = BONFERRONI
+# The paper's audit (Kalemaj et al. 2025, sec. 6.2 and Table 2): the observational game on 200k of the target's
+# training rows (their training labels), the difference score with t = 2, 100 repetitions, delta = 1e-5 with the
+# f-DP (GDP) bound, the best point of the c' sweep each at 95%: comparable with the published values, not a valid
+# bound. Applied to an audit section by ``dataclasses.replace(section, **PAPER_AUDIT)``.
+PAPER_AUDIT: dict[str, object] = {
+    "design": OBSERVATIONAL, "scores": ("difference_t2",), "canaries": 200_000, "repetitions": 100, "delta": 1e-5,
+    "confidence": 0.95, "bounds": (BINOMIAL, GDP), "convention": PAPER, "recalibrate": RECALIBRATE_NONE, "tau": 0.0}
+PAPER_WAY_LABEL = ("paper convention, not a valid bound: observational game on 200k training rows, difference "
+                   "score t = 2, delta = 1e-5, GDP, best sweep point each at 95%")
 
 
 def bound_keys(summary: Mapping | None) -> tuple[str, str]:
@@ -172,19 +181,27 @@ def wide_table(cells: pd.DataFrame, *, epsilons: Sequence[float]) -> pd.DataFram
 
 CELL_COLUMNS = ("cell", "mechanism", "algorithm", "claimed_epsilon", "bag_size", "status", "eps_lb_mean", "eps_lb_std",
                 "eps_lb_min", "eps_lb_max", "exceeds_claimed", "convention", "bound", "confidence", "delta", "canaries",
-                "repetitions", "eps_lb_paper_convention_mean", "eps_lb_paper_convention_std", "test_auc",
-                "test_log_loss", "train_seconds", "audit_seconds", "seconds", "error", "output_dir")
+                "repetitions", "eps_lb_paper_convention_mean", "eps_lb_paper_convention_std", "eps_lb_paper_way_mean",
+                "eps_lb_paper_way_std", "test_auc", "test_log_loss", "train_seconds", "audit_seconds", "seconds",
+                "error", "output_dir")
+
+
+def paper_way(summary: Mapping | None) -> dict:
+    """The paper-convention best bound (mean, std, ...) of an audit run with :data:`PAPER_AUDIT` (its headline
+    family: GDP at delta = 1e-5); {} without one."""
+    return (summary or {}).get("best", {}).get(bound_keys(summary)[1], {})
 
 
 def cell_record(cell: Cell, *, status: str, summary: Mapping | None, test_metrics: Mapping[str, float] | None,
-                train_seconds: float, audit_seconds: float, seconds: float, error: str, output_dir: str
-                ) -> dict:
-    """One row of the long table from a cell's audit summary (``AuditResult.summary``) and the target's test
-    metrics (``TrainResult.test_metrics``, keys ``<metric>@target``); NaN where the cell failed."""
+                train_seconds: float, audit_seconds: float, seconds: float, error: str, output_dir: str,
+                paper_summary: Mapping | None = None) -> dict:
+    """One row of the long table from a cell's audit summary (``AuditResult.summary``), its paper-way audit's
+    (``paper_summary``, table.paper_convention) and the target's test metrics (``TrainResult.test_metrics``, keys
+    ``<metric>@target``); NaN where the cell failed or was not audited that way."""
     nan = math.nan
     best = (summary or {}).get("best", {})
     valid_key, paper_key = bound_keys(summary)
-    valid, paper = best.get(valid_key, {}), best.get(paper_key, {})
+    valid, paper, way = best.get(valid_key, {}), best.get(paper_key, {}), paper_way(paper_summary)
     mean = float(valid.get("mean", nan))
     metrics = test_metrics or {}
     return {
@@ -196,6 +213,7 @@ def cell_record(cell: Cell, *, status: str, summary: Mapping | None, test_metric
         "canaries": (summary or {}).get("canaries", nan), "repetitions": (summary or {}).get("repetitions", nan),
         "eps_lb_paper_convention_mean": float(paper.get("mean", nan)),
         "eps_lb_paper_convention_std": float(paper.get("std", nan)),
+        "eps_lb_paper_way_mean": float(way.get("mean", nan)), "eps_lb_paper_way_std": float(way.get("std", nan)),
         "test_auc": float(metrics.get("auc@target", nan)), "test_log_loss": float(metrics.get("log_loss@target", nan)),
         "train_seconds": train_seconds, "audit_seconds": audit_seconds, "seconds": seconds, "error": error,
         "output_dir": output_dir,
@@ -220,6 +238,25 @@ def published_table() -> pd.DataFrame:
             line[f"test_log_loss@{column}"] = "" if loss is None else f"{loss:.3f}"
         line["source"] = PUBLISHED_SOURCE
         rows.append(line)
+    return pd.DataFrame(rows)
+
+
+def paper_way_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per cell: the valid bound, the paper-way value (:data:`PAPER_WAY_LABEL`) and the published value of the
+    same algorithm and claimed epsilon (empty where the paper has none), with the test log-loss beside Table 5's."""
+    published = {algorithm: dict(zip(PUBLISHED_EPSILONS, zip(values, PUBLISHED_LOG_LOSS[algorithm])))
+                 for algorithm, values in PUBLISHED_EPS_LB.items()}
+    rows = []
+    for record in cells.itertuples(index=False):
+        value, loss = published.get(record.algorithm, {}).get(record.claimed_epsilon, (None, None))
+        rows.append({"cell": record.cell, "algorithm": record.algorithm,
+                     "claimed_epsilon": epsilon_text(record.claimed_epsilon), "status": record.status,
+                     "eps_lb_valid": mean_std_text(record.eps_lb_mean, record.eps_lb_std),
+                     "eps_lb_paper_way": mean_std_text(record.eps_lb_paper_way_mean, record.eps_lb_paper_way_std),
+                     "eps_lb_published": "" if value is None else f"{value[0]:.2f} +- {value[1]:.2f}",
+                     "test_log_loss": f"{record.test_log_loss:.3f}",
+                     "test_log_loss_published": "" if loss is None else f"{loss:.3f}",
+                     "paper_way": PAPER_WAY_LABEL})
     return pd.DataFrame(rows)
 
 

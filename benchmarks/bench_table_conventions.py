@@ -1,0 +1,185 @@
+"""Table 2 three ways on the same trained targets, beside the published values (BENCHMARKS.md).
+
+For every cell of one audit-table run (``<root>/seed<S>/table/cells/<cell>``, trained by
+``lia-spark audit-table``), without training anything:
+
+- **valid**: the cell's own audit (the project's default design: injected canaries, log ratio, binomial bound,
+  Bonferroni over the sweep, 95%);
+- **recalibrated**: the same audit with ``audit.recalibrate=target`` (M mapped onto M') and ``=proxy`` (M' onto M)
+  (docs/math.md §5.11: increasing fits on the canaries' predictions, no label read; still valid bounds);
+- **paper way**: the audit ``table.paper_convention`` adds (:data:`lia_spark.studies.table.PAPER_AUDIT`: the
+  observational game on 200k training rows, difference score t = 2, delta = 1e-5, GDP, best sweep point each at
+  95%, 100 repetitions), labelled "paper convention, not a valid bound".
+
+    .venv/bin/python benchmarks/bench_table_conventions.py --root runs/table-injected-1m --seed 1 [--render]
+
+The audits of each cell are committed stage outputs (reused on a re-run); results go to
+benchmarks/table_conventions.json.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks._report import publish  # noqa: E402
+from benchmarks.bench_injected_table import cells  # noqa: E402
+from lia_spark.engine.session import get_spark  # noqa: E402
+from lia_spark.engine.stages import run_stage  # noqa: E402
+from lia_spark.engine.table import paper_way_config  # noqa: E402
+from lia_spark.names import PATE, RECALIBRATE_PROXY, RECALIBRATE_TARGET  # noqa: E402
+from lia_spark.run import layout  # noqa: E402
+from lia_spark.run.config import load_config  # noqa: E402
+from lia_spark.studies import table  # noqa: E402
+
+SECTION = "table_conventions"
+AFTER_SECTION = "audit_table_injected"
+RESULTS = Path(__file__).resolve().parent / "table_conventions.json"
+
+
+def audit_cell(spark, base, record: dict, scratch: str) -> dict:
+    """The recalibrated (both maps) and the paper-way audits of one cell's canary table, beside its own (valid)
+    audit."""
+    cell_dir = record["output_dir"]
+    cell_config = dataclasses.replace(base, run=dataclasses.replace(base.run, output_dir=cell_dir))
+    recalibrated, seconds = {}, {}
+    for mode in (RECALIBRATE_TARGET, RECALIBRATE_PROXY):
+        started = time.monotonic()
+        recalibrated[mode] = run_stage("audit", spark, dataclasses.replace(
+            base, run=dataclasses.replace(base.run, output_dir=f"{scratch}/{mode}/{record['cell']}"),
+            audit=dataclasses.replace(base.audit, recalibrate=mode, canary_path=layout.canaries_path(cell_config))))
+        seconds[mode] = time.monotonic() - started
+    paper = run_stage("audit", spark, paper_way_config(cell_config, cell_dir))
+    way = table.paper_way(paper.summary)
+    trained = json.loads(Path(cell_dir, "models", "metrics.json").read_text(encoding="utf-8"))
+    return {"cell": record["cell"], "mechanism_report": trained.get("mechanism_report", {}), "algorithm": record["algorithm"], "mechanism": record["mechanism"],
+            "claimed_epsilon": record["claimed_epsilon"], "eps_lb": record["eps_lb_mean"],
+            **{f"eps_lb_{mode}_mapped": result.headline.eps_lb for mode, result in recalibrated.items()},
+            "recalibration": {mode: result.summary["recalibration"] for mode, result in recalibrated.items()},
+            "recalibrated_seconds": seconds, "eps_lb_paper_way_mean": way.get("mean", math.nan),
+            "eps_lb_paper_way_std": way.get("std", math.nan), "paper_way_canaries": paper.canaries,
+            "test_auc": record["test_auc"], "test_log_loss": record["test_log_loss"]}
+
+
+def render(rows: list[dict], *, root: str, seed: int) -> str:
+    """The side-by-side table, the recalibration verdict and the remaining differences."""
+    published = {algorithm: dict(zip(table.PUBLISHED_EPSILONS, zip(values, table.PUBLISHED_LOG_LOSS[algorithm])))
+                 for algorithm, values in table.PUBLISHED_EPS_LB.items()}
+    lines = ["| algorithm | claimed eps | valid eps_lb | valid, M onto M' | valid, M' onto M | paper way (not a "
+             "valid bound) | published (paper convention) | test log-loss | published log-loss |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        value, loss = published.get(row["algorithm"], {}).get(row["claimed_epsilon"], (None, None))
+        lines.append(
+            f"| {row['algorithm']} | {table.epsilon_text(row['claimed_epsilon'])} | {row['eps_lb']:.3f} | "
+            f"{row['eps_lb_target_mapped']:.3f} | {row['eps_lb_proxy_mapped']:.3f} | "
+            f"{table.mean_std_text(row['eps_lb_paper_way_mean'], row['eps_lb_paper_way_std'])} | "
+            f"{'-' if value is None else f'{value[0]:.2f} +- {value[1]:.2f}'} | {row['test_log_loss']:.3f} | "
+            f"{'-' if loss is None else f'{loss:.3f}'} |")
+    verdicts = []
+    for mode, words in ((RECALIBRATE_TARGET, "M onto M' (`audit.recalibrate=target`)"),
+                        (RECALIBRATE_PROXY, "M' onto M (`audit.recalibrate=proxy`)")):
+        gains = [row[f"eps_lb_{mode}_mapped"] - row["eps_lb"] for row in rows]
+        worse = [(row, gain) for row, gain in zip(rows, gains) if gain < -1e-9]
+        verdicts.append(f"{words}: higher in {sum(g > 1e-9 for g in gains)} of {len(rows)} cells (largest gain "
+                        f"{max(gains):.3f}), lower in {len(worse)}"
+                        + (": " + ", ".join(f"{r['cell']} {g:+.3f}" for r, g in worse) if worse else "") + ".")
+    verdict = " ".join(verdicts) + (
+        " Neither map is higher or equal in every cell, so `audit.recalibrate` stays `none` by default; `proxy` "
+        "leaves a calibrated target's M untouched and moves M' to E[M | M'], which helps most where the target is "
+        "mis-calibrated by construction (RR and LP-2ST at eps 1-4, proportion matching), while `target` shrinks the "
+        "label signal of a calibrated target along with its shift (non-private: 3.30 to 2.98).")
+    pate_rows = [row for row in rows if row["mechanism"] == PATE]
+    pate_lines = ["| claimed eps | accounted eps | sigma | student label click rate (true) | test AUC | test log-loss "
+                  "| published log-loss | valid eps_lb | paper way (not a valid bound) | published |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in pate_rows:
+        report = row["mechanism_report"]
+        value, loss = published["PATE"].get(row["claimed_epsilon"], (None, None))
+        pate_lines.append(
+            f"| {table.epsilon_text(row['claimed_epsilon'])} | {report.get('epsilon', math.nan):.3f} | "
+            f"{report.get('sigma', math.nan):.1f} | {report.get('student_label_rate', math.nan):.4f} "
+            f"({report.get('student_true_rate', math.nan):.4f}) | {row['test_auc']:.4f} | {row['test_log_loss']:.4f} "
+            f"| {'-' if loss is None else f'{loss:.3f}'} | {row['eps_lb']:.3f} | "
+            f"{table.mean_std_text(row['eps_lb_paper_way_mean'], row['eps_lb_paper_way_std'])} | "
+            f"{'-' if value is None else f'{value[0]:.2f} +- {value[1]:.2f}'} |")
+    return "\n".join([
+        "## Table 2: valid, recalibrated, the paper's way, published (`benchmarks/bench_table_conventions.py`)",
+        "",
+        f"The cells of `{root}/seed{seed}` (twin, 1M rows per day, XGBoost, injected design; the PATE cells "
+        "trained with the protocol of docs/math.md §4.6), each audited three ways on the same canary table, no "
+        "training: its own valid audit (injected canaries, log ratio, binomial, Bonferroni over the sweep, 95%; "
+        "one training run = one bound); the same with each label-free recalibration of docs/math.md §5.11 (still "
+        "valid): the target mapped onto the proxy's scale, g(M) = E[M' | M], or the proxy onto the target's, "
+        "h(M') = E[M | M']; "
+        "and the audit `table.paper_convention=true` adds (the observational game on 200k training rows with their "
+        "training labels, difference score t = 2, delta = 1e-5, GDP, the best sweep point each at 95%, 100 "
+        "repetitions, mean +- std over them: paper convention, not a valid bound). Published: Kalemaj et al. 2025, "
+        "Table 2 and Table 5 (Criteo, CatBoost).",
+        "",
+        *lines,
+        "",
+        verdict,
+        "",
+        "What still differs between the paper-way column and the published one (the audit itself is now the "
+        "paper's):",
+        "- the data: the synthetic twin (its click model, 3.2% clicks) stands in for Criteo days, which cannot be "
+        "downloaded here;",
+        "- the library: XGBoost (<= 200 trees, depth 6) where the paper trains CatBoost; CatBoost certified less "
+        "than XGBoost at the same eps on the twin (\"Table 2 on the twin\");",
+        "- the targets: trained under the injected design, so on about half the informative canaries the training "
+        "label is y1 ~ M'(x), not the true label; the paper's targets train on the true labels (paired observational "
+        "runs in \"Table 2 with injected canaries\" move the non-private test log-loss by 0.001);",
+        "- PATE: the paper does not state Q, the teachers' library settings or how its accounting composes; here "
+        "T = 100, Q = 10,000, GNMax with dp-accounting, XGBoost teachers and student;",
+        "- the mechanisms' settings the paper leaves open (RR's prior for the domain-prior variant, the noise-"
+        "correction estimator, LP-2ST's split) follow docs/math.md §2.6.",
+        *(["", "### PATE cells (Table 5 analogue)", "",
+            "T = 100 teachers on all training rows, Q = 10,000 queries drawn from them, GNMax, pate.delta = 1e-5, "
+            "sigma calibrated with dp-accounting, student on the noisy vote shares (docs/math.md §4.6).", "",
+            *pate_lines, "",
+            "At eps = inf the student's test log-loss is within 10% of the non-private target's and its labels keep "
+            "the click rate; with noise the clipped shares over-predict clicks (see \"PATE\" above). The audit "
+            "certifies about 0 at every eps, inf included, both ways: a canary's label reaches the student only "
+            "through its one teacher of 100 (a vote share moves by at most 1/100 per query) and, for 10,000 of "
+            "800,000 rows, its own query; the student never fits a canary's label as the other targets do. The "
+            "paper's 1.60 at eps = inf (as high as its non-private LP-1ST, with Table 5's non-private log-loss 0.130) "
+            "implies a student that fits its training labels much more closely; its Q and student setup are not "
+            "stated, so this is not reproduced here."] if pate_rows else []),
+    ])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", default="runs/table-injected-1m")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--conf", default="conf/audit_table.yaml")
+    parser.add_argument("--render", action="store_true", help="write the section into BENCHMARKS.md")
+    parser.add_argument("--render-only", action="store_true", help="render benchmarks/table_conventions.json")
+    args = parser.parse_args(argv)
+    if not args.render_only:
+        spark = get_spark(None)
+        base = load_config(args.conf, [f"run.seed={args.seed}", "synthetic.rows_per_day=1000000",
+                                       "tracking.enabled=false"])
+        found = cells(args.root, args.seed).to_dict("records")
+        rows = []
+        for index, record in enumerate(found, start=1):
+            rows.append(audit_cell(spark, base, record, f"{args.root}/seed{args.seed}/recalibrated"))
+            print(f"{index}/{len(found)} {json.dumps(rows[-1], default=str)}", flush=True)
+        RESULTS.write_text(json.dumps({"root": args.root, "seed": args.seed, "cells": rows}, indent=1),
+                           encoding="utf-8")
+    saved = json.loads(RESULTS.read_text(encoding="utf-8"))
+    publish(SECTION, render(saved["cells"], root=saved["root"], seed=saved["seed"]),
+            render=args.render or args.render_only, after=AFTER_SECTION)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
