@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lia_spark.kernels import criteo
 
-_INT = re.compile(r"-?[0-9]{1,18}")
+_INT = re.compile(r"-?[0-9]{1,19}")
 _HEX = re.compile(r"[0-9a-fA-F]{8}")
 
 
@@ -27,7 +27,7 @@ def reference_parse(line: str) -> tuple[str | None, list]:
         return "bad_label", []
     values = [int(fields[0])]
     for name, text in zip(criteo.INT_COLUMNS, fields[1:14]):
-        if text and not _INT.fullmatch(text):
+        if text and not (_INT.fullmatch(text) and -2**63 <= int(text) < 2**63):
             return f"bad_int:{name}", []
         values.append(int(text) if text else None)
     for name, text in zip(criteo.CAT_COLUMNS, fields[14:]):
@@ -79,7 +79,8 @@ def test_every_malformed_kind_is_named(array_type):
         "empty": "", "39 fields": "\t".join(base[:39]), "41 fields": "\t".join(base + ["0"]),
         "label 2": replaced(0, "2"), "label empty": replaced(0, ""), "label 00": replaced(0, "00"),
         "I1 float": replaced(1, "1.5"), "I2 plus": replaced(2, "+5"), "I3 minus only": replaced(3, "-"),
-        "I4 19 digits": replaced(4, "1" * 19), "I13 space": replaced(13, " 7"), "I5 double minus": replaced(5, "--1"),
+        "I4 20 digits": replaced(4, "1" * 20), "I13 space": replaced(13, " 7"), "I5 double minus": replaced(5, "--1"),
+        "I6 2^63": replaced(6, "9223372036854775808"), "I7 -2^63 - 1": replaced(7, "-9223372036854775809"),
         "C1 7 chars": replaced(14, "abcdef0"), "C2 9 chars": replaced(15, "abcdef012"),
         "C26 non hex": replaced(39, "abcdefg0"), "C7 unicode": replaced(20, "abcdef\u00e9"),
     }
@@ -87,11 +88,12 @@ def test_every_malformed_kind_is_named(array_type):
     reasons = [reference_parse(line)[0] for line in lines.values()]
     assert reasons == ["header", "header", "bad_column_count", "bad_column_count", "bad_column_count",
                        "bad_label", "bad_label", "bad_label", "bad_int:I1", "bad_int:I2", "bad_int:I3", "bad_int:I4",
-                       "bad_int:I13", "bad_int:I5", "bad_hex:C1", "bad_hex:C2", "bad_hex:C26", "bad_hex:C7"]
+                       "bad_int:I13", "bad_int:I5", "bad_int:I6", "bad_int:I7", "bad_hex:C1", "bad_hex:C2", "bad_hex:C26", "bad_hex:C7"]
 
 
 _TOKENS = ["", "0", "1", "-1", "7", "-", "--2", "+3", "1.5", " 4", "123456789012345678", "1234567890123456789",
-           "-123456789012345678", "00000000", "deadBEEF", "abcdef0", "abcdef012", "abcdefgh", "label", "\u00e9\u00e9",
+           "-123456789012345678", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
+           "-9223372036854775809", "9999999999999999999", "12345678901234567890", "00000000", "deadBEEF", "abcdef0", "abcdef012", "abcdefgh", "label", "\u00e9\u00e9",
            "ffffffff", "12345678"]
 
 
@@ -99,6 +101,15 @@ _TOKENS = ["", "0", "1", "-1", "7", "-", "--2", "+3", "1.5", " 4", "123456789012
 @given(st.lists(st.lists(st.sampled_from(_TOKENS), min_size=38, max_size=41).map("\t".join), min_size=1, max_size=30))
 def test_random_token_lines_match_reference(lines):
     _check(lines)
+
+
+def test_the_whole_int64_range_is_accepted_exactly():
+    base = _valid_line(np.random.default_rng(3)).split("\t")
+    values = ["9223372036854775807", "-9223372036854775808", "0000000000000000001", "-0", "999999999999999999"]
+    line = "\t".join(base[:1] + values + base[6:])
+    parsed = criteo.parse_lines(pa.array([line.encode()]))
+    assert parsed.reason[0] == criteo.VALID
+    assert [int(v) for v in parsed.ints[0][:5]] == [2**63 - 1, -2**63, 1, 0, 999999999999999999]
 
 
 def test_sliced_arrays_use_their_own_offsets():

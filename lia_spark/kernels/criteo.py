@@ -53,7 +53,7 @@ def split_row_id(row_id) -> tuple[np.ndarray, np.ndarray]:
 
 
 HEADER_PREFIX = b"label"
-MAX_INT_DIGITS = 18  # any optional '-' plus 1..18 digits fits in int64 without overflow checks
+MAX_INT_DIGITS = 19  # an optional '-' plus 1..19 digits, accumulated in uint64 and checked against the int64 range
 HEX_DIGITS = 8
 # Malformed-line reasons: short stable codes, with the offending field for field-level errors.
 # The first failing check in this order names the line: header, column count, label, I1..I13, C1..C26.
@@ -107,20 +107,24 @@ def _words(data: np.ndarray) -> np.ndarray:
 
 
 def _parse_ints(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Decimal fields ``-?[0-9]{1,18}`` -> (value int64, missing, bad); digits read right to left (Horner)."""
+    """Decimal fields ``-?[0-9]{1,19}`` within the int64 range [-2^63, 2^63 - 1] -> (value int64, missing, bad);
+    digits read right to left into a uint64 magnitude (19 digits stay below 2^64), then range-checked and signed."""
     missing = length == 0
     negative = (length > 0) & (data[start] == _MINUS)
     digits = length - negative
     bad = ~missing & ((digits < 1) | (digits > MAX_INT_DIGITS))
     width = int(digits[~missing & ~bad].max(initial=0))
-    value = np.zeros(start.shape, dtype=np.int64)
+    magnitude = np.zeros(start.shape, dtype=np.uint64)
     last = start + length - 1
     for j in range(width):
         inside = (j < digits) & ~bad
         digit = data[last - j] - np.uint8(48)   # wraps to >= 208 for bytes below '0'
         bad |= inside & (digit > 9)
-        value += np.where(inside, digit, 0).astype(np.int64) * np.int64(10 ** j)
-    return np.where(negative, -value, value), missing, bad
+        magnitude += np.where(inside & (digit <= 9), digit, 0).astype(np.uint64) * np.uint64(10 ** j)
+    bad |= magnitude > np.where(negative, np.uint64(2**63), np.uint64(2**63 - 1))
+    magnitude = np.where(bad, np.uint64(0), magnitude)
+    negated = (~magnitude + np.uint64(1)).view(np.int64)  # two's complement: -2^63 stays exact
+    return np.where(negative, negated, magnitude.view(np.int64)), missing, bad
 
 
 def _repeat(byte: int) -> np.uint64:

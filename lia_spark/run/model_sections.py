@@ -95,7 +95,8 @@ class PateConfig:
         if self.noise not in ("gaussian", "laplace"):
             fail("pate.noise", self.noise, "must be one of gaussian, laplace")
         if self.student_labels not in ("share", "sampled"):
-            fail("pate.student_labels", self.student_labels, "must be one of share, sampled")
+            fail("pate.student_labels", self.student_labels, "must be one of share, sampled",
+                 "share: the student fits the noisy vote share (default); sampled: a label drawn from it")
         if not 0.0 < self.delta < 1.0:
             fail("pate.delta", self.delta, "must be in (0, 1)")
 
@@ -162,7 +163,8 @@ class AuditConfig:
         if self.design not in names.DESIGNS:
             fail("audit.design", self.design, f"must be one of {', '.join(names.DESIGNS)}")
         if self.recalibrate not in names.RECALIBRATIONS:
-            fail("audit.recalibrate", self.recalibrate, f"must be one of {', '.join(names.RECALIBRATIONS)}")
+            fail("audit.recalibrate", self.recalibrate, f"must be one of {', '.join(names.RECALIBRATIONS)}",
+                 "none (default); target maps M onto M'; proxy maps M' onto M (docs/math.md §5.11)")
         if self.counterfactual not in names.COUNTERFACTUALS:
             fail("audit.counterfactual", self.counterfactual, f"must be one of {', '.join(names.COUNTERFACTUALS)}")
         if not 0.0 < self.flip_share <= 1.0:

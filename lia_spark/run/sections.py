@@ -300,6 +300,8 @@ class LoglossConfig:
         for scale in self.noise_scales:
             if not 0.0 < scale < math.inf:
                 fail("logloss.noise_scales", scale, "must be finite and > 0")
+        for field in ("attacks", "decimals", "noises", "noise_scales"):
+            fail_repeats(f"logloss.{field}", getattr(self, field))
         if not 0.0 < self.failure_probability < 1.0:
             fail("logloss.failure_probability", self.failure_probability, "must be in (0, 1)")
         if self.queries < 1:
