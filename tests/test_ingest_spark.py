@@ -210,6 +210,9 @@ def test_malformed_lines_empty_file_and_truncated_gzip(spark, tmp_path):
     damaged = quarantine[quarantine["file"].str.endswith("/day_4.gz")]
     assert "truncated_gzip" in set(damaged["reason"]) and damaged["line_number"].isna().sum() == 1
     assert _marker(config.quarantine_path)["malformed_rows"] == result.malformed_rows
+    summary = result.console_summary()  # what the ingest command prints on stdout
+    assert f"{result.malformed_rows:,} malformed" in summary and config.quarantine_path in summary
+    assert "1 damaged and 1 empty file(s) lost at least 2 line(s)" in summary and "bad_label" in summary
 
 
 @pytest.mark.parametrize("damage", ["truncated_gzip", "plain_text_named_gz", "empty"])

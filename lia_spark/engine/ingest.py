@@ -105,6 +105,19 @@ class IngestResult(StageResult):
         return {**values, "rows_per_day": {int(day): int(rows) for day, rows in values["rows_per_day"].items()},
                 "files": [FileCounts(**item) for item in values["files"]]}
 
+    def console_summary(self) -> str:
+        """Rows per day, and the malformed and lost lines (by reason, with the quarantine) whenever there are any."""
+        days = ", ".join(f"day {day}: {rows:,}" for day, rows in sorted(self.rows_per_day.items()))
+        line = f"ingest: {self.valid_rows:,} valid rows of {self.input_lines:,} input lines ({days})"
+        if self.malformed_rows:
+            reasons = ", ".join(f"{reason} {count:,}" for reason, count in sorted(self.malformed_by_reason.items()))
+            line += (f"; {self.malformed_rows:,} malformed ({self.malformed_share:.4%}: {reasons}) quarantined in "
+                     f"{self.quarantine_path}")
+        if self.lost_lines or self.corrupt_files or self.empty_files:
+            line += (f"; {self.corrupt_files} damaged and {self.empty_files} empty file(s) lost at least "
+                     f"{self.lost_lines:,} line(s)")
+        return line
+
     def metrics(self) -> dict[str, float]:
         values = {
             "ingest_input_lines": float(self.input_lines),
