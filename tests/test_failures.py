@@ -235,8 +235,8 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
 
     import mlflow
 
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    for variable in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(variable, raising=False)  # the product's own budget (tracking.request_*) applies
     port, root = _free_port(), tmp_path / "mlflow"
     root.mkdir()
     uri = f"http://127.0.0.1:{port}"
@@ -254,14 +254,21 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
     hook = StopServerAfterData()
     caplog.set_level(logging.INFO, logger="lia_spark.engine.pipeline")
     logging.getLogger("lia_spark.engine.pipeline").addHandler(hook)
+    started = time.monotonic()
     try:
         assert main(["run", "--conf", str(conf)]) == 0
     finally:
         logging.getLogger("lia_spark.engine.pipeline").removeHandler(hook)
         if server.poll() is None:
             _stop(server)
+    seconds = time.monotonic() - started
     output = capsys.readouterr().out
     assert "warning: not logged to MLflow: stage data, stage report" in output and "lia-spark track --conf" in output
+    # MLflow's own retries held a run 12 min on a dead server; the default budget (10 s, 2 retries) costs seconds
+    assert seconds < 90, seconds
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "not logged to" in r.getMessage()]
+    assert len(warnings) == 2 and all(uri in line for line in warnings)  # the failure, then the run's summary
+    assert "lia-spark track" in warnings[1] and not any("Retrying" in r.getMessage() for r in caplog.records)
     result = json.loads((data_run / "out" / "results" / "pipeline.json").read_text(encoding="utf-8"))
     assert result["not_logged"][:2] == ["stage data", "stage report"]
     assert (data_run / "out" / "report" / "report.html").exists()

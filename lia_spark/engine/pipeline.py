@@ -238,7 +238,8 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
                 tracker.end, failed=failed is not None or len(outcomes) < len(PIPELINE_STAGES)))
             result.not_logged = list(tracker.not_logged)
             if result.not_logged:
-                logger.warning("tracking: not logged to MLflow: %s; %s", ", ".join(result.not_logged), TRACK_LATER)
+                logger.warning("tracking: not logged to MLflow at %s: %s; %s", tracker.tracking_uri,
+                               ", ".join(result.not_logged), TRACK_LATER)
     if failed is not None:
         raise RuntimeError(f"stage {failed.step} ({failed.stage}) failed: {failed.error}; outputs of finished "
                            f"stages are kept under {config.run.output_dir}") from failed.exception

@@ -46,10 +46,13 @@ def config_from_args(argv: Sequence[str] | None, description: str) -> Config:
 
 
 def configure_logging() -> None:
-    """INFO-level, timestamped logs for lia_spark; Spark's own logs stay at WARN."""
+    """INFO-level, timestamped logs for lia_spark; Spark's own logs stay at WARN; urllib3's per-attempt "Retrying"
+    lines (MLflow's HTTP calls) are left out: a tracking call that fails after its retries gets one lia_spark
+    warning naming the server."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 def notebook_parameters(namespace: Mapping[str, Any], defaults: Mapping[str, str]) -> dict[str, str]:

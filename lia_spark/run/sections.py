@@ -217,12 +217,18 @@ class TrackingConfig:
     log_models: bool = True
     timeout_seconds: float = 10.0
     log_row_data: bool = False
+    request_timeout_seconds: int = 10  # each MLflow HTTP call after the up-front check
+    request_retries: int = 2  # retries of a failed MLflow HTTP call after the up-front check
 
     def validate(self) -> None:
         if not self.experiment.strip():
             fail("tracking.experiment", self.experiment, "must be a non-empty name")
         if not 0.0 < self.timeout_seconds <= 600.0:
             fail("tracking.timeout_seconds", self.timeout_seconds, "must be in (0, 600]")
+        if not 1 <= self.request_timeout_seconds <= 600:
+            fail("tracking.request_timeout_seconds", self.request_timeout_seconds, "must be in [1, 600]")
+        if not 0 <= self.request_retries <= 10:
+            fail("tracking.request_retries", self.request_retries, "must be in [0, 10]")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,7 +28,8 @@ from lia_spark.run.config import Config
 from lia_spark.run.environment import git_commit, package_versions
 
 from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
-from lia_spark.tracking.store import TrackingError, check_tracking_store, resolve_tracking_uri, sqlite_path
+from lia_spark.tracking.store import (TrackingError, budget_requests, check_tracking_store, resolve_tracking_uri,
+                                     sqlite_path)
 logger = logging.getLogger(__name__)
 
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
@@ -117,14 +118,16 @@ class PipelineTracker:
         try:
             log()
         except Exception as error:  # noqa: BLE001 - MLflow and its HTTP client raise many types
-            logger.warning("tracking: %s not logged, tracking stops for this run (%s)", what,
-                           (str(error).strip().splitlines() or [type(error).__name__])[0])
+            logger.warning("tracking: %s not logged to %s, tracking stops for this run and the stages go on (%s)",
+                           what, self.tracking_uri, (str(error).strip().splitlines() or [type(error).__name__])[0])
             self.not_logged.append(what)
             _abandon_runs()
 
     def check(self) -> None:
-        """Connectivity check with ``tracking.timeout_seconds`` (see :func:`check_tracking_store`)."""
+        """Connectivity check with ``tracking.timeout_seconds`` (see :func:`check_tracking_store`); then every later
+        MLflow call gets the time budget of :func:`budget_requests`."""
         check_tracking_store(self.tracking_uri, timeout_seconds=self.config.tracking.timeout_seconds)
+        logger.debug("tracking: MLflow HTTP calls budgeted: %s", budget_requests(self.config.tracking))
 
     def start(self) -> str:
         """Create (or reuse) the experiment, start the parent run, log config and environment params."""

@@ -24,6 +24,19 @@ def resolve_tracking_uri(config: TrackingConfig) -> str:
     return uri or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
+REQUEST_SETTINGS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "request_timeout_seconds",
+                    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "request_retries"}
+
+
+def budget_requests(config: TrackingConfig) -> dict[str, str]:
+    """Give MLflow's HTTP calls of this process the time budget of tracking.request_timeout_seconds and
+    tracking.request_retries (MLflow's own defaults retry for minutes, so a server lost mid-run held the stages for
+    12 min); an MLFLOW_HTTP_REQUEST_* variable the user set wins. Returns the settings in force."""
+    for variable, field in REQUEST_SETTINGS.items():
+        os.environ.setdefault(variable, str(getattr(config, field)))
+    return {variable: os.environ[variable] for variable in REQUEST_SETTINGS}
+
+
 def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
