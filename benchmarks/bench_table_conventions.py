@@ -56,7 +56,7 @@ def audit_cell(spark, base, record: dict, scratch: str) -> dict:
             base, run=dataclasses.replace(base.run, output_dir=f"{scratch}/{mode}/{record['cell']}"),
             audit=dataclasses.replace(base.audit, recalibrate=mode, canary_path=layout.canaries_path(cell_config))))
         seconds[mode] = time.monotonic() - started
-    paper = run_stage("audit", spark, paper_way_config(cell_config, cell_dir))
+    paper = run_stage("audit", spark, paper_way_config(cell_config))
     way = table.paper_way(paper.summary)
     trained = json.loads(Path(cell_dir, "models", "metrics.json").read_text(encoding="utf-8"))
     return {"cell": record["cell"], "mechanism_report": trained.get("mechanism_report", {}), "algorithm": record["algorithm"], "mechanism": record["mechanism"],
@@ -70,19 +70,16 @@ def audit_cell(spark, base, record: dict, scratch: str) -> dict:
 
 def render(rows: list[dict], *, root: str, seed: int) -> str:
     """The side-by-side table, the recalibration verdict and the remaining differences."""
-    published = {algorithm: dict(zip(table.PUBLISHED_EPSILONS, zip(values, table.PUBLISHED_LOG_LOSS[algorithm])))
-                 for algorithm, values in table.PUBLISHED_EPS_LB.items()}
     lines = ["| algorithm | claimed eps | valid eps_lb | valid, M onto M' | valid, M' onto M | paper way (not a "
              "valid bound) | published (paper convention) | test log-loss | published log-loss |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        value, loss = published.get(row["algorithm"], {}).get(row["claimed_epsilon"], (None, None))
+        value, loss = table.published_text(row["algorithm"], row["claimed_epsilon"])
         lines.append(
             f"| {row['algorithm']} | {table.epsilon_text(row['claimed_epsilon'])} | {row['eps_lb']:.3f} | "
             f"{row['eps_lb_target_mapped']:.3f} | {row['eps_lb_proxy_mapped']:.3f} | "
             f"{table.mean_std_text(row['eps_lb_paper_way_mean'], row['eps_lb_paper_way_std'])} | "
-            f"{'-' if value is None else f'{value[0]:.2f} +- {value[1]:.2f}'} | {row['test_log_loss']:.3f} | "
-            f"{'-' if loss is None else f'{loss:.3f}'} |")
+            f"{value or '-'} | {row['test_log_loss']:.3f} | {loss or '-'} |")
     verdicts = []
     for mode, words in ((RECALIBRATE_TARGET, "M onto M' (`audit.recalibrate=target`)"),
                         (RECALIBRATE_PROXY, "M' onto M (`audit.recalibrate=proxy`)")):
@@ -91,25 +88,26 @@ def render(rows: list[dict], *, root: str, seed: int) -> str:
         verdicts.append(f"{words}: higher in {sum(g > 1e-9 for g in gains)} of {len(rows)} cells (largest gain "
                         f"{max(gains):.3f}), lower in {len(worse)}"
                         + (": " + ", ".join(f"{r['cell']} {g:+.3f}" for r, g in worse) if worse else "") + ".")
+    plain = next(row for row in rows if row["cell"] == "none")
     verdict = " ".join(verdicts) + (
         " Neither map is higher or equal in every cell, so `audit.recalibrate` stays `none` by default; `proxy` "
         "leaves a calibrated target's M untouched and moves M' to E[M | M'], which helps most where the target is "
         "mis-calibrated by construction (RR and LP-2ST at eps 1-4, proportion matching), while `target` shrinks the "
-        "label signal of a calibrated target along with its shift (non-private: 3.30 to 2.98).")
+        "label signal of a calibrated target along with its shift (non-private: "
+        f"{plain['eps_lb']:.2f} to {plain['eps_lb_target_mapped']:.2f}).")
     pate_rows = [row for row in rows if row["mechanism"] == PATE]
     pate_lines = ["| claimed eps | accounted eps | sigma | student label click rate (true) | test AUC | test log-loss "
                   "| published log-loss | valid eps_lb | paper way (not a valid bound) | published |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
     for row in pate_rows:
         report = row["mechanism_report"]
-        value, loss = published["PATE"].get(row["claimed_epsilon"], (None, None))
+        value, loss = table.published_text(row["algorithm"], row["claimed_epsilon"])
         pate_lines.append(
             f"| {table.epsilon_text(row['claimed_epsilon'])} | {report.get('epsilon', math.nan):.3f} | "
             f"{report.get('sigma', math.nan):.1f} | {report.get('student_label_rate', math.nan):.4f} "
             f"({report.get('student_true_rate', math.nan):.4f}) | {row['test_auc']:.4f} | {row['test_log_loss']:.4f} "
-            f"| {'-' if loss is None else f'{loss:.3f}'} | {row['eps_lb']:.3f} | "
-            f"{table.mean_std_text(row['eps_lb_paper_way_mean'], row['eps_lb_paper_way_std'])} | "
-            f"{'-' if value is None else f'{value[0]:.2f} +- {value[1]:.2f}'} |")
+            f"| {loss or '-'} | {row['eps_lb']:.3f} | "
+            f"{table.mean_std_text(row['eps_lb_paper_way_mean'], row['eps_lb_paper_way_std'])} | {value or '-'} |")
     return "\n".join([
         "## Table 2: valid, recalibrated, the paper's way, published (`benchmarks/bench_table_conventions.py`)",
         "",

@@ -59,15 +59,13 @@ def cell_config(config: Config, cell: table.Cell) -> Config:
     )
 
 
-def paper_way_config(config: Config, cell_dir: str) -> Config:
-    """``config`` auditing the canary table of the cell folder ``cell_dir`` the paper's way
-    (:data:`lia_spark.studies.table.PAPER_AUDIT`) into ``<cell_dir>/paper_convention/audit``: same trained target,
-    no training."""
+def paper_way_config(cell: Config) -> Config:
+    """A cell's config (``run.output_dir`` = the cell's folder) auditing the cell's canary table the paper's way
+    (:data:`lia_spark.studies.table.PAPER_AUDIT`) into ``<cell folder>/paper_convention/audit``: same trained
+    target, no training."""
     return dataclasses.replace(
-        config, run=dataclasses.replace(config.run, output_dir=f"{cell_dir}/{PAPER_WAY_FOLDER}"),
-        audit=dataclasses.replace(config.audit, **table.PAPER_AUDIT,
-                                  canary_path=layout.canaries_path(dataclasses.replace(
-                                      config, run=dataclasses.replace(config.run, output_dir=cell_dir)))))
+        cell, run=dataclasses.replace(cell.run, output_dir=f"{cell.run.output_dir}/{PAPER_WAY_FOLDER}"),
+        audit=dataclasses.replace(cell.audit, **table.PAPER_AUDIT, canary_path=layout.canaries_path(cell)))
 
 
 @dataclasses.dataclass
@@ -188,7 +186,7 @@ def _run_cell(spark: SparkSession, config: Config, cell: table.Cell, preparation
             train = run_stage("train", spark, conf, preparation=preparation)
             audit = run_stage("audit", spark, conf)
             if config.table.paper_convention:
-                paper = run_stage("audit", spark, paper_way_config(conf, out))
+                paper = run_stage("audit", spark, paper_way_config(conf))
     except Exception as error:  # noqa: BLE001 - a failing cell is recorded and the other cells go on
         seconds = time.monotonic() - started
         message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"

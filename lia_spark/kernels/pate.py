@@ -207,7 +207,7 @@ def missing_teachers(found: np.ndarray, *, teachers: int, rows: int) -> ValueErr
     empty = sorted(set(range(teachers)) - {int(t) for t in found})
     return ValueError(f"pate.teachers: {len(empty)} of the {teachers} teachers have no training row (teacher "
                       f"{empty[0]}, ...) among the {rows} training rows; use fewer teachers (pate.teachers <= "
-                      f"{rows // 100} keeps about 100 rows each)")
+                      f"{max(1, rows // 100)} keeps about 100 rows each)")
 
 
 # Votes of the T teachers on the student rows: (student row ids, student features, seed) -> (T, Q) int8.
@@ -239,8 +239,9 @@ def sequential_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarr
 
     def votes(student_ids: np.ndarray, student_features: np.ndarray, seed: int) -> np.ndarray:
         teacher = teacher_index(row_ids, teachers=teachers, seed=seed)
-        if np.unique(teacher).size < teachers:
-            raise missing_teachers(np.unique(teacher), teachers=teachers, rows=row_ids.size)
+        present = np.unique(teacher)
+        if present.size < teachers:
+            raise missing_teachers(present, teachers=teachers, rows=row_ids.size)
         result = np.zeros((teachers, len(student_features)), dtype=np.int8)
         for index in range(teachers):
             own = teacher == index

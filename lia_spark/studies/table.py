@@ -226,16 +226,25 @@ def utility_table(cells: pd.DataFrame) -> pd.DataFrame:
                          "test_auc"]]
 
 
+def published_text(algorithm: str, epsilon: float) -> tuple[str, str]:
+    """The paper's eps_lb ``mean +- std`` and test log-loss of ``algorithm`` (its display name) at ``epsilon`` as
+    text; "" where the paper reports none (or has no such algorithm or epsilon)."""
+    if algorithm not in PUBLISHED_EPS_LB or epsilon not in PUBLISHED_EPSILONS:
+        return "", ""
+    index = PUBLISHED_EPSILONS.index(epsilon)
+    value, loss = PUBLISHED_EPS_LB[algorithm][index], PUBLISHED_LOG_LOSS[algorithm][index]
+    return ("" if value is None else f"{value[0]:.2f} +- {value[1]:.2f}", "" if loss is None else f"{loss:.3f}")
+
+
 def published_table() -> pd.DataFrame:
     """The paper's Criteo values, one row per algorithm: eps_lb ``mean +- std`` and test log-loss per epsilon,
     labelled :data:`PUBLISHED_LABEL` and :data:`PUBLISHED_SOURCE`."""
     rows = []
-    for algorithm, values in PUBLISHED_EPS_LB.items():
+    for algorithm in PUBLISHED_EPS_LB:
         line = {"algorithm": algorithm, "mechanism": PUBLISHED_MECHANISMS[algorithm] or "", "values": PUBLISHED_LABEL}
-        for epsilon, value, loss in zip(PUBLISHED_EPSILONS, values, PUBLISHED_LOG_LOSS[algorithm]):
+        for epsilon in PUBLISHED_EPSILONS:
             column = epsilon_text(epsilon)
-            line[f"eps_lb@{column}"] = "" if value is None else f"{value[0]:.2f} +- {value[1]:.2f}"
-            line[f"test_log_loss@{column}"] = "" if loss is None else f"{loss:.3f}"
+            line[f"eps_lb@{column}"], line[f"test_log_loss@{column}"] = published_text(algorithm, epsilon)
         line["source"] = PUBLISHED_SOURCE
         rows.append(line)
     return pd.DataFrame(rows)
@@ -244,19 +253,15 @@ def published_table() -> pd.DataFrame:
 def paper_way_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Per cell: the valid bound, the paper-way value (:data:`PAPER_WAY_LABEL`) and the published value of the
     same algorithm and claimed epsilon (empty where the paper has none), with the test log-loss beside Table 5's."""
-    published = {algorithm: dict(zip(PUBLISHED_EPSILONS, zip(values, PUBLISHED_LOG_LOSS[algorithm])))
-                 for algorithm, values in PUBLISHED_EPS_LB.items()}
     rows = []
     for record in cells.itertuples(index=False):
-        value, loss = published.get(record.algorithm, {}).get(record.claimed_epsilon, (None, None))
+        value, loss = published_text(record.algorithm, record.claimed_epsilon)
         rows.append({"cell": record.cell, "algorithm": record.algorithm,
                      "claimed_epsilon": epsilon_text(record.claimed_epsilon), "status": record.status,
                      "eps_lb_valid": mean_std_text(record.eps_lb_mean, record.eps_lb_std),
                      "eps_lb_paper_way": mean_std_text(record.eps_lb_paper_way_mean, record.eps_lb_paper_way_std),
-                     "eps_lb_published": "" if value is None else f"{value[0]:.2f} +- {value[1]:.2f}",
-                     "test_log_loss": f"{record.test_log_loss:.3f}",
-                     "test_log_loss_published": "" if loss is None else f"{loss:.3f}",
-                     "paper_way": PAPER_WAY_LABEL})
+                     "eps_lb_published": value, "test_log_loss": f"{record.test_log_loss:.3f}",
+                     "test_log_loss_published": loss, "paper_way": PAPER_WAY_LABEL})
     return pd.DataFrame(rows)
 
 
