@@ -431,3 +431,18 @@ def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parq
         again = run_stage("utility", spark, config)
     assert not again.skipped and not again.failures()
     assert "recomputing: the committed output records failed parts: rr.epsinf.k1: ValueError" in caplog.text
+
+
+def test_split_and_sample_filters_keep_every_int64_value_exact(spark):
+    """The row filters of the train stage read only row_id: a nullable I column holding 2^63 - 1 or 2^53 + 1 passes
+    through exactly (a pandas round trip of every column turned them into float64: refused or rounded)."""
+    from lia_spark.engine.feature_frames import sample_rows, split_rows
+
+    values = [2**63 - 1, None, 2**53 + 1, -2**63, 7] * 40
+    frame = spark.createDataFrame(pd.DataFrame({"row_id": np.arange(len(values), dtype=np.int64),
+                                                "I1": pd.array(values, dtype="Int64")}), "row_id long, I1 long")
+    parts = [split_rows(frame, seed=3, shares=(0.8, 0.04, 0.16), code=code) for code in (0, 1, 2)]
+    kept = {row["row_id"]: row["I1"] for part in parts for row in part.collect()}
+    assert kept == dict(enumerate(values))  # every row in exactly one split, values exact
+    sampled = sample_rows(frame, seed=3, share=0.5).collect()
+    assert 0 < len(sampled) < len(values) and all(row["I1"] == values[row["row_id"]] for row in sampled)

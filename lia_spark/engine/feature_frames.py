@@ -1,7 +1,10 @@
 """Spark stage for model features: vocabulary counts by aggregation, features by mapInPandas (scales to billions)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import Window
@@ -79,25 +82,26 @@ def check_days_present(spark: SparkSession, config: Config, fields: Sequence[str
                               f"{list(present)}), got {value}; choose among the days present")
 
 
+def rows_where(rows: DataFrame, keep: Callable[[np.ndarray], np.ndarray]) -> DataFrame:
+    """The rows whose row id passes ``keep`` (a vectorized test of the int64 row ids), evaluated by a pandas UDF on
+    the row-id column alone: the other columns never leave the JVM, so a nullable int64 beyond 2^53 is not rounded
+    (or, at 2^63 - 1, refused) by a round trip through pandas' float64."""
+
+    @F.pandas_udf("boolean")
+    def kept(row_ids: pd.Series) -> pd.Series:
+        return pd.Series(keep(row_ids.to_numpy("int64")), index=row_ids.index)
+
+    return rows.where(kept(F.col(ROW_ID)))
+
+
 def split_rows(rows: DataFrame, *, seed: int, shares: tuple[float, float, float], code: int) -> DataFrame:
     """Rows whose split code (:func:`lia_spark.kernels.features.split_codes`, 0 train / 1 valid / 2 test) is ``code``."""
-
-    def batches(frames):
-        for frame in frames:
-            codes = features.split_codes(frame[ROW_ID].to_numpy("int64"), seed=seed, shares=shares)
-            yield frame.loc[codes == code]
-
-    return rows.mapInPandas(batches, rows.schema)
+    return rows_where(rows, lambda ids: features.split_codes(ids, seed=seed, shares=shares) == code)
 
 
 def sample_rows(rows: DataFrame, *, seed: int, share: float) -> DataFrame:
     """The rows of the seeded per-day sample (:func:`lia_spark.kernels.features.in_day_sample`)."""
-
-    def batches(frames):
-        for frame in frames:
-            yield frame.loc[features.in_day_sample(frame[ROW_ID].to_numpy("int64"), seed=seed, share=share)]
-
-    return rows.mapInPandas(batches, rows.schema)
+    return rows_where(rows, lambda ids: features.in_day_sample(ids, seed=seed, share=share))
 
 
 def learn_vocabulary(training_rows: DataFrame, *, min_count: int, max_size: int) -> features.CategoryVocabulary:
