@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' lia_spark/__init__.py)
+WHEEL := dist/lia_spark-$(VERSION)-py3-none-any.whl
+ENV_EXTRAS ?= xgboost,catboost
 
-.PHONY: demo test test-e2e test-all install bench wheel clean
+.PHONY: demo test test-e2e test-all install bench wheel zip env clean
 
 $(STAMP): setup.py
 	bash .ci/ensure-java
@@ -15,9 +18,11 @@ $(STAMP): setup.py
 
 install: $(STAMP)
 
-# The whole pipeline on a synthetic twin; a second `make demo` re-uses the finished stages.
+# The whole pipeline on a synthetic twin (its target: RR at claimed eps = 2), then that target beside the
+# non-private one (a 2-cell audit table); a second `make demo` re-uses the finished stages and cells.
 demo: $(STAMP)
 	$(VENV)/bin/lia-spark run --conf conf/demo.yaml
+	$(VENV)/bin/lia-spark audit-table --conf conf/demo.yaml
 
 # Fast tier (kernels, config, small Spark stages); the end-to-end tier holds the tests marked e2e or slow.
 FAST := not e2e and not slow
@@ -33,11 +38,33 @@ test-all: test test-e2e
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
-# dist/lia_spark-*.whl for `spark-submit --py-files` or a Databricks cluster (executors also need the
-# install_requires packages; pyspark only with the `spark` extra, clusters bring their own).
-wheel: $(STAMP)
-	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
-	@ls dist/lia_spark-*.whl
+# The cluster builds (README, "Running with spark-submit"); none needs Java or the dev environment.
+# dist/lia_spark-VERSION-py3-none-any.whl: `pip install` it on a cluster or a Databricks workspace (pure Python; pip
+# fetches setuptools into an isolated build environment; setuptools' build/ folder would carry deleted modules).
+wheel:
+	rm -rf build
+	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir dist .
+	@echo $(WHEEL)
+
+# dist/lia_spark-VERSION.zip for `spark-submit --py-files` where the executors' Python has the dependencies: the
+# wheel's files under a name PySpark puts on the workers' path (only .zip, .egg and .py files of --py-files are).
+zip: wheel
+	cp $(WHEEL) dist/lia_spark-$(VERSION).zip
+	@echo dist/lia_spark-$(VERSION).zip
+
+# dist/lia_spark-env.tar.gz for `spark-submit --archives dist/lia_spark-env.tar.gz#environment` where they lack
+# them: a venv of $(PYTHON) with the wheel and its dependencies (extras ENV_EXTRAS; pyspark comes from Spark),
+# packed by venv-pack. Executors need the same Python at the same path (conda-pack ships Python itself).
+env: wheel
+	rm -rf dist/env-build dist/pack-tools dist/lia_spark-env.tar.gz
+	$(PYTHON) -m venv dist/env-build
+	dist/env-build/bin/python -m pip install --quiet --upgrade pip
+	dist/env-build/bin/python -m pip install --quiet '$(WHEEL)[$(ENV_EXTRAS)]'
+	$(PYTHON) -m venv dist/pack-tools
+	dist/pack-tools/bin/python -m pip install --quiet venv-pack
+	dist/pack-tools/bin/venv-pack --quiet --prefix dist/env-build --output dist/lia_spark-env.tar.gz
+	rm -rf dist/env-build dist/pack-tools
+	@echo dist/lia_spark-env.tar.gz
 
 clean:
 	rm -rf runs dist build *.egg-info .pytest_cache mlflow.db mlruns

@@ -4,6 +4,8 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
+XGBOOST_CPU = "xgboost-cpu>=2.1,<4"
+
 setup(
     name="lia-spark",
     version=re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("lia_spark").joinpath("__init__.py")
@@ -13,17 +15,18 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["lia_spark", "lia_spark.*"]),
-    # pyspark is the `spark` extra: a Databricks cluster or a spark-submit image provides its own, which a
-    # plain `pip install lia-spark` must not replace.
+    package_data={"lia_spark.run": ["json_schemas/*.schema.json"]},  # the JSON Schemas of the outputs
+    # pyspark and xgboost are extras: a Databricks cluster or a spark-submit image provides its own, which a plain
+    # `pip install lia-spark` must not replace (xgboost-cpu, the CPU build, installs under another name beside a
+    # runtime's xgboost and overwrites its files). mlflow >= 3: models are logged with log_model(name=...).
     install_requires=[
         "pandas>=2.2,<3",
         "pyarrow>=15",
         "numpy>=1.26,<3",
         "scipy>=1.11",
         "numba>=0.60",
-        "xgboost-cpu>=2.1,<4",
         "scikit-learn>=1.4",
-        "mlflow>=2.16,<4",
+        "mlflow>=3.0,<4",
         "pyyaml>=6",
         "matplotlib>=3.8",
         "dp-accounting>=0.4",
@@ -31,8 +34,10 @@ setup(
     ],
     extras_require={
         "catboost": ["catboost>=1.2,<2"],
-        "spark": ["pyspark[connect]>=4.0,<5"],
-        "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "psutil>=5.9"],
+        "xgboost": [XGBOOST_CPU],
+        "spark": ["pyspark[connect]>=4.0,<5", XGBOOST_CPU],  # a machine without Spark: everything a cluster brings
+        "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "psutil>=5.9",
+                "jsonschema>=4.18"],
     },
     entry_points={"console_scripts": ["lia-spark=lia_spark.run.cli:main"]},
 )

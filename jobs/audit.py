@@ -4,4 +4,4 @@ import sys
 from lia_spark.run.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("audit", sys.argv[1:], "lia-spark audit: epsilon lower bounds from the canary table"))
+    sys.exit(job_main("audit", sys.argv[1:]))

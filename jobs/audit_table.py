@@ -8,5 +8,4 @@ import sys
 from lia_spark.run.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("audit-table", sys.argv[1:],
-                      "lia-spark audit-table: eps lower bound per training mechanism x claimed epsilon"))
+    sys.exit(job_main("audit-table", sys.argv[1:]))

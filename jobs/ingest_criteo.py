@@ -4,4 +4,4 @@ import sys
 from lia_spark.run.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("ingest", sys.argv[1:], description="Ingest Criteo TSV files into Parquet by day"))
+    sys.exit(job_main("ingest", sys.argv[1:]))

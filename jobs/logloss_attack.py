@@ -4,4 +4,4 @@ import sys
 from lia_spark.run.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("logloss-attack", sys.argv[1:], "lia-spark logloss-attack: labels from log-loss scores"))
+    sys.exit(job_main("logloss-attack", sys.argv[1:]))

@@ -8,4 +8,4 @@ import sys
 from lia_spark.run.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("pipeline", sys.argv[1:], description="lia-spark pipeline: data -> train -> posteriors -> audit -> report"))
+    sys.exit(job_main("pipeline", sys.argv[1:]))

@@ -8,4 +8,4 @@ import sys
 from lia_spark.run.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("posteriors", sys.argv[1:], description="lia-spark posteriors: mechanisms -> posteriors"))
+    sys.exit(job_main("posteriors", sys.argv[1:]))

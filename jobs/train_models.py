@@ -4,4 +4,4 @@ import sys
 from lia_spark.run.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("train", sys.argv[1:], "lia-spark train: proxy and target models"))
+    sys.exit(job_main("train", sys.argv[1:]))

@@ -9,13 +9,21 @@
 # MAGIC `tracking_uri` (empty = `$MLFLOW_TRACKING_URI` or `sqlite:///mlflow.db`), `metric` (the metric to plot,
 # MAGIC default `audit.audit_eps_binomial_bonferroni_mean`; an unknown name falls back to the first audit metric).
 # MAGIC
-# MAGIC Install: the `%pip` cell below installs lia-spark for this notebook (or install the wheel of `make wheel`,
-# MAGIC e.g. `%pip install /Workspace/Users/<you>/lia_spark/dist/lia_spark-0.1.0-py3-none-any.whl`), without the
-# MAGIC `[spark]` extra: the cluster provides Spark. Runs on classic, shared and serverless compute (Spark Connect).
+# MAGIC Install: lia-spark is not on a package index. Build its wheel with `make wheel` and copy `dist/` into this
+# MAGIC Git folder (the `%pip` path below is relative to this notebook's folder, the working directory on Databricks
+# MAGIC Runtime 14+; or point it at the wheel anywhere in the workspace or a volume), then Python restarts so the
+# MAGIC package is imported fresh. Or install the wheel as a cluster library and delete both cells. Without the
+# MAGIC `[spark]` extra: the runtime's pyspark, xgboost and MLflow stay (a runtime without xgboost needs
+# MAGIC `[xgboost]`). Runs on classic, shared and serverless compute (Spark Connect).
 
 # COMMAND ----------
 
-# MAGIC %pip install lia-spark
+# MAGIC %pip install ../dist/lia_spark-0.1.0-py3-none-any.whl
+
+# COMMAND ----------
+
+if "dbutils" in globals():  # Databricks: a fresh Python process imports the package just installed
+    dbutils.library.restartPython()  # noqa: F821 - dbutils exists on Databricks
 
 # COMMAND ----------
 

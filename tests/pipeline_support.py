@@ -73,3 +73,22 @@ def tiny_run(spark, tmp_path_factory) -> TinyRun:
         report_text = Path(result.report_path).read_text(encoding="utf-8")
         _CACHE["run"] = TinyRun(root, config, uri, result, report_text)
     return _CACHE["run"]
+
+
+def python_without_package(folder: Path) -> Path:
+    """A cluster's Python as the README describes it: every dependency (this venv's site-packages), not lia_spark.
+
+    A venv without pip whose ``.pth`` file adds this venv's site-packages as a plain path: the editable install's own
+    ``.pth`` hook there is not run, so ``import lia_spark`` fails while numpy, xgboost, mlflow, ... import."""
+    import site
+    import subprocess
+
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=120)
+    (site_packages,) = [Path(path) for path in site.getsitepackages() if Path(path).name == "site-packages"]
+    (target,) = folder.glob("lib/python*/site-packages")
+    (target / "dependencies.pth").write_text(f"{site_packages}\n", encoding="utf-8")
+    python = folder / "bin" / "python"
+    probe = subprocess.run([str(python), "-c", "import xgboost, numba, mlflow, pyspark\nimport lia_spark"],
+                           capture_output=True, text=True, timeout=120, cwd=folder)
+    assert "No module named 'lia_spark'" in probe.stderr, probe.stderr  # dependencies import, the package does not
+    return python

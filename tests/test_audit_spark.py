@@ -1,13 +1,13 @@
 """The Spark audit stage: exact distributed counts equal the in-process kernel, whatever the partitioning."""
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from json_support import check_file, check_result
 from lia_spark.engine.audit_counts import distributed_counts
 from lia_spark.engine.outputs import is_complete
 from lia_spark.engine.stages import run_stage
@@ -99,7 +99,8 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     np.testing.assert_array_equal(results["correct"].to_numpy().reshape(12, -1), expected)
     csv = pd.read_csv(f"{output}/results.csv")
     assert len(csv) == 12 * 101 and {"eps_binomial_paper", "eps_gdp_bonferroni"} <= set(csv.columns)
-    summary = json.loads(open(f"{output}/summary.json", encoding="utf-8").read())
+    summary = check_file(f"{output}/summary.json")  # standard JSON matching its schema, as results/audit.json
+    assert check_result(result, "audit")["summary"] == summary
     best = audit_sweep.evaluate_sweep(expected, guesses, canaries=2000).best["eps_binomial_bonferroni"]
     assert summary["best"]["eps_binomial_bonferroni"]["mean"] == pytest.approx(best.mean(), abs=1e-12)
     assert all(os.path.getsize(f) > 0 for f in result.artifacts())
@@ -169,6 +170,7 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
     result = run_stage("audit", spark, config)
     best = audit_sweep.evaluate_scores(kernel, guesses, canaries=len(informative)).best["eps_binomial_bonferroni"]
     assert result.summary["design"] == "injected" and result.repetitions == 1 and result.canaries == len(informative)
+    assert check_file(tmp_path / "out" / "audit" / "summary.json")["design"] == "injected"
     assert result.headline.eps_lb == best[0] > 0 and "injected canaries, no assumption on the proxy" in \
         result.console_summary()
 
@@ -204,6 +206,7 @@ def test_observational_headline_of_a_label_blind_target_names_a_comparable_refer
     assert headline.calibrated_eps_lb < 0.5 * headline.eps_lb and headline.calibrated_tau > 0
     assert "a label-blind reference reaches" in result.console_summary()
     assert summary["reference"]["canaries"] == m and summary["calibrated"]["tau"] == headline.calibrated_tau
+    assert check_file(tmp_path / "out" / "audit" / "summary.json")["reference"] == summary["reference"]
     assert summary["eps_lb_by_tau"]["0"] == pytest.approx(headline.eps_lb)
     assert {"tau_break_even", "reference_eps_lb", "calibrated_eps_lb"} <= set(result.metrics())
 
@@ -258,6 +261,7 @@ def test_recalibration_reads_no_label_and_maps_a_shifted_target_back(spark, tmp_
                                "audit": {"canary_path": path, "recalibrate": "proxy"}})
     result = run_stage("audit", spark, config)
     assert result.summary["recalibration"]["canaries"] == len(table)
+    assert check_file(tmp_path / "out" / "audit" / "summary.json")["recalibration"] == result.summary["recalibration"]
     assert result.summary["recalibration"]["mapped"] == "proxy"
 
 

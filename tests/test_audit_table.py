@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from json_support import check_file, check_result
 from lia_spark.names import setting_key
 from lia_spark.present.charts import plot_eps_lb
 from lia_spark.run.checks import ConfigError
@@ -167,6 +168,9 @@ def test_a_second_rerun_reuses_every_cell(runs):
     third = runs["third"]
     assert all(o.status == "reused" and o.train.skipped and o.audit.skipped for o in third.cells)
     assert third.metrics()["cells_reused"] == len(CELLS)
+    assert len(check_result(third, "audit-table")["cells"]) == len(CELLS)  # results/audit-table.json's schema
+    cell_files = sorted((runs["root"] / "out" / "table" / "cells").rglob("*.json"))
+    assert len(cell_files) >= 2 * len(CELLS) and [check_file(path) for path in cell_files]  # metrics, summaries
 
 
 def test_the_table_files_hold_one_row_per_cell_equal_to_the_cells_audit_summaries(runs):

@@ -145,12 +145,15 @@ def test_locate_lines_of_a_day_file():
 
 def test_decoded_size_check_against_real_gzip_trailers():
     lines = ["a\tb", "", "ccc"]
-    for text in ("\n".join(lines) + "\n", "\n".join(lines), "\r\n".join(lines) + "\r\n"):
+    for text, line_bytes in (("\n".join(lines) + "\n", 6), ("\n".join(lines), 6), ("\r\n".join(lines) + "\r\n", 9),
+                             ("\r\n".join(lines), 8)):  # a CRLF's CR is a byte of its line (parse_lines' length)
         packed = gzip.compress(text.encode())
         isize = int.from_bytes(packed[-4:], "little")
         assert isize == len(text.encode())
-        assert criteo.decoded_size_matches(isize, line_bytes=6, lines=3, modulus=1 << 32)
-        assert criteo.decoded_size_matches(len(text.encode()), line_bytes=6, lines=3)
+        assert sum(criteo.parse_lines(pa.array([line.encode() for line in text.split("\n")][:3])).line_length) \
+            == line_bytes
+        assert criteo.decoded_size_matches(isize, line_bytes=line_bytes, lines=3, modulus=1 << 32)
+        assert criteo.decoded_size_matches(len(text.encode()), line_bytes=line_bytes, lines=3)
     assert not criteo.decoded_size_matches(12, line_bytes=3, lines=1)  # lines lost after the first
     assert criteo.decoded_size_matches(0, line_bytes=0, lines=0)
     assert not criteo.decoded_size_matches(4, line_bytes=0, lines=0)

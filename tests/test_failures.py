@@ -116,6 +116,23 @@ def test_a_day_the_data_lacks_fails_before_training(data_run, tmp_path, capsys):
     assert not (tmp_path / "out" / LOCK_FILE).exists(), "the lock is released on failure"
 
 
+@pytest.mark.parametrize("command, overrides, starts, says", [
+    ("audit", [], "lia-spark: audit.canary_path: ", "lia-spark train"),  # its input table: never trained
+    ("logloss-attack", ["logloss.day=7"], "lia-spark: logloss.day: ", "got 0 rows"),
+    ("run", ["run.output_dir=s3://lia-bucket/run1"], "lia-spark: run.output_dir: no Hadoop file system",
+     "'s3://lia-bucket/run1'"),
+])
+def test_wrong_input_found_inside_a_command_exits_2_naming_the_field(data_run, tmp_path, capsys, command, overrides,
+                                                                     starts, says):
+    """The exit-code rule: 2 whenever the configuration or the input is wrong, also when only a stage finds it."""
+    conf = _conf(tmp_path / "conf.yaml", tmp_path / "out", data={"parquet_path": str(data_run / "out" / "data")},
+                 run={"stages": ["data", "train", "posteriors", "utility", "audit", "report"]})
+    assert main([command, "--conf", str(conf), *overrides]) == 2
+    line = _one_line(capsys)
+    assert line.startswith(starts) and says in line, line
+    assert not (tmp_path / "out" / "audit").exists() and not (tmp_path / "out" / "logloss").exists()
+
+
 def test_a_resumed_run_removes_what_an_interrupted_one_left(data_run, caplog):
     """Staging folders beside the stages' outputs and ingest's decoded copies are an interrupted attempt's once the
     next run holds the lock: it removes them, and keeps everything else."""
@@ -331,3 +348,62 @@ def test_a_python_worker_killed_during_posteriors_leaves_the_output_of_a_clean_r
                                   pd.read_csv(tmp_path / "faulty" / "posteriors" / "summary.csv"))
     assert not [name for name in os.listdir(tmp_path / "faulty" / "posteriors" / "rows") if name.startswith(".")
                 and not name.endswith(".crc")]
+
+
+def _kill_an_executor_when(started: str, lines: list[str], launcher: subprocess.Popen, deadline: float) -> int:
+    """Wait until the job's log (``lines``, read as it comes) says ``started``, let the stage work for a second,
+    then SIGKILL one executor JVM (``CoarseGrainedExecutorBackend``) below ``launcher``; return its pid."""
+    import psutil
+
+    while not any(started in line for line in lines):
+        assert launcher.poll() is None, "the job ended before the stage started: " + "".join(lines[-20:])
+        assert time.monotonic() < deadline, f"no {started!r} in the log"
+        time.sleep(0.1)
+    time.sleep(1.0)
+    executors = [child for child in psutil.Process(launcher.pid).children(recursive=True)
+                 if "CoarseGrainedExecutorBackend" in " ".join(child.cmdline())]
+    assert executors, "no executor JVM found"
+    executors[0].kill()
+    return executors[0].pid
+
+
+def test_an_executor_lost_mid_posteriors_and_mid_audit_leaves_the_results_of_a_clean_run(spark, tmp_path):
+    """local-cluster with two executor JVMs: one is killed (SIGKILL, as a lost node) a second into the posteriors
+    stage, another a second into the audit stage. Spark reruns their tasks and the lost shuffle output elsewhere;
+    every output equals a clean local run's, and no staging folder is left."""
+    import threading
+
+    import pandas as pd
+
+    from lia_spark.engine.pipeline import run_pipeline
+    from lia_spark.run.config import load_config
+
+    conf = _conf(tmp_path / "conf.yaml", tmp_path / "lost", run={"stages": ["data", "train", "posteriors", "audit"]},
+                 synthetic={"rows_per_day": 20_000}, mechanisms={"epsilons": [2.0], "bag_sizes": [8],
+                                                                 "rows_per_bagging_unit": 2048},
+                 tracking={"enabled": False})
+    launcher = subprocess.Popen(
+        [str(Path(sys.executable).with_name("spark-submit")), "--master", "local-cluster[2,1,1024]", "--conf",
+         "spark.executor.memory=1g", str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], cwd=tmp_path,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+             "SPARK_LOCAL_IP": "127.0.0.1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(launcher.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 600
+        killed = [_kill_an_executor_when(f"pipeline: {step} ({step}) started", lines, launcher, deadline)
+                  for step in ("posteriors", "audit")]
+        launcher.wait(timeout=600)
+        reader.join(timeout=30)
+    finally:
+        launcher.kill()
+    log = "".join(lines)
+    assert launcher.returncode == 0, log[-4000:]
+    assert len(set(killed)) == 2 and log.count("Lost executor") >= 2, log[-4000:]
+    run_pipeline(spark, load_config(str(conf), [f"run.output_dir={tmp_path / 'clean'}"]))
+    for table in ("posteriors/summary.csv", "audit/results.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "lost" / table), pd.read_csv(tmp_path / "clean" / table))
+    rows = [pd.read_parquet(tmp_path / run / "posteriors" / "rows") for run in ("lost", "clean")]
+    pd.testing.assert_frame_equal(*[frame.sort_values(list(frame.columns), ignore_index=True) for frame in rows])
+    assert not list((tmp_path / "lost").glob("*._tmp-*"))

@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 
 from lia_spark.present import charts, findings, plots
+from lia_spark.present.point_labels import label_points
+from lia_spark.present.wording import NO_EVIDENCE, NOT_VALID
 
 matplotlib.use("Agg")
 
@@ -37,15 +39,20 @@ def test_settings_table_joins_summary_advantages_with_utility_auc():
     assert math.isinf(table.loc["llp.epsinf.k8", "abs_I_p98"]) and table.loc["llp.epsinf.k8", "share_infinite"] == 0.76
 
 
-def test_bounds_table_states_confidence_delta_and_validity_of_every_bound():
-    summary = {"confidence": 0.95, "delta": 0.0, "gdp_delta": 1e-5, "best": {
-        "eps_binomial_bonferroni": {"mean": 1.2, "std": 0.1}, "eps_gdp_paper": {"mean": 1.8, "std": 0.2},
-        "mu_gdp_paper": {"mean": 0.4, "std": 0.0}}}
+def _stats(mean: float, std: float = 0.0) -> dict:
+    return {"mean": mean, "std": std, "min": mean, "max": mean, "share_positive": float(mean > 0)}
+
+
+def test_bounds_table_lists_the_valid_bounds_first_with_confidence_delta_and_no_evidence_at_zero():
+    summary = {"confidence": 0.95, "delta": 0.0, "gdp_delta": 1e-5, "best": {  # sorted keys, as in summary.json
+        "eps_binomial_bonferroni": _stats(1.2, 0.1), "eps_binomial_paper": _stats(1.9),
+        "eps_gdp_bonferroni": _stats(0.0), "eps_gdp_paper": _stats(1.8, 0.2), "mu_gdp_paper": _stats(0.4)}}
     table = findings.bounds_table(summary).set_index("bound")
-    assert list(table.index) == ["eps_binomial_bonferroni", "eps_gdp_paper"]
+    assert list(table.index) == ["eps_binomial_bonferroni", "eps_gdp_bonferroni", "eps_binomial_paper",
+                                 "eps_gdp_paper"]
     assert table.loc["eps_binomial_bonferroni", "delta"] == 0.0 and table.loc["eps_gdp_paper", "delta"] == 1e-5
-    assert table.loc["eps_binomial_bonferroni", "valid"] == "valid"
-    assert table.loc["eps_gdp_paper", "valid"] == "not a valid bound"
+    assert list(table["valid"]) == [findings.VALID] * 2 + [NOT_VALID] * 2
+    assert list(table["note"]) == ["", NO_EVIDENCE, "", ""]  # a valid 0: nothing certified at this size
     assert (table["confidence"] == 0.95).all()
 
 
@@ -80,3 +87,49 @@ def test_tradeoff_points_are_labelled_with_their_eps_or_k(tmp_path, monkeypatch)
     table = pd.DataFrame(UTILITY)
     charts.plot_tradeoff(table, advantage="mean_additive_advantage", path=str(tmp_path / "t.png"))
     assert sorted(texts) == ["eps=2", "eps=4", "k=8"]
+
+
+def _label_boxes(axis) -> tuple[list, object]:
+    """Each point label's own text box (without its leader line) and the legend's, in the pixels of one drawing."""
+    from matplotlib.text import Text
+
+    axis.figure.canvas.draw()
+    renderer = axis.figure.canvas.get_renderer()
+    return ([Text.get_window_extent(text, renderer) for text in axis.texts if text.get_text()],
+            axis.get_legend().get_window_extent(renderer))
+
+
+def test_crowded_point_labels_never_overlap_and_the_left_out_are_counted(tmp_path, monkeypatch):
+    """24 settings within 0.001 of each other: each label is placed clear of the others, of every marker and of the
+    legend, or left out and counted on the figure."""
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame([{"mechanism": mechanism, "epsilon": epsilon, "bag_size": 1, "auc": 0.6 + 0.001 * rng.random(),
+                           "mean_additive_advantage": 0.001 * rng.random(), "abs_I_p98": 1.0}
+                          for mechanism in ("rr", "rr_debiased", "lp_2st")
+                          for epsilon in (0.1, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, math.inf)])
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    charts.plot_tradeoff(table, advantage="mean_additive_advantage", path=str(tmp_path / "t.png"))
+    axis = figures[0].axes[0]
+    boxes, legend = _label_boxes(axis)
+    assert len(boxes) > len(table) // 2
+    assert not [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:] if a.overlaps(b)]
+    assert not [box for box in boxes if box.overlaps(legend)]
+    left_out = len(table) - len(boxes)
+    notes = [text.get_text() for text in figures[0].texts]
+    assert notes == ([f"{left_out} point labels left out to avoid overlaps"] if left_out > 1 else
+                     ["1 point label left out to avoid overlaps"] if left_out else [])
+
+
+def test_a_label_with_no_free_place_is_left_out():
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(1.0, 1.0))
+    axis.plot([0.0, 1.0], [0.0, 1.0], "o")
+    figure.tight_layout()
+    long = "a label far wider than the whole figure"
+    assert label_points(axis, [(0.5, 0.5), (0.5, 0.5)], ["x", long]) == 1
+    assert [text.get_text() for text in axis.texts] == ["x"]
+    plt.close(figure)

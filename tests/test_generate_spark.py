@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from json_support import check_result
 from lia_spark import names
 from lia_spark.engine.generate import partition_count
 from lia_spark.engine.outputs import MARKER
@@ -56,6 +57,7 @@ def test_result_counts_and_layout(runs, expected):
     base, one, four = runs
     assert one.rows == four.rows == ROWS_PER_DAY * DAYS
     assert one.rows_by_day == {"0": ROWS_PER_DAY, "1": ROWS_PER_DAY}
+    assert check_result(one, "generate")["rows"] == check_result(four, "generate")["rows"]  # results/generate.json
     assert one.clicks == four.clicks == sum(int(rows.label.sum()) for rows in expected.values())
     assert (one.partitions, four.partitions) == (2, 4)  # rounded up to a multiple of the day count
     assert one.metrics()["click_rate"] == pytest.approx(one.clicks / one.rows)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from lia_spark.present.headline import Headline
+from lia_spark.present.wording import NO_EVIDENCE
 
 
 def _headline(**changes) -> Headline:
@@ -16,7 +17,7 @@ def test_text_states_bound_confidence_tests_delta_mechanism_and_claim():
     text = _headline().text()
     assert text == ("eps >= 0.912 at 95% if the proxy is within TV tau = 0 of the truth (observational design; "
                     "binomial bound, Bonferroni over 101 tests, delta = 1e-05; the bound reaches 0 at tau* = not "
-                    "stated) for a target trained with rr at claimed eps = 1; over 20 repetitions 0.900 +- 0.031; no "
+                    "computed) for a target trained with rr at claimed eps = 1; over 20 repetitions 0.900 +- 0.031; no "
                     "label-blind reference audited")
     assert not _headline().is_finding
 
@@ -26,7 +27,14 @@ def test_the_injected_headline_says_it_assumes_nothing_about_the_proxy():
     assert text == ("eps >= 0.912 at 95% (injected canaries, no assumption on the proxy; binomial bound, Bonferroni "
                     "over 101 tests, delta = 1e-05; 9400 informative canaries, one training run) for a target trained "
                     "with rr at claimed eps = 1")
-    assert "no evidence of leakage at this size" in _headline(design="injected", eps_lb=0.0).text()
+
+def test_a_bound_of_zero_says_the_audit_found_no_evidence_not_that_the_target_is_private():
+    vacuous = _headline(design="injected", eps_lb=0.0).text()
+    assert "eps >= 0.000 at 95%" in vacuous and vacuous.endswith(f" - {NO_EVIDENCE}")
+    assert "not that the target is private" in NO_EVIDENCE
+    tiny = _headline(design="injected", eps_lb=0.0003).text()  # evidence, however small: never written as 0.000
+    assert "eps >= 0.0003 at 95%" in tiny and NO_EVIDENCE not in tiny
+    assert NO_EVIDENCE in _headline(eps_lb=0.0, eps_lb_mean=0.0, eps_lb_std=0.0).text()  # observational too
 
 
 def test_the_observational_headline_names_the_reference_and_the_calibrated_bound():
@@ -47,7 +55,7 @@ def test_a_bound_above_the_claim_is_a_finding():
 
 def test_no_noise_and_unstated_claims():
     none = _headline(mechanism="none", claimed_epsilon=math.inf)
-    assert "claimed eps = inf" in none.text() and not none.is_finding
+    assert "claimed eps = inf (non-private);" in none.text() and not none.is_finding
     assert "claimed_eps" not in none.metrics() and none.tags()["audit.claimed_eps"] == "inf"
     unstated = _headline(claimed_epsilon=math.nan)
     assert not unstated.is_finding and "claimed eps = not stated" in unstated.text()

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from lia_spark import names
+from json_support import check_result
 from lia_spark.engine.criteo_files import decompressed_copies, list_sources
 from lia_spark.engine.ingest import QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError
 from lia_spark.engine.outputs import MARKER
@@ -156,15 +157,16 @@ def _malformed_day(rng: np.random.Generator) -> tuple[list[str], dict[int, str],
         "bad_int:I3": "\t".join(fields[:3] + ["1.5"] + fields[4:]),
         "bad_hex:C7": "\t".join(fields[:20] + ["0123456g"] + fields[21:]),
         "bad_hex:C26": "\t".join(fields[:39] + ["abc"]),
+        "bad_hex:C12": "\t".join(fields[:25] + ["01\r23456"] + fields[26:]),  # a lone CR is a byte of its field
     }
     lines, reasons, keep = [], {}, []
     for i, line in enumerate(good):
-        if i % 30 == 5 and len(reasons) < len(bad):
+        if i % 25 == 5 and len(reasons) < len(bad):
             reason = list(bad)[len(reasons)]
             reasons[len(lines)] = reason
             lines.append(bad[reason])
         keep.append(len(lines))
-        lines.append(line)
+        lines.append(line + "\r" * (i % 2))  # CRLF and LF line ends mixed
     reasons[len(lines)] = "bad_column_count"  # an empty line at the end
     lines.append("")
     return lines, reasons, _expected(2, rows, np.array(keep))
@@ -196,6 +198,7 @@ def test_malformed_lines_empty_file_and_truncated_gzip(spark, tmp_path):
     cut_lines = truncated.lines - truncated.valid_rows  # the line cut by the truncation, if any
     assert result.malformed_rows == sum(result.malformed_by_reason.values()) == len(reasons) + cut_lines + 2
     assert result.malformed_by_reason["lost_to_damaged_file"] == 2
+    assert check_result(result, "ingest")["lost_lines"] == 2  # results/ingest.json matches its schema
 
     data = _table(spark, config.parquet_path)
     _assert_same(data[data[names.DAY] == 2].reset_index(drop=True), expected_day2)
@@ -317,7 +320,7 @@ def test_isal_and_spark_decode_the_same_lines_of_multi_member_damaged_and_odd_li
         copies = decode(spark, list(enumerate(sources)), str(tmp_path / name))
         frame = criteo_files.read_lines(spark, sources, copies).select("file_index", "line").toPandas()
         lines[name] = {index: sorted(group["line"].map(bytes)) for index, group in frame.groupby("file_index")}
-    assert lines["isal"][0] == lines["spark"][0] and len(lines["isal"][0]) == 3002  # the lone CR splits a line
+    assert lines["isal"][0] == lines["spark"][0] and len(lines["isal"][0]) == 3001  # a lone CR ends no line
     spark_kept, isal_kept = set(lines["spark"].get(1, [])), set(lines["isal"][1])
     assert spark_kept <= isal_kept and len(isal_kept) < 3000  # ISA-L keeps every line decoded before the damage
     assert len(isal_kept - set(text.split(b"\n"))) <= 1  # but the cut last one is whole

@@ -2,7 +2,6 @@
 sqlite store: the report's files, the defender's table, the MLflow runs (aggregates only), reuse on a re-run."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import mlflow
@@ -11,6 +10,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
+from json_support import check_file, check_result
 from lia_spark.engine.commands import run_logloss_attack
 from lia_spark.engine.logloss import FILES, POSITION, block_predictions, oracle_table, spark_log_loss
 from lia_spark.kernels import logloss
@@ -80,7 +80,8 @@ def test_logloss_attack_writes_the_report_and_tracks_aggregates_only(spark, data
     assert defender.loc["round2", "primes"] == "stopped"  # 2 (e^{N tau} - 1) >= 1/2
     assert defender.loc["round2", "binary"] == "exact"  # |rounding error| <= tau: Lemma 2
     assert defender.loc["laplace0.001", "primes"] == "stopped"
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    summary = check_file(out / "summary.json")  # standard JSON matching its schema, as results/logloss-attack.json
+    assert check_result(result, "logloss-attack")["summary"] == summary
     assert summary["single_query"] == {**summary["single_query"], "rows": 500, "accuracy": 1.0}
     assert "round2" in summary["stopped_by"]["primes"]
 

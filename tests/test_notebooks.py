@@ -40,13 +40,17 @@ def test_notebooks_are_databricks_source_files_with_widgets():
         compile(text, str(path), "exec")
 
 
-def test_notebooks_install_the_package_first_and_default_to_a_workspace_config():
-    """The first code cell is `%pip install lia-spark` (a comment when the file runs as plain Python), without the
-    `spark` extra: the cluster's runtime provides pyspark. The config defaults to a workspace path."""
+def test_notebooks_install_the_built_wheel_then_restart_python_and_default_to_a_workspace_config():
+    """The first code cell installs this version's wheel of `make wheel` (a comment when the file runs as plain
+    Python), without the `spark` extra: the cluster's runtime provides pyspark. The next restarts Python on
+    Databricks only. The config defaults to a workspace path."""
+    from lia_spark import __version__
+
     for path in NOTEBOOKS:
         cells = path.read_text(encoding="utf-8").split("\n# COMMAND ----------\n")
-        assert cells[1].strip() == "# MAGIC %pip install lia-spark", path.name
-        assert "[spark]" not in cells[1]
+        assert cells[1].strip() == f"# MAGIC %pip install ../dist/lia_spark-{__version__}-py3-none-any.whl", path.name
+        assert cells[2].strip().startswith('if "dbutils" in globals():') and \
+            "dbutils.library.restartPython()" in cells[2], path.name
     for path in NOTEBOOKS[:2]:
         text = path.read_text(encoding="utf-8")
         assert '{"conf": WORKSPACE_CONF' in text and "notebook_conf(params[\"conf\"], globals())" in text, path.name

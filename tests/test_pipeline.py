@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import shutil
 import time
@@ -161,15 +160,6 @@ def test_cli_version_and_resolved_config_round_trip(tmp_path, capsys):
     shown.write_text(capsys.readouterr().out, encoding="utf-8")
     assert load_config(shown) == load_config(REPO / "conf" / "demo.yaml", overrides)
     assert main(["config", "audit.delta=-1"]) == 2 and "audit.delta" in capsys.readouterr().err
-
-
-def test_results_are_strict_json():
-    from lia_spark.run.cli import strict_json
-
-    payload = {"a": math.nan, "b": [math.inf, -math.inf, 1.5], "c": (1, "x"), "d": {"e": None}}
-    text = strict_json(payload)
-    assert json.loads(text) == {"a": None, "b": ["inf", "-inf", 1.5], "c": [1, "x"], "d": {"e": None}}
-    assert "NaN" not in text and "Infinity" not in text
 
 
 def test_demo_config_covers_every_step():

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from json_support import check_result
 from lia_spark.engine.feature_frames import check_days_present, released_day_field, released_days
 from lia_spark.engine.posteriors.reading import input_parts, load_input, local_path, side_row_counts, side_rows
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, summarize_digest
@@ -174,6 +175,13 @@ def test_summary_equals_in_process_summaries(stage):
             assert record[column] == pytest.approx(expected[column], rel=1e-12, abs=1e-15), (setting, column)
         infinite_percentiles += sum(math.isinf(record[f"abs_I_p{q}"]) for q in advantage.PERCENTILES)
     assert infinite_percentiles >= 4  # llp at k=1 releases every label: all |I| are inf
+
+
+def test_result_is_standard_json_matching_its_schema(stage):
+    """results/posteriors.json matches its schema; plain LLP's epsilon (no noise, NaN) is written as null."""
+    written = check_result(stage["result"], "posteriors")
+    llp = [row for row in written["summary"] if row["mechanism"] == "llp"]
+    assert llp and all(row["epsilon"] is None for row in llp)
 
 
 def test_plots_and_metrics_written(stage):

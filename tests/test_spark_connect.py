@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from lia_spark.run.cli import strict_json
+from lia_spark.run.json_output import strict_json
 from pipeline_support import PYTHON, REPO, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)

@@ -1,19 +1,24 @@
-"""spark-submit packaging: the wheel, jobs/pipeline.py on local[2] and on local-cluster (separate executor JVMs)."""
+"""spark-submit packaging: the wheel, and the README's two cluster commands (`make zip` with --py-files, `make env` with
+--archives) on local-cluster (separate executor JVMs) whose Python workers have every dependency but not lia_spark."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from lia_spark.engine.outputs import is_complete
+from lia_spark import __version__
+from lia_spark.engine.pipeline import run_pipeline
+from lia_spark.run.config import load_config
 from lia_spark.run.sections import PIPELINE_STAGES
-from pipeline_support import PYTHON, REPO, tiny_run, write_conf
+from pipeline_support import PYTHON, REPO, python_without_package, tiny_run, write_conf
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -25,19 +30,33 @@ def run(spark, tmp_path_factory):
     return tiny_run(spark, tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("dist")
-    subprocess.run([PYTHON, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
-                    str(folder), str(REPO)], check=True, timeout=300, capture_output=True)
-    (built,) = folder.glob("lia_spark-*.whl")
-    return built
-
-
-def _submit(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON, "SPARK_LOCAL_IP": "127.0.0.1"}
-    completed = subprocess.run([SPARK_SUBMIT, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=400)
+def _make(target: str) -> Path:
+    """Run ``make <target>`` in the checkout, as the README does; the path it prints last."""
+    completed = subprocess.run(["make", "--no-print-directory", target], cwd=REPO, capture_output=True, text=True,
+                               timeout=900)
     assert completed.returncode == 0, completed.stderr[-4000:]
+    return REPO / completed.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    return _make("wheel")
+
+
+@pytest.fixture(scope="module")
+def cluster_python(tmp_path_factory) -> Path:
+    """The executors' Python of a cluster: every dependency, not lia_spark."""
+    return python_without_package(tmp_path_factory.mktemp("cluster-python"))
+
+
+def _submit(args: list[str], cwd: Path, *, python: Path | str = PYTHON, driver_python: Path | str = PYTHON,
+            expect: int = 0) -> subprocess.CompletedProcess:
+    """spark-submit with these executor and driver Pythons; ``python``'s folder first on PATH (a stray ``python``
+    of the cluster is the one that lacks lia_spark)."""
+    env = {**os.environ, "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": str(driver_python),
+           "SPARK_LOCAL_IP": "127.0.0.1", "PATH": f"{Path(python).parent}:{os.environ['PATH']}"}
+    completed = subprocess.run([SPARK_SUBMIT, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == expect, completed.stderr[-4000:]
     return completed
 
 
@@ -58,13 +77,18 @@ def test_wheel_holds_the_package(wheel):
         assert module in names
 
 
-def test_wheel_requires_pyspark_only_with_the_spark_extra(wheel):
-    """On a Databricks cluster (or any image with Spark) `pip install lia-spark` must not replace the runtime's
-    pyspark: the wheel names it only under the `spark` extra."""
+@pytest.fixture(scope="module")
+def requirements(wheel) -> list[str]:
+    """The wheel's Requires-Dist lines."""
     with zipfile.ZipFile(wheel) as archive:
         (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
-        requirements = [line.split(":", 1)[1].strip() for line in archive.read(metadata).decode().splitlines()
-                        if line.startswith("Requires-Dist:")]
+        return [line.split(":", 1)[1].strip() for line in archive.read(metadata).decode().splitlines()
+                if line.startswith("Requires-Dist:")]
+
+
+def test_wheel_requires_pyspark_only_with_the_spark_extra(requirements):
+    """On a Databricks cluster (or any image with Spark) `pip install lia-spark` must not replace the runtime's
+    pyspark: the wheel names it only under the `spark` extra."""
     spark = [line for line in requirements if line.startswith("pyspark")]
     assert spark and all('extra == "spark"' in line for line in spark), spark
     assert any(line.startswith("numpy") and "extra" not in line for line in requirements), requirements
@@ -76,7 +100,7 @@ def test_cli_without_pyspark_fails_in_one_line_naming_the_extra(monkeypatch, cap
     monkeypatch.setitem(sys.modules, "pyspark", None)  # as in an environment without pyspark
     assert main(["run", "--conf", "conf/demo.yaml"]) == 2
     error = capsys.readouterr().err.strip()
-    assert len(error.splitlines()) == 1 and "lia-spark[spark]" in error, error
+    assert len(error.splitlines()) == 1 and f"dist/lia_spark-{__version__}-py3-none-any.whl[spark]" in error, error
 
 
 def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):
@@ -86,53 +110,116 @@ def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):
     result = _result(completed.stdout)
     assert result["spark_master"] == "local[2]"
     assert [s["status"] for s in result["steps"]] == ["reused"] * (len(PIPELINE_STAGES) - 1) + ["ran"]
-    assert "session on local[2] (3 shuffle partitions)" in completed.stdout + completed.stderr
+    # logs on stderr although spark-submit's launcher merges the Python driver's stderr into its stdout
+    assert "session on local[2] (3 shuffle partitions)" in completed.stderr
+    assert " INFO lia_spark" not in completed.stdout
     *_, report, headline = completed.stdout.rstrip().splitlines()  # tracking disabled: no MLflow line
     assert report.startswith("report: ") and headline.startswith("audit: eps >= ")
     assert "at 95% (injected canaries, no assumption on the proxy; binomial bound, Bonferroni over" in headline
     assert "for a target trained with none at claimed eps = inf" in headline
 
 
-def test_spark_submit_data_and_posteriors_on_local_cluster_with_the_wheel(spark, wheel, tmp_path):
+def test_wheel_leaves_a_runtimes_xgboost_and_needs_mlflow_3(requirements):
+    """xgboost-cpu (the CPU build, another distribution with the same import name) only in extras, so installing the
+    wheel on a runtime with xgboost keeps it; mlflow >= 3 (the code logs models with ``log_model(name=...)``)."""
+    xgboost = [line for line in requirements if line.startswith("xgboost")]
+    assert xgboost and all("extra ==" in line for line in xgboost), xgboost
+    assert {line.split("extra == ")[1].strip('"') for line in xgboost} == {"xgboost", "spark"}
+    (mlflow,) = [line for line in requirements if line.startswith("mlflow")]
+    assert ">=3.0" in mlflow, mlflow
+
+
+def test_zip_is_the_wheels_files(wheel):
+    archive = _make("zip")
+    assert archive.name == f"lia_spark-{__version__}.zip"
+    assert sorted(zipfile.ZipFile(archive).namelist()) == sorted(zipfile.ZipFile(wheel).namelist())
+
+
+def test_an_executor_without_the_package_stops_the_job_in_seconds_naming_the_fix(run, cluster_python, tmp_path):
+    """No --py-files: the executors' Python cannot import lia_spark. The up-front check stops the job before any
+    stage with exit 2 and one line naming that Python and both ways to ship the package."""
+    conf = run.conf_file(tmp_path / "conf.yaml", tracking={"enabled": False}, run={"output_dir": str(tmp_path / "out")})
+    started = time.monotonic()
+    completed = _submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.memory=1g",
+                         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path,
+                        python=cluster_python, expect=2)
+    (line,) = [line for line in completed.stderr.splitlines() if line.startswith("lia-spark: ")]
+    assert f"({cluster_python}, Python " in line and "cannot import lia_spark" in line, line
+    assert f"--py-files dist/lia_spark-{__version__}.zip" in line and "--archives dist/lia_spark-env.tar.gz" in line
+    assert time.monotonic() - started < 120 and not (tmp_path / "out" / "data").exists()
+
+
+def _tracked_runs(tracking_uri: str, parent: str) -> dict[str, str]:
+    """Status of the parent run and of each stage run below it."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri)
+    root = client.get_run(parent)
+    children = client.search_runs([root.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
+    return {"parent": root.info.status} | {run.info.run_name: run.info.status for run in children}
+
+
+def test_readme_zip_command_on_local_cluster_with_a_remote_output_folder(spark, cluster_python, tmp_path):
+    """README's `make zip; spark-submit --py-files dist/lia_spark-VERSION.zip jobs/pipeline.py ...
+    run.output_dir=hdfs:///...`: executor and driver Pythons with every dependency but not lia_spark (it comes from
+    the zip, for the driver too), separate executor JVMs, a Hadoop file system that Python cannot open (viewfs
+    mounted on a local folder).
+    MLflow logs every stage and the models from the zip (FINISHED); the results equal a classic local run's."""
+    archive = _make("zip")
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    conf = write_conf(tmp_path / "conf.yaml", tmp_path / "unused", tracking_uri, synthetic={"rows_per_day": 3000},
+                      spark={"master": "local[1]", "shuffle_partitions": 4})
+    master = "local-cluster[2,1,1024]"
+    completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--conf",
+                         f"spark.hadoop.fs.viewfs.mounttable.readme.link./lia=file://{mounted}", "--py-files",
+                         str(archive), str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf),
+                         "run.output_dir=viewfs://readme/lia/run1"], tmp_path, python=cluster_python,
+                        driver_python=cluster_python)
+    result = _result(completed.stdout, {"viewfs://readme/lia": mounted})
+    assert {s["step"]: s["status"] for s in result["steps"]} == {step: "ran" for step in PIPELINE_STAGES}
+    for folder in ("data", "truth", "models", "posteriors", "utility", "audit", "report"):
+        assert (mounted / "run1" / folder / "_LIA_COMPLETE").is_file(), folder
+    assert not list(tmp_path.glob("viewfs*")) and not (tmp_path / "unused").exists()
+    assert result["not_logged"] == [] and "not logged" not in completed.stderr
+    statuses = _tracked_runs(tracking_uri, result["mlflow_run_id"])
+    assert statuses == {"parent": "FINISHED"} | {step: "FINISHED" for step in PIPELINE_STAGES}, statuses
+    assert "tracking: logged raw-row model target" in completed.stderr
+
+    run_pipeline(spark, load_config(str(conf), [f"run.output_dir={tmp_path / 'classic'}", "tracking.enabled=false"]))
+    for table in ("posteriors/summary.csv", "utility/tradeoff.csv", "audit/results.csv"):  # without fit times
+        submitted, local = (pd.read_csv(folder / table).filter(regex="^(?!.*seconds)")
+                            for folder in (mounted / "run1", tmp_path / "classic"))
+        pd.testing.assert_frame_equal(submitted, local)
+
+
+def test_readme_packed_environment_command_on_local_cluster(spark, cluster_python, tmp_path):
+    """README's `make env; PYSPARK_PYTHON=./environment/bin/python spark-submit --archives
+    dist/lia_spark-env.tar.gz#environment ...`: each executor unpacks the environment and runs its Python; the
+    cluster's own Python (which lacks lia_spark) is not used. Posteriors written by the executors equal a classic
+    local run's."""
+    archive = _make("env")
     out = tmp_path / "out"
     conf = write_conf(tmp_path / "conf.yaml", out, "", run={"output_dir": str(out), "stages": ["data", "posteriors"]},
                       synthetic={"rows_per_day": 2000}, tracking={"enabled": False},
                       spark={"master": "local[1]", "shuffle_partitions": 4},
                       mechanisms={"rows_per_bagging_unit": 256})  # 4 bagging units = 4 tasks over 2 executors
     master = "local-cluster[2,1,1024]"
-    completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--conf",
-                         "spark.sql.shuffle.partitions=5", "--py-files", str(wheel),
-                         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path)
+    completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--archives",
+                         f"{archive}#environment", str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)],
+                        tmp_path, python="./environment/bin/python")
+    probe = [line for line in completed.stderr.splitlines() if "executors: " in line]
+    pythons = re.findall(r"(\S+) \(Python [0-9.]+\)", probe[0].split("executors: ", 1)[1].split(" import ")[0])
+    assert len(probe) == 1 and pythons and all(path.endswith("/environment/bin/python") for path in pythons), probe
     result = _result(completed.stdout)
     assert result["spark_master"] == master
-    assert f"session on {master} (5 shuffle partitions)" in completed.stdout + completed.stderr
     assert {s["step"]: s["status"] for s in result["steps"]} == {
         step: "ran" if step in ("data", "posteriors") else "skipped" for step in PIPELINE_STAGES}
-    assert is_complete(spark, str(out / "data"))
-    assert spark.read.parquet(str(out / "data")).count() == 2 * 2000
-    # posteriors: the executors' Python workers wrote one result file per bagging unit, all seen by the driver
-    assert is_complete(spark, str(out / "posteriors"))
     assert sorted(os.listdir(out / "posteriors" / "rows")) == [f"part-{p:05d}.parquet" for p in range(4)]
-    settings = len(pd.read_csv(out / "posteriors" / "summary.csv"))
-    assert spark.read.parquet(str(out / "posteriors" / "rows")).count() == settings * 2000
-
-
-def test_readme_cluster_command_with_a_remote_output_folder_on_local_cluster(spark, wheel, tmp_path):
-    """README's `spark-submit --py-files WHEEL jobs/pipeline.py ... run.output_dir=hdfs:///...`, with a Hadoop
-    file system that Python cannot open (viewfs mounted on a local folder) and separate executor JVMs."""
-    mounted = tmp_path / "mounted"
-    mounted.mkdir()
-    conf = write_conf(tmp_path / "conf.yaml", tmp_path / "unused", "", synthetic={"rows_per_day": 3000},
-                      tracking={"enabled": False}, spark={"master": "local[1]", "shuffle_partitions": 4})
-    master = "local-cluster[2,1,1024]"
-    completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--conf",
-                         f"spark.hadoop.fs.viewfs.mounttable.readme.link./lia=file://{mounted}", "--py-files",
-                         str(wheel), str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf),
-                         "run.output_dir=viewfs://readme/lia/run1"], tmp_path)
-    result = _result(completed.stdout, {"viewfs://readme/lia": mounted})
-    assert {s["step"]: s["status"] for s in result["steps"]} == {step: "ran" for step in PIPELINE_STAGES}
-    for folder in ("data", "truth", "models", "posteriors", "utility", "audit", "report"):
-        assert (mounted / "run1" / folder / "_LIA_COMPLETE").is_file(), folder
-    assert len(pd.read_csv(mounted / "run1" / "posteriors" / "summary.csv")) == 4
-    assert json.loads((mounted / "run1" / "audit" / "summary.json").read_text())["design"] == "injected"
-    assert not list(tmp_path.glob("viewfs*")) and not (tmp_path / "unused").exists()
+    classic = tmp_path / "classic"
+    run_pipeline(spark, load_config(str(conf), [f"run.output_dir={classic}"]))
+    pd.testing.assert_frame_equal(pd.read_csv(out / "posteriors" / "summary.csv"),
+                                  pd.read_csv(classic / "posteriors" / "summary.csv"))
+    rows = [pd.read_parquet(folder / "posteriors" / "rows") for folder in (out, classic)]
+    pd.testing.assert_frame_equal(*[frame.sort_values(list(frame.columns), ignore_index=True) for frame in rows])

@@ -67,7 +67,7 @@ def _free_port() -> int:
 
 def test_flatten_and_fingerprint():
     assert flatten({"a": {"b": [1, 2], "c": "x", "d": {}}, "e": math.inf}) == {
-        "a.b": "[1, 2]", "a.c": "x", "a.d": "{}", "e": "Infinity"}
+        "a.b": "[1, 2]", "a.c": "x", "a.d": "{}", "e": "inf"}  # never the Infinity literal
     marker = {"rows": 40, "rows_per_day": {"0": 20, "1": 20}, "note": "x"}
     params = data_fingerprint(marker)
     assert params["data.marker.rows"] == "40" and params["data.marker.rows_per_day"] == '{"0": 20, "1": 20}'

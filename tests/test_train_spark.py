@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from json_support import check_file, check_result
 from lia_spark.engine import metrics
 from lia_spark.engine.bags import row_bag_proportions
 from lia_spark.engine.feature_frames import read_day
@@ -89,8 +90,10 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     # 4,000 training rows, 16% of their labels injected and RR at eps = 2 on top: a weaker target than the proxy
     assert found["auc_test_target"] > 0.55 and found["auc_test_proxy"] > 0.6, found
     assert all(os.path.exists(path) for path in result.artifacts())
-    with open(os.path.join(out, "models", "metrics.json"), encoding="utf-8") as handle:
-        assert json.load(handle)["test_metrics"] == result.test_metrics
+    metrics_json = check_file(os.path.join(out, "models", "metrics.json"))  # standard JSON matching its schema
+    assert metrics_json == check_result(result, "train") and metrics_json["test_metrics"] == result.test_metrics
+    assert [check_file(path)["link"] for path in result.encoding_files if path.endswith(".output.json")] == [
+        "sigmoid", "sigmoid"]  # proxy and target
     again = run_stage("train", spark, config)
     assert again.skipped and again.test_metrics == result.test_metrics
     assert os.path.exists(os.path.join(out, "models", MARKER))
@@ -312,6 +315,7 @@ def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, par
     np.testing.assert_array_equal(frame["correct"], correct[0])
     assert audited.canaries == 600 and audited.repetitions == 1 and audited.summary["attack"] == "membership"
     assert audited.summary["design"] == "membership" and "membership canaries" in audited.console_summary()
+    assert check_file(os.path.join(out, "audit", "summary.json"))["attack"] == "membership"
     assert 0.0 <= audited.headline.eps_lb <= 2.0 and audited.headline.claimed_epsilon == 2.0
 
 
@@ -390,10 +394,12 @@ def _sample_matrix(spark, config):
 def test_targets_fitted_ahead_in_parallel_tasks_equal_the_train_stage_fits_on_the_driver(spark, parquet_path,
                                                                                           tmp_path):
     """``lia-spark audit-table`` fits its cells' targets ahead as parallel Spark tasks (fitting.fit_ahead); each
-    cell's train stage takes its own and writes the same canary table as a train stage that fits on the driver."""
+    cell's train stage takes its own and writes the same canary table as a train stage that fits on the driver.
+    One bag mechanism (released proportions, noise, proportion matching); the utility grid's test covers per-row
+    label mechanisms in parallel tasks."""
     from lia_spark.engine.fitting import fit_ahead
 
-    settings = [("rr", 2.0, 1), ("llp_laplace", 1.0, 8)]
+    settings = [("llp_laplace", 1.0, 8)]
     ahead = Preparation()
     fit_ahead(spark, _config(parquet_path, str(tmp_path / "first")), settings, ahead)
     assert set(ahead.fits) == set(settings)
@@ -422,6 +428,7 @@ def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parq
                      "utility.extra_mechanisms=[]")
     first = run_stage("utility", spark, config)
     assert not first.skipped and run_stage("utility", spark, config).skipped
+    assert check_result(first, "utility")["table"][0]["epsilon"] == "inf"
     stage = STAGES["utility"]
     failed = dc.replace(first, failed={"rr.epsinf.k1": "ValueError: a fit that failed"})
     with committed_output(spark, stage.outputs(config)[0], failed.marker(),

@@ -8,7 +8,6 @@ bounds), ``summary.json`` and ``plots/eps_vs_guesses.png``, committed atomically
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -33,6 +32,7 @@ from lia_spark.present.charts import plot_sweep
 from lia_spark.present.headline import Headline
 from lia_spark.run import layout
 from lia_spark.run.config import Config
+from lia_spark.run.json_output import strict_json
 from lia_spark.run.model_sections import AuditConfig
 
 logger = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ def _audit(run: StageRun) -> AuditResult:
         spark.createDataFrame(frame).coalesce(1).write.parquet(run.under("results"))
         frame.to_csv(os.path.join(local, FILES[0]), index=False)
         with open(os.path.join(local, FILES[1]), "w", encoding="utf-8") as handle:
-            json.dump(summary, handle, indent=2, sort_keys=True)
+            handle.write(strict_json(summary))
         plot_sweep(frame, path=os.path.join(local, FILES[2]),
                    title=f"{section.attack} audit: {m} canaries, {repetitions} repetitions",
                    confidence=section.confidence, deltas={names.BINOMIAL: section.delta, names.GDP: bounds.gdp_delta})

@@ -76,9 +76,10 @@ def list_sources(spark: SparkSession, paths: tuple[str, ...] | list[str]) -> lis
     for path in paths:
         try:
             files = files_for(spark, path)
+            found = files.exists(path)
         except ValueError as error:
             raise ValueError(f"data.criteo_paths: {error}") from None
-        if not files.exists(path):
+        if not found:
             raise ValueError(f"data.criteo_paths: no such file or folder, got {path!r}")
         for item in files.list_folder(path):
             if item.is_folder or item.name.startswith((".", "_")):
@@ -175,7 +176,8 @@ def _decoded_by_spark(spark: SparkSession, gzip_sources: list[tuple[int, SourceF
     def decompress(item: tuple[int, SourceFile]) -> tuple[int, str]:
         index, source = item
         copy = f"{folder}/{_COPY_PREFIX}{index}"
-        (spark.read.format("text").option("ignoreCorruptFiles", "true").load(source.path).coalesce(1)
+        (spark.read.format("text").option("ignoreCorruptFiles", "true").option("lineSep", "\n").load(source.path)
+         .coalesce(1)
          .write.mode("overwrite").text(copy))
         return index, copy
 
@@ -185,11 +187,12 @@ def _decoded_by_spark(spark: SparkSession, gzip_sources: list[tuple[int, SourceF
 
 def read_lines(spark: SparkSession, sources: list[SourceFile], copies: dict[int, str]) -> DataFrame:
     """Raw lines as binary with (file_index, block_start), in file order within each partition; a source with a
-    decompressed copy (step 0) is read from it."""
+    decompressed copy (step 0) is read from it. Lines end at LF only (Spark's default also ends them at a lone CR,
+    which would split a line and shift every later row id of its day); a CRLF's CR is stripped by the parser."""
     index_of_name = F.create_map(*[item for i, source in enumerate(sources)
                                    for item in (F.lit(source.name), F.lit(i))])
     copy_index = F.regexp_extract(F.col("_metadata.file_path"), f"/{_COPY_PREFIX}([0-9]+)/[^/]*$", 1)
-    frame = (spark.read.format("text").option("ignoreCorruptFiles", "true")
+    frame = (spark.read.format("text").option("ignoreCorruptFiles", "true").option("lineSep", "\n")
              .load([copies.get(index, source.path) for index, source in enumerate(sources)]))
     by_name = index_of_name[F.col("_metadata.file_name")]
     file_index = F.when(copy_index != "", copy_index).otherwise(by_name) if copies else by_name

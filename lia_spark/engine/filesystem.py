@@ -59,8 +59,21 @@ class HadoopFiles:
         self._configuration = spark.sparkContext._jsc.hadoopConfiguration()
 
     def _resolve(self, path: str) -> tuple[Any, Any]:
+        """(Hadoop FileSystem, Path) of ``path``.
+
+        Raises:
+            ValueError: no FileSystem of this Spark serves the path's scheme (``s3://`` without a connector).
+        """
         hadoop_path = self._jvm.org.apache.hadoop.fs.Path(path)
-        return hadoop_path.getFileSystem(self._configuration), hadoop_path
+        try:
+            return hadoop_path.getFileSystem(self._configuration), hadoop_path
+        except file_errors() as error:
+            reason = error_reason(error)
+            if "UnsupportedFileSystemException" not in reason:
+                raise
+            raise ValueError(f"no Hadoop file system of this Spark serves the scheme of {path!r} "
+                             f"({reason.splitlines()[0]}); use a scheme whose connector the cluster has (s3a://, "
+                             "abfss://, gs://, hdfs://, dbfs:/) or add the connector's jars") from None
 
     def exists(self, path: str) -> bool:
         filesystem, hadoop_path = self._resolve(path)

@@ -115,12 +115,12 @@ def run_lock(spark: SparkSession, output_dir: str, *, command: str, max_age_hour
     """
     path = lock_path(output_dir)
     holder = LockHolder.this_process(command)
+    folder = output_dir.rstrip("/")
     try:
         files = files_for(spark, path)
+        created_folder = not files.exists(folder)
     except ValueError as error:
         raise ValueError(f"run.output_dir: {error}") from None
-    folder = output_dir.rstrip("/")
-    created_folder = not files.exists(folder)
     try:
         created = files.write_text(path, holder.to_json(), overwrite=False)
     except file_errors():

@@ -22,7 +22,6 @@ the aggregate metrics and these files (never a per-row label).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -45,6 +44,7 @@ from lia_spark.kernels.criteo import POSITION_BITS
 from lia_spark.names import DAY, LABEL, ROW_ID
 from lia_spark.present import logloss_plots
 from lia_spark.run.config import Config
+from lia_spark.run.json_output import strict_json
 from lia_spark.run.sections import LoglossConfig
 
 logger = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ def _attack_and_write(run: StageRun) -> LoglossResult:
         results.to_csv(os.path.join(local, FILES[0]), index=False)
         defender_table(results).to_csv(os.path.join(local, FILES[1]), index=False)
         with open(os.path.join(local, FILES[2]), "w", encoding="utf-8") as handle:
-            json.dump(summary, handle, indent=2, sort_keys=True)
+            handle.write(strict_json(summary))
         logloss_plots.accuracy_plot(results, path=os.path.join(local, FILES[3]))
         logloss_plots.labels_per_query_plot(results, n_rows=n_rows, path=os.path.join(local, FILES[4]))
         for name in FILES:

@@ -1,24 +1,36 @@
 """SparkSession for jobs, notebooks and tests: reuse an existing one, else build a local or Spark Connect one;
 and the few session services the stages use, on classic sessions and over Spark Connect alike (job descriptions,
-job groups, default parallelism, shipping a large value to the tasks)."""
+job groups, default parallelism, shipping a large value to the tasks, the status of running stages); and the
+stderr of a spark-submit launcher."""
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import io
 import logging
 import os
+import stat
 import sys
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from pyspark.sql import SparkSession, functions as F
 
+from lia_spark.engine.deployment import check_executors
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.sections import SparkConfig
+
+if TYPE_CHECKING:
+    from pyspark import StatusTracker
 
 logger = logging.getLogger(__name__)
 
 
 def _local_defaults(config: SparkConfig) -> dict[str, str]:
+    """Local session settings; Spark's console progress bar (on stderr) only where stderr is a terminal, so logs
+    written to files and CI stay free of its carriage-return lines; Spark's own logs at WARN (spark-submit's default
+    profile logs every INFO line, which buries lia_spark's progress; ``--conf spark.log.level=INFO`` brings them
+    back)."""
     cores = os.cpu_count() or 2
     return {
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -26,8 +38,9 @@ def _local_defaults(config: SparkConfig) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(config.shuffle_partitions or 4 * cores),
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": config.driver_memory,
-        "spark.ui.showConsoleProgress": "false",
+        "spark.ui.showConsoleProgress": str(sys.stderr is not None and sys.stderr.isatty()).lower(),
         "spark.sql.parquet.compression.codec": "zstd",
+        "spark.log.level": "WARN",
     }
 
 
@@ -76,23 +89,34 @@ def master_name(spark: SparkSession) -> str:
     return spark.sparkContext.master
 
 
+_described = ""  # the description of the next Spark jobs (describe_jobs), which progress lines name
+
+
 def describe_jobs(spark: SparkSession, description: str | None) -> None:
-    """Name the next Spark jobs in the Spark UI, None to clear (classic sessions; Spark Connect has no job
-    descriptions, its jobs carry the tags of :func:`job_group`)."""
+    """Name the next Spark jobs in the Spark UI and in progress lines (:func:`described_jobs`), None to clear
+    (classic sessions; Spark Connect has no job descriptions, its jobs carry the tags of :func:`job_group`)."""
+    global _described
+    _described = description or ""
     if not is_connect(spark):
         spark.sparkContext.setJobDescription(description)
 
 
+def described_jobs() -> str:
+    """What :func:`describe_jobs` last named ("" when cleared)."""
+    return _described
+
+
 @contextlib.contextmanager
 def job_group(spark: SparkSession, group: str, description: str) -> Iterator[None]:
-    """Group the jobs of the ``with`` block: a job group on classic sessions (cleared at exit with the job
-    description), an operation tag over Spark Connect (``spark.interruptTag(group)`` cancels them)."""
+    """Group the jobs of the ``with`` block: a job group on classic sessions, an operation tag over Spark Connect
+    (``spark.interruptTag(group)`` cancels them); cleared at exit with the job description."""
     if is_connect(spark):
         spark.addTag(group)
         try:
             yield
         finally:
             spark.removeTag(group)
+            describe_jobs(spark, None)
         return
     context = spark.sparkContext
     context.setJobGroup(group, description, interruptOnCancel=False)
@@ -100,7 +124,13 @@ def job_group(spark: SparkSession, group: str, description: str) -> Iterator[Non
         yield
     finally:
         context.setLocalProperty("spark.jobGroup.id", None)
-        context.setLocalProperty("spark.job.description", None)
+        describe_jobs(spark, None)
+
+
+def status_tracker(spark: SparkSession) -> StatusTracker | None:
+    """Spark's status tracker (active stages and their task counts) of a classic session; None over Spark Connect,
+    whose client reports progress to handlers instead (``spark.registerProgressHandler``)."""
+    return None if is_connect(spark) else spark.sparkContext.statusTracker()
 
 
 _CONNECT_PARALLELISM: dict[str, int] = {}
@@ -142,18 +172,22 @@ def shipped(spark: SparkSession, value: Any) -> Iterator[Any]:
 
 def start_spark(config: SparkConfig) -> SparkSession:
     """:func:`get_spark` for commands: a session that cannot start is reported naming spark.master (spark.remote
-    when set).
+    when set); then the executors are checked to import lia_spark, the driver's build, and its dependencies
+    (:func:`lia_spark.engine.deployment.check_executors`, one task per default-parallelism slot, at most 64).
 
     Raises:
-        ConfigError: naming spark.master or spark.remote and the first line of Spark's own reason.
+        ConfigError: naming spark.master or spark.remote and the first line of Spark's own reason; or naming the
+            executors' Python and what it cannot import.
     """
     try:
-        return get_spark(config)
+        session = get_spark(config)
     except Exception as error:  # noqa: BLE001 - the JVM's failures arrive as many exception types
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         field, value = ("spark.remote", config.remote) if config.remote else ("spark.master", config.master)
         raise ConfigError(f"{field}: cannot start a Spark session ({reason}), got {value!r}; check "
                           f"{field}, spark.driver_memory, spark.extra and JAVA_HOME") from error
+    check_executors(session, min(default_parallelism(session), 64))
+    return session
 
 
 def _submitted_settings() -> set[str]:
@@ -164,3 +198,53 @@ def _submitted_settings() -> set[str]:
         return set()
     SparkContext._ensure_initialized()
     return {key for key, _ in SparkConf().getAll()}
+
+
+class _JvmStream(io.TextIOBase):
+    """A text stream writing UTF-8 to a ``java.io.PrintStream`` (auto-flushing, as ``System.err`` is) through the
+    gateway; ``fallback`` once the gateway is gone."""
+
+    def __init__(self, stream: Any, fallback: TextIO) -> None:
+        from py4j.protocol import Py4JError
+
+        super().__init__()
+        self._stream, self._fallback, self._gone = stream, fallback, Py4JError
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8")
+        try:
+            self._stream.write(data, 0, len(data))
+        except self._gone:
+            self._fallback.write(text)
+        return len(text)
+
+
+def _stderr_is_stdout() -> bool:
+    """True when this process's stderr and stdout are one pipe."""
+    try:
+        out, err = os.fstat(1), os.fstat(2)
+    except OSError:
+        return False
+    return stat.S_ISFIFO(err.st_mode) and os.path.samestat(out, err)
+
+
+@functools.cache
+def launcher_stderr() -> TextIO | None:
+    """The stderr of the spark-submit launcher that started this Python driver, or None elsewhere.
+
+    spark-submit runs a Python application as a child of its JVM (``PythonRunner``) with the child's stderr merged
+    into its stdout, so whatever the driver writes to stderr lands on the launcher's stdout. This stream writes to
+    the launcher JVM's ``System.err`` through the gateway instead.
+    """
+    if os.environ.get("PYSPARK_GATEWAY_PORT") is None or not _stderr_is_stdout():
+        return None
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()
+    system = SparkContext._jvm.java.lang.System
+    if not any(name in str(system.getProperty("sun.java.command")) for name in ("SparkSubmit", "PythonRunner")):
+        return None
+    return _JvmStream(system.err, sys.stderr)

@@ -21,6 +21,8 @@ from lia_spark.engine.ingest import INGEST
 from lia_spark.engine.logloss import LOGLOSS
 from lia_spark.engine.outputs import committed_output, delete_path, path_exists, read_marker, reusable_output
 from lia_spark.engine.posteriors.stage import POSTERIORS
+from lia_spark.engine.progress import reporting_progress
+from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.report import REPORT
 from lia_spark.engine.stage import Stage, StageRun
 from lia_spark.engine.train import TRAIN
@@ -131,9 +133,18 @@ def would_reuse(spark: SparkSession, name: str, config: Config) -> bool:
 
 
 def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = True, **options: Any) -> Any:
-    """Run stage ``name`` under ``config`` (the module docstring's skeleton) and return its result; ``reuse=False``
-    recomputes whatever the output holds. ``options`` reach ``compute`` (:attr:`StageRun.options`)."""
-    stage = STAGES[name]
+    """Run stage ``name`` under ``config`` (the module docstring's skeleton), logging its progress every
+    ``run.progress_seconds`` (:func:`lia_spark.engine.progress.reporting_progress`), and return its result;
+    ``reuse=False`` recomputes whatever the output holds. ``options`` reach ``compute`` (:attr:`StageRun.options`).
+    The stage's last job description is cleared at its end, so later progress lines never name its work."""
+    try:
+        with reporting_progress(spark, name, config.run.progress_seconds):
+            return _run_stage(STAGES[name], spark, config, reuse=reuse, options=options)
+    finally:
+        describe_jobs(spark, None)
+
+
+def _run_stage(stage: Stage, spark: SparkSession, config: Config, *, reuse: bool, options: dict[str, Any]) -> Any:
     reuse = reuse and not set(stage.recomputed_with) & set(options)
     resolved = stage.resolved(spark, config)
     fingerprint = stage.fingerprint(spark, config, resolved=resolved) if stage.reusable else None

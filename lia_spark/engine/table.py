@@ -26,7 +26,7 @@ import math
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
 from pyspark.sql import SparkSession
@@ -34,9 +34,11 @@ from pyspark.sql import SparkSession
 from lia_spark.engine.fitting import fit_ahead
 from lia_spark.engine.modeling import Preparation
 from lia_spark.engine.outputs import check_writable, copy_from_local, local_copies, local_folder, path_exists
+from lia_spark.engine.progress import reporting_progress
 from lia_spark.engine.session import describe_jobs, job_group
 from lia_spark.engine.stages import STAGES, run_stage, sealed_fingerprint, step_stage, would_reuse
 from lia_spark.present import charts
+from lia_spark.present.wording import NO_EVIDENCE, bound_text, claimed_epsilon_text, number_text
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.studies import table
@@ -102,6 +104,21 @@ class CellOutcome:
         return self.record()
 
 
+CELLS_ON_CONSOLE = 12  # a larger table is read in eps_lb.csv
+
+
+def cell_line(row: Mapping[str, Any]) -> str:
+    """A cell on the console: its valid bound (mean +- std over repetitions, the 0 bound flagged), confidence and
+    claimed epsilon, then the target's test AUC; a failed cell's error."""
+    head = f"  {row['cell']} ({row['algorithm']}, claimed eps = {claimed_epsilon_text(row['claimed_epsilon'])}): "
+    if row["status"] == "failed":
+        return head + f"failed: {row['error']}"
+    bound = f"eps >= {bound_text(row['eps_lb_mean'])} +- {bound_text(row['eps_lb_std'])} at " \
+            f"{number_text(100 * row['confidence'], '.0f')}% (valid)"
+    vacuous = f" - {NO_EVIDENCE.split(':')[0]}" if row["eps_lb_mean"] == 0 else ""
+    return head + bound + vacuous + f"; target test AUC {number_text(row['test_auc'], '.4f')}"
+
+
 @dataclasses.dataclass
 class TableResult:
     """Every cell's outcome, the mechanisms skipped as unsupported, the table's files and the MLflow run."""
@@ -153,6 +170,8 @@ class TableResult:
                  + "; ".join(f"{status} {len(names)}" for status, names in by_status.items())]
         if self.unsupported:
             lines.append("skipped (unsupported): " + "; ".join(f"{k}: {v}" for k, v in self.unsupported.items()))
+        if len(self.cells) <= CELLS_ON_CONSOLE:
+            lines += [cell_line(outcome.record()) for outcome in self.cells]
         for outcome in self.findings():
             row = outcome.record()
             lines.append(f"FINDING {outcome.cell.name}: eps_lb {row['eps_lb_mean']:.3f} > claimed eps "
@@ -218,7 +237,8 @@ def _fit_ahead(spark: SparkSession, config: Config, cells: list[table.Cell], pre
         return
     logger.info("audit-table: fitting the targets of %d cells ahead in parallel tasks", len(pending))
     try:
-        with job_group(spark, "lia-spark-table-fits", f"{config.run.name}: audit-table targets in parallel"):
+        with (job_group(spark, "lia-spark-table-fits", f"{config.run.name}: audit-table targets in parallel"),
+              reporting_progress(spark, "audit-table: targets", config.run.progress_seconds)):
             fit_ahead(spark, cell_config(config, pending[0]),
                       [(cell.mechanism, cell.epsilon, cell.bag_size) for cell in pending], preparation)
     except Exception as error:  # noqa: BLE001 - the cells then fit their own targets and record their own errors

@@ -19,7 +19,6 @@ The fitting itself (two execution paths, the audit designs' injection and refere
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -44,6 +43,7 @@ from lia_spark.names import (BAG_MECHANISMS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, L
                              MEMBERSHIP, NONE, PROXY_PREDICTION, ROW_ID, SPLIT, TARGET_PREDICTION)
 from lia_spark.run import layout
 from lia_spark.run.config import Config
+from lia_spark.run.json_output import strict_json
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +144,6 @@ def _save_models(spark: SparkSession, models: dict[str, Any], specs: dict[str, f
     return names, encodings
 
 
-def _write_json(spark: SparkSession, payload: dict[str, Any], path: str) -> None:
-    write_text(spark, path, json.dumps(payload, indent=2, sort_keys=True, default=str))
-
-
 def _prior_days(spark: SparkSession, config: Config) -> tuple[int, ...]:
     """The released days whose proxy priors train writes: none unless the posteriors stage's prior needs them."""
     return feature_frames.released_days(spark, config) if needs_proxy_priors(config) else ()
@@ -210,7 +206,7 @@ def _train(run: StageRun) -> TrainResult:
                          model_files=[os.path.join(out, name) for name in files],
                          encoding_files=[os.path.join(out, name) for name in encodings],
                          mechanism_report=trained.mechanism_report, attack=config.audit.attack)
-    _write_json(spark, result.to_dict(), run.under(layout.MODEL_METRICS))
+    write_text(spark, run.under(layout.MODEL_METRICS), strict_json(result))
     scored.unpersist()
     logger.info("train: done in %.1f s, test AUC target %.4f proxy %.4f", seconds["total"],
                 test_metrics["auc@target"], test_metrics["auc@proxy"])

@@ -62,6 +62,7 @@ REASONS = (("header", "bad_column_count", "bad_label")
            + tuple(f"bad_hex:{name}" for name in CAT_COLUMNS))
 VALID = -1
 
+_CR = 13
 _TAB = 9
 _MINUS = ord("-")
 
@@ -168,16 +169,21 @@ def _scatter(values: np.ndarray, rows: np.ndarray, n: int, fill) -> np.ndarray:
 
 
 def parse_lines(lines: pa.Array) -> ParsedLines:
-    """Parse raw Criteo lines (Arrow binary or string array, newline stripped) in one vectorized pass.
+    """Parse raw Criteo lines (Arrow binary or string array, split at LF, the LF stripped) in one vectorized pass.
 
     A line is valid when it has exactly 40 tab-separated fields, the label is ``0`` or ``1``, every
     non-empty I* is ``-?[0-9]{1,18}`` and every non-empty C* is 8 hex digits (either case). A line
-    starting with ``label`` is a header. Empty fields are missing values.
+    starting with ``label`` is a header. Empty fields are missing values. One CR before the LF (a CRLF line end)
+    is not part of the last field; a CR anywhere else is a byte of its field, which makes the line malformed.
+    ``line_length`` counts every byte but the LF.
     """
     n = len(lines)
     offsets, data = _buffers(lines)
     line_start, line_end = offsets[:-1], offsets[1:]
     line_length = line_end - line_start
+    crlf = np.zeros(n, dtype=bool)
+    crlf[line_length > 0] = data[line_end[line_length > 0] - 1] == _CR
+    line_end = line_end - crlf
     reason = np.full(n, VALID, dtype=np.int16)
 
     tabs = np.flatnonzero(data[offsets[0]:offsets[-1]] == _TAB) + offsets[0]
@@ -258,12 +264,13 @@ def locate_lines(line_index: np.ndarray, *, first_day: int, day_starts: np.ndarr
 
 
 def decoded_size_matches(expected_bytes: int, *, line_bytes: int, lines: int, modulus: int | None = None) -> bool:
-    """Whether lines totalling ``line_bytes`` bytes (newlines excluded) can make a file of ``expected_bytes``.
+    """Whether lines totalling ``line_bytes`` bytes (every byte but the LF that ends each line, as
+    :func:`parse_lines` counts ``line_length``: a CRLF's CR included) can make a file of ``expected_bytes``.
 
-    Accepts LF or CRLF line ends, with or without a final line end. ``modulus`` = 2^32 for the gzip
-    trailer's ISIZE (size mod 2^32). A truncated or corrupt file fails this check.
+    With or without a final line end. ``modulus`` = 2^32 for the gzip trailer's ISIZE (size mod 2^32). A truncated
+    or corrupt file fails this check.
     """
-    candidates = {line_bytes + lines, line_bytes + lines - 1, line_bytes + 2 * lines, line_bytes + 2 * lines - 2}
+    candidates = {line_bytes + lines, line_bytes + lines - 1}
     if lines == 0:
         candidates = {0}
     if modulus is not None:

@@ -20,19 +20,15 @@ import pandas as pd  # noqa: E402
 from lia_spark import names  # noqa: E402
 from lia_spark.kernels.utility import ADVANTAGES, RR_FAMILY, hidden_settings_text, point_label  # noqa: E402
 from lia_spark.names import BONFERRONI, LLP, LLP_LAPLACE, PAPER  # noqa: E402
+from lia_spark.present.point_labels import label_points, note_left_out  # noqa: E402
 from lia_spark.studies.table import PUBLISHED_EPS_LB, PUBLISHED_EPSILONS, PUBLISHED_LABEL, inf_position  # noqa: E402
 from lia_spark.studies.validity import COMBINED, score_label, summarize_study, theorem_rows  # noqa: E402
 
 
-def _label_points(axis, rows: pd.DataFrame, advantage: str) -> None:
-    for row in rows.itertuples(index=False):
-        axis.annotate(point_label(row.mechanism, row.epsilon, row.bag_size), (getattr(row, advantage), row.auc),
-                      fontsize=6, xytext=(3, 3), textcoords="offset points")
-
-
 def plot_tradeoff(table: pd.DataFrame, *, advantage: str, path: str, title: str = "") -> None:
     """AUC vs advantage: one curve for rr (over eps), llp (over k), noisy llp per k (over eps), extras per name; every
-    point labelled with its eps (or k on plain LLP's curve)."""
+    point labelled with its eps (or k on plain LLP's curve) where the label overlaps nothing
+    (:func:`lia_spark.present.point_labels.label_points`; the figure counts the labels left out)."""
     if advantage not in ADVANTAGES:
         raise ValueError(f"advantage must be one of {list(ADVANTAGES)}, got {advantage!r}")
     figure, axis = plt.subplots(figsize=(7.5, 5))
@@ -44,18 +40,20 @@ def plot_tradeoff(table: pd.DataFrame, *, advantage: str, path: str, title: str 
         label = mechanism if mechanism in RR_FAMILY else f"{mechanism} k={bag_size}"
         style = "-o" if mechanism in RR_FAMILY else ("--s" if mechanism == LLP_LAPLACE else ":^")
         axis.plot(group[advantage], group["auc"], style, label=label, markersize=4, linewidth=1)
-        _label_points(axis, group, advantage)
     llp = shown[shown["mechanism"] == LLP].sort_values(advantage)
     if len(llp):
         axis.plot(llp[advantage], llp["auc"], "-D", color="black", label="llp (over k)", markersize=4)
-        _label_points(axis, llp, advantage)
     axis.set_xlabel(ADVANTAGES[advantage] + hidden_settings_text(table[advantage]))
     axis.set_ylabel("target test AUC")
     axis.set_title(title or f"Privacy-utility tradeoff: AUC vs {ADVANTAGES[advantage]}")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, ncol=2)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    labelled = shown[np.isfinite(shown["auc"].astype(float))]  # a failed fit has no point
+    points = list(zip(labelled[advantage].astype(float), labelled["auc"].astype(float)))
+    texts = [point_label(row.mechanism, row.epsilon, row.bag_size) for row in labelled.itertuples(index=False)]
+    note_left_out(figure, label_points(axis, points, texts))
+    figure.savefig(path, dpi=110, bbox_inches="tight")  # the x label can be wider than the axes
     plt.close(figure)
 
 

@@ -3,7 +3,8 @@
 - :func:`settings_table`: one row per mechanism setting joining the posteriors summary (mean additive advantage,
   98th percentile of |I|, share of rows with infinite |I|) and the utility table (target test AUC).
 - :func:`bounds_table`: every best-over-the-sweep epsilon bound of the audit with its confidence and delta (the
-  binomial bound at ``audit.delta``, GDP at the delta its mu was converted at) and whether it is valid.
+  binomial bound at ``audit.delta``, GDP at the delta its mu was converted at): the valid bounds first, then the
+  paper's convention, labelled as not valid; a valid bound of 0 is flagged as no evidence at this size.
 - :func:`matched_utility_plot`: mechanisms side by side at matched utility (as in the LIA paper's Figure 2): each
   mechanism's advantage-vs-AUC curve, and its advantage interpolated at the highest AUC every mechanism reaches.
 """
@@ -15,11 +16,15 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from lia_spark.names import BAG_SIZE, BONFERRONI, EPSILON, MECHANISM, PAPER, setting_key
+from lia_spark.names import BAG_SIZE, BONFERRONI, EPSILON, MECHANISM, setting_key
+from lia_spark.present.point_labels import label_points, note_left_out
+from lia_spark.present.wording import NO_EVIDENCE, NOT_VALID
 
 SETTING_COLUMNS = ("setting", MECHANISM, EPSILON, BAG_SIZE, "mean_additive_advantage", "abs_I_p98", "share_infinite",
                    "auc")
 ADVANTAGE = "mean_additive_advantage"
+BOUND_COLUMNS = ("bound", "family", "convention", "valid", "mean", "std", "confidence", "delta", "note")
+VALID = "valid lower bound"
 
 
 def settings_table(summary: Sequence[Mapping[str, Any]], utility: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -42,19 +47,22 @@ def settings_table(summary: Sequence[Mapping[str, Any]], utility: Sequence[Mappi
 
 
 def bounds_table(summary: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per epsilon bound of the audit's ``summary`` (its ``best`` statistics): family, convention, whether it
-    is a valid bound (Bonferroni) or the paper's convention, mean and std over repetitions, confidence and delta."""
+    """One row per epsilon bound of the audit's ``summary`` (its ``best`` statistics), in :data:`BOUND_COLUMNS`:
+    family, convention, whether it is a valid bound (Bonferroni) or not (:data:`lia_spark.present.wording.NOT_VALID`),
+    mean and std over repetitions, confidence, delta and a note (:data:`lia_spark.present.wording.NO_EVIDENCE` for a
+    valid bound that is 0 in every repetition). The valid bounds come first."""
     rows = []
     for key, stats in summary["best"].items():
         if not key.startswith("eps_"):
             continue
         family, convention = key[len("eps_"):].rsplit("_", 1)
         delta = summary.get("gdp_delta", summary["delta"]) if family == "gdp" else summary["delta"]
-        rows.append({"bound": key, "family": family, "convention": convention,
-                     "valid": "valid" if convention == BONFERRONI else "not a valid bound" if convention == PAPER
-                     else convention, "mean": stats["mean"], "std": stats["std"],
-                     "confidence": summary["confidence"], "delta": delta})
-    return pd.DataFrame(rows, columns=["bound", "family", "convention", "valid", "mean", "std", "confidence", "delta"])
+        valid = convention == BONFERRONI
+        rows.append({"bound": key, "family": family, "convention": convention, "valid": VALID if valid else NOT_VALID,
+                     "mean": stats["mean"], "std": stats["std"], "confidence": summary["confidence"], "delta": delta,
+                     "note": NO_EVIDENCE if valid and stats["max"] == 0.0 else ""})
+    rows.sort(key=lambda row: row["valid"] != VALID)  # stable: the summary's order within each group
+    return pd.DataFrame(rows, columns=list(BOUND_COLUMNS))
 
 
 def matched_auc(table: pd.DataFrame) -> tuple[float, dict[str, float]]:
@@ -74,8 +82,9 @@ def matched_auc(table: pd.DataFrame) -> tuple[float, dict[str, float]]:
 
 def matched_utility_plot(table: pd.DataFrame, *, path: str) -> str | None:
     """PNG at ``path``: left, every mechanism's mean additive advantage against target test AUC (points labelled by
-    setting key) with the matched AUC marked; right, each mechanism's advantage at that AUC (:func:`matched_auc`).
-    None when fewer than two mechanisms have points."""
+    setting key where the label overlaps nothing, :func:`lia_spark.present.point_labels.label_points`) with the
+    matched AUC marked; right, each mechanism's advantage at that AUC (:func:`matched_auc`). None when fewer than two
+    mechanisms have points."""
     target, at_target = matched_auc(table)
     if len(at_target) < 2:
         return None
@@ -90,9 +99,6 @@ def matched_utility_plot(table: pd.DataFrame, *, path: str) -> str | None:
     for mechanism, group in usable.groupby(MECHANISM, sort=True):
         group = group.sort_values("auc")
         curves.plot(group["auc"], group[ADVANTAGE], "-o", color=colors[mechanism], label=mechanism, markersize=4)
-        for row in group.itertuples(index=False):
-            curves.annotate(row.setting, (row.auc, getattr(row, ADVANTAGE)), fontsize=6, xytext=(3, 3),
-                            textcoords="offset points")
     curves.axvline(target, color="0.4", linestyle="--", linewidth=1, label=f"matched AUC {target:.4f}")
     curves.set_xlabel("target test AUC (utility)")
     curves.set_ylabel("mean additive advantage (leakage)")
@@ -107,6 +113,9 @@ def matched_utility_plot(table: pd.DataFrame, *, path: str) -> str | None:
     bars.set_ylabel("mean additive advantage")
     bars.set_title(f"At matched utility (AUC = {target:.4f})", fontsize=10)
     figure.tight_layout()
+    left_out = label_points(curves, list(zip(usable["auc"].astype(float), usable[ADVANTAGE].astype(float))),
+                            list(usable["setting"]))
+    note_left_out(figure, left_out)
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path

@@ -15,10 +15,16 @@ import math
 from typing import Any
 
 from lia_spark.names import INJECTED, MEMBERSHIP, OBSERVATIONAL
+from lia_spark.present.wording import NO_EVIDENCE, bound_text, claimed_epsilon_text, number_text
 
 
 def _eps(value: float) -> str:
+    """The claimed epsilon in tags and JSON: "inf", "not stated" or three significant digits."""
     return "inf" if math.isinf(value) else "not stated" if math.isnan(value) else f"{value:.3g}"
+
+
+def _tau(value: float) -> str:
+    return number_text(value, ".4g", missing="not computed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,30 +59,33 @@ class Headline:
         """One line: the bound, its confidence, what it assumes (its design) and the claimed epsilon, e.g.
         "eps >= X at 95% (injected canaries, no assumption on the proxy; binomial bound, ...)" or
         "eps >= X at 95% if the proxy is within TV tau = 0 of the truth (observational design; ...); a label-blind
-        reference reaches Y"; a FINDING mark when X exceeds the claimed epsilon."""
+        reference reaches Y"; then, for X = 0, :data:`lia_spark.present.wording.NO_EVIDENCE`, and a FINDING mark when
+        X exceeds the claimed epsilon; numbers read as :mod:`lia_spark.present.wording` writes them."""
         tests = f"{self.family} bound, Bonferroni over {self.tests} tests, delta = {self.delta:g}"
-        target = f"for a target trained with {self.mechanism} at claimed eps = {_eps(self.claimed_epsilon)}"
+        target = (f"for a target trained with {self.mechanism} at claimed eps = "
+                  f"{claimed_epsilon_text(self.claimed_epsilon)}")
+        bound = f"eps >= {bound_text(self.eps_lb)} at {self.confidence:.0%}"
         if self.design == INJECTED:
-            line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} (injected canaries, no assumption on the "
-                    f"proxy; {tests}; {self.informative_canaries} informative canaries, one training run) {target}")
+            line = (f"{bound} (injected canaries, no assumption on the proxy; {tests}; {self.informative_canaries} "
+                    f"informative canaries, one training run) {target}")
         elif self.design == MEMBERSHIP:
-            line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} (membership canaries, one training run; "
-                    f"{tests}) {target}")
+            line = f"{bound} (membership canaries, one training run; {tests}) {target}"
         else:
-            line = (f"eps >= {self.eps_lb:.3f} at {self.confidence:.0%} if the proxy is within TV tau = {self.tau:g} "
-                    f"of the truth (observational design; {tests}; the bound reaches 0 at tau* = "
-                    f"{_eps(self.tau_break_even)}) {target}; over {self.repetitions} repetitions "
-                    f"{self.eps_lb_mean:.3f} +- {self.eps_lb_std:.3f}")
+            line = (f"{bound} if the proxy is within TV tau = {self.tau:g} of the truth (observational design; "
+                    f"{tests}; the bound reaches 0 at tau* = {_tau(self.tau_break_even)}) {target}; over "
+                    f"{self.repetitions} repetitions {number_text(self.eps_lb_mean, '.3f')} +- "
+                    f"{number_text(self.eps_lb_std, '.3f')}")
             if math.isnan(self.reference_eps_lb):
                 line += "; no label-blind reference audited"
             else:
-                line += (f"; a label-blind reference reaches {self.reference_eps_lb:.3f} (tau* = "
-                         f"{_eps(self.calibrated_tau)}), and the target's bound calibrated on it (resting on that "
-                         f"reference) is {self.calibrated_eps_lb:.3f}")
+                line += (f"; a label-blind reference reaches {bound_text(self.reference_eps_lb)} (tau* = "
+                         f"{_tau(self.calibrated_tau)}), and the target's bound calibrated on it (resting on that "
+                         f"reference) is {bound_text(self.calibrated_eps_lb)}")
         if self.eps_lb == 0.0:
-            line += " - no evidence of leakage at this size"
+            line += f" - {NO_EVIDENCE}"
         if self.is_finding:
-            line += f" - FINDING: the audit certifies more leakage than the claimed eps = {_eps(self.claimed_epsilon)}"
+            line += (" - FINDING: the audit certifies more leakage than the claimed eps = "
+                     f"{claimed_epsilon_text(self.claimed_epsilon)}")
         return line
 
     def tags(self) -> dict[str, str]:

@@ -1,12 +1,14 @@
 """One self-contained HTML page per pipeline run that states its findings first, then the evidence.
 
-Order: the audit headline and every epsilon bound with its confidence and delta; one table of the mechanism settings
-(mean additive advantage, 98th percentile of |I|, share of infinite |I|, target AUC; :mod:`lia_spark.present.findings`); the
-mechanisms side by side at matched utility; then per step its plots (PNG, embedded) with its metrics and CSV tables
-folded away; last the git commit, package versions and config. Built from the stage results' ``metrics()``,
-``artifacts()``, ``setting_rows()`` and the audit's summary, so any plot or table a stage adds shows up without changes
-here. Rendering only (no Spark): the pipeline (the report stage, :mod:`lia_spark.engine.report`) commits it to
-``OUT/report/report.html`` and logs it to MLflow.
+Order: the audit headline and every epsilon bound with its confidence and delta (the valid bounds first, then the
+paper's convention, labelled as not valid; a valid bound of 0 flagged as no evidence at this size); one table of the
+mechanism settings (mean additive advantage, 98th percentile of |I|, share of infinite |I|, target AUC;
+:mod:`lia_spark.present.findings`); the mechanisms side by side at matched utility; then per step its plots (PNG,
+embedded) with its metrics (paper-convention values last, labelled) and CSV tables folded away; last the git commit,
+package versions and config. No cell reads a raw nan or inf (:mod:`lia_spark.present.wording`). Built from the stage
+results' ``metrics()``, ``artifacts()``, ``setting_rows()`` and the audit's summary, so any plot or table a stage adds
+shows up without changes here. Rendering only (no Spark): the pipeline (the report stage,
+:mod:`lia_spark.engine.report`) commits it to ``OUT/report/report.html`` and logs it to MLflow.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from lia_spark.names import EPSILON, PAPER
 from lia_spark.present import findings
+from lia_spark.present.wording import NO_EVIDENCE, NOT_COMPUTED, NOT_VALID, bound_text, number_text
 from lia_spark.run.config import Config
 from lia_spark.run.environment import git_commit, package_versions
 
@@ -34,11 +38,10 @@ td:first-child,th:first-child{text-align:left}img{max-width:100%;border:1px soli
 
 
 def _format(value: Any) -> str:
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return str(value)
-        return f"{value:.6g}"
-    return str(value)
+    """A table cell's text: numbers to 6 significant digits, NaN and None as "n/a", infinities as "∞"."""
+    if value is None:
+        return NOT_COMPUTED
+    return number_text(value) if isinstance(value, float) else str(value)
 
 
 def _cell(text: str) -> str:
@@ -65,6 +68,19 @@ def _csv_section(path: Path) -> str:
     return f"<h4>{html.escape(path.name)}{note}</h4>" + _table(header, body[:MAX_TABLE_ROWS])
 
 
+def _is_paper(metric: str) -> bool:
+    return PAPER in metric.split("_")  # e.g. audit_eps_binomial_paper_mean
+
+
+def _metrics_table(metrics: Mapping[str, float]) -> str:
+    """A step's metrics by name, the values of the paper's convention last, each labelled as not a valid bound."""
+    rows = sorted(metrics.items(), key=lambda item: (_is_paper(item[0]), item[0]))
+    if not any(_is_paper(name) for name in metrics):
+        return _table(["metric", "value"], rows)
+    return _table(["metric", "value", "note"], [(name, value, NOT_VALID if _is_paper(name) else "")
+                                                for name, value in rows])
+
+
 def _image(path: Path) -> str:
     encoded = base64.b64encode(path.read_bytes()).decode("ascii")
     return f'<h4>{html.escape(path.name)}</h4><img alt="{html.escape(path.name)}" src="data:image/png;base64,{encoded}">'
@@ -84,9 +100,10 @@ def _headline(steps: Sequence[Any]) -> list[str]:
     style = " class='failed'" if headline.is_finding else ""
     return ["<h2>Audit result</h2>", f"<p{style}><strong>{html.escape(headline.text())}</strong></p>",
             "<p>Every epsilon lower bound (best over the sweep; mean and std over the repetitions) with the confidence "
-            "and delta it holds at. Binomial bounds hold at <code>audit.delta</code>, GDP bounds at the delta their mu "
-            "was converted at; <em>paper</em> rows use the paper's convention (the best sweep point, each at the full "
-            "confidence): paper convention, not a valid bound.</p>", _frame_table(findings.bounds_table(audit.summary)),
+            "and delta it holds at, the valid bounds first. Binomial bounds hold at <code>audit.delta</code>, GDP "
+            "bounds at the delta their mu was converted at. A valid bound of 0 is " + html.escape(NO_EVIDENCE) + ". "
+            "The rows after the valid ones use the paper's convention (the best sweep point, each at the full "
+            f"confidence): {NOT_VALID}.</p>", _frame_table(findings.bounds_table(audit.summary)),
             *_tau_sensitivity(audit.summary)]
 
 
@@ -97,16 +114,21 @@ def _tau_sensitivity(summary: dict[str, Any]) -> list[str]:
     if not by_tau:
         return []
     reference, calibrated = summary.get("reference"), summary.get("calibrated")
-    lines = [f"break-even tau* = {summary['tau_break_even']['first']:.4g} (the bound is 0 for any larger tau)"]
+    lines = [f"break-even tau* = {_tau(summary['tau_break_even']['first'])} (the bound is 0 for any larger tau)"]
     if reference is None:
         lines.append("no label-blind reference audited (add a reference_prediction column to the canary table)")
     else:
-        lines.append(f"label-blind reference: eps_lb {reference['eps_lb']:.3f}, tau* {reference['tau_break_even']:.4g}; "
-                     f"the target's bound at tau = {calibrated['tau']:.4g}: {calibrated['eps_lb']:.3f} (calibrated: "
-                     "valid only if that reference's tau* covers the proxy's error)")
+        lines.append(f"label-blind reference: eps_lb {bound_text(reference['eps_lb'])}, tau* "
+                     f"{_tau(reference['tau_break_even'])}; the target's bound at tau = {_tau(calibrated['tau'])}: "
+                     f"{bound_text(calibrated['eps_lb'])} (calibrated: valid only if that reference's tau* covers the "
+                     "proxy's error)")
     return ["<p>Observational design: the bound holds only if the proxy is within total variation tau of the true "
             "label distribution on every canary. " + "; ".join(html.escape(line) for line in lines) + ".</p>",
-            _table(["tau", *by_tau], [("eps_lb (first repetition, valid)", *(f"{v:.3f}" for v in by_tau.values()))])]
+            _table(["tau", *by_tau], [("eps_lb (first repetition, valid)", *(bound_text(v) for v in by_tau.values()))])]
+
+
+def _tau(value: float) -> str:
+    return number_text(value, ".4g")
 
 
 def _settings(steps: Sequence[Any], stage: str) -> list[dict[str, Any]]:
@@ -120,10 +142,11 @@ def _mechanisms(steps: Sequence[Any], folder: Path) -> tuple[list[str], int]:
     table = findings.settings_table(_settings(steps, "posteriors"), _settings(steps, "utility"))
     if table.empty:
         return [], 0
-    parts = ["<h2>Mechanisms</h2>", "<p>Per setting <code>&lt;mechanism&gt;.eps&lt;e&gt;.k&lt;k&gt;</code>: mean "
-             "additive advantage and 98th percentile of |I| of the attacker's posterior (inf: some rows' labels are "
-             "revealed for sure; share_infinite is their share), and the target model's test AUC when trained on that "
-             "release; nan where the posteriors or utility grid has no such setting.</p>", _frame_table(table)]
+    parts = ["<h2>Mechanisms</h2>", "<p>Per setting <code>&lt;mechanism&gt;.eps&lt;e&gt;.k&lt;k&gt;</code> (epsilon "
+             "∞: no noise): mean additive advantage and 98th percentile of |I| of the attacker's posterior (∞: some "
+             "rows' labels are revealed for sure; share_infinite is their share), and the target model's test AUC "
+             f"when trained on that release; {NOT_COMPUTED} where the posteriors or utility grid has no such "
+             "setting.</p>", _frame_table(table.assign(**{EPSILON: table[EPSILON].fillna(math.inf)}))]
     plot = findings.matched_utility_plot(table, path=str(folder / "mechanisms_at_matched_utility.png"))
     if plot is None:
         return parts, 0
@@ -168,7 +191,7 @@ def render_report(config: Config, steps: Sequence[Any], *, mlflow_location: str 
         if not metrics and not artifacts:
             continue
         parts.append(f"<h2>{html.escape(o.step)} ({html.escape(o.stage)})</h2>")
-        folded = [_table(["metric", "value"], sorted(metrics.items()))] if metrics else []
+        folded = [_metrics_table(metrics)] if metrics else []
         for path in artifacts:
             if not path.is_file():
                 continue

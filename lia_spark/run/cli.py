@@ -10,47 +10,68 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import json
 import logging
-import math
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TextIO
 
 import yaml
 
 from lia_spark import __version__
 from lia_spark.run.checks import ConfigError
+from lia_spark.run.command_help import COMMAND_HELP
 from lia_spark.run.config import Config, load_config
+from lia_spark.run.json_output import strict_json
 
 logger = logging.getLogger("lia_spark")
 
 WORKSPACE_CONF = "/Workspace/Users/{user}/lia_spark/conf/demo.yaml"
 CHECKOUT_CONF = Path(__file__).resolve().parents[2] / "conf" / "demo.yaml"
 # The commands of lia_spark.engine.commands.COMMANDS (named here so --help needs no pyspark; a test keeps them equal)
-COMMAND_NAMES = ("generate", "ingest", "train", "posteriors", "utility", "audit", "pipeline", "track", "audit-table",
-                 "logloss-attack")
-SPARK_MISSING = ("lia-spark: pyspark is not installed; install it with `pip install 'lia-spark[spark]'`, or run where "
-                 "Spark is provided (a Databricks cluster, spark-submit)")
+COMMAND_NAMES = tuple(COMMAND_HELP)
+SPARK_MISSING = (f"lia-spark: pyspark is not installed; install the wheel of `make wheel` with its spark extra (`pip "
+                 f"install 'dist/lia_spark-{__version__}-py3-none-any.whl[spark]'`), or run where Spark is provided (a "
+                 "Databricks cluster, spark-submit)")
 
 
-def config_from_args(argv: Sequence[str] | None, description: str) -> Config:
-    """Parse ``--conf FILE`` plus ``section.key=value`` overrides into a validated Config."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--conf", help="YAML config file (see conf/defaults.yaml for every key)")
+def _parser(prog: str, description: str, epilog: str = "") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog)
+    parser.add_argument("--conf", metavar="FILE", help="YAML config file (see conf/defaults.yaml for every key)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="override one config value")
+    return parser
+
+
+def command_parser(command: str) -> argparse.ArgumentParser:
+    """The arguments of ``lia-spark <command>`` (:data:`COMMAND_NAMES`): ``--conf FILE`` and overrides; its help
+    says what the command does and which config sections it reads (:data:`lia_spark.run.command_help.COMMAND_HELP`)."""
+    entry = COMMAND_HELP[command]
+    return _parser(f"lia-spark {command}", entry.summary, entry.epilog(command))
+
+
+def config_from_args(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> Config:
+    """Parse ``--conf FILE`` plus ``section.key=value`` overrides with ``parser`` into a validated Config."""
     args = parser.parse_args(argv)
     return load_config(args.conf, args.overrides)
 
 
+def console_stderr() -> TextIO:
+    """Where logs and the failure line go: stderr; under spark-submit, whose launcher merges this driver's stderr
+    into its stdout, the launcher's own stderr (:func:`lia_spark.engine.session.launcher_stderr`)."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by a Spark JVM: no pyspark import needed
+        return sys.stderr
+    from lia_spark.engine.session import launcher_stderr
+
+    return launcher_stderr() or sys.stderr
+
+
 def configure_logging() -> None:
-    """INFO-level, timestamped logs for lia_spark; Spark's own logs stay at WARN; urllib3's per-attempt "Retrying"
-    lines (MLflow's HTTP calls) are left out: a tracking call that fails after its retries gets one lia_spark
-    warning naming the server."""
+    """INFO-level, timestamped logs for lia_spark on :func:`console_stderr`; Spark's own logs stay at WARN;
+    urllib3's per-attempt "Retrying" lines (MLflow's HTTP calls) are left out: a tracking call that fails after
+    its retries gets one lia_spark warning naming the server."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+                        stream=console_stderr())
     logging.getLogger("py4j").setLevel(logging.WARNING)
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
@@ -88,25 +109,6 @@ def notebook_conf(path: str, namespace: Mapping[str, Any]) -> str | None:
     return fallback
 
 
-def _strict(value: Any) -> Any:
-    """JSON-safe copy: NaN -> null, +-inf -> "inf" / "-inf", tuples -> lists, other objects -> str."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, Mapping):
-        return {str(key): _strict(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(item) for item in value]
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    return str(value)
-
-
-def strict_json(payload: Any) -> str:
-    """Standard JSON (no NaN / Infinity literals, which ``jq`` and most parsers reject) of a result."""
-    payload = payload.to_dict() if hasattr(payload, "to_dict") else payload
-    return json.dumps(_strict(payload), indent=2, sort_keys=True, allow_nan=False)
-
-
 def result_path(config: Config, command: str) -> str:
     """``<run.output_dir>/results/<command>.json``: the full result of the last run of a command."""
     return f"{config.run.output_dir.rstrip('/')}/results/{command}.json"
@@ -122,13 +124,13 @@ def config_yaml(config: Config) -> str:
     return yaml.safe_dump(plain(dataclasses.asdict(config)), sort_keys=False, default_flow_style=None, width=110)
 
 
-def job_main(name: str, argv: Sequence[str] | None = None, description: str = "") -> int:
+def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     """Run command ``name`` (:data:`COMMAND_NAMES`) holding the output folder's run lock: exit code 0 on success, 2
     on a usage error, 1 on a failed stage; a failure ends as one line on stderr
     (:func:`lia_spark.run.failures.failure_line`), its traceback goes to the log."""
     configure_logging()
     try:
-        config = config_from_args(argv, description)
+        config = config_from_args(argv, command_parser(name))
         from lia_spark.engine.commands import COMMANDS
         from lia_spark.engine.lock import run_lock
         from lia_spark.engine.outputs import write_text
@@ -163,7 +165,7 @@ def report_failure(command: str, error: BaseException) -> int:
         logger.debug("%s: usage error", command, exc_info=error)
     else:
         logger.error("%s failed", command, exc_info=error)
-    print(f"lia-spark: {line}", file=sys.stderr)
+    print(f"lia-spark: {line}", file=console_stderr())
     return code
 
 
@@ -171,8 +173,8 @@ def show_config(argv: Sequence[str]) -> int:
     """``lia-spark config [--show] [--conf FILE] [overrides]``: the resolved config as YAML on stdout."""
     arguments = [item for item in argv if item != "--show"]
     try:
-        config = config_from_args(arguments, "lia-spark config: print the resolved config (defaults <- file <- "
-                                             "overrides) as YAML")
+        config = config_from_args(arguments, _parser("lia-spark config", "Print the resolved config (defaults <- "
+                                                     "--conf file <- overrides) as YAML."))
     except ConfigError as error:
         return report_failure("config", error)
     print(config_yaml(config), end="")
@@ -189,7 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)\n"
              "  config [--show] = print the resolved config (defaults <- --conf file <- overrides) as YAML\n"
              "  track = log a finished output folder to MLflow (after a tracking server failed mid-run)\n"
-             "  <command> --help = the command's options; results: <run.output_dir>/results/<command>.json")
+             "  <command> --help = what the command does and the config sections it reads\n"
+             "  results: <run.output_dir>/results/<command>.json")
     if argv and argv[0] in ("-h", "--help"):
         print(usage)
         return 0
@@ -204,10 +207,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     command, rest = argv[0], argv[1:]
+    if "-h" in rest or "--help" in rest:
+        command_parser(commands[command]).print_help()
+        return 0
     if importlib.util.find_spec("pyspark") is None:
         print(SPARK_MISSING, file=sys.stderr)
         return 2
-    return job_main(commands[command], rest, description=f"lia-spark {command}")
+    return job_main(commands[command], rest)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
-"""Where a run's code came from: the git commit of the checkout and the versions of the numerical packages (MLflow
-tags and params, the report's footer)."""
+"""Where a run's code came from: the git commit of the checkout, the versions of the numerical packages (MLflow
+tags and params, the report's footer) and the package's own files, however it was imported."""
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.resources
 import platform
 import subprocess
 from pathlib import Path
+from importlib.resources.abc import Traversable
+from typing import Iterator
 
 # Distributions whose versions each run records (xgboost ships as "xgboost" or "xgboost-cpu": whichever is installed).
 PACKAGES = ("lia-spark", "pyspark", "numpy", "scipy", "pandas", "pyarrow", "xgboost", "xgboost-cpu", "catboost",
@@ -32,3 +35,27 @@ def package_versions() -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return versions
+
+
+def package_files() -> Iterator[tuple[str, bytes]]:
+    """Every file of the lia_spark package as (path relative to the package, bytes), sorted by path, read the same
+    way whether it is imported from a folder, a wheel or a zip on ``--py-files`` (byte-code caches left out)."""
+    def walk(folder: Traversable, prefix: str) -> Iterator[tuple[str, bytes]]:
+        for entry in sorted(folder.iterdir(), key=lambda item: item.name):
+            if entry.is_dir():
+                if entry.name != "__pycache__":
+                    yield from walk(entry, f"{prefix}{entry.name}/")
+            elif not entry.name.endswith((".pyc", ".pyo")):
+                yield f"{prefix}{entry.name}", entry.read_bytes()
+
+    yield from walk(importlib.resources.files("lia_spark"), "")
+
+
+def copy_package(folder: Path) -> Path:
+    """Write the lia_spark package (:func:`package_files`) below ``folder``; return ``folder / "lia_spark"``."""
+    package = folder / "lia_spark"
+    for relative, content in package_files():
+        target = package / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    return package

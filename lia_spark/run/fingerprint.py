@@ -15,17 +15,17 @@ import functools
 import hashlib
 import json
 import math
-from pathlib import Path
 from typing import Any, Mapping
 
 from lia_spark import __version__
+from lia_spark.run.environment import package_files
 
 FINGERPRINT_KEY = "lia_fingerprint"
 CHECKSUM_KEY = "lia_marker_sha256"
 
 # Fields no stage's output depends on: identity and location of the run, session settings, tracking.
 UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "run.stages", "run.stale_lock_hours",
-                                  "spark.*",
+                                  "run.progress_seconds", "spark.*",
                                   "data.parquet_path", "data.quarantine_path", "data.split_gzip", "synthetic.write_tsv",
                                   "synthetic.gzip", "tracking.*",
                                   # audit-table: which cells exist; each cell's own train/audit output is
@@ -69,24 +69,20 @@ def stage_parameters(fields: tuple[str, ...], config: Mapping[str, Mapping[str, 
 # Modules that produce no stage output (command line, orchestration, tracking, report, the audit table's
 # collation): editing them does not change what a stage computes, so they stay out of code_version().
 NON_COMPUTING_MODULES = ("run/cli.py", "tracking/mlflow_runs.py", "tracking/model_logging.py", "tracking/store.py",
-                         "present/report.py", "studies/table.py",
+                         "present/report.py", "studies/table.py", "run/command_help.py", "run/schemas.py",
                          "engine/commands.py", "engine/pipeline.py", "engine/report.py", "engine/table.py",
-                         "engine/session.py")
+                         "engine/session.py", "engine/progress.py")
 
 
 @functools.cache
 def code_version() -> str:
     """lia-spark's version plus the first 12 hex digits of the SHA-256 of the Python sources that compute stage
-    outputs (all but :data:`NON_COMPUTING_MODULES`), so an output of edited code is never reused; the version
-    alone where the sources are not files (a zip on --py-files)."""
-    package = Path(__file__).resolve().parent.parent
-    sources = sorted(path for path in package.rglob("*.py")  # nothing when the package is inside a zip
-                     if path.relative_to(package).as_posix() not in NON_COMPUTING_MODULES)
-    if not sources:
-        return __version__
+    outputs (all but :data:`NON_COMPUTING_MODULES`), so an output of edited code is never reused; the same whether
+    the package is imported from a checkout, a wheel or a zip on ``--py-files``."""
     digest = hashlib.sha256()
-    for path in sources:
-        digest.update(path.relative_to(package).as_posix().encode("utf-8") + b"\0" + path.read_bytes())
+    for relative, content in package_files():
+        if relative.endswith(".py") and relative not in NON_COMPUTING_MODULES:
+            digest.update(relative.encode("utf-8") + b"\0" + content)
     return f"{__version__}+{digest.hexdigest()[:12]}"
 
 

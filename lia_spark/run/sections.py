@@ -33,6 +33,7 @@ class RunConfig:
     force: bool = False
     stages: tuple[str, ...] = PIPELINE_STAGES
     stale_lock_hours: float = 24.0
+    progress_seconds: float = 30.0  # a progress line per running stage this often (0 = none)
 
     def validate(self) -> None:
         if not self.name.strip():
@@ -53,6 +54,9 @@ class RunConfig:
         if not 0.0 < self.stale_lock_hours < math.inf:
             fail("run.stale_lock_hours", self.stale_lock_hours, "must be finite and > 0",
                   "use the hours after which a lock counts as stale, e.g. 24")
+        if not 0.0 <= self.progress_seconds < math.inf:
+            fail("run.progress_seconds", self.progress_seconds, "must be finite and >= 0",
+                  "use the seconds between progress lines of a running stage, e.g. 30, or 0 for none")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ working directory with artifacts in ``./mlruns`` beside the database file.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -26,10 +27,11 @@ from typing import Any, Callable, Mapping, Sequence
 from lia_spark.names import BAG_SIZE, EPSILON, MECHANISM, SETTING_KEY, setting_key
 from lia_spark.run.config import Config
 from lia_spark.run.environment import git_commit, package_versions
+from lia_spark.run.json_output import json_safe
 
 from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
 from lia_spark.tracking.store import (TrackingError, budget_requests, check_tracking_store, resolve_tracking_uri,
-                                     sqlite_path)
+                                     sqlite_path, store_answers)
 logger = logging.getLogger(__name__)
 
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
@@ -43,14 +45,16 @@ MAX_PARAM_CHARS = 500
 
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """Nested mapping -> ``{"section.key": "value"}`` with JSON-encoded lists (MLflow params)."""
+    """Nested mapping -> ``{"section.key": "value"}`` (MLflow params): strings as they are, +-inf as "inf" /
+    "-inf", anything else as standard JSON (lists, NaN as null; :func:`lia_spark.run.json_output.json_safe`)."""
     flat: dict[str, str] = {}
     for key, value in values.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping) and value:
             flat.update(flatten(value, f"{name}."))
         else:
-            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            value = json_safe(value)
+            text = value if isinstance(value, str) else json.dumps(value)
             flat[name] = text if len(text) <= MAX_PARAM_CHARS else text[:MAX_PARAM_CHARS - 3] + "..."
     return flat
 
@@ -107,21 +111,38 @@ class PipelineTracker:
         self.experiment_id = ""
         self.run_id = ""
         self.not_logged: list[str] = []
+        self.stopped = False  # the store stopped answering: no more MLflow calls this run
 
     def best_effort(self, what: str, log: Callable[[], Any]) -> None:
-        """Call ``log``; if the store fails, warn, close the runs locally and skip every later call (each named
-        in :attr:`not_logged` once), so a tracking server that goes away mid-run never stops the stages."""
-        if self.not_logged:
+        """Call ``log``; a failure never stops the stages. If the store no longer answers, warn naming the server,
+        close the runs locally and skip every later call (each named in :attr:`not_logged` once). If it still
+        answers, the failure is the call's own (a model that cannot be packed, say): warn naming it, return to the
+        parent run and go on tracking."""
+        if self.stopped:
             if what not in self.not_logged:
                 self.not_logged.append(what)
             return
         try:
             log()
         except Exception as error:  # noqa: BLE001 - MLflow and its HTTP client raise many types
-            logger.warning("tracking: %s not logged to %s, tracking stops for this run and the stages go on (%s)",
-                           what, self.tracking_uri, (str(error).strip().splitlines() or [type(error).__name__])[0])
             self.not_logged.append(what)
+            if store_answers(self.tracking_uri, timeout_seconds=self.config.tracking.request_timeout_seconds):
+                logger.warning("tracking: %s not fully logged (%s); the store at %s answers, so tracking goes on",
+                               what, _first_line(error), self.tracking_uri)
+                self._return_to_parent()
+                return
+            logger.warning("tracking: %s not logged to %s, which no longer answers; tracking stops for this run and "
+                           "the stages go on (%s)", what, self.tracking_uri, _first_line(error))
+            self.stopped = True
             _abandon_runs()
+
+    def _return_to_parent(self) -> None:
+        """End the nested runs a failed logging call left open (FINISHED: the stage itself did not fail), so the
+        next stage nests under the parent run again."""
+        import mlflow
+
+        while (active := mlflow.active_run()) is not None and active.info.run_id != self.run_id:
+            mlflow.end_run(status="FINISHED")
 
     def check(self) -> None:
         """Connectivity check with ``tracking.timeout_seconds`` (see :func:`check_tracking_store`); then every later
@@ -231,15 +252,26 @@ class PipelineTracker:
         from lia_spark.kernels.model_output import output_transform_file
 
         for path in models:
-            logger.info("tracking: logged model %s as %s", path.name, log_model_file(path))
+            self._log_model(f"model {path.name}", functools.partial(log_model_file, path))
             encoding = artifacts.get(Path(encoding_file(str(path))).name)
             output = artifacts.get(Path(output_transform_file(str(path))).name)
             if encoding is not None and output is None:
                 logger.warning("tracking: no raw-row model for %s: its output transform %s is missing (train it "
                                "again to get one)", path.name, Path(output_transform_file(str(path))).name)
             elif encoding is not None:
-                logger.info("tracking: logged raw-row model %s as %s", path.name,
-                            log_raw_row_model(path, encoding, output))
+                self._log_model(f"raw-row model {path.name}",
+                                functools.partial(log_raw_row_model, path, encoding, output))
+
+    def _log_model(self, what: str, log: Callable[[], str]) -> None:
+        """Log one MLflow model; if that fails while the store answers, warn naming the model and the cause and go
+        on with the others (a failure of the store itself propagates to :meth:`best_effort`)."""
+        try:
+            logger.info("tracking: logged %s as %s", what, log())
+        except Exception as error:  # noqa: BLE001 - packing a model raises many types
+            if not store_answers(self.tracking_uri, timeout_seconds=self.config.tracking.request_timeout_seconds):
+                raise
+            logger.warning("tracking: %s not logged (%s); the other models go on", what, _first_line(error))
+            self.not_logged.append(what)
 
     def _producing_run(self, stage: str, fingerprint: str) -> str | None:
         """The stage run (any experiment of this store) that ran and logged the output with ``fingerprint``."""
@@ -306,6 +338,10 @@ class PipelineTracker:
             return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
         return (f"run {self.run_id} in experiment {self.config.tracking.experiment!r}; view it with "
                 f"`mlflow ui --backend-store-uri {self.tracking_uri}`")
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def _abandon_runs() -> None:

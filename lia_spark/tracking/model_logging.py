@@ -4,10 +4,11 @@ that predicts from raw Criteo rows (its feature encoding and output transform pa
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from lia_spark.run.environment import package_versions
+from lia_spark.run.environment import copy_package, package_versions
 
 logger = logging.getLogger(__name__)
 
@@ -126,8 +127,8 @@ def raw_row_example(encoding: Path) -> Any:
 def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
     """Log model file ``path`` with its feature encoding and output transform as a pyfunc model ``<name>_raw_rows``
     that scores raw Criteo rows (:func:`_raw_row_model`): signature I1..I13, C1..C26 (double, NaN = missing) ->
-    prediction, an input example (:func:`raw_row_example`), the two files as artifacts and lia_spark's code; return
-    its URI."""
+    prediction, an input example (:func:`raw_row_example`), the two files as artifacts and lia_spark's code (copied
+    from wherever it is imported: a folder, a wheel or a zip); return its URI."""
     import mlflow
     from mlflow.models.signature import ModelSignature
     from mlflow.types import ColSpec, Schema
@@ -137,9 +138,10 @@ def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
     signature = ModelSignature(inputs=Schema([ColSpec("double", name, required=False) for name in criteo.FEATURE_COLUMNS]),
                                outputs=Schema([ColSpec("double", "prediction")]))
     library = _requirement("catboost") if path.suffix == ".cbm" else _requirement("xgboost", "xgboost-cpu")
-    info = mlflow.pyfunc.log_model(
-        name=f"{model_name(path)}{RAW_ROWS_SUFFIX}", python_model=_raw_row_model(),
-        artifacts={"model": str(path), "encoding": str(encoding), "output": str(output)}, signature=signature,
-        input_example=raw_row_example(encoding), code_paths=[str(Path(__file__).resolve().parent.parent)],
-        pip_requirements=[library, _requirement("numpy"), _requirement("pandas"), _requirement("pyyaml")])
+    with tempfile.TemporaryDirectory(prefix="lia-spark-code-") as folder:  # a copy: the package may be in a zip
+        info = mlflow.pyfunc.log_model(
+            name=f"{model_name(path)}{RAW_ROWS_SUFFIX}", python_model=_raw_row_model(),
+            artifacts={"model": str(path), "encoding": str(encoding), "output": str(output)}, signature=signature,
+            input_example=raw_row_example(encoding), code_paths=[str(copy_package(Path(folder)))],
+            pip_requirements=[library, _requirement("numpy"), _requirement("pandas"), _requirement("pyyaml")])
     return info.model_uri

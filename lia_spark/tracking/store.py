@@ -71,3 +71,17 @@ def check_tracking_store(uri: str, *, timeout_seconds: float) -> None:
             raise TrackingError(f"tracking.tracking_uri: cannot create the folder of {uri} ({error})") from error
         if not os.access(database.parent, os.W_OK):
             raise TrackingError(f"tracking.tracking_uri: folder of {uri} is not writable")
+
+
+def store_answers(uri: str, *, timeout_seconds: float) -> bool:
+    """Whether the store behind ``uri`` still answers (after a failed call: was it the store, or the call?): the
+    checks of :func:`check_tracking_store`, then one small query through MLflow's client."""
+    import mlflow
+
+    try:
+        check_tracking_store(uri, timeout_seconds=timeout_seconds)
+        mlflow.MlflowClient(uri).search_experiments(max_results=1)
+    except Exception:  # noqa: BLE001 - any failure means the store does not answer
+        logger.debug("tracking: store %s does not answer", uri, exc_info=True)
+        return False
+    return True

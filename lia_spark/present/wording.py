@@ -1,0 +1,36 @@
+"""How numbers read on the console and in the report: never a raw ``nan`` or ``inf``.
+
+NaN (a value not computed) reads "n/a" (or the caller's word), an infinite value "∞", a claimed epsilon of inf
+"inf (non-private)"; an epsilon lower bound of 0 is the vacuous bound, :data:`NO_EVIDENCE`.
+"""
+from __future__ import annotations
+
+import math
+
+NOT_COMPUTED = "n/a"
+NO_EVIDENCE = ("no evidence at this size: a bound of 0 means the audit certified nothing with these canaries, not "
+               "that the target is private")
+NOT_VALID = "paper convention, not a valid bound"
+
+
+def number_text(value: float, spec: str = ".6g", *, missing: str = NOT_COMPUTED) -> str:
+    """``value`` formatted by ``spec``; NaN as ``missing``, +-inf as "∞" / "-∞"."""
+    if math.isnan(value):
+        return missing
+    if math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    return format(value, spec)
+
+
+def claimed_epsilon_text(value: float) -> str:
+    """A claimed epsilon for a reader: "inf (non-private)" without noise, "not stated" when unknown (NaN), else
+    three significant digits."""
+    if math.isnan(value):
+        return "not stated"
+    return "inf (non-private)" if math.isinf(value) else f"{value:.3g}"
+
+
+def bound_text(value: float) -> str:
+    """An epsilon lower bound with 3 decimals; a positive bound below 0.0005 with one significant digit, so that
+    only the vacuous bound reads 0.000."""
+    return f"{value:.1g}" if 0 < value < 0.0005 else number_text(value, ".3f")

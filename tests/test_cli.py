@@ -1,0 +1,49 @@
+"""``lia-spark <command> --help``: what the command does and the config sections it reads, also without pyspark; the
+sections agree with the stage declarations."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from lia_spark.run.cli import COMMAND_NAMES, main
+from lia_spark.run.command_help import ALWAYS_READ, COMMAND_HELP
+
+
+@pytest.mark.parametrize("command", ["run", *COMMAND_NAMES])
+def test_command_help_says_what_it_does_and_what_it_reads_without_pyspark(monkeypatch, capsys, command):
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # as in an environment without pyspark
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps to the terminal's width (also at hyphens)
+    assert main([command, "--conf", "conf/demo.yaml", "--help"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    name = "pipeline" if command == "run" else command
+    entry = COMMAND_HELP[name]
+    assert shown.startswith(f"usage: lia-spark {name} [-h] [--conf FILE] [section.key=value ...]")
+    assert " ".join(entry.summary.split()) in shown
+    assert f"config sections it reads: {', '.join(entry.sections)}, plus run and spark" in shown
+    assert f"<run.output_dir>/results/{name}.json" in shown
+
+
+def _sections(stage, config) -> set[str]:
+    """The config sections of the fields a stage declares and of its input tables, but the always read ones."""
+    fields = [*stage.fields, *(item.field for item in stage.inputs(config))]
+    return {field.split(".", 1)[0] for field in fields} - set(ALWAYS_READ)
+
+
+def test_the_help_lists_the_sections_of_the_stages_each_command_runs():
+    from lia_spark.engine.stages import STAGES
+    from lia_spark.run.config import Config
+
+    config = Config()
+    read = {name: _sections(stage, config) for name, stage in STAGES.items()}
+    data = read["generate"] | read["ingest"]
+    expected = {name: read[name] for name in ("generate", "ingest", "train", "posteriors", "utility", "audit")}
+    expected.update({
+        "pipeline": data | read["train"] | read["posteriors"] | read["utility"] | read["audit"] | read["report"]
+                    | {"tracking"},
+        "track": {"tracking"},
+        "audit-table": data | read["train"] | read["audit"] | {"table", "tracking"},
+        "logloss-attack": read["logloss"] | {"tracking"},
+    })
+    assert {name: set(entry.sections) for name, entry in COMMAND_HELP.items()} == expected
+    assert all(list(entry.sections) == sorted(entry.sections) for entry in COMMAND_HELP.values())

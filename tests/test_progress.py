@@ -1,0 +1,110 @@
+"""Progress lines of running stages (lia_spark.engine.progress): the line's wording, a real slow Spark job reported
+while it runs, a heartbeat for driver-side work, a reporting thread that ends with the block, and run_stage's."""
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from types import SimpleNamespace
+
+from lia_spark.engine.progress import ConnectProgress, StageProgress, progress_line, reporting_progress
+from lia_spark.engine.session import describe_jobs
+from lia_spark.run.config import load_config
+
+LOGGER = "lia_spark.engine.progress"
+TASK_LINE = re.compile(r"slow job: (\d+)/6 tasks of Spark stage \d+ done")
+
+
+def _reporters() -> list[str]:
+    return [thread.name for thread in threading.enumerate() if thread.name.startswith("lia-spark-progress")]
+
+
+def _lines(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if record.name == LOGGER]
+
+
+def _sleepy(seconds: float):
+    """A mapInPandas function taking ``seconds`` per batch (nested: shipped by value, the workers cannot import
+    this module)."""
+    def sleepy(batches):
+        for batch in batches:
+            time.sleep(seconds)
+            yield batch
+
+    return sleepy
+
+
+def test_progress_line_names_tasks_rate_eta_and_the_running_jobs():
+    stages = [StageProgress(12, tasks=200, completed=37, running=2), StageProgress(13, tasks=4, completed=0)]
+    line = progress_line("posteriors", stages, elapsed=130, rates={12: 1.8},
+                         doing="posteriors: bag, release, posteriors; write per-row results")
+    # ETA = (200 - 37) / 1.8 = 90.6 s
+    assert line == ("posteriors: bag, release, posteriors; write per-row results: 37/200 tasks of Spark stage 12 "
+                    "done, 2 running, 1.8 tasks/s, ETA 1 min 31 s; 0/4 tasks of Spark stage 13 done (2 min 10 s in)")
+    assert progress_line("train", stages[:1], elapsed=7300, rates={}, doing="tiny: train").startswith(
+        "train (tiny: train): 37/200 tasks of Spark stage 12 done, 2 running (2 h 01 min in)")
+    assert progress_line("audit", [], elapsed=45, rates={}) == "audit: still running, 45 s in (no Spark stage active)"
+
+
+def test_connect_handler_keeps_the_unfinished_stages_of_running_operations():
+    handler = ConnectProgress()
+    stage = SimpleNamespace  # the client's StageInfo: stage_id, num_tasks, num_completed_tasks, done
+    handler(stages=[stage(stage_id=3, num_tasks=8, num_completed_tasks=2, done=False),
+                    stage(stage_id=2, num_tasks=4, num_completed_tasks=4, done=True)],
+            inflight_tasks=2, operation_id="a", done=False)
+    handler(stages=[stage(stage_id=1, num_tasks=5, num_completed_tasks=0, done=False)], inflight_tasks=1,
+            operation_id="b", done=False)
+    assert handler.stages() == [StageProgress(1, 5, 0), StageProgress(3, 8, 2)]
+    handler(stages=[], inflight_tasks=0, operation_id="b", done=True)
+    assert handler.stages() == [StageProgress(3, 8, 2)]
+
+
+def test_a_slow_job_is_reported_while_it_runs_and_the_reporter_stops_with_it(spark, caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    describe_jobs(spark, None)  # a description left by a caller outside a stage would name these lines
+    frame = spark.range(0, 6, numPartitions=6).mapInPandas(_sleepy(0.8), "id long")
+    with reporting_progress(spark, "slow job", 0.3):
+        assert _reporters()
+        assert frame.count() == 6  # 3 waves of 0.8 s on 2 cores
+    assert _reporters() == []  # the thread has ended when the block is left
+    lines = _lines(caplog)
+    done = [int(match.group(1)) for line in lines if (match := TASK_LINE.match(line))]
+    assert done and done == sorted(done), lines
+    assert any("tasks/s, ETA " in line for line in lines), lines  # once a task finished: rate and ETA
+    time.sleep(1.0)
+    assert _lines(caplog) == lines  # nothing logged after the block
+
+
+def test_driver_work_gets_a_heartbeat_naming_no_spark_stage(spark, caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    describe_jobs(spark, "fit: on the driver")
+    try:
+        with reporting_progress(spark, "fit", 0.2):
+            time.sleep(0.9)
+    finally:
+        describe_jobs(spark, None)
+    lines = _lines(caplog)
+    assert lines and all(re.fullmatch(r"fit: still running, \d s in \(no Spark stage active\)", line)
+                         for line in lines), lines
+
+
+def test_zero_seconds_reports_nothing(spark, caplog):
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    with reporting_progress(spark, "quiet", 0):
+        assert _reporters() == []
+        spark.range(0, 2, numPartitions=2).mapInPandas(_sleepy(0.3), "id long").count()
+    assert _lines(caplog) == []
+
+
+def test_run_stage_reports_its_progress_under_its_name(spark, caplog, tmp_path):
+    from lia_spark.engine.stages import run_stage
+
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    config = load_config(None, [f"run.output_dir={tmp_path}", "run.progress_seconds=0.2",
+                                "synthetic.rows_per_day=2000", "tracking.enabled=false"])
+    run_stage("generate", spark, config)
+    assert _reporters() == []
+    lines = _lines(caplog)
+    assert lines and all(line.startswith("generate") for line in lines), lines
+

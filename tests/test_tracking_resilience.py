@@ -1,0 +1,94 @@
+"""Tracking failures: a call that fails while the store answers is the call's own (warned, tracking goes on, the
+runs end FINISHED); only a store that stops answering stops tracking, and only then is the server blamed."""
+from __future__ import annotations
+
+import functools
+import logging
+import socket
+
+import mlflow
+import numpy as np
+import pytest
+
+from lia_spark.run.config import config_from_dict
+from lia_spark.tracking.mlflow_runs import PipelineTracker
+from lia_spark.tracking.store import store_answers
+
+
+@pytest.fixture()
+def tracker(tmp_path):
+    config = config_from_dict({"run": {"output_dir": str(tmp_path / "out")},
+                               "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                                            "experiment": "resilience", "request_timeout_seconds": 2}})
+    tracker = PipelineTracker(config)
+    tracker.check()
+    tracker.start()
+    yield tracker
+    while mlflow.active_run() is not None:
+        mlflow.end_run()
+
+
+def _closed_port_uri() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def _fail(message: str) -> None:
+    raise RuntimeError(message)
+
+
+def _stage_runs(tracker: PipelineTracker) -> dict[str, str]:
+    client = mlflow.MlflowClient(tracker.tracking_uri)
+    runs = client.search_runs([tracker.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{tracker.run_id}'")
+    return {run.info.run_name: run.info.status for run in runs}
+
+
+def test_a_call_failing_while_the_store_answers_leaves_tracking_on(tracker, caplog):
+    def train_logging_fails() -> None:
+        tracker.start_stage("train")
+        _fail("cannot pack the model's code")
+
+    with caplog.at_level(logging.WARNING, logger="lia_spark"):
+        tracker.best_effort("stage train", train_logging_fails)
+    assert not tracker.stopped and tracker.not_logged == ["stage train"]
+    assert mlflow.active_run().info.run_id == tracker.run_id  # back at the parent: the next stage nests there
+    (warning,) = [record.getMessage() for record in caplog.records]
+    assert "cannot pack the model's code" in warning and "answers, so tracking goes on" in warning, warning
+
+    tracker.best_effort("stage audit", functools.partial(tracker.log_stage, "audit", status="ran", seconds=1.5,
+                                                         metrics={"eps_lb": 0.5}, artifacts=[]))
+    tracker.end(failed=False)
+    client = mlflow.MlflowClient(tracker.tracking_uri)
+    assert client.get_run(tracker.run_id).info.status == "FINISHED"
+    assert _stage_runs(tracker) == {"train": "FINISHED", "audit": "FINISHED"}
+    assert client.get_run(tracker.run_id).data.metrics["audit.eps_lb"] == 0.5
+
+
+def test_a_store_that_stops_answering_stops_tracking_naming_the_server(tracker, caplog):
+    tracker.tracking_uri = _closed_port_uri()  # the server went away
+    assert not store_answers(tracker.tracking_uri, timeout_seconds=2)
+    with caplog.at_level(logging.WARNING, logger="lia_spark"):
+        tracker.best_effort("stage train", functools.partial(_fail, "Connection refused"))
+        tracker.best_effort("stage audit", functools.partial(_fail, "never called"))
+    assert tracker.stopped and tracker.not_logged == ["stage train", "stage audit"]
+    (warning,) = [record.getMessage() for record in caplog.records]
+    assert f"{tracker.tracking_uri}, which no longer answers; tracking stops" in warning, warning
+    assert mlflow.active_run() is None
+
+
+def test_one_model_that_cannot_be_logged_does_not_stop_the_others(tracker, tmp_path, caplog):
+    import xgboost
+
+    booster = xgboost.train({"max_depth": 2}, xgboost.DMatrix(np.arange(40.0).reshape(20, 2), np.arange(20) % 2), 2)
+    booster.save_model(str(tmp_path / "proxy.ubj"))
+    (tmp_path / "target.ubj").write_bytes(b"not a model")
+    tracker.start_stage("train")
+    with caplog.at_level(logging.WARNING, logger="lia_spark"):
+        tracker._log_models([tmp_path / "target.ubj", tmp_path / "proxy.ubj"], {})
+    assert tracker.not_logged == ["model target.ubj"] and not tracker.stopped
+    (warning,) = [record.getMessage() for record in caplog.records]
+    assert warning.startswith("tracking: model target.ubj not logged (") and "the other models go on" in warning
+    run_id = mlflow.active_run().info.run_id
+    logged = mlflow.MlflowClient(tracker.tracking_uri).search_logged_models([tracker.experiment_id])
+    assert [model.name for model in logged if model.source_run_id == run_id] == ["proxy"]
