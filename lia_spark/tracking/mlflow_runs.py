@@ -31,7 +31,7 @@ from lia_spark.run.json_output import json_safe
 
 from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
 from lia_spark.tracking.store import (TrackingError, budget_requests, check_tracking_store, resolve_tracking_uri,
-                                     sqlite_path, store_answers)
+                                     no_retries, sqlite_path, store_answers)
 logger = logging.getLogger(__name__)
 
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
@@ -345,14 +345,16 @@ def _first_line(error: BaseException) -> str:
 
 
 def _abandon_runs() -> None:
-    """End every active MLflow run of this process (marked FAILED where the store still answers)."""
+    """End every active MLflow run of this process locally, once the store is gone (one call each, no retry: the
+    store will not record it anyway; ``lia-spark track`` logs the run later)."""
     import mlflow
 
-    while mlflow.active_run() is not None:
-        try:
-            mlflow.end_run(status="FAILED")
-        except Exception:  # noqa: BLE001 - end_run pops the run before it contacts the store
-            logger.debug("tracking: could not mark run as FAILED", exc_info=True)
+    with no_retries():
+        while mlflow.active_run() is not None:
+            try:
+                mlflow.end_run(status="FAILED")
+            except Exception:  # noqa: BLE001 - end_run pops the run before it contacts the store
+                logger.debug("tracking: could not mark run as FAILED", exc_info=True)
 
 
 def pipeline_runs(*, experiment: str, tracking_uri: str, max_results: int = 100) -> Any:
