@@ -38,7 +38,7 @@ from lia_spark.engine.progress import reporting_progress
 from lia_spark.engine.session import describe_jobs, job_group
 from lia_spark.engine.stages import STAGES, run_stage, sealed_fingerprint, step_stage, would_reuse
 from lia_spark.present import charts
-from lia_spark.present.wording import NO_EVIDENCE, bound_text, claimed_epsilon_text, number_text
+from lia_spark.present.wording import NO_EVIDENCE_SHORT, bound_text, claimed_epsilon_text, number_text
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.studies import table
@@ -115,7 +115,7 @@ def cell_line(row: Mapping[str, Any]) -> str:
         return head + f"failed: {row['error']}"
     bound = f"eps >= {bound_text(row['eps_lb_mean'])} +- {bound_text(row['eps_lb_std'])} at " \
             f"{number_text(100 * row['confidence'], '.0f')}% (valid)"
-    vacuous = f" - {NO_EVIDENCE.split(':')[0]}" if row["eps_lb_mean"] == 0 else ""
+    vacuous = f" - {NO_EVIDENCE_SHORT}" if row["eps_lb_mean"] == 0 else ""
     return head + bound + vacuous + f"; target test AUC {number_text(row['test_auc'], '.4f')}"
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 
 NOT_COMPUTED = "n/a"
-NO_EVIDENCE = ("no evidence at this size: a bound of 0 means the audit certified nothing with these canaries, not "
+NO_EVIDENCE_SHORT = "no evidence at this size"
+NO_EVIDENCE = (f"{NO_EVIDENCE_SHORT}: a bound of 0 means the audit certified nothing with these canaries, not "
                "that the target is private")
 NOT_VALID = "paper convention, not a valid bound"
 

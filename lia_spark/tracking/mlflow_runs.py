@@ -101,6 +101,11 @@ def _param_text(value: Any) -> str:
     return "" if isinstance(value, float) and math.isnan(value) else str(value)
 
 
+class StoreGone(RuntimeError):
+    """A logging call failed and the store no longer answers (already probed: :meth:`PipelineTracker.best_effort`
+    need not ask again)."""
+
+
 class PipelineTracker:
     """One MLflow parent run for a pipeline run, with nested runs per stage and per mechanism setting."""
 
@@ -126,7 +131,7 @@ class PipelineTracker:
             log()
         except Exception as error:  # noqa: BLE001 - MLflow and its HTTP client raise many types
             self.not_logged.append(what)
-            if store_answers(self.tracking_uri, timeout_seconds=self.config.tracking.request_timeout_seconds):
+            if not isinstance(error, StoreGone) and self._store_answers():
                 logger.warning("tracking: %s not fully logged (%s); the store at %s answers, so tracking goes on",
                                what, _first_line(error), self.tracking_uri)
                 self._return_to_parent()
@@ -135,6 +140,10 @@ class PipelineTracker:
                            "the stages go on (%s)", what, self.tracking_uri, _first_line(error))
             self.stopped = True
             _abandon_runs()
+
+    def _store_answers(self) -> bool:
+        """Whether the store still answers after a failed call (:func:`store_answers`, its own time budget)."""
+        return store_answers(self.tracking_uri, timeout_seconds=self.config.tracking.request_timeout_seconds)
 
     def _return_to_parent(self) -> None:
         """End the nested runs a failed logging call left open (FINISHED: the stage itself did not fail), so the
@@ -264,12 +273,12 @@ class PipelineTracker:
 
     def _log_model(self, what: str, log: Callable[[], str]) -> None:
         """Log one MLflow model; if that fails while the store answers, warn naming the model and the cause and go
-        on with the others (a failure of the store itself propagates to :meth:`best_effort`)."""
+        on with the others (a store that no longer answers propagates to :meth:`best_effort` as :class:`StoreGone`)."""
         try:
             logger.info("tracking: logged %s as %s", what, log())
         except Exception as error:  # noqa: BLE001 - packing a model raises many types
-            if not store_answers(self.tracking_uri, timeout_seconds=self.config.tracking.request_timeout_seconds):
-                raise
+            if not self._store_answers():
+                raise StoreGone(str(error)) from error
             logger.warning("tracking: %s not logged (%s); the other models go on", what, _first_line(error))
             self.not_logged.append(what)
 
