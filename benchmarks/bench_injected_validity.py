@@ -437,7 +437,7 @@ def findings(reps: list[dict], s: dict) -> list[str]:
     low_max = max((np.mean([v for rep in reps for v in rep["positives"][table.epsilon_text(e)]["injected"]]) for e in low),
                   default=float("nan"))
     out.append(
-        f"- **Power.** Mean eps_lb, injected vs observational (tau = 0, not valid here): " + "; ".join(ratios)
+        "- **Power.** Mean eps_lb, injected vs observational (tau = 0, not valid here): " + "; ".join(ratios)
         + f". Guessing only on the informative canaries (about {np.mean([r['informative_share'] for r in reps]):.1%}"
         f" of the ~{np.mean([r['canaries'] for r in reps]) / 1000:.0f}k canaries at click rate {s['click_rate']}, "
         f"i.e. ~{np.mean([r['informative_share'] * r['canaries'] for r in reps]):,.0f}) pays off at eps >= 4; at "

@@ -76,6 +76,7 @@ def data_run(spark, tmp_path_factory):
     ("mechanisms.days=[2]", "mechanisms.days"),
     ("mechanisms.day=1", "mechanisms.day"),
     ("spark.master=bogus://x", "spark.master"),
+    ("spark.executor_start_seconds=0", "spark.executor_start_seconds"),
     ("data.parquet_path=/tmp/day[1]", "data.parquet_path"),
     ("run.stale_lock_hours=0", "run.stale_lock_hours"),
 ])

@@ -2,11 +2,13 @@
 --archives) on local-cluster (separate executor JVMs) whose Python workers have every dependency but not lia_spark."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -53,11 +55,19 @@ def _submit(args: list[str], cwd: Path, *, python: Path | str = PYTHON, driver_p
             expect: int = 0) -> subprocess.CompletedProcess:
     """spark-submit with these executor and driver Pythons; ``python``'s folder first on PATH (a stray ``python``
     of the cluster is the one that lacks lia_spark)."""
-    env = {**os.environ, "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": str(driver_python),
-           "SPARK_LOCAL_IP": "127.0.0.1", "PATH": f"{Path(python).parent}:{os.environ['PATH']}"}
-    completed = subprocess.run([SPARK_SUBMIT, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    try:
+        completed = subprocess.run([SPARK_SUBMIT, *args], env=_submit_env(python, driver_python), cwd=cwd,
+                                   capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as expired:  # its output so far says where it stopped
+        stderr = expired.stderr.decode(errors="replace") if isinstance(expired.stderr, bytes) else expired.stderr
+        pytest.fail(f"spark-submit still ran after 600 s; the end of its stderr:\n{(stderr or '')[-6000:]}")
     assert completed.returncode == expect, completed.stderr[-4000:]
     return completed
+
+
+def _submit_env(python: Path | str, driver_python: Path | str) -> dict[str, str]:
+    return {**os.environ, "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": str(driver_python),
+            "SPARK_LOCAL_IP": "127.0.0.1", "PATH": f"{Path(python).parent}:{os.environ['PATH']}"}
 
 
 def _result(stdout: str, mounts: dict[str, Path] | None = None) -> dict:
@@ -147,6 +157,66 @@ def test_an_executor_without_the_package_stops_the_job_in_seconds_naming_the_fix
     assert f"({cluster_python}, Python " in line and "cannot import lia_spark" in line, line
     assert f"--py-files dist/lia_spark-{__version__}.zip" in line and "--archives dist/lia_spark-env.tar.gz" in line
     assert time.monotonic() - started < 120 and not (tmp_path / "out" / "data").exists()
+
+
+def _failure_line(stderr: str) -> str:
+    (line,) = [line for line in stderr.splitlines() if line.startswith("lia-spark: ")]
+    return line
+
+
+def test_executors_never_granted_end_the_command_after_executor_start_seconds(run, tmp_path):
+    """Executors asking more cores than the cluster's one worker has are never granted (Spark itself only warns
+    and waits): the command stops after spark.executor_start_seconds with exit 1 and a line saying what to check."""
+    conf = run.conf_file(tmp_path / "conf.yaml", tracking={"enabled": False}, run={"output_dir": str(tmp_path / "out")},
+                         spark={"executor_start_seconds": 10})
+    started = time.monotonic()
+    completed = _submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.cores=2",
+                         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path, expect=1)
+    line = _failure_line(completed.stderr)
+    assert "spark executors: none ran the first task within spark.executor_start_seconds = 10 s" in line, line
+    assert "spark.executor.cores" in line and time.monotonic() - started < 90
+    assert not (tmp_path / "out" / "data").exists()
+
+
+def test_executors_lost_as_they_start_end_the_command_with_their_reasons(run, tmp_path):
+    """Executors that die as they start (here SIGKILLed once their log says they registered with the driver, before
+    their Python workers have imported the packages, as a full disk unpacking --archives or an OOM killer would) are relaunched by Spark for ever: the command stops once the first loss is
+    spark.executor_start_seconds (at most 60 s) old, with exit 1 and a line quoting Spark's reasons."""
+    import psutil
+
+    conf = run.conf_file(tmp_path / "conf.yaml", tracking={"enabled": False}, run={"output_dir": str(tmp_path / "out")},
+                         spark={"executor_start_seconds": 15})
+    started = time.monotonic()
+    launcher = subprocess.Popen([SPARK_SUBMIT, "--master", "local-cluster[2,1,1024]", "--conf", "spark.executor.memory=1g",
+                                 str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], cwd=tmp_path,
+                                env=_submit_env(PYTHON, PYTHON), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    killed: set[int] = set()
+
+    def kill_executors() -> None:
+        while launcher.poll() is None:
+            for child in psutil.Process(launcher.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    log = Path(child.cwd()) / "stderr"  # the executor's log, in its work folder
+                    if ("CoarseGrainedExecutorBackend" in " ".join(child.cmdline()) and log.exists()
+                            and "Successfully registered with driver" in log.read_text(errors="replace")):
+                        child.kill()
+                        killed.add(child.pid)
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_executors, daemon=True)
+    killer.start()
+    try:
+        _, stderr = launcher.communicate(timeout=180)
+    finally:
+        launcher.kill()
+    killer.join(timeout=10)
+    assert launcher.returncode == 1, stderr[-4000:]
+    line = _failure_line(stderr)
+    assert re.search(r"spark executors: \d+ were lost before any ran the first task \(Command exited with code 137",
+                     line), line
+    assert "the executor logs" in line and "--archives" in line and len(killed) >= 2
+    assert time.monotonic() - started < 150 and not (tmp_path / "out" / "data").exists()
 
 
 def _tracked_runs(tracking_uri: str, parent: str) -> dict[str, str]:

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from pyspark.sql import SparkSession, functions as F
 
-from lia_spark.engine.deployment import check_executors
-from lia_spark.run.checks import ConfigError
 from lia_spark.run.sections import SparkConfig
 
 if TYPE_CHECKING:
@@ -127,6 +125,31 @@ def job_group(spark: SparkSession, group: str, description: str) -> Iterator[Non
         describe_jobs(spark, None)
 
 
+def cancel_job_group(spark: SparkSession, group: str) -> None:
+    """Cancel the running jobs of :func:`job_group` ``group`` (over Spark Connect: interrupt its tag)."""
+    if is_connect(spark):
+        spark.interruptTag(group)
+    else:
+        spark.sparkContext.cancelJobGroup(group)
+
+
+def lost_executors(spark: SparkSession) -> list[str]:
+    """Why each executor this application lost was removed, as the Executors page of the Spark UI shows it (e.g.
+    "Command exited with code 137"), read from Spark's status store on classic sessions; [] over Spark Connect or
+    where the JVM does not expose it."""
+    if is_connect(spark):
+        return []
+    try:
+        executors = spark.sparkContext._jsc.sc().statusStore().executorList(False)  # noqa: SLF001 - no public API
+        summaries = [executors.apply(index) for index in range(executors.length())]
+        reasons = [summary.removeReason() for summary in summaries
+                   if summary.id() != "driver" and not summary.isActive()]
+        return [str(reason.get()) if reason.isDefined() else "no reason given" for reason in reasons]
+    except Exception:  # noqa: BLE001 - internal API: without it only the time limit applies
+        logger.debug("the executors' status is not readable", exc_info=True)
+        return []
+
+
 def status_tracker(spark: SparkSession) -> StatusTracker | None:
     """Spark's status tracker (active stages and their task counts) of a classic session; None over Spark Connect,
     whose client reports progress to handlers instead (``spark.registerProgressHandler``)."""
@@ -168,26 +191,6 @@ def shipped(spark: SparkSession, value: Any) -> Iterator[Any]:
         yield broadcast
     finally:
         broadcast.destroy()
-
-
-def start_spark(config: SparkConfig) -> SparkSession:
-    """:func:`get_spark` for commands: a session that cannot start is reported naming spark.master (spark.remote
-    when set); then the executors are checked to import lia_spark, the driver's build, and its dependencies
-    (:func:`lia_spark.engine.deployment.check_executors`, one task per default-parallelism slot, at most 64).
-
-    Raises:
-        ConfigError: naming spark.master or spark.remote and the first line of Spark's own reason; or naming the
-            executors' Python and what it cannot import.
-    """
-    try:
-        session = get_spark(config)
-    except Exception as error:  # noqa: BLE001 - the JVM's failures arrive as many exception types
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        field, value = ("spark.remote", config.remote) if config.remote else ("spark.master", config.master)
-        raise ConfigError(f"{field}: cannot start a Spark session ({reason}), got {value!r}; check "
-                          f"{field}, spark.driver_memory, spark.extra and JAVA_HOME") from error
-    check_executors(session, min(default_parallelism(session), 64))
-    return session
 
 
 def _submitted_settings() -> set[str]:

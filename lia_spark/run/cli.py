@@ -134,7 +134,7 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
         from lia_spark.engine.commands import COMMANDS
         from lia_spark.engine.lock import run_lock
         from lia_spark.engine.outputs import write_text
-        from lia_spark.engine.session import start_spark
+        from lia_spark.engine.deployment import start_spark
         from lia_spark.engine.stages import remove_leftovers
 
         spark = start_spark(config.spark)

@@ -71,6 +71,7 @@ class SparkConfig:
     extra: Mapping[str, str] = dataclasses.field(default_factory=dict)
     remote: str = ""
     parallel_fits: bool = True  # independent fits (the utility grid) as parallel Spark tasks; false: on the driver
+    executor_start_seconds: float = 900.0  # how long a command waits for executors to run its first task
 
     def validate(self) -> None:
         if self.remote and not _SPARK_REMOTE.fullmatch(self.remote.strip()):
@@ -84,6 +85,9 @@ class SparkConfig:
             fail("spark.shuffle_partitions", self.shuffle_partitions, "must be >= 0 (0 = 4 x cores)")
         if self.arrow_batch_rows < 1:
             fail("spark.arrow_batch_rows", self.arrow_batch_rows, "must be >= 1")
+        if not 0.0 < self.executor_start_seconds < math.inf:
+            fail("spark.executor_start_seconds", self.executor_start_seconds, "must be finite and > 0",
+                 "use the seconds a command may wait for its first executors (default 900)")
         if not self.driver_memory[:-1].isdigit() or self.driver_memory[-1].lower() not in "kmgt":
             fail("spark.driver_memory", self.driver_memory, "must look like 512m or 4g")
 
