@@ -92,3 +92,18 @@ def python_without_package(folder: Path) -> Path:
                            capture_output=True, text=True, timeout=120, cwd=folder)
     assert "No module named 'lia_spark'" in probe.stderr, probe.stderr  # dependencies import, the package does not
     return python
+
+
+def executor_jvms(launcher_pid: int) -> list:
+    """The live executor JVMs (``CoarseGrainedExecutorBackend``) below a spark-submit process on local-cluster, as
+    psutil processes; executors that exit meanwhile (gone, or zombies not yet reaped) are skipped."""
+    import psutil
+
+    found = []
+    for child in psutil.Process(launcher_pid).children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "CoarseGrainedExecutorBackend" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found

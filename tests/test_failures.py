@@ -19,7 +19,7 @@ import yaml
 from lia_spark.engine.lock import LOCK_FILE, LockHolder, lock_path, run_lock
 from lia_spark.run.cli import main
 from lia_spark.run.failures import failure_line, resource_problem
-from pipeline_support import REPO
+from pipeline_support import REPO, executor_jvms
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -354,15 +354,12 @@ def test_a_python_worker_killed_during_posteriors_leaves_the_output_of_a_clean_r
 def _kill_an_executor_when(started: str, lines: list[str], launcher: subprocess.Popen, deadline: float) -> int:
     """Wait until the job's log (``lines``, read as it comes) says ``started``, let the stage work for a second,
     then SIGKILL one executor JVM (``CoarseGrainedExecutorBackend``) below ``launcher``; return its pid."""
-    import psutil
-
     while not any(started in line for line in lines):
         assert launcher.poll() is None, "the job ended before the stage started: " + "".join(lines[-20:])
         assert time.monotonic() < deadline, f"no {started!r} in the log"
         time.sleep(0.1)
     time.sleep(1.0)
-    executors = [child for child in psutil.Process(launcher.pid).children(recursive=True)
-                 if "CoarseGrainedExecutorBackend" in " ".join(child.cmdline())]
+    executors = executor_jvms(launcher.pid)
     assert executors, "no executor JVM found"
     executors[0].kill()
     return executors[0].pid

@@ -20,7 +20,7 @@ from lia_spark import __version__
 from lia_spark.engine.pipeline import run_pipeline
 from lia_spark.run.config import load_config
 from lia_spark.run.sections import PIPELINE_STAGES
-from pipeline_support import PYTHON, REPO, python_without_package, tiny_run, write_conf
+from pipeline_support import PYTHON, REPO, executor_jvms, python_without_package, tiny_run, write_conf
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -195,13 +195,12 @@ def test_executors_lost_as_they_start_end_the_command_with_their_reasons(run, tm
 
     def kill_executors() -> None:
         while launcher.poll() is None:
-            for child in psutil.Process(launcher.pid).children(recursive=True):
+            for executor in executor_jvms(launcher.pid):
                 with contextlib.suppress(psutil.Error):
-                    log = Path(child.cwd()) / "stderr"  # the executor's log, in its work folder
-                    if ("CoarseGrainedExecutorBackend" in " ".join(child.cmdline()) and log.exists()
-                            and "Successfully registered with driver" in log.read_text(errors="replace")):
-                        child.kill()
-                        killed.add(child.pid)
+                    log = Path(executor.cwd()) / "stderr"  # the executor's log, in its work folder
+                    if log.exists() and "Successfully registered with driver" in log.read_text(errors="replace"):
+                        executor.kill()
+                        killed.add(executor.pid)
             time.sleep(0.1)
 
     killer = threading.Thread(target=kill_executors, daemon=True)
