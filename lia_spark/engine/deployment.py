@@ -101,8 +101,9 @@ def _probe_rows(spark: SparkSession, tasks: int, wait_seconds: float) -> list[Ro
         if not thread.is_alive() or not waited_out:
             continue
         if reasons:
-            problem = (f"{len(reasons)} were lost before any ran the first task ({'; '.join(sorted(set(reasons)))}) and "
-                       f"none ran it in the {now - first_loss:.0f} s after the first loss; {LOST_CAUSES}")
+            why = "; ".join(sorted(set(reasons)))
+            problem = (f"{len(reasons)} were lost before any ran the first task ({why}) and none ran it in the "
+                       f"{now - first_loss:.0f} s after the first loss; {LOST_CAUSES}")
         else:
             problem = (f"none ran the first task within spark.executor_start_seconds = {wait_seconds:g} s (none "
                        f"was granted, or each takes longer to start); check the cluster's free cores and memory for "
