@@ -70,6 +70,12 @@ def _submit_env(python: Path | str, driver_python: Path | str) -> dict[str, str]
             "SPARK_LOCAL_IP": "127.0.0.1", "PATH": f"{Path(python).parent}:{os.environ['PATH']}"}
 
 
+def _failure_line(stderr: str) -> str:
+    """The one failure line a command prints on stderr."""
+    (line,) = [line for line in stderr.splitlines() if line.startswith("lia-spark: ")]
+    return line
+
+
 def _result(stdout: str, mounts: dict[str, Path] | None = None) -> dict:
     """The job's full result: the strict JSON file named on stdout ("full result (JSON): <path>"), a mounted
     Hadoop path read through its local folder."""
@@ -153,15 +159,10 @@ def test_an_executor_without_the_package_stops_the_job_in_seconds_naming_the_fix
     completed = _submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.memory=1g",
                          str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path,
                         python=cluster_python, expect=2)
-    (line,) = [line for line in completed.stderr.splitlines() if line.startswith("lia-spark: ")]
+    line = _failure_line(completed.stderr)
     assert f"({cluster_python}, Python " in line and "cannot import lia_spark" in line, line
     assert f"--py-files dist/lia_spark-{__version__}.zip" in line and "--archives dist/lia_spark-env.tar.gz" in line
     assert time.monotonic() - started < 120 and not (tmp_path / "out" / "data").exists()
-
-
-def _failure_line(stderr: str) -> str:
-    (line,) = [line for line in stderr.splitlines() if line.startswith("lia-spark: ")]
-    return line
 
 
 def test_executors_never_granted_end_the_command_after_executor_start_seconds(run, tmp_path):
@@ -180,8 +181,9 @@ def test_executors_never_granted_end_the_command_after_executor_start_seconds(ru
 
 def test_executors_lost_as_they_start_end_the_command_with_their_reasons(run, tmp_path):
     """Executors that die as they start (here SIGKILLed once their log says they registered with the driver, before
-    their Python workers have imported the packages, as a full disk unpacking --archives or an OOM killer would) are relaunched by Spark for ever: the command stops once the first loss is
-    spark.executor_start_seconds (at most 60 s) old, with exit 1 and a line quoting Spark's reasons."""
+    their Python workers have imported the packages, as a full disk unpacking --archives or an OOM killer would) are
+    relaunched by Spark for ever: the command stops once the first loss is spark.executor_start_seconds (at most
+    60 s) old, with exit 1 and a line quoting Spark's reasons."""
     import psutil
 
     conf = run.conf_file(tmp_path / "conf.yaml", tracking={"enabled": False}, run={"output_dir": str(tmp_path / "out")},
