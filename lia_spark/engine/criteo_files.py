@@ -15,7 +15,7 @@ from typing import Iterator
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark import names
@@ -169,6 +169,13 @@ def _decoded_by_isal(spark: SparkSession, gzip_sources: list[tuple[int, SourceFi
     return copies
 
 
+def _text_reader(spark: SparkSession) -> DataFrameReader:
+    """Spark's text reader as both the gzip decode and the scan use it: lines end at LF only (Spark's default also
+    ends them at a lone CR, which would split a line and shift every later row id of its day); a truncated or corrupt
+    gzip is read up to the damage (``ignoreCorruptFiles``), and ingest counts what it lost."""
+    return spark.read.format("text").option("ignoreCorruptFiles", "true").option("lineSep", "\n")
+
+
 def _decoded_by_spark(spark: SparkSession, gzip_sources: list[tuple[int, SourceFile]],
                       folder: str) -> dict[int, str]:
     """:func:`decompressed_copies` on any Hadoop file system: Spark's gzip codec decodes each file in one task."""
@@ -176,7 +183,7 @@ def _decoded_by_spark(spark: SparkSession, gzip_sources: list[tuple[int, SourceF
     def decompress(item: tuple[int, SourceFile]) -> tuple[int, str]:
         index, source = item
         copy = f"{folder}/{_COPY_PREFIX}{index}"
-        (spark.read.format("text").option("ignoreCorruptFiles", "true").option("lineSep", "\n").load(source.path)
+        (_text_reader(spark).load(source.path)
          .coalesce(1)
          .write.mode("overwrite").text(copy))
         return index, copy
@@ -192,8 +199,7 @@ def read_lines(spark: SparkSession, sources: list[SourceFile], copies: dict[int,
     index_of_name = F.create_map(*[item for i, source in enumerate(sources)
                                    for item in (F.lit(source.name), F.lit(i))])
     copy_index = F.regexp_extract(F.col("_metadata.file_path"), f"/{_COPY_PREFIX}([0-9]+)/[^/]*$", 1)
-    frame = (spark.read.format("text").option("ignoreCorruptFiles", "true").option("lineSep", "\n")
-             .load([copies.get(index, source.path) for index, source in enumerate(sources)]))
+    frame = _text_reader(spark).load([copies.get(index, source.path) for index, source in enumerate(sources)])
     by_name = index_of_name[F.col("_metadata.file_name")]
     file_index = F.when(copy_index != "", copy_index).otherwise(by_name) if copies else by_name
     return frame.select(

@@ -13,7 +13,8 @@ from pyspark.sql import Row, SparkSession
 
 from lia_spark.engine.session import cancel_job_group, default_parallelism, get_spark, job_group, lost_executors
 from lia_spark.run.checks import ConfigError
-from lia_spark.run.failures import SHIP_PACKAGE
+from lia_spark import __version__
+from lia_spark.run.failures import SHIP_PACKAGE, error_first_line
 from lia_spark.run.fingerprint import code_version
 from lia_spark.run.sections import SparkConfig
 
@@ -21,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 # Imported by the executors' Python workers (UDFs, pandas UDFs, parallel fits); catboost only when configured.
 EXECUTOR_MODULES = ("numpy", "pandas", "pyarrow", "scipy", "numba", "xgboost", "lia_spark")
-PROBE_COLUMNS = "python string, python_version string, missing string, package_version string, code string"
+PROBE_COLUMNS = "python string, python_version string, missing string, code string"
 
 # The probe is compiled from source in a namespace of its own, so cloudpickle ships it by value: pickled by
 # reference (as any function of lia_spark is), the worker would have to import lia_spark to unpickle it.
@@ -40,14 +41,13 @@ def probe(batches):
             importlib.import_module(name)
         except Exception as error:
             missing.append(f"{name} ({type(error).__name__}: {error})")
-    version = code = ""
+    code = ""
     if not any(item.startswith("lia_spark ") for item in missing):
-        import lia_spark
         from lia_spark.run.fingerprint import code_version
 
-        version, code = lia_spark.__version__, code_version()
+        code = code_version()
     yield pandas.DataFrame({"python": [sys.executable], "python_version": [sys.version.split()[0]],
-                            "missing": ["; ".join(missing)], "package_version": [version], "code": [code]})
+                            "missing": ["; ".join(missing)], "code": [code]})
 '''
 
 
@@ -127,16 +127,16 @@ def check_executors(spark: SparkSession, tasks: int, wait_seconds: float) -> Non
         ExecutorsUnavailable: no executor ran the tasks (:func:`_probe_rows`).
     """
     found = _probe_rows(spark, tasks, wait_seconds)
-    driver = code_version()
+    driver, ship = code_version(), SHIP_PACKAGE.format(version=__version__)
     for row in found:
         where = f"the executors' Python ({row.python}, Python {row.python_version})"
         if row.missing:
-            fix = SHIP_PACKAGE.format(version=driver.split("+")[0]) if "lia_spark " in row.missing else (
+            fix = ship if "lia_spark " in row.missing else (
                 "install it in that Python, or ship a packed environment (`make env`, see the README)")
             raise ConfigError(f"spark executors: {where} cannot import {row.missing}; {fix}")
         if row.code != driver:
             raise ConfigError(f"spark executors: {where} runs lia_spark {row.code}, the driver {driver}; "
-                              f"ship the driver's build: {SHIP_PACKAGE.format(version=driver.split('+')[0])}")
+                              f"ship the driver's build: {ship}")
     logger.info("executors: %s import lia_spark %s and its dependencies", ", ".join(sorted(
         {f"{row.python} (Python {row.python_version})" for row in found})), driver)
 
@@ -154,7 +154,7 @@ def start_spark(config: SparkConfig) -> SparkSession:
     try:
         session = get_spark(config)
     except Exception as error:  # noqa: BLE001 - the JVM's failures arrive as many exception types
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        reason = error_first_line(error)
         field, value = ("spark.remote", config.remote) if config.remote else ("spark.master", config.master)
         raise ConfigError(f"{field}: cannot start a Spark session ({reason}), got {value!r}; check "
                           f"{field}, spark.driver_memory, spark.extra and JAVA_HOME") from error

@@ -127,5 +127,10 @@ def _describe(error: BaseException) -> str:
     return java[-1] if java else f"{error}" or type(error).__name__
 
 
+def error_first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message, its type's name when it has none."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else text

@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 from lia_spark.names import BAG_SIZE, EPSILON, MECHANISM, SETTING_KEY, setting_key
 from lia_spark.run.config import Config
 from lia_spark.run.environment import git_commit, package_versions
+from lia_spark.run.failures import error_first_line
 from lia_spark.run.json_output import json_safe
 
 from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
@@ -133,11 +134,11 @@ class PipelineTracker:
             self.not_logged.append(what)
             if not isinstance(error, StoreGone) and self._store_answers():
                 logger.warning("tracking: %s not fully logged (%s); the store at %s answers, so tracking goes on",
-                               what, _first_line(error), self.tracking_uri)
+                               what, error_first_line(error), self.tracking_uri)
                 self._return_to_parent()
                 return
             logger.warning("tracking: %s not logged to %s, which no longer answers; tracking stops for this run and "
-                           "the stages go on (%s)", what, self.tracking_uri, _first_line(error))
+                           "the stages go on (%s)", what, self.tracking_uri, error_first_line(error))
             self.stopped = True
             _abandon_runs()
 
@@ -279,7 +280,7 @@ class PipelineTracker:
         except Exception as error:  # noqa: BLE001 - packing a model raises many types
             if not self._store_answers():
                 raise StoreGone(str(error)) from error
-            logger.warning("tracking: %s not logged (%s); the other models go on", what, _first_line(error))
+            logger.warning("tracking: %s not logged (%s); the other models go on", what, error_first_line(error))
             self.not_logged.append(what)
 
     def _producing_run(self, stage: str, fingerprint: str) -> str | None:
@@ -347,10 +348,6 @@ class PipelineTracker:
             return f"{self.tracking_uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
         return (f"run {self.run_id} in experiment {self.config.tracking.experiment!r}; view it with "
                 f"`mlflow ui --backend-store-uri {self.tracking_uri}`")
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def _abandon_runs() -> None:
