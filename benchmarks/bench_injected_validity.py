@@ -18,7 +18,8 @@ Each repetition (data draw) redraws everything the validity statement quantifies
   target; label-blind nulls, whose predictions do not depend on the coins, are audited on ``--game-draws`` coin
   and counterfactual draws per data draw, the first being the one the positives trained on).
 
-Designs: ``injected`` (tau = 0, m = informative canaries), ``observational`` (tau = 0) and ``calibrated``
+Designs: ``injected`` (tau = 0, m = informative canaries; the audit's default settings, the scores against the
+baseline of ``--shadows`` shadow fits per training mechanism), ``observational`` (tau = 0) and ``calibrated``
 (observational at tau* = ``lia_spark.kernels.bounds.tau_break_even`` of the reference's counts on the same game draw, at
 the per-test Bonferroni confidence 1 - 0.05/k; then the target's best bound at that tau). Bounds: pure binomial,
 95%, Bonferroni over the k sweep points of ``lia_spark.kernels.audit.guess_grid``, score ``log_ratio``.
@@ -53,7 +54,8 @@ from benchmarks._report import publish  # noqa: E402
 from lia_spark.kernels import audit, audit_sweep, bounds, features, injected, synthetic, training  # noqa: E402
 from lia_spark.kernels.criteo import FEATURE_COLUMNS  # noqa: E402
 from lia_spark.names import BINOMIAL, BONFERRONI, NONE, RR, UNIFORM_FLIP, bound_key  # noqa: E402
-from lia_spark.studies import table  # noqa: E402
+from lia_spark.run.model_sections import AuditConfig  # noqa: E402
+from lia_spark.studies import power, table  # noqa: E402
 
 logger = logging.getLogger("bench_injected_validity")
 
@@ -70,6 +72,7 @@ NULLS = ("null_50k", "null_200k", "null_1m", "eta")
 NULL_ROWS = {"null_50k": 50_000, "null_200k": 200_000, "null_1m": 1_000_000}
 REFERENCE_ROWS = 200_000
 FLIP_EPSILONS = (math.inf, 4.0)
+DEFAULT_AUDIT = AuditConfig()  # the injected audit as the product runs it by default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +91,7 @@ class Settings:
     click_rate: float
     seed: int
     minutes: float | None
+    shadows: int = 4
 
 
 def twin_data(params: synthetic.TwinParameters, *, day: int, start: int, rows: int,
@@ -130,12 +134,13 @@ def observational(game: dict, target: np.ndarray, reference_counts: np.ndarray |
     return out
 
 
-def injected_bound(ids, label, y1, coin, target, proxy, *, seed: int) -> tuple[float, int]:
-    informative = int((label != y1).sum())
-    guesses = audit.guess_grid(informative)
-    counts = injected.count_correct(ids, label, y1, coin, target, proxy, seed=seed, guesses=guesses,
-                                    scores=[ATTACK])[ATTACK]
-    return float(best_bound(counts, guesses, informative)[0]), informative
+def injected_bound(ids, label, y1, coin, target, baselines: dict[str, np.ndarray], *, seed: int) -> tuple[float, int]:
+    """The injected audit with the product's default settings (:class:`AuditConfig`: its scores, recalibration and
+    sweep), the scores comparing the target with each of ``baselines`` (the proxy's and the shadow fits'
+    predictions, as audit.baseline auto does where the train stage fitted shadows)."""
+    found = power.audit_arrays(ids, label, y1, coin, target, baselines, DEFAULT_AUDIT, seed=seed,
+                               claimed_epsilon=math.inf)
+    return found.eps_lb, found.informative
 
 
 def repetition(r: int, s: Settings) -> dict:
@@ -167,6 +172,29 @@ def repetition(r: int, s: Settings) -> dict:
     draws = [injected.injected_draws(ids, y0, proxy, seed=q) for q in inj_seeds]
     out["informative_share"] = float(np.mean(y0 != draws[0][0]))
 
+    y1, coin = draws[0]
+    rr_seed = seed + 3
+
+    def fit_target(labels: np.ndarray, epsilon: float, mechanism_seed: int = rr_seed) -> tuple[np.ndarray, dict]:
+        full = data.labels.copy()
+        full[train] = labels
+        fit = training.train_target(dataclasses.replace(data, labels=full), mechanism=NONE if math.isinf(epsilon)
+                                    else RR, epsilon=epsilon, seed=mechanism_seed, params=boost)
+        return fit.model.predict(x_canary), training.binary_metrics(y_test, fit.model.predict(x_test))
+
+    # the shadow baselines of the default audit: per training mechanism, audit.shadows fits on the canaries with the
+    # first draw's y1, paired fresh coins and fresh RR seeds (never the target's coins nor its RR draws)
+    tic = time.monotonic()
+    shadow_baselines = {}
+    for epsilon in (*s.epsilons, math.inf):
+        shadow_baselines[epsilon] = (None if s.shadows == 0 else injected.shadow_reference(np.asarray([
+            fit_target(injected.shadow_training_labels(y0, y1, ids, seed=inj_seeds[0], shadow=k), epsilon,
+                       injected.shadow_seed(inj_seeds[0], k))[0] for k in range(s.shadows)])))
+    out["seconds"]["shadows"] = time.monotonic() - tic
+
+    def baselines(epsilon: float) -> dict[str, np.ndarray]:
+        return {"proxy": proxy, **({"shadows": shadow_baselines[epsilon]} if s.shadows else {})}
+
     # label-blind reference and nulls (rows after the canary sample, disjoint from each other)
     tic = time.monotonic()
     start = s.canary_rows
@@ -193,23 +221,13 @@ def repetition(r: int, s: Settings) -> dict:
             del null_data
         result = observational(game, target, ref_counts)
         del result["counts"]
-        result["injected"] = [injected_bound(ids, y0, y1, coin, target, proxy, seed=q)[0]
-                              for (y1, coin), q in zip(draws, inj_seeds)]
+        result["injected"] = [injected_bound(ids, y0, y1g, coin_g, target, baselines(math.inf), seed=q)[0]
+                              for (y1g, coin_g), q in zip(draws, inj_seeds)]
         out["nulls"][name] = result
     out["seconds"]["nulls"] = time.monotonic() - tic
 
     # positives: RR(eps) / non-private on the canaries, on y0 (observational) and on y^b (injected)
     tic = time.monotonic()
-    y1, coin = draws[0]
-    rr_seed = seed + 3
-
-    def fit_target(labels: np.ndarray, epsilon: float) -> tuple[np.ndarray, dict]:
-        full = data.labels.copy()
-        full[train] = labels
-        fit = training.train_target(dataclasses.replace(data, labels=full), mechanism=NONE if math.isinf(epsilon)
-                                    else RR, epsilon=epsilon, seed=rr_seed, params=boost)
-        return fit.model.predict(x_canary), training.binary_metrics(y_test, fit.model.predict(x_test))
-
     out["positives"] = {}
     for epsilon in (*s.epsilons, math.inf):
         target, utility = fit_target(y0, epsilon)
@@ -217,7 +235,7 @@ def repetition(r: int, s: Settings) -> dict:
         del result["counts"]
         result["utility_observational"] = utility
         target, utility = fit_target(injected.training_labels(y0, y1, coin), epsilon)
-        result["injected"] = [injected_bound(ids, y0, y1, coin, target, proxy, seed=inj_seeds[0])[0]]
+        result["injected"] = [injected_bound(ids, y0, y1, coin, target, baselines(epsilon), seed=inj_seeds[0])[0]]
         result["utility_injected"] = utility
         out["positives"][table.epsilon_text(epsilon)] = result
     out["seconds"]["positives"] = time.monotonic() - tic
@@ -230,7 +248,7 @@ def repetition(r: int, s: Settings) -> dict:
         for epsilon in FLIP_EPSILONS:
             target, utility = fit_target(injected.training_labels(y0, y1f, coinf), epsilon)
             out["flip"][table.epsilon_text(epsilon)] = {
-                "injected": injected_bound(ids, y0, y1f, coinf, target, proxy, seed=inj_seeds[0])[0],
+                "injected": injected_bound(ids, y0, y1f, coinf, target, {"proxy": proxy}, seed=inj_seeds[0])[0],
                 "utility_injected": utility}
         out["seconds"]["flip"] = time.monotonic() - tic
     out["seconds"]["total"] = time.monotonic() - started
@@ -287,9 +305,14 @@ def render(payload: dict) -> str:
         f"early stopping {s['early_stopping']} rounds, hash-encoded categoricals, nthread = 1. Targets: label-blind "
         f"nulls on 50k / 200k / 1M (one repetition in {s['big_every']}: {big} of {n}) other day-1 rows (80% train "
         f"split of each) and the true eta; positives trained on the canaries with RR(eps) or non-private, on y0 "
-        f"(observational designs) or on y^b (injected; RR applied to y^b). Bounds: pure binomial, 95%, Bonferroni "
-        f"over the guess sweep (`guess_grid`), score `log_ratio`; injected: m = informative canaries (y0 != y1), "
-        f"one training run = one bound. Calibrated observational: tau* = `bounds.tau_break_even` of an independent "
+        f"(observational designs) or on y^b (injected; RR applied to y^b). Bounds: pure binomial, 95%. Injected: the "
+        f"audit's default settings (`audit.scores` log_ratio and difference_t2, `audit.recalibrate` proxy, the "
+        f"geometric sweep, each score against the proxy and against the baseline of {s.get('shadows', 0)} "
+        f"label-blind shadow fits per training mechanism, the confidence split over all of them: the shadows are "
+        f"the target's fit repeated on the canaries with paired fresh coins and fresh RR seeds; the nulls against "
+        f"the non-private shadows, the flip rows against the proxy alone), m = informative canaries (y0 != y1), one "
+        f"training run = one bound. Observational: Bonferroni over the linear guess sweep (`guess_grid`), score "
+        f"`log_ratio`. Calibrated observational: tau* = `bounds.tau_break_even` of an independent "
         f"label-blind reference (XGBoost on another 200k day-1 rows, disjoint from every null) on the same game "
         f"draw at the per-test confidence 1 - 0.05/k, then the target's best bound at tau*.")
     lines.append("")
@@ -436,14 +459,16 @@ def findings(reps: list[dict], s: dict) -> list[str]:
     low = [e for e in s["epsilons"] if e <= 2.0]
     low_max = max((np.mean([v for rep in reps for v in rep["positives"][table.epsilon_text(e)]["injected"]]) for e in low),
                   default=float("nan"))
+    low_text = (f"at eps <= 2 the injected audit certifies at most {low_max:.3f} on average (the target, fitted on "
+                f"RR(eps) labels of 80k rows, reflects single labels weakly, and the informative canaries are few)"
+                if low_max < 0.1 else f"at eps <= 2 it still certifies up to {low_max:.3f} on average")
     out.append(
-        "- **Power.** Mean eps_lb, injected vs observational (tau = 0, not valid here): " + "; ".join(ratios)
+        "- **Power.** Mean eps_lb, injected (the audit's defaults) vs observational (tau = 0, not valid here): "
+        + "; ".join(ratios)
         + f". Guessing only on the informative canaries (about {np.mean([r['informative_share'] for r in reps]):.1%}"
         f" of the ~{np.mean([r['canaries'] for r in reps]) / 1000:.0f}k canaries at click rate {s['click_rate']}, "
-        f"i.e. ~{np.mean([r['informative_share'] * r['canaries'] for r in reps]):,.0f}) pays off at eps >= 4; at "
-        f"eps <= 2 both designs certify almost nothing on this twin (injected mean eps_lb at most {low_max:.3f}): "
-        f"the target, fitted on RR(eps) labels of 80k rows, barely reflects single labels, and the informative "
-        f"canaries are few. One training run gives one bound, so the injected std is across data draws.")
+        f"i.e. ~{np.mean([r['informative_share'] * r['canaries'] for r in reps]):,.0f}) pays off at eps >= 4; "
+        f"{low_text}. One training run gives one bound, so the injected std is across data draws.")
     flips = [rep for rep in reps if "flip" in rep]
     if flips:
         def mean(get):
@@ -515,6 +540,8 @@ def main(argv=None) -> int:
     parser.add_argument("--early-stopping", type=int, default=20)
     parser.add_argument("--click-rate", type=float, default=0.032)
     parser.add_argument("--seed", type=int, default=20261124)
+    parser.add_argument("--shadows", type=int, default=AuditConfig().shadows,
+                        help="label-blind shadow fits per positive target (the audit's default baseline)")
     parser.add_argument("--minutes", type=float, default=None, help="start no new repetition after this wall time")
     parser.add_argument("--spark", metavar="MASTER", default="",
                         help="run the repetitions as parallel Spark tasks on this master (e.g. local[2] or a "
@@ -530,7 +557,7 @@ def main(argv=None) -> int:
                             epsilons=tuple(args.epsilons), game_draws=args.game_draws, big_every=args.big_every,
                             flip_repetitions=args.flip_repetitions, trees=args.trees, depth=args.depth,
                             learning_rate=args.learning_rate, early_stopping=args.early_stopping,
-                            click_rate=args.click_rate, seed=args.seed, minutes=args.minutes)
+                            click_rate=args.click_rate, seed=args.seed, minutes=args.minutes, shadows=args.shadows)
         shown = " ".join(arg for arg in (argv if argv is not None else sys.argv[1:]))
         payload = {"meta": {"settings": dataclasses.asdict(settings), "arguments": shown, "output": args.output},
                    "repetitions": []}

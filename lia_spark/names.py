@@ -57,12 +57,13 @@ MEMBER = "member"  # membership baseline: 1 member, 0 left out, null off the can
 COUNTERFACTUAL_LABEL = "counterfactual_label"  # injected design: y1
 HIDDEN_BIT = "hidden_bit"  # injected design: the coin b (the target trains on y^b)
 REFERENCE_PREDICTION = "reference_prediction"  # observational design: the label-blind reference's prediction
+SHADOW_PREDICTION = "shadow_prediction"  # injected design: the baseline of the label-blind shadow fits
 TRUE_LABEL = "true_label"  # the distributed path keeps y0 here while the mechanisms read y^b in the label column
 INJECTED_LABEL = "injected_label"  # PATE's teachers: the training label where injection changed it
 BAG_PROPORTION = "bag_proportion"  # a row's released bag proportion (the distributed bag target)
 INJECTED_COLUMNS = (COUNTERFACTUAL_LABEL, HIDDEN_BIT)  # y1 and b in the canary table (null off the canaries)
 CANARY_COLUMNS = (ROW_ID, LABEL, RELEASED_LABEL, TARGET_PREDICTION, PROXY_PREDICTION, *INJECTED_COLUMNS,
-                  REFERENCE_PREDICTION)  # models/canaries: the target's training rows
+                  REFERENCE_PREDICTION, SHADOW_PREDICTION)  # models/canaries: the target's training rows
 MEMBERSHIP_COLUMNS = (ROW_ID, LABEL, MEMBER, TARGET_PREDICTION, PROXY_PREDICTION)  # models/membership
 AUDITED_COLUMNS = (ROW_ID, LABEL, TARGET_PREDICTION, PROXY_PREDICTION)  # what every audit design reads
 
@@ -141,3 +142,11 @@ COUNTERFACTUALS = (PROXY_DRAW, UNIFORM_FLIP)
 # proxy's scale, g(M) = E[M' | M]; or the proxy mapped onto the target's, h(M') = E[M | M'].
 RECALIBRATE_NONE, RECALIBRATE_TARGET, RECALIBRATE_PROXY = "none", "target", "proxy"
 RECALIBRATIONS = (RECALIBRATE_NONE, RECALIBRATE_TARGET, RECALIBRATE_PROXY)
+# The predictions the injected game's scores compare the target's with (audit.baseline, docs/math.md §5.13): every
+# baseline the canary table holds, the confidence split over them (auto: the proxy's, and the shadow fits' where
+# fitted), the proxy's alone, or the shadows' alone (refused without them); their names in score names.
+BASELINE_AUTO, BASELINE_PROXY, BASELINE_SHADOWS = "auto", "proxy", "shadows"
+BASELINES = (BASELINE_AUTO, BASELINE_PROXY, BASELINE_SHADOWS)
+BASELINE_NAMES = {PROXY_PREDICTION: BASELINE_PROXY, SHADOW_PREDICTION: BASELINE_SHADOWS}
+GEOMETRIC, LINEAR = "geometric", "linear"  # audit.sweep: the guess counts c' of the sweep (docs/math.md §5.3)
+SWEEPS = (GEOMETRIC, LINEAR)

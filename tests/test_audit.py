@@ -27,6 +27,54 @@ def test_guess_grid_is_percent_steps_plus_extra_share():
     np.testing.assert_array_equal(audit.guess_grid(200, step_percent=25.0, extra_share=0.0), [50, 100, 150, 200])
 
 
+def test_geometric_grid_spreads_points_evenly_in_log_guesses():
+    grid = audit.geometric_grid(10_000)
+    np.testing.assert_array_equal(grid, [10, 18, 32, 56, 100, 178, 316, 562, 1000, 1778, 3162, 5623, 10000])
+    np.testing.assert_array_equal(audit.geometric_grid(9577)[[0, -1]], [17, 9577])  # m itself always, >= 10
+    np.testing.assert_array_equal(audit.geometric_grid(7), [7])  # fewer canaries than the smallest count: m
+    np.testing.assert_array_equal(audit.geometric_grid(100, points_per_decade=1, smallest=1), [1, 10, 100])
+    assert len(audit.geometric_grid(10**9)) == 33  # 8 decades x 4 + 1: the Bonferroni split grows like log m
+    for kwargs in ({"canaries": 0}, {"canaries": 10, "points_per_decade": 0}, {"canaries": 10, "smallest": 0}):
+        with pytest.raises(ValueError, match=list(kwargs)[-1]):
+            audit.geometric_grid(**kwargs)
+
+
+def test_sweep_grid_follows_the_audit_section():
+    from lia_spark.run.model_sections import AuditConfig
+
+    np.testing.assert_array_equal(audit.sweep_grid(1000, AuditConfig()), audit.geometric_grid(1000))
+    np.testing.assert_array_equal(audit.sweep_grid(1000, AuditConfig(sweep="linear", sweep_step_percent=25.0,
+                                                                     extra_guess_share=0.0)), [250, 500, 750, 1000])
+
+
+@pytest.mark.parametrize("canaries", [50, 1000, 9577, 200_000])
+@pytest.mark.parametrize("claimed", [0.01, 0.5, 2.0, 8.0, 50.0, float("inf")])
+def test_the_ceiling_is_the_audits_own_bound_at_the_largest_accuracy_the_claim_allows(canaries, claimed):
+    guesses = audit.geometric_grid(canaries)
+    tests = 3 * len(guesses)  # as if three scores were tried
+    top = audit_sweep.ceiling(canaries=canaries, guesses=guesses, claimed_epsilon=claimed, tests=tests)
+    accuracy = 1.0 if claimed == float("inf") else np.exp(claimed) / (1.0 + np.exp(claimed))
+    correct = np.floor(accuracy * guesses + 0.5).astype(np.int64)
+    level = 1.0 - 0.05 / tests
+    expected = [bounds.epsilon_lower_bound(canaries=canaries, guesses=int(g), correct=int(c), confidence=level)
+                for g, c in zip(guesses, correct)]
+    assert top.eps_lb == pytest.approx(max(expected), rel=1e-12, abs=1e-12) and top.accuracy == pytest.approx(accuracy)
+    assert np.isfinite(top.eps_lb) and 0.0 <= top.eps_lb <= (claimed if np.isfinite(claimed) else np.inf)
+    assert top.guesses == (guesses[int(np.argmax(expected))] if max(expected) > 0 else 0)
+
+
+def test_the_ceiling_grows_with_the_canaries_and_the_claim():
+    def ceiling(m, eps):
+        return audit_sweep.ceiling(canaries=m, guesses=audit.geometric_grid(m), claimed_epsilon=eps,
+                                   tests=len(audit.geometric_grid(m))).eps_lb
+    assert ceiling(100, 2.0) < ceiling(10_000, 2.0) < ceiling(1_000_000, 2.0) < 2.0
+    assert ceiling(10_000, 1.0) < ceiling(10_000, 4.0) < ceiling(10_000, float("inf"))
+    unknown = audit_sweep.ceiling(canaries=500, guesses=[500], claimed_epsilon=float("nan"), tests=1)
+    assert unknown.accuracy == 1.0 and unknown.to_dict()["claimed_epsilon"] is None
+    with pytest.raises(ValueError, match="claimed_epsilon"):
+        audit_sweep.ceiling(canaries=500, guesses=[500], claimed_epsilon=-1.0, tests=1)
+
+
 @pytest.mark.parametrize("kwargs", [{"canaries": 0}, {"canaries": 10, "step_percent": 0.0},
                                     {"canaries": 10, "extra_share": 1.5}])
 def test_guess_grid_rejects_bad_values(kwargs):

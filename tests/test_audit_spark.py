@@ -42,7 +42,8 @@ def test_distributed_counts_equal_kernel_for_any_partitioning(spark):
     kernel = None
     for partitions in (1, 5):
         m, guesses, correct = distributed_counts(df.repartition(partitions), section=settings, seed=42)
-        assert m == len(table) and len(guesses) == 101 and tuple(correct) == scores
+        assert m == len(table) and tuple(correct) == scores
+        np.testing.assert_array_equal(guesses, audit.geometric_grid(len(table)))  # the default sweep
         if kernel is None:
             kernel = audit.count_correct_scores(
                 table["row_id"].to_numpy(), table["label"].to_numpy(), table["target_prediction"].to_numpy(),
@@ -59,7 +60,7 @@ def test_several_attacks_split_the_confidence_over_attacks_and_sweep_points(spar
     scores = ["difference_t2", "log_ratio"]
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 9},
                                "audit": {"repetitions": 6, "canary_path": path, "scores": scores,
-                                         "design": "observational"}})
+                                         "design": "observational", "sweep": "linear", "recalibrate": "none"}})
     result = run_stage("audit", spark, config)
     guesses = audit.guess_grid(3000)
     counts = audit.count_correct_scores(
@@ -84,7 +85,8 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     spark.createDataFrame(table).repartition(3).write.parquet(path)
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 5},
                                "audit": {"repetitions": 12, "canaries": 2000, "canary_path": path,
-                                         "table_bounds": ["binomial", "gdp"], "design": "observational"}})
+                                         "table_bounds": ["binomial", "gdp"], "design": "observational",
+                                         "sweep": "linear", "recalibrate": "none", "scores": ["log_ratio"]}})
     result = run_stage("audit", spark, config)
     output = str(tmp_path / "out" / "audit")
     assert is_complete(spark, output) and not result.skipped
@@ -94,7 +96,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     sample = table.iloc[np.argsort(keys)[:2000]]
     guesses = audit.guess_grid(2000)
     expected = _kernel_counts(sample, seed=5, repetitions=12, guesses=guesses, kind="log_ratio")
-    assert config.audit.scores == ("log_ratio",)  # the default attack
+    assert AuditConfig().scores == ("log_ratio", "difference_t2")  # the default pair (here log_ratio alone)
     results = spark.read.parquet(f"{output}/results").toPandas().sort_values(["repetition", "guesses"])
     np.testing.assert_array_equal(results["correct"].to_numpy().reshape(12, -1), expected)
     csv = pd.read_csv(f"{output}/results.csv")
@@ -146,7 +148,7 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
     table = _injected_table(6000, seed=2)
     scores = ("log_ratio", "difference_t2")
     informative = table[table["label"] != table["counterfactual_label"]]
-    guesses = audit.guess_grid(len(informative))
+    guesses = audit.geometric_grid(len(informative))
     kernel = injected.count_correct(*(table[c].to_numpy() for c in ("row_id", "label", "counterfactual_label",
                                                                       "hidden_bit", "target_prediction",
                                                                       "proxy_prediction")),
@@ -166,10 +168,19 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
     path = str(tmp_path / "canaries")
     spark.createDataFrame(table).write.parquet(path)
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 42},
-                               "audit": {"canary_path": path, "scores": list(scores)}})
+                               "audit": {"canary_path": path, "scores": list(scores), "recalibrate": "none"}})
     result = run_stage("audit", spark, config)
     best = audit_sweep.evaluate_scores(kernel, guesses, canaries=len(informative)).best["eps_binomial_bonferroni"]
     assert result.summary["design"] == "injected" and result.repetitions == 1 and result.canaries == len(informative)
+    # the default audit (recalibrated proxy, geometric sweep) is what the power study computes in process
+    from lia_spark.studies import power
+
+    default = run_stage("audit", spark, config_from_dict({"run": {"output_dir": str(tmp_path / "default"),
+                                                                   "seed": 42}, "audit": {"canary_path": path}}))
+    studied = power.audit_choice(table, AuditConfig(), seed=42, claimed_epsilon=float("nan"))
+    assert default.headline.eps_lb == studied.eps_lb and default.summary["ceiling"]["eps_lb"] == studied.ceiling
+    assert default.summary["recalibration"]["proxy_prediction"]["mapped"] == "proxy"
+    assert default.summary["baselines"] == ["proxy_prediction"]  # the table has no shadows
     assert check_file(tmp_path / "out" / "audit" / "summary.json")["design"] == "injected"
     assert result.headline.eps_lb == best[0] > 0 and "injected canaries, no assumption on the proxy" in \
         result.console_summary()
@@ -260,9 +271,9 @@ def test_recalibration_reads_no_label_and_maps_a_shifted_target_back(spark, tmp_
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 42},
                                "audit": {"canary_path": path, "recalibrate": "proxy"}})
     result = run_stage("audit", spark, config)
-    assert result.summary["recalibration"]["canaries"] == len(table)
+    recalibrated = result.summary["recalibration"]["proxy_prediction"]
+    assert recalibrated["canaries"] == len(table) and recalibrated["mapped"] == "proxy"
     assert check_file(tmp_path / "out" / "audit" / "summary.json")["recalibration"] == result.summary["recalibration"]
-    assert result.summary["recalibration"]["mapped"] == "proxy"
 
 
 def test_the_observational_game_on_an_injected_target_shows_the_label_it_trained_on(spark):

@@ -37,6 +37,18 @@ def test_a_bound_of_zero_says_the_audit_found_no_evidence_not_that_the_target_is
     assert NO_EVIDENCE in _headline(eps_lb=0.0, eps_lb_mean=0.0, eps_lb_std=0.0).text()  # observational too
 
 
+def test_a_bound_of_zero_says_what_the_audit_could_have_found():
+    vacuous = _headline(design="injected", eps_lb=0.0, claimed_epsilon=2.0, ceiling=1.8958, canaries=9393,
+                        informative_canaries=9393).text()
+    assert vacuous.endswith(f" - {NO_EVIDENCE}; with 9393 informative canaries this audit can certify at most 1.896 "
+                            "at the claimed eps = 2")
+    unknown = _headline(eps_lb=0.0, claimed_epsilon=math.nan, ceiling=4.87, canaries=1000).text()
+    assert unknown.endswith("; with 1000 canaries this audit can certify at most 4.870 with every guess right (no "
+                            "claimed eps)")
+    assert "certify at most" not in _headline(design="injected", ceiling=1.9).text()  # said only beside a 0
+    assert _headline(ceiling=1.9).metrics()["eps_lb_ceiling"] == 1.9
+
+
 def test_the_observational_headline_names_the_reference_and_the_calibrated_bound():
     text = _headline(tau_break_even=0.4, reference_eps_lb=0.3, calibrated_tau=0.15, calibrated_eps_lb=0.61).text()
     assert "the bound reaches 0 at tau* = 0.4" in text

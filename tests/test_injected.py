@@ -144,3 +144,63 @@ def test_a_memorising_target_is_bounded_by_its_randomized_response_epsilon():
                                           families=("binomial",)).best["eps_binomial_bonferroni"][0]
     assert 0.5 < eps_lb <= epsilon
     assert bounds.accuracy_of_epsilon(epsilon) == pytest.approx(keep)
+
+
+def test_shadow_coins_are_paired_fresh_and_keyed_on_the_row_id():
+    row_ids, label, _, proxy = _world(20_000, seed=3)
+    _, coin = injected.injected_draws(row_ids, label, proxy, seed=11)
+    first, second, third = (injected.shadow_coins(row_ids, seed=11, shadow=k) for k in (0, 1, 2))
+    np.testing.assert_array_equal(first + second, 1)  # a pair: each canary trains on y0 in exactly one of the two
+    assert abs(first.mean() - 0.5) < 0.02 and abs(third.mean() - 0.5) < 0.02
+    for shadow in (first, third):  # fresh: neither the target's coins nor the other pair's
+        assert abs(np.mean(shadow == coin) - 0.5) < 0.02
+    assert abs(np.mean(first == third) - 0.5) < 0.02
+    order = np.random.default_rng(0).permutation(len(row_ids))
+    np.testing.assert_array_equal(injected.shadow_coins(row_ids[order], seed=11, shadow=2), third[order])
+    assert len({injected.shadow_seed(11, k) for k in range(8)} | {11}) == 9
+
+
+def test_shadow_labels_take_y0_and_y1_but_no_coin_of_the_target():
+    row_ids, label, _, proxy = _world(5_000, seed=4)
+    y1, _ = injected.injected_draws(row_ids, label, proxy, seed=5)
+    canary = np.arange(len(row_ids)) % 3 != 0
+    counterfactual = np.where(canary, y1, -1)
+    labels = [injected.shadow_training_labels(label, counterfactual, row_ids, seed=5, shadow=k) for k in range(4)]
+    np.testing.assert_array_equal(labels[0][~canary], label[~canary])  # off the canaries: the true label
+    both = (labels[0] + labels[1])[canary]
+    np.testing.assert_array_equal(both, label[canary] + y1[canary])  # the pair trains once on y0, once on y1
+
+
+def test_the_shadow_baseline_is_the_mean_logit():
+    predictions = np.array([[0.1, 0.5, 1e-300], [0.9, 0.5, 1e-12]])
+    np.testing.assert_allclose(injected.shadow_reference(predictions), [0.5, 0.5, 10 ** -13.5], rtol=1e-6)  # clipped at 1e-15
+    assert np.all(np.isfinite(injected.shadow_reference(np.array([[0.0, 1.0], [0.0, 1.0]]))))
+
+
+def test_the_scores_read_neither_the_coin_nor_the_released_label():
+    """What ranks the canaries is computed without hidden_bit and released_label (both reveal the coin on most
+    informative canaries): the score keys of a batch without those columns equal the keys with them, and only the
+    correctness bits (the audit's own bookkeeping) change when the coins are flipped."""
+    import pandas as pd
+
+    from lia_spark.engine.audit_counts import _candidate_keys, _game_candidates
+    from lia_spark.kernels.canary_scores import resolve_scores
+
+    row_ids, label, _, proxy = _world(4_000, seed=6)
+    y1, coin = injected.injected_draws(row_ids, label, proxy, seed=2)
+    trained = injected.training_labels(label, y1, coin)
+    target = np.clip(proxy + 0.2 * (2 * trained - 1), 0.01, 0.99)
+    frame = pd.DataFrame({"row_id": row_ids, "label": label, "target_prediction": target, "proxy_prediction": proxy,
+                          "counterfactual_label": y1, "hidden_bit": coin, "released_label": trained})
+    frame = frame[frame["label"] != frame["counterfactual_label"]]
+    blind = frame.drop(columns=["hidden_bit", "released_label"])
+    for score in resolve_scores(("log_ratio", "difference_t2")):
+        for found, expected in zip(_candidate_keys(blind, score, design="injected", seed=2),
+                                   _candidate_keys(frame, score, design="injected", seed=2)):
+            np.testing.assert_array_equal(found, expected)
+    scores = resolve_scores(("log_ratio",))
+    flipped = frame.assign(hidden_bit=1 - frame["hidden_bit"])
+    ours, theirs = (_game_candidates(f, design="injected", seed=2, repetitions=1, scores=scores)["log_ratio"]
+                    for f in (frame, flipped))
+    np.testing.assert_array_equal(ours.abs_score, theirs.abs_score)
+    np.testing.assert_array_equal(ours.correct, 1 - theirs.correct)

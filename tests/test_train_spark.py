@@ -67,7 +67,7 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     assert canaries.dtypes == [("row_id", "bigint"), ("label", "int"), ("released_label", "int"),
                                ("target_prediction", "double"), ("proxy_prediction", "double"),
                                ("counterfactual_label", "int"), ("hidden_bit", "int"),
-                               ("reference_prediction", "double")]
+                               ("reference_prediction", "double"), ("shadow_prediction", "double")]
     local = canaries.toPandas()
     assert len(local) == result.rows["train_target"] and 0.75 < len(local) / ROWS_PER_DAY < 0.85
     assert local["row_id"].is_unique and np.all(local["row_id"].to_numpy() >> 40 == 1)
@@ -77,11 +77,14 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     np.testing.assert_array_equal(local["counterfactual_label"], y1)
     np.testing.assert_array_equal(local["hidden_bit"], coin)
     assert local["reference_prediction"].isna().all()
+    # audit.shadows = 4 label-blind shadow fits (in memory): their baseline on every canary, not the target's
+    assert local["shadow_prediction"].between(0, 1).all() and result.seconds["fit_shadows"] > 0
+    assert not np.allclose(local["shadow_prediction"], local["target_prediction"])
     trained = injected.training_labels(local["label"].to_numpy(), y1, coin)
     informative = (local["label"] != y1).mean()  # 2 p (1 - p)-like at a 25% click rate: about 0.3
     assert 0.15 < informative < 0.5 and abs((trained != local["label"]).mean() - informative / 2) < 0.03  # b = 1 on half
     assert result.rows["informative_canaries"] == (local["label"] != y1).sum()
-    assert result.rows["injected_labels"] == (trained != local["label"]).sum()
+    assert "injected_labels" not in result.rows  # nothing derived from the coins leaves the audit
     flips = (trained != local["released_label"]).mean()
     pi = 1 / (1 + math.exp(2.0))
     assert abs(flips - pi) < 5 * math.sqrt(pi * (1 - pi) / len(local))
@@ -293,7 +296,8 @@ def test_spark_metrics_equal_the_in_memory_metrics_with_ties(spark, partitions):
 
 def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, parquet_path, tmp_path):
     config = _config(parquet_path, str(tmp_path), *RR_SETTINGS, "audit.attack=membership",
-                     "audit.membership_candidates=600", "audit.sweep_step_percent=10")
+                     "audit.membership_candidates=600", "audit.sweep=linear",
+                     "audit.sweep_step_percent=10")
     result = run_stage("train", spark, config)
     out = config.run.output_dir
     candidates = pd.read_parquet(os.path.join(out, "models", "membership"))
@@ -309,7 +313,7 @@ def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, par
     guesses, correct = membership.sweep_counts(ids, candidates["label"].to_numpy(), member,
                                                candidates["target_prediction"].to_numpy(),
                                                candidates["proxy_prediction"].to_numpy(), seed=config.run.seed,
-                                               step_percent=10, extra_share=config.audit.extra_guess_share)
+                                               sweep=config.audit)
     frame = pd.read_csv(os.path.join(out, "audit", "results.csv"))
     np.testing.assert_array_equal(frame["guesses"], guesses)
     np.testing.assert_array_equal(frame["correct"], correct[0])

@@ -223,3 +223,37 @@ def test_bag_prediction_debiasing_inverts_the_expected_proportion():
                                np.clip(eta, lm.DEBIAS_CLIP, 1 - lm.DEBIAS_CLIP), rtol=1e-12, atol=1e-15)
     with pytest.raises(ValueError, match="bag_size"):
         lm.debias_bag_predictions(eta, bag_size=0, mean_proportion=mu)
+
+
+@pytest.mark.parametrize("mechanism", ["none", "rr"])
+def test_the_shadow_baseline_reads_no_coin_of_the_target(mechanism):
+    """docs/math.md §5.13: the shadow fits take the canaries' y0 and y1 but neither the target's coins nor its
+    mechanism's draws, so permuting the coins (and the labels the target trained on) leaves them bit-identical."""
+    import dataclasses
+
+    from lia_spark.engine.fitting import InMemoryTarget, shadow_baseline
+    from lia_spark.engine.modeling import TargetRows
+    from lia_spark.kernels import injected
+    from lia_spark.run.config import load_config
+
+    data = _data(6_000, intercept=-1.5, seed=8)
+    config = load_config(None, ["models.n_estimators=20", "models.max_depth=3", f"models.training_mechanism={mechanism}",
+                                "models.epsilon=2.0", "audit.shadows=2"])
+    canary = data.split == training.SPLIT_TRAIN
+    labels = injected.inject(data.row_ids, data.labels, np.full(data.labels.size, 0.3), canary, seed=config.run.seed)
+    coins = np.where(canary, np.random.default_rng(1).permutation(labels.hidden_bit), -1).astype(np.int8)
+    other = injected.InjectedLabels(
+        training=np.where(canary, injected.training_labels(data.labels, labels.counterfactual_label, coins),
+                          data.labels).astype(np.int8), counterfactual_label=labels.counterfactual_label,
+        hidden_bit=coins)
+    found = []
+    for injection in (labels, other):
+        trained_on = dataclasses.replace(data, labels=injection.training)
+        target = InMemoryTarget(prepared=None, data=data, member=np.ones(data.labels.size, np.int8), labels=injection,
+                                rows=TargetRows(trained_on, None))
+        found.append(shadow_baseline(config, target)[0])
+    assert not np.array_equal(labels.hidden_bit, other.hidden_bit)
+    np.testing.assert_array_equal(found[0], found[1])
+    assert np.all((found[0] > 0) & (found[0] < 1))
+    no_shadows = dataclasses.replace(config, audit=dataclasses.replace(config.audit, shadows=0))
+    assert np.isnan(shadow_baseline(no_shadows, target)[0]).all()

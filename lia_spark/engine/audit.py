@@ -22,12 +22,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark import names
-from lia_spark.engine.audit_counts import distributed_counts, select_canaries
+from lia_spark.engine.audit_counts import distributed_counts, resolve_baselines, select_canaries
 from lia_spark.engine.outputs import copy_from_local, reported_path
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import FilesResult, Input, Stage, StageRun
 from lia_spark.kernels import audit, audit_sweep, membership
-from lia_spark.names import LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID, TARGET_PREDICTION
+from lia_spark.names import (BASELINE_NAMES, LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID,
+                             TARGET_PREDICTION)
 from lia_spark.present.charts import plot_sweep
 from lia_spark.present.headline import Headline
 from lia_spark.run import layout
@@ -107,30 +108,50 @@ class AuditResult(FilesResult):
         return list(self.files)
 
 
+@dataclasses.dataclass(frozen=True)
+class GameCounts:
+    """The counts of one label-inference audit: m, the sweep's guess counts, score name -> correct (R, k) (with
+    several baselines ``<score>@<baseline>``, e.g. ``log_ratio@shadows``), each baseline column's recalibration
+    summary ({} without one) and the baseline columns the scores compared the target's with."""
+
+    canaries: int
+    guesses: np.ndarray
+    correct: dict[str, np.ndarray]
+    recalibration: dict[str, dict[str, float]]
+    baselines: tuple[str, ...]
+
+
 def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None, *,
-                           target: str = TARGET_PREDICTION
-                           ) -> tuple[int, np.ndarray, dict[str, np.ndarray], dict[str, float]]:
-    """(m, guesses, score name -> correct (R, k), recalibration summary) of the label-inference audit of audit.design
-    over the canary table (``canaries`` or :func:`canary_path`, optionally sampled to audit.canaries rows), scoring
-    the prediction column ``target`` (the target's, or the label-blind reference's), one of the two prediction
-    columns recalibrated onto the other with audit.recalibrate (its summary, else {}); injected: m = the informative
-    canaries, R = 1."""
+                           target: str = TARGET_PREDICTION) -> GameCounts:
+    """The counts of the label-inference audit of audit.design over the canary table (``canaries`` or
+    :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column ``target`` (the
+    target's, or the label-blind reference's) against each baseline of audit.baseline (:func:`resolve_baselines`:
+    one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated with
+    audit.recalibrate; injected: m = the informative canaries, R = 1."""
     if canaries is None:
         describe_jobs(spark, "audit: read canaries")
         canaries = spark.read.parquet(canary_path(config))
-    df, mapping = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries,
-                                  design=config.audit.design, target=target, recalibrate=config.audit.recalibrate)
-    if config.audit.canaries > 0 or mapping is not None:
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)  # a sample's top-k and the map are full scans: run them once
-    try:
-        return (*distributed_counts(df, section=config.audit, seed=config.run.seed, design=config.audit.design),
-                {"mapped": config.audit.recalibrate, **mapping.summary()} if mapping is not None else {})
-    finally:
-        df.unpersist()
+    baselines = resolve_baselines(canaries, baseline=config.audit.baseline, design=config.audit.design)
+    correct, maps, m, guesses = {}, {}, 0, np.zeros(0, dtype=np.int64)
+    for baseline in baselines:
+        df, mapping = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries,
+                                      design=config.audit.design, target=target, recalibrate=config.audit.recalibrate,
+                                      baseline=baseline)
+        if config.audit.canaries > 0 or mapping is not None:
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)  # a sample's top-k and the map are full scans: run them once
+        try:
+            m, guesses, counts = distributed_counts(df, section=config.audit, seed=config.run.seed,
+                                                    design=config.audit.design)
+        finally:
+            df.unpersist()
+        suffix = "" if len(baselines) == 1 else f"@{BASELINE_NAMES[baseline]}"
+        correct.update({f"{score}{suffix}": values for score, values in counts.items()})
+        if mapping is not None:
+            maps[baseline] = {"mapped": config.audit.recalibrate, **mapping.summary()}
+    return GameCounts(m, guesses, correct, maps, baselines)
 
 
-def reference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None
-                     ) -> tuple[int, np.ndarray, dict[str, np.ndarray], dict[str, float]] | None:
+def reference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None) -> GameCounts | None:
     """The observational counts of the label-blind reference (the canary table's reference_prediction, same games
     as the target's), or None when the table has no reference (a given model without one, the injected design)."""
     if config.audit.design != names.OBSERVATIONAL:
@@ -154,7 +175,7 @@ def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndar
     guesses, correct = membership.sweep_counts(
         frame[ROW_ID].to_numpy(np.int64), frame[LABEL].to_numpy(), frame[MEMBER].to_numpy(np.int8),
         frame[TARGET_PREDICTION].to_numpy(np.float64), frame[PROXY_PREDICTION].to_numpy(np.float64),
-        seed=config.run.seed, step_percent=config.audit.sweep_step_percent, extra_share=config.audit.extra_guess_share)
+        seed=config.run.seed, sweep=config.audit)
     return len(frame), guesses, {names.MEMBERSHIP: correct}
 
 
@@ -173,9 +194,11 @@ def _audit(run: StageRun) -> AuditResult:
         if canaries is not None:
             raise ValueError(f"audit.attack={names.MEMBERSHIP} audits the train stage's candidates, not a canary "
                              "table; got a canaries frame")
-        (m, guesses, correct), recalibration = membership_counts(spark, config), {}
+        (m, guesses, correct), recalibration, baselines = membership_counts(spark, config), {}, (PROXY_PREDICTION,)
     else:
-        m, guesses, correct, recalibration = label_inference_counts(spark, config, canaries)
+        counts = label_inference_counts(spark, config, canaries)
+        m, guesses, correct = counts.canaries, counts.guesses, counts.correct
+        recalibration, baselines = counts.recalibration, counts.baselines
     design = section.game
     tau = section.tau if design == names.OBSERVATIONAL else 0.0  # injected coins assume nothing of the proxy
     repetitions = next(iter(correct.values())).shape[0]
@@ -189,6 +212,7 @@ def _audit(run: StageRun) -> AuditResult:
         "guesses": guesses.tolist(), "confidence": section.confidence, "delta": section.delta, "tau": tau,
         "gdp_delta": bounds.gdp_delta, "gdp_tau_vacuous": bounds.gdp_tau_vacuous, "scores": list(bounds.scores),
         "tests": bounds.tests, "default_convention": section.convention, "recalibration": recalibration,
+        "baselines": list(baselines),
         "best": audit_sweep.summarize(bounds.best),
         "best_guesses_median": {key: float(np.median(v)) for key, v in bounds.best_guesses.items()},
         "best_score_share": {key: {score: float(np.mean(winners == score)) for score in bounds.scores}
@@ -198,8 +222,12 @@ def _audit(run: StageRun) -> AuditResult:
     observational = (_observational_checks(spark, config, canaries, bounds, correct, guesses, m)
                      if design == names.OBSERVATIONAL else {})
     summary.update(observational)
-    summary["headline"] = _headline(config, bounds, design=design, canaries=m, observational=observational,
-                                    trained=run.upstream("canaries")).to_dict()
+    headline = _headline(config, bounds, design=design, canaries=m, observational=observational,
+                         trained=run.upstream("canaries"))
+    summary["ceiling"] = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
+                                             tests=bounds.tests, confidence=section.confidence, delta=section.delta,
+                                             tau=tau, family=headline.family).to_dict()
+    summary["headline"] = dataclasses.replace(headline, ceiling=summary["ceiling"]["eps_lb"]).to_dict()
     if bounds.gdp_tau_vacuous and names.GDP in section.bounds:
         logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", section.tau)
     frame = results_frame(bounds)
@@ -260,7 +288,7 @@ def _observational_checks(spark: SparkSession, config: Config, canaries: DataFra
     found = reference_counts(spark, config, canaries)
     if found is None:
         return checks
-    size, _, reference, _ = found
+    size, reference = found.canaries, found.correct
     valid = names.bound_key(family, names.BONFERRONI)
     reference_best = audit_sweep.evaluate_scores(reference, _grid(size, section), canaries=size,
                                                   confidence=section.confidence, delta=section.delta, tau=0.0,
@@ -281,7 +309,7 @@ def _observational_checks(spark: SparkSession, config: Config, canaries: DataFra
 
 
 def _grid(canaries: int, section: AuditConfig) -> np.ndarray:
-    return audit.guess_grid(canaries, step_percent=section.sweep_step_percent, extra_share=section.extra_guess_share)
+    return audit.sweep_grid(canaries, section)
 
 
 def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, canaries: int,
@@ -300,6 +328,7 @@ def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, c
                     confidence=config.audit.confidence, tests=tests, delta=config.audit.delta, mechanism=mechanism,
                     claimed_epsilon=claimed, family=family, tau=config.audit.tau if design == names.OBSERVATIONAL
                     else 0.0, design=design, informative_canaries=canaries if design == names.INJECTED else 0,
+                    canaries=canaries,
                     tau_break_even=observational.get("tau_break_even", {}).get("first", math.nan),
                     reference_eps_lb=reference.get("eps_lb", math.nan), calibrated_tau=calibrated.get("tau", math.nan),
                     calibrated_eps_lb=calibrated.get("eps_lb", math.nan))

@@ -38,7 +38,7 @@ from lia_spark import names
 from lia_spark.engine.session import default_parallelism, describe_jobs
 from lia_spark.kernels import audit, canary_scores, hashing, injected, recalibration
 from lia_spark.names import (AUDITED_COLUMNS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION, ROW_ID,
-                             TARGET_PREDICTION)
+                             SHADOW_PREDICTION, TARGET_PREDICTION)
 from lia_spark.run.model_sections import AuditConfig
 
 logger = logging.getLogger(__name__)
@@ -89,10 +89,33 @@ def _candidate_keys(frame: pd.DataFrame, score: canary_scores.Score, *, design: 
     return np.abs(values), audit.candidate_ties_labels(row_ids, seed=seed)[0]
 
 
+def resolve_baselines(df: DataFrame, *, baseline: str, design: str) -> tuple[str, ...]:
+    """The prediction columns the scores compare the target's with (docs/math.md §5.13): under the injected design
+    with audit.baseline auto every baseline the canary table holds (``proxy_prediction``, and ``shadow_prediction``
+    where the train stage fitted shadows: the confidence is then split over both), with ``shadows`` the shadows' alone,
+    with ``proxy`` (and under the other designs) the proxy's.
+
+    Raises:
+        ValueError: naming audit.baseline when it asks for shadows and the table has none, or under the
+            observational design.
+    """
+    has_shadows = (SHADOW_PREDICTION in df.columns
+                   and df.where(F.col(SHADOW_PREDICTION).isNotNull()).limit(1).count() > 0)
+    if baseline == names.BASELINE_SHADOWS and (design != names.INJECTED or not has_shadows):
+        raise ValueError(f"audit.baseline: shadows needs a canary table with {SHADOW_PREDICTION} under "
+                         f"audit.design={names.INJECTED} (the train stage fits audit.shadows shadows on the in-memory "
+                         f"path, every mechanism but pate), got audit.design={design} and "
+                         f"{'no' if not has_shadows else 'a'} {SHADOW_PREDICTION}; use audit.baseline=auto or proxy")
+    if design != names.INJECTED or not has_shadows or baseline == names.BASELINE_PROXY:
+        return (PROXY_PREDICTION,)
+    return (SHADOW_PREDICTION,) if baseline == names.BASELINE_SHADOWS else (PROXY_PREDICTION, SHADOW_PREDICTION)
+
+
 def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = names.OBSERVATIONAL,
-                    target: str = TARGET_PREDICTION, recalibrate: str = names.RECALIBRATE_NONE
-                    ) -> tuple[DataFrame, recalibration.RecalibrationMap | None]:
-    """The canary columns of ``design`` (the prediction column ``target`` read as the target's); with ``canaries``
+                    target: str = TARGET_PREDICTION, recalibrate: str = names.RECALIBRATE_NONE,
+                    baseline: str = PROXY_PREDICTION) -> tuple[DataFrame, recalibration.RecalibrationMap | None]:
+    """The canary columns of ``design`` (the prediction column ``target`` read as the target's, ``baseline`` as the
+    proxy's: :func:`resolve_baselines`); with ``canaries``
     > 0 only the rows with the smallest hash of (seed, row_id); with ``recalibrate`` (target | proxy) one prediction
     column mapped onto the other's scale by :func:`recalibrated` (fitted on every selected canary, before any label
     is looked at); under the injected design then only the informative canaries (y1 != y0: the others abstain). The
@@ -101,7 +124,7 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = na
     Raises:
         ValueError: if a column of the design is missing, or the injected columns hold no value.
     """
-    needed = (*AUDITED_COLUMNS, *(names.INJECTED_COLUMNS if design == names.INJECTED else ()), target)
+    needed = (*AUDITED_COLUMNS, *(names.INJECTED_COLUMNS if design == names.INJECTED else ()), target, baseline)
     missing = [c for c in dict.fromkeys(needed) if c not in df.columns]
     if missing:
         hint = (f"; audit.design={names.INJECTED} needs a target trained by this project's train stage with "
@@ -110,7 +133,8 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = na
         raise ValueError(f"canary table: missing columns {missing}, got columns={df.columns}{hint}")
     injected_fields = [F.col(c).cast("int") for c in names.INJECTED_COLUMNS] if design == names.INJECTED else []
     df = df.select(F.col(ROW_ID).cast("long"), _trained_label(df, design),
-                   F.col(target).cast("double").alias(TARGET_PREDICTION), F.col(PROXY_PREDICTION).cast("double"),
+                   F.col(target).cast("double").alias(TARGET_PREDICTION),
+                   F.col(baseline).cast("double").alias(PROXY_PREDICTION),
                    *injected_fields)
     if design == names.INJECTED:
         df = df.where(F.col(COUNTERFACTUAL_LABEL).isNotNull() & F.col(HIDDEN_BIT).isNotNull())
@@ -315,7 +339,7 @@ def distributed_counts(df: DataFrame, *, section: AuditConfig, seed: int, guesse
                          "it with audit.design=observational) or the canaries are too few (use more, or "
                          "audit.counterfactual=flip)")
     if guesses is None:
-        guesses = audit.guess_grid(m, step_percent=section.sweep_step_percent, extra_share=section.extra_guess_share)
+        guesses = audit.sweep_grid(m, section)
     guesses = np.asarray(guesses, dtype=np.int64)
     scores = canary_scores.resolve_scores(section.scores)
     parts = max(4 * default_parallelism(spark), -(-2 * m // RANGE_CANDIDATES))

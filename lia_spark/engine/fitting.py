@@ -33,6 +33,7 @@ from lia_spark.engine.spark_models import SparkModel, bag_target, fitted_rows, l
 from lia_spark.kernels import features, injected, membership, training
 from lia_spark.names import (BAG_MECHANISMS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
                              MEMBERSHIP, OBSERVATIONAL, PATE, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
+                             SHADOW_PREDICTION,
                              ROW_ID, SPLIT, TARGET_PREDICTION, TRUE_LABEL, setting_key)
 from lia_spark.run.capabilities import DISTRIBUTED, unsupported
 from lia_spark.run.config import Config
@@ -56,9 +57,10 @@ class TrainedModels:
 
 SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, {SPLIT} int, {RELEASED_LABEL} int, {TARGET_PREDICTION} double, "
                  f"{PROXY_PREDICTION} double, {MEMBER} int, {COUNTERFACTUAL_LABEL} int, {HIDDEN_BIT} int, "
-                 f"{REFERENCE_PREDICTION} double")
+                 f"{REFERENCE_PREDICTION} double, {SHADOW_PREDICTION} double")
 # member: null outside the membership candidates; counterfactual_label, hidden_bit: the injected design's y1 and b
-# on the canaries (null otherwise); reference_prediction: the observational design's label-blind reference
+# on the canaries (null otherwise); reference_prediction: the observational design's label-blind reference;
+# shadow_prediction: the injected design's shadow baseline (null without shadow fits)
 
 
 def membership_candidates(data: training.ModelData, config: Config) -> tuple[training.ModelData, np.ndarray]:
@@ -96,9 +98,9 @@ def injection(config: Config, data: training.ModelData,
     labels = injected.inject(data.row_ids, data.labels, proxy_prediction, data.split == training.SPLIT_TRAIN,
                              seed=config.run.seed, counterfactual=config.audit.counterfactual,
                              flip_share=config.audit.flip_share)
-    logger.info("train: injected design: %d of %d canaries informative (y1 != y0), %d training labels changed",
+    logger.info("train: injected design: %d of %d canaries informative (y1 != y0)",
                 int(((labels.counterfactual_label >= 0) & (labels.counterfactual_label != data.labels)).sum()),
-                int((labels.hidden_bit >= 0).sum()), int((labels.training != data.labels).sum()))
+                int((labels.counterfactual_label >= 0).sum()))
     return labels
 
 
@@ -128,6 +130,36 @@ def _reference_in_memory(config: Config, data: training.ModelData) -> np.ndarray
     logger.info("train: label-blind reference fitted on %d rows outside the canaries in %.1f s",
                 int((data.split == training.SPLIT_TEST).sum()), reference.fit_seconds)
     return reference.predict(data.features)
+
+
+def fits_shadows(config: Config) -> bool:
+    """True when the train stage fits audit.shadows label-blind shadows: the injected design on the in-memory path
+    for every mechanism but PATE (whose teachers would be fitted again per shadow)."""
+    m = config.models
+    return (injects(config) and config.audit.shadows > 0 and m.execution == "in_memory"
+            and m.training_mechanism != PATE)
+
+
+def shadow_baseline(config: Config, target: InMemoryTarget) -> tuple[np.ndarray, float]:
+    """(the shadow baseline on every row, fit seconds), or NaN per row without shadows (:func:`fits_shadows`): the
+    target's fit repeated audit.shadows times on the same rows, each canary's label drawn with the shadow's
+    own coins (pairs of complementary coins) and the mechanism with its own seed
+    (:func:`lia_spark.kernels.injected.shadow_training_labels`, :func:`lia_spark.kernels.injected.shadow_reference`):
+    independent of the target's coins, so comparing with it keeps every bound valid (docs/math.md §5.13)."""
+    data = target.data
+    if not fits_shadows(config) or target.labels is None:
+        return np.full(data.labels.size, np.nan), 0.0
+    started, job = time.monotonic(), target_job(config)
+    predictions = []
+    for shadow in range(config.audit.shadows):
+        shadow_labels = injected.shadow_training_labels(data.labels, target.labels.counterfactual_label,
+                                                        data.row_ids, seed=config.run.seed, shadow=shadow)
+        rows = TargetRows(dataclasses.replace(data, labels=shadow_labels), target.rows.prior)
+        shadow_job = dataclasses.replace(job, seed=injected.shadow_seed(config.run.seed, shadow))
+        predictions.append(fit_target_job(rows, shadow_job, 0).model.predict(data.features))
+    seconds = time.monotonic() - started
+    logger.info("train: %d label-blind shadow fits in %.1f s", config.audit.shadows, seconds)
+    return injected.shadow_reference(np.asarray(predictions)), seconds
 
 
 def _model_specs(models: dict[str, Any], proxy_spec: features.FeatureSpec,
@@ -208,6 +240,7 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
         fit = fit_target_job(target.rows, in_memory_job(spark, config, target_rows, preparation, target), 0)
     else:
         logger.info("train: target fitted ahead in a parallel Spark task")
+    shadow, shadow_seconds = shadow_baseline(config, target)
     logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
                 fit.model.fit_seconds)
     released = (pd.array(fit.released_labels, dtype="Int32") if fit.released_labels is not None
@@ -219,11 +252,11 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
                            MEMBER: _nullable(member),
                            **{name: _nullable(None if labels is None else getattr(labels, name), data.labels.size)
                               for name in names.INJECTED_COLUMNS},
-                           REFERENCE_PREDICTION: _reference_in_memory(config, data)})
+                           REFERENCE_PREDICTION: _reference_in_memory(config, data), SHADOW_PREDICTION: shadow})
     models = {"proxy": prepared.proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
                                       if name != "proxy" or "proxy_reused" not in prepared.seconds},
-               "train_target": time.monotonic() - started}
+               "train_target": time.monotonic() - started, **({"fit_shadows": shadow_seconds} if shadow_seconds else {})}
     extra = {f"{name}@proxy_own_day": value for name, value in prepared.proxy_day_metrics.items()}
     return TrainedModels(spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra,
                          _model_specs(models, prepared.proxy_spec, prepared.target_spec), fit.report)
@@ -263,7 +296,7 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
     seconds.update({**fitted.seconds, **reference_seconds})
     scored = scored.select(ROW_ID, F.col(TRUE_LABEL).alias(LABEL), SPLIT, RELEASED_LABEL, TARGET_PREDICTION,
                            PROXY_PREDICTION, F.lit(None).cast("int").alias(MEMBER), *names.INJECTED_COLUMNS,
-                           REFERENCE_PREDICTION)
+                           REFERENCE_PREDICTION, F.lit(None).cast("double").alias(SHADOW_PREDICTION))
     return TrainedModels(scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {})
 
 

@@ -115,7 +115,8 @@ def cell_line(row: Mapping[str, Any]) -> str:
         return head + f"failed: {row['error']}"
     bound = f"eps >= {bound_text(row['eps_lb_mean'])} +- {bound_text(row['eps_lb_std'])} at " \
             f"{number_text(100 * row['confidence'], '.0f')}% (valid)"
-    vacuous = f" - {NO_EVIDENCE_SHORT}" if row["eps_lb_mean"] == 0 else ""
+    vacuous = (f" - {NO_EVIDENCE_SHORT} (this audit could certify at most {bound_text(row['ceiling'])})"
+               if row["eps_lb_mean"] == 0 else f" (ceiling {bound_text(row['ceiling'])})")
     return head + bound + vacuous + f"; target test AUC {number_text(row['test_auc'], '.4f')}"
 
 

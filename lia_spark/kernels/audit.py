@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Protocol
 
 import numpy as np
 
 from lia_spark.kernels import _audit_game, hashing
 from lia_spark.kernels.canary_scores import DEFAULT_SCORES, Score, candidate_scores, resolve_scores
-from lia_spark.names import DIFFERENCE, LABEL, PROXY_PREDICTION, TARGET_PREDICTION
+from lia_spark.names import DIFFERENCE, GEOMETRIC, LABEL, PROXY_PREDICTION, TARGET_PREDICTION
 
 
 TIE_BREAK_PURPOSE = "audit/tie_break"
@@ -80,6 +81,43 @@ def guess_grid(canaries: int, *, step_percent: float = 1.0, extra_share: float =
         shares = np.append(shares, extra_share)
     counts = np.clip(np.floor(shares * canaries + 0.5).astype(np.int64), 1, canaries)
     return np.unique(counts)
+
+
+def geometric_grid(canaries: int, *, points_per_decade: int = 4, smallest: int = 10) -> np.ndarray:
+    """Sorted distinct guess counts c' = round(m 10^(-j / points_per_decade)), j = 0, 1, ..., down to ``smallest``
+    (just m when m < smallest): a few points spread evenly in log c', fine where the strongest evidence sits (the
+    few hundred top-ranked canaries) and so fewer tests for the Bonferroni split than the linear grid.
+
+    Raises:
+        ValueError: if canaries < 1, points_per_decade < 1 or smallest < 1.
+    """
+    if canaries < 1:
+        raise ValueError(f"canaries must be >= 1, got canaries={canaries}")
+    if points_per_decade < 1:
+        raise ValueError(f"points_per_decade must be >= 1, got points_per_decade={points_per_decade}")
+    if smallest < 1:
+        raise ValueError(f"smallest must be >= 1, got smallest={smallest}")
+    steps = int(math.floor(points_per_decade * math.log10(canaries / smallest) + 1e-9)) if canaries > smallest else 0
+    counts = np.floor(canaries * 10.0 ** (-np.arange(steps + 1) / points_per_decade) + 0.5).astype(np.int64)
+    return np.unique(np.clip(counts, 1, canaries))
+
+
+def sweep_grid(canaries: int, sweep: "SweepSettings") -> np.ndarray:
+    """The guess counts of the sweep ``sweep.sweep`` names (:func:`guess_grid` or :func:`geometric_grid`)."""
+    if sweep.sweep == GEOMETRIC:
+        return geometric_grid(canaries, points_per_decade=sweep.sweep_points_per_decade,
+                              smallest=sweep.sweep_smallest_guesses)
+    return guess_grid(canaries, step_percent=sweep.sweep_step_percent, extra_share=sweep.extra_guess_share)
+
+
+class SweepSettings(Protocol):
+    """The sweep's settings (audit.sweep and its parameters; the audit config section satisfies it)."""
+
+    sweep: str
+    sweep_points_per_decade: int
+    sweep_smallest_guesses: int
+    sweep_step_percent: float
+    extra_guess_share: float
 
 
 def validate_canaries(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray) -> None:

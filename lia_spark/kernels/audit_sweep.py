@@ -8,10 +8,11 @@ the best of them holds at the stated confidence). :func:`evaluate_scores` does t
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
-from lia_spark.names import BINOMIAL, BOUND_FAMILIES, CONVENTIONS, GDP, PAPER, bound_key
+from lia_spark.names import BINOMIAL, BONFERRONI, BOUND_FAMILIES, CONVENTIONS, GDP, PAPER, bound_key
 
 
 def convention_confidence(confidence: float, *, convention: str, points: int) -> float:
@@ -246,3 +247,52 @@ def tau_sensitivity(correct: dict[str, np.ndarray], guesses: np.ndarray, *, cana
     eps_lb = np.array([max(bounds.best_epsilon_lower_bound(correct=counts[0], tau=tau, **kwargs).value
                            for counts in arrays) for tau in taus])
     return TauSensitivity(break_even=break_even, taus=tuple(taus), eps_lb=eps_lb)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ceiling:
+    """The largest bound an audit of this size can certify against a target at the claimed epsilon.
+
+    Attributes:
+        eps_lb: the best bound over the sweep when every sweep point's c' guesses are right at the largest rate
+            the claim allows (0 when even that rejects nothing).
+        guesses: c' reaching it (0 when it is 0).
+        accuracy: the per-guess accuracy q(eps_claimed) used (1 for an infinite or unknown claim).
+        claimed_epsilon: the claim it was computed at (NaN: unknown claim, computed at accuracy 1).
+    """
+
+    eps_lb: float
+    guesses: int
+    accuracy: float
+    claimed_epsilon: float
+
+    def to_dict(self) -> dict[str, float]:
+        """JSON-friendly fields (claimed epsilon "inf" / None when infinite / unknown)."""
+        claimed = self.claimed_epsilon
+        return {"eps_lb": self.eps_lb, "guesses": self.guesses, "accuracy": self.accuracy,
+                "claimed_epsilon": None if math.isnan(claimed) else "inf" if math.isinf(claimed) else claimed}
+
+
+def ceiling(*, canaries: int, guesses: np.ndarray, claimed_epsilon: float, tests: int, confidence: float = 0.95,
+            delta: float = 0.0, tau: float = 0.0, family: str = BINOMIAL) -> Ceiling:
+    """What the audit could have found: its own bound (same m, sweep, Bonferroni split over ``tests``, delta, tau
+    and family) on the counts c = round(q c') at every sweep point, q = e^eps / (e^eps + kappa) the largest
+    per-guess accuracy an eps-DP target allows at the claimed eps (docs/math.md §6.1; q = 1 for an infinite or
+    unknown claim). A bound of 0 with a ceiling of 0 means the audit was too small to find anything at this claim.
+
+    Raises:
+        ValueError: on a negative claim, or as :func:`evaluate_sweep`.
+    """
+    from lia_spark.kernels import bounds
+
+    if claimed_epsilon < 0:
+        raise ValueError(f"claimed_epsilon must be >= 0, inf or NaN (unknown), got claimed_epsilon={claimed_epsilon}")
+    guesses = np.asarray(guesses, dtype=np.int64)
+    finite = math.isfinite(claimed_epsilon)
+    accuracy = bounds.accuracy_of_epsilon(claimed_epsilon, tau=tau) if finite else 1.0
+    correct = np.floor(accuracy * guesses + 0.5).astype(np.int64)[None, :]
+    sweep = evaluate_sweep(correct, guesses, canaries=canaries, confidence=confidence, delta=delta, tau=tau,
+                           families=(family,), table_families=(), conventions=(BONFERRONI,), tests=tests)
+    key = bound_key(family, BONFERRONI)
+    return Ceiling(eps_lb=float(sweep.best[key][0]), guesses=int(sweep.best_guesses[key][0]), accuracy=accuracy,
+                   claimed_epsilon=claimed_epsilon)

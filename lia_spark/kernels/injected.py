@@ -33,6 +33,7 @@ from lia_spark.names import COUNTERFACTUALS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, P
 
 COUNTERFACTUAL_PURPOSE = "audit/injected/counterfactual"
 COIN_PURPOSE = "audit/injected/coin"
+SHADOW_PURPOSE = "audit/injected/shadow"
 
 
 def injected_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, seed: int,
@@ -156,3 +157,38 @@ def count_correct(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: 
         raise ValueError(f"guesses must lie in [1, {informative}] (the informative canaries), got "
                          f"guesses={guesses.min()}..{guesses.max()}")
     return {name: audit.sorted_counts(candidates, guesses[None, :], repetitions=1) for name, candidates in found.items()}
+
+
+def shadow_coins(row_ids: np.ndarray, *, seed: int, shadow: int) -> np.ndarray:
+    """The coins of shadow fit ``shadow`` (int8): fresh fair coins keyed on (seed, audit/injected/shadow/<pair>/coin,
+    row_id), pair = shadow // 2, the odd shadow of a pair taking the complement, so every canary trains on y0 in
+    exactly half of an even number of shadows. Independent of the target's coins (another purpose)."""
+    pair = shadow // 2
+    coin = (hashing.hash_bits(seed, f"{SHADOW_PURPOSE}/{pair}/coin", np.asarray(row_ids, dtype=np.int64))
+            >> np.uint64(63)).astype(np.int8)
+    return coin if shadow % 2 == 0 else (1 - coin).astype(np.int8)
+
+
+def shadow_seed(seed: int, shadow: int) -> int:
+    """The training mechanism's seed of shadow fit ``shadow`` (63 bits): fresh mechanism randomness (its RR flips,
+    bags, noise), independent of the target's, which the attacker must not know."""
+    return int(hashing.stream_key(seed, f"{SHADOW_PURPOSE}/{shadow}/mechanism")) >> 1
+
+
+def shadow_training_labels(true_label: np.ndarray, counterfactual_label: np.ndarray, row_ids: np.ndarray, *,
+                           seed: int, shadow: int) -> np.ndarray:
+    """The labels shadow fit ``shadow`` trains on: on each canary (``counterfactual_label`` >= 0) y^c with its y0 and
+    y1 and the shadow's own coin c (:func:`shadow_coins`), the true label elsewhere. Takes no coin of the target's."""
+    counterfactual_label = np.asarray(counterfactual_label)
+    coin = shadow_coins(row_ids, seed=seed, shadow=shadow)
+    return np.where(counterfactual_label >= 0, training_labels(true_label, counterfactual_label, coin),
+                    true_label).astype(np.int8)
+
+
+def shadow_reference(predictions: np.ndarray) -> np.ndarray:
+    """The label-blind baseline of the shadow fits: sigmoid of the mean logit over the K shadows ((K, n) -> (n,)).
+    With paired coins each canary's own label enters half the fits as y0 and half as y1, so the baseline carries the
+    row's features, the other rows' labels and the mechanism's typical effect, but not which label the target saw."""
+    p = np.clip(np.asarray(predictions, dtype=np.float64), 1e-15, 1.0 - 1e-15)
+    mean_logit = np.mean(np.log(p) - np.log1p(-p), axis=0)
+    return 1.0 / (1.0 + np.exp(-mean_logit))

@@ -65,9 +65,9 @@ def correct_guesses(scores: np.ndarray, member: np.ndarray, row_ids: np.ndarray,
 
 
 def sweep_counts(row_ids: np.ndarray, label: np.ndarray, member: np.ndarray, target: np.ndarray, proxy: np.ndarray,
-                 *, seed: int, step_percent: float, extra_share: float) -> tuple[np.ndarray, np.ndarray]:
-    """The sweep's guess counts c' over the 2m candidates (:func:`lia_spark.kernels.audit.guess_grid`) and the correct
+                 *, seed: int, sweep: audit.SweepSettings) -> tuple[np.ndarray, np.ndarray]:
+    """The sweep's guess counts c' over the 2m candidates (:func:`lia_spark.kernels.audit.sweep_grid`) and the correct
     counts c as a (1, k) array: one repetition, the inclusion bits being the training run's own draw."""
-    guesses = audit.guess_grid(np.size(row_ids), step_percent=step_percent, extra_share=extra_share)
+    guesses = audit.sweep_grid(np.size(row_ids), sweep)
     scores = membership_scores(label, target, proxy)
     return guesses, correct_guesses(scores, member, row_ids, guesses, seed=seed)[None, :]

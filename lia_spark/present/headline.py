@@ -48,6 +48,8 @@ class Headline:
     reference_eps_lb: float = math.nan  # observational: the label-blind reference's bound (NaN: none audited)
     calibrated_tau: float = math.nan  # observational: the reference's tau*
     calibrated_eps_lb: float = math.nan  # observational: the target's bound at calibrated_tau
+    ceiling: float = math.nan  # the largest bound this audit can certify at the claimed eps (docs/math.md §5.12)
+    canaries: int = 0  # the m of the bound (informative canaries, canaries, or membership candidates)
 
     @property
     def is_finding(self) -> bool:
@@ -82,11 +84,20 @@ class Headline:
                          f"{_tau(self.calibrated_tau)}), and the target's bound calibrated on it (resting on that "
                          f"reference) is {bound_text(self.calibrated_eps_lb)}")
         if self.eps_lb == 0.0:
-            line += f" - {NO_EVIDENCE}"
+            line += f" - {NO_EVIDENCE}{self._ceiling_text()}"
         if self.is_finding:
             line += (" - FINDING: the audit certifies more leakage than the claimed eps = "
                      f"{claimed_epsilon_text(self.claimed_epsilon)}")
         return line
+
+    def _ceiling_text(self) -> str:
+        """"; with m <canaries> this audit can certify at most C at the claimed eps = X" ("" when not computed)."""
+        if math.isnan(self.ceiling):
+            return ""
+        kind = {INJECTED: "informative canaries", MEMBERSHIP: "membership candidates"}.get(self.design, "canaries")
+        claim = ("with every guess right (no claimed eps)" if math.isnan(self.claimed_epsilon) else
+                 f"at the claimed eps = {claimed_epsilon_text(self.claimed_epsilon)}")
+        return f"; with {self.canaries} {kind} this audit can certify at most {bound_text(self.ceiling)} {claim}"
 
     def tags(self) -> dict[str, str]:
         """MLflow tags ``audit.eps_lb``, ``audit.claimed_eps``, ``audit.mechanism``, ``audit.design`` (and
@@ -96,10 +107,11 @@ class Headline:
                 "audit.finding": str(self.is_finding).lower(), "audit.headline": self.text()}
 
     def metrics(self) -> dict[str, float]:
-        """``eps_lb`` (mean, std), and when finite ``claimed_eps``, ``tau_break_even``, ``reference_eps_lb``,
-        ``calibrated_eps_lb``."""
+        """``eps_lb`` (mean, std), and when finite ``claimed_eps``, ``eps_lb_ceiling``, ``tau_break_even``,
+        ``reference_eps_lb``, ``calibrated_eps_lb``."""
         values = {"eps_lb": self.eps_lb, "eps_lb_mean": self.eps_lb_mean, "eps_lb_std": self.eps_lb_std,
-                  "claimed_eps": self.claimed_epsilon, "tau_break_even": self.tau_break_even,
+                  "claimed_eps": self.claimed_epsilon, "eps_lb_ceiling": self.ceiling,
+                  "tau_break_even": self.tau_break_even,
                   "reference_eps_lb": self.reference_eps_lb, "calibrated_eps_lb": self.calibrated_eps_lb}
         return {key: value for key, value in values.items() if math.isfinite(value)}
 

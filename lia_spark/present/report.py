@@ -99,12 +99,29 @@ def _headline(steps: Sequence[Any]) -> list[str]:
     headline = audit.headline
     style = " class='failed'" if headline.is_finding else ""
     return ["<h2>Audit result</h2>", f"<p{style}><strong>{html.escape(headline.text())}</strong></p>",
+            *_ceiling(audit.summary),
             "<p>Every epsilon lower bound (best over the sweep; mean and std over the repetitions) with the confidence "
             "and delta it holds at, the valid bounds first. Binomial bounds hold at <code>audit.delta</code>, GDP "
             "bounds at the delta their mu was converted at. A valid bound of 0 is " + html.escape(NO_EVIDENCE) + ". "
             "The rows after the valid ones use the paper's convention (the best sweep point, each at the full "
             f"confidence): {NOT_VALID}.</p>", _frame_table(findings.bounds_table(audit.summary)),
             *_tau_sensitivity(audit.summary)]
+
+
+def _ceiling(summary: dict[str, Any]) -> list[str]:
+    """What the audit could have found (docs/math.md §5.12), beside its bound, and what the scores compared with."""
+    ceiling = summary.get("ceiling")
+    if not ceiling:
+        return []
+    claim = ceiling["claimed_epsilon"]
+    at = "with every guess right (no claimed eps)" if claim is None else f"at the claimed eps = {claim}"
+    described = {"shadow_prediction": "the label-blind shadow fits' baseline (docs/math.md §5.13)",
+                 "proxy_prediction": "the proxy's predictions"}
+    baseline = " and with ".join(described[column] for column in summary.get("baselines", ["proxy_prediction"]))
+    return [f"<p>Ceiling: with {summary['canaries']} canaries, {summary['tests']} tests and this confidence, the "
+            f"largest bound this audit can certify {html.escape(at)} is {bound_text(ceiling['eps_lb'])} (every "
+            f"sweep point right at accuracy {ceiling['accuracy']:.4g}, docs/math.md §5.12). The scores compared the "
+            f"target's predictions with {html.escape(baseline)}.</p>"]
 
 
 def _tau_sensitivity(summary: dict[str, Any]) -> list[str]:

@@ -138,13 +138,18 @@ class AuditConfig:
     flip_share: float = 0.05
     membership_candidates: int = 20_000
     repetitions: int = 100
-    scores: tuple[str, ...] = (names.LOG_RATIO,)  # the tightest valid score of the study in BENCHMARKS.md
-    recalibrate: str = names.RECALIBRATE_NONE  # none | target (M onto M') | proxy (M' onto M): no label read
+    scores: tuple[str, ...] = (names.LOG_RATIO, f"{names.DIFFERENCE_PREFIX}2")  # BENCHMARKS.md: audit power
+    recalibrate: str = names.RECALIBRATE_PROXY  # none | target (M onto M') | proxy (M' onto M): no label read
+    shadows: int = 4  # injected design: label-blind shadow fits with fresh coins (even; 0 = none)
+    baseline: str = names.BASELINE_AUTO  # auto (proxy and shadows where fitted) | proxy | shadows
     confidence: float = 0.95
     delta: float = 0.0
     tau: float = 0.0
     canaries: int = 0
-    sweep_step_percent: float = 1.0
+    sweep: str = names.GEOMETRIC  # geometric: c' = m 10^(-j/points_per_decade) down to sweep_smallest_guesses | linear
+    sweep_points_per_decade: int = 4
+    sweep_smallest_guesses: int = 10
+    sweep_step_percent: float = 1.0  # linear: c' = 1%, 2%, ..., 100% of m, plus extra_guess_share m
     extra_guess_share: float = 0.001
     convention: str = names.BONFERRONI
     bounds: tuple[str, ...] = names.BOUND_FAMILIES
@@ -165,6 +170,13 @@ class AuditConfig:
         if self.recalibrate not in names.RECALIBRATIONS:
             fail("audit.recalibrate", self.recalibrate, f"must be one of {', '.join(names.RECALIBRATIONS)}",
                  "none (default); target maps M onto M'; proxy maps M' onto M (docs/math.md §5.11)")
+        if self.shadows < 0 or self.shadows % 2:
+            fail("audit.shadows", self.shadows, "must be an even number >= 0 (0 = no shadow fits)",
+                 "shadows come in pairs with complementary coins (docs/math.md §5.13)")
+        if self.baseline not in names.BASELINES:
+            fail("audit.baseline", self.baseline, f"must be one of {', '.join(names.BASELINES)}")
+        if self.baseline == names.BASELINE_SHADOWS and self.shadows == 0 and not self.canary_path:
+            fail("audit.baseline", self.baseline, "needs shadow fits: set audit.shadows to an even number >= 2")
         if self.counterfactual not in names.COUNTERFACTUALS:
             fail("audit.counterfactual", self.counterfactual, f"must be one of {', '.join(names.COUNTERFACTUALS)}")
         if not 0.0 < self.flip_share <= 1.0:
@@ -190,6 +202,12 @@ class AuditConfig:
             fail("audit.tau", self.tau, "must be in [0, 1)")
         if self.canaries < 0:
             fail("audit.canaries", self.canaries, "must be >= 0 (0 = every training row)")
+        if self.sweep not in names.SWEEPS:
+            fail("audit.sweep", self.sweep, f"must be one of {', '.join(names.SWEEPS)}")
+        if self.sweep_points_per_decade < 1:
+            fail("audit.sweep_points_per_decade", self.sweep_points_per_decade, "must be >= 1")
+        if self.sweep_smallest_guesses < 1:
+            fail("audit.sweep_smallest_guesses", self.sweep_smallest_guesses, "must be >= 1")
         if not 0.0 < self.sweep_step_percent <= 100.0:
             fail("audit.sweep_step_percent", self.sweep_step_percent, "must be in (0, 100]")
         if not 0.0 <= self.extra_guess_share <= 1.0:

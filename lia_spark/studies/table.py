@@ -211,6 +211,7 @@ def cell_record(cell: Cell, *, status: str, summary: Mapping | None, test_metric
         "exceeds_claimed": exceeds_claim(mean, cell.epsilon), "convention": CONVENTION, "bound": valid_key,
         "confidence": (summary or {}).get("confidence", nan), "delta": (summary or {}).get("delta", nan),
         "canaries": (summary or {}).get("canaries", nan), "repetitions": (summary or {}).get("repetitions", nan),
+        "ceiling": float(((summary or {}).get("ceiling") or {}).get("eps_lb", nan)),
         "eps_lb_paper_convention_mean": float(paper.get("mean", nan)),
         "eps_lb_paper_convention_std": float(paper.get("std", nan)),
         "eps_lb_paper_way_mean": float(way.get("mean", nan)), "eps_lb_paper_way_std": float(way.get("std", nan)),

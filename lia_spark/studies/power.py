@@ -1,0 +1,109 @@
+"""The power of the valid audit: one injected canary table audited under every choice of score, recalibration and
+sweep (docs/math.md §5.3, §5.9, §5.11; BENCHMARKS.md "Power of the valid audit").
+
+Pure (numpy, pandas): a *choice* is an audit config section (audit.scores, audit.recalibrate, audit.sweep and its
+parameters); :func:`audit_choice` computes the bound the audit stage computes for it (same map, same counts, same
+sweep, same Bonferroni split), so the study re-audits the canary tables of seeded training runs without training
+again. Every choice is a valid bound; the study measures which is strongest on realistic targets.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+
+from lia_spark.kernels import audit, audit_sweep, injected, recalibration
+from lia_spark.names import (BASELINE_NAMES, BINOMIAL, BONFERRONI, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL,
+                             PROXY_PREDICTION, RECALIBRATE_NONE, RECALIBRATE_TARGET, ROW_ID, TARGET_PREDICTION,
+                             bound_key)
+from lia_spark.run.model_sections import AuditConfig
+
+
+def choice_name(section: AuditConfig) -> str:
+    """e.g. ``log_ratio | proxy | geometric``: the scores joined by +, the recalibration and the sweep."""
+    return f"{'+'.join(section.scores)} | {section.recalibrate} | {section.sweep}"
+
+
+def recalibrated(target: np.ndarray, proxy: np.ndarray, *, mapped: str) -> tuple[np.ndarray, np.ndarray]:
+    """(target, proxy) with one column replaced by its increasing map onto the other's scale, fitted on every row
+    from the integer bin totals the Spark stage sums (so the same map); ``mapped`` none returns both unchanged."""
+    if mapped == RECALIBRATE_NONE:
+        return target, proxy
+    source, reference = (target, proxy) if mapped == RECALIBRATE_TARGET else (proxy, target)
+    mapping = recalibration.RecalibrationMap.fit(*recalibration.bin_sums(source, reference))
+    return (mapping(target), proxy) if mapped == RECALIBRATE_TARGET else (target, mapping(proxy))
+
+
+@dataclasses.dataclass(frozen=True)
+class ChoiceBound:
+    """One choice's valid bound on one canary table, what reached it, and the audit's ceiling at the claim."""
+
+    choice: str
+    eps_lb: float
+    score: str
+    guesses: int
+    informative: int
+    tests: int
+    ceiling: float
+
+
+def audit_choice(canaries: pd.DataFrame, section: AuditConfig, *, seed: int, claimed_epsilon: float,
+                 baselines: tuple[str, ...] = (PROXY_PREDICTION,)) -> ChoiceBound:
+    """The injected audit of ``canaries`` (row_id, label, counterfactual_label, hidden_bit, target_prediction and the
+    ``baselines`` columns: proxy_prediction and / or shadow_prediction; rows without a coin are not canaries) as the
+    audit stage runs it under ``section`` (:func:`audit_arrays`)."""
+    rows = canaries[canaries[HIDDEN_BIT].notna() & canaries[COUNTERFACTUAL_LABEL].notna()]
+    bound = audit_arrays(rows[ROW_ID].to_numpy(np.int64), rows[LABEL].to_numpy(), rows[COUNTERFACTUAL_LABEL].to_numpy(),
+                         rows[HIDDEN_BIT].to_numpy(), rows[TARGET_PREDICTION].to_numpy(np.float64),
+                         {BASELINE_NAMES[column]: rows[column].to_numpy(np.float64) for column in baselines},
+                         section, seed=seed, claimed_epsilon=claimed_epsilon)
+    return bound
+
+
+def audit_arrays(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: np.ndarray, hidden_bit: np.ndarray,
+                 target: np.ndarray, baselines: dict[str, np.ndarray], section: AuditConfig, *, seed: int,
+                 claimed_epsilon: float) -> ChoiceBound:
+    """The injected audit of the canaries' columns under ``section``, the scores comparing the target's predictions
+    with each of ``baselines`` (name -> predictions: the proxy's, the shadows'): per baseline the map of
+    audit.recalibrate fitted on every canary; m = the informative canaries; the best pure binomial bound (delta = 0)
+    over scores x baselines x the sweep, Bonferroni at ``section.confidence`` over all of them; and the ceiling at
+    the claim."""
+    label = np.asarray(label).astype(np.int8)
+    counterfactual = np.asarray(counterfactual_label).astype(np.int8)
+    informative = int(np.sum(label != counterfactual))
+    guesses = audit.sweep_grid(informative, section)
+    correct = {}
+    for name, baseline in baselines.items():
+        mapped_target, mapped_baseline = recalibrated(np.asarray(target, dtype=np.float64),
+                                                      np.asarray(baseline, dtype=np.float64),
+                                                      mapped=section.recalibrate)
+        counts = injected.count_correct(np.asarray(row_ids, dtype=np.int64), label, counterfactual,
+                                        np.asarray(hidden_bit).astype(np.int8), mapped_target, mapped_baseline,
+                                        seed=seed, guesses=guesses, scores=section.scores)
+        correct.update({(score if len(baselines) == 1 else f"{score}@{name}"): values
+                        for score, values in counts.items()})
+    bounds = audit_sweep.evaluate_scores(correct, guesses, canaries=informative, confidence=section.confidence,
+                                          families=(BINOMIAL,), conventions=(BONFERRONI,))
+    key = bound_key(BINOMIAL, BONFERRONI)
+    top = audit_sweep.ceiling(canaries=informative, guesses=guesses, claimed_epsilon=claimed_epsilon,
+                              tests=bounds.tests, confidence=section.confidence)
+    return ChoiceBound(choice=f"{choice_name(section)} | {'+'.join(baselines)}", eps_lb=float(bounds.best[key][0]),
+                       score=str(bounds.best_scores[key][0]), guesses=int(bounds.best_guesses[key][0]),
+                       informative=informative, tests=bounds.tests, ceiling=top.eps_lb)
+
+
+def choice_grid(score_sets, recalibrations, sweeps) -> tuple[AuditConfig, ...]:
+    """Every score set under every recalibration and sweep (the other audit settings at their defaults)."""
+    return tuple(AuditConfig(scores=tuple(scores), recalibrate=mapped, sweep=sweep)
+                 for sweep, mapped, scores in itertools.product(sweeps, recalibrations, score_sets))
+
+
+def mean_std(values) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof = 1; 0 for one value; NaN for none)."""
+    values = np.asarray(list(values), dtype=np.float64)
+    if values.size == 0:
+        return math.nan, math.nan
+    return float(values.mean()), float(values.std(ddof=1)) if values.size > 1 else 0.0
