@@ -44,6 +44,9 @@ FLIP_CELLS = (("none", "rr"), (4.0, 2.0))
 SCORE_SETS = (("log_ratio",), ("difference_t0",), ("difference_t2",), ("difference_t8",),
               ("log_ratio", "difference_t2"), ("difference_t0", "difference_t2", "difference_t8", "log_ratio"))
 RECALIBRATIONS = ("none", "target", "proxy")
+# at 1M rows per day (800k canaries a table) the choices that matter at 200k: the default's neighbours
+LARGE_SCORE_SETS = (("log_ratio",), ("difference_t2",), ("log_ratio", "difference_t2"))
+LARGE_RECALIBRATIONS = ("none", "proxy")
 SWEEPS = ("linear", "geometric")
 DEFAULT = power.choice_name(AuditConfig()) + " | proxy+shadows"  # audit.baseline auto with the default shadows
 
@@ -74,16 +77,25 @@ def group_done(folder: Path, seed: int, command: list[str]) -> bool:
     return all((cells / name / step / "_LIA_COMPLETE").exists() for name in names for step in ("models", "audit"))
 
 
-def cell_rows(folder: Path, seed: int, choices: tuple[AuditConfig, ...]) -> list[dict]:
-    """Every complete cell of one seed audited under every choice, with its utility and informative share."""
+def cell_rows(folder: Path, seed: int, choices: tuple[AuditConfig, ...], known: pd.DataFrame) -> list[dict]:
+    """Every complete cell of one seed audited under every choice, with its utility and informative share; a cell
+    whose rows in ``known`` (the last analysis) were computed from the same committed canary table (its marker's
+    time) under the same choices is taken from there."""
     rows = []
     for cell in sorted((folder / f"seed{seed}" / "table" / "cells").glob("*")):
-        if not (cell / "models" / "_LIA_COMPLETE").exists():
+        marker = cell / "models" / "_LIA_COMPLETE"
+        if not marker.exists():
             continue
+        stamp = marker.stat().st_mtime_ns
+        if not known.empty:
+            done = known[(known["seed"] == seed) & (known["cell"] == cell.name) & (known["marker"] == stamp)]
+            if len(done) and set(map(power.choice_name, choices)) <= {c.rsplit(" | ", 1)[0] for c in done["choice"]}:
+                rows.extend(done.to_dict("records"))
+                continue
         trained = json.loads((cell / "models" / "metrics.json").read_text(encoding="utf-8"))
         canaries = pd.read_parquet(cell / "models" / "canaries")
         claimed = float(trained["epsilon"])
-        base = {"study": folder.name, "seed": seed, "cell": cell.name, "claimed_epsilon": claimed,
+        base = {"study": folder.name, "seed": seed, "cell": cell.name, "marker": stamp, "claimed_epsilon": claimed,
                 "canaries": int(canaries["hidden_bit"].notna().sum()),
                 "test_auc": trained["test_metrics"]["auc@target"],
                 "test_log_loss": trained["test_metrics"]["log_loss@target"]}
@@ -178,8 +190,14 @@ def flip_table(frames: dict[str, pd.DataFrame]) -> str:
 
 
 def analyse(folder: Path, seeds: list[int], choices: tuple[AuditConfig, ...]) -> pd.DataFrame:
-    """The bounds of every complete cell of every seed of one study (cached as <folder>/power.json per seed set)."""
-    rows = [row for seed in seeds for row in cell_rows(folder, seed, choices)]
+    """The bounds of every complete cell of every seed of one study (kept in <folder>/power.json; a cell analysed
+    before under the same choices and canary table is not audited again)."""
+    cache = folder / "power.json"
+    known = pd.read_json(cache) if cache.exists() else pd.DataFrame()
+    if not known.empty and ("marker" not in known or not set(map(power.choice_name, choices)) <= {
+            name.rsplit(" | ", 1)[0] for name in known["choice"]}):
+        known = pd.DataFrame()  # another grid of choices: analyse again
+    rows = [row for seed in seeds for row in cell_rows(folder, seed, choices, known)]
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame.to_json(folder / "power.json", orient="records", indent=0)
@@ -245,7 +263,9 @@ def main(argv=None) -> int:
         if not folder.is_dir():
             continue
         if share is None:
-            studies[f"{library}, {rows:,} rows per day"] = analyse(folder, seeds, choices)
+            grid = (choices if rows < LARGE_ROWS else
+                    power.choice_grid(LARGE_SCORE_SETS, LARGE_RECALIBRATIONS, SWEEPS))
+            studies[f"{library}, {rows:,} rows per day"] = analyse(folder, seeds, grid)
         else:
             flips[f"flip {share:g}"] = analyse(folder, seeds, default_only)
     if args.flip_shares and (Path(args.root) / "200000-xgboost").is_dir():

@@ -59,9 +59,9 @@ from lia_spark.studies import power, table  # noqa: E402
 
 logger = logging.getLogger("bench_injected_validity")
 
-SECTION = "validity_injected"
-TITLE = "## Validity of the injected-label audit on the twin"
-AFTER_SECTION = "validity_rr"
+SECTION = "validity_injected_defaults"
+TITLE = "## Validity of the injected-label audit on the twin, with the audit's current defaults"
+AFTER_SECTION = "validity_injected"  # the section of the previous defaults (log_ratio against the proxy, linear sweep)
 ATTACK = "log_ratio"
 KEY = bound_key(BINOMIAL, BONFERRONI)
 CONFIDENCE = 0.95
