@@ -48,12 +48,17 @@ class TinyRun:
 
 def write_conf(path: Path, output_dir: Path, tracking_uri: str, **changes: dict) -> Path:
     """The tiny config with per-section ``changes`` as a YAML file."""
+    return conf_file(path, tiny_values(output_dir, tracking_uri), **changes)
+
+
+def conf_file(path: Path, values: dict, **changes: dict) -> Path:
+    """Config sections ``values`` (left unchanged) with per-section ``changes`` as a YAML file at ``path``."""
     import yaml
 
-    values = tiny_values(output_dir, tracking_uri)
+    merged = {section: dict(items) for section, items in values.items()}
     for section, update in changes.items():
-        values.setdefault(section, {}).update(update)
-    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+        merged.setdefault(section, {}).update(update)
+    path.write_text(yaml.safe_dump(merged), encoding="utf-8")
     return path
 
 

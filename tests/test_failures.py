@@ -14,12 +14,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 
 from lia_spark.engine.lock import LOCK_FILE, LockHolder, lock_path, run_lock
 from lia_spark.run.cli import main
 from lia_spark.run.failures import failure_line, resource_problem
-from pipeline_support import REPO, executor_jvms
+from pipeline_support import REPO, conf_file, executor_jvms
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -32,12 +31,7 @@ SMALL = {"run": {"name": "faults", "stages": ["data"]}, "spark": {"master": "loc
 
 
 def _conf(path: Path, output_dir: Path, **changes: dict) -> Path:
-    values = {section: dict(items) for section, items in SMALL.items()}
-    values["run"]["output_dir"] = str(output_dir)
-    for section, update in changes.items():
-        values.setdefault(section, {}).update(update)
-    path.write_text(yaml.safe_dump(values), encoding="utf-8")
-    return path
+    return conf_file(path, {**SMALL, "run": {**SMALL["run"], "output_dir": str(output_dir)}}, **changes)
 
 
 def _one_line(capsys) -> str:
@@ -134,22 +128,36 @@ def test_wrong_input_found_inside_a_command_exits_2_naming_the_field(data_run, t
     assert not (tmp_path / "out" / "audit").exists() and not (tmp_path / "out" / "logloss").exists()
 
 
-def test_a_resumed_run_removes_what_an_interrupted_one_left(data_run, caplog):
-    """Staging folders beside the stages' outputs and ingest's decoded copies are an interrupted attempt's once the
-    next run holds the lock: it removes them, and keeps everything else."""
+def _claim(folder: Path, pid: int) -> Path:
+    """A claim as :func:`lia_spark.engine.outputs.claimed` writes it, by process ``pid`` of this host."""
+    claim = folder.parent / f"{folder.name}.lia-claim"
+    claim.write_text(json.dumps({"path": str(folder), "host": socket.gethostname(), "pid": pid,
+                                 "started": time.time()}), encoding="utf-8")
+    return claim
+
+
+def test_a_resumed_run_removes_only_what_an_interrupted_run_claimed(data_run, caplog):
+    """Staging and scratch folders an interrupted attempt claimed are removed once the next run holds the lock;
+    look-alike folders nobody claimed and the folder of a run that still runs are kept."""
     out = data_run / "out"
-    left = [out / "posteriors._tmp-0123456789ab", out / "data._tmp-abcdef012345", out / "truth._tmp-00000000000f",
-            out / "data.gunzip"]
-    kept = [out / "notes._tmp-0123456789ab", out / "posteriors._tmp-short"]
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = [out / "posteriors._tmp-0123456789ab", out / "data._tmp-abcdef012345", out / "data.gunzip"]
+    kept = [out / "notes._tmp-0123456789ab", out / "truth._tmp-00000000000f", out / "models._tmp-00000000000a"]
     for folder in (*left, *kept):
         folder.mkdir()
         (folder / "part-00000").write_text("x", encoding="utf-8")
+    claims = [_claim(folder, int(finished.stdout)) for folder in left]
+    running = _claim(kept[-1], os.getppid())
     with caplog.at_level(logging.WARNING, logger="lia_spark"):
         assert main(["run", "--conf", str(data_run / "conf.yaml")]) == 0
-    assert [folder.name for folder in left if folder.exists()] == []
-    assert all(folder.exists() for folder in kept)
+    assert [path.name for path in (*left, *claims) if path.exists()] == []
+    assert all((folder / "part-00000").exists() for folder in kept) and running.exists()
     assert sum("left by an interrupted run" in record.getMessage() for record in caplog.records) == len(left)
     assert (out / "data" / "_LIA_COMPLETE").is_file()
+    for folder in kept:
+        (folder / "part-00000").unlink()
+        folder.rmdir()
+    running.unlink()
 
 
 def test_a_second_run_into_a_locked_folder_fails_naming_the_holder(spark, data_run, tmp_path):
@@ -217,7 +225,7 @@ def test_a_full_disk_is_a_resource_error_naming_the_path(spark):
         stream.close()
     assert resource_problem(RuntimeError("stage failed")) is None
     line, code = failure_line(java_error.value)
-    assert code == 1 and ": no space left on the device (org.apache.hadoop.fs.FSError" in line
+    assert code == 1 and "no space left on the device (" in line and "(org.apache.hadoop.fs.FSError" in line
 
 
 def _free_port() -> int:

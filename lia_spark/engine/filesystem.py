@@ -9,6 +9,7 @@ the server runs on this machine, and on Databricks a Unity Catalog volume (``/Vo
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shutil
 from typing import Any
@@ -136,6 +137,15 @@ class HadoopFiles:
         finally:
             stream.close()
 
+    def digest(self, path: str) -> str:
+        """SHA-256 (hex) of file ``path``, streamed inside the JVM (the bytes never reach Python)."""
+        filesystem, hadoop_path = self._resolve(path)
+        stream = filesystem.open(hadoop_path)
+        try:
+            return str(self._jvm.org.apache.commons.codec.digest.DigestUtils.sha256Hex(stream))
+        finally:
+            stream.close()
+
     def list_folder(self, path: str) -> list[Entry]:
         """The entries of folder ``path`` (``[path]`` itself for a file), with fully qualified paths."""
         filesystem, hadoop_path = self._resolve(path)
@@ -229,6 +239,14 @@ class LocalFiles:
         with open(self._local(path), "rb") as stream:
             stream.seek(offset)
             return stream.read(count)
+
+    def digest(self, path: str) -> str:
+        """SHA-256 (hex) of file ``path``."""
+        digest = hashlib.sha256()
+        with open(self._local(path), "rb") as stream:
+            for block in iter(lambda: stream.read(2**20), b""):
+                digest.update(block)
+        return digest.hexdigest()
 
     def list_folder(self, path: str) -> list[Entry]:
         """The entries of folder ``path`` (``[path]`` itself for a file)."""

@@ -300,4 +300,5 @@ GENERATE = Stage(
     name="generate", step="data", result=GenerateResult, compute=_generate, check=_source_is_synthetic,
     fields=("run.seed", "synthetic.rows_per_day", "synthetic.days", "synthetic.click_rate", "synthetic.partitions"),
     outputs=lambda config: (config.parquet_path, layout.output_path(config, layout.TRUTH)),
-    reused=_complete_tsv, describes_input=True)
+    reused=_complete_tsv, describes_input=True,
+    also_writes=lambda config: (layout.output_path(config, layout.CRITEO_TSV),) if config.synthetic.write_tsv else ())

@@ -45,7 +45,7 @@ from pyspark.sql import functions as F
 from lia_spark import names
 from lia_spark.engine.criteo_files import (GZIP_MODULUS, SCAN_DDL, SourceFile, decompressed_copies, gzip_trailer_size,
                                            list_sources, parse_partition_fn, read_lines, scan_partition)
-from lia_spark.engine.outputs import committed_output, delete_path
+from lia_spark.engine.outputs import committed_output, scratch_folder
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import Resolved, Stage, StageResult, StageRun
 from lia_spark.kernels import criteo
@@ -351,10 +351,8 @@ def _ingest(run: StageRun) -> IngestResult:
     spark, config = run.spark, run.config
     sources = run.resolved.found
     logger.info("ingest: %d input files, %.1f MB", len(sources), sum(s.size for s in sources) / 1e6)
-    try:
-        return _ingest_sources(run, sources, copies_folder(config))
-    finally:
-        delete_path(spark, copies_folder(config))
+    with scratch_folder(spark, copies_folder(config)) as copies:
+        return _ingest_sources(run, sources, copies)
 
 
 def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str) -> IngestResult:

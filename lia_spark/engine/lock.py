@@ -22,7 +22,7 @@ from typing import Any, Iterator
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.filesystem import file_errors, files_for
-from lia_spark.engine.outputs import check_writable, delete_path, read_text
+from lia_spark.engine.outputs import check_writable, delete_path, process_exists, read_text
 from lia_spark.run.checks import is_remote_path
 
 LOCK_FILE = "_LIA_LOCK"
@@ -60,19 +60,9 @@ class LockHolder:
         hours = (time.time() - self.started) / 3600
         if hours > max_age_hours:
             return f"it is {hours:.1f} h old, more than run.stale_lock_hours={max_age_hours:g}"
-        if self.host == socket.gethostname() and not _process_exists(self.pid):
+        if self.host == socket.gethostname() and not process_exists(self.pid):
             return f"process {self.pid} no longer runs on this host"
         return ""
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def lock_path(output_dir: str) -> str:

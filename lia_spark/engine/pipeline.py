@@ -18,8 +18,10 @@ from pyspark.sql import SparkSession
 
 from lia_spark.engine.outputs import check_writable, committed, local_copies, path_exists, read_marker
 from lia_spark.engine.session import job_group, master_name
-from lia_spark.engine.stages import committed_result, run_stage, sealed_fingerprint, step_stage
+from lia_spark.engine.stages import committed_result, refuse_foreign, run_stage, sealed_fingerprint, step_stage
+from lia_spark.engine.train import target_day_rows
 from lia_spark.run.config import Config
+from lia_spark.run.limits import check_training_rows
 from lia_spark.run.sections import PIPELINE_STAGES
 
 logger = logging.getLogger(__name__)
@@ -122,17 +124,22 @@ def _row_counts(metrics: dict[str, float]) -> str:
 
 
 def check_before_stages(spark: SparkSession, config: Config) -> None:
-    """Fail in seconds, before any stage runs, on what would fail later: an output folder that cannot be
-    written, an input table a selected step declares (:class:`lia_spark.engine.stage.Input`) that no selected step
+    """Fail in seconds, before any stage runs, on what would fail later: a target the target day's rows cannot
+    hold (:func:`lia_spark.run.limits.check_training_rows`, from synthetic.rows_per_day or the data's count), a
+    folder a selected step would replace
+    that holds somebody else's files (:func:`lia_spark.engine.stages.refuse_foreign`), an output folder that cannot
+    be written, an input table a selected step declares (:class:`lia_spark.engine.stage.Input`) that no selected step
     writes and that is not complete, a table the user names that does not exist, and each selected stage's own
     ``upfront`` check (the Criteo files exist, the attacker prior resolves; the tracking store is checked by the
     tracker itself).
 
     Raises:
         PermissionError: run.output_dir cannot be written.
-        ValueError: naming the field (data.criteo_paths, run.stages, audit.canary_path, mechanisms.prior_*).
+        ValueError: naming the field (data.criteo_paths, run.stages, audit.canary_path, mechanisms.prior_*; a
+            :class:`lia_spark.engine.outputs.ForeignFilesError` names run.output_dir or data.*_path).
     """
     selected = set(config.run.stages)
+    refuse_foreign(spark, config, [step_stage(step, config) for step in PIPELINE_STAGES if step in selected])
     for step in PIPELINE_STAGES:
         if step not in selected:
             continue
@@ -147,6 +154,10 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
             if not producer and not path_exists(spark, path):
                 raise ValueError(f"{item.field}: no such table, got {path!r}; set it to an existing table")
         stage.upfront(spark, config)
+    generating = "data" in selected and config.data.source == "synthetic"
+    if "train" in selected and (generating or path_exists(spark, config.parquet_path)):
+        check_training_rows(config, target_day_rows(spark, config, generating=generating),
+                            source="synthetic.rows_per_day" if generating else "counted in the data")
     check_writable(spark, config.run.output_dir)  # last: it creates the folder
 
 

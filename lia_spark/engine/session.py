@@ -46,14 +46,15 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     """The active SparkSession (Databricks, pyspark shell, spark-submit) or a new one: over Spark Connect when
     ``spark.remote`` is set, else a local one.
 
-    An active session is returned untouched. Otherwise settings given by ``spark-submit`` (``--master``,
-    ``--conf``) win over this config's local defaults, which win over Spark's own. A ``sc://`` server keeps its
-    own settings: only ``spark.extra`` is sent to it.
+    An active session is returned as it is but for one setting: Parquet page checksums are verified on every read
+    (:func:`verifying_reads`). Otherwise settings given by ``spark-submit`` (``--master``, ``--conf``) win over this
+    config's local defaults, which win over Spark's own. A ``sc://`` server keeps its own settings: only
+    ``spark.extra`` is sent to it.
     """
     config = config or SparkConfig()
     active = SparkSession.getActiveSession()
     if active is not None:
-        return active
+        return verifying_reads(active)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -68,10 +69,31 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     for key, value in {**defaults, **dict(config.extra)}.items():
         if key not in submitted:
             builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    session = verifying_reads(builder.getOrCreate())
     logger.info("Spark %s session on %s (%s shuffle partitions)", session.version, master_name(session),
                 session.conf.get("spark.sql.shuffle.partitions"))
     return session
+
+
+def verifying_reads(spark: SparkSession) -> SparkSession:
+    """``spark`` with Parquet's page CRCs checked on every read (``parquet.page.verify-checksum.enabled``, a session
+    setting Spark passes to the Parquet reader; Parquet writes the CRCs by default): a damaged page of a committed
+    output fails the read, naming the file, instead of feeding wrong values to the next stage."""
+    spark.conf.set("parquet.page.verify-checksum.enabled", "true")
+    return spark
+
+
+def cancel_running_jobs() -> None:
+    """Cancel every running Spark job of this process: the classic SparkContext's, or over Spark Connect the active
+    session's operations (a command stopped by a signal, :func:`lia_spark.run.cli.job_main`)."""
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.cancelAllJobs()
+        return
+    active = SparkSession.getActiveSession()
+    if active is not None and is_connect(active):
+        active.interruptAll()
 
 
 def is_connect(spark: SparkSession) -> bool:

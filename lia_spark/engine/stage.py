@@ -104,6 +104,12 @@ class Stage:
     recomputed_with: tuple[str, ...] = ()  # options that replace an input (a frame): never reuse with them
     upfront: Callable[[SparkSession, Config], None] = no_check  # the pipeline's check before any stage runs
     scratch: Callable[[Config], tuple[str, ...]] = lambda config: ()  # folders it deletes when it ends
+    also_writes: Callable[[Config], tuple[str, ...]] = lambda config: ()  # committed folders beyond its outputs
+
+    def written(self, config: Config) -> tuple[str, ...]:
+        """Every folder this stage replaces or deletes under ``config``: its outputs, the other folders it commits
+        and its scratch folders."""
+        return (*self.outputs(config), *self.also_writes(config), *self.scratch(config))
 
     def result_from(self, config: Config, marker: dict[str, Any], *, skipped: bool = False) -> Any:
         """The stage's result rebuilt from its marker."""

@@ -8,7 +8,6 @@ folder renamed into place on success, with the result as its sealed marker) -> t
 from __future__ import annotations
 
 import logging
-import re
 import time
 from typing import Any
 
@@ -19,7 +18,9 @@ from lia_spark.engine.filesystem import files_for
 from lia_spark.engine.generate import GENERATE
 from lia_spark.engine.ingest import INGEST
 from lia_spark.engine.logloss import LOGLOSS
-from lia_spark.engine.outputs import committed_output, delete_path, path_exists, read_marker, reusable_output
+from lia_spark.engine.outputs import (CLAIM_SUFFIX, claim_path, committed_output, delete_path,
+                                     foreign_entries, foreign_error, path_exists, read_marker, reusable_output,
+                                     swept_leftover)
 from lia_spark.engine.posteriors.stage import POSTERIORS
 from lia_spark.engine.progress import reporting_progress
 from lia_spark.engine.session import describe_jobs
@@ -27,13 +28,10 @@ from lia_spark.engine.report import REPORT
 from lia_spark.engine.stage import Stage, StageRun
 from lia_spark.engine.train import TRAIN
 from lia_spark.engine.utility import UTILITY
-from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.fingerprint import marker_fingerprint, verified_marker
 
 logger = logging.getLogger(__name__)
-
-STAGING_NAME = re.compile(r"(.+)\._tmp-[0-9a-f]{12}")  # committed_output's temporary sibling of an output
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in
                             (GENERATE, INGEST, TRAIN, POSTERIORS, UTILITY, AUDIT, REPORT, LOGLOSS)}
@@ -69,33 +67,60 @@ def _upstream(spark: SparkSession, stage: Stage, config: Config):
 
 
 def leftovers(spark: SparkSession, config: Config) -> list[str]:
-    """What interrupted attempts left beside the outputs of every stage under ``config``: staging folders
-    (``<output>._tmp-<12 hex>``, :func:`lia_spark.engine.outputs.committed_output`, the Criteo files' included) and
-    the stages' scratch folders (:attr:`lia_spark.engine.stage.Stage.scratch`)."""
-    outputs = {path.rstrip("/") for stage in STAGES.values() for path in stage.outputs(config)}
-    outputs.add(layout.output_path(config, layout.CRITEO_TSV))
-    by_folder: dict[str, set[str]] = {}
-    for path in outputs:
-        folder, _, name = path.rpartition("/")
-        by_folder.setdefault(folder, set()).add(name)
-    found = [path for stage in STAGES.values() for path in stage.scratch(config) if path_exists(spark, path)]
-    for folder, names in sorted(by_folder.items()):
-        if not path_exists(spark, folder):
+    """What interrupted attempts left beside the folders every stage writes under ``config``: the staging and
+    scratch folders a lia_spark run claimed (:func:`lia_spark.engine.outputs.claimed`) whose run no longer runs
+    (:func:`lia_spark.engine.outputs.swept_leftover`). A folder nobody claimed is never a leftover, whatever its
+    name."""
+    folders = sorted({path.rstrip("/").rpartition("/")[0] for stage in STAGES.values()
+                      for path in stage.written(config)})
+    found = []
+    for folder in folders:
+        if not folder or not path_exists(spark, folder):
             continue
-        found += [entry.path for entry in files_for(spark, folder).list_folder(folder)
-                  if (match := STAGING_NAME.fullmatch(entry.name)) and match.group(1) in names]
+        for entry in files_for(spark, folder).list_folder(folder):
+            if not entry.is_folder and entry.name.endswith(CLAIM_SUFFIX):
+                found += [path for path in [swept_leftover(spark, entry.path)] if path]
     return found
 
 
 def remove_leftovers(spark: SparkSession, config: Config) -> list[str]:
-    """Delete :func:`leftovers` and return them. Only for a caller holding the output folder's run lock
-    (:func:`lia_spark.engine.lock.run_lock`): then no other run writes there, and a staging folder is an interrupted
-    attempt's."""
+    """Delete :func:`leftovers` (and their claims) and return them. Only for a caller holding the output folder's
+    run lock (:func:`lia_spark.engine.lock.run_lock`)."""
     removed = leftovers(spark, config)
     for path in removed:
         logger.warning("removing %s, left by an interrupted run", path)
         delete_path(spark, path)
+        delete_path(spark, claim_path(path))
     return removed
+
+
+def output_field(config: Config, path: str) -> str:
+    """The config field that places ``path``: data.parquet_path or data.quarantine_path when the user set it and
+    ``path`` is (beside) it, else run.output_dir."""
+    for field, chosen in (("data.parquet_path", config.data.parquet_path),
+                          ("data.quarantine_path", config.data.quarantine_path)):
+        if chosen and path.startswith(chosen.rstrip("/")):
+            return field
+    return "run.output_dir"
+
+
+def refuse_foreign(spark: SparkSession, config: Config, stages: list[Stage]) -> None:
+    """Before any work: check that no folder ``stages`` replace or delete holds files no lia_spark run wrote
+    (:func:`lia_spark.engine.outputs.foreign_entries`); run.replace_foreign=true lets them be replaced (one WARNING
+    each).
+
+    Raises:
+        ForeignFilesError: naming the field, the path and what it holds.
+    """
+    replace = config.run.replace_foreign
+    for stage in stages:
+        for path in stage.written(config):
+            entries = foreign_entries(spark, path)
+            if entries and not replace:
+                raise foreign_error(output_field(config, path), path, entries)
+            if entries:
+                logger.warning("%s: replacing %s, which holds files no lia_spark run wrote (%d entries; "
+                               "run.replace_foreign=true)", output_field(config, path), path, len(entries))
 
 
 def check_inputs(spark: SparkSession, stage: Stage, config: Config) -> None:
@@ -151,6 +176,7 @@ def _run_stage(stage: Stage, spark: SparkSession, config: Config, *, reuse: bool
     found = _reusable_result(spark, stage, config, fingerprint, reuse=reuse)
     if found is not None:
         return stage.reused(spark, config, found)
+    refuse_foreign(spark, config, [stage])
     check_inputs(spark, stage, config)
     stage.check(spark, config)
     metadata: dict[str, Any] = {}

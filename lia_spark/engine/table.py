@@ -37,10 +37,12 @@ from lia_spark.engine.outputs import check_writable, copy_from_local, local_copi
 from lia_spark.engine.progress import reporting_progress
 from lia_spark.engine.session import describe_jobs, job_group
 from lia_spark.engine.stages import STAGES, run_stage, sealed_fingerprint, step_stage, would_reuse
+from lia_spark.engine.train import target_day_rows
 from lia_spark.present import charts
 from lia_spark.present.wording import NO_EVIDENCE_SHORT, bound_text, claimed_epsilon_text, number_text
 from lia_spark.run import layout
 from lia_spark.run.config import Config
+from lia_spark.run.limits import check_training_rows
 from lia_spark.studies import table
 
 logger = logging.getLogger(__name__)
@@ -292,6 +294,7 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
             models.execution, or audit.bounds lacks binomial (before anything runs).
         lia_spark.tracking.store.TrackingError: the tracking store is unreachable (before any cell).
         PermissionError: run.output_dir cannot be written.
+        ConfigError: a cell's training mechanism needs more rows than the target day has (before any fit).
         TableCellsFailed: after the table is written, when any cell failed (naming them).
     """
     started = time.monotonic()
@@ -308,6 +311,9 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
     logger.info("audit-table: %d cells (%s) below %s/cells", len(cells), ", ".join(c.name for c in cells),
                 layout.output_path(config, layout.TABLE))
     data_stage = _prepare_data(spark, config)
+    day_rows = target_day_rows(spark, config, generating=False)
+    for cell in cells:
+        check_training_rows(cell_config(config, cell), day_rows, source="counted in the data")
     result = TableResult(layout.output_path(config, layout.TABLE), [], unsupported, (), 0.0, data_stage)
     failed = True
     if tracker is not None:

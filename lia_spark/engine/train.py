@@ -44,6 +44,7 @@ from lia_spark.names import (BAG_MECHANISMS, COUNTERFACTUAL_LABEL, LABEL, LABEL_
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.json_output import strict_json
+from lia_spark.run.limits import check_training_rows
 
 logger = logging.getLogger(__name__)
 
@@ -156,9 +157,20 @@ def _priors_fields(spark: SparkSession, config: Config) -> Resolved:
 
 
 def _days_present(spark: SparkSession, config: Config) -> None:
+    """The train stage's checks before any fit: the days it reads are in the data, and the target day holds the
+    rows its training mechanism needs (:func:`lia_spark.run.limits.check_training_rows`)."""
     feature_frames.check_days_present(spark, config, ("models.proxy_day", "models.target_day",
                                                       *(feature_frames.released_day_field(config)
                                                         if needs_proxy_priors(config) else ())))
+    check_training_rows(config, target_day_rows(spark, config, generating=False), source="counted in the data")
+
+
+def target_day_rows(spark: SparkSession, config: Config, *, generating: bool) -> int:
+    """The rows of models.target_day: synthetic.rows_per_day when this run generates the twin (``generating``),
+    else counted in the data table (Parquet footers: no row is read)."""
+    if generating:
+        return config.synthetic.rows_per_day
+    return feature_frames.read_day(spark, config.parquet_path, config.models.target_day).count()
 
 
 def _train(run: StageRun) -> TrainResult:

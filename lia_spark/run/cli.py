@@ -12,7 +12,9 @@ import dataclasses
 import importlib.util
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TextIO
@@ -124,11 +126,51 @@ def config_yaml(config: Config) -> str:
     return yaml.safe_dump(plain(dataclasses.asdict(config)), sort_keys=False, default_flow_style=None, width=110)
 
 
+class Terminated(BaseException):
+    """SIGTERM reached the command (a scheduler or `kill` stops it): unwinds like Ctrl-C's KeyboardInterrupt."""
+
+
+SIGNAL_EXITS = {signal.SIGINT: (130, KeyboardInterrupt), signal.SIGTERM: (143, Terminated)}
+received_signals: list[int] = []  # the signals that stopped this command (job_main's exit code and line)
+
+
+def _stop(signum: int, frame: Any) -> None:
+    """Ctrl-C or SIGTERM: remember it, cancel the running Spark jobs (as pyspark's own SIGINT handler does) so no
+    task writes into a staging folder while it is deleted, then unwind. A Spark call interrupted this way may end in
+    its own error (the job was cancelled); job_main reports the signal, not that error."""
+    received_signals.append(signum)
+    if "pyspark" in sys.modules:  # a session may run: no import of pyspark before that
+        from lia_spark.engine.session import cancel_running_jobs
+
+        cancel_running_jobs()
+    raise SIGNAL_EXITS[signum][1]()
+
+
+def _stop_on_signals() -> dict[int, Any]:
+    """Install :func:`_stop` for SIGINT and SIGTERM and return the handlers it replaced (none outside the main
+    thread: signals reach no other)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, _stop) for signum in SIGNAL_EXITS}
+
+
+def _interrupted(name: str, error: BaseException) -> int:
+    """Log how ``name`` was stopped, print the one line and return 130 (SIGINT) or 143 (SIGTERM)."""
+    signum = received_signals[0] if received_signals else signal.SIGINT
+    logger.warning("%s: interrupted by %s", name, signal.Signals(signum).name, exc_info=error)
+    print(f"lia-spark: interrupted ({signal.Signals(signum).name}); the lock is released, finished stages are kept "
+          "and the same command resumes", file=console_stderr())
+    return SIGNAL_EXITS[signum][0]
+
+
 def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     """Run command ``name`` (:data:`COMMAND_NAMES`) holding the output folder's run lock: exit code 0 on success, 2
-    on a usage error, 1 on a failed stage; a failure ends as one line on stderr
+    on a usage error, 1 on a failed stage, 130 / 143 when Ctrl-C / SIGTERM stops it (Spark's jobs cancelled, the
+    staging folder and the lock removed, finished stages kept); a failure ends as one line on stderr
     (:func:`lia_spark.run.failures.failure_line`), its traceback goes to the log."""
     configure_logging()
+    received_signals.clear()
+    previous = _stop_on_signals()
     try:
         config = config_from_args(argv, command_parser(name))
         from lia_spark.engine.commands import COMMANDS
@@ -138,6 +180,7 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
         from lia_spark.engine.stages import remove_leftovers
 
         spark = start_spark(config.spark)
+        _stop_on_signals()  # again: the SparkContext installs its own SIGINT handler
         with run_lock(spark, config.run.output_dir, command=f"lia-spark {name}",
                       max_age_hours=config.run.stale_lock_hours):
             remove_leftovers(spark, config)  # holding the lock: staging folders are an interrupted attempt's
@@ -148,8 +191,13 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
             logger.info("stage %s: finished in %.1f s", name, seconds)
             path = result_path(config, name)
             write_text(spark, path, strict_json(result) + "\n")
+    except (KeyboardInterrupt, Terminated) as interrupt:
+        return _interrupted(name, interrupt)
     except Exception as error:  # noqa: BLE001 - the command reports any failure as one clear line
-        return report_failure(name, error)
+        return _interrupted(name, error) if received_signals else report_failure(name, error)
+    finally:
+        for signum, handler in previous.items():  # a caller in this process (a test, a notebook) gets its own back
+            signal.signal(signum, handler)
     print(f"{name}: done in {seconds:.1f} s; full result (JSON): {path}")
     if hasattr(result, "console_summary"):
         print(result.console_summary())

@@ -8,15 +8,18 @@ Commands print this line on stderr (the traceback goes to the log). One rule dec
   executor cannot import (lia_spark itself, xgboost, catboost), with how to get it;
 - 1, a runtime failure: a full disk or a refused write, raised by Python (``OSError`` ENOSPC / EACCES / EPERM /
   EROFS) or by Hadoop inside a Spark call (``FSError``, ``AccessControlException``, ``AccessDeniedException``,
-  "Permission denied", "No space left on device", "Mkdirs failed"), is a resource error naming the path; anything
+  "Permission denied", "No space left on device", "Mkdirs failed"), is a resource error naming the path; a Parquet
+  file whose bytes changed since they were written (page CRC, Hadoop checksum) names the file and run.force; anything
   else is reported by the first line of the outermost error that names a config field, else of its innermost cause.
 """
 from __future__ import annotations
 
 import dataclasses
 import errno
+import os
 import re
-from typing import Iterator
+import shutil
+from typing import Iterator, Sequence
 
 from lia_spark import __version__
 from lia_spark.run.checks import ConfigError
@@ -27,7 +30,9 @@ CONFIG_SECTIONS = frozenset(field.name for field in dataclasses.fields(Config))
 USAGE_EXIT = 2
 RUNTIME_EXIT = 1
 
-NO_SPACE = ("no space left on the device", "free space there or choose another run.output_dir")
+NO_SPACE = ("no space left on the device", "free space there (at least what the attempt had written) or choose "
+            "another run.output_dir; the same command then resumes")
+WRITING_NOTE = "lia-spark: writing "  # "<note><folder> (<size> written)": lia_spark.engine.outputs.claimed's note
 NOT_WRITABLE = ("cannot be written (permission denied or a read-only file system)",
                 "make it writable for this user or choose another run.output_dir")
 _ERRNO_PROBLEMS = {errno.ENOSPC: NO_SPACE, errno.EDQUOT: NO_SPACE, errno.EACCES: NOT_WRITABLE,
@@ -42,6 +47,9 @@ SHIP_PACKAGE = ("ship it with `--py-files dist/lia_spark-{version}.zip` (`make z
 MODULE_FIXES = {"lia_spark": SHIP_PACKAGE,
                 "xgboost": "install it: `pip install 'lia-spark[xgboost]'` (its CPU build) or any xgboost >= 2.1",
                 "catboost": "install it: `pip install 'lia-spark[catboost]'`, or set models.library=xgboost"}
+_DAMAGED_FILE = re.compile(r"(?:Encountered error while reading file|Checksum error:) (\S+\.parquet)")
+_DAMAGE_SIGNS = ("CRC checksum verification failed", "ChecksumException", "could not verify page integrity",
+                 "is not a Parquet file", "ParquetDecodingException", "Can not read value at")
 _FIELD = re.compile(r"\s*[a-z_]+\.[a-z_]+[^\s:]*: ")  # "section.key: what is wrong ..."
 _JAVA_PATH = re.compile(r"((?:file|hdfs|s3a?|abfss?|gs|dbfs):/+[^\s:,)'\"]+|(?<![\w.])/[^\s:,)'\"]+)")
 
@@ -55,8 +63,9 @@ def failure_line(error: BaseException) -> tuple[str, int]:
     missing = missing_module(chain)
     if missing is not None:
         return missing, USAGE_EXIT
+    notes = [note for cause in chain for note in getattr(cause, "__notes__", ())]
     for cause in chain:
-        resource = resource_problem(cause)
+        resource = resource_problem(cause, notes) or damaged_file(cause)
         if resource is not None:
             return resource, RUNTIME_EXIT
     named = next((cause for cause in chain if not _java_messages(cause) and _FIELD.match(str(cause))), None)
@@ -85,21 +94,80 @@ def missing_module(chain: list[BaseException]) -> str | None:
     return None
 
 
-def resource_problem(error: BaseException) -> str | None:
-    """The resource line for a full disk or a refused write, naming the path; None for any other error."""
+def resource_problem(error: BaseException, notes: Sequence[str] = ()) -> str | None:
+    """The resource line for a full disk or a refused write, naming the path (for a full disk the folder being
+    written and its free space: ``notes`` of the failure's chain, :data:`WRITING_NOTE`); None for any other error.
+    Hadoop's errors are read from their Java causes, a Python worker's (which reaches the driver as text, its
+    traceback first) from the line of the error itself."""
     if isinstance(error, OSError) and error.errno in _ERRNO_PROBLEMS:
-        return _resource_line(str(error.filename or "the output device"), _ERRNO_PROBLEMS[error.errno], error)
-    for text in _java_messages(error):
+        return _resource_line(error.filename, _ERRNO_PROBLEMS[error.errno], str(error), notes)
+    worker = "PythonException" in type(error).__name__
+    for text in _java_messages(error) or ([str(error)] if worker else []):
         for needle, problem in _JAVA_PROBLEMS:
-            if needle in text:
-                found = _JAVA_PATH.search(text.split(needle, 1)[1] if needle == "Mkdirs failed to create" else text)
-                return _resource_line(found.group(1) if found else "the output folder", problem, text)
+            line = next((line for line in text.splitlines() if needle in line), "")
+            if line:
+                found = _JAVA_PATH.search(line.split(needle, 1)[1]) or (
+                    None if needle == "Mkdirs failed to create" else _JAVA_PATH.search(line))
+                return _resource_line(found.group(1) if found else None, problem, line, notes)
     return None
 
 
-def _resource_line(path: str, problem: tuple[str, str], cause: object) -> str:
+def is_no_space(error: BaseException) -> bool:
+    """Whether ``error`` or a cause of it is a full disk (ENOSPC, EDQUOT, Hadoop's or a Python worker's "No space
+    left on device")."""
+    return any((isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT))
+               or any("No space left on device" in text for text in _java_messages(cause) or [str(cause)])
+               for cause in _causes(error))
+
+
+def _resource_line(path: str | None, problem: tuple[str, str], cause: str, notes: Sequence[str]) -> str:
+    """``<path>: <problem> (<cause>), got <path>; <fix>``; for a full disk the folder being written (from ``notes``,
+    when the error names no path) with its free space and what the attempt had written."""
     what, fix = problem
-    return f"{path}: {what} ({_first_line(str(cause))}), got {path!r}; {fix}"
+    if problem is NO_SPACE:
+        writing = next((note[len(WRITING_NOTE):] for note in notes if note.startswith(WRITING_NOTE)), "")
+        folder, written = writing.split(" (", 1) if " (" in writing else (writing, "")
+        path = path or folder or None
+        written = written.rstrip(")") if written and not written.startswith("0.0 MB") else ""
+        what = f"{what} ({free_space(path or '')}{', ' + written if written else ''})"
+    if path is None:
+        return f"the folder being written: {what} ({_first_line(cause).strip()}); {fix}"
+    return f"{path}: {what} ({_first_line(cause).strip()}), got {path!r}; {fix}"
+
+
+def free_space(path: str) -> str:
+    """"12.0 MB free of 9.8 GB" for the local disk of ``path`` (its nearest existing folder), "free space unknown"
+    on other file systems."""
+    local = path[len("file:"):] if path.startswith("file:") else path
+    folder = os.path.abspath("/" + local.lstrip("/")) if path.startswith("file:") or path.startswith("/") else ""
+    while folder and not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not folder:
+        return "free space unknown"
+    usage = shutil.disk_usage(folder)
+    return f"{_size(usage.free)} free of {_size(usage.total)}"
+
+
+def _size(count: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB"):
+        if count < 1000 or unit == "TB":
+            return f"{count:.0f} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1000
+    return ""
+
+
+def damaged_file(error: BaseException) -> str | None:
+    """The line for a Parquet file whose bytes changed after they were written (a page CRC or Hadoop's ``.crc``
+    checksum does not match, or the file no longer decodes), naming the file and the fix; None otherwise."""
+    texts = [str(error), *_java_messages(error)]
+    found = next((match for text in texts for match in [_DAMAGED_FILE.search(text)] if match), None)
+    if found is None or not any(needle in text for text in texts for needle in _DAMAGE_SIGNS):
+        return None
+    path = found.group(1).rstrip(".")
+    reason = next(_first_line(text) for text in reversed(texts) if any(needle in text for needle in _DAMAGE_SIGNS))
+    return (f"{path}: damaged, its bytes changed after they were written ({reason}), got {path!r}; recompute the "
+            "stage that wrote it: the command that ran it, with run.force=true (e.g. `lia-spark run --conf <your conf> "
+            "run.force=true`), or write your own table again")
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:

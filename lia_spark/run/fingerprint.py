@@ -24,7 +24,8 @@ FINGERPRINT_KEY = "lia_fingerprint"
 CHECKSUM_KEY = "lia_marker_sha256"
 
 # Fields no stage's output depends on: identity and location of the run, session settings, tracking.
-UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "run.stages", "run.stale_lock_hours",
+UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "run.replace_foreign",
+                                  "run.stages", "run.stale_lock_hours",
                                   "run.progress_seconds", "spark.*",
                                   "data.parquet_path", "data.quarantine_path", "data.split_gzip", "synthetic.write_tsv",
                                   "synthetic.gzip", "tracking.*",

@@ -31,6 +31,7 @@ class RunConfig:
     seed: int = 20261122
     output_dir: str = "runs/default"
     force: bool = False
+    replace_foreign: bool = False  # let a run replace folders that hold files no lia_spark run wrote
     stages: tuple[str, ...] = PIPELINE_STAGES
     stale_lock_hours: float = 24.0
     progress_seconds: float = 30.0  # a progress line per running stage this often (0 = none)

@@ -1,0 +1,220 @@
+"""Nothing that is not lia_spark's is replaced or swept, no committed byte is used unchecked, impossible targets are
+refused before any fit, and interrupted or full-disk runs end in one line (issue: lose nothing that is not ours)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from pyspark.sql import functions as F
+
+from lia_spark.run.cli import main
+from lia_spark.run.failures import failure_line
+from pipeline_support import REPO, conf_file
+
+SMALL = {"run": {"name": "ownership", "stages": ["data", "train"]}, "spark": {"master": "local[2]"},
+         "synthetic": {"rows_per_day": 2000, "days": 2},
+         "models": {"n_estimators": 5, "early_stopping_rounds": 0, "hash_buckets": 1024},
+         "tracking": {"enabled": False}}
+
+
+def _conf(path: Path, output_dir: Path, **changes: dict) -> Path:
+    return conf_file(path, {**SMALL, "run": {**SMALL["run"], "output_dir": str(output_dir)}}, **changes)
+
+
+def _listing(*roots: Path) -> dict[str, bytes]:
+    """Every file below ``roots`` with its bytes: what must be unchanged after a refusal."""
+    return {str(path): path.read_bytes() for root in roots for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def _folders_of_documents(*folders: Path) -> None:
+    for folder in folders:
+        folder.mkdir(parents=True)
+        (folder / "precious.txt").write_text(f"{folder.name}: somebody's work\n", encoding="utf-8")
+
+
+def _line(capsys) -> str:
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("lia-spark: ")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_an_output_folder_of_somebody_elses_files_is_refused_and_left_as_it_was(spark, tmp_path, capsys):
+    out = tmp_path / "out"
+    _folders_of_documents(out / "data", out / "report", out / "data._tmp-0123456789ab", out / "data.gunzip")
+    conf = _conf(tmp_path / "conf.yaml", out, run={"stages": ["data", "train", "report"]})
+    before = _listing(tmp_path)
+    started = time.monotonic()
+    assert main(["run", "--conf", str(conf), "run.force=true"]) == 2
+    assert time.monotonic() - started < 30
+    line = _line(capsys)
+    assert line.startswith(f"lia-spark: run.output_dir: {out}/data exists and holds files no lia_spark run wrote")
+    assert "precious.txt" in line and "run.replace_foreign=true" in line
+    assert _listing(tmp_path) == before
+
+    assert main(["run", "--conf", str(conf), "run.replace_foreign=true", "run.stages=[data,train]"]) == 0
+    assert not (out / "data" / "precious.txt").exists() and (out / "data" / "_LIA_COMPLETE").is_file()
+    for kept in ("report", "data._tmp-0123456789ab", "data.gunzip"):  # not written, or nobody claimed them
+        assert (out / kept / "precious.txt").is_file()
+
+    before = _listing(tmp_path)
+    assert main(["run", "--conf", str(conf)]) == 2  # data/ is lia_spark's now; the report step would replace report/
+    assert _line(capsys).startswith(f"lia-spark: run.output_dir: {out}/report exists")
+    assert _listing(tmp_path) == before
+
+
+def test_a_data_folder_of_somebody_elses_files_is_refused_with_its_look_alike_siblings_kept(spark, tmp_path, capsys):
+    documents = tmp_path / "docs"
+    _folders_of_documents(documents, tmp_path / "docs._tmp-0123456789ab", tmp_path / "docs.gunzip")
+    conf = _conf(tmp_path / "conf.yaml", tmp_path / "out", data={"parquet_path": str(documents)})
+    before = _listing(tmp_path)
+    started = time.monotonic()
+    assert main(["run", "--conf", str(conf)]) == 2
+    assert time.monotonic() - started < 30
+    assert _line(capsys).startswith(f"lia-spark: data.parquet_path: {documents} exists and holds files")
+    assert _listing(tmp_path) == before
+    assert not (tmp_path / "out").exists(), "a refused run leaves no output folder behind"
+
+
+@pytest.fixture(scope="module")
+def trained(spark, tmp_path_factory):
+    """A committed 2-day twin of 2,000 rows per day and its trained models."""
+    root = tmp_path_factory.mktemp("trained")
+    assert main(["run", "--conf", str(_conf(root / "conf.yaml", root / "out"))]) == 0
+    return root
+
+
+def _flip(path: Path, count: int = 64) -> None:
+    """Invert ``count`` bytes in the middle of ``path`` (its size stays the same)."""
+    with path.open("r+b") as stream:
+        stream.seek(path.stat().st_size // 2)
+        data = stream.read(count)
+        stream.seek(path.stat().st_size // 2)
+        stream.write(bytes(byte ^ 0xFF for byte in data))
+
+
+@pytest.mark.parametrize("checksum_file", ["kept", "dropped"])
+def test_flipped_bytes_in_committed_data_are_detected_and_never_used(trained, tmp_path, capsys, checksum_file):
+    """64 bytes flipped in the target day's data file: with Hadoop's .crc the checksum fails, without it (a copy
+    that drops hidden files) Parquet's page CRC does; either way the training that reads the file stops with one
+    line naming the file and run.force=true, and nothing is committed from it."""
+    out = tmp_path / "out"
+    shutil.copytree(trained / "out", out)
+    conf = _conf(tmp_path / "conf.yaml", out)
+    damaged = next((out / "data" / "day=1").glob("*.parquet"))
+    _flip(damaged)
+    if checksum_file == "dropped":
+        for crc in (out / "data").rglob(".*.crc"):
+            crc.unlink()
+    models_marker = (out / "models" / "_LIA_COMPLETE").read_text(encoding="utf-8")
+    assert main(["train", "--conf", str(conf), "models.n_estimators=6"]) == 1
+    line = _line(capsys)
+    assert line.startswith("lia-spark: ") and damaged.name in line and "damaged" in line and "run.force=true" in line
+    assert ("Checksum error" if checksum_file == "kept" else "CRC checksum verification failed") in line
+    assert (out / "models" / "_LIA_COMPLETE").read_text(encoding="utf-8") == models_marker
+    assert main(["run", "--conf", str(conf), "run.force=true"]) == 0
+
+
+def test_a_changed_file_of_a_committed_output_recomputes_its_stage_with_one_warning(trained, tmp_path, caplog):
+    out = tmp_path / "out"
+    shutil.copytree(trained / "out", out)
+    conf = _conf(tmp_path / "conf.yaml", out)
+    metrics = out / "models" / "metrics.json"
+    metrics.write_text(metrics.read_text(encoding="utf-8").replace("0", "1", 1), encoding="utf-8")  # same size
+    with caplog.at_level(logging.WARNING, logger="lia_spark"):
+        assert main(["run", "--conf", str(conf)]) == 0
+    warnings = [record.getMessage() for record in caplog.records if "no longer holds the files" in record.getMessage()]
+    assert len(warnings) == 1 and "metrics.json: content changed" in warnings[0]
+    assert json.loads((out / "results" / "pipeline.json").read_text())["steps"][1]["status"] == "ran"
+    assert main(["run", "--conf", str(conf)]) == 0
+    assert json.loads((out / "results" / "pipeline.json").read_text())["steps"][1]["status"] == "reused"
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["models.training_mechanism=pate", "pate.teachers=100000"], "pate.teachers"),
+    (["models.training_mechanism=pate", "pate.queries=100000000"], "pate.queries"),
+    (["models.training_mechanism=llp", "models.bag_size=4096"], "models.bag_size"),
+])
+def test_a_target_the_rows_cannot_hold_is_refused_before_any_fit(trained, capsys, overrides, field):
+    conf = str(trained / "conf.yaml")
+    for command in (["train", "--conf", conf], ["run", "--conf", conf, "run.output_dir=" + str(trained / "new")]):
+        started = time.monotonic()
+        assert main([*command, *overrides]) == 2
+        line = _line(capsys)
+        assert line.startswith(f"lia-spark: {field}: must be at most the target's about 1,600 training rows"), line
+        assert time.monotonic() - started < 30
+    assert not (trained / "new").exists()
+
+
+def test_a_full_disk_in_a_python_worker_names_the_folder_being_written(spark):
+    """A Python worker's ENOSPC reaches the driver as a traceback in text: the line is the error's own, not "An
+    exception was thrown from the Python worker", and names the folder the stage was writing with its free space."""
+
+    @F.pandas_udf("long")
+    def fill_the_disk(values: pd.Series) -> pd.Series:
+        with open("/dev/full", "w", encoding="utf-8") as stream:  # answers every write with ENOSPC
+            stream.write("x" * 100_000)
+            stream.flush()
+        return values
+
+    with pytest.raises(Exception) as raised:
+        spark.range(4).select(fill_the_disk("id")).collect()
+    line, code = failure_line(raised.value)
+    assert code == 1 and line.startswith("the folder being written: no space left on the device") and "Errno 28" in line
+    raised.value.add_note(f"lia-spark: writing {REPO} (12.5 MB written)")  # as lia_spark.engine.outputs.claimed adds it
+    line, _ = failure_line(raised.value)
+    assert line.startswith(f"{REPO}: no space left on the device (") and "free of" in line and "12.5 MB written" in line
+
+
+def _run_until(conf: Path, started_line: str, *extra: str) -> tuple[subprocess.Popen, Path]:
+    log = conf.parent / "stderr.txt"
+    process = subprocess.Popen([sys.executable, "-m", "lia_spark.run.cli", "run", "--conf", str(conf), *extra],
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    deadline = time.monotonic() + 240
+    while started_line not in log.read_text(encoding="utf-8"):
+        assert process.poll() is None and time.monotonic() < deadline, log.read_text(encoding="utf-8")[-3000:]
+        time.sleep(0.5)
+    return process, log
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_end_with_their_code_and_the_same_command_resumes(tmp_path, signum, code):
+    out = tmp_path / "out"
+    conf = _conf(tmp_path / "conf.yaml", out, run={"stages": ["data", "train", "posteriors"]},
+                 synthetic={"rows_per_day": 60000, "days": 2})
+    process, log = _run_until(conf, "pipeline: posteriors (posteriors) started")
+    time.sleep(2)
+    process.send_signal(signum)
+    assert process.wait(timeout=60) == code
+    last = log.read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert last == (f"lia-spark: interrupted ({signal.Signals(signum).name}); the lock is released, finished stages "
+                    "are kept and the same command resumes")
+    assert sorted(path.name for path in out.iterdir() if not path.name.startswith(".")) == [
+        "data", "models", "truth"], "no lock, staging folder or claim is left"
+    resumed = subprocess.run([sys.executable, "-m", "lia_spark.run.cli", "run", "--conf", str(conf)], cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "data=reused" in resumed.stdout and "train=reused" in resumed.stdout and "posteriors=ran" in resumed.stdout
+
+
+@pytest.mark.e2e
+def test_pate_with_100000_teachers_on_16k_rows_exits_2_within_a_minute_with_spark_start(tmp_path):
+    conf = _conf(tmp_path / "conf.yaml", tmp_path / "out", synthetic={"rows_per_day": 20000, "days": 2})
+    started = time.monotonic()
+    completed = subprocess.run([sys.executable, "-m", "lia_spark.run.cli", "run", "--conf", str(conf),
+                                "models.training_mechanism=pate", "pate.teachers=100000"], cwd=REPO,
+                               capture_output=True, text=True, timeout=300, env={**os.environ})
+    seconds = time.monotonic() - started
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert completed.stderr.strip().splitlines()[-1].startswith(
+        "lia-spark: pate.teachers: must be at most the target's about 16,000 training rows")
+    assert seconds < 60, seconds
