@@ -2,9 +2,9 @@
 # MAGIC %md
 # MAGIC # 02 · Run the label-privacy audit
 # MAGIC The whole pipeline on one config: data (synthetic twin or Criteo ingest) -> proxy and target models ->
-# MAGIC posteriors per mechanism setting -> observational one-run audit with epsilon lower bounds -> report,
-# MAGIC tracked as one MLflow run with nested runs per stage. Finished stages are reused (set `run.force=true`
-# MAGIC to recompute).
+# MAGIC posteriors per mechanism setting -> one-run label-inference audit (injected canaries by default) with
+# MAGIC epsilon lower bounds -> report, tracked as one MLflow run with nested runs per stage. Finished stages are
+# MAGIC reused (set `run.force=true` to recompute).
 # MAGIC
 # MAGIC Parameters (widgets on Databricks, `LIA_CONF` / `LIA_OVERRIDES` environment variables elsewhere):
 # MAGIC `conf` = YAML config path (default `/Workspace/Users/{user}/lia_spark/conf/demo.yaml`, `{user}` = you;

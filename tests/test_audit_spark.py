@@ -109,9 +109,10 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     assert result.metrics()["audit_eps_binomial"] == pytest.approx(best.mean(), abs=1e-12)
     headline = result.headline  # first repetition's valid bound; no train-stage marker: the claim is not stated
     assert headline.eps_lb == best[0] and headline.tests == 101 and headline.repetitions == 12
-    assert result.console_summary().endswith("for a target trained with an unknown mechanism at claimed eps = "
-                                             f"not stated; over 12 repetitions {best.mean():.3f} +- "
-                                             f"{best.std(ddof=1):.3f}; no label-blind reference audited")
+    assert (f"for a target trained with an unknown mechanism at claimed eps = not stated: eps >= {best[0]:.3f} at "
+            f"95% if the proxy is within TV tau = 0 of the truth (over 12 repetitions {best.mean():.3f} +- "
+            f"{best.std(ddof=1):.3f}); assuming TV tau = 0: {best[0]:.3f}, ") in result.console_summary()
+    assert result.console_summary().endswith("; no label-blind reference audited")
     assert summary["design"] == "observational" and summary["reference"] is None
     assert summary["tau_break_even"]["first"] == pytest.approx(np.tanh(best[0] / 2), rel=1e-9)  # binomial, delta 0
     again = run_stage("audit", spark, config)
@@ -212,14 +213,46 @@ def test_observational_headline_of_a_label_blind_target_names_a_comparable_refer
                                "audit": {"canary_path": path, "design": "observational", "repetitions": 3}})
     result = run_stage("audit", spark, config)
     headline, summary = result.headline, result.summary
-    assert headline.eps_lb > 0.1  # the label-blind target "certifies" leakage at tau = 0
+    assert headline.eps_lb > 0.1  # the label-blind target "certifies" leakage at tau = 0 ...
+    assert headline.text().startswith("no bound without an assumption on the proxy")  # ... which the headline says
+    assert not headline.is_finding and summary["proxy_tv"] is None  # a given table: no truth to measure the proxy
     assert 0.5 * headline.eps_lb < headline.reference_eps_lb  # ... and so does the reference
-    assert headline.calibrated_eps_lb < 0.5 * headline.eps_lb and headline.calibrated_tau > 0
-    assert "a label-blind reference reaches" in result.console_summary()
-    assert summary["reference"]["canaries"] == m and summary["calibrated"]["tau"] == headline.calibrated_tau
+    assert headline.reference_tau_break_even == summary["reference"]["tau_break_even"] > 0  # its own, same repetition
+    assert summary["calibrated"]["eps_lb"] < 0.5 * headline.eps_lb and summary["calibrated"]["note"].startswith(
+        "not a bound")
+    assert "a label-blind reference reaches" in result.console_summary() and "calibrat" not in headline.text()
+    assert summary["reference"]["canaries"] == m
     assert check_file(tmp_path / "out" / "audit" / "summary.json")["reference"] == summary["reference"]
     assert summary["eps_lb_by_tau"]["0"] == pytest.approx(headline.eps_lb)
-    assert {"tau_break_even", "reference_eps_lb", "calibrated_eps_lb"} <= set(result.metrics())
+    assert {"tau_break_even", "reference_eps_lb", "reference_tau_break_even", "eps_lb_if_tau"} <= set(result.metrics())
+
+
+def test_on_the_twin_the_observational_headline_is_the_bound_at_the_proxys_measured_error(spark, tmp_path):
+    """With the twin's truth beside this project's canary table the proxy's TV error is measured (its maximum over
+    the canaries equals max |M'(x) - eta(x)|) and the headline is the valid bound at that tau, assuming nothing."""
+    rng = np.random.default_rng(9)
+    m = 20_000
+    eta = rng.beta(0.6, 3.0, m)
+    label = (rng.random(m) < eta).astype(np.int32)
+    proxy = np.clip(eta * np.exp(rng.normal(0.0, 0.1, m)), 1e-4, 1 - 1e-4)
+    target = np.clip(0.7 * label + 0.3 * eta, 1e-4, 1 - 1e-4)  # a target that memorised its labels
+    out = tmp_path / "out"
+    spark.createDataFrame(pd.DataFrame({"row_id": np.arange(m, dtype=np.int64), "label": label,
+                                        "target_prediction": target, "proxy_prediction": proxy})
+                          ).write.parquet(str(out / "models" / "canaries"))
+    spark.createDataFrame(pd.DataFrame({"row_id": np.arange(m, dtype=np.int64), "eta": eta})
+                          ).write.parquet(str(out / "truth"))
+    config = config_from_dict({"run": {"output_dir": str(out), "seed": 2},
+                               "audit": {"design": "observational", "repetitions": 2, "recalibrate": "none"}})
+    result = run_stage("audit", spark, config)
+    headline, measured = result.headline, result.summary["proxy_tv"]
+    assert measured["max"] == pytest.approx(np.abs(proxy - eta).max()) and measured["canaries"] == m
+    assert measured["p99"] <= measured["max"] and measured["mean"] == pytest.approx(np.abs(proxy - eta).mean())
+    assert headline.measured_tau == measured["max"] and headline.eps_lb == measured["eps_lb"] > 0
+    assert headline.eps_lb <= result.summary["eps_lb_by_tau"]["0"]  # a larger tau never certifies more
+    assert headline.text().startswith(f"eps >= {headline.eps_lb:.3f} at 95% at the proxy's worst-case TV error")
+    assert headline.assumption == "" and result.metrics()["measured_tau"] == measured["max"]
+    check_file(out / "audit" / "summary.json")
 
 
 def test_an_audit_without_its_canary_table_fails_first_naming_the_command_that_writes_it(spark, tmp_path):

@@ -13,13 +13,32 @@ def _headline(**changes) -> Headline:
     return Headline(**{**values, **changes})
 
 
-def test_text_states_bound_confidence_tests_delta_mechanism_and_claim():
-    text = _headline().text()
-    assert text == ("eps >= 0.912 at 95% if the proxy is within TV tau = 0 of the truth (observational design; "
-                    "binomial bound, Bonferroni over 101 tests, delta = 1e-05; the bound reaches 0 at tau* = not "
-                    "computed) for a target trained with rr at claimed eps = 1; over 20 repetitions 0.900 +- 0.031; no "
-                    "label-blind reference audited")
-    assert not _headline().is_finding
+def test_without_the_truth_the_observational_headline_leads_with_no_bound_without_an_assumption():
+    headline = _headline(tau_break_even=0.8315, eps_lb_by_tau={"0": 0.912, "0.01": 0.7, "0.05": 0.31, "0.1": 0.0})
+    assert headline.text() == (
+        "no bound without an assumption on the proxy (observational design; binomial bound, Bonferroni over 101 "
+        "tests, delta = 1e-05) for a target trained with rr at claimed eps = 1: eps >= 0.912 at 95% if the proxy is "
+        "within TV tau = 0 of the truth (over 20 repetitions 0.900 +- 0.031); assuming TV tau = 0: 0.912, 0.01: "
+        "0.700, 0.05: 0.310, 0.1: 0.000; 0 from tau* = 0.8315; no label-blind reference audited")
+    assert headline.assumption == "if the proxy is within TV tau = 0 of the truth"
+    assert not _headline(eps_lb=5.0).is_finding  # above the claim, but only under the assumption
+    assert headline.tags()["audit.eps_lb"] == "none without an assumption on the proxy"
+    assert headline.tags()["audit.assumption"] == headline.assumption
+    assert set(headline.metrics()) >= {"eps_lb_if_tau", "tau_break_even"} and "eps_lb" not in headline.metrics()
+
+
+def test_on_the_twin_the_observational_headline_leads_with_the_bound_at_the_measured_error():
+    headline = _headline(eps_lb=0.29, eps_lb_mean=0.27, eps_lb_std=0.02, measured_tau=0.7812, canaries=20000,
+                         tau_break_even=0.8315, eps_lb_by_tau={"0": 2.386, "0.002": 2.3, "0.01": 2.2, "0.05": 1.9,
+                                                               "0.1": 1.6, "0.2": 1.1})
+    assert headline.text().startswith(
+        "eps >= 0.290 at 95% at the proxy's worst-case TV error tau = 0.7812 on the 20000 canaries, measured against "
+        "the twin's true P(y=1|x) (observational design; binomial bound, Bonferroni over 101 tests, delta = 1e-05) "
+        "for a target trained with rr at claimed eps = 1; over 20 repetitions 0.270 +- 0.020; if the proxy were "
+        "closer TV tau = 0: 2.386, 0.01: 2.200, 0.05: 1.900, 0.1: 1.600; 0 from tau* = 0.8315")
+    assert headline.assumption == "" and headline.metrics()["measured_tau"] == 0.7812
+    assert headline.tags()["audit.assumption"] == "none: the proxy's measured worst-case TV error is 0.7812"
+    assert _headline(eps_lb=1.2, measured_tau=0.01).is_finding  # no assumption: a finding
 
 
 def test_the_injected_headline_says_it_assumes_nothing_about_the_proxy():
@@ -49,25 +68,28 @@ def test_a_bound_of_zero_says_what_the_audit_could_have_found():
     assert _headline(ceiling=1.9).metrics()["eps_lb_ceiling"] == 1.9
 
 
-def test_the_observational_headline_names_the_reference_and_the_calibrated_bound():
-    text = _headline(tau_break_even=0.4, reference_eps_lb=0.3, calibrated_tau=0.15, calibrated_eps_lb=0.61).text()
-    assert "the bound reaches 0 at tau* = 0.4" in text
-    assert text.endswith("a label-blind reference reaches 0.300 (tau* = 0.15), and the target's bound calibrated on "
-                         "it (resting on that reference) is 0.610")
-    headline = _headline(tau_break_even=0.4, reference_eps_lb=0.3, calibrated_tau=0.15, calibrated_eps_lb=0.61)
+def test_the_observational_headline_names_the_references_own_tau_and_when_it_matches_the_target():
+    headline = _headline(tau_break_even=0.4, reference_eps_lb=0.3, reference_tau_break_even=0.04,
+                         eps_lb_by_tau={"0": 0.912})
+    assert headline.text().endswith("; a label-blind reference reaches 0.300 at tau = 0 (its own tau* = 0.04, same "
+                                    "repetition)")
+    matched = _headline(eps_lb=0.0, reference_eps_lb=0.08, reference_tau_break_even=0.01, eps_lb_by_tau={"0": 0.0})
+    assert ("reaches 0.080 at tau = 0 (its own tau* = 0.01, same repetition) - the target shows no more than a model "
+            "that never saw the labels") in matched.text()
+    assert "calibrat" not in headline.text()  # not a bound: not in the headline
     assert headline.metrics()["reference_eps_lb"] == 0.3 and Headline.from_dict(headline.to_dict()) == headline
     assert None in _headline().to_dict().values()  # NaN is written as null, never as NaN
 
 
 def test_a_bound_above_the_claim_is_a_finding():
-    found = _headline(eps_lb=1.2, claimed_epsilon=1.0)
+    found = _headline(design="injected", eps_lb=1.2, claimed_epsilon=1.0)
     assert found.is_finding and "FINDING" in found.text() and found.tags()["audit.finding"] == "true"
-    assert not _headline(eps_lb=1.0, claimed_epsilon=1.0).is_finding  # equal is not more leakage than claimed
+    assert not _headline(design="injected", eps_lb=1.0, claimed_epsilon=1.0).is_finding  # equal is not more leakage
 
 
 def test_no_noise_and_unstated_claims():
     none = _headline(mechanism="none", claimed_epsilon=math.inf)
-    assert "claimed eps = inf (non-private);" in none.text() and not none.is_finding
+    assert "claimed eps = inf (non-private):" in none.text() and not none.is_finding
     assert "claimed_eps" not in none.metrics() and none.tags()["audit.claimed_eps"] == "inf"
     unstated = _headline(claimed_epsilon=math.nan)
     assert not unstated.is_finding and "claimed eps = not stated" in unstated.text()
@@ -78,7 +100,8 @@ def test_round_trip_and_mlflow_names():
     headline = _headline(claimed_epsilon=math.inf)
     assert Headline.from_dict(headline.to_dict()) == headline
     assert set(_headline().tags()) >= {"audit.eps_lb", "audit.claimed_eps", "audit.mechanism"}
-    assert _headline().metrics() == {"eps_lb": 0.912, "eps_lb_mean": 0.9, "eps_lb_std": 0.031, "claimed_eps": 1.0}
+    assert _headline(design="injected").metrics() == {"eps_lb": 0.912, "eps_lb_mean": 0.9, "eps_lb_std": 0.031,
+                                                      "claimed_eps": 1.0}
 
 
 def test_headline_family_is_fixed_by_the_config():

@@ -48,7 +48,7 @@ def test_the_audit_command_writes_standard_json_that_matches_its_schemas(audited
     assert [str(path.relative_to(audited["out"])) for path in files] == ["audit/summary.json", "results/audit.json"]
     summary, result = (check_file(path) for path in files)  # each strictly parsed: no NaN / Infinity literal
     assert result["summary"] == summary and summary["design"] == "observational"
-    assert summary["headline"]["claimed_epsilon"] == "not stated" and summary["headline"]["calibrated_tau"] is None
+    assert summary["headline"]["claimed_epsilon"] == "not stated" and summary["headline"]["measured_tau"] is None
 
 
 def test_a_bound_of_zero_reads_as_no_evidence_on_the_console(audited):

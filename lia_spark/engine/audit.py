@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from lia_spark import names
 from lia_spark.engine.audit_counts import distributed_counts, resolve_baselines, select_canaries
-from lia_spark.engine.outputs import copy_from_local, reported_path
+from lia_spark.engine.outputs import copy_from_local, path_exists, reported_path
 from lia_spark.engine.session import describe_jobs
 from lia_spark.engine.stage import FilesResult, Input, Stage, StageRun
 from lia_spark.kernels import audit, audit_sweep, membership
@@ -119,6 +119,35 @@ class GameCounts:
     correct: dict[str, np.ndarray]
     recalibration: dict[str, dict[str, float]]
     baselines: tuple[str, ...]
+    proxy_error: dict[str, float] | None = None  # observational on the twin: :func:`proxy_error`
+
+
+def truth_table(spark: SparkSession, config: Config, canaries: DataFrame | None) -> DataFrame | None:
+    """The twin's true P(y=1|x) (``<out>/truth``: row_id, eta) for this project's canary table, or None: a canaries
+    frame or audit.canary_path (rows of another table), data.source=criteo, or no truth table."""
+    path = layout.output_path(config, layout.TRUTH)
+    if canaries is not None or config.audit.canary_path or config.data.source != "synthetic" \
+            or not path_exists(spark, path):
+        return None
+    return spark.read.parquet(path).select(ROW_ID, "eta")
+
+
+def proxy_error(df: DataFrame, truth: DataFrame) -> dict[str, float] | None:
+    """The total-variation error of the proxy the observational game draws y1 from (the canaries' ``proxy_prediction``
+    as the game reads it, recalibrated where audit.recalibrate maps it) against the true P(y=1|x): for Bernoulli
+    laws TV = |M'(x) - eta(x)|; its maximum over the canaries (the tau that makes the bound hold, docs/math.md §5.10),
+    99th and 95th percentiles and mean. None when a canary has no truth row (logged)."""
+    gap = F.abs(F.col(PROXY_PREDICTION) - F.col("eta"))
+    row = (df.select(ROW_ID, PROXY_PREDICTION).join(truth, ROW_ID, "left")
+           .agg(F.count(F.lit(1)).alias("canaries"), F.count("eta").alias("matched"), F.max(gap).alias("max"),
+                F.percentile_approx(gap, [0.99, 0.95], 10_000).alias("quantiles"), F.avg(gap).alias("mean"))
+           .first())
+    if row["matched"] < row["canaries"] or not row["canaries"]:
+        logger.warning("audit: %d of %d canaries have no row in the truth table: the proxy's error is not measured",
+                       row["canaries"] - row["matched"], row["canaries"])
+        return None
+    return {"max": float(row["max"]), "p99": float(row["quantiles"][0]), "p95": float(row["quantiles"][1]),
+            "mean": float(row["mean"]), "canaries": int(row["canaries"])}
 
 
 def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None, *,
@@ -127,12 +156,14 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
     :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column ``target`` (the
     target's, or the label-blind reference's) against each baseline of audit.baseline (:func:`resolve_baselines`:
     one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated with
-    audit.recalibrate; injected: m = the informative canaries, R = 1."""
+    audit.recalibrate; injected: m = the informative canaries, R = 1; observational on the twin also the proxy's
+    measured error (:func:`proxy_error`)."""
+    truth = truth_table(spark, config, canaries) if config.audit.design == names.OBSERVATIONAL else None
     if canaries is None:
         describe_jobs(spark, "audit: read canaries")
         canaries = spark.read.parquet(canary_path(config))
     baselines = resolve_baselines(canaries, baseline=config.audit.baseline, design=config.audit.design)
-    correct, maps, m, guesses = {}, {}, 0, np.zeros(0, dtype=np.int64)
+    correct, maps, m, guesses, error = {}, {}, 0, np.zeros(0, dtype=np.int64), None
     for baseline in baselines:
         df, mapping = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries,
                                       design=config.audit.design, target=target, recalibrate=config.audit.recalibrate,
@@ -142,13 +173,16 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
         try:
             m, guesses, counts = distributed_counts(df, section=config.audit, seed=config.run.seed,
                                                     design=config.audit.design)
+            if truth is not None:
+                describe_jobs(spark, "audit: the proxy's error against the twin's truth")
+                error = proxy_error(df, truth)
         finally:
             df.unpersist()
         suffix = "" if len(baselines) == 1 else f"@{BASELINE_NAMES[baseline]}"
         correct.update({f"{score}{suffix}": values for score, values in counts.items()})
         if mapping is not None:
             maps[baseline] = {"mapped": config.audit.recalibrate, **mapping.summary()}
-    return GameCounts(m, guesses, correct, maps, baselines)
+    return GameCounts(m, guesses, correct, maps, baselines, error)
 
 
 def reference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None) -> GameCounts | None:
@@ -195,10 +229,11 @@ def _audit(run: StageRun) -> AuditResult:
             raise ValueError(f"audit.attack={names.MEMBERSHIP} audits the train stage's candidates, not a canary "
                              "table; got a canaries frame")
         (m, guesses, correct), recalibration, baselines = membership_counts(spark, config), {}, (PROXY_PREDICTION,)
+        error = None
     else:
         counts = label_inference_counts(spark, config, canaries)
         m, guesses, correct = counts.canaries, counts.guesses, counts.correct
-        recalibration, baselines = counts.recalibration, counts.baselines
+        recalibration, baselines, error = counts.recalibration, counts.baselines, counts.proxy_error
     design = section.game
     tau = section.tau if design == names.OBSERVATIONAL else 0.0  # injected coins assume nothing of the proxy
     repetitions = next(iter(correct.values())).shape[0]
@@ -219,14 +254,15 @@ def _audit(run: StageRun) -> AuditResult:
                               for key, winners in bounds.best_scores.items()},
         "per_score": {score: audit_sweep.summarize(sweep.best) for score, sweep in bounds.per_score.items()},
     }
-    observational = (_observational_checks(spark, config, canaries, bounds, correct, guesses, m)
+    observational = (_observational_checks(spark, config, canaries, correct, guesses, m, error)
                      if design == names.OBSERVATIONAL else {})
     summary.update(observational)
     headline = _headline(config, bounds, design=design, canaries=m, observational=observational,
                          trained=run.upstream("canaries"))
     summary["ceiling"] = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
                                              tests=bounds.tests, confidence=section.confidence, delta=section.delta,
-                                             tau=tau, family=headline.family).to_dict()
+                                             tau=tau if math.isnan(headline.measured_tau) else headline.measured_tau,
+                                             family=headline.family).to_dict()
     summary["headline"] = dataclasses.replace(headline, ceiling=summary["ceiling"]["eps_lb"]).to_dict()
     if bounds.gdp_tau_vacuous and names.GDP in section.bounds:
         logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", section.tau)
@@ -264,14 +300,17 @@ def headline_family(section: AuditConfig) -> str:
 
 
 def _observational_checks(spark: SparkSession, config: Config, canaries: DataFrame | None,
-                          bounds: audit_sweep.ScoreBounds, correct: dict[str, np.ndarray], guesses: np.ndarray,
-                          m: int) -> dict[str, Any]:
-    """What the observational bound rests on (docs/math.md §5.10): ``tau_break_even`` (tau* per repetition, first
-    and mean), ``eps_lb_by_tau`` (the first repetition's valid bound at the taus of
-    :data:`lia_spark.kernels.audit_sweep.TAU_GRID`), ``reference`` (the label-blind reference's valid bound and tau*, null
-    without one) and ``calibrated`` (the target's valid bound at the reference's largest tau*)."""
+                          correct: dict[str, np.ndarray], guesses: np.ndarray, m: int,
+                          error: dict[str, float] | None) -> dict[str, Any]:
+    """What the observational bound rests on (docs/math.md §5.10): ``proxy_tv`` (on the twin, the proxy's measured
+    error and the valid bound at its maximum, null elsewhere), ``tau_break_even`` (tau* per repetition, first and
+    mean), ``eps_lb_by_tau`` (the first repetition's valid bound at the taus of
+    :data:`lia_spark.kernels.audit_sweep.TAU_GRID`), ``reference`` (the label-blind reference's valid bound at
+    audit.tau and its own tau*, null without one) and ``calibrated`` (the target's bound at the reference's largest
+    tau*: not a bound, kept for comparison)."""
     section = config.audit
     family = headline_family(section)
+    valid = names.bound_key(family, names.BONFERRONI)
     level = audit_sweep.score_confidence(section.confidence, convention=names.BONFERRONI, scores=len(correct),
                                           points=len(guesses))
 
@@ -279,32 +318,43 @@ def _observational_checks(spark: SparkSession, config: Config, canaries: DataFra
         return audit_sweep.tau_sensitivity(counts, guesses if size == m else _grid(size, section), canaries=size,
                                            level=level, delta=section.delta, family=family)
 
+    def bound_at(counts: dict[str, np.ndarray], size: int, tau: float) -> np.ndarray:
+        return audit_sweep.evaluate_scores(counts, guesses if size == m else _grid(size, section), canaries=size,
+                                           confidence=section.confidence, delta=section.delta, tau=tau,
+                                           families=(family,)).best[valid]
+
     own = sensitivity(correct, m)
     checks: dict[str, Any] = {
+        "proxy_tv": None,
         "tau_break_even": {"first": float(own.break_even[0]), "mean": float(own.break_even.mean()),
                            "repetitions": len(own.break_even)},
         "eps_lb_by_tau": {f"{tau:g}": float(eps) for tau, eps in zip(own.taus, own.eps_lb)},
         "reference": None, "calibrated": None}
+    if error is not None:
+        measured = bound_at(correct, m, error["max"])
+        spread = audit_sweep.summarize({"eps_lb": measured})["eps_lb"]
+        checks["proxy_tv"] = {**error, "eps_lb": float(measured[0]), "eps_lb_mean": spread["mean"],
+                              "eps_lb_std": spread["std"]}
+        logger.info("audit: the proxy's TV error against the twin's truth: max %.4g, p99 %.4g, mean %.4g; valid "
+                    "bound at the max %.3f", error["max"], error["p99"], error["mean"], measured[0])
     found = reference_counts(spark, config, canaries)
     if found is None:
         return checks
     size, reference = found.canaries, found.correct
-    valid = names.bound_key(family, names.BONFERRONI)
-    reference_best = audit_sweep.evaluate_scores(reference, _grid(size, section), canaries=size,
-                                                  confidence=section.confidence, delta=section.delta, tau=0.0,
-                                                  families=(family,)).best[valid]
+    reference_best = bound_at(reference, size, section.tau)
     reference_tau = sensitivity(reference, size)
     calibrated_tau = float(reference_tau.break_even.max())
-    calibrated = audit_sweep.evaluate_scores(correct, guesses, canaries=m, confidence=section.confidence,
-                                              delta=section.delta, tau=calibrated_tau, families=(family,)).best[valid]
+    calibrated = bound_at(correct, m, calibrated_tau)
     checks["reference"] = {"eps_lb": float(reference_best[0]), **audit_sweep.summarize({"eps_lb": reference_best})[
         "eps_lb"], "tau_break_even": float(reference_tau.break_even[0]), "canaries": size}
     checks["calibrated"] = {"tau": calibrated_tau, "eps_lb": float(calibrated[0]),
                             "eps_lb_mean": float(calibrated.mean()),
-                            "note": "the target's bound at the tau that brings the label-blind reference to 0: "
-                                    "valid only if that reference's tau* covers the proxy's error"}
-    logger.info("audit: label-blind reference eps_lb %.3f (tau* %.3g); calibrated target bound %.3f at tau %.3g",
-                reference_best[0], reference_tau.break_even[0], calibrated[0], calibrated_tau)
+                            "note": "not a bound: the target's bound at the tau that brings the label-blind reference "
+                                    "to 0 in every repetition; it would hold only if that tau covered the proxy's "
+                                    "error, which nothing checks"}
+    logger.info("audit: label-blind reference eps_lb %.3f at tau %g (its tau* %.3g); not a bound: the target at "
+                "tau %.3g, %.3f", reference_best[0], section.tau, reference_tau.break_even[0], calibrated_tau,
+                calibrated[0])
     return checks
 
 
@@ -315,23 +365,27 @@ def _grid(canaries: int, section: AuditConfig) -> np.ndarray:
 def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, canaries: int,
               observational: dict[str, Any], trained: Any) -> Headline:
     """The first repetition's valid (Bonferroni over scores x sweep points) bound of :func:`headline_family`, with
-    what it assumes: nothing (injected) or tau, tau* and the reference (observational), beside the claimed privacy
-    of the target the train stage reports (``trained``, its result; None for a canary table of audit.canary_path:
-    "an unknown mechanism", NaN)."""
+    what it assumes: nothing (injected; observational at the proxy's measured worst-case error, ``proxy_tv``) or
+    audit.tau, with tau*, the bound at a few assumed tau and the reference (observational), beside the claimed
+    privacy of the target the train stage reports (``trained``, its result; None for a canary table of
+    audit.canary_path: "an unknown mechanism", NaN)."""
     family = headline_family(config.audit)
-    tests = bounds.tests
     valid = np.asarray(bounds.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
     mechanism, claimed = trained.claimed_privacy() if trained is not None else ("an unknown mechanism", math.nan)
-    reference, calibrated = observational.get("reference") or {}, observational.get("calibrated") or {}
-    return Headline(eps_lb=float(valid[0]), eps_lb_mean=float(valid.mean()),
-                    eps_lb_std=float(valid.std(ddof=1)) if len(valid) > 1 else 0.0, repetitions=len(valid),
-                    confidence=config.audit.confidence, tests=tests, delta=config.audit.delta, mechanism=mechanism,
-                    claimed_epsilon=claimed, family=family, tau=config.audit.tau if design == names.OBSERVATIONAL
-                    else 0.0, design=design, informative_canaries=canaries if design == names.INJECTED else 0,
-                    canaries=canaries,
+    reference, measured = observational.get("reference") or {}, observational.get("proxy_tv")
+    first, mean, std = float(valid[0]), float(valid.mean()), float(valid.std(ddof=1)) if len(valid) > 1 else 0.0
+    if measured is not None:
+        first, mean, std = measured["eps_lb"], measured["eps_lb_mean"], measured["eps_lb_std"]
+    return Headline(eps_lb=first, eps_lb_mean=mean, eps_lb_std=std, repetitions=len(valid),
+                    confidence=config.audit.confidence, tests=bounds.tests, delta=config.audit.delta,
+                    mechanism=mechanism, claimed_epsilon=claimed, family=family,
+                    tau=config.audit.tau if design == names.OBSERVATIONAL else 0.0, design=design,
+                    informative_canaries=canaries if design == names.INJECTED else 0, canaries=canaries,
                     tau_break_even=observational.get("tau_break_even", {}).get("first", math.nan),
-                    reference_eps_lb=reference.get("eps_lb", math.nan), calibrated_tau=calibrated.get("tau", math.nan),
-                    calibrated_eps_lb=calibrated.get("eps_lb", math.nan))
+                    reference_eps_lb=reference.get("eps_lb", math.nan),
+                    reference_tau_break_even=reference.get("tau_break_even", math.nan),
+                    measured_tau=measured["max"] if measured is not None else math.nan,
+                    eps_lb_by_tau=observational.get("eps_lb_by_tau", {}))
 
 
 AUDIT = Stage(

@@ -125,23 +125,32 @@ def _ceiling(summary: dict[str, Any]) -> list[str]:
 
 
 def _tau_sensitivity(summary: dict[str, Any]) -> list[str]:
-    """Observational design only: the first repetition's valid bound at each tau (what the tau = 0 headline rests
-    on), the break-even tau* and the label-blind reference with the calibrated bound."""
+    """Observational design only: the proxy's measured error and the bound at it (on the twin), the first
+    repetition's valid bound at each assumed tau, the break-even tau* and the label-blind reference (with the
+    calibrated figure, labelled not a bound)."""
     by_tau = summary.get("eps_lb_by_tau")
     if not by_tau:
         return []
-    reference, calibrated = summary.get("reference"), summary.get("calibrated")
+    reference, calibrated, measured = summary.get("reference"), summary.get("calibrated"), summary.get("proxy_tv")
     lines = [f"break-even tau* = {_tau(summary['tau_break_even']['first'])} (the bound is 0 for any larger tau)"]
+    if measured is None:
+        lines.insert(0, "the proxy's error is not measured (no true P(y=1|x) for these canaries): no bound holds "
+                        "without an assumption on it")
+    else:
+        lines.insert(0, f"the proxy's TV error against the twin's truth on the {measured['canaries']} canaries: max "
+                        f"{_tau(measured['max'])}, 99th percentile {_tau(measured['p99'])}, mean {_tau(measured['mean'])};"
+                        f" valid bound at the max: eps >= {bound_text(measured['eps_lb'])}")
     if reference is None:
         lines.append("no label-blind reference audited (add a reference_prediction column to the canary table)")
     else:
-        lines.append(f"label-blind reference: eps_lb {bound_text(reference['eps_lb'])}, tau* "
-                     f"{_tau(reference['tau_break_even'])}; the target's bound at tau = {_tau(calibrated['tau'])}: "
-                     f"{bound_text(calibrated['eps_lb'])} (calibrated: valid only if that reference's tau* covers the "
-                     "proxy's error)")
+        lines.append(f"label-blind reference: eps_lb {bound_text(reference['eps_lb'])} at tau = "
+                     f"{_tau(summary['tau'])}, its own tau* {_tau(reference['tau_break_even'])}; not a bound: the "
+                     f"target at tau = {_tau(calibrated['tau'])} (the reference's largest tau*) reaches "
+                     f"{bound_text(calibrated['eps_lb'])}")
     return ["<p>Observational design: the bound holds only if the proxy is within total variation tau of the true "
             "label distribution on every canary. " + "; ".join(html.escape(line) for line in lines) + ".</p>",
-            _table(["tau", *by_tau], [("eps_lb (first repetition, valid)", *(bound_text(v) for v in by_tau.values()))])]
+            _table(["tau", *by_tau], [("eps_lb (first repetition, valid if the proxy is within tau)",
+                                       *(bound_text(v) for v in by_tau.values()))])]
 
 
 def _tau(value: float) -> str:
