@@ -7,7 +7,7 @@ VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' lia_spark/__init__.
 WHEEL := dist/lia_spark-$(VERSION)-py3-none-any.whl
 ENV_EXTRAS ?= xgboost,catboost
 
-.PHONY: demo test test-e2e test-all install bench wheel zip env clean
+.PHONY: demo test test-unit test-spark test-e2e test-all lint install bench wheel zip env clean
 
 $(STAMP): setup.py
 	bash .ci/ensure-java
@@ -24,11 +24,22 @@ demo: $(STAMP)
 	$(VENV)/bin/lia-spark run --conf conf/demo.yaml
 	$(VENV)/bin/lia-spark audit-table --conf conf/demo.yaml
 
-# Fast tier (kernels, config, small Spark stages); the end-to-end tier holds the tests marked e2e or slow.
+# Fast tier = the unit tier (no JVM: kernels, config, presentation; about 1.5 min) then the small Spark stages
+# (tests using the `spark` fixture, marked `spark` by tests/conftest.py); the end-to-end tier holds the tests marked
+# e2e or slow.
 FAST := not e2e and not slow
 
-test: $(STAMP)
-	$(PY) -m pytest -q tests -m "$(FAST)"
+test: test-unit test-spark
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q tests -m "not spark and $(FAST)"
+
+test-spark: $(STAMP)
+	$(PY) -m pytest -q tests -m "spark and $(FAST)"
+
+# Pyflakes' checks (unused or undefined names, imports): the mistakes that break code no test reaches.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check --select F lia_spark jobs tests benchmarks notebooks
 
 test-e2e: $(STAMP)
 	$(PY) -m pytest -q tests -m "not ($(FAST))"

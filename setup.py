@@ -37,7 +37,7 @@ setup(
         "xgboost": [XGBOOST_CPU],
         "spark": ["pyspark[connect]>=4.0,<5", XGBOOST_CPU],  # a machine without Spark: everything a cluster brings
         "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "psutil>=5.9",
-                "jsonschema>=4.18"],
+                "jsonschema>=4.18", "ruff>=0.5"],
     },
     entry_points={"console_scripts": ["lia-spark=lia_spark.run.cli:main"]},
 )

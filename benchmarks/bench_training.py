@@ -84,8 +84,6 @@ def main(argv=None) -> int:
         write_section("training", "\n".join(lines))
     grid = [f"utility.epsilons=[{args.epsilons}]", f"utility.bag_sizes=[{args.bag_sizes}]"]
     if "posteriors" not in skip:
-        from lia_spark.engine.stages import run_stage
-
         finite = ",".join(e for e in args.epsilons.split(",") if e.strip() not in ("inf", ".inf"))
         run_stage("posteriors", spark, load_config(None, [f"run.output_dir={small.run.output_dir}", "run.force=true",
                                                  "mechanisms.write_rows=false",

@@ -1,4 +1,5 @@
-"""Shared fixtures: one local SparkSession for the whole test run (start-up costs ~10-20 s)."""
+"""Shared fixtures: one local SparkSession for the whole test run (start-up costs ~10-20 s); every test that uses it
+(directly or through another fixture) is marked ``spark``, so ``make test-unit`` runs the others without a JVM."""
 from __future__ import annotations
 
 import pytest
@@ -19,3 +20,10 @@ def spark():
     ))
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test whose fixtures include ``spark`` (the closure: also through module fixtures) as ``spark``."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
