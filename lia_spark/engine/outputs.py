@@ -198,7 +198,7 @@ def claim_path(path: str) -> str:
 @contextlib.contextmanager
 def claimed(spark: SparkSession, path: str) -> Iterator[str]:
     """Record ``path`` as this run's (``<path>.lia-claim``: host, process id, start time) for the ``with`` block, so
-    an interrupted run's folder can be swept later and nobody else's ever is (:func:`unclaimed_leftover`). On an
+    an interrupted run's folder can be swept later and nobody else's ever is (:func:`swept_leftover`). On an
     exception ``path`` is deleted; at the end the claim is removed (the folder was committed, deleted or is
     scratch the caller removes)."""
     record = {"path": path.rstrip("/"), "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
@@ -240,7 +240,7 @@ def swept_leftover(spark: SparkSession, claim: str) -> str:
         return ""
     if host == socket.gethostname() and pid != os.getpid() and process_exists(pid):
         return ""
-    return f"{claim[:-len(CLAIM_SUFFIX)]}"
+    return claim[:-len(CLAIM_SUFFIX)]
 
 
 def process_exists(pid: int) -> bool:
@@ -272,8 +272,8 @@ def written_files(spark: SparkSession, folder: str) -> dict[str, list[Any]]:
 
 def damaged_files(spark: SparkSession, folder: str, marker: dict[str, Any]) -> list[str]:
     """How the files below ``folder`` differ from those its marker lists ("name: missing", "name: 10 bytes, the
-    marker says 12", "name: content changed", "name: not written by the stage"); ["no file list"] for a marker
-    without one (written before lia_spark verified files)."""
+    marker says 12", "name: content changed", "name: not written by the stage"); ["the marker lists no files"] for a
+    marker without a list (written before lia_spark verified files)."""
     recorded = marker.get(FILES_KEY)
     if not isinstance(recorded, dict):
         return ["the marker lists no files"]
