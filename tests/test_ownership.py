@@ -218,3 +218,19 @@ def test_pate_with_100000_teachers_on_16k_rows_exits_2_within_a_minute_with_spar
     assert completed.stderr.strip().splitlines()[-1].startswith(
         "lia-spark: pate.teachers: must be at most the target's about 16,000 training rows")
     assert seconds < 60, seconds
+
+
+def test_training_rows_are_the_sampled_day_times_the_train_share_and_counted_only_when_limited():
+    from lia_spark.run.config import load_config
+    from lia_spark.run.limits import check_training_rows, training_rows
+
+    config = load_config(None, [])  # sample_rows_per_day 1,000,000, train share 0.8, in memory
+    assert training_rows(config, 2000) == 1600 and training_rows(config, 5_000_000) == 800_000
+    assert training_rows(load_config(None, ["models.execution=distributed"]), 5_000_000) == 4_000_000
+
+    def never() -> int:
+        raise AssertionError("a mechanism without a row limit must not count rows")
+
+    check_training_rows(config, never, source="test")  # the default target (no mechanism) has no row limit
+    with pytest.raises(ValueError, match=r"^pate\.queries: must be at most the target's about 1,600 training rows"):
+        check_training_rows(load_config(None, ["models.training_mechanism=pate"]), lambda: 2000, source="test")

@@ -156,7 +156,7 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
         stage.upfront(spark, config)
     generating = "data" in selected and config.data.source == "synthetic"
     if "train" in selected and (generating or path_exists(spark, config.parquet_path)):
-        check_training_rows(config, target_day_rows(spark, config, generating=generating),
+        check_training_rows(config, lambda: target_day_rows(spark, config, generating=generating),
                             source="synthetic.rows_per_day" if generating else "counted in the data")
     check_writable(spark, config.run.output_dir)  # last: it creates the folder
 

@@ -21,6 +21,7 @@ Raises :class:`TableCellsFailed` (naming the failed cells) after writing the tab
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -311,7 +312,7 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
     logger.info("audit-table: %d cells (%s) below %s/cells", len(cells), ", ".join(c.name for c in cells),
                 layout.output_path(config, layout.TABLE))
     data_stage = _prepare_data(spark, config)
-    day_rows = target_day_rows(spark, config, generating=False)
+    day_rows = functools.cache(lambda: target_day_rows(spark, config, generating=False))  # counted once, if needed
     for cell in cells:
         check_training_rows(cell_config(config, cell), day_rows, source="counted in the data")
     result = TableResult(layout.output_path(config, layout.TABLE), [], unsupported, (), 0.0, data_stage)

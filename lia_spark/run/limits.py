@@ -3,6 +3,8 @@
 any fit (:func:`check_training_rows`)."""
 from __future__ import annotations
 
+from typing import Callable
+
 from lia_spark.names import BAG_MECHANISMS, PATE
 from lia_spark.run.capabilities import IN_MEMORY
 from lia_spark.run.checks import fail
@@ -19,22 +21,27 @@ def training_rows(config: Config, day_rows: int) -> int:
     return int(sampled * models.split[0])
 
 
-def check_training_rows(config: Config, day_rows: int, *, source: str) -> None:
+def check_training_rows(config: Config, day_rows: Callable[[], int], *, source: str) -> None:
     """Refuse a target that the rows cannot hold: PATE with more teachers (each needs rows) or student queries
-    (each is a training row) than training rows, an LLP bag larger than the training rows. ``source`` says where
-    ``day_rows`` comes from (for the message).
+    (each is a training row) than training rows, an LLP bag larger than the training rows. ``day_rows`` gives the
+    target day's rows, asked only when the training mechanism has such a limit (counting them may be a Spark job);
+    ``source`` says where they come from (for the message).
 
     Raises:
         ConfigError: naming the field first, with the training rows and where they come from.
     """
-    models, available = config.models, training_rows(config, day_rows)
+    models = config.models
     limited: list[tuple[str, int]] = []
     if models.training_mechanism == PATE:
         limited = [("pate.teachers", config.pate.teachers), ("pate.queries", config.pate.queries)]
     elif models.training_mechanism in BAG_MECHANISMS:
         limited = [("models.bag_size", models.bag_size)]
+    if not limited:
+        return
+    rows = day_rows()
+    available = training_rows(config, rows)
     for field, value in limited:
         if value > available:
             fail(field, value, f"must be at most the target's about {available:,} training rows (day "
-                 f"{models.target_day}: {day_rows:,} rows, {source}; train share {models.split[0]:g})",
+                 f"{models.target_day}: {rows:,} rows, {source}; train share {models.split[0]:g})",
                  "lower it, or train on more rows (models.sample_rows_per_day, a larger day)")
