@@ -39,5 +39,5 @@ setup(
         "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "psutil>=5.9",
                 "jsonschema>=4.18", "ruff>=0.5"],
     },
-    entry_points={"console_scripts": ["lia-spark=lia_spark.run.cli:main"]},
+    entry_points={"console_scripts": ["lia-spark=lia_spark.cli.main:main"]},
 )

@@ -9,7 +9,7 @@ Audit input: m canaries with a CTR-like proxy M'(x) = expit(N(-2, 1.2)), labels 
 that saw RR(eps=2) labels: M(x) = P(y = 1 | x, released label) (docs/math.md §3), all hashed from the row id.
 Figures:
 - stage: ``run_audit`` (read Parquet, exact distributed counts, bounds on the driver, write outputs);
-- counts: the distributed counting alone (:func:`lia_spark.engine.audit.distributed_counts`);
+- counts: the distributed counting alone (:func:`lia_spark.engine.audit.stage.distributed_counts`);
 - bounds: the driver's best bound per repetition, both families, both conventions;
 - kernel: :func:`lia_spark.kernels.audit.count_correct` in-process with the same score (its CPU time over the cores is
   the ceiling of the distributed counts).
@@ -56,9 +56,9 @@ def canary_table(m: int) -> pd.DataFrame:
 
 def bench_audit(m: int, master: str, rounds: int = 3) -> str:
     """The stage, its distributed counts and the in-process kernel (same score), ``rounds`` times back to back."""
-    from lia_spark.engine.audit_counts import distributed_counts, select_canaries
-    from lia_spark.engine.stages import run_stage
-    from lia_spark.engine.session import get_spark
+    from lia_spark.engine.audit.counts import distributed_counts, select_canaries
+    from lia_spark.engine.runtime.registry import run_stage
+    from lia_spark.engine.spark.session import get_spark
 
     table = canary_table(m)
     columns = (table["row_id"].to_numpy(), table["label"].to_numpy(), table["target_prediction"].to_numpy(),

@@ -21,8 +21,8 @@ from pyspark.sql import functions as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import write_section  # noqa: E402
-from lia_spark.engine.generate import (concatenate_parts_by_day, generated_lines, generated_rows, partition_count)  # noqa: E402
-from lia_spark.engine.session import get_spark  # noqa: E402
+from lia_spark.engine.generate.stage import (concatenate_parts_by_day, generated_lines, generated_rows, partition_count)  # noqa: E402
+from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.kernels import synthetic  # noqa: E402
 from lia_spark.run.config import config_from_dict  # noqa: E402
 from lia_spark.run.sections import SparkConfig  # noqa: E402

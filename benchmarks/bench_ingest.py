@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import write_section  # noqa: E402
 from lia_spark import names  # noqa: E402
-from lia_spark.engine.outputs import MARKER  # noqa: E402
-from lia_spark.engine.session import get_spark  # noqa: E402
-from lia_spark.engine.stages import run_stage  # noqa: E402
+from lia_spark.engine.runtime.outputs import MARKER  # noqa: E402
+from lia_spark.engine.spark.session import get_spark  # noqa: E402
+from lia_spark.engine.runtime.registry import run_stage  # noqa: E402
 from lia_spark.kernels import criteo  # noqa: E402
 from lia_spark.run.config import config_from_dict  # noqa: E402
 from lia_spark.run.sections import SparkConfig  # noqa: E402
@@ -192,7 +192,7 @@ def _gzip_part(spark, work: Path, twin_day: Path, *, rows: int, repeats: int) ->
 
 def _decode_step(spark, work: Path, gz_folder: Path, *, repeats: int) -> dict[str, float]:
     """Best seconds of ingest's step 0 on ``gz_folder``'s day_0.gz with each decoder."""
-    from lia_spark.engine import criteo_files
+    from lia_spark.engine.ingest import criteo_files
 
     sources = criteo_files.list_sources(spark, [str(gz_folder)])
     decoders = {ISAL: criteo_files._decoded_by_isal, SPARK_CODEC: criteo_files._decoded_by_spark}

@@ -503,10 +503,10 @@ def repetition_task(settings: dict, r: int, threads: int) -> dict:
 
 
 def repetitions_in_tasks(master: str, settings: Settings) -> list[dict]:
-    """Every repetition as one Spark task on ``master`` (:func:`lia_spark.engine.parallel_fits.run_fits`); a failed
+    """Every repetition as one Spark task on ``master`` (:func:`lia_spark.engine.models.parallel_fits.run_fits`); a failed
     repetition is logged and left out."""
-    from lia_spark.engine.parallel_fits import run_fits
-    from lia_spark.engine.session import get_spark
+    from lia_spark.engine.models.parallel_fits import run_fits
+    from lia_spark.engine.spark.session import get_spark
     from lia_spark.run.sections import SparkConfig
 
     spark = get_spark(SparkConfig(master=master, app_name="bench-injected-validity"))

@@ -18,9 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import process_tree_cpu_seconds, write_section  # noqa: E402
 from benchmarks.bench_training import _twin  # noqa: E402
-from lia_spark.engine import feature_frames  # noqa: E402
-from lia_spark.engine.modeling import (Preparation, boosting_params, pate_settings, prepare_days, training_seed)  # noqa: E402
-from lia_spark.engine.session import get_spark  # noqa: E402
+from lia_spark.engine.models import feature_frames  # noqa: E402
+from lia_spark.engine.models.preparation import (Preparation, boosting_params, pate_settings, prepare_days, training_seed)  # noqa: E402
+from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.kernels import pate, training  # noqa: E402
 
 EPSILONS = (math.inf, 8.0, 4.0, 2.0, 1.0, 0.1)

@@ -41,7 +41,7 @@ def measure(rows: int, master: str, workdir: str, driver_memory: str) -> dict:
     from lia_spark.run.sections import SparkConfig
     from lia_spark.engine.posteriors.units import posterior_input
     from lia_spark.engine.posteriors.writing import write_posteriors
-    from lia_spark.engine.session import get_spark
+    from lia_spark.engine.spark.session import get_spark
     from lia_spark.kernels.posterior_grid import settings_grid
 
     spark = get_spark(SparkConfig(master=master, driver_memory=driver_memory, extra={"spark.ui.enabled": "false"}))

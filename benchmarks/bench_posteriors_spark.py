@@ -208,10 +208,10 @@ def main(argv=None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
-    from lia_spark.engine.stages import run_stage
+    from lia_spark.engine.runtime.registry import run_stage
     from lia_spark.engine.posteriors.units import posterior_input
     from lia_spark.engine.posteriors.writing import posterior_rows
-    from lia_spark.engine.session import get_spark
+    from lia_spark.engine.spark.session import get_spark
     from lia_spark.kernels.posterior_grid import settings_grid
 
     spark = get_spark(SparkConfig(master=args.master, driver_memory="4g", extra={"spark.ui.enabled": "false"}))

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_scaling.py [--rows-per-day 5000000] [--days 2] [--master local[2]]
         [--stages data,posteriors] [--output /tmp/bench_scaling/run] [--render-only]
 
-Runs ``python -m lia_spark.run.cli run --conf conf/demo.yaml synthetic.rows_per_day=N synthetic.days=D`` as a
+Runs ``python -m lia_spark.cli.main run --conf conf/demo.yaml synthetic.rows_per_day=N synthetic.days=D`` as a
 subprocess (MLflow in a sqlite file of the output folder, Spark's event log beside it) and samples its process
 tree every 0.5 s with psutil: the resident memory of the driver JVM, the driver Python, the largest Python
 worker (pyspark.daemon and its forks) and, on ``local-cluster``, the largest executor JVM, attributed to the
@@ -65,7 +65,7 @@ def run_command(rows_per_day: int, days: int, master: str, output: Path, stages:
              "spark.eventLog.compress": "false"}
     if master.startswith("local-cluster"):  # half the worker's MB for the JVM heap, the rest for the Python workers
         extra["spark.executor.memory"] = f"{int(master.rstrip(']').split(',')[-1]) // 2}m"
-    return [sys.executable, "-m", "lia_spark.run.cli", "run", "--conf", str(REPO / "conf" / "demo.yaml"),
+    return [sys.executable, "-m", "lia_spark.cli.main", "run", "--conf", str(REPO / "conf" / "demo.yaml"),
             f"synthetic.rows_per_day={rows_per_day}", f"synthetic.days={days}", f"run.output_dir={output}",
             "run.name=scaling", f"spark.master={master}", f"spark.extra={json.dumps(extra)}",
             f"tracking.tracking_uri=sqlite:///{output / 'mlflow.db'}", "tracking.experiment=lia-spark-scaling",
@@ -572,7 +572,7 @@ def render(runs: list[dict[str, Any]]) -> str:
     base = max([run for run in local if parallel_fits(run)] or local, key=twin_rows)
     return "\n\n".join([
         "## Scaling of the whole pipeline (`benchmarks/bench_scaling.py`)",
-        "`python -m lia_spark.run.cli run --conf conf/demo.yaml synthetic.rows_per_day=N synthetic.days=D` (the demo "
+        "`python -m lia_spark.cli.main run --conf conf/demo.yaml synthetic.rows_per_day=N synthetic.days=D` (the demo "
         f"grid: {base['metrics']['posteriors.settings']} posterior settings, {base['metrics']['utility.settings']} "
         "utility targets, every other setting at its default, MLflow in sqlite), its process tree sampled every "
         "0.5 s; the notes under the table give the machine's load during each run (runs on 2026-11-23 shared it "

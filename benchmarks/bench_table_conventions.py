@@ -31,9 +31,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
 from benchmarks.bench_injected_table import cells  # noqa: E402
-from lia_spark.engine.session import get_spark  # noqa: E402
-from lia_spark.engine.stages import run_stage  # noqa: E402
-from lia_spark.engine.table import paper_way_config  # noqa: E402
+from lia_spark.engine.spark.session import get_spark  # noqa: E402
+from lia_spark.engine.runtime.registry import run_stage  # noqa: E402
+from lia_spark.engine.runtime.audit_table import paper_way_config  # noqa: E402
 from lia_spark.names import PATE, RECALIBRATE_PROXY, RECALIBRATE_TARGET  # noqa: E402
 from lia_spark.run import layout  # noqa: E402
 from lia_spark.run.config import load_config  # noqa: E402

@@ -27,15 +27,15 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import SeenProcessesCpu, write_section  # noqa: E402
-from lia_spark.engine.outputs import MARKER  # noqa: E402
-from lia_spark.engine.session import get_spark  # noqa: E402
-from lia_spark.engine.stages import run_stage  # noqa: E402
+from lia_spark.engine.runtime.outputs import MARKER  # noqa: E402
+from lia_spark.engine.spark.session import get_spark  # noqa: E402
+from lia_spark.engine.runtime.registry import run_stage  # noqa: E402
 from lia_spark.run.config import load_config  # noqa: E402
 from lia_spark.run.sections import SparkConfig  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "utility_parallel_runs.json"
-FIT_JOB = "fits in parallel tasks"  # the job description of lia_spark.engine.parallel_fits.run_fits
+FIT_JOB = "fits in parallel tasks"  # the job description of lia_spark.engine.models.parallel_fits.run_fits
 
 
 def measured(spark, config, cpu: SeenProcessesCpu) -> tuple[float, float, object]:

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/fault_matrix.py [--root /tmp/lia-faults] [--keep] [--only NAME ...]
 
-Every case runs the real command line (``python -m lia_spark.run.cli``, its own Spark session) on a small twin in
+Every case runs the real command line (``python -m lia_spark.cli.main``, its own Spark session) on a small twin in
 a fresh folder below ``--root`` and prints one row: case | expected | observed | ok. The exit code is the number of
 cases whose observation differs from the expectation, so a re-run after any change is one command. Cases that need
 what this machine cannot give (a tmpfs mount for a full disk) say "skipped" and why. Takes about 6 minutes on 2 cores.
@@ -69,7 +69,7 @@ def lia(config: Path, *arguments: str, command: str = "run", signal_after: tuple
     log = config.parent.with_name(f"{config.parent.name}-stderr-{time.monotonic_ns()}.txt")  # beside the case's folder
     started = time.monotonic()
     with log.open("w") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "lia_spark.run.cli", command, "--conf", str(config),
+        process = subprocess.Popen([sys.executable, "-m", "lia_spark.cli.main", command, "--conf", str(config),
                                     *arguments], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
         if signal_after is not None:
             text, signum = signal_after

@@ -5,7 +5,7 @@ paper's Table 2 (eps lower bounds) and Table 5 (utility) in one command, resumab
 """
 import sys
 
-from lia_spark.run.cli import job_main
+from lia_spark.cli.main import job_main
 
 if __name__ == "__main__":
     sys.exit(job_main("audit-table", sys.argv[1:]))

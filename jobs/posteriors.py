@@ -5,7 +5,7 @@ posteriors, summaries, plots).
 """
 import sys
 
-from lia_spark.run.cli import job_main
+from lia_spark.cli.main import job_main
 
 if __name__ == "__main__":
     sys.exit(job_main("posteriors", sys.argv[1:]))

@@ -30,8 +30,8 @@ if "dbutils" in globals():  # Databricks: a fresh Python process imports the pac
 
 import shlex
 
-from lia_spark.engine.session import get_spark
-from lia_spark.run.cli import WORKSPACE_CONF, notebook_conf, notebook_parameters
+from lia_spark.engine.spark.session import get_spark
+from lia_spark.cli.main import WORKSPACE_CONF, notebook_conf, notebook_parameters
 from lia_spark.run.config import load_config
 
 params = notebook_parameters(globals(), {"conf": WORKSPACE_CONF, "overrides": ""})
@@ -52,8 +52,8 @@ def show(frame):
 
 # COMMAND ----------
 
-from lia_spark.engine.outputs import is_complete, read_marker
-from lia_spark.engine.stages import run_stage, step_stage
+from lia_spark.engine.runtime.outputs import is_complete, read_marker
+from lia_spark.engine.runtime.registry import run_stage, step_stage
 
 if not is_complete(spark, config.parquet_path):
     run_stage(step_stage("data", config).name, spark, config)

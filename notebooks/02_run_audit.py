@@ -32,8 +32,8 @@ if "dbutils" in globals():  # Databricks: a fresh Python process imports the pac
 
 import shlex
 
-from lia_spark.engine.session import get_spark
-from lia_spark.run.cli import WORKSPACE_CONF, configure_logging, notebook_conf, notebook_parameters
+from lia_spark.engine.spark.session import get_spark
+from lia_spark.cli.main import WORKSPACE_CONF, configure_logging, notebook_conf, notebook_parameters
 from lia_spark.run.config import load_config
 
 configure_logging()
@@ -47,7 +47,7 @@ spark = get_spark(config.spark)  # the cluster's session on Databricks (Spark Co
 
 # COMMAND ----------
 
-from lia_spark.engine.pipeline import run_pipeline
+from lia_spark.engine.runtime.pipeline import run_pipeline
 
 result = run_pipeline(spark, config)
 print(result.console_summary())

@@ -27,7 +27,7 @@ if "dbutils" in globals():  # Databricks: a fresh Python process imports the pac
 
 # COMMAND ----------
 
-from lia_spark.run.cli import notebook_parameters
+from lia_spark.cli.main import notebook_parameters
 from lia_spark.run.sections import TrackingConfig
 from lia_spark.tracking.mlflow_runs import pipeline_runs
 from lia_spark.tracking.store import resolve_tracking_uri

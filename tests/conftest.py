@@ -9,7 +9,7 @@ from lia_spark.run.sections import SparkConfig
 
 @pytest.fixture(scope="session")
 def spark():
-    from lia_spark.engine.session import get_spark
+    from lia_spark.engine.spark.session import get_spark
 
     session = get_spark(SparkConfig(
         master="local[2]",

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "lia_spark"
-FOLDERS = ("kernels", "studies", "present", "run", "tracking", "engine")
+FOLDERS = ("kernels", "studies", "present", "run", "tracking", "engine", "cli")
 
 
 def _imported_roots(path: Path) -> set[str]:
@@ -78,10 +78,10 @@ def test_vocabulary_imports_nothing_and_the_posterior_grid_only_numpy():
 
 def test_only_the_session_and_file_modules_reach_the_jvm():
     """Spark Connect sessions (Databricks shared and serverless compute) have no SparkContext and no JVM: every
-    other module goes through engine/session.py and engine/filesystem.py, which also work over Connect."""
+    other module goes through engine/spark/session.py and engine/spark/filesystem.py, which also work over Connect."""
     reaching = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                 if re.search(r"sparkContext|\._jvm\b|\._jsc\b", p.read_text(encoding="utf-8"))}
-    assert reaching == {"engine/session.py", "engine/filesystem.py"}
+    assert reaching == {"engine/spark/session.py", "engine/spark/filesystem.py"}
 
 
 def _module_name(path: Path) -> str:
@@ -158,9 +158,83 @@ def test_a_stage_never_reaches_another_stage_module():
 
 
 def test_the_cli_lists_the_registry_commands():
-    from lia_spark.run.cli import COMMAND_NAMES
-    from lia_spark.engine.commands import COMMANDS
-    from lia_spark.engine.stages import STAGES
+    from lia_spark.cli.main import COMMAND_NAMES
+    from lia_spark.engine.runtime.commands import COMMANDS
+    from lia_spark.engine.runtime.registry import STAGES
 
     assert COMMAND_NAMES == tuple(COMMANDS)
     assert {stage.name for stage in STAGES.values()} == set(STAGES)
+
+
+ENGINE = "lia_spark.engine"
+RUNTIME_CONTRACT = tuple(f"{ENGINE}.runtime.{name}" for name in ("stage", "outputs", "lock", "progress"))
+ORCHESTRATORS = tuple(f"{ENGINE}.runtime.{name}" for name in ("registry", "pipeline", "commands", "audit_table"))
+
+
+def _engine_folder(module: str) -> str:
+    """``lia_spark.engine.<folder>.<module>`` -> folder; the engine package itself -> ``""``."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 else ""
+
+
+def _engine_imports(graph: dict[str, set[str]], module: str) -> set[str]:
+    return {imported for imported in graph[module] if imported.startswith(f"{ENGINE}.")
+            and imported.count(".") > 2}  # modules, not the folders' packages
+
+
+def test_engine_folders_are_those_of_the_layout():
+    folders = sorted(p.name for p in (PACKAGE / "engine").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders == sorted(["runtime", "spark", "models", "generate", "ingest", "train", "posteriors", "utility",
+                              "audit", "report", "logloss"])
+    assert sorted(p.name for p in (PACKAGE / "engine").glob("*.py")) == ["__init__.py"]
+    assert set(ORCHESTRATORS + RUNTIME_CONTRACT) == {_module_name(p) for p in (PACKAGE / "engine/runtime").glob("*.py")
+                                                     if p.name != "__init__.py"}
+
+
+def test_spark_imports_nothing_else_of_the_engine():
+    graph = import_graph()
+    spark = {module for module in graph if _engine_folder(module) == "spark" and module.count(".") > 2}
+    assert len(spark) == 3
+    assert {module: sorted(m for m in _engine_imports(graph, module) if _engine_folder(m) != "spark")
+            for module in spark} == {module: [] for module in spark}
+
+
+def test_models_import_only_spark_the_outputs_and_models():
+    graph = import_graph()
+    allowed = {"spark", "models"}
+    models = {module for module in graph if _engine_folder(module) == "models" and module.count(".") > 2}
+    assert len(models) >= 8
+    assert {module: sorted(m for m in _engine_imports(graph, module)
+                           if _engine_folder(m) not in allowed and m != f"{ENGINE}.runtime.outputs")
+            for module in models} == {module: [] for module in models}
+
+
+def test_a_stage_folder_imports_the_contract_spark_models_and_itself():
+    graph = import_graph()
+    stage_folders = {"generate", "ingest", "train", "posteriors", "utility", "audit", "report", "logloss"}
+    stage_side = {module for module in graph if _engine_folder(module) in stage_folders}
+    assert len(stage_side) > 15
+    outside = {module: sorted(m for m in _engine_imports(graph, module)
+                              if _engine_folder(m) not in {"spark", "models", _engine_folder(module)}
+                              and m not in RUNTIME_CONTRACT)
+               for module in stage_side}
+    assert outside == {module: [] for module in stage_side}
+
+
+def test_the_runtime_contract_never_imports_a_stage_or_a_model():
+    graph = import_graph()
+    outside = {module: sorted(m for m in _engine_imports(graph, module)
+                              if _engine_folder(m) != "spark" and m not in RUNTIME_CONTRACT)
+               for module in RUNTIME_CONTRACT}
+    assert outside == {module: [] for module in RUNTIME_CONTRACT}
+
+
+def test_the_cli_sits_above_everything():
+    """Nothing imports the command line; the configuration (run/) never imports the engine or the CLI."""
+    graph = import_graph()
+    into_cli = sorted(module for module, imported in graph.items() if not module.startswith("lia_spark.cli")
+                      and any(m.startswith("lia_spark.cli") for m in imported))
+    assert into_cli == []
+    run_up = sorted(module for module, imported in graph.items() if module.startswith("lia_spark.run")
+                    and any(m.startswith((ENGINE, "lia_spark.cli")) for m in imported))
+    assert run_up == []

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from json_support import check_file, check_result
-from lia_spark.engine.audit_counts import distributed_counts
-from lia_spark.engine.outputs import is_complete
-from lia_spark.engine.stages import run_stage
+from lia_spark.engine.audit.counts import distributed_counts
+from lia_spark.engine.runtime.outputs import is_complete
+from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.kernels import audit, audit_sweep, hashing
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.model_sections import AuditConfig
@@ -121,7 +121,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
 
 def test_boundary_sample_stops_growing_with_the_canaries():
     """Sampled canaries per range: 1000 while that keeps the sample <= 256k rows per score, then fewer (>= 64)."""
-    from lia_spark.engine.audit_counts import sample_rows_per_range
+    from lia_spark.engine.audit.counts import sample_rows_per_range
 
     assert [sample_rows_per_range(parts) for parts in (8, 256, 1000, 4000, 100_000)] == [1000, 1000, 256, 64, 64]
     assert max(sample_rows_per_range(parts) * parts for parts in range(1, 4001)) == 256_000
@@ -154,7 +154,7 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
                                                                       "hidden_bit", "target_prediction",
                                                                       "proxy_prediction")),
                                     seed=42, guesses=guesses, scores=scores)
-    from lia_spark.engine.audit_counts import select_canaries
+    from lia_spark.engine.audit.counts import select_canaries
 
     for partitions in (1, 4):
         df, _ = select_canaries(spark.createDataFrame(table).repartition(partitions), seed=42, canaries=0,
@@ -258,7 +258,7 @@ def test_on_the_twin_the_observational_headline_is_the_bound_at_the_proxys_measu
 def test_an_audit_without_its_canary_table_fails_first_naming_the_command_that_writes_it(spark, tmp_path):
     """Alone, the audit stage checks its declared input before any work; in the pipeline, a selection without the
     step that writes it fails before any stage runs (nothing written either way)."""
-    from lia_spark.engine.pipeline import run_pipeline
+    from lia_spark.engine.runtime.pipeline import run_pipeline
 
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "stages": ["audit"]},
                                "tracking": {"enabled": False}})
@@ -276,7 +276,7 @@ def test_recalibration_reads_no_label_and_maps_a_shifted_target_back(spark, tmp_
     it unchanged; a target shifted by +3 in logit is mapped back onto the proxy; the audit records the map."""
     from scipy.special import expit, logit
 
-    from lia_spark.engine.audit_counts import select_canaries
+    from lia_spark.engine.audit.counts import select_canaries
 
     table = _injected_table(6000, seed=3)
     table["target_prediction"] = expit(logit(table["proxy_prediction"]) + 3.0)
@@ -311,7 +311,7 @@ def test_recalibration_reads_no_label_and_maps_a_shifted_target_back(spark, tmp_
 
 def test_the_observational_game_on_an_injected_target_shows_the_label_it_trained_on(spark):
     """y0 of the observational game is the training label: y1 where the coin injected it, else the true label."""
-    from lia_spark.engine.audit_counts import select_canaries
+    from lia_spark.engine.audit.counts import select_canaries
 
     table = _injected_table(2000, seed=4)
     df, mapping = select_canaries(spark.createDataFrame(table), seed=42, canaries=0, design="observational")

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from lia_spark.run.cli import COMMAND_NAMES, main
-from lia_spark.run.command_help import ALWAYS_READ, COMMAND_HELP
+from lia_spark.cli.main import COMMAND_NAMES, main
+from lia_spark.cli.command_help import ALWAYS_READ, COMMAND_HELP
 
 
 @pytest.mark.parametrize("command", ["run", *COMMAND_NAMES])
@@ -31,7 +31,7 @@ def _sections(stage, config) -> set[str]:
 
 
 def test_the_help_lists_the_sections_of_the_stages_each_command_runs():
-    from lia_spark.engine.stages import STAGES
+    from lia_spark.engine.runtime.registry import STAGES
     from lia_spark.run.config import Config
 
     config = Config()

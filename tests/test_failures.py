@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lia_spark.engine.lock import LOCK_FILE, LockHolder, lock_path, run_lock
-from lia_spark.run.cli import main
+from lia_spark.engine.runtime.lock import LOCK_FILE, LockHolder, lock_path, run_lock
+from lia_spark.cli.main import main
 from lia_spark.run.failures import failure_line, resource_problem
 from pipeline_support import REPO, conf_file, executor_jvms
 
@@ -129,7 +129,7 @@ def test_wrong_input_found_inside_a_command_exits_2_naming_the_field(data_run, t
 
 
 def _claim(folder: Path, pid: int) -> Path:
-    """A claim as :func:`lia_spark.engine.outputs.claimed` writes it, by process ``pid`` of this host."""
+    """A claim as :func:`lia_spark.engine.runtime.outputs.claimed` writes it, by process ``pid`` of this host."""
     claim = folder.parent / f"{folder.name}.lia-claim"
     claim.write_text(json.dumps({"path": str(folder), "host": socket.gethostname(), "pid": pid,
                                  "started": time.time()}), encoding="utf-8")
@@ -163,7 +163,7 @@ def test_a_resumed_run_removes_only_what_an_interrupted_run_claimed(data_run, ca
 def test_a_second_run_into_a_locked_folder_fails_naming_the_holder(spark, data_run, tmp_path):
     conf = _conf(tmp_path / "conf.yaml", data_run / "out")
     with run_lock(spark, str(data_run / "out"), command="lia-spark test", max_age_hours=1.0):
-        completed = subprocess.run([sys.executable, "-m", "lia_spark.run.cli", "run", "--conf", str(conf)], cwd=REPO,
+        completed = subprocess.run([sys.executable, "-m", "lia_spark.cli.main", "run", "--conf", str(conf)], cwd=REPO,
                                    capture_output=True, text=True, timeout=300, env={**os.environ})
     assert completed.returncode == 1, completed.stderr[-2000:]
     line = completed.stderr.strip().splitlines()[-1]
@@ -278,13 +278,13 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
                 _stop(server)
 
     hook = StopServerAfterData()
-    caplog.set_level(logging.INFO, logger="lia_spark.engine.pipeline")
-    logging.getLogger("lia_spark.engine.pipeline").addHandler(hook)
+    caplog.set_level(logging.INFO, logger="lia_spark.engine.runtime.pipeline")
+    logging.getLogger("lia_spark.engine.runtime.pipeline").addHandler(hook)
     started = time.monotonic()
     try:
         assert main(["run", "--conf", str(conf)]) == 0
     finally:
-        logging.getLogger("lia_spark.engine.pipeline").removeHandler(hook)
+        logging.getLogger("lia_spark.engine.runtime.pipeline").removeHandler(hook)
         if server.poll() is None:
             _stop(server)
     seconds = time.monotonic() - started
@@ -318,9 +318,9 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
 FAULTY_POSTERIORS = """
 import sys
 from lia_spark.run.config import load_config
-from lia_spark.engine.stages import run_stage
+from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.engine.posteriors.writing import WORKER_EXIT_PROPERTY
-from lia_spark.engine.session import get_spark
+from lia_spark.engine.spark.session import get_spark
 
 out, marker = sys.argv[1], sys.argv[2]
 grid = ["synthetic.rows_per_day=6000", "mechanisms.epsilons=[1.0]", "mechanisms.bag_sizes=[8]",
@@ -381,7 +381,7 @@ def test_an_executor_lost_mid_posteriors_and_mid_audit_leaves_the_results_of_a_c
 
     import pandas as pd
 
-    from lia_spark.engine.pipeline import run_pipeline
+    from lia_spark.engine.runtime.pipeline import run_pipeline
     from lia_spark.run.config import load_config
 
     conf = _conf(tmp_path / "conf.yaml", tmp_path / "lost", run={"stages": ["data", "train", "posteriors", "audit"]},

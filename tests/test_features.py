@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from lia_spark.engine import feature_frames
+from lia_spark.engine.models import feature_frames
 from lia_spark.kernels import features
 from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lia_spark import __version__
-from lia_spark.engine.stages import STAGES
+from lia_spark.engine.runtime.registry import STAGES
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config, load_config
 from lia_spark.run.fingerprint import (CHECKSUM_KEY, FINGERPRINT_KEY, NON_COMPUTING_MODULES, UNREAD_FIELDS, Fingerprint,

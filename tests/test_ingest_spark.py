@@ -18,10 +18,10 @@ import pytest
 
 from lia_spark import names
 from json_support import check_result
-from lia_spark.engine.criteo_files import decompressed_copies, list_sources
-from lia_spark.engine.ingest import QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError
-from lia_spark.engine.outputs import MARKER
-from lia_spark.engine.stages import run_stage
+from lia_spark.engine.ingest.criteo_files import decompressed_copies, list_sources
+from lia_spark.engine.ingest.stage import QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError
+from lia_spark.engine.runtime.outputs import MARKER
+from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.kernels import criteo
 from lia_spark.run.config import config_from_dict
 
@@ -303,7 +303,7 @@ def test_reuse_follows_the_fields_read_and_the_input_files(spark, tmp_path, days
 def test_isal_and_spark_decode_the_same_lines_of_multi_member_damaged_and_odd_line_ends(spark, tmp_path):
     """Step 0's two decoders (ISA-L in a task for local files, Spark's codec elsewhere) give the same lines: a
     two-member gzip with CRLF and a lone CR, a truncated gzip (what precedes the damage) and a plain file named .gz."""
-    from lia_spark.engine import criteo_files
+    from lia_spark.engine.ingest import criteo_files
 
     rng = np.random.default_rng(23)
     text = "".join(line + "\n" for line in _format(_random_rows(rng, 3000))).encode()

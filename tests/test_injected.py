@@ -183,7 +183,7 @@ def test_the_scores_read_neither_the_coin_nor_the_released_label():
     correctness bits (the audit's own bookkeeping) change when the coins are flipped."""
     import pandas as pd
 
-    from lia_spark.engine.audit_counts import _candidate_keys, _game_candidates
+    from lia_spark.engine.audit.counts import _candidate_keys, _game_candidates
     from lia_spark.kernels.canary_scores import resolve_scores
 
     row_ids, label, _, proxy = _world(4_000, seed=6)

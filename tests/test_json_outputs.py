@@ -19,7 +19,7 @@ import yaml
 from json_support import check_file, strict_load
 from lia_spark.present.wording import NO_EVIDENCE
 from lia_spark.run import schemas
-from lia_spark.run.cli import COMMAND_NAMES, main
+from lia_spark.cli.main import COMMAND_NAMES, main
 from pipeline_support import REPO
 
 

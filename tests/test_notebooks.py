@@ -58,7 +58,7 @@ def test_notebooks_install_the_built_wheel_then_restart_python_and_default_to_a_
 
 
 def test_workspace_config_falls_back_to_the_checkout_outside_databricks(spark, tmp_path):
-    from lia_spark.run.cli import CHECKOUT_CONF, WORKSPACE_CONF, notebook_conf
+    from lia_spark.cli.main import CHECKOUT_CONF, WORKSPACE_CONF, notebook_conf
 
     user = spark.sql("SELECT current_user()").first()[0]
     assert WORKSPACE_CONF.startswith("/Workspace/Users/{user}/")
@@ -71,7 +71,7 @@ def test_workspace_config_falls_back_to_the_checkout_outside_databricks(spark, t
 
 
 def test_widgets_are_used_when_dbutils_exists():
-    from lia_spark.run.cli import notebook_parameters
+    from lia_spark.cli.main import notebook_parameters
 
     class Widgets:
         def __init__(self):

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
-from lia_spark.run.cli import main
+from lia_spark.cli.main import main
 from lia_spark.run.failures import failure_line
 from pipeline_support import REPO, conf_file
 
@@ -169,14 +169,14 @@ def test_a_full_disk_in_a_python_worker_names_the_folder_being_written(spark):
         spark.range(4).select(fill_the_disk("id")).collect()
     line, code = failure_line(raised.value)
     assert code == 1 and line.startswith("the folder being written: no space left on the device") and "Errno 28" in line
-    raised.value.add_note(f"lia-spark: writing {REPO} (12.5 MB written)")  # as lia_spark.engine.outputs.claimed adds it
+    raised.value.add_note(f"lia-spark: writing {REPO} (12.5 MB written)")  # as lia_spark.engine.runtime.outputs.claimed adds it
     line, _ = failure_line(raised.value)
     assert line.startswith(f"{REPO}: no space left on the device (") and "free of" in line and "12.5 MB written" in line
 
 
 def _run_until(conf: Path, started_line: str, *extra: str) -> tuple[subprocess.Popen, Path]:
     log = conf.parent / "stderr.txt"
-    process = subprocess.Popen([sys.executable, "-m", "lia_spark.run.cli", "run", "--conf", str(conf), *extra],
+    process = subprocess.Popen([sys.executable, "-m", "lia_spark.cli.main", "run", "--conf", str(conf), *extra],
                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=log.open("w"))
     deadline = time.monotonic() + 240
     while started_line not in log.read_text(encoding="utf-8"):
@@ -200,7 +200,7 @@ def test_ctrl_c_and_sigterm_end_with_their_code_and_the_same_command_resumes(tmp
                     "are kept and the same command resumes")
     assert sorted(path.name for path in out.iterdir() if not path.name.startswith(".")) == [
         "data", "models", "truth"], "no lock, staging folder or claim is left"
-    resumed = subprocess.run([sys.executable, "-m", "lia_spark.run.cli", "run", "--conf", str(conf)], cwd=REPO,
+    resumed = subprocess.run([sys.executable, "-m", "lia_spark.cli.main", "run", "--conf", str(conf)], cwd=REPO,
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "data=reused" in resumed.stdout and "train=reused" in resumed.stdout and "posteriors=ran" in resumed.stdout
@@ -210,7 +210,7 @@ def test_ctrl_c_and_sigterm_end_with_their_code_and_the_same_command_resumes(tmp
 def test_pate_with_100000_teachers_on_16k_rows_exits_2_within_a_minute_with_spark_start(tmp_path):
     conf = _conf(tmp_path / "conf.yaml", tmp_path / "out", synthetic={"rows_per_day": 20000, "days": 2})
     started = time.monotonic()
-    completed = subprocess.run([sys.executable, "-m", "lia_spark.run.cli", "run", "--conf", str(conf),
+    completed = subprocess.run([sys.executable, "-m", "lia_spark.cli.main", "run", "--conf", str(conf),
                                 "models.training_mechanism=pate", "pate.teachers=100000"], cwd=REPO,
                                capture_output=True, text=True, timeout=300, env={**os.environ})
     seconds = time.monotonic() - started

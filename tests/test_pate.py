@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from dp_accounting import rdp
 
-from lia_spark.engine.pate_teachers import spark_votes
+from lia_spark.engine.models.pate_teachers import spark_votes
 from lia_spark.kernels import features, hashing, pate, training
 
 MODEL = pate.TeacherModel(n_estimators=15, max_depth=3, learning_rate=0.3, seed=3)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from lia_spark.engine.outputs import MARKER, is_complete
-from lia_spark.engine.pipeline import run_pipeline
-from lia_spark.engine.stages import step_stage
-from lia_spark.run.cli import main
-from lia_spark.run.cli import COMMAND_NAMES
+from lia_spark.engine.runtime.outputs import MARKER, is_complete
+from lia_spark.engine.runtime.pipeline import run_pipeline
+from lia_spark.engine.runtime.registry import step_stage
+from lia_spark.cli.main import main
+from lia_spark.cli.main import COMMAND_NAMES
 from lia_spark.run.config import Config
 from lia_spark.run.sections import PIPELINE_STAGES
 from pipeline_support import REPO, tiny_run

@@ -16,13 +16,13 @@ import pandas as pd
 import pytest
 
 from json_support import check_result
-from lia_spark.engine.feature_frames import check_days_present, released_day_field, released_days
+from lia_spark.engine.models.feature_frames import check_days_present, released_day_field, released_days
 from lia_spark.engine.posteriors.reading import input_parts, load_input, local_path, side_row_counts, side_rows
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, summarize_digest
 from lia_spark.engine.posteriors.units import (ARROW_SIDE_SCHEMA, bagged_units, file_blobs, frame_blobs,
                                                partition_codes, posterior_input, shuffled_units, unpacked)
 from lia_spark.engine.posteriors.writing import UNIT_ROWS, check_result_files, posterior_rows, write_posteriors
-from lia_spark.engine.stages import run_stage
+from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.kernels import advantage, hashing, mechanisms, posteriors
 from lia_spark.kernels.criteo import STORAGE_DDL, make_row_id
 from lia_spark.kernels.posterior_grid import Setting, plot_sample_mask, setting_seed, settings_grid

@@ -1,4 +1,4 @@
-"""Progress lines of running stages (lia_spark.engine.progress): the line's wording, a real slow Spark job reported
+"""Progress lines of running stages (lia_spark.engine.runtime.progress): the line's wording, a real slow Spark job reported
 while it runs, a heartbeat for driver-side work, a reporting thread that ends with the block, and run_stage's."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import threading
 import time
 from types import SimpleNamespace
 
-from lia_spark.engine.progress import ConnectProgress, StageProgress, progress_line, reporting_progress
-from lia_spark.engine.session import describe_jobs
+from lia_spark.engine.runtime.progress import ConnectProgress, StageProgress, progress_line, reporting_progress
+from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.run.config import load_config
 
-LOGGER = "lia_spark.engine.progress"
+LOGGER = "lia_spark.engine.runtime.progress"
 TASK_LINE = re.compile(r"slow job: (\d+)/6 tasks of Spark stage \d+ done")
 
 
@@ -98,7 +98,7 @@ def test_zero_seconds_reports_nothing(spark, caplog):
 
 
 def test_run_stage_reports_its_progress_under_its_name(spark, caplog, tmp_path):
-    from lia_spark.engine.stages import run_stage
+    from lia_spark.engine.runtime.registry import run_stage
 
     caplog.set_level(logging.INFO, logger=LOGGER)
     config = load_config(None, [f"run.output_dir={tmp_path}", "run.progress_seconds=0.2",

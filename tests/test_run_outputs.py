@@ -52,7 +52,7 @@ def run(spark, tmp_path_factory) -> dict:
 
 
 def main_exit(command: str, conf: Path, overrides: tuple[str, ...]) -> int:
-    from lia_spark.run.cli import main
+    from lia_spark.cli.main import main
 
     return main([command, "--conf", str(conf), *overrides])
 

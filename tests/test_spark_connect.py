@@ -20,11 +20,11 @@ pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 # given as a URI (only the server could reach it).
 CHILD = """
 import sys
-from lia_spark.run.cli import main
+from lia_spark.cli.main import main
 from lia_spark.run.config import load_config
-from lia_spark.engine.outputs import check_writable
-from lia_spark.engine.session import get_spark, is_connect
-from lia_spark.engine.stages import run_stage
+from lia_spark.engine.runtime.outputs import check_writable
+from lia_spark.engine.spark.session import get_spark, is_connect
+from lia_spark.engine.runtime.registry import run_stage
 
 code = main(["run", "--conf", sys.argv[1]])
 config = load_config(sys.argv[1], ["models.execution=distributed"])

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from lia_spark import __version__
-from lia_spark.engine.pipeline import run_pipeline
+from lia_spark.engine.runtime.pipeline import run_pipeline
 from lia_spark.run.config import load_config
 from lia_spark.run.sections import PIPELINE_STAGES
 from pipeline_support import PYTHON, REPO, executor_jvms, python_without_package, tiny_run, write_conf
@@ -88,8 +88,8 @@ def _result(stdout: str, mounts: dict[str, Path] | None = None) -> dict:
 
 def test_wheel_holds_the_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ("lia_spark/engine/pipeline.py", "lia_spark/tracking/mlflow_runs.py", "lia_spark/present/report.py",
-                   "lia_spark/engine/stages.py", "lia_spark/kernels/hashing.py"):
+    for module in ("lia_spark/engine/runtime/pipeline.py", "lia_spark/tracking/mlflow_runs.py", "lia_spark/present/report.py",
+                   "lia_spark/engine/runtime/registry.py", "lia_spark/kernels/hashing.py"):
         assert module in names
 
 
@@ -111,7 +111,7 @@ def test_wheel_requires_pyspark_only_with_the_spark_extra(requirements):
 
 
 def test_cli_without_pyspark_fails_in_one_line_naming_the_extra(monkeypatch, capsys):
-    from lia_spark.run.cli import main
+    from lia_spark.cli.main import main
 
     monkeypatch.setitem(sys.modules, "pyspark", None)  # as in an environment without pyspark
     assert main(["run", "--conf", "conf/demo.yaml"]) == 2

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 import yaml
 
-from lia_spark.engine.outputs import read_marker
-from lia_spark.engine.pipeline import run_pipeline
+from lia_spark.engine.runtime.outputs import read_marker
+from lia_spark.engine.runtime.pipeline import run_pipeline
 from lia_spark.names import setting_key
-from lia_spark.run.cli import job_main
+from lia_spark.cli.main import job_main
 from lia_spark.run.sections import TrackingConfig
 from lia_spark.tracking.mlflow_runs import DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, data_fingerprint, flatten
 from lia_spark.tracking.store import TrackingError, check_tracking_store, resolve_tracking_uri

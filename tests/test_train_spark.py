@@ -12,14 +12,14 @@ import pandas as pd
 import pytest
 
 from json_support import check_file, check_result
-from lia_spark.engine import metrics
-from lia_spark.engine.bags import row_bag_proportions
-from lia_spark.engine.feature_frames import read_day
-from lia_spark.engine.fitting import membership_candidates
-from lia_spark.engine.modeling import (Preparation, TargetJob, boosting_params, byte_size, check_driver_fits,
+from lia_spark.engine.train import metrics
+from lia_spark.engine.models.bags import row_bag_proportions
+from lia_spark.engine.models.feature_frames import read_day
+from lia_spark.engine.models.execution import membership_candidates
+from lia_spark.engine.models.preparation import (Preparation, TargetJob, boosting_params, byte_size, check_driver_fits,
                                        prepare_days, training_seed)
-from lia_spark.engine.outputs import MARKER
-from lia_spark.engine.stages import run_stage
+from lia_spark.engine.runtime.outputs import MARKER
+from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.kernels import features, injected, label_mechanisms, mechanisms, membership, pate, synthetic, training
 from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 from lia_spark.run.checks import ConfigError
@@ -155,7 +155,7 @@ def test_in_memory_proxy_priors_score_every_row_of_the_released_days(spark, parq
     """Scored on the executors (the pickled proxy in mapInPandas) for every day of mechanisms.days=all in one pass:
     equal to the in-memory proxy's predictions; the proxy's own day is released with a warning, and the resolved
     days are in the fingerprint."""
-    with caplog.at_level("WARNING", logger="lia_spark.engine.train"):
+    with caplog.at_level("WARNING", logger="lia_spark.engine.train.stage"):
         result = run_stage("train", spark, _config(parquet_path, str(tmp_path), PROXY_PRIORS, "mechanisms.days=all"))
     _assert_priors_are_the_proxy_predictions(str(tmp_path), result, days=(0, 1))
     assert result.metrics()["rows_priors"] == 2 * ROWS_PER_DAY
@@ -229,12 +229,12 @@ def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
     import xgboost as xgb
 
     from lia_spark.kernels import model_output
-    from lia_spark.engine import modeling
+    from lia_spark.engine.models import preparation
 
     proxy_rows = read_day(spark, config.parquet_path, config.models.proxy_day)
-    spec = modeling.feature_spec(proxy_rows, config)
+    spec = preparation.feature_spec(proxy_rows, config)
     day = read_day(spark, config.parquet_path, config.models.target_day)  # days = target
-    data = modeling.collect_model_data(modeling.model_features(day, spec, config), spec, "xgboost")
+    data = preparation.collect_model_data(preparation.model_features(day, spec, config), spec, "xgboost")
     model_file = os.path.join(config.run.output_dir, "models", "proxy.ubj")
     booster = xgb.Booster(model_file=model_file)
     output = model_output.load_output_transform(model_output.output_transform_file(model_file))
@@ -364,7 +364,8 @@ def test_utility_grid_in_parallel_tasks_equals_the_driver_grid(spark, parquet_pa
 def test_a_failing_parallel_fit_names_its_setting_and_the_others_finish(spark, parquet_path, tmp_path):
     """One job of the grid fails (an unknown training mechanism) in its Spark task: its outcome names the setting and
     the error, and every other job's outcome equals its fit on the driver."""
-    from lia_spark.engine import parallel_fits, utility
+    from lia_spark.engine.models import parallel_fits
+    from lia_spark.engine.utility import stage as utility
 
     config = _utility_config(parquet_path, str(tmp_path))
     data = training.ModelData(*_sample_matrix(spark, config))
@@ -387,7 +388,7 @@ def test_a_failing_parallel_fit_names_its_setting_and_the_others_finish(spark, p
 
 def _sample_matrix(spark, config):
     """Features, labels, row ids and splits of the target day as the utility stage collects them (hash encoding)."""
-    from lia_spark.engine.modeling import collect_model_data, feature_spec, in_memory_rows, model_features
+    from lia_spark.engine.models.preparation import collect_model_data, feature_spec, in_memory_rows, model_features
 
     rows = in_memory_rows(spark, config, config.models.target_day)
     spec = feature_spec(rows, config)
@@ -401,7 +402,7 @@ def test_targets_fitted_ahead_in_parallel_tasks_equal_the_train_stage_fits_on_th
     cell's train stage takes its own and writes the same canary table as a train stage that fits on the driver.
     One bag mechanism (released proportions, noise, proportion matching); the utility grid's test covers per-row
     label mechanisms in parallel tasks."""
-    from lia_spark.engine.fitting import fit_ahead
+    from lia_spark.engine.models.execution import fit_ahead
 
     settings = [("llp_laplace", 1.0, 8)]
     ahead = Preparation()
@@ -425,8 +426,8 @@ def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parq
     import dataclasses as dc
     import logging
 
-    from lia_spark.engine.outputs import committed_output
-    from lia_spark.engine.stages import STAGES
+    from lia_spark.engine.runtime.outputs import committed_output
+    from lia_spark.engine.runtime.registry import STAGES
 
     config = _config(parquet_path, str(tmp_path), "utility.epsilons=[inf]", "utility.bag_sizes=[]",
                      "utility.extra_mechanisms=[]")
@@ -438,7 +439,7 @@ def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parq
     with committed_output(spark, stage.outputs(config)[0], failed.marker(),
                           fingerprint=stage.fingerprint(spark, config)):
         pass
-    with caplog.at_level(logging.WARNING, logger="lia_spark.engine.stages"):
+    with caplog.at_level(logging.WARNING, logger="lia_spark.engine.runtime.registry"):
         again = run_stage("utility", spark, config)
     assert not again.skipped and not again.failures()
     assert "recomputing: the committed output records failed parts: rr.epsinf.k1: ValueError" in caplog.text
@@ -447,7 +448,7 @@ def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parq
 def test_split_and_sample_filters_keep_every_int64_value_exact(spark):
     """The row filters of the train stage read only row_id: a nullable I column holding 2^63 - 1 or 2^53 + 1 passes
     through exactly (a pandas round trip of every column turned them into float64: refused or rounded)."""
-    from lia_spark.engine.feature_frames import sample_rows, split_rows
+    from lia_spark.engine.models.feature_frames import sample_rows, split_rows
 
     values = [2**63 - 1, None, 2**53 + 1, -2**63, 7] * 40
     frame = spark.createDataFrame(pd.DataFrame({"row_id": np.arange(len(values), dtype=np.int64),

@@ -125,7 +125,7 @@ def test_catboost_native_categoricals_learn():
 def test_utility_extra_mechanisms_follow_the_table_rule_and_need_as_many_rows_as_pate_queries_and_teachers(
         overrides, rows, trained, left_out):
     from lia_spark.run.config import load_config
-    from lia_spark.engine.utility import extra_mechanisms
+    from lia_spark.engine.utility.stage import extra_mechanisms
 
     found, reasons = extra_mechanisms(load_config(None, overrides), training_rows=rows)
     assert found == trained and list(reasons) == left_out
@@ -231,8 +231,8 @@ def test_the_shadow_baseline_reads_no_coin_of_the_target(mechanism):
     mechanism's draws, so permuting the coins (and the labels the target trained on) leaves them bit-identical."""
     import dataclasses
 
-    from lia_spark.engine.fitting import InMemoryTarget, shadow_baseline
-    from lia_spark.engine.modeling import TargetRows
+    from lia_spark.engine.models.execution import InMemoryTarget, shadow_baseline
+    from lia_spark.engine.models.preparation import TargetRows
     from lia_spark.kernels import injected
     from lia_spark.run.config import load_config
 

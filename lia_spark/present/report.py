@@ -8,7 +8,7 @@ embedded) with its metrics (paper-convention values last, labelled) and CSV tabl
 package versions and config. No cell reads a raw nan or inf (:mod:`lia_spark.present.wording`). Built from the stage
 results' ``metrics()``, ``artifacts()``, ``setting_rows()`` and the audit's summary, so any plot or table a stage adds
 shows up without changes here. Rendering only (no Spark): the pipeline (the report stage,
-:mod:`lia_spark.engine.report`) commits it to ``OUT/report/report.html`` and logs it to MLflow.
+:mod:`lia_spark.engine.report.stage`) commits it to ``OUT/report/report.html`` and logs it to MLflow.
 """
 from __future__ import annotations
 

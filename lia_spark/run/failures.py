@@ -32,7 +32,7 @@ RUNTIME_EXIT = 1
 
 NO_SPACE = ("no space left on the device", "free space there (at least what the attempt had written) or choose "
             "another run.output_dir; the same command then resumes")
-WRITING_NOTE = "lia-spark: writing "  # "<note><folder> (<size> written)": lia_spark.engine.outputs.claimed's note
+WRITING_NOTE = "lia-spark: writing "  # "<note><folder> (<size> written)": lia_spark.engine.runtime.outputs.claimed's note
 NOT_WRITABLE = ("cannot be written (permission denied or a read-only file system)",
                 "make it writable for this user or choose another run.output_dir")
 _ERRNO_PROBLEMS = {errno.ENOSPC: NO_SPACE, errno.EDQUOT: NO_SPACE, errno.EACCES: NOT_WRITABLE,

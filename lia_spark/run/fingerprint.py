@@ -1,7 +1,7 @@
 """What each stage reads, and the fingerprint that decides whether its committed output may be reused.
 
 A stage's output is reused only when everything that produced it is unchanged: every configuration field the
-stage reads (its declaration's ``fields``, :class:`lia_spark.engine.stage.Stage`), the code it runs (:func:`code_version`: lia_spark's version and a hash of
+stage reads (its declaration's ``fields``, :class:`lia_spark.engine.runtime.stage.Stage`), the code it runs (:func:`code_version`: lia_spark's version and a hash of
 its sources) and the fingerprints of the outputs it reads. The fingerprint is the SHA-256 of those three, canonically JSON-encoded.
 
 The completion marker of an output stores its fingerprint with the parameters behind it and a checksum of the
@@ -69,10 +69,10 @@ def stage_parameters(fields: tuple[str, ...], config: Mapping[str, Mapping[str, 
 
 # Modules that produce no stage output (command line, orchestration, tracking, report, the audit table's
 # collation): editing them does not change what a stage computes, so they stay out of code_version().
-NON_COMPUTING_MODULES = ("run/cli.py", "tracking/mlflow_runs.py", "tracking/model_logging.py", "tracking/store.py",
-                         "present/report.py", "studies/table.py", "run/command_help.py", "run/schemas.py",
-                         "engine/commands.py", "engine/pipeline.py", "engine/report.py", "engine/table.py",
-                         "engine/session.py", "engine/progress.py")
+NON_COMPUTING_MODULES = ("cli/main.py", "tracking/mlflow_runs.py", "tracking/model_logging.py", "tracking/store.py",
+                         "present/report.py", "studies/table.py", "cli/command_help.py", "run/schemas.py",
+                         "engine/runtime/commands.py", "engine/runtime/pipeline.py", "engine/report/stage.py", "engine/runtime/audit_table.py",
+                         "engine/spark/session.py", "engine/runtime/progress.py")
 
 
 @functools.cache

@@ -1,7 +1,7 @@
 """The attacker's prior of the posteriors stage: which table and column it comes from, checked before any stage.
 
 :func:`check_prior_source` fails in seconds, reading only schemas, when the prior of
-:func:`lia_spark.engine.priors.resolve_prior` cannot be read.
+:func:`lia_spark.engine.models.priors.resolve_prior` cannot be read.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Sequence
 from pyspark.sql import SparkSession
 
 from lia_spark import names
-from lia_spark.engine.priors import resolve_prior
+from lia_spark.engine.models.priors import resolve_prior
 from lia_spark.names import TRUE_PRIOR
 from lia_spark.run import layout
 from lia_spark.run.config import Config
@@ -42,7 +42,7 @@ def check_prior_source(spark: SparkSession, config: Config, *, pending: Sequence
             that does not exist or is not Parquet, a table without row_id or the column, or a stage-written
             table that is missing and whose step does not run.
     """
-    from lia_spark.engine.outputs import is_complete
+    from lia_spark.engine.runtime.outputs import is_complete
 
     if pending is None:
         if "posteriors" not in config.run.stages:

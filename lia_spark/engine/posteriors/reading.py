@@ -18,8 +18,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark.engine.priors import resolve_prior
-from lia_spark.engine.session import default_parallelism
+from lia_spark.engine.models.priors import resolve_prior
+from lia_spark.engine.spark.session import default_parallelism
 from lia_spark.run.config import Config
 
 LABEL, PRIOR = "label", "prior"  # the two sides of the input: data rows and prior rows

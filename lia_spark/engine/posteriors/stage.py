@@ -39,15 +39,15 @@ from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark.engine.feature_frames import check_days_present, released_day_field, released_days
-from lia_spark.engine.outputs import copy_from_local, delete_path, local_folder, reported_path
+from lia_spark.engine.models.feature_frames import check_days_present, released_day_field, released_days
+from lia_spark.engine.runtime.outputs import copy_from_local, delete_path, local_folder, reported_path
 from lia_spark.engine.posteriors.prior import check_prior_source
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plot_sample, summarize_digest
 from lia_spark.engine.posteriors.units import posterior_input
 from lia_spark.engine.posteriors.writing import spark_write_posteriors, write_posteriors
-from lia_spark.engine.priors import prior_source, resolve_prior
-from lia_spark.engine.session import describe_jobs
-from lia_spark.engine.stage import Input, Resolved, Stage, StageResult, StageRun
+from lia_spark.engine.models.priors import prior_source, resolve_prior
+from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.kernels.posterior_grid import Setting, settings_grid
 from lia_spark.run import layout
 from lia_spark.run.config import Config
@@ -102,7 +102,7 @@ class PosteriorsResult(StageResult):
 
     def artifacts(self) -> list[str]:
         """The summary CSV and the plot PNGs (URIs when the output folder is remote: see
-        :func:`lia_spark.engine.outputs.local_copies`)."""
+        :func:`lia_spark.engine.runtime.outputs.local_copies`)."""
         return [self.summary_csv, *self.plots]
 
     def setting_rows(self) -> list[dict[str, Any]]:
@@ -139,7 +139,7 @@ def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | Da
 
 
 def _released_days(spark: SparkSession, config: Config) -> Resolved:
-    """The released days (:func:`~lia_spark.engine.feature_frames.released_days`) enter the fingerprint; the prior's table
+    """The released days (:func:`~lia_spark.engine.models.feature_frames.released_days`) enter the fingerprint; the prior's table
     is checked first, schemas only, before the data table's days are read."""
     check_prior_source(spark, config, pending=())
     days = released_days(spark, config)

@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, UNIT_ROWS
-from lia_spark.engine.session import default_parallelism, describe_jobs
+from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels import advantage, hashing, leakage
 from lia_spark.kernels.posterior_grid import PLOT_SAMPLE_PURPOSE, Setting, plot_sample_threshold
 from lia_spark.names import BAG_MECHANISMS, SETTING_KEY

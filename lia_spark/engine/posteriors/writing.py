@@ -28,7 +28,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
 from lia_spark.engine.posteriors.units import bagged_units, shuffled_units, unpacked
-from lia_spark.engine.session import describe_jobs
+from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import advantage
 from lia_spark.kernels.posterior_grid import (DigestAccumulator, Setting, SettingRows, UnitChunk, chunk_posteriors,
                                               plot_sample_mask, rows_per_call, unit_chunks)

@@ -1,0 +1,268 @@
+"""Command line: ``lia-spark <stage> --conf FILE [section.key=value ...]`` and the shared job entry point.
+
+Every spark-submit job in ``jobs/`` is ``job_main(command, argv)``: parse ``--conf`` and overrides,
+validate the config, get (or reuse) the SparkSession, run one library function, write its full result as
+strict JSON to ``<run.output_dir>/results/<command>.json`` and print a short summary on stdout (logs go to
+stderr). ``lia-spark config`` prints the resolved config as YAML; ``lia-spark --version`` the version.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence, TextIO
+
+import yaml
+
+from lia_spark import __version__
+from lia_spark.run.checks import ConfigError
+from lia_spark.cli.command_help import COMMAND_HELP
+from lia_spark.run.config import Config, load_config
+from lia_spark.run.json_output import strict_json
+
+logger = logging.getLogger("lia_spark")
+
+WORKSPACE_CONF = "/Workspace/Users/{user}/lia_spark/conf/demo.yaml"
+CHECKOUT_CONF = Path(__file__).resolve().parents[2] / "conf" / "demo.yaml"
+# The commands of lia_spark.engine.runtime.commands.COMMANDS (named here so --help needs no pyspark; a test keeps them equal)
+COMMAND_NAMES = tuple(COMMAND_HELP)
+SPARK_MISSING = (f"lia-spark: pyspark is not installed; install the wheel of `make wheel` with its spark extra (`pip "
+                 f"install 'dist/lia_spark-{__version__}-py3-none-any.whl[spark]'`), or run where Spark is provided (a "
+                 "Databricks cluster, spark-submit)")
+
+
+def _parser(prog: str, description: str, epilog: str = "") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog)
+    parser.add_argument("--conf", metavar="FILE", help="YAML config file (see conf/defaults.yaml for every key)")
+    parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="override one config value")
+    return parser
+
+
+def command_parser(command: str) -> argparse.ArgumentParser:
+    """The arguments of ``lia-spark <command>`` (:data:`COMMAND_NAMES`): ``--conf FILE`` and overrides; its help
+    says what the command does and which config sections it reads (:data:`lia_spark.cli.command_help.COMMAND_HELP`)."""
+    entry = COMMAND_HELP[command]
+    return _parser(f"lia-spark {command}", entry.summary, entry.epilog(command))
+
+
+def config_from_args(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> Config:
+    """Parse ``--conf FILE`` plus ``section.key=value`` overrides with ``parser`` into a validated Config."""
+    args = parser.parse_args(argv)
+    return load_config(args.conf, args.overrides)
+
+
+def console_stderr() -> TextIO:
+    """Where logs and the failure line go: stderr; under spark-submit, whose launcher merges this driver's stderr
+    into its stdout, the launcher's own stderr (:func:`lia_spark.engine.spark.session.launcher_stderr`)."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by a Spark JVM: no pyspark import needed
+        return sys.stderr
+    from lia_spark.engine.spark.session import launcher_stderr
+
+    return launcher_stderr() or sys.stderr
+
+
+def configure_logging() -> None:
+    """INFO-level, timestamped logs for lia_spark on :func:`console_stderr`; Spark's own logs stay at WARN;
+    urllib3's per-attempt "Retrying" lines (MLflow's HTTP calls) are left out: a tracking call that fails after
+    its retries gets one lia_spark warning naming the server."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=console_stderr())
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
+def notebook_parameters(namespace: Mapping[str, Any], defaults: Mapping[str, str]) -> dict[str, str]:
+    """Notebook parameters: Databricks widgets when ``dbutils`` is in ``namespace``, else ``$LIA_<NAME>`` or the default.
+
+    Call as ``notebook_parameters(globals(), {"conf": "conf/demo.yaml"})``; on Databricks each name becomes
+    a text widget, locally (CI, plain ``python notebook.py``) environment variables set the values.
+    """
+    dbutils = namespace.get("dbutils")
+    values: dict[str, str] = {}
+    for name, default in defaults.items():
+        if dbutils is not None:
+            dbutils.widgets.text(name, default, name)
+            values[name] = dbutils.widgets.get(name)
+        else:
+            values[name] = os.environ.get(f"LIA_{name.upper()}", default)
+    return values
+
+
+def notebook_conf(path: str, namespace: Mapping[str, Any]) -> str | None:
+    """The config file a notebook loads: ``path`` with ``{user}`` replaced by the session's ``current_user()`` (on
+    Databricks the workspace user, as in :data:`WORKSPACE_CONF`). Outside Databricks (no ``dbutils`` in
+    ``namespace``) a file that does not exist falls back to the checkout's conf/demo.yaml, else to None (the
+    built-in defaults)."""
+    if "{user}" in path:
+        from lia_spark.engine.spark.session import get_spark
+
+        path = path.replace("{user}", str(get_spark().sql("SELECT current_user()").first()[0]))
+    if "dbutils" in namespace or os.path.exists(path):
+        return path
+    fallback = str(CHECKOUT_CONF) if CHECKOUT_CONF.exists() else None
+    logger.info("no config file %s outside Databricks: using %s", path, fallback or "the built-in defaults")
+    return fallback
+
+
+def result_path(config: Config, command: str) -> str:
+    """``<run.output_dir>/results/<command>.json``: the full result of the last run of a command."""
+    return f"{config.run.output_dir.rstrip('/')}/results/{command}.json"
+
+
+def config_yaml(config: Config) -> str:
+    """The resolved config as YAML that :func:`lia_spark.run.config.load_config` reads back to the same config."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {key: plain(item) for key, item in value.items()}
+        return [plain(item) for item in value] if isinstance(value, (list, tuple)) else value
+
+    return yaml.safe_dump(plain(dataclasses.asdict(config)), sort_keys=False, default_flow_style=None, width=110)
+
+
+class Terminated(BaseException):
+    """SIGTERM reached the command (a scheduler or `kill` stops it): unwinds like Ctrl-C's KeyboardInterrupt."""
+
+
+SIGNAL_EXITS = {signal.SIGINT: (130, KeyboardInterrupt), signal.SIGTERM: (143, Terminated)}
+received_signals: list[int] = []  # the signals that stopped this command (job_main's exit code and line)
+
+
+def _stop(signum: int, frame: Any) -> None:
+    """Ctrl-C or SIGTERM: remember it, cancel the running Spark jobs (as pyspark's own SIGINT handler does) so no
+    task writes into a staging folder while it is deleted, then unwind. A Spark call interrupted this way may end in
+    its own error (the job was cancelled); job_main reports the signal, not that error."""
+    received_signals.append(signum)
+    if "pyspark" in sys.modules:  # a session may run: no import of pyspark before that
+        from lia_spark.engine.spark.session import cancel_running_jobs
+
+        cancel_running_jobs()
+    raise SIGNAL_EXITS[signum][1]()
+
+
+def _stop_on_signals() -> dict[int, Any]:
+    """Install :func:`_stop` for SIGINT and SIGTERM and return the handlers it replaced (none outside the main
+    thread: signals reach no other)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.signal(signum, _stop) for signum in SIGNAL_EXITS}
+
+
+def _interrupted(name: str, error: BaseException) -> int:
+    """Log how ``name`` was stopped, print the one line and return 130 (SIGINT) or 143 (SIGTERM)."""
+    signum = received_signals[0] if received_signals else signal.SIGINT
+    logger.warning("%s: interrupted by %s", name, signal.Signals(signum).name, exc_info=error)
+    print(f"lia-spark: interrupted ({signal.Signals(signum).name}); the lock is released, finished stages are kept "
+          "and the same command resumes", file=console_stderr())
+    return SIGNAL_EXITS[signum][0]
+
+
+def job_main(name: str, argv: Sequence[str] | None = None) -> int:
+    """Run command ``name`` (:data:`COMMAND_NAMES`) holding the output folder's run lock: exit code 0 on success, 2
+    on a usage error, 1 on a failed stage, 130 / 143 when Ctrl-C / SIGTERM stops it (Spark's jobs cancelled, the
+    staging folder and the lock removed, finished stages kept); a failure ends as one line on stderr
+    (:func:`lia_spark.run.failures.failure_line`), its traceback goes to the log."""
+    configure_logging()
+    received_signals.clear()
+    previous = _stop_on_signals()
+    try:
+        config = config_from_args(argv, command_parser(name))
+        from lia_spark.engine.runtime.commands import COMMANDS
+        from lia_spark.engine.runtime.lock import run_lock
+        from lia_spark.engine.runtime.outputs import write_text
+        from lia_spark.engine.spark.deployment import start_spark
+        from lia_spark.engine.runtime.registry import remove_leftovers
+
+        spark = start_spark(config.spark)
+        _stop_on_signals()  # again: the SparkContext installs its own SIGINT handler
+        with run_lock(spark, config.run.output_dir, command=f"lia-spark {name}",
+                      max_age_hours=config.run.stale_lock_hours):
+            remove_leftovers(spark, config)  # holding the lock: staging folders are an interrupted attempt's
+            started = time.monotonic()
+            logger.info("stage %s: started", name)
+            result = COMMANDS[name](spark, config)
+            seconds = time.monotonic() - started
+            logger.info("stage %s: finished in %.1f s", name, seconds)
+            path = result_path(config, name)
+            write_text(spark, path, strict_json(result) + "\n")
+    except (KeyboardInterrupt, Terminated) as interrupt:
+        return _interrupted(name, interrupt)
+    except Exception as error:  # noqa: BLE001 - the command reports any failure as one clear line
+        return _interrupted(name, error) if received_signals else report_failure(name, error)
+    finally:
+        for signum, handler in previous.items():  # a caller in this process (a test, a notebook) gets its own back
+            signal.signal(signum, handler)
+    print(f"{name}: done in {seconds:.1f} s; full result (JSON): {path}")
+    if hasattr(result, "console_summary"):
+        print(result.console_summary())
+    return 0
+
+
+def report_failure(command: str, error: BaseException) -> int:
+    """Log ``error``'s traceback, print its one line on stderr and return the exit code."""
+    from lia_spark.run.failures import USAGE_EXIT, failure_line
+
+    line, code = failure_line(error)
+    if code == USAGE_EXIT:
+        logger.debug("%s: usage error", command, exc_info=error)
+    else:
+        logger.error("%s failed", command, exc_info=error)
+    print(f"lia-spark: {line}", file=console_stderr())
+    return code
+
+
+def show_config(argv: Sequence[str]) -> int:
+    """``lia-spark config [--show] [--conf FILE] [overrides]``: the resolved config as YAML on stdout."""
+    arguments = [item for item in argv if item != "--show"]
+    try:
+        config = config_from_args(arguments, _parser("lia-spark config", "Print the resolved config (defaults <- "
+                                                     "--conf file <- overrides) as YAML."))
+    except ConfigError as error:
+        return report_failure("config", error)
+    print(config_yaml(config), end="")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``lia-spark {run,STAGE,config} [--conf FILE] [overrides]``: ``run`` is the whole pipeline, else one stage's
+    job; ``--help`` (stdout, exit 0), ``--version``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"run": "pipeline", **{name: name for name in COMMAND_NAMES}}
+    usage = (f"usage: lia-spark {{{', '.join([*commands, 'config'])}}} [--conf FILE] [section.key=value ...]\n"
+             "       lia-spark --version\n"
+             "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)\n"
+             "  config [--show] = print the resolved config (defaults <- --conf file <- overrides) as YAML\n"
+             "  track = log a finished output folder to MLflow (after a tracking server failed mid-run)\n"
+             "  <command> --help = what the command does and the config sections it reads\n"
+             "  results: <run.output_dir>/results/<command>.json")
+    if argv and argv[0] in ("-h", "--help"):
+        print(usage)
+        return 0
+    if argv and argv[0] == "--version":
+        print(f"lia-spark {__version__}")
+        return 0
+    if argv and argv[0] == "config":
+        return show_config(argv[1:])
+    if not argv or argv[0] not in commands:
+        print(usage, file=sys.stderr)
+        print(f"lia-spark: unknown command {argv[0]!r}" if argv else "lia-spark: a command is required",
+              file=sys.stderr)
+        return 2
+    command, rest = argv[0], argv[1:]
+    if "-h" in rest or "--help" in rest:
+        command_parser(commands[command]).print_help()
+        return 0
+    if importlib.util.find_spec("pyspark") is None:
+        print(SPARK_MISSING, file=sys.stderr)
+        return 2
+    return job_main(commands[command], rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,396 @@
+"""Spark stage of the one-run audit (docs/math.md §5, §6): the games' exact counts
+(:mod:`lia_spark.engine.audit.counts`), or with audit.attack=membership the membership baseline over the train stage's
+candidate table on the driver (:func:`membership_counts`, docs/math.md §5.8). Then the bounds run on the driver
+(lia_spark.kernels.audit_sweep.evaluate_scores: the best over the scores of audit.scores x the sweep). Outputs under
+``<run.output_dir>/audit``: ``results`` (Parquet) and ``results.csv`` (per repetition and c': c', c, per-point
+bounds), ``summary.json`` and ``plots/eps_vs_guesses.png``, committed atomically; resumable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lia_spark import names
+from lia_spark.engine.audit.counts import distributed_counts, resolve_baselines, select_canaries
+from lia_spark.engine.runtime.outputs import copy_from_local, path_exists, reported_path
+from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.engine.runtime.stage import FilesResult, Input, Stage, StageRun
+from lia_spark.kernels import audit, audit_sweep, membership
+from lia_spark.names import (BASELINE_NAMES, LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID,
+                             TARGET_PREDICTION)
+from lia_spark.present.charts import plot_sweep
+from lia_spark.present.headline import Headline
+from lia_spark.run import layout
+from lia_spark.run.config import Config
+from lia_spark.run.json_output import strict_json
+from lia_spark.run.model_sections import AuditConfig
+
+logger = logging.getLogger(__name__)
+
+
+FILES = ("results.csv", "summary.json", "plots/eps_vs_guesses.png")  # beside the results table
+
+
+def canary_path(config: Config) -> str:
+    """The canary table read by the stage: audit.canary_path, else <run.output_dir>/models/canaries."""
+    return config.audit.canary_path or layout.canaries_path(config)
+
+
+def results_frame(bounds: audit_sweep.ScoreBounds) -> pd.DataFrame:
+    """Long table: one row per (score, repetition, c') with c, c/c' and the per-point bounds (each point at the
+    per-test confidence of the audit: the split over scores x sweep points for "bonferroni")."""
+    frames = []
+    for score, sweep in bounds.per_score.items():
+        repetitions, points = sweep.correct.shape
+        frame = pd.DataFrame({
+            "score": score,
+            "repetition": np.repeat(np.arange(repetitions, dtype=np.int32), points),
+            "guesses": np.tile(sweep.guesses, repetitions),
+            "correct": sweep.correct.ravel(),
+        })
+        frame["accuracy"] = frame["correct"] / frame["guesses"]
+        for key, values in sweep.per_guess.items():
+            frame[key] = values.ravel()
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditResult(FilesResult):
+    """Outcome of the audit stage: sizes, the summary of best bounds per repetition and output files."""
+
+    output_path: str
+    canaries: int
+    repetitions: int
+    guess_counts: int
+    convention: str
+    summary: dict[str, Any]
+    files: tuple[str, ...]
+    seconds: float
+    skipped: bool = False
+
+    def metrics(self) -> dict[str, float]:
+        """The headline's ``eps_lb`` (and ``claimed_eps``), ``audit_<bound>_<convention>_mean/std`` for each best
+    bound ("paper": the paper's convention, not a valid bound), and ``audit_eps_<family>``: the valid
+    (Bonferroni) mean."""
+        metrics = {"audit_canaries": float(self.canaries), "audit_repetitions": float(self.repetitions),
+                   "audit_seconds": self.seconds, **self.headline.metrics()}
+        for key, stats in self.summary["best"].items():
+            metrics[f"audit_{key}_mean"] = stats["mean"]
+            metrics[f"audit_{key}_std"] = stats["std"]
+            if key.startswith("eps_") and key.endswith(f"_{names.BONFERRONI}"):
+                metrics[f"audit_{key.removesuffix(f'_{names.BONFERRONI}')}"] = stats["mean"]
+        return {key: value for key, value in metrics.items() if math.isfinite(value)}
+
+    @property
+    def headline(self) -> Headline:
+        """The valid bound beside the claimed epsilon (:class:`lia_spark.present.headline.Headline`)."""
+        return Headline.from_dict(self.summary["headline"])
+
+    def console_summary(self) -> str:
+        """The headline line, printed last by the job."""
+        return f"audit: {self.headline.text()}"
+
+    def artifacts(self) -> list[str]:
+        """results.csv, summary.json and the plot (URIs when the output folder is remote: see
+        :func:`lia_spark.engine.runtime.outputs.local_copies`)."""
+        return list(self.files)
+
+
+@dataclasses.dataclass(frozen=True)
+class GameCounts:
+    """The counts of one label-inference audit: m, the sweep's guess counts, score name -> correct (R, k) (with
+    several baselines ``<score>@<baseline>``, e.g. ``log_ratio@shadows``), each baseline column's recalibration
+    summary ({} without one) and the baseline columns the scores compared the target's with."""
+
+    canaries: int
+    guesses: np.ndarray
+    correct: dict[str, np.ndarray]
+    recalibration: dict[str, dict[str, float]]
+    baselines: tuple[str, ...]
+    proxy_error: dict[str, float] | None = None  # observational on the twin: :func:`proxy_error`
+
+
+def truth_table(spark: SparkSession, config: Config, canaries: DataFrame | None) -> DataFrame | None:
+    """The twin's true P(y=1|x) (``<out>/truth``: row_id, eta) for this project's canary table, or None: a canaries
+    frame or audit.canary_path (rows of another table), data.source=criteo, or no truth table."""
+    path = layout.output_path(config, layout.TRUTH)
+    if canaries is not None or config.audit.canary_path or config.data.source != "synthetic" \
+            or not path_exists(spark, path):
+        return None
+    return spark.read.parquet(path).select(ROW_ID, "eta")
+
+
+def proxy_error(df: DataFrame, truth: DataFrame) -> dict[str, float] | None:
+    """The total-variation error of the proxy the observational game draws y1 from (the canaries' ``proxy_prediction``
+    as the game reads it, recalibrated where audit.recalibrate maps it) against the true P(y=1|x): for Bernoulli
+    laws TV = |M'(x) - eta(x)|; its maximum over the canaries (the tau that makes the bound hold, docs/math.md §5.10),
+    99th and 95th percentiles and mean. None when a canary has no truth row (logged)."""
+    gap = F.abs(F.col(PROXY_PREDICTION) - F.col("eta"))
+    row = (df.select(ROW_ID, PROXY_PREDICTION).join(truth, ROW_ID, "left")
+           .agg(F.count(F.lit(1)).alias("canaries"), F.count("eta").alias("matched"), F.max(gap).alias("max"),
+                F.percentile_approx(gap, [0.99, 0.95], 10_000).alias("quantiles"), F.avg(gap).alias("mean"))
+           .first())
+    if row["matched"] < row["canaries"] or not row["canaries"]:
+        logger.warning("audit: %d of %d canaries have no row in the truth table: the proxy's error is not measured",
+                       row["canaries"] - row["matched"], row["canaries"])
+        return None
+    return {"max": float(row["max"]), "p99": float(row["quantiles"][0]), "p95": float(row["quantiles"][1]),
+            "mean": float(row["mean"]), "canaries": int(row["canaries"])}
+
+
+def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None, *,
+                           target: str = TARGET_PREDICTION) -> GameCounts:
+    """The counts of the label-inference audit of audit.design over the canary table (``canaries`` or
+    :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column ``target`` (the
+    target's, or the label-blind reference's) against each baseline of audit.baseline (:func:`resolve_baselines`:
+    one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated with
+    audit.recalibrate; injected: m = the informative canaries, R = 1; observational on the twin also the proxy's
+    measured error (:func:`proxy_error`)."""
+    truth = truth_table(spark, config, canaries) if config.audit.design == names.OBSERVATIONAL else None
+    if canaries is None:
+        describe_jobs(spark, "audit: read canaries")
+        canaries = spark.read.parquet(canary_path(config))
+    baselines = resolve_baselines(canaries, baseline=config.audit.baseline, design=config.audit.design)
+    correct, maps, m, guesses, error = {}, {}, 0, np.zeros(0, dtype=np.int64), None
+    for baseline in baselines:
+        df, mapping = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries,
+                                      design=config.audit.design, target=target, recalibrate=config.audit.recalibrate,
+                                      baseline=baseline)
+        if config.audit.canaries > 0 or mapping is not None:
+            df = df.persist(StorageLevel.MEMORY_AND_DISK)  # a sample's top-k and the map are full scans: run them once
+        try:
+            m, guesses, counts = distributed_counts(df, section=config.audit, seed=config.run.seed,
+                                                    design=config.audit.design)
+            if truth is not None:
+                describe_jobs(spark, "audit: the proxy's error against the twin's truth")
+                error = proxy_error(df, truth)
+        finally:
+            df.unpersist()
+        suffix = "" if len(baselines) == 1 else f"@{BASELINE_NAMES[baseline]}"
+        correct.update({f"{score}{suffix}": values for score, values in counts.items()})
+        if mapping is not None:
+            maps[baseline] = {"mapped": config.audit.recalibrate, **mapping.summary()}
+    return GameCounts(m, guesses, correct, maps, baselines, error)
+
+
+def reference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None) -> GameCounts | None:
+    """The observational counts of the label-blind reference (the canary table's reference_prediction, same games
+    as the target's), or None when the table has no reference (a given model without one, the injected design)."""
+    if config.audit.design != names.OBSERVATIONAL:
+        return None
+    table = canaries if canaries is not None else spark.read.parquet(canary_path(config))
+    if REFERENCE_PREDICTION not in table.columns or table.where(F.col(REFERENCE_PREDICTION).isNotNull()).limit(1).count() == 0:
+        logger.info("audit: the canary table has no %s: no label-blind reference audited", REFERENCE_PREDICTION)
+        return None
+    return label_inference_counts(spark, config, table.where(F.col(REFERENCE_PREDICTION).isNotNull()),
+                                  target=REFERENCE_PREDICTION)
+
+
+def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+    """(2m, guesses, {"membership": correct (1, k)}) of the membership baseline (docs/math.md §5.8) over the train
+    stage's candidate table (2m rows, collected to the driver: audit.membership_candidates bounds it)."""
+    describe_jobs(spark, "audit: read membership candidates")
+    frame = spark.read.parquet(layout.membership_path(config)).toPandas()
+    if frame.empty:
+        raise ValueError(f"membership candidates: {layout.membership_path(config)} holds no row; train with "
+                         f"audit.attack={names.MEMBERSHIP}")
+    guesses, correct = membership.sweep_counts(
+        frame[ROW_ID].to_numpy(np.int64), frame[LABEL].to_numpy(), frame[MEMBER].to_numpy(np.int8),
+        frame[TARGET_PREDICTION].to_numpy(np.float64), frame[PROXY_PREDICTION].to_numpy(np.float64),
+        seed=config.run.seed, sweep=config.audit)
+    return len(frame), guesses, {names.MEMBERSHIP: correct}
+
+
+def audited_path(config: Config) -> str:
+    """The table the audit reads: the membership candidates with audit.attack=membership, else the canaries."""
+    return layout.membership_path(config) if config.audit.attack == names.MEMBERSHIP else canary_path(config)
+
+
+def _audit(run: StageRun) -> AuditResult:
+    """Audit the canary table (option ``canaries``, a frame, or :func:`canary_path`), or with
+    audit.attack=membership the train stage's membership candidates, and write ``<run.output_dir>/audit``."""
+    spark, config, started = run.spark, run.config, run.started
+    section, canaries = config.audit, run.options.get("canaries")
+    output_path = reported_path(layout.output_path(config, layout.AUDIT))
+    if section.attack == names.MEMBERSHIP:
+        if canaries is not None:
+            raise ValueError(f"audit.attack={names.MEMBERSHIP} audits the train stage's candidates, not a canary "
+                             "table; got a canaries frame")
+        (m, guesses, correct), recalibration, baselines = membership_counts(spark, config), {}, (PROXY_PREDICTION,)
+        error = None
+    else:
+        counts = label_inference_counts(spark, config, canaries)
+        m, guesses, correct = counts.canaries, counts.guesses, counts.correct
+        recalibration, baselines, error = counts.recalibration, counts.baselines, counts.proxy_error
+    design = section.game
+    tau = section.tau if design == names.OBSERVATIONAL else 0.0  # injected coins assume nothing of the proxy
+    repetitions = next(iter(correct.values())).shape[0]
+    counted = time.monotonic()
+    bounds = audit_sweep.evaluate_scores(correct, guesses, canaries=m, confidence=section.confidence,
+                                          delta=section.delta, tau=tau, families=section.bounds,
+                                          table_families=section.table_bounds)
+    logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
+    summary = {
+        "attack": section.attack, "design": design, "canaries": m, "repetitions": repetitions,
+        "guesses": guesses.tolist(), "confidence": section.confidence, "delta": section.delta, "tau": tau,
+        "gdp_delta": bounds.gdp_delta, "gdp_tau_vacuous": bounds.gdp_tau_vacuous, "scores": list(bounds.scores),
+        "tests": bounds.tests, "default_convention": section.convention, "recalibration": recalibration,
+        "baselines": list(baselines),
+        "best": audit_sweep.summarize(bounds.best),
+        "best_guesses_median": {key: float(np.median(v)) for key, v in bounds.best_guesses.items()},
+        "best_score_share": {key: {score: float(np.mean(winners == score)) for score in bounds.scores}
+                              for key, winners in bounds.best_scores.items()},
+        "per_score": {score: audit_sweep.summarize(sweep.best) for score, sweep in bounds.per_score.items()},
+    }
+    observational = (_observational_checks(spark, config, canaries, correct, guesses, m, error)
+                     if design == names.OBSERVATIONAL else {})
+    summary.update(observational)
+    headline = _headline(config, bounds, design=design, canaries=m, observational=observational,
+                         trained=run.upstream("canaries"))
+    summary["ceiling"] = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
+                                             tests=bounds.tests, confidence=section.confidence, delta=section.delta,
+                                             tau=tau if math.isnan(headline.measured_tau) else headline.measured_tau,
+                                             family=headline.family).to_dict()
+    summary["headline"] = dataclasses.replace(headline, ceiling=summary["ceiling"]["eps_lb"]).to_dict()
+    if bounds.gdp_tau_vacuous and names.GDP in section.bounds:
+        logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", section.tau)
+    frame = results_frame(bounds)
+    with tempfile.TemporaryDirectory(prefix="lia-audit-") as local:
+        describe_jobs(spark, "audit: write results")
+        spark.createDataFrame(frame).coalesce(1).write.parquet(run.under("results"))
+        frame.to_csv(os.path.join(local, FILES[0]), index=False)
+        with open(os.path.join(local, FILES[1]), "w", encoding="utf-8") as handle:
+            handle.write(strict_json(summary))
+        plot_sweep(frame, path=os.path.join(local, FILES[2]),
+                   title=f"{section.attack} audit: {m} canaries, {repetitions} repetitions",
+                   confidence=section.confidence, deltas={names.BINOMIAL: section.delta, names.GDP: bounds.gdp_delta})
+        for name in FILES:  # written locally, copied to the output folder on any Hadoop file system
+            copy_from_local(spark, os.path.join(local, name), run.under(name))
+    files = tuple(os.path.join(output_path, name) for name in FILES)
+    result = AuditResult(output_path=output_path, canaries=m, repetitions=repetitions, guess_counts=len(guesses),
+                         convention=section.convention, summary=summary, files=files,
+                         seconds=time.monotonic() - started)
+    logger.info("audit: done in %.1f s; paper convention, not a valid bound (mean best per repetition): %s",
+                result.seconds, {k: round(v["mean"], 4) for k, v in summary["best"].items() if k.endswith(names.PAPER)})
+    log = logger.warning if result.headline.is_finding else logger.info
+    log("audit: %s", result.headline.text())
+    return result
+
+
+def headline_family(section: AuditConfig) -> str:
+    """The bound family of the headline, fixed by the config before any data is seen (so it stays a valid 95%
+    bound): binomial at delta = 0; GDP when delta > 0 (its delta enters through eps(mu, delta), while the
+    binomial bound's delta term grows with the number of canaries m and is vacuous once m * delta is large);
+    the computed family when only one is."""
+    if names.GDP in section.bounds and (section.delta > 0 or names.BINOMIAL not in section.bounds):
+        return names.GDP
+    return names.BINOMIAL
+
+
+def _observational_checks(spark: SparkSession, config: Config, canaries: DataFrame | None,
+                          correct: dict[str, np.ndarray], guesses: np.ndarray, m: int,
+                          error: dict[str, float] | None) -> dict[str, Any]:
+    """What the observational bound rests on (docs/math.md §5.10): ``proxy_tv`` (on the twin, the proxy's measured
+    error and the valid bound at its maximum, null elsewhere), ``tau_break_even`` (tau* per repetition, first and
+    mean), ``eps_lb_by_tau`` (the first repetition's valid bound at the taus of
+    :data:`lia_spark.kernels.audit_sweep.TAU_GRID`), ``reference`` (the label-blind reference's valid bound at
+    audit.tau and its own tau*, null without one) and ``calibrated`` (the target's bound at the reference's largest
+    tau*: not a bound, kept for comparison)."""
+    section = config.audit
+    family = headline_family(section)
+    valid = names.bound_key(family, names.BONFERRONI)
+    level = audit_sweep.score_confidence(section.confidence, convention=names.BONFERRONI, scores=len(correct),
+                                          points=len(guesses))
+
+    def sensitivity(counts: dict[str, np.ndarray], size: int) -> audit_sweep.TauSensitivity:
+        return audit_sweep.tau_sensitivity(counts, guesses if size == m else _grid(size, section), canaries=size,
+                                           level=level, delta=section.delta, family=family)
+
+    def bound_at(counts: dict[str, np.ndarray], size: int, tau: float) -> np.ndarray:
+        return audit_sweep.evaluate_scores(counts, guesses if size == m else _grid(size, section), canaries=size,
+                                           confidence=section.confidence, delta=section.delta, tau=tau,
+                                           families=(family,)).best[valid]
+
+    own = sensitivity(correct, m)
+    checks: dict[str, Any] = {
+        "proxy_tv": None,
+        "tau_break_even": {"first": float(own.break_even[0]), "mean": float(own.break_even.mean()),
+                           "repetitions": len(own.break_even)},
+        "eps_lb_by_tau": {f"{tau:g}": float(eps) for tau, eps in zip(own.taus, own.eps_lb)},
+        "reference": None, "calibrated": None}
+    if error is not None:
+        measured = bound_at(correct, m, error["max"])
+        spread = audit_sweep.summarize({"eps_lb": measured})["eps_lb"]
+        checks["proxy_tv"] = {**error, "eps_lb": float(measured[0]), "eps_lb_mean": spread["mean"],
+                              "eps_lb_std": spread["std"]}
+        logger.info("audit: the proxy's TV error against the twin's truth: max %.4g, p99 %.4g, mean %.4g; valid "
+                    "bound at the max %.3f", error["max"], error["p99"], error["mean"], measured[0])
+    found = reference_counts(spark, config, canaries)
+    if found is None:
+        return checks
+    size, reference = found.canaries, found.correct
+    reference_best = bound_at(reference, size, section.tau)
+    reference_tau = sensitivity(reference, size)
+    calibrated_tau = float(reference_tau.break_even.max())
+    calibrated = bound_at(correct, m, calibrated_tau)
+    checks["reference"] = {"eps_lb": float(reference_best[0]), **audit_sweep.summarize({"eps_lb": reference_best})[
+        "eps_lb"], "tau_break_even": float(reference_tau.break_even[0]), "canaries": size}
+    checks["calibrated"] = {"tau": calibrated_tau, "eps_lb": float(calibrated[0]),
+                            "eps_lb_mean": float(calibrated.mean()),
+                            "note": "not a bound: the target's bound at the tau that brings the label-blind reference "
+                                    "to 0 in every repetition; it would hold only if that tau covered the proxy's "
+                                    "error, which nothing checks"}
+    logger.info("audit: label-blind reference eps_lb %.3f at tau %g (its tau* %.3g); not a bound: the target at "
+                "tau %.3g, %.3f", reference_best[0], section.tau, reference_tau.break_even[0], calibrated_tau,
+                calibrated[0])
+    return checks
+
+
+def _grid(canaries: int, section: AuditConfig) -> np.ndarray:
+    return audit.sweep_grid(canaries, section)
+
+
+def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, canaries: int,
+              observational: dict[str, Any], trained: Any) -> Headline:
+    """The first repetition's valid (Bonferroni over scores x sweep points) bound of :func:`headline_family`, with
+    what it assumes: nothing (injected; observational at the proxy's measured worst-case error, ``proxy_tv``) or
+    audit.tau, with tau*, the bound at a few assumed tau and the reference (observational), beside the claimed
+    privacy of the target the train stage reports (``trained``, its result; None for a canary table of
+    audit.canary_path: "an unknown mechanism", NaN)."""
+    family = headline_family(config.audit)
+    valid = np.asarray(bounds.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
+    mechanism, claimed = trained.claimed_privacy() if trained is not None else ("an unknown mechanism", math.nan)
+    reference, measured = observational.get("reference") or {}, observational.get("proxy_tv")
+    first, mean, std = float(valid[0]), float(valid.mean()), float(valid.std(ddof=1)) if len(valid) > 1 else 0.0
+    if measured is not None:
+        first, mean, std = measured["eps_lb"], measured["eps_lb_mean"], measured["eps_lb_std"]
+    return Headline(eps_lb=first, eps_lb_mean=mean, eps_lb_std=std, repetitions=len(valid),
+                    confidence=config.audit.confidence, tests=bounds.tests, delta=config.audit.delta,
+                    mechanism=mechanism, claimed_epsilon=claimed, family=family,
+                    tau=config.audit.tau if design == names.OBSERVATIONAL else 0.0, design=design,
+                    informative_canaries=canaries if design == names.INJECTED else 0, canaries=canaries,
+                    tau_break_even=observational.get("tau_break_even", {}).get("first", math.nan),
+                    reference_eps_lb=reference.get("eps_lb", math.nan),
+                    reference_tau_break_even=reference.get("tau_break_even", math.nan),
+                    measured_tau=measured["max"] if measured is not None else math.nan,
+                    eps_lb_by_tau=observational.get("eps_lb_by_tau", {}))
+
+
+AUDIT = Stage(
+    name="audit", step="audit", result=AuditResult, compute=_audit, recomputed_with=("canaries",),
+    fields=("run.seed", "audit.*"),
+    outputs=lambda config: (layout.output_path(config, layout.AUDIT),),
+    inputs=lambda config: (Input("canaries", audited_path, "audit.canary_path",
+                                 lambda c: "" if c.audit.canary_path else "train"),))

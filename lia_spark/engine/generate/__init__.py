@@ -1,0 +1,1 @@
+"""The generate stage: the synthetic Criteo twin (:mod:`.stage`)."""

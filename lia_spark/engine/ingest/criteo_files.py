@@ -1,0 +1,292 @@
+"""Criteo text files in Spark passes, for the ingest stage (:mod:`lia_spark.engine.ingest.stage`): the input listing, the
+one-task-per-file gzip decode, the line scan that counts blocks and finds malformed lines, and the parse that
+numbers each line by its block's first line (the algorithm is in the ingest stage's docstring).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import posixpath
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+from pyspark.sql import functions as F
+
+from lia_spark import names
+from lia_spark.engine.spark.filesystem import files_for, local_folder
+from lia_spark.kernels import criteo
+
+logger = logging.getLogger(__name__)
+
+SCAN_DDL = ("file_index int, block_start long, rel_index long, reason string, raw_line string, "
+             "lines long, bytes long")
+
+
+_SCAN_SCHEMA = pa.schema([
+    ("file_index", pa.int32()), ("block_start", pa.int64()), ("rel_index", pa.int64()),
+    ("reason", pa.string()), ("raw_line", pa.string()), ("lines", pa.int64()), ("bytes", pa.int64()),
+])
+
+
+_STORAGE_SCHEMA = pa.schema(
+    [(names.ROW_ID, pa.int64()), (names.DAY, pa.int32()), (names.LABEL, pa.int32())]
+    + [(name, pa.int64()) for name in criteo.FEATURE_COLUMNS]
+)
+
+
+GZIP_MODULUS = 1 << 32
+
+_COPY_PREFIX = "gunzipped-file-"  # step 0's copy of source file i: <data.parquet_path>.gunzip/gunzipped-file-<i>
+
+_DECOMPRESS_THREADS = 64  # concurrent Spark jobs of step 0 (one task each)
+_DECODE_CHUNK = 1 << 20  # compressed bytes per read of ISA-L's decoder
+_GZIP_WBITS = 31  # zlib's window bits for a gzip header and trailer
+
+@dataclasses.dataclass(frozen=True)
+class SourceFile:
+    """One input file: its path, size, day (None for Kaggle train.txt) and compression."""
+
+    path: str
+    size: int
+    day: int | None
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+    @property
+    def gzip(self) -> bool:
+        return self.name.endswith(".gz")
+
+
+def list_sources(spark: SparkSession, paths: tuple[str, ...] | list[str]) -> list[SourceFile]:
+    """Expand files and folders (one level; names starting with ``.`` or ``_`` skipped) into source files.
+
+    Raises:
+        ValueError: no files, an unrecognized file name, two files for one day, or train.txt mixed
+            with other inputs.
+    """
+    sources = []
+    for path in paths:
+        try:
+            files = files_for(spark, path)
+            found = files.exists(path)
+        except ValueError as error:
+            raise ValueError(f"data.criteo_paths: {error}") from None
+        if not found:
+            raise ValueError(f"data.criteo_paths: no such file or folder, got {path!r}")
+        for item in files.list_folder(path):
+            if item.is_folder or item.name.startswith((".", "_")):
+                continue
+            sources.append(SourceFile(path=item.path, size=item.size, day=criteo.source_day(item.name)))
+    if not sources:
+        raise ValueError(f"data.criteo_paths: no day_N[.gz] or train.txt files found, got {list(paths)!r}")
+    days = [source.day for source in sources]
+    if None in days and len(sources) > 1:
+        raise ValueError(f"data.criteo_paths: Kaggle train.txt must be the only input, got {[s.path for s in sources]}")
+    duplicates = sorted({day for day in days if days.count(day) > 1})
+    if duplicates:
+        raise ValueError(f"data.criteo_paths: more than one file for day(s) {duplicates}, "
+                         f"got {sorted(s.path for s in sources)}")
+    return sorted(sources, key=lambda source: (source.day is None, source.day))
+
+
+def gzip_trailer_size(spark: SparkSession, source: SourceFile) -> int | None:
+    """ISIZE (uncompressed size mod 2^32) from the last 4 bytes of a gzip file; None if too short."""
+    if source.size < 18:  # 10-byte header + 8-byte trailer
+        return None
+    trailer = files_for(spark, source.path).read_bytes(source.path, source.size - 4, 4)
+    return int.from_bytes(trailer, "little")
+
+
+def decompressed_copies(spark: SparkSession, sources: list[SourceFile], folder: str) -> dict[int, str]:
+    """Step 0: file index -> a plain text copy of each non-empty .gz source, one task per file, the files
+    concurrently; lines decoded before any damage are kept, as in a direct read. Local files (the executors see the
+    driver's paths: local runs, /dbfs or /Volumes mounts) are decoded by ISA-L (:func:`decode_gzip_file`, about twice
+    Spark's decode rate); other file systems by Spark's own gzip codec."""
+    gzip_sources = [(index, source) for index, source in enumerate(sources) if source.gzip and source.size > 0]
+    if not gzip_sources:
+        return {}
+    if all(local_folder(path) is not None for path in [folder] + [source.path for _, source in gzip_sources]):
+        return _decoded_by_isal(spark, gzip_sources, folder)
+    return _decoded_by_spark(spark, gzip_sources, folder)
+
+
+def decode_gzip_file(source: str, copy: str) -> tuple[int, str]:
+    """Decode the gzip file ``source`` into ``copy`` (local paths) with ISA-L, every member of a multi-member file;
+    at damage (truncation, corrupt data, not gzip) keep what was decoded before it. Returns the decoded bytes and
+    the damage ("" for none: the size check of the scan then judges the file)."""
+    from isal import isal_zlib
+
+    written, damage = 0, ""
+    os.makedirs(os.path.dirname(copy), exist_ok=True)
+    with open(source, "rb") as stream, open(copy, "wb") as out:
+        decoder, pending = isal_zlib.decompressobj(_GZIP_WBITS), b""
+        try:
+            while compressed := pending or stream.read(_DECODE_CHUNK):
+                decoded = decoder.decompress(compressed, _DECODE_CHUNK * 8)  # memory stays bounded
+                pending = decoder.unconsumed_tail
+                out.write(decoded)
+                written += len(decoded)
+                if decoder.eof and decoder.unused_data:  # the next member of a multi-member file
+                    decoder, pending = isal_zlib.decompressobj(_GZIP_WBITS), decoder.unused_data
+            if not decoder.eof:
+                damage = "the file ends inside a gzip member (truncated)"
+        except isal_zlib.error as error:
+            damage = f"corrupt gzip data: {error}"
+    return written, damage
+
+
+def _decoded_by_isal(spark: SparkSession, gzip_sources: list[tuple[int, SourceFile]],
+                     folder: str) -> dict[int, str]:
+    """:func:`decompressed_copies` for local files: one Spark task per file runs :func:`decode_gzip_file`."""
+    copies = {index: f"{folder}/{_COPY_PREFIX}{index}" for index, _ in gzip_sources}
+    work = [(index, local_folder(source.path), f"{local_folder(copies[index])}/part-00000")
+            for index, source in gzip_sources]
+
+    def decode(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for frame in frames:
+            for position in frame["id"].tolist():
+                index, source, copy = work[position]
+                started = time.monotonic()
+                written, damage = decode_gzip_file(source, copy)
+                yield pd.DataFrame({"file_index": [index], "bytes": [written], "seconds": [time.monotonic() - started],
+                                    "damage": [damage]})
+
+    decoded = (spark.range(len(work), numPartitions=len(work))
+               .mapInPandas(decode, "file_index long, bytes long, seconds double, damage string").collect())
+    for row in sorted(decoded, key=lambda row: row["file_index"]):
+        source = gzip_sources[[index for index, _ in gzip_sources].index(row["file_index"])][1]
+        logger.info("ingest: %s decoded by ISA-L: %.1f MB in %.1f s (%.0f MB/s)%s", source.path, row["bytes"] / 1e6,
+                    row["seconds"], row["bytes"] / 1e6 / max(row["seconds"], 1e-9),
+                    f"; decoding stopped at damage: {row['damage']}" if row["damage"] else "")
+    return copies
+
+
+def _text_reader(spark: SparkSession) -> DataFrameReader:
+    """Spark's text reader as both the gzip decode and the scan use it: lines end at LF only (Spark's default also
+    ends them at a lone CR, which would split a line and shift every later row id of its day); a truncated or corrupt
+    gzip is read up to the damage (``ignoreCorruptFiles``), and ingest counts what it lost."""
+    return spark.read.format("text").option("ignoreCorruptFiles", "true").option("lineSep", "\n")
+
+
+def _decoded_by_spark(spark: SparkSession, gzip_sources: list[tuple[int, SourceFile]],
+                      folder: str) -> dict[int, str]:
+    """:func:`decompressed_copies` on any Hadoop file system: Spark's gzip codec decodes each file in one task."""
+
+    def decompress(item: tuple[int, SourceFile]) -> tuple[int, str]:
+        index, source = item
+        copy = f"{folder}/{_COPY_PREFIX}{index}"
+        (_text_reader(spark).load(source.path)
+         .coalesce(1)
+         .write.mode("overwrite").text(copy))
+        return index, copy
+
+    with ThreadPoolExecutor(max_workers=min(len(gzip_sources), _DECOMPRESS_THREADS)) as pool:
+        return dict(pool.map(decompress, gzip_sources))
+
+
+def read_lines(spark: SparkSession, sources: list[SourceFile], copies: dict[int, str]) -> DataFrame:
+    """Raw lines as binary with (file_index, block_start), in file order within each partition; a source with a
+    decompressed copy (step 0) is read from it. Lines end at LF only (Spark's default also ends them at a lone CR,
+    which would split a line and shift every later row id of its day); a CRLF's CR is stripped by the parser."""
+    index_of_name = F.create_map(*[item for i, source in enumerate(sources)
+                                   for item in (F.lit(source.name), F.lit(i))])
+    copy_index = F.regexp_extract(F.col("_metadata.file_path"), f"/{_COPY_PREFIX}([0-9]+)/[^/]*$", 1)
+    frame = _text_reader(spark).load([copies.get(index, source.path) for index, source in enumerate(sources)])
+    by_name = index_of_name[F.col("_metadata.file_name")]
+    file_index = F.when(copy_index != "", copy_index).otherwise(by_name) if copies else by_name
+    return frame.select(
+        file_index.cast("int").alias("file_index"),
+        F.col("_metadata.file_block_start").alias("block_start"),
+        F.col("value").cast("binary").alias("line"),
+    )
+
+
+def _runs(batch: pa.RecordBatch) -> list[tuple[tuple[int, int], int, int]]:
+    """Maximal runs of equal (file_index, block_start) in a batch: [((file, block), begin, end)]."""
+    files = batch.column("file_index").to_numpy()
+    blocks = batch.column("block_start").to_numpy()
+    change = np.flatnonzero((files[1:] != files[:-1]) | (blocks[1:] != blocks[:-1])) + 1
+    bounds = np.concatenate([[0], change, [batch.num_rows]])
+    return [((int(files[b]), int(blocks[b])), int(b), int(e)) for b, e in zip(bounds[:-1], bounds[1:])]
+
+
+def scan_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Step 1: per-block line/byte counts, per-block reason counts, and every malformed line."""
+    lines_seen: dict[tuple[int, int], int] = {}
+    bytes_seen: dict[tuple[int, int], int] = {}
+    reasons_seen: dict[tuple[int, int], np.ndarray] = {}
+    for batch in batches:
+        lines = batch.column("line")
+        parsed = criteo.parse_lines(lines)
+        bad_rows, bad_keys, bad_index = [], [], []
+        for key, begin, end in _runs(batch):
+            base = lines_seen.get(key, 0)
+            lines_seen[key] = base + end - begin
+            bytes_seen[key] = bytes_seen.get(key, 0) + int(parsed.line_length[begin:end].sum())
+            reasons = parsed.reason[begin:end]
+            counts = np.bincount(reasons[reasons != criteo.VALID], minlength=len(criteo.REASONS))
+            reasons_seen[key] = reasons_seen.get(key, 0) + counts
+            bad = np.flatnonzero(reasons != criteo.VALID)
+            bad_rows.extend(begin + bad)
+            bad_keys.extend([key] * bad.size)
+            bad_index.extend(base + bad)
+        if bad_rows:
+            raw = lines.take(pa.array(bad_rows, pa.int64())).to_pylist()
+            yield pa.RecordBatch.from_pydict({
+                "file_index": [key[0] for key in bad_keys], "block_start": [key[1] for key in bad_keys],
+                "rel_index": bad_index, "reason": [criteo.REASONS[parsed.reason[row]] for row in bad_rows],
+                "raw_line": [line.decode("utf-8", "replace") for line in raw],
+                "lines": [None] * len(bad_rows), "bytes": [None] * len(bad_rows),
+            }, schema=_SCAN_SCHEMA)
+    summary: dict[str, list] = {name: [] for name in _SCAN_SCHEMA.names}
+    for key, count in lines_seen.items():
+        entries = [(None, count, bytes_seen[key])] + [
+            (criteo.REASONS[code], int(n), None) for code, n in enumerate(reasons_seen[key]) if n]
+        for reason, lines_count, byte_count in entries:
+            for name, value in zip(_SCAN_SCHEMA.names, (key[0], key[1], None, reason, None, lines_count, byte_count)):
+                summary[name].append(value)
+    if lines_seen:
+        yield pa.RecordBatch.from_pydict(summary, schema=_SCAN_SCHEMA)
+
+
+def parse_partition_fn(block_offsets: dict[tuple[int, int], int], file_days: dict[int, tuple[int, np.ndarray]]):
+    """Step 3: valid rows in the storage schema, row_id from (day, line position) of each line."""
+
+    def parse_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        lines_seen: dict[tuple[int, int], int] = {}
+        for batch in batches:
+            parsed = criteo.parse_lines(batch.column("line"))
+            line_index = np.empty(batch.num_rows, dtype=np.int64)
+            file_index = np.empty(batch.num_rows, dtype=np.int64)
+            for key, begin, end in _runs(batch):
+                base = lines_seen.get(key, 0)
+                lines_seen[key] = base + end - begin
+                line_index[begin:end] = block_offsets[key] + base + np.arange(end - begin)
+                file_index[begin:end] = key[0]
+            keep = np.flatnonzero(parsed.valid)
+            day = np.empty(keep.size, dtype=np.int64)
+            position = np.empty(keep.size, dtype=np.int64)
+            for index in np.unique(file_index[keep]):
+                rows = file_index[keep] == index
+                first_day, day_starts = file_days[int(index)]
+                day[rows], position[rows] = criteo.locate_lines(line_index[keep][rows], first_day=first_day,
+                                                                day_starts=day_starts)
+            ints, int_missing = parsed.ints[keep].T, parsed.int_missing[keep].T
+            cats, cat_missing = parsed.cats[keep].T, parsed.cat_missing[keep].T
+            columns = [pa.array(criteo.make_row_id(day, position)), pa.array(day.astype(np.int32)),
+                       pa.array(parsed.label[keep])]
+            columns += [pa.array(np.ascontiguousarray(ints[j]), mask=np.ascontiguousarray(int_missing[j]))
+                        for j in range(len(criteo.INT_COLUMNS))]
+            columns += [pa.array(np.ascontiguousarray(cats[j]), mask=np.ascontiguousarray(cat_missing[j]))
+                        for j in range(len(criteo.CAT_COLUMNS))]
+            yield pa.RecordBatch.from_arrays(columns, schema=_STORAGE_SCHEMA)
+
+    return parse_partition

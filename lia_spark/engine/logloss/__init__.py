@@ -1,0 +1,1 @@
+"""The log-loss attack against a Spark oracle (:mod:`.stage`)."""

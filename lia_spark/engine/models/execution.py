@@ -1,0 +1,337 @@
+"""The train stage's two execution paths, with the same outputs (docs/math.md §4, §5.8-§5.10): ``in_memory``
+collects one day's features to the driver (Arrow) and fits there; ``distributed`` fits xgboost.spark on the
+cluster (:mod:`lia_spark.engine.models.distributed`). Each returns :class:`TrainedModels`: the target day's rows scored
+by proxy and target (with the injected design's y1 and b, the membership bit and the label-blind reference), the
+models, their timings and their feature encodings.
+
+Audit designs (audit.design): ``injected`` (default, with audit.attack=label_inference) draws per canary
+(training row) a counterfactual label y1 and a fair coin b before training (:func:`lia_spark.kernels.injected.inject`) and
+trains the target (its mechanism included) on y^b; ``observational`` trains on the true labels and fits a
+label-blind reference (the target's library and hyper-parameters, true labels, on the target day's rows outside
+the canaries) whose predictions on the canaries the audit scores beside the target's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StructField, StructType
+
+from lia_spark import names
+from lia_spark.engine.models.preparation import (Preparation, PreparedDays, TargetJob, TargetRows, boosting_params,
+                                       feature_spec, fit_target_job, found_votes, in_memory_rows, model_features,
+                                       prepare_days, shared_pate_settings, target_job)
+from lia_spark.engine.models.parallel_fits import run_fits
+from lia_spark.engine.spark.session import describe_jobs, is_connect
+from lia_spark.engine.models.distributed import SparkModel, bag_target, fitted_rows, label_target, predicted, spark_booster
+from lia_spark.kernels import features, injected, membership, training
+from lia_spark.names import (BAG_MECHANISMS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
+                             MEMBERSHIP, OBSERVATIONAL, PATE, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
+                             SHADOW_PREDICTION,
+                             ROW_ID, SPLIT, TARGET_PREDICTION, TRUE_LABEL, setting_key)
+from lia_spark.run.capabilities import DISTRIBUTED, unsupported
+from lia_spark.run.config import Config
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedModels:
+    """What an execution path returns: the target day's rows scored (:data:`SCORED_SCHEMA`), the fitted models by
+    name (proxy, target, stage1), fit seconds, extra test metrics, each model's feature encoding and the training
+    mechanism's report (PATE's accounting)."""
+
+    scored: DataFrame
+    models: dict[str, Any]
+    seconds: dict[str, float]
+    extra_metrics: dict[str, float]
+    specs: dict[str, features.FeatureSpec]
+    mechanism_report: dict[str, float]
+
+
+SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, {SPLIT} int, {RELEASED_LABEL} int, {TARGET_PREDICTION} double, "
+                 f"{PROXY_PREDICTION} double, {MEMBER} int, {COUNTERFACTUAL_LABEL} int, {HIDDEN_BIT} int, "
+                 f"{REFERENCE_PREDICTION} double, {SHADOW_PREDICTION} double")
+# member: null outside the membership candidates; counterfactual_label, hidden_bit: the injected design's y1 and b
+# on the canaries (null otherwise); reference_prediction: the observational design's label-blind reference;
+# shadow_prediction: the injected design's shadow baseline (null without shadow fits)
+
+
+def membership_candidates(data: training.ModelData, config: Config) -> tuple[training.ModelData, np.ndarray]:
+    """With audit.attack=membership: the target day's rows with the candidates left out of the target's training
+    rows moved to split :data:`lia_spark.kernels.training.SPLIT_LEFT_OUT`, and per row 1 (member) / 0 (left out) on the
+    audit.membership_candidates candidates, -1 elsewhere (docs/math.md §5.8). Otherwise ``data`` and all -1."""
+    member = np.full(data.row_ids.size, -1, dtype=np.int32)
+    if config.audit.attack != MEMBERSHIP:
+        return data, member
+    train = data.split == training.SPLIT_TRAIN
+    candidates = np.zeros(data.row_ids.size, dtype=bool)
+    candidates[train] = membership.candidate_mask(data.row_ids[train], candidates=config.audit.membership_candidates,
+                                                  seed=config.run.seed)
+    member[candidates] = membership.membership(data.row_ids[candidates], seed=config.run.seed)
+    split = np.where(member == 0, training.SPLIT_LEFT_OUT, data.split).astype(data.split.dtype)
+    return dataclasses.replace(data, split=split), member
+
+
+def injects(config: Config) -> bool:
+    """True when the target trains on injected labels: audit.design=injected with audit.attack=label_inference."""
+    return config.audit.game == INJECTED
+
+
+def observes(config: Config) -> bool:
+    """True when the target trains on the true labels for the observational game, beside a label-blind reference."""
+    return config.audit.game == OBSERVATIONAL
+
+
+def injection(config: Config, data: training.ModelData,
+              proxy_prediction: np.ndarray) -> injected.InjectedLabels | None:
+    """The injected design's labels of the target day's rows (:func:`lia_spark.kernels.injected.inject` on the training
+    rows, the canaries), or None when the target trains on the true labels."""
+    if not injects(config):
+        return None
+    labels = injected.inject(data.row_ids, data.labels, proxy_prediction, data.split == training.SPLIT_TRAIN,
+                             seed=config.run.seed, counterfactual=config.audit.counterfactual,
+                             flip_share=config.audit.flip_share)
+    logger.info("train: injected design: %d of %d canaries informative (y1 != y0)",
+                int(((labels.counterfactual_label >= 0) & (labels.counterfactual_label != data.labels)).sum()),
+                int((labels.counterfactual_label >= 0).sum()))
+    return labels
+
+
+def _changed_labels(spark: SparkSession, data: training.ModelData, labels: injected.InjectedLabels) -> DataFrame:
+    """(row_id, label) of the in-memory sample's rows whose training label is not the true one (about half the
+    informative canaries): PATE's teachers, fitted on the executors, join them in."""
+    changed = labels.training != data.labels
+    return spark.createDataFrame(pd.DataFrame({ROW_ID: data.row_ids[changed].astype(np.int64),
+                                               INJECTED_LABEL: labels.training[changed].astype(np.int32)}))
+
+
+def _nullable(values: np.ndarray | None, size: int = 0) -> pd.arrays.IntegerArray:
+    """An Int32 column with null where ``values`` is negative (all null when ``values`` is None)."""
+    if values is None:
+        return pd.array([None] * size, dtype="Int32")
+    return pd.array(np.where(values < 0, None, values), dtype="Int32")
+
+
+def _reference_in_memory(config: Config, data: training.ModelData) -> np.ndarray:
+    """The observational design's label-blind reference on every row (NaN under the other designs): the target's
+    library and hyper-parameters fitted on the true labels of the target day's test rows, early-stopped on its
+    validation rows, so it never sees a canary's label (docs/math.md §5.10)."""
+    if not observes(config):
+        return np.full(data.labels.size, np.nan)
+    reference = training.fit_model(data, data.labels, data.split == training.SPLIT_TEST,
+                                   data.split == training.SPLIT_VALID, params=boosting_params(config))
+    logger.info("train: label-blind reference fitted on %d rows outside the canaries in %.1f s",
+                int((data.split == training.SPLIT_TEST).sum()), reference.fit_seconds)
+    return reference.predict(data.features)
+
+
+def fits_shadows(config: Config) -> bool:
+    """True when the train stage fits audit.shadows label-blind shadows: the injected design on the in-memory path
+    for every mechanism but PATE (whose teachers would be fitted again per shadow)."""
+    m = config.models
+    return (injects(config) and config.audit.shadows > 0 and m.execution == "in_memory"
+            and m.training_mechanism != PATE)
+
+
+def shadow_baseline(config: Config, target: InMemoryTarget) -> tuple[np.ndarray, float]:
+    """(the shadow baseline on every row, fit seconds), or NaN per row without shadows (:func:`fits_shadows`): the
+    target's fit repeated audit.shadows times on the same rows, each canary's label drawn with the shadow's
+    own coins (pairs of complementary coins) and the mechanism with its own seed
+    (:func:`lia_spark.kernels.injected.shadow_training_labels`, :func:`lia_spark.kernels.injected.shadow_reference`):
+    independent of the target's coins, so comparing with it keeps every bound valid (docs/math.md §5.13)."""
+    data = target.data
+    if not fits_shadows(config) or target.labels is None:
+        return np.full(data.labels.size, np.nan), 0.0
+    started, job = time.monotonic(), target_job(config)
+    predictions = []
+    for shadow in range(config.audit.shadows):
+        shadow_labels = injected.shadow_training_labels(data.labels, target.labels.counterfactual_label,
+                                                        data.row_ids, seed=config.run.seed, shadow=shadow)
+        rows = TargetRows(dataclasses.replace(data, labels=shadow_labels), target.rows.prior)
+        shadow_job = dataclasses.replace(job, seed=injected.shadow_seed(config.run.seed, shadow))
+        predictions.append(fit_target_job(rows, shadow_job, 0).model.predict(data.features))
+    seconds = time.monotonic() - started
+    logger.info("train: %d label-blind shadow fits in %.1f s", config.audit.shadows, seconds)
+    return injected.shadow_reference(np.asarray(predictions)), seconds
+
+
+def _model_specs(models: dict[str, Any], proxy_spec: features.FeatureSpec,
+                 target_spec: features.FeatureSpec) -> dict[str, features.FeatureSpec]:
+    """The feature encoding of each model: the proxy's own, the target day's for the target (and stage 1)."""
+    return {name: proxy_spec if name == "proxy" else target_spec for name in models}
+
+
+@dataclasses.dataclass(frozen=True)
+class InMemoryTarget:
+    """The in-memory path's target day before the target's fit: the prepared days, the rows (the membership
+    baseline's non-members moved out of training), the membership bit, the injected labels and what the fit reads."""
+
+    prepared: PreparedDays
+    data: training.ModelData
+    member: np.ndarray
+    labels: injected.InjectedLabels | None
+    rows: TargetRows
+
+
+def in_memory_target(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
+                     preparation: Preparation) -> InMemoryTarget:
+    """Everything the in-memory target fit reads (:func:`lia_spark.engine.models.preparation.prepare_days`, the membership
+    candidates, the injected labels): the same for every training mechanism of one preparation."""
+    prepared = prepare_days(spark, config, proxy_rows, target_rows, preparation)
+    data, member = membership_candidates(prepared.target_data, config)
+    labels = injection(config, data, prepared.proxy_prediction)
+    trained_on = data if labels is None else dataclasses.replace(data, labels=labels.training)
+    return InMemoryTarget(prepared, data, member, labels, TargetRows(trained_on, prepared.proxy_prediction))
+
+
+def in_memory_job(spark: SparkSession, config: Config, target_rows: DataFrame, preparation: Preparation,
+                  target: InMemoryTarget) -> TargetJob:
+    """The target fit of ``config`` on ``target``; PATE's settings share the preparation's teachers (fitted here on
+    the executors when they are not yet)."""
+    if config.models.training_mechanism != PATE:
+        return target_job(config)
+    labels, data = target.labels, target.data
+    pate_labels = None if labels is None else _changed_labels(spark, data, labels)
+    return target_job(config, pate_settings=shared_pate_settings(
+        config, target_rows, preparation, left_out=data.row_ids[target.member == 0], training_labels=pate_labels))
+
+
+def fit_ahead(spark: SparkSession, config: Config, settings: list[tuple[str, float, int]],
+              preparation: Preparation) -> None:
+    """Fit the in-memory targets of ``settings`` (training mechanism, epsilon, bag size; everything else from
+    ``config``) as parallel Spark tasks (:func:`lia_spark.engine.models.parallel_fits.run_fits`) and keep them in
+    ``preparation.fits``, where the train stage of each setting takes its own. A failed fit is left out (its
+    train stage fits it on the driver and reports the error)."""
+    m = config.models
+    proxy_rows, target_rows = (in_memory_rows(spark, config, day) for day in (m.proxy_day, m.target_day))
+    target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
+    jobs = []
+    for mechanism, epsilon, bag_size in settings:
+        job = in_memory_job(spark, config.with_target(mechanism, epsilon, bag_size), target_rows, preparation, target)
+        if job.pate is not None:
+            job = dataclasses.replace(job, pate=found_votes(job.pate, target.data, seed=job.seed))
+        jobs.append((setting_key(mechanism, epsilon, bag_size), job))
+    for (name, job), outcome in zip(jobs, run_fits(spark, target.rows, jobs, fit_target_job, purpose="audit-table")):
+        if outcome.failed:
+            logger.warning("audit-table: the fit of %s failed in its task (%s); its cell fits it again", name,
+                           outcome.error)
+        else:
+            preparation.fits[job.key] = outcome.value
+
+
+def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
+              preparation: Preparation) -> TrainedModels:
+    """Proxy and target fitted on the driver from the collected (sampled) days; the proxy and the target day's
+    features come from ``preparation`` when it kept them (:func:`lia_spark.engine.models.preparation.prepare_days`), the target
+    too when :func:`fit_ahead` fitted it."""
+    m = config.models
+    target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
+    prepared, data, member, labels = target.prepared, target.data, target.member, target.labels
+    started = time.monotonic()
+    fit = preparation.fits.pop((m.training_mechanism, m.epsilon, m.bag_size), None)
+    if fit is None:
+        fit = fit_target_job(target.rows, in_memory_job(spark, config, target_rows, preparation, target), 0)
+    else:
+        logger.info("train: target fitted ahead in a parallel Spark task")
+    shadow, shadow_seconds = shadow_baseline(config, target)
+    logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
+                fit.model.fit_seconds)
+    released = (pd.array(fit.released_labels, dtype="Int32") if fit.released_labels is not None
+                else pd.array([None] * data.labels.size, dtype="Int32"))
+    scored = pd.DataFrame({ROW_ID: data.row_ids, LABEL: data.labels.astype(np.int32),
+                           SPLIT: data.split.astype(np.int32), RELEASED_LABEL: released,
+                           TARGET_PREDICTION: fit.model.predict(data.features),
+                           PROXY_PREDICTION: prepared.proxy_prediction,
+                           MEMBER: _nullable(member),
+                           **{name: _nullable(None if labels is None else getattr(labels, name), data.labels.size)
+                              for name in names.INJECTED_COLUMNS},
+                           REFERENCE_PREDICTION: _reference_in_memory(config, data), SHADOW_PREDICTION: shadow})
+    models = {"proxy": prepared.proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
+    seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
+                                      if name != "proxy" or "proxy_reused" not in prepared.seconds},
+               "train_target": time.monotonic() - started, **({"fit_shadows": shadow_seconds} if shadow_seconds else {})}
+    extra = {f"{name}@proxy_own_day": value for name, value in prepared.proxy_day_metrics.items()}
+    return TrainedModels(spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra,
+                         _model_specs(models, prepared.proxy_spec, prepared.target_spec), fit.report)
+
+
+def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
+                preparation: Preparation) -> TrainedModels:
+    """Proxy and target fitted by xgboost.spark on the executors (nothing to share: ``preparation`` is unused)."""
+    m, seconds = config.models, {}
+    if is_connect(spark):
+        raise ValueError("models.execution: distributed (xgboost.spark) needs a classic Spark session, and this one "
+                         "is Spark Connect (Databricks shared or serverless compute, spark.remote), got 'distributed'; "
+                         "use models.execution=in_memory or a classic cluster")
+    reason = unsupported(m.training_mechanism, library=m.library, execution=DISTRIBUTED, game=config.audit.game)
+    if reason:
+        raise ValueError(f"models.execution: {reason}, got library={m.library}, training_mechanism="
+                         f"{m.training_mechanism}, audit.attack={config.audit.attack}")
+    proxy_spec = feature_spec(proxy_rows, config)
+    columns = proxy_spec.feature_columns
+    proxy_frame = model_features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col(SPLIT) == 1)
+    describe_jobs(spark, "train: proxy (xgboost.spark)")
+    started = time.monotonic()
+    proxy = SparkModel.fitted(spark_booster(spark, config, columns, LABEL).fit(proxy_frame.where(fitted_rows())))
+    seconds["fit_proxy"] = time.monotonic() - started
+    proxy_on_target = predicted(proxy, model_features(target_rows, proxy_spec, config), PROXY_PREDICTION)
+    target_spec = feature_spec(target_rows, config)
+    target = (model_features(target_rows, target_spec, config).select(ROW_ID, *columns)
+              .join(proxy_on_target.select(ROW_ID, LABEL, SPLIT, PROXY_PREDICTION), ROW_ID)
+              .withColumn("is_valid", F.col(SPLIT) == 1))
+    no_injection = (F.lit(None).cast("int").alias(column) for column in names.INJECTED_COLUMNS)
+    target = (_injected_frame(target, config) if injects(config)
+              else target.select("*", F.col(LABEL).alias(TRUE_LABEL), *no_injection)).cache()
+    fit_target = bag_target if m.training_mechanism in BAG_MECHANISMS else label_target
+    fitted = fit_target(spark, config, target, columns)
+    models: dict[str, Any] = {"proxy": proxy, **fitted.models}
+    scored, reference_seconds = _reference_distributed(spark, config, target, columns, fitted.scored)
+    seconds.update({**fitted.seconds, **reference_seconds})
+    scored = scored.select(ROW_ID, F.col(TRUE_LABEL).alias(LABEL), SPLIT, RELEASED_LABEL, TARGET_PREDICTION,
+                           PROXY_PREDICTION, F.lit(None).cast("int").alias(MEMBER), *names.INJECTED_COLUMNS,
+                           REFERENCE_PREDICTION, F.lit(None).cast("double").alias(SHADOW_PREDICTION))
+    return TrainedModels(scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {})
+
+
+def _injected_frame(frame: DataFrame, config: Config) -> DataFrame:
+    """``frame`` (row_id, label, split, proxy_prediction, ...) with the true label moved to ``true_label``, the label
+    column holding y^b on the training rows (:func:`lia_spark.kernels.injected.inject`, on the executors; the mechanisms
+    then read it as they read any label), and the canaries' y1 and b."""
+    a = config.audit
+    schema = StructType(frame.schema.fields + [StructField(TRUE_LABEL, IntegerType())]
+                        + [StructField(name, IntegerType()) for name in names.INJECTED_COLUMNS])
+
+    def batches(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for part in frames:
+            labels = injected.inject(part[ROW_ID].to_numpy(np.int64), part[LABEL].to_numpy(np.int8),
+                                     part[PROXY_PREDICTION].to_numpy(np.float64),
+                                     part[SPLIT].to_numpy() == training.SPLIT_TRAIN, seed=config.run.seed,
+                                     counterfactual=a.counterfactual, flip_share=a.flip_share)
+            yield part.assign(**{TRUE_LABEL: part[LABEL].astype(np.int32), LABEL: labels.training.astype(np.int32),
+                                 COUNTERFACTUAL_LABEL: _nullable(labels.counterfactual_label),
+                                 HIDDEN_BIT: _nullable(labels.hidden_bit)})
+
+    return frame.mapInPandas(batches, schema)
+
+
+def _reference_distributed(spark: SparkSession, config: Config, target: DataFrame, columns: list[str],
+                           scored: DataFrame) -> tuple[DataFrame, dict[str, float]]:
+    """``scored`` with ``reference_prediction`` and the fit's seconds: under the observational design the label-blind
+    reference
+    (xgboost.spark with the target's settings, on the true labels of the target day's test rows, early-stopped on
+    its validation rows; :func:`_reference_in_memory`), else null."""
+    if not observes(config):
+        return scored.withColumn(REFERENCE_PREDICTION, F.lit(None).cast("double")), {}
+    describe_jobs(spark, "train: label-blind reference (xgboost.spark)")
+    started = time.monotonic()
+    reference = spark_booster(spark, config, columns, TRUE_LABEL).fit(
+        target.where(F.col(features.SPLIT_COLUMN) >= training.SPLIT_VALID))
+    return (predicted(SparkModel.fitted(reference), scored, REFERENCE_PREDICTION),
+            {"fit_reference": time.monotonic() - started})

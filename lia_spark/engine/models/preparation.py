@@ -1,0 +1,294 @@
+"""Model building shared by the stages that train (train, utility) and the audit table: the models section's
+hyper-parameters and seeds, the rows an in-memory fit collects (sampled, checked against the driver's limits),
+feature encodings and frames, PATE's teachers on the executors, and the :class:`Preparation` that lets
+consecutive trainings share the proxy and the target day's features (docs/math.md §4).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lia_spark.engine.models import feature_frames
+from lia_spark.engine.runtime.outputs import output_fingerprint
+from lia_spark.engine.models.pate_teachers import spark_votes
+from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.kernels import features, hashing, pate, training
+from lia_spark.names import INJECTED_LABEL, LABEL, ROW_ID
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.config import Config
+
+logger = logging.getLogger(__name__)
+
+def training_seed(config: Config) -> int:
+    """Seed of the training-label mechanisms, derived from the run seed (63 bits)."""
+    return int(hashing.stream_key(config.run.seed, "models/training-labels")) >> 1
+
+
+def pate_settings(config: Config, target_rows: DataFrame, spec: features.FeatureSpec, *,
+                  left_out: np.ndarray | None = None, training_labels: DataFrame | None = None) -> pate.PateSettings:
+    """The models section's PATE settings, the teachers fitted in parallel Spark tasks on the training rows of
+    ``target_rows`` encoded by ``spec`` (the target's own encoding), without the row ids ``left_out`` (the
+    membership baseline's non-members), with the labels of ``training_labels`` (row_id, injected_label: the
+    injected design's changed labels) in place of the true ones; fitted once for every use of these settings
+    (:class:`pate.ReusedVotes`: the votes do not depend on epsilon)."""
+    training_rows = model_features(target_rows, spec, config).where(
+        F.col(features.SPLIT_COLUMN) == training.SPLIT_TRAIN)
+    if training_labels is not None:
+        training_rows = (training_rows.join(F.broadcast(training_labels), ROW_ID, "left")
+                         .withColumn(LABEL, F.coalesce(F.col(INJECTED_LABEL), F.col(LABEL)).cast("int"))
+                         .drop(INJECTED_LABEL))
+    if left_out is not None and left_out.size:
+        excluded = target_rows.sparkSession.createDataFrame(pd.DataFrame({ROW_ID: left_out.astype(np.int64)}))
+        training_rows = training_rows.join(F.broadcast(excluded), ROW_ID, "left_anti")
+    section = config.pate
+    return pate.PateSettings(teachers=section.teachers, queries=section.queries, noise=section.noise,
+                             student_labels=section.student_labels,
+                             pseudo_labels=section.pseudo_labels, delta=section.delta,
+                             votes=pate.ReusedVotes(spark_votes(training_rows, spec.feature_columns,
+                                                                teachers=section.teachers,
+                                                                model=training.teacher_model(boosting_params(config)))))
+
+
+def boosting_params(config: Config) -> training.BoostingParams:
+    """The models section's boosting hyper-parameters."""
+    m = config.models
+    return training.BoostingParams(n_estimators=m.n_estimators, max_depth=m.max_depth, learning_rate=m.learning_rate,
+                                   early_stopping_rounds=m.early_stopping_rounds, seed=config.run.seed)
+
+
+IN_MEMORY_BYTES_PER_ROW = 240  # measured: Arrow result bytes of one feature row collected by toPandas (232 B)
+SAMPLE_MARGIN = 1.01  # a Bernoulli sample of n expected rows stays below 1.01 n except with negligible probability
+
+
+def in_memory_rows(spark: SparkSession, config: Config, day: int) -> DataFrame:
+    """The rows of ``day`` the in-memory path collects: the whole day, or, when it holds more than
+    models.sample_rows_per_day > 0 rows, the seeded sample of about that many (the paper's protocol; each row in
+    with probability n / rows, keyed on (seed, row_id), so independent of the partitioning).
+
+    Raises:
+        ConfigError: before any collect, naming models.sample_rows_per_day, when the rows would not fit the
+            driver's limits (spark.driver.maxResultSize, half the driver heap) at IN_MEMORY_BYTES_PER_ROW.
+    """
+    m = config.models
+    rows = feature_frames.read_day(spark, config.parquet_path, day)
+    describe_jobs(spark, f"train: count the rows of day {day}")
+    total = rows.count()
+    collected = total
+    if 0 < m.sample_rows_per_day < total:
+        rows = feature_frames.sample_rows(rows, seed=config.run.seed, share=m.sample_rows_per_day / total)
+        collected = math.ceil(SAMPLE_MARGIN * m.sample_rows_per_day)
+        logger.info("train: day %d has %d rows; in-memory training on the seeded sample of about %d "
+                    "(models.sample_rows_per_day)", day, total, m.sample_rows_per_day)
+    check_driver_fits(collected, driver_limits(spark), day=day, total=total, sample_rows=m.sample_rows_per_day)
+    return rows
+
+
+def driver_limits(spark: SparkSession) -> dict[str, int]:
+    """Bytes the driver can receive: spark.driver.maxResultSize and half of spark.driver.memory (0 = unlimited
+    is left out)."""
+    limits = {"spark.driver.maxResultSize": byte_size(spark.conf.get("spark.driver.maxResultSize", "1g")),
+              "half of spark.driver.memory": byte_size(spark.conf.get("spark.driver.memory", "1g")) // 2}
+    return {name: size for name, size in limits.items() if size > 0}
+
+
+def check_driver_fits(rows: int, limits: dict[str, int], *, day: int, total: int, sample_rows: int) -> None:
+    """Fail naming models.sample_rows_per_day when ``rows`` feature rows would exceed one of the driver's
+    ``limits`` (name -> bytes) at IN_MEMORY_BYTES_PER_ROW."""
+    needed = rows * IN_MEMORY_BYTES_PER_ROW
+    for name, size in limits.items():
+        if needed > size:
+            fitting = size // IN_MEMORY_BYTES_PER_ROW
+            raise ConfigError(
+                f"models.sample_rows_per_day: in-memory training would collect {rows:,} rows of day {day} "
+                f"({needed / 2**20:,.0f} MiB at {IN_MEMORY_BYTES_PER_ROW} B per row) to the driver, more than "
+                f"{name} ({size / 2**20:,.0f} MiB); the day holds {total:,} rows, got {sample_rows}; set "
+                f"models.sample_rows_per_day to at most {fitting:,} (the paper trains on 1,000,000 rows per day), "
+                "or models.execution=distributed to train on whole days")
+
+
+def byte_size(text: str) -> int:
+    """Bytes of a JVM size string such as 1g, 512m, 4096k or 1024 (bytes); 0 stays 0 (unlimited)."""
+    text = text.strip().lower().removesuffix("b")
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+def feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
+    """How the models section encodes the categoricals of ``spark_rows``: catboost natively, else hashed or by a
+    frequency vocabulary learned on the training split."""
+    m = config.models
+    if m.library == "catboost":
+        return features.FeatureSpec(encoding="native", hash_buckets=m.hash_buckets)
+    if m.categorical_encoding == "hash":
+        return features.FeatureSpec(encoding="hash", hash_buckets=m.hash_buckets)
+    train_rows = feature_frames.split_rows(spark_rows, seed=config.run.seed, shares=m.split, code=0)
+    vocabulary = feature_frames.learn_vocabulary(train_rows, min_count=m.min_category_count, max_size=m.hash_buckets)
+    return features.FeatureSpec(encoding="frequency", hash_buckets=m.hash_buckets, vocabulary=vocabulary)
+
+
+def model_features(rows: DataFrame, spec: features.FeatureSpec, config: Config) -> DataFrame:
+    """The model feature frame of ``rows`` (:func:`lia_spark.engine.models.feature_frames.feature_frame` with the run's seed and
+    split)."""
+    return feature_frames.feature_frame(rows, spec, seed=config.run.seed, shares=config.models.split)
+
+
+def collect_model_data(frame: DataFrame, spec: features.FeatureSpec, library: str) -> training.ModelData:
+    """Collect a feature frame to the driver (Arrow) as :class:`lia_spark.kernels.training.ModelData`."""
+    local = frame.toPandas().sort_values(ROW_ID, kind="stable").reset_index(drop=True)
+    columns = spec.feature_columns
+    matrix = local[columns] if library == "catboost" else local[columns].to_numpy(np.float32)
+    return training.ModelData(matrix, local[LABEL].to_numpy(np.int8), local[ROW_ID].to_numpy(np.int64),
+                              local[features.SPLIT_COLUMN].to_numpy(np.int8), library=library,
+                              cat_features=spec.cat_features, feature_names=columns)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedDays:
+    """What the in-memory path computes before the target's labels are privatized: the proxy, its metrics on its
+    own day's test rows, its predictions on the target day, the target day's features and encoding, and the
+    timings."""
+
+    proxy: training.FittedModel
+    proxy_spec: features.FeatureSpec
+    target_spec: features.FeatureSpec
+    proxy_day_metrics: dict[str, float]
+    proxy_prediction: np.ndarray
+    target_data: training.ModelData
+    seconds: dict[str, float]
+
+
+def preparation_key(spark: SparkSession, config: Config) -> str:
+    """Data fingerprint, seed, every models field except the training mechanism of the target, and the audit fields
+    that set the training labels of PATE's teachers (the injected design's draws)."""
+    models = dataclasses.replace(config.models, training_mechanism="none", epsilon=math.inf, bag_size=1)
+    design = (config.audit.attack, config.audit.design, config.audit.counterfactual, config.audit.flip_share)
+    return repr((output_fingerprint(spark, config.parquet_path), config.run.seed, models, config.pate, design))
+
+
+@dataclasses.dataclass
+class Preparation:
+    """What consecutive trainings that differ only in the target's training mechanism share (the cells of
+    ``lia-spark audit-table``): the prepared days (:func:`prepare_days`) and PATE's settings with its teachers'
+    votes (:func:`shared_pate_settings`), kept for one :func:`preparation_key` at a time (everything in them is
+    deterministic in it). The caller owns it; a fresh one shares nothing."""
+
+    key: str = ""
+    days: PreparedDays | None = None
+    pate: pate.PateSettings | None = None
+    fits: dict[tuple[str, float, int], training.TargetFit] = dataclasses.field(default_factory=dict)
+    # targets fitted ahead in parallel tasks, by (training mechanism, epsilon, bag size); taken by the train stage
+
+    def keep(self, key: str) -> bool:
+        """True when what is kept was prepared under ``key``; otherwise forget it and start keeping ``key``."""
+        if key == self.key:
+            return True
+        self.key, self.days, self.pate, self.fits = key, None, None, {}
+        return False
+
+
+def prepare_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
+                 preparation: Preparation) -> PreparedDays:
+    """Fit the proxy and collect the target day's features, or take them from ``preparation`` when it kept them
+    under the same :func:`preparation_key`."""
+    if preparation.keep(preparation_key(spark, config)) and preparation.days is not None:
+        logger.info("train: proxy and target-day features reused from the previous cell of this process")
+        return dataclasses.replace(preparation.days, seconds={"proxy_reused": 0.0})
+    m, params, seconds = config.models, boosting_params(config), {}
+    describe_jobs(spark, "train: proxy features")
+    proxy_spec = feature_spec(proxy_rows, config)
+    started = time.monotonic()
+    proxy_data = collect_model_data(model_features(proxy_rows, proxy_spec, config), proxy_spec, m.library)
+    seconds["collect_proxy"] = time.monotonic() - started
+    proxy = training.fit_model(proxy_data, proxy_data.labels, proxy_data.split == training.SPLIT_TRAIN,
+                               proxy_data.split == training.SPLIT_VALID, params=params)
+    logger.info("proxy fitted on %d rows in %.1f s", int((proxy_data.split == 0).sum()), proxy.fit_seconds)
+    proxy_test = proxy_data.split == training.SPLIT_TEST
+    proxy_day_metrics = training.binary_metrics(proxy_data.labels[proxy_test],
+                                                proxy.predict(proxy_data.rows(proxy_test)))
+    del proxy_data
+    describe_jobs(spark, "train: target-day features")
+    started = time.monotonic()
+    with_proxy_features = collect_model_data(model_features(target_rows, proxy_spec, config), proxy_spec, m.library)
+    proxy_prediction = proxy.predict(with_proxy_features.features)
+    del with_proxy_features
+    target_spec = feature_spec(target_rows, config)
+    data = collect_model_data(model_features(target_rows, target_spec, config), target_spec, m.library)
+    seconds["collect_target"] = time.monotonic() - started
+    preparation.days = PreparedDays(proxy=proxy, proxy_spec=proxy_spec, target_spec=target_spec,
+                                    proxy_day_metrics=proxy_day_metrics, proxy_prediction=proxy_prediction,
+                                    target_data=data, seconds=seconds)
+    return preparation.days
+
+
+def shared_pate_settings(config: Config, target_rows: DataFrame, preparation: Preparation, *,
+                         left_out: np.ndarray, training_labels: DataFrame | None) -> pate.PateSettings:
+    """:func:`pate_settings` whose teachers are fitted once per preparation: the votes do not depend on epsilon, so
+    the PATE cells of ``lia-spark audit-table`` (one preparation) share them (:class:`lia_spark.kernels.pate.ReusedVotes`).
+    The membership baseline's teachers leave out its non-members and are fitted for their own run."""
+    if left_out.size:
+        return pate_settings(config, target_rows, preparation.days.target_spec, left_out=left_out)
+    if preparation.pate is None:
+        preparation.pate = pate_settings(config, target_rows, preparation.days.target_spec,
+                                         training_labels=training_labels)
+    else:
+        logger.info("train: PATE's teachers' votes reused from the previous PATE cell of this process")
+    return preparation.pate
+
+
+def found_votes(settings: pate.PateSettings, data: training.ModelData, *, seed: int) -> pate.PateSettings:
+    """``settings`` with the teachers' votes on the student rows of ``data`` found now (on the driver: a Spark job)
+    and frozen, so the settings pickle into Spark tasks that cannot fit teachers."""
+    students = training.student_rows(data, settings=settings, seed=seed)
+    settings.votes(data.row_ids[students], data.rows(students), seed)
+    return dataclasses.replace(settings, votes=settings.votes.frozen())
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetRows:
+    """What the target fits of one preparation read: the target day's rows with their training labels (the injected
+    design's y^b) and the proxy's predictions on them (rr_with_prior's prior; None where no mechanism needs it)."""
+
+    data: training.ModelData
+    prior: np.ndarray | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetJob:
+    """One target fit (plain data, so it pickles into a Spark task): the training mechanism, epsilon, bag size, the
+    mechanisms' seed, the hyper-parameters and PATE's settings (votes already found; pate only)."""
+
+    mechanism: str
+    epsilon: float
+    bag_size: int
+    seed: int
+    params: training.BoostingParams
+    pate: pate.PateSettings | None = None
+
+    @property
+    def key(self) -> tuple[str, float, int]:
+        """(training mechanism, epsilon, bag size): how :attr:`Preparation.fits` finds it."""
+        return self.mechanism, self.epsilon, self.bag_size
+
+
+def target_job(config: Config, *, pate_settings: pate.PateSettings | None = None) -> TargetJob:
+    """The target fit the models section asks for."""
+    m = config.models
+    return TargetJob(m.training_mechanism, m.epsilon, m.bag_size, seed=training_seed(config),
+                     params=boosting_params(config), pate=pate_settings)
+
+
+def fit_target_job(rows: TargetRows, job: TargetJob, threads: int) -> training.TargetFit:
+    """The target of ``job`` trained on ``rows`` with ``threads`` threads (0 = every core;
+    :func:`lia_spark.kernels.training.train_target`)."""
+    return training.train_target(rows.data, mechanism=job.mechanism, epsilon=job.epsilon, seed=job.seed,
+                                 params=dataclasses.replace(job.params, threads=threads), prior=rows.prior,
+                                 bag_size=job.bag_size, pate_settings=job.pate)

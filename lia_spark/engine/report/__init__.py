@@ -1,0 +1,1 @@
+"""The report step: the HTML page of a pipeline run (:mod:`.stage`)."""

@@ -1,0 +1,60 @@
+"""The commands of ``lia-spark`` and ``jobs/``: every stage of :mod:`lia_spark.engine.runtime.registry` by its name, and the
+commands built on them (``pipeline``, ``track``, ``audit-table``, ``logloss-attack``). Each is
+``function(spark, config) -> result``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from typing import Any, Callable
+
+from pyspark.sql import SparkSession
+
+from lia_spark.engine.runtime.outputs import local_copies
+from lia_spark.engine.runtime.pipeline import run_pipeline, run_track
+from lia_spark.engine.runtime.registry import STAGES, run_stage, sealed_fingerprint
+from lia_spark.engine.runtime.audit_table import run_audit_table
+from lia_spark.run.config import Config
+
+logger = logging.getLogger(__name__)
+
+
+def run_logloss_attack(spark: SparkSession, config: Config) -> Any:
+    """``lia-spark logloss-attack``: the logloss stage (docs/math.md §8; reused when its fingerprint matches), tracked
+    as one MLflow run with a ``logloss`` stage run when tracking.enabled.
+
+    Raises:
+        lia_spark.tracking.store.TrackingError: the tracking store is unreachable (before any query).
+        ValueError: naming logloss.day when its rows are missing or not positioned 0..N-1.
+    """
+    tracker = None
+    if config.tracking.enabled:
+        from lia_spark.tracking.mlflow_runs import PipelineTracker
+
+        tracker = PipelineTracker(config, run_name=f"{config.run.name} logloss-attack")
+        tracker.check()
+    result = run_stage("logloss", spark, config)
+    if tracker is not None:
+        run_id = tracker.start()
+        failed = True
+        try:
+            with local_copies(spark, result.files) as artifacts:
+                tracker.log_stage("logloss", status="reused" if result.skipped else "ran", seconds=result.seconds,
+                                  metrics=result.metrics(), artifacts=artifacts,
+                                  fingerprint=sealed_fingerprint(spark, STAGES["logloss"], config))
+            failed = False
+        finally:
+            tracker.end(failed=failed)
+        result = dataclasses.replace(result, mlflow_run_id=run_id)
+    logger.info("%s", result.console_summary())
+    return result
+
+
+COMMANDS: dict[str, Callable[[SparkSession, Config], Any]] = {
+    **{name: functools.partial(run_stage, name) for name, stage in STAGES.items() if stage.step not in ("", "report")},
+    "pipeline": run_pipeline,
+    "track": run_track,
+    "audit-table": run_audit_table,
+    "logloss-attack": run_logloss_attack,
+}

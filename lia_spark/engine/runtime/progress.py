@@ -1,0 +1,178 @@
+"""Progress lines of a running stage: while a long step computes, a daemon thread on the driver reads Spark's
+status and logs, every ``run.progress_seconds``, how many tasks of each active Spark stage are done, their rate
+and the ETA of that Spark stage, under the description of the running jobs
+(:func:`lia_spark.engine.spark.session.describe_jobs`), e.g.
+
+    posteriors: bag, release, posteriors; write per-row results: 37/200 tasks of Spark stage 12 done, 2 running,
+    1.8 tasks/s, ETA 1 min 30 s (2 min 10 s in)
+
+or, when no Spark stage is active (work on the driver: model fits, bounds), a heartbeat
+``train: still running, 2 min 10 s in (no Spark stage active)``. Classic sessions are polled through their
+status tracker; over Spark Connect the client's progress handler (``spark.registerProgressHandler``) keeps the
+latest state of each running operation.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+from pyspark.sql import SparkSession
+
+from lia_spark.engine.spark.session import described_jobs, status_tracker
+
+if TYPE_CHECKING:
+    from pyspark import StatusTracker
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0  # task counts are sampled this often (rates), lines are logged every interval
+SHOWN_STAGES = 3  # at most this many Spark stages per line
+
+
+@dataclasses.dataclass(frozen=True)
+class StageProgress:
+    """One active Spark stage: its id, its tasks, those done and those running (None when unknown)."""
+
+    stage_id: int
+    tasks: int
+    completed: int
+    running: int | None = None
+
+
+def duration_text(seconds: float) -> str:
+    """``45 s``, ``1 min 30 s``, ``2 h 05 min``."""
+    whole = int(round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+
+
+def progress_line(label: str, stages: list[StageProgress], *, elapsed: float, rates: dict[int, float],
+                  doing: str = "") -> str:
+    """The line logged for ``label`` after ``elapsed`` seconds while the jobs described as ``doing`` run: each
+    active Spark stage's tasks done and running, its rate (``rates``: tasks/s by stage id, absent while unknown)
+    and the ETA of its remaining tasks; a heartbeat when no Spark stage is active."""
+    if not stages:
+        return f"{label}: still running, {duration_text(elapsed)} in (no Spark stage active)"
+    parts = []
+    for stage in stages[:SHOWN_STAGES]:
+        text = f"{stage.completed}/{stage.tasks} tasks of Spark stage {stage.stage_id} done"
+        if stage.running:
+            text += f", {stage.running} running"
+        rate = rates.get(stage.stage_id)
+        if rate:
+            text += f", {rate:.2g} tasks/s, ETA {duration_text(max(stage.tasks - stage.completed, 0) / rate)}"
+        parts.append(text)
+    if len(stages) > SHOWN_STAGES:
+        parts.append(f"{len(stages) - SHOWN_STAGES} more Spark stages active")
+    where = doing if doing.startswith(f"{label}:") else f"{label} ({doing})" if doing else label
+    return f"{where}: {'; '.join(parts)} ({duration_text(elapsed)} in)"
+
+
+def classic_stages(tracker: StatusTracker) -> list[StageProgress]:
+    """The active stages of a classic session's status tracker."""
+    found = []
+    for stage_id in sorted(tracker.getActiveStageIds()):
+        info = tracker.getStageInfo(stage_id)
+        if info is not None:
+            found.append(StageProgress(stage_id, info.numTasks, info.numCompletedTasks, info.numActiveTasks))
+    return found
+
+
+class ConnectProgress:
+    """A Spark Connect progress handler (``spark.registerProgressHandler``) that keeps the unfinished stages of
+    each running operation, for :meth:`stages` to read from another thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._operations: dict[str | None, list[StageProgress]] = {}
+
+    def __call__(self, stages: Iterable[Any] | None, inflight_tasks: int, operation_id: str | None,
+                 done: bool) -> None:
+        """Called by the Connect client on every progress update of an operation (``done`` at its end)."""
+        active = [StageProgress(stage.stage_id, stage.num_tasks, stage.num_completed_tasks)
+                  for stage in stages or () if not stage.done]
+        with self._lock:
+            if done:
+                self._operations.pop(operation_id, None)
+            else:
+                self._operations[operation_id] = active
+
+    def stages(self) -> list[StageProgress]:
+        """The unfinished stages of every running operation, by stage id."""
+        with self._lock:
+            return sorted((stage for stages in self._operations.values() for stage in stages),
+                          key=lambda stage: stage.stage_id)
+
+
+class ProgressReporter:
+    """The daemon thread behind :func:`reporting_progress`: samples ``poll`` every :data:`POLL_SECONDS` (or
+    ``every``, when shorter) and logs :func:`progress_line` every ``every`` seconds until :meth:`stop`."""
+
+    def __init__(self, label: str, every: float, poll: Callable[[], list[StageProgress]]) -> None:
+        self._label, self._every, self._poll = label, every, poll
+        self._stopped = threading.Event()
+        self._first_seen: dict[int, tuple[float, int]] = {}  # stage id -> (when first seen, tasks done then)
+        self._thread = threading.Thread(target=self._run, name=f"lia-spark-progress-{label}", daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and wait for it: no line is logged after this returns."""
+        self._stopped.set()
+        self._thread.join()
+
+    def _sample(self, now: float) -> tuple[list[StageProgress], dict[int, float]]:
+        try:
+            stages = self._poll()
+        except Exception as error:  # noqa: BLE001 - a status read failing (session stopping) costs a heartbeat
+            logger.debug("%s: cannot read Spark's progress: %s", self._label, error)
+            stages = []
+        rates = {}
+        for stage in stages:
+            seen, done = self._first_seen.setdefault(stage.stage_id, (now, stage.completed))
+            if stage.completed > done and now > seen:
+                rates[stage.stage_id] = (stage.completed - done) / (now - seen)
+        return stages, rates
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        due = started + self._every
+        while not self._stopped.wait(min(POLL_SECONDS, self._every)):
+            now = time.monotonic()
+            stages, rates = self._sample(now)
+            if now >= due:
+                logger.info("%s", progress_line(self._label, stages, elapsed=now - started, rates=rates,
+                                                doing=described_jobs()))
+                due = now + self._every
+
+
+@contextlib.contextmanager
+def reporting_progress(spark: SparkSession, label: str, every: float) -> Iterator[None]:
+    """Log ``label``'s progress every ``every`` seconds (``run.progress_seconds``; 0: nothing) while the ``with``
+    block runs; the reporting thread has ended when the block is left."""
+    if every <= 0:
+        yield
+        return
+    tracker = status_tracker(spark)
+    handler = None
+    if tracker is None:
+        handler = ConnectProgress()
+        spark.registerProgressHandler(handler)
+    reporter = ProgressReporter(label, every, handler.stages if handler is not None else
+                                lambda: classic_stages(tracker))
+    reporter.start()
+    try:
+        yield
+    finally:
+        reporter.stop()
+        if handler is not None:
+            spark.removeProgressHandler(handler)

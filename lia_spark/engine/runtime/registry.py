@@ -1,0 +1,187 @@
+"""The registry of stages (real imports) and :func:`run_stage`, the one skeleton every stage runs in.
+
+``run_stage``: fingerprint (the declared fields, the values the stage resolves from the data, the code version and
+the fingerprints of its input tables) -> reuse of a complete output with the same fingerprint (unless run.force)
+-> the stage's cheap checks and its required inputs -> ``compute`` inside a committed output (a temporary
+folder renamed into place on success, with the result as its sealed marker) -> the result.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from lia_spark.engine.audit.stage import AUDIT
+from lia_spark.engine.spark.filesystem import files_for
+from lia_spark.engine.generate.stage import GENERATE
+from lia_spark.engine.ingest.stage import INGEST
+from lia_spark.engine.logloss.stage import LOGLOSS
+from lia_spark.engine.runtime.outputs import (CLAIM_SUFFIX, claim_path, committed_output, delete_path,
+                                     foreign_entries, foreign_error, path_exists, read_marker, reusable_output,
+                                     swept_leftover)
+from lia_spark.engine.posteriors.stage import POSTERIORS
+from lia_spark.engine.runtime.progress import reporting_progress
+from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.engine.report.stage import REPORT
+from lia_spark.engine.runtime.stage import Stage, StageRun
+from lia_spark.engine.train.stage import TRAIN
+from lia_spark.engine.utility.stage import UTILITY
+from lia_spark.run.config import Config
+from lia_spark.run.fingerprint import marker_fingerprint, verified_marker
+
+logger = logging.getLogger(__name__)
+
+STAGES: dict[str, Stage] = {stage.name: stage for stage in
+                            (GENERATE, INGEST, TRAIN, POSTERIORS, UTILITY, AUDIT, REPORT, LOGLOSS)}
+
+
+def step_stage(step: str, config: Config) -> Stage:
+    """The stage behind a pipeline step (data -> generate or ingest, by data.source)."""
+    if step == "data":
+        return STAGES["generate" if config.data.source == "synthetic" else "ingest"]
+    return STAGES[step]
+
+
+def committed_result(spark: SparkSession, stage: Stage, config: Config) -> Any:
+    """``stage``'s result rebuilt from the marker of its complete output, or None."""
+    marker = read_marker(spark, stage.outputs(config)[0])
+    return None if marker is None else stage.result_from(config, marker)
+
+
+def sealed_fingerprint(spark: SparkSession, stage: Stage, config: Config) -> str:
+    """The fingerprint sealed into ``stage``'s committed output ("" when absent, unsealed or not trusted)."""
+    marker = read_marker(spark, stage.outputs(config)[0])
+    verified = verified_marker(marker)[0] if marker is not None else None
+    return marker_fingerprint(verified) if verified is not None else ""
+
+
+def _upstream(spark: SparkSession, stage: Stage, config: Config):
+    def result(role: str) -> Any:
+        declared = next(item for item in stage.inputs(config) if item.role == role)
+        producer = declared.producer(config)
+        return committed_result(spark, step_stage(producer, config), config) if producer else None
+
+    return result
+
+
+def leftovers(spark: SparkSession, config: Config) -> list[str]:
+    """What interrupted attempts left beside the folders every stage writes under ``config``: the staging and
+    scratch folders a lia_spark run claimed (:func:`lia_spark.engine.runtime.outputs.claimed`) whose run no longer runs
+    (:func:`lia_spark.engine.runtime.outputs.swept_leftover`). A folder nobody claimed is never a leftover, whatever its
+    name."""
+    folders = sorted({path.rstrip("/").rpartition("/")[0] for stage in STAGES.values()
+                      for path in stage.written(config)})
+    found = []
+    for folder in folders:
+        if not folder or not path_exists(spark, folder):
+            continue
+        for entry in files_for(spark, folder).list_folder(folder):
+            if not entry.is_folder and entry.name.endswith(CLAIM_SUFFIX):
+                found += [path for path in [swept_leftover(spark, entry.path)] if path]
+    return found
+
+
+def remove_leftovers(spark: SparkSession, config: Config) -> list[str]:
+    """Delete :func:`leftovers` (and their claims) and return them. Only for a caller holding the output folder's
+    run lock (:func:`lia_spark.engine.runtime.lock.run_lock`)."""
+    removed = leftovers(spark, config)
+    for path in removed:
+        logger.warning("removing %s, left by an interrupted run", path)
+        delete_path(spark, path)
+        delete_path(spark, claim_path(path))
+    return removed
+
+
+def output_field(config: Config, path: str) -> str:
+    """The config field that places ``path``: data.parquet_path or data.quarantine_path when the user set it and
+    ``path`` is (beside) it, else run.output_dir."""
+    for field, chosen in (("data.parquet_path", config.data.parquet_path),
+                          ("data.quarantine_path", config.data.quarantine_path)):
+        if chosen and path.startswith(chosen.rstrip("/")):
+            return field
+    return "run.output_dir"
+
+
+def refuse_foreign(spark: SparkSession, config: Config, stages: list[Stage]) -> None:
+    """Before any work: check that no folder ``stages`` replace or delete holds files no lia_spark run wrote
+    (:func:`lia_spark.engine.runtime.outputs.foreign_entries`); run.replace_foreign=true lets them be replaced (one WARNING
+    each).
+
+    Raises:
+        ForeignFilesError: naming the field, the path and what it holds.
+    """
+    replace = config.run.replace_foreign
+    for stage in stages:
+        for path in stage.written(config):
+            entries = foreign_entries(spark, path)
+            if entries and not replace:
+                raise foreign_error(output_field(config, path), path, entries)
+            if entries:
+                logger.warning("%s: replacing %s, which holds files no lia_spark run wrote (%d entries; "
+                               "run.replace_foreign=true)", output_field(config, path), path, len(entries))
+
+
+def check_inputs(spark: SparkSession, stage: Stage, config: Config) -> None:
+    """Fail in seconds, naming the field and the command that writes it, when a required input does not exist."""
+    for item in stage.inputs(config):
+        path = item.path(config)
+        if not item.required or path_exists(spark, path):
+            continue
+        producer = item.producer(config)
+        fix = (f"run `lia-spark {step_stage(producer, config).name}` (or the pipeline with '{producer}' in "
+               f"run.stages) first, or set {item.field}" if producer else f"set {item.field} to an existing table")
+        raise ValueError(f"{item.field}: the {stage.name} stage reads the {item.role} table, but {path} does not "
+                         f"exist; {fix}, got {path!r}")
+
+
+def _reusable_result(spark: SparkSession, stage: Stage, config: Config, fingerprint: Any, *, reuse: bool) -> Any:
+    """The result of ``stage``'s committed output when it may be reused: same fingerprint, no failed part, reuse
+    allowed (not run.force); else None (logging why)."""
+    if fingerprint is None:
+        return None
+    marker = reusable_output(spark, stage.outputs(config), fingerprint, force=config.run.force or not reuse)
+    found = None if marker is None else stage.result_from(config, marker, skipped=True)
+    if found is not None and found.failures():
+        logger.warning("%s: recomputing: the committed output records failed parts: %s", stage.name,
+                       "; ".join(f"{part}: {error}" for part, error in found.failures().items()))
+        return None
+    return found
+
+
+def would_reuse(spark: SparkSession, name: str, config: Config) -> bool:
+    """True when :func:`run_stage` would reuse stage ``name``'s committed output under ``config``."""
+    stage = STAGES[name]
+    fingerprint = stage.fingerprint(spark, config, resolved=stage.resolved(spark, config)) if stage.reusable else None
+    return _reusable_result(spark, stage, config, fingerprint, reuse=True) is not None
+
+
+def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = True, **options: Any) -> Any:
+    """Run stage ``name`` under ``config`` (the module docstring's skeleton), logging its progress every
+    ``run.progress_seconds`` (:func:`lia_spark.engine.runtime.progress.reporting_progress`), and return its result;
+    ``reuse=False`` recomputes whatever the output holds. ``options`` reach ``compute`` (:attr:`StageRun.options`).
+    The stage's last job description is cleared at its end, so later progress lines never name its work."""
+    try:
+        with reporting_progress(spark, name, config.run.progress_seconds):
+            return _run_stage(STAGES[name], spark, config, reuse=reuse, options=options)
+    finally:
+        describe_jobs(spark, None)
+
+
+def _run_stage(stage: Stage, spark: SparkSession, config: Config, *, reuse: bool, options: dict[str, Any]) -> Any:
+    reuse = reuse and not set(stage.recomputed_with) & set(options)
+    resolved = stage.resolved(spark, config)
+    fingerprint = stage.fingerprint(spark, config, resolved=resolved) if stage.reusable else None
+    found = _reusable_result(spark, stage, config, fingerprint, reuse=reuse)
+    if found is not None:
+        return stage.reused(spark, config, found)
+    refuse_foreign(spark, config, [stage])
+    check_inputs(spark, stage, config)
+    stage.check(spark, config)
+    metadata: dict[str, Any] = {}
+    with committed_output(spark, stage.outputs(config)[0], metadata, fingerprint=fingerprint) as staging:
+        result = stage.compute(StageRun(spark, config, staging, fingerprint, time.monotonic(), options,
+                                        _upstream(spark, stage, config), resolved))
+        metadata.update(result.marker())
+    return result
