@@ -2,6 +2,7 @@
 runs end FINISHED); only a store that stops answering stops tracking, and only then is the server blamed."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import socket
@@ -92,3 +93,37 @@ def test_one_model_that_cannot_be_logged_does_not_stop_the_others(tracker, tmp_p
     run_id = mlflow.active_run().info.run_id
     logged = mlflow.MlflowClient(tracker.tracking_uri).search_logged_models([tracker.experiment_id])
     assert [model.name for model in logged if model.source_run_id == run_id] == ["proxy"]
+
+
+def _session_config(tmp_path, **tracking):
+    return config_from_dict({"run": {"output_dir": str(tmp_path / "out")},
+                             "tracking": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                                          "experiment": "session", "request_timeout_seconds": 2, **tracking}})
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_the_session_ends_its_run_failed_exactly_when_the_command_raises(tmp_path, raises):
+    from lia_spark.tracking.session import tracking_session
+
+    config = _session_config(tmp_path)
+    with pytest.raises(RuntimeError, match="stage train failed") if raises else contextlib.nullcontext():
+        with tracking_session(config, run_name="one command") as tracker:
+            run_id = tracker.start()
+            if raises:
+                raise RuntimeError("stage train failed")
+    assert mlflow.MlflowClient(tracker.tracking_uri).get_run(run_id).info.status == ("FAILED" if raises else "FINISHED")
+
+
+def test_the_session_checks_the_store_before_the_command_and_is_silent_when_off(tmp_path):
+    from lia_spark.tracking.session import NoTracker, tracking_session
+    from lia_spark.tracking.store import TrackingError
+
+    ran = []
+    with pytest.raises(TrackingError):
+        with tracking_session(_session_config(tmp_path, tracking_uri=_closed_port_uri(), timeout_seconds=1)):
+            ran.append("the command")
+    assert ran == []
+    with tracking_session(_session_config(tmp_path, enabled=False)) as tracker:
+        assert isinstance(tracker, NoTracker) and tracker.start() == "" and tracker.location() == ""
+        tracker.best_effort("stage train", lambda: ran.append("a logging call"))
+    assert ran == [] and not (tmp_path / "mlflow.db").exists()

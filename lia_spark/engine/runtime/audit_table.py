@@ -44,6 +44,7 @@ from lia_spark.present.wording import NO_EVIDENCE_SHORT, bound_text, claimed_eps
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.limits import check_training_rows
+from lia_spark.tracking.session import tracking_session
 from lia_spark.studies import table
 
 logger = logging.getLogger(__name__)
@@ -302,46 +303,37 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
     cells, unsupported = table.table_cells(config)
     for name, reason in unsupported.items():
         logger.warning("audit-table: skipping %s: %s", name, reason)
-    tracker = None
-    if config.tracking.enabled:
-        from lia_spark.tracking.mlflow_runs import AuditTableTracker
-
-        tracker = AuditTableTracker(config, run_name=f"{config.run.name} audit-table")
-        tracker.check()
-    check_writable(spark, config.run.output_dir)
-    logger.info("audit-table: %d cells (%s) below %s/cells", len(cells), ", ".join(c.name for c in cells),
-                layout.output_path(config, layout.TABLE))
-    data_stage = _prepare_data(spark, config)
-    day_rows = functools.cache(lambda: target_day_rows(spark, config, generating=False))  # counted once, if needed
-    for cell in cells:
-        check_training_rows(cell_config(config, cell), day_rows, source="counted in the data")
-    result = TableResult(layout.output_path(config, layout.TABLE), [], unsupported, (), 0.0, data_stage)
-    failed = True
-    if tracker is not None:
+    with tracking_session(config, run_name=f"{config.run.name} audit-table", table=True) as tracker:
+        check_writable(spark, config.run.output_dir)
+        logger.info("audit-table: %d cells (%s) below %s/cells", len(cells), ", ".join(c.name for c in cells),
+                    layout.output_path(config, layout.TABLE))
+        data_stage = _prepare_data(spark, config)
+        day_rows = functools.cache(lambda: target_day_rows(spark, config, generating=False))  # counted once, if needed
+        for cell in cells:
+            check_training_rows(cell_config(config, cell), day_rows, source="counted in the data")
+        result = TableResult(layout.output_path(config, layout.TABLE), [], unsupported, (), 0.0, data_stage)
         result.mlflow_run_id = tracker.start()
         result.mlflow_location = tracker.location()
-    preparation = Preparation()  # the cells differ only in the target's mechanism: they share the proxy and features
-    try:
+        preparation = Preparation()  # the cells differ only in the target's mechanism: they share the proxy, features
         _fit_ahead(spark, config, cells, preparation)
         for index, cell in enumerate(cells, start=1):
             logger.info("audit-table: cell %d/%d %s", index, len(cells), cell.name)
             outcome = _run_cell(spark, config, cell, preparation)
             result.cells.append(outcome)
-            if tracker is not None:
-                tracker.log_cell(cell.name, mechanism=cell.mechanism, claimed_epsilon=cell.epsilon,
-                                 bag_size=cell.bag_size, status=outcome.status, seconds=outcome.seconds,
-                                 metrics=outcome.metrics(), error=outcome.error,
-                                 fingerprint=sealed_fingerprint(spark, STAGES["audit"], cell_config(config, cell)))
+            tracker.best_effort(f"cell {cell.name}", lambda: tracker.log_cell(
+                cell.name, mechanism=cell.mechanism, claimed_epsilon=cell.epsilon, bag_size=cell.bag_size,
+                status=outcome.status, seconds=outcome.seconds, metrics=outcome.metrics(), error=outcome.error,
+                fingerprint=sealed_fingerprint(spark, STAGES["audit"], cell_config(config, cell))))
         result.files = write_table(spark, config, result.cells)
         result.seconds = time.monotonic() - started
-        if tracker is not None:
-            with local_copies(spark, result.files) as artifacts:
-                tracker.log_table(metrics=result.metrics(), artifacts=artifacts)
-        failed = bool(result.failed())
-    finally:
-        if tracker is not None:
-            tracker.end(failed=failed)
-    logger.info("%s", result.console_summary())
-    if result.failed():
-        raise TableCellsFailed(result)
+        tracker.best_effort("the table", lambda: _log_table(spark, tracker, result))
+        logger.info("%s", result.console_summary())
+        if result.failed():  # the MLflow run ends FAILED
+            raise TableCellsFailed(result)
     return result
+
+
+def _log_table(spark: SparkSession, tracker: Any, result: TableResult) -> None:
+    """The table's metrics and files on the parent run."""
+    with local_copies(spark, result.files) as artifacts:
+        tracker.log_table(metrics=result.metrics(), artifacts=artifacts)

@@ -16,6 +16,7 @@ from lia_spark.engine.runtime.pipeline import run_pipeline, run_track
 from lia_spark.engine.runtime.registry import STAGES, run_stage, sealed_fingerprint
 from lia_spark.engine.runtime.audit_table import run_audit_table
 from lia_spark.run.config import Config
+from lia_spark.tracking.session import tracking_session
 
 logger = logging.getLogger(__name__)
 
@@ -28,27 +29,20 @@ def run_logloss_attack(spark: SparkSession, config: Config) -> Any:
         lia_spark.tracking.store.TrackingError: the tracking store is unreachable (before any query).
         ValueError: naming logloss.day when its rows are missing or not positioned 0..N-1.
     """
-    tracker = None
-    if config.tracking.enabled:
-        from lia_spark.tracking.mlflow_runs import PipelineTracker
-
-        tracker = PipelineTracker(config, run_name=f"{config.run.name} logloss-attack")
-        tracker.check()
-    result = run_stage("logloss", spark, config)
-    if tracker is not None:
-        run_id = tracker.start()
-        failed = True
-        try:
-            with local_copies(spark, result.files) as artifacts:
-                tracker.log_stage("logloss", status="reused" if result.skipped else "ran", seconds=result.seconds,
-                                  metrics=result.metrics(), artifacts=artifacts,
-                                  fingerprint=sealed_fingerprint(spark, STAGES["logloss"], config))
-            failed = False
-        finally:
-            tracker.end(failed=failed)
-        result = dataclasses.replace(result, mlflow_run_id=run_id)
+    with tracking_session(config, run_name=f"{config.run.name} logloss-attack") as tracker:
+        result = run_stage("logloss", spark, config)
+        result = dataclasses.replace(result, mlflow_run_id=tracker.start())
+        tracker.best_effort("stage logloss", lambda: _log_attack(spark, config, tracker, result))
     logger.info("%s", result.console_summary())
     return result
+
+
+def _log_attack(spark: SparkSession, config: Config, tracker: Any, result: Any) -> None:
+    """The attack's stage run: its metrics and files."""
+    with local_copies(spark, result.files) as artifacts:
+        tracker.log_stage("logloss", status="reused" if result.skipped else "ran", seconds=result.seconds,
+                          metrics=result.metrics(), artifacts=artifacts,
+                          fingerprint=sealed_fingerprint(spark, STAGES["logloss"], config))
 
 
 COMMANDS: dict[str, Callable[[SparkSession, Config], Any]] = {

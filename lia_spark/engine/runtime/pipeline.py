@@ -23,12 +23,9 @@ from lia_spark.engine.models.feature_frames import target_day_rows
 from lia_spark.run.config import Config
 from lia_spark.run.limits import check_training_rows
 from lia_spark.run.sections import PIPELINE_STAGES
+from lia_spark.tracking.session import TRACK_LATER, tracking_session
 
 logger = logging.getLogger(__name__)
-
-TRACK_LATER = ("log them once the tracking server answers again with `lia-spark track --conf <your conf> "
-               "[the same overrides]`")
-
 
 @dataclasses.dataclass
 class StageOutcome:
@@ -214,46 +211,27 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
         ValueError: bad ``run.stages`` selection for the existing outputs.
         RuntimeError: a stage failed (its message names the stage; earlier outputs stay committed).
     """
-    tracker = None
-    if config.tracking.enabled:
-        from lia_spark.tracking.mlflow_runs import PipelineTracker
-
-        tracker = PipelineTracker(config)
-        tracker.check()
-    check_before_stages(spark, config)
-    result = PipelineResult(config.run.name, config.run.output_dir, master_name(spark))
-    if tracker is not None:
+    with tracking_session(config) as tracker:
+        check_before_stages(spark, config)
+        result = PipelineResult(config.run.name, config.run.output_dir, master_name(spark),
+                                not_logged=tracker.not_logged)
         result.mlflow_run_id = tracker.start()
         result.tracking_uri = tracker.tracking_uri
         result.mlflow_location = tracker.location()
-
-    outcomes: dict[str, StageOutcome] = {}
-    failed: StageOutcome | None = None
-    try:
+        outcomes: dict[str, StageOutcome] = {}
         for step in PIPELINE_STAGES:
-            if tracker is not None and step in config.run.stages:  # its MLflow run starts with it: real durations
-                tracker.best_effort(f"stage {step}", functools.partial(tracker.start_stage, step))
+            if step in config.run.stages:  # its MLflow run starts with it: real durations
+                tracker.best_effort(f"stage {step}", lambda: tracker.start_stage(step))
             outcome = _run_step(spark, config, step, outcomes, result.mlflow_location)
             outcomes[step] = outcome
             result.steps.append(outcome)
-            if tracker is not None and outcome.status in ("ran", "reused", "failed"):
+            if outcome.status in ("ran", "reused", "failed"):
                 tracker.best_effort(f"stage {step}", functools.partial(log_outcome, spark, config, tracker, outcome))
             if outcome.result is not None and outcome.result.page():
                 result.report_path = outcome.result.page()
-            if outcome.status == "failed":
-                failed = outcome
-                break
-    finally:
-        if tracker is not None:
-            tracker.best_effort("the run's end", functools.partial(
-                tracker.end, failed=failed is not None or len(outcomes) < len(PIPELINE_STAGES)))
-            result.not_logged = list(tracker.not_logged)
-            if result.not_logged:
-                logger.warning("tracking: not logged to MLflow at %s: %s; %s", tracker.tracking_uri,
-                               ", ".join(result.not_logged), TRACK_LATER)
-    if failed is not None:
-        raise RuntimeError(f"stage {failed.step} ({failed.stage}) failed: {failed.error}; outputs of finished "
-                           f"stages are kept under {config.run.output_dir}") from failed.exception
+            if outcome.status == "failed":  # the MLflow run ends FAILED
+                raise RuntimeError(f"stage {outcome.step} ({outcome.stage}) failed: {outcome.error}; outputs of "
+                                   f"finished stages are kept under {config.run.output_dir}") from outcome.exception
     logger.info("%s", result.console_summary())
     return result
 
@@ -278,23 +256,17 @@ def run_track(spark: SparkSession, config: Config) -> PipelineResult:
         lia_spark.tracking.store.TrackingError: the tracking store is unreachable.
         ValueError: naming run.output_dir when no step of it has a complete output.
     """
-    from lia_spark.tracking.mlflow_runs import PipelineTracker
-
     outcomes = [committed_outcome(spark, config, step) for step in PIPELINE_STAGES]
     if all(outcome.status == "skipped" for outcome in outcomes):
         raise ValueError(f"run.output_dir: no step has a complete output there, got {config.run.output_dir!r}; "
                          "point --conf / run.output_dir at the folder of a finished run")
-    tracker = PipelineTracker(config)
-    tracker.check()
-    result = PipelineResult(config.run.name, config.run.output_dir, master_name(spark), steps=outcomes,
-                            mlflow_run_id=tracker.start(), tracking_uri=tracker.tracking_uri,
-                            mlflow_location=tracker.location())
-    try:
+    with tracking_session(config, required=True) as tracker:
+        result = PipelineResult(config.run.name, config.run.output_dir, master_name(spark), steps=outcomes,
+                                mlflow_run_id=tracker.start(), tracking_uri=tracker.tracking_uri,
+                                mlflow_location=tracker.location())
         for outcome in outcomes:
             if outcome.status == "ran":
                 log_outcome(spark, config, tracker, outcome)
-    finally:
-        tracker.end(failed=False)
     logger.info("track: logged %s to %s", ", ".join(o.step for o in outcomes if o.status == "ran"),
                 result.mlflow_location)
     return result

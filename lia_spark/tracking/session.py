@@ -1,0 +1,76 @@
+"""One MLflow session per command: ``with tracking_session(config) as tracker:`` checks the store before any work,
+and ends the run when the block ends (FAILED when it raises), whatever the command (the pipeline, ``track``, the
+audit table, the log-loss attack). With tracking off the tracker is a :class:`NoTracker`, so a command reads the
+same with and without MLflow: it starts the run when its up-front checks passed, and hands every logging call to
+``tracker.best_effort`` (which a failing store never lets stop the work). MLflow is imported only when tracking
+is on.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
+
+from lia_spark.run.config import Config
+
+if TYPE_CHECKING:  # the type only: mlflow is imported when tracking is on
+    from lia_spark.tracking.mlflow_runs import PipelineTracker
+
+logger = logging.getLogger(__name__)
+
+# What to do about calls a failing store left out (the warning at the run's end and the console summary).
+TRACK_LATER = ("log them once the tracking server answers again with `lia-spark track --conf <your conf> "
+               "[the same overrides]`")
+
+
+@dataclasses.dataclass
+class NoTracker:
+    """Tracking off: no run, no logging call made."""
+
+    run_id: str = ""
+    tracking_uri: str = ""
+    not_logged: list[str] = dataclasses.field(default_factory=list)
+
+    def start(self) -> str:
+        return ""
+
+    def location(self) -> str:
+        return ""
+
+    def best_effort(self, what: str, log: Callable[[], Any]) -> None:
+        """Nothing to log: ``log`` is not called (it would copy artifacts for nobody)."""
+
+
+Tracker = Union["PipelineTracker", NoTracker]
+
+
+@contextlib.contextmanager
+def tracking_session(config: Config, *, run_name: str | None = None, table: bool = False,
+                     required: bool = False) -> Iterator[Tracker]:
+    """The command's tracker: a :class:`lia_spark.tracking.mlflow_runs.PipelineTracker` (an ``AuditTableTracker``
+    with ``table``) whose store answered :meth:`check` when tracking.enabled or ``required`` (``lia-spark track``),
+    else a :class:`NoTracker`. When the block ends, a started run ends (FAILED if the block raised; best effort) and
+    the calls a failing store left out are named in one WARNING.
+
+    Raises:
+        lia_spark.tracking.store.TrackingError: the store is unreachable (before the block runs).
+    """
+    if not (config.tracking.enabled or required):
+        yield NoTracker()
+        return
+    from lia_spark.tracking.mlflow_runs import AuditTableTracker, PipelineTracker
+
+    tracker = (AuditTableTracker if table else PipelineTracker)(config, run_name=run_name)
+    tracker.check()
+    failed = True
+    try:
+        yield tracker
+        failed = False
+    finally:
+        if tracker.run_id:
+            tracker.best_effort("the run's end", functools.partial(tracker.end, failed=failed))
+        if tracker.not_logged:
+            logger.warning("tracking: not logged to MLflow at %s: %s; %s", tracker.tracking_uri,
+                           ", ".join(tracker.not_logged), TRACK_LATER)
