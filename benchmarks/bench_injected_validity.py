@@ -51,7 +51,8 @@ from scipy.stats import beta
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
-from lia_spark.kernels import audit, audit_sweep, bounds, features, injected, synthetic, training  # noqa: E402
+from lia_spark.kernels import (audit, audit_sweep, bounds, features, injected, mechanism_registry,  # noqa: E402
+                               synthetic, training)
 from lia_spark.kernels.criteo import FEATURE_COLUMNS  # noqa: E402
 from lia_spark.names import BINOMIAL, BONFERRONI, NONE, RR, UNIFORM_FLIP, bound_key  # noqa: E402
 from lia_spark.run.model_sections import AuditConfig  # noqa: E402
@@ -178,8 +179,9 @@ def repetition(r: int, s: Settings) -> dict:
     def fit_target(labels: np.ndarray, epsilon: float, mechanism_seed: int = rr_seed) -> tuple[np.ndarray, dict]:
         full = data.labels.copy()
         full[train] = labels
-        fit = training.train_target(dataclasses.replace(data, labels=full), mechanism=NONE if math.isinf(epsilon)
-                                    else RR, epsilon=epsilon, seed=mechanism_seed, params=boost)
+        fit = mechanism_registry.train_target(dataclasses.replace(data, labels=full),
+                                              mechanism=NONE if math.isinf(epsilon) else RR, epsilon=epsilon,
+                                              seed=mechanism_seed, params=boost)
         return fit.model.predict(x_canary), training.binary_metrics(y_test, fit.model.predict(x_test))
 
     # the shadow baselines of the default audit: per training mechanism, audit.shadows fits on the canaries with the

@@ -21,7 +21,7 @@ from benchmarks.bench_training import _twin  # noqa: E402
 from lia_spark.engine.models import feature_frames  # noqa: E402
 from lia_spark.engine.models.preparation import (Preparation, boosting_params, pate_settings, prepare_days, training_seed)  # noqa: E402
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
-from lia_spark.kernels import pate, training  # noqa: E402
+from lia_spark.kernels import mechanism_registry, pate, training  # noqa: E402
 
 EPSILONS = (math.inf, 8.0, 4.0, 2.0, 1.0, 0.1)
 
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     same = bool((votes["spark"] == votes["sequential"]).all())
     reuse = dataclasses.replace(settings, votes=lambda *_: votes["spark"])
     test = data.split == training.SPLIT_TEST
-    plain = training.train_target(data, mechanism="none", epsilon=math.inf, seed=seed, params=params)
+    plain = mechanism_registry.train_target(data, mechanism="none", epsilon=math.inf, seed=seed, params=params)
     reference = training.binary_metrics(data.labels[test], plain.model.predict(data.rows(test)))
     rows = []
     for labels, epsilon in ((labels, epsilon) for labels in pate.STUDENT_LABELS for epsilon in EPSILONS):

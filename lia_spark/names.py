@@ -17,17 +17,18 @@ LLP_GEOMETRIC = "llp_geometric"
 BAG_MECHANISMS = (LLP, LLP_LAPLACE, LLP_GEOMETRIC)  # release one value per bag of k rows
 POSTERIOR_MECHANISMS = (RR, *BAG_MECHANISMS)
 
-# Training-label mechanisms of the target model (docs/math.md §2.6): label-level ones, then the bag ones.
+# Training mechanisms of the target (docs/math.md §2.6); their facts are in lia_spark.kernels.mechanism_registry.
 NONE = "none"  # the true labels (epsilon = infinity)
 RR_WITH_PRIOR = "rr_with_prior"
 LP_2ST = "lp_2st"
 RR_DEBIASED = "rr_debiased"
-LABEL_MECHANISMS = (NONE, RR, RR_WITH_PRIOR, LP_2ST, RR_DEBIASED)
 PATE = "pate"  # teachers on disjoint partitions, a student on noisy vote labels (docs/math.md §4.6)
-TRAINING_MECHANISMS = (*LABEL_MECHANISMS, *BAG_MECHANISMS, PATE)
-# Training mechanisms the utility grid may add to rr and the llp family (utility.extra_mechanisms);
-# rr_with_prior is not among them: the utility stage has no proxy prior.
-UTILITY_EXTRA_MECHANISMS = (RR_DEBIASED, LP_2ST, PATE)
+
+# Model libraries (models.library) and execution paths (models.execution).
+XGBOOST, CATBOOST = "xgboost", "catboost"
+LIBRARIES = (XGBOOST, CATBOOST)
+IN_MEMORY, DISTRIBUTED = "in_memory", "distributed"
+EXECUTIONS = (IN_MEMORY, DISTRIBUTED)
 
 # The key of one setting (a cell of a mechanism grid): columns of the posteriors' rows, summaries, utility table.
 MECHANISM, EPSILON, BAG_SIZE = "mechanism", "epsilon", "bag_size"

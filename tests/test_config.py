@@ -170,7 +170,7 @@ def test_malformed_override_is_rejected(text):
 def test_one_capability_table_decides_the_config_and_the_audit_table(library, execution, attack):
     """Every training mechanism x library x execution path x audit game: the config refuses exactly what the table
     refuses (naming the table's field), and the audit table skips exactly those of its mechanisms."""
-    from lia_spark.names import TRAINING_MECHANISMS
+    from lia_spark.kernels.mechanism_registry import TRAINING_MECHANISMS
     from lia_spark.run.capabilities import refusal, unsupported
     from lia_spark.studies.table import table_cells
 

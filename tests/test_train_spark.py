@@ -378,7 +378,7 @@ def test_a_failing_parallel_fit_names_its_setting_and_the_others_finish(spark, p
     assert [outcome.name for outcome in in_tasks] == ["rr@1.0", "broken@2.0", "rr@4.0"]
     broken = in_tasks[1]
     assert broken.failed and broken.value is None and broken.where == "spark tasks"
-    assert broken.error.startswith("ValueError: training_mechanism must be one of") and "no_such_mechanism" in broken.error
+    assert broken.error.startswith("ValueError: models.training_mechanism must be one of") and "no_such_mechanism" in broken.error
     for task, driver in zip(in_tasks[::2], on_driver[::2]):
         assert not task.failed and task.where == "spark tasks" and driver.where == "driver"
         assert task.value["scores"] == driver.value["scores"]

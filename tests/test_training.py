@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark.kernels import features, training
+from lia_spark.kernels import features, mechanism_registry, training
 from lia_spark.kernels import label_mechanisms as lm
 
 PARAMS = training.BoostingParams(n_estimators=40, max_depth=3, learning_rate=0.3, early_stopping_rounds=10,
@@ -30,7 +30,7 @@ def balanced():
 
 
 def _test_auc(data: training.ModelData, **kwargs) -> float:
-    fit = training.train_target(data, seed=5, params=PARAMS, **kwargs)
+    fit = mechanism_registry.train_target(data, seed=5, params=PARAMS, **kwargs)
     test = data.split == training.SPLIT_TEST
     return training.binary_metrics(data.labels[test], fit.model.predict(data.rows(test)))["auc"]
 
@@ -80,8 +80,8 @@ def test_lp2st_beats_lp1st_at_small_epsilon(balanced):
 
 def test_rr_debiased_keeps_ranking_and_calibrates(balanced):
     test = balanced.split == training.SPLIT_TEST
-    plain = training.train_target(balanced, mechanism="rr", epsilon=1.0, seed=5, params=PARAMS)
-    debiased = training.train_target(balanced, mechanism="rr_debiased", epsilon=1.0, seed=5, params=PARAMS)
+    plain = mechanism_registry.train_target(balanced, mechanism="rr", epsilon=1.0, seed=5, params=PARAMS)
+    debiased = mechanism_registry.train_target(balanced, mechanism="rr_debiased", epsilon=1.0, seed=5, params=PARAMS)
     raw, corrected = plain.model.predict(balanced.rows(test)), debiased.model.predict(balanced.rows(test))
     # Same booster (same released labels), predictions mapped by (q - pi)/(1 - 2 pi), clipped.
     np.testing.assert_allclose(corrected, lm.debias_rr_predictions(raw, epsilon=1.0), rtol=1e-12)
@@ -110,7 +110,7 @@ def test_catboost_native_categoricals_learn():
     auc = _test_auc(data, mechanism="none", epsilon=math.inf)
     assert auc > 0.75, auc
     with pytest.raises(ValueError, match="catboost"):
-        training.train_target(data, mechanism="llp", epsilon=math.inf, seed=1, params=PARAMS, bag_size=4)
+        mechanism_registry.train_target(data, mechanism="llp", epsilon=math.inf, seed=1, params=PARAMS, bag_size=4)
 
 
 @pytest.mark.parametrize("overrides, rows, trained, left_out", [
@@ -198,8 +198,8 @@ def test_saved_model_and_output_transform_predict_what_the_fit_predicts(balanced
 
     from lia_spark.kernels import model_output
 
-    fit = training.train_target(balanced, mechanism=mechanism, epsilon=epsilon, seed=5, params=PARAMS,
-                                bag_size=bag_size)
+    fit = mechanism_registry.train_target(balanced, mechanism=mechanism, epsilon=epsilon, seed=5, params=PARAMS,
+                                          bag_size=bag_size)
     path = fit.model.save(str(tmp_path / "target"))
     saved = model_output.save_output_transform(fit.model.output_transform(), model_output.output_transform_file(path))
     booster, transform = xgb.Booster(), model_output.load_output_transform(saved)

@@ -1,7 +1,7 @@
 """In-memory gradient-boosted models on privatized labels (docs/math.md §4): XGBoost, CatBoost, proportion matching.
 
 Pure (no Spark): arrays in, fitted models and metrics out. The Spark stage collects one day's features to
-the driver and calls :func:`train_target` / :func:`fit_model`; the distributed path reuses the label
+the driver and calls :func:`lia_spark.kernels.mechanism_registry.train_target` / :func:`fit_model`; the distributed path reuses the label
 mechanisms and metrics from here.
 
 Proportion matching (PropMatch, auditing paper sec. 2): with margins f_ij, p_ij = sigmoid(f_ij), bag mean
@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -35,7 +35,6 @@ from lia_spark import names
 from lia_spark.kernels import hashing
 from lia_spark.kernels import label_mechanisms as lm
 from lia_spark.kernels import model_output, pate
-from lia_spark.names import BAG_MECHANISMS, LP_2ST, NONE, PATE, RR, RR_DEBIASED, RR_WITH_PRIOR, TRAINING_MECHANISMS
 
 logger = logging.getLogger(__name__)
 
@@ -322,51 +321,61 @@ def train_pate(data: ModelData, *, epsilon: float, seed: int, params: BoostingPa
                      report=answer.report(settings))
 
 
-def train_target(data: ModelData, *, mechanism: str, epsilon: float, seed: int, params: BoostingParams,
-                 prior: np.ndarray | None = None, bag_size: int = 1,
-                 pate_settings: pate.PateSettings | None = None) -> TargetFit:
-    """Train the target model on labels privatized by a training mechanism (docs/math.md §2.6).
+@dataclasses.dataclass(frozen=True)
+class TargetRequest:
+    """What a trainer of :data:`lia_spark.kernels.mechanism_registry.MECHANISMS` reads: the mechanism's name, its
+    epsilon, the seed of its draws, the hyper-parameters, the prior P(y=1|x) per row (mechanisms that need one), the
+    bag size (bag releases), PATE's settings, and from the registry the per-row release (None: the true labels)
+    and whether the predictions are noise-corrected."""
 
-    The mechanism releases the labels of the training and validation rows (test labels stay true for
-    utility). ``prior`` (P(y=1|x) per row, e.g. the proxy's prediction) is needed by rr_with_prior;
-    lp_2st trains a stage-1 RR model on one half of the rows, whose noise-corrected predictions are the
-    prior of RRWithPrior on the other half; the final model uses both halves' released labels.
-    llp mechanisms bag the training and the validation rows separately into bags of ``bag_size``
-    (:func:`lia_spark.kernels.label_mechanisms.bag_proportions`) and learn by proportion matching. pate follows
-    :func:`train_pate` with ``pate_settings`` (default :class:`lia_spark.kernels.pate.PateSettings`).
-    """
-    if mechanism == PATE:
-        return train_pate(data, epsilon=epsilon, seed=seed, params=params,
-                          settings=pate_settings or pate.PateSettings())
+    mechanism: str
+    epsilon: float
+    seed: int
+    params: BoostingParams
+    prior: np.ndarray | None = None
+    bag_size: int = 1
+    pate_settings: pate.PateSettings | None = None
+    release_labels: Callable[..., np.ndarray] | None = None
+    debiased: bool = False
+
+
+def train_on_labels(data: ModelData, request: TargetRequest) -> TargetFit:
+    """The target on one released label per row: ``request.release_labels`` of the true labels (the true labels
+    themselves when None), predictions noise-corrected with RR's inverse when ``request.debiased``."""
+    labels, ids = data.labels.astype(np.int8), data.row_ids
+    released = labels if request.release_labels is None else \
+        request.release_labels(labels, ids, request.prior, epsilon=request.epsilon, seed=request.seed)
+    model = fit_model(data, released, data.split == SPLIT_TRAIN, data.split == SPLIT_VALID, params=request.params)
+    if request.debiased:
+        model.debias_epsilon = request.epsilon
+    return TargetFit(model, released)
+
+
+def train_lp2st(data: ModelData, request: TargetRequest) -> TargetFit:
+    """LP-2ST (docs/math.md §2.6): a stage-1 model on RR labels of one half of the rows, whose noise-corrected
+    predictions are the prior of RRWithPrior on the other half; the final model uses both halves' released labels."""
+    train, valid = data.split == SPLIT_TRAIN, data.split == SPLIT_VALID
+    labels, ids, epsilon, seed = data.labels.astype(np.int8), data.row_ids, request.epsilon, request.seed
+    first = lm.lp2st_first_half(ids, seed=seed)
+    rr_labels = lm.randomized_response(labels, ids, epsilon=epsilon, seed=seed)
+    stage1 = fit_model(data, rr_labels, train & first, valid & first, params=request.params)
+    stage1.debias_epsilon = epsilon
+    second = ~first & (train | valid)
+    stage1_prior = np.full(labels.shape, 0.5)
+    stage1_prior[second] = stage1.predict(data.rows(second))
+    released = np.where(first, rr_labels,
+                        lm.rr_with_prior(labels, stage1_prior, ids, epsilon=epsilon, seed=seed)).astype(np.int8)
+    return TargetFit(fit_model(data, released, train, valid, params=request.params), released, stage1)
+
+
+def train_on_bags(data: ModelData, request: TargetRequest) -> TargetFit:
+    """The target on bag proportions: the training and the validation rows bagged separately into bags of
+    ``request.bag_size`` (:func:`lia_spark.kernels.label_mechanisms.bag_proportions`), learnt by proportion matching."""
     train, valid = data.split == SPLIT_TRAIN, data.split == SPLIT_VALID
     labels, ids = data.labels.astype(np.int8), data.row_ids
-    if mechanism in BAG_MECHANISMS:
-        train_bags, valid_bags = (Bags(*lm.bag_proportions(ids[rows], labels[rows], mechanism=mechanism,
-                                                           epsilon=epsilon, bag_size=bag_size, seed=seed))
-                                  for rows in (train, valid))
-        return TargetFit(fit_model(data, labels, train, valid, params=params, train_bags=train_bags,
-                                   valid_bags=valid_bags), None)
-    if mechanism in (NONE, RR, RR_DEBIASED) or math.isinf(epsilon):
-        released = labels if math.isinf(epsilon) or mechanism == NONE else \
-            lm.randomized_response(labels, ids, epsilon=epsilon, seed=seed)
-        model = fit_model(data, released, train, valid, params=params)
-        if mechanism == RR_DEBIASED and not math.isinf(epsilon):
-            model.debias_epsilon = epsilon
-        return TargetFit(model, released)
-    if mechanism == RR_WITH_PRIOR:
-        if prior is None:
-            raise ValueError("training_mechanism rr_with_prior needs a prior (proxy predictions), got None")
-        released = lm.rr_with_prior(labels, prior, ids, epsilon=epsilon, seed=seed)
-        return TargetFit(fit_model(data, released, train, valid, params=params), released)
-    if mechanism == LP_2ST:
-        first = lm.lp2st_first_half(ids, seed=seed)
-        rr_labels = lm.randomized_response(labels, ids, epsilon=epsilon, seed=seed)
-        stage1 = fit_model(data, rr_labels, train & first, valid & first, params=params)
-        stage1.debias_epsilon = epsilon
-        second = ~first & (train | valid)
-        stage1_prior = np.full(labels.shape, 0.5)
-        stage1_prior[second] = stage1.predict(data.rows(second))
-        released = np.where(first, rr_labels,
-                            lm.rr_with_prior(labels, stage1_prior, ids, epsilon=epsilon, seed=seed)).astype(np.int8)
-        return TargetFit(fit_model(data, released, train, valid, params=params), released, stage1)
-    raise ValueError(f"training_mechanism must be one of {TRAINING_MECHANISMS}, got {mechanism!r}")
+    train_bags, valid_bags = (Bags(*lm.bag_proportions(ids[rows], labels[rows], mechanism=request.mechanism,
+                                                       epsilon=request.epsilon, bag_size=request.bag_size,
+                                                       seed=request.seed))
+                              for rows in (train, valid))
+    return TargetFit(fit_model(data, labels, train, valid, params=request.params, train_bags=train_bags,
+                               valid_bags=valid_bags), None)

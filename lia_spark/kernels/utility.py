@@ -17,22 +17,23 @@ import numpy as np
 import pandas as pd
 
 from lia_spark.kernels.advantage import rr_closed_form_advantage
-from lia_spark.names import LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, PATE, RR, RR_DEBIASED, RR_WITH_PRIOR
+from lia_spark.kernels.mechanism_registry import RR_FAMILY, label_mechanism
+from lia_spark.names import LLP, LLP_GEOMETRIC, LLP_LAPLACE, RR
 
 ADVANTAGES = {"mean_additive_advantage": "expected additive advantage", "abs_I_p98": "98th percentile of |I|"}
-RR_FAMILY = (RR, RR_DEBIASED, LP_2ST, RR_WITH_PRIOR)
 
 
 def utility_grid(*, epsilons: Sequence[float], bag_sizes: Sequence[int],
                  extra_mechanisms: Sequence[str] = ()) -> list[tuple[str, float, int]]:
     """Settings (mechanism, epsilon, bag size): rr x eps (inf = true labels), llp x k, noisy llp x finite eps x k,
-    each extra label mechanism x finite eps (at eps = inf they train on the true labels, as rr does) and pate x
-    every eps (at eps = inf no noise on the vote counts). LLP rows carry epsilon NaN, the others bag size 1."""
+    each extra mechanism x finite eps when it trains on the true labels at eps = inf (as rr does), else x every
+    eps (pate: at eps = inf no noise on the vote counts). LLP rows carry epsilon NaN, the others bag size 1."""
     finite = [float(e) for e in epsilons if math.isfinite(e)]
     grid = [(RR, float(e), 1) for e in epsilons]
     grid += [(LLP, math.nan, int(k)) for k in bag_sizes]
     grid += [(name, e, int(k)) for name in (LLP_LAPLACE, LLP_GEOMETRIC) for k in bag_sizes for e in finite]
-    grid += [(name, float(e), 1) for name in extra_mechanisms for e in (epsilons if name == PATE else finite)]
+    grid += [(name, float(e), 1) for name in extra_mechanisms
+             for e in (finite if label_mechanism(name, "utility.extra_mechanisms").true_labels_at_infinity else epsilons)]
     return grid
 
 

@@ -18,7 +18,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lia_spark import names  # noqa: E402
-from lia_spark.kernels.utility import ADVANTAGES, RR_FAMILY, hidden_settings_text, point_label  # noqa: E402
+from lia_spark.kernels.mechanism_registry import RR_FAMILY  # noqa: E402
+from lia_spark.kernels.utility import ADVANTAGES, hidden_settings_text, point_label  # noqa: E402
 from lia_spark.names import BONFERRONI, LLP, LLP_LAPLACE, PAPER  # noqa: E402
 from lia_spark.present.point_labels import label_points, note_left_out  # noqa: E402
 from lia_spark.studies.table import PUBLISHED_EPS_LB, PUBLISHED_EPSILONS, PUBLISHED_LABEL, inf_position  # noqa: E402

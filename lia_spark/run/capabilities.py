@@ -1,5 +1,6 @@
-"""Which library and execution path can train which training mechanism, and for which audit game: the one table,
-read by the configuration's checks (at load), the audit table (which cells exist) and the training paths.
+"""Which library and execution path can train which training mechanism, and for which audit game, from the
+mechanism registry's libraries and executions (:mod:`lia_spark.kernels.mechanism_registry`): read by the
+configuration's checks (at load), the audit table (which cells exist) and the training paths.
 
 A row is (mechanism, library, execution, game) -> the reason it cannot be trained ("" when it can); the reasons
 name the configuration fields to change.
@@ -8,12 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from lia_spark.names import BAG_MECHANISMS, MEMBERSHIP, PATE
-
-XGBOOST, CATBOOST = "xgboost", "catboost"
-LIBRARIES = (XGBOOST, CATBOOST)
-IN_MEMORY, DISTRIBUTED = "in_memory", "distributed"
-EXECUTIONS = (IN_MEMORY, DISTRIBUTED)
+from lia_spark.kernels.mechanism_registry import label_mechanism
+from lia_spark.names import DISTRIBUTED, MEMBERSHIP, XGBOOST
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,12 +32,12 @@ def refusal(mechanism: str, *, library: str, execution: str, game: str = "") -> 
     if execution == DISTRIBUTED and library != XGBOOST:
         return Refusal("models.execution", "models.execution=distributed trains xgboost only (xgboost.spark)",
                        "set models.execution=in_memory or models.library=xgboost")
-    if mechanism == PATE and (library, execution) != (XGBOOST, IN_MEMORY):
-        return Refusal("models.training_mechanism", "PATE's teachers and student are in-memory xgboost models",
-                       "set models.library=xgboost and models.execution=in_memory")
-    if mechanism in BAG_MECHANISMS and library != XGBOOST:
-        return Refusal("models.training_mechanism", f"{library} has no proportion-matching objective here",
-                       "use models.library=xgboost for llp mechanisms")
+    chosen = label_mechanism(mechanism)
+    if library not in chosen.libraries or execution not in chosen.executions:
+        settings = [f"models.{field}={' or '.join(values)}" for field, values, value in (
+            ("library", chosen.libraries, library), ("execution", chosen.executions, execution)) if value not in values]
+        return Refusal("models.training_mechanism", f"{mechanism} cannot train with models.library={library}, "
+                       f"models.execution={execution}: {chosen.limitation}", f"set {' and '.join(settings)}")
     if execution == DISTRIBUTED and game == MEMBERSHIP:
         return Refusal("models.execution", "audit.attack=membership leaves its non-members out of an in-memory "
                        "training set", "set models.execution=in_memory")

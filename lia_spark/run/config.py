@@ -19,7 +19,8 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from lia_spark import names
-from lia_spark.run.capabilities import IN_MEMORY, refusal
+from lia_spark.names import IN_MEMORY
+from lia_spark.run.capabilities import refusal
 from lia_spark.run.checks import ConfigError, fail
 from lia_spark.run.model_sections import AuditConfig, ModelsConfig, PateConfig, UtilityConfig
 from lia_spark.run.sections import (DataConfig, LoglossConfig, MechanismsConfig, RunConfig, SparkConfig,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from lia_spark.names import BAG_MECHANISMS, PATE
-from lia_spark.run.capabilities import IN_MEMORY
+from lia_spark.kernels.mechanism_registry import label_mechanism
+from lia_spark.names import IN_MEMORY, PATE
 from lia_spark.run.checks import fail
 from lia_spark.run.config import Config
 
@@ -34,7 +34,7 @@ def check_training_rows(config: Config, day_rows: Callable[[], int], *, source: 
     limited: list[tuple[str, int]] = []
     if models.training_mechanism == PATE:
         limited = [("pate.teachers", config.pate.teachers), ("pate.queries", config.pate.queries)]
-    elif models.training_mechanism in BAG_MECHANISMS:
+    elif label_mechanism(models.training_mechanism).bag_release:
         limited = [("models.bag_size", models.bag_size)]
     if not limited:
         return

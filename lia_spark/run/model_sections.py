@@ -9,8 +9,8 @@ import math
 
 
 from lia_spark import names
-from lia_spark.names import TRAINING_MECHANISMS
-from lia_spark.run.capabilities import EXECUTIONS, IN_MEMORY, LIBRARIES, XGBOOST
+from lia_spark.kernels.mechanism_registry import TRAINING_MECHANISMS, UTILITY_EXTRA_MECHANISMS
+from lia_spark.names import EXECUTIONS, IN_MEMORY, LIBRARIES, XGBOOST
 from lia_spark.run.checks import fail, fail_glob, fail_repeats
 
 
@@ -108,7 +108,7 @@ class UtilityConfig:
 
     epsilons: tuple[float, ...] = (0.1, 1.0, 2.0, 4.0, 8.0, math.inf)
     bag_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-    extra_mechanisms: tuple[str, ...] = names.UTILITY_EXTRA_MECHANISMS
+    extra_mechanisms: tuple[str, ...] = UTILITY_EXTRA_MECHANISMS
 
     def validate(self) -> None:
         for epsilon in self.epsilons:
@@ -122,8 +122,8 @@ class UtilityConfig:
         fail_repeats("utility.epsilons", self.epsilons)
         fail_repeats("utility.bag_sizes", self.bag_sizes)
         for name in self.extra_mechanisms:
-            if name not in names.UTILITY_EXTRA_MECHANISMS:
-                fail("utility.extra_mechanisms", name, f"must be one of {', '.join(names.UTILITY_EXTRA_MECHANISMS)}",
+            if name not in UTILITY_EXTRA_MECHANISMS:
+                fail("utility.extra_mechanisms", name, f"must be one of {', '.join(UTILITY_EXTRA_MECHANISMS)}",
                       "list some of them, or [] for the utility grid's rr and llp family only")
         fail_repeats("utility.extra_mechanisms", self.extra_mechanisms)
 

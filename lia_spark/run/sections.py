@@ -11,7 +11,8 @@ from typing import Mapping
 
 
 from lia_spark import names
-from lia_spark.names import POSTERIOR_MECHANISMS, TRAINING_MECHANISMS
+from lia_spark.kernels.mechanism_registry import BAG_TRAINING_MECHANISMS, TRAINING_MECHANISMS
+from lia_spark.names import POSTERIOR_MECHANISMS
 from lia_spark.run.checks import fail, fail_glob, fail_repeats, is_remote_path
 
 
@@ -249,8 +250,7 @@ class TableConfig:
     configured models.library / models.execution cannot train are skipped with a warning
     (:func:`lia_spark.studies.table.table_cells`)."""
 
-    mechanisms: tuple[str, ...] = (names.NONE, names.RR, names.RR_WITH_PRIOR, names.RR_DEBIASED, names.LP_2ST,
-                                   *names.BAG_MECHANISMS, names.PATE)
+    mechanisms: tuple[str, ...] = TRAINING_MECHANISMS
     epsilons: tuple[float, ...] = (math.inf, 8.0, 4.0, 2.0, 1.0, 0.1)
     bag_sizes: tuple[int, ...] = (8,)
     paper_convention: bool = False  # also audit each cell's target the paper's way (not a valid bound)
@@ -270,7 +270,7 @@ class TableConfig:
                 fail("table.epsilons", epsilon, "must be > 0 (inf = no noise)")
         if len(set(self.epsilons)) != len(self.epsilons):
             fail("table.epsilons", self.epsilons, "must not repeat an epsilon")
-        if any(name in names.BAG_MECHANISMS for name in self.mechanisms) and not self.bag_sizes:
+        if set(self.mechanisms) & set(BAG_TRAINING_MECHANISMS) and not self.bag_sizes:
             fail("table.bag_sizes", self.bag_sizes, "must list at least one bag size for the llp mechanisms")
         for bag_size in self.bag_sizes:
             if not 1 <= bag_size <= names.MAX_BAG_SIZE:

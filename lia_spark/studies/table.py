@@ -15,25 +15,13 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from lia_spark.names import (BAG_MECHANISMS, BINOMIAL, BONFERRONI, GDP, LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, NONE,
-                             OBSERVATIONAL, PAPER, PATE, RECALIBRATE_NONE, RR, RR_DEBIASED, RR_WITH_PRIOR, bound_key)
+from lia_spark.kernels.mechanism_registry import label_mechanism
+from lia_spark.names import (BINOMIAL, BONFERRONI, GDP, LP_2ST, OBSERVATIONAL, PAPER, PATE, RECALIBRATE_NONE, RR,
+                             RR_DEBIASED, RR_WITH_PRIOR, bound_key)
 from lia_spark.run.capabilities import unsupported
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config
 
-# The paper's names of the training mechanisms (Ghazi et al. 2021, "Deep Learning with Label Differential Privacy",
-# for LP-1ST / LP-2ST; proportion matching on label proportions, auditing paper sec. 2).
-DISPLAY_NAMES: dict[str, str] = {
-    NONE: "non-private (none)",
-    RR: "LP-1ST",
-    RR_WITH_PRIOR: "LP-1ST (domain prior)",
-    RR_DEBIASED: "LP-1ST (noise correction)",
-    LP_2ST: "LP-2ST",
-    LLP: "PropMatch on LLP",
-    LLP_LAPLACE: "PropMatch on LLP+Lap",
-    LLP_GEOMETRIC: "PropMatch on LLP+Geom",
-    PATE: "PATE",
-}
 CONVENTION = BONFERRONI
 # The paper's audit (Kalemaj et al. 2025, sec. 6.2 and Table 2): the observational game on 200k of the target's
 # training rows (their training labels), the difference score with t = 2, 100 repetitions, delta = 1e-5 with the
@@ -92,18 +80,17 @@ class Cell:
     @property
     def name(self) -> str:
         """Folder-safe name: ``none``, ``rr-eps8``, ``rr-eps0.1``, ``llp-k8``, ``llp_laplace-k8-eps1``."""
-        if self.mechanism == NONE:
-            return NONE
-        if self.mechanism == LLP:
-            return f"llp-k{self.bag_size}"
-        bag = f"-k{self.bag_size}" if self.mechanism in BAG_MECHANISMS else ""
+        mechanism = label_mechanism(self.mechanism, "table.mechanisms")
+        bag = f"-k{self.bag_size}" if mechanism.bag_release else ""
+        if not mechanism.private:
+            return f"{self.mechanism}{bag}"
         return f"{self.mechanism}{bag}-eps{epsilon_text(self.epsilon)}"
 
     @property
     def algorithm(self) -> str:
         """Row label of the wide table: the paper's name of the mechanism, with k for the LLP mechanisms."""
-        name = DISPLAY_NAMES[self.mechanism]
-        return f"{name} (k={self.bag_size})" if self.mechanism in BAG_MECHANISMS else name
+        mechanism = label_mechanism(self.mechanism, "table.mechanisms")
+        return f"{mechanism.display_name} (k={self.bag_size})" if mechanism.bag_release else mechanism.display_name
 
 
 def epsilon_text(epsilon: float) -> str:
@@ -126,14 +113,10 @@ def table_cells(config: Config) -> tuple[list[Cell], dict[str, str]]:
     for name in section.mechanisms:
         if name in skipped:
             continue
-        if name == NONE:
-            cells.append(Cell(NONE, math.inf))
-        elif name == LLP:
-            cells.extend(Cell(LLP, math.inf, k) for k in section.bag_sizes)
-        elif name in BAG_MECHANISMS:
-            cells.extend(Cell(name, epsilon, k) for k in section.bag_sizes for epsilon in section.epsilons)
-        else:
-            cells.extend(Cell(name, epsilon) for epsilon in section.epsilons)
+        mechanism = label_mechanism(name, "table.mechanisms")
+        epsilons = section.epsilons if mechanism.private else (math.inf,)
+        bag_sizes = section.bag_sizes if mechanism.bag_release else (1,)
+        cells.extend(Cell(name, epsilon, k) for k in bag_sizes for epsilon in epsilons)
     if not cells:
         reasons = "; ".join(f"{name}: {reason}" for name, reason in skipped.items())
         raise ConfigError(f"table.mechanisms: none can be trained with models.library={models.library}, "

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import time
 from typing import Any
 
@@ -20,8 +19,8 @@ from lia_spark.engine.models.bags import row_bag_proportions
 from lia_spark.engine.models.preparation import training_seed
 from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels import features, label_mechanisms, model_output, training
-from lia_spark.names import (BAG_PROPORTION, LABEL, NONE, PROXY_PRIOR, RELEASED_LABEL, ROW_ID, RR, RR_DEBIASED,
-                             RR_WITH_PRIOR, SPLIT, TARGET_PREDICTION)
+from lia_spark.kernels.mechanism_registry import LabelRelease, label_mechanism, release_rr, release_rr_with_prior
+from lia_spark.names import BAG_PROPORTION, LABEL, PROXY_PRIOR, RELEASED_LABEL, ROW_ID, SPLIT, TARGET_PREDICTION
 from lia_spark.run.config import Config
 
 
@@ -81,19 +80,18 @@ def fitted_rows():
     return F.col(features.SPLIT_COLUMN) < 2
 
 
-def release_column(frame: DataFrame, *, epsilon: float, seed: int, prior: str | None) -> DataFrame:
-    """Add ``released_label`` by mapInPandas over the pure label mechanisms: RR, or RRWithPrior on the ``prior``
-    column when one is named."""
+def release_column(frame: DataFrame, release: LabelRelease, *, epsilon: float, seed: int,
+                   prior: str | None) -> DataFrame:
+    """Add ``released_label`` by mapInPandas over a per-row release of the mechanism registry
+    (:attr:`lia_spark.kernels.mechanism_registry.LabelMechanism.release_labels`), reading the ``prior`` column when
+    one is named."""
     schema = StructType(frame.schema.fields + [StructField(RELEASED_LABEL, IntegerType())])
 
     def batches(frames):
         for part in frames:
             labels, ids = part[LABEL].to_numpy(np.int8), part[ROW_ID].to_numpy(np.int64)
-            if prior is None:
-                released = label_mechanisms.randomized_response(labels, ids, epsilon=epsilon, seed=seed)
-            else:
-                released = label_mechanisms.rr_with_prior(labels, part[prior].to_numpy(np.float64), ids,
-                                                          epsilon=epsilon, seed=seed)
+            priors = None if prior is None else part[prior].to_numpy(np.float64)
+            released = release(labels, ids, priors, epsilon=epsilon, seed=seed)
             yield part.assign(released_label=released.astype(np.int32))
 
     return frame.mapInPandas(batches, schema)
@@ -119,28 +117,27 @@ class DistributedTarget:
 
 def label_target(spark: SparkSession, config: Config, target: DataFrame, columns: list[str]) -> DistributedTarget:
     """The target on labels released by a label-level mechanism (and lp_2st's stage 1), fitted by xgboost.spark;
-    ``target`` scored with ``released_label`` and ``target_prediction`` (noise-corrected for rr_debiased)."""
+    ``target`` scored with ``released_label`` and ``target_prediction`` (noise-corrected for the debiased ones)."""
     m, seed = config.models, training_seed(config)
-    eps, mechanism = m.epsilon, m.training_mechanism
+    eps, mechanism = m.epsilon, label_mechanism(m.training_mechanism)
     models, seconds = {}, {}
-    if mechanism == NONE or math.isinf(eps):
+    if mechanism.releases_true_labels(eps):
         released = target.withColumn(RELEASED_LABEL, F.col(LABEL))
-    elif mechanism in (RR, RR_DEBIASED):
-        released = release_column(target, epsilon=eps, seed=seed, prior=None)
-    elif mechanism == RR_WITH_PRIOR:
-        released = release_column(target, epsilon=eps, seed=seed, prior=PROXY_PRIOR)
+    elif not mechanism.two_stage:
+        released = release_column(target, mechanism.release_labels, epsilon=eps, seed=seed,
+                                  prior=PROXY_PRIOR if mechanism.needs_prior else None)
     else:
         half = F.col("lp2st_first")
         halves = target.mapInPandas(lp2st_halves(seed), StructType(target.schema.fields
                                                                     + [StructField("lp2st_first", BooleanType())]))
-        rr = release_column(halves, epsilon=eps, seed=seed, prior=None).cache()
+        rr = release_column(halves, release_rr, epsilon=eps, seed=seed, prior=None).cache()
         describe_jobs(spark, "train: lp_2st stage 1 (xgboost.spark)")
         started = time.monotonic()
         stage1 = spark_booster(spark, config, columns, RELEASED_LABEL).fit(rr.where(half & fitted_rows()))
         seconds["fit_stage1"] = time.monotonic() - started
         models["stage1"] = SparkModel.fitted(stage1, rr_epsilon=eps)
         prior = predicted(models["stage1"], rr.drop(RELEASED_LABEL), "stage1_prior")
-        second = release_column(prior, epsilon=eps, seed=seed, prior="stage1_prior")
+        second = release_column(prior, release_rr_with_prior, epsilon=eps, seed=seed, prior="stage1_prior")
         released = (rr.select(ROW_ID, F.col(RELEASED_LABEL).alias("rr_label"))
                     .join(second, ROW_ID)
                     .withColumn(RELEASED_LABEL, F.when(half, F.col("rr_label")).otherwise(F.col(RELEASED_LABEL)))
@@ -150,7 +147,7 @@ def label_target(spark: SparkSession, config: Config, target: DataFrame, columns
     started = time.monotonic()
     target_model = spark_booster(spark, config, columns, RELEASED_LABEL).fit(released.where(fitted_rows()))
     seconds["fit_target"] = time.monotonic() - started
-    debias = mechanism == RR_DEBIASED and not math.isinf(eps)
+    debias = mechanism.debiased and not mechanism.releases_true_labels(eps)
     models["target"] = SparkModel.fitted(target_model, rr_epsilon=eps if debias else None)
     return DistributedTarget(predicted(models["target"], released, TARGET_PREDICTION), models, seconds)
 

@@ -31,11 +31,13 @@ from lia_spark.engine.models.parallel_fits import run_fits
 from lia_spark.engine.spark.session import describe_jobs, is_connect
 from lia_spark.engine.models.distributed import SparkModel, bag_target, fitted_rows, label_target, predicted, spark_booster
 from lia_spark.kernels import features, injected, membership, training
-from lia_spark.names import (BAG_MECHANISMS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
+from lia_spark.kernels.mechanism_registry import label_mechanism
+from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
                              MEMBERSHIP, OBSERVATIONAL, PATE, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
                              SHADOW_PREDICTION,
                              ROW_ID, SPLIT, TARGET_PREDICTION, TRUE_LABEL, setting_key)
-from lia_spark.run.capabilities import DISTRIBUTED, unsupported
+from lia_spark.names import DISTRIBUTED
+from lia_spark.run.capabilities import unsupported
 from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
@@ -289,7 +291,7 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
     no_injection = (F.lit(None).cast("int").alias(column) for column in names.INJECTED_COLUMNS)
     target = (_injected_frame(target, config) if injects(config)
               else target.select("*", F.col(LABEL).alias(TRUE_LABEL), *no_injection)).cache()
-    fit_target = bag_target if m.training_mechanism in BAG_MECHANISMS else label_target
+    fit_target = bag_target if label_mechanism(m.training_mechanism).bag_release else label_target
     fitted = fit_target(spark, config, target, columns)
     models: dict[str, Any] = {"proxy": proxy, **fitted.models}
     scored, reference_seconds = _reference_distributed(spark, config, target, columns, fitted.scored)

@@ -19,7 +19,7 @@ from lia_spark.engine.models import feature_frames
 from lia_spark.engine.runtime.outputs import output_fingerprint
 from lia_spark.engine.models.pate_teachers import spark_votes
 from lia_spark.engine.spark.session import describe_jobs
-from lia_spark.kernels import features, hashing, pate, training
+from lia_spark.kernels import features, hashing, mechanism_registry, pate, training
 from lia_spark.names import INJECTED_LABEL, LABEL, ROW_ID
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config
@@ -288,7 +288,7 @@ def target_job(config: Config, *, pate_settings: pate.PateSettings | None = None
 
 def fit_target_job(rows: TargetRows, job: TargetJob, threads: int) -> training.TargetFit:
     """The target of ``job`` trained on ``rows`` with ``threads`` threads (0 = every core;
-    :func:`lia_spark.kernels.training.train_target`)."""
-    return training.train_target(rows.data, mechanism=job.mechanism, epsilon=job.epsilon, seed=job.seed,
-                                 params=dataclasses.replace(job.params, threads=threads), prior=rows.prior,
-                                 bag_size=job.bag_size, pate_settings=job.pate)
+    :func:`lia_spark.kernels.mechanism_registry.train_target`)."""
+    return mechanism_registry.train_target(rows.data, mechanism=job.mechanism, epsilon=job.epsilon, seed=job.seed,
+                                           params=dataclasses.replace(job.params, threads=threads), prior=rows.prior,
+                                           bag_size=job.bag_size, pate_settings=job.pate)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import tempfile
 import time
@@ -39,8 +38,9 @@ from lia_spark.engine.models.priors import needs_proxy_priors, write_proxy_prior
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.kernels import features, model_output, training
-from lia_spark.names import (BAG_MECHANISMS, COUNTERFACTUAL_LABEL, LABEL, LABEL_INFERENCE, LLP, MEMBER,
-                             MEMBERSHIP, NONE, PROXY_PREDICTION, ROW_ID, SPLIT, TARGET_PREDICTION)
+from lia_spark.kernels.mechanism_registry import label_mechanism
+from lia_spark.names import (COUNTERFACTUAL_LABEL, LABEL, LABEL_INFERENCE, MEMBER,
+                             MEMBERSHIP, PROXY_PREDICTION, ROW_ID, SPLIT, TARGET_PREDICTION)
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.json_output import strict_json
@@ -75,8 +75,9 @@ class TrainResult(StageResult):
 
     def claimed_privacy(self) -> tuple[str, float]:
         """(training mechanism, claimed epsilon) of the target: eps = inf without noise (none, llp)."""
-        name = f"{self.mechanism} (k = {self.bag_size})" if self.mechanism in BAG_MECHANISMS else self.mechanism
-        return name, math.inf if self.mechanism in (NONE, LLP) else float(self.epsilon)
+        mechanism = label_mechanism(self.mechanism)
+        name = f"{self.mechanism} (k = {self.bag_size})" if mechanism.bag_release else self.mechanism
+        return name, mechanism.claimed_epsilon(self.epsilon)
 
     def metrics(self) -> dict[str, float]:
         """Flat metrics: auc_test_target, log_loss_test_proxy, fit_seconds_target, rows_train_target, ..."""

@@ -31,7 +31,8 @@ from lia_spark.kernels import pate, training
 from lia_spark.names import PATE, RR, setting_key
 from lia_spark.present import charts
 from lia_spark.run import layout
-from lia_spark.run.capabilities import IN_MEMORY, unsupported
+from lia_spark.names import IN_MEMORY
+from lia_spark.run.capabilities import unsupported
 from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
