@@ -147,8 +147,8 @@ def bench_audit(m: int, master: str, rounds: int = 3) -> str:
     ]
     for family in ("binomial", "gdp"):
         paper, bonferroni = best[f"eps_{family}_paper"], best[f"eps_{family}_bonferroni"]
-        lines.append(f"| {family} | {paper['mean']:.3f} +- {paper['std']:.3f} | "
-                     f"{bonferroni['mean']:.3f} +- {bonferroni['std']:.3f} |")
+        lines.append(f"| {family} | {paper.mean:.3f} +- {paper.std:.3f} | "
+                     f"{bonferroni.mean:.3f} +- {bonferroni.std:.3f} |")
     return "\n".join(lines)
 
 

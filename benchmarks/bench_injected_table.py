@@ -26,6 +26,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
+from lia_spark.present.audit_summary import AuditSummary  # noqa: E402
 from lia_spark.studies import table  # noqa: E402
 
 SECTION = "audit_table_injected"
@@ -63,7 +64,8 @@ def cells(root: str, seed: int) -> pd.DataFrame:
         trained = json.loads((folder / "models" / "metrics.json").read_text(encoding="utf-8"))
         summary = json.loads((folder / "audit" / "summary.json").read_text(encoding="utf-8"))
         cell = table.Cell(trained["mechanism"], float(trained["epsilon"]), int(trained["bag_size"]))
-        record = table.cell_record(cell, status="ran", summary=summary, test_metrics=trained["test_metrics"],
+        record = table.cell_record(cell, status="ran", summary=AuditSummary.from_dict(summary),
+                                   test_metrics=trained["test_metrics"],
                                    train_seconds=math.nan, audit_seconds=math.nan, seconds=math.nan, error="",
                                    output_dir=str(folder))
         rows.append({**record, "seed": seed, "design": summary.get("design"),

@@ -62,9 +62,10 @@ def audit_cell(spark, base, record: dict, scratch: str) -> dict:
     return {"cell": record["cell"], "mechanism_report": trained.get("mechanism_report", {}), "algorithm": record["algorithm"], "mechanism": record["mechanism"],
             "claimed_epsilon": record["claimed_epsilon"], "eps_lb": record["eps_lb_mean"],
             **{f"eps_lb_{mode}_mapped": result.headline.eps_lb for mode, result in recalibrated.items()},
-            "recalibration": {mode: result.summary["recalibration"] for mode, result in recalibrated.items()},
-            "recalibrated_seconds": seconds, "eps_lb_paper_way_mean": way.get("mean", math.nan),
-            "eps_lb_paper_way_std": way.get("std", math.nan), "paper_way_canaries": paper.canaries,
+            "recalibration": {mode: result.summary.to_dict()["recalibration"]
+                              for mode, result in recalibrated.items()},
+            "recalibrated_seconds": seconds, "eps_lb_paper_way_mean": way.mean if way else math.nan,
+            "eps_lb_paper_way_std": way.std if way else math.nan, "paper_way_canaries": paper.canaries,
             "test_auc": record["test_auc"], "test_log_loss": record["test_log_loss"]}
 
 

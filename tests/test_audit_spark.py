@@ -68,12 +68,12 @@ def test_several_attacks_split_the_confidence_over_attacks_and_sweep_points(spar
         table["proxy_prediction"].to_numpy(), seed=9, repetitions=6, guesses=guesses, scores=scores)
     expected = audit_sweep.evaluate_scores(counts, guesses, canaries=3000)
     key = "eps_binomial_bonferroni"
-    assert result.summary["scores"] == scores and result.summary["tests"] == 2 * 101
-    assert result.summary["best"][key]["mean"] == pytest.approx(expected.best[key].mean(), abs=1e-12)
+    assert result.summary.scores == tuple(scores) and result.summary.tests == 2 * 101
+    assert result.summary.best[key].mean == pytest.approx(expected.best[key].mean(), abs=1e-12)
     alone = audit_sweep.evaluate_sweep(counts["log_ratio"], guesses, canaries=3000).best[key]
     assert (expected.best[key] <= alone + 1e-12).any()  # splitting the confidence costs something somewhere
     assert result.headline.tests == 202 and result.headline.eps_lb == expected.best[key][0]
-    shares = result.summary["best_score_share"][key]
+    shares = result.summary.best_score_share[key]
     assert set(shares) == set(scores) and sum(shares.values()) <= 1.0 + 1e-12
     results = pd.read_csv(f"{tmp_path}/out/audit/results.csv")
     assert sorted(results["score"].unique()) == sorted(scores) and len(results) == 2 * 6 * 101
@@ -116,7 +116,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     assert summary["design"] == "observational" and summary["reference"] is None
     assert summary["tau_break_even"]["first"] == pytest.approx(np.tanh(best[0] / 2), rel=1e-9)  # binomial, delta 0
     again = run_stage("audit", spark, config)
-    assert again.skipped and again.summary == result.summary
+    assert again.skipped and again.summary == result.summary  # the marker reads back into the same record
 
 
 def test_boundary_sample_stops_growing_with_the_canaries():
@@ -172,16 +172,16 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
                                "audit": {"canary_path": path, "scores": list(scores), "recalibrate": "none"}})
     result = run_stage("audit", spark, config)
     best = audit_sweep.evaluate_scores(kernel, guesses, canaries=len(informative)).best["eps_binomial_bonferroni"]
-    assert result.summary["design"] == "injected" and result.repetitions == 1 and result.canaries == len(informative)
+    assert result.summary.design == "injected" and result.repetitions == 1 and result.canaries == len(informative)
     # the default audit (recalibrated proxy, geometric sweep) is what the power study computes in process
     from lia_spark.studies import power
 
     default = run_stage("audit", spark, config_from_dict({"run": {"output_dir": str(tmp_path / "default"),
                                                                    "seed": 42}, "audit": {"canary_path": path}}))
     studied = power.audit_choice(table, AuditConfig(), seed=42, claimed_epsilon=float("nan"))
-    assert default.headline.eps_lb == studied.eps_lb and default.summary["ceiling"]["eps_lb"] == studied.ceiling
-    assert default.summary["recalibration"]["proxy_prediction"]["mapped"] == "proxy"
-    assert default.summary["baselines"] == ["proxy_prediction"]  # the table has no shadows
+    assert default.headline.eps_lb == studied.eps_lb and default.summary.ceiling.eps_lb == studied.ceiling
+    assert default.summary.recalibration["proxy_prediction"].mapped == "proxy"
+    assert default.summary.baselines == ("proxy_prediction",)  # the table has no shadows
     assert check_file(tmp_path / "out" / "audit" / "summary.json")["design"] == "injected"
     assert result.headline.eps_lb == best[0] > 0 and "injected canaries, no assumption on the proxy" in \
         result.console_summary()
@@ -212,18 +212,18 @@ def test_observational_headline_of_a_label_blind_target_names_a_comparable_refer
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 1},
                                "audit": {"canary_path": path, "design": "observational", "repetitions": 3}})
     result = run_stage("audit", spark, config)
-    headline, summary = result.headline, result.summary
+    headline, checks = result.headline, result.summary.observational
     assert headline.eps_lb > 0.1  # the label-blind target "certifies" leakage at tau = 0 ...
     assert headline.text().startswith("no bound without an assumption on the proxy")  # ... which the headline says
-    assert not headline.is_finding and summary["proxy_tv"] is None  # a given table: no truth to measure the proxy
+    assert not headline.is_finding and checks.proxy_tv is None  # a given table: no truth to measure the proxy
     assert 0.5 * headline.eps_lb < headline.reference_eps_lb  # ... and so does the reference
-    assert headline.reference_tau_break_even == summary["reference"]["tau_break_even"] > 0  # its own, same repetition
-    assert summary["calibrated"]["eps_lb"] < 0.5 * headline.eps_lb and summary["calibrated"]["note"].startswith(
-        "not a bound")
+    assert headline.reference_tau_break_even == checks.reference.tau_break_even > 0  # its own, same repetition
+    assert checks.calibrated.eps_lb < 0.5 * headline.eps_lb and checks.calibrated.note.startswith("not a bound")
     assert "a label-blind reference reaches" in result.console_summary() and "calibrat" not in headline.text()
-    assert summary["reference"]["canaries"] == m
-    assert check_file(tmp_path / "out" / "audit" / "summary.json")["reference"] == summary["reference"]
-    assert summary["eps_lb_by_tau"]["0"] == pytest.approx(headline.eps_lb)
+    assert checks.reference.canaries == m
+    assert check_file(tmp_path / "out" / "audit" / "summary.json")["reference"] == \
+        result.summary.to_dict()["reference"]
+    assert checks.eps_lb_by_tau["0"] == pytest.approx(headline.eps_lb)
     assert {"tau_break_even", "reference_eps_lb", "reference_tau_break_even", "eps_lb_if_tau"} <= set(result.metrics())
 
 
@@ -245,13 +245,13 @@ def test_on_the_twin_the_observational_headline_is_the_bound_at_the_proxys_measu
     config = config_from_dict({"run": {"output_dir": str(out), "seed": 2},
                                "audit": {"design": "observational", "repetitions": 2, "recalibrate": "none"}})
     result = run_stage("audit", spark, config)
-    headline, measured = result.headline, result.summary["proxy_tv"]
-    assert measured["max"] == pytest.approx(np.abs(proxy - eta).max()) and measured["canaries"] == m
-    assert measured["p99"] <= measured["max"] and measured["mean"] == pytest.approx(np.abs(proxy - eta).mean())
-    assert headline.measured_tau == measured["max"] and headline.eps_lb == measured["eps_lb"] > 0
-    assert headline.eps_lb <= result.summary["eps_lb_by_tau"]["0"]  # a larger tau never certifies more
+    headline, measured = result.headline, result.summary.observational.proxy_tv
+    assert measured.max == pytest.approx(np.abs(proxy - eta).max()) and measured.canaries == m
+    assert measured.p99 <= measured.max and measured.mean == pytest.approx(np.abs(proxy - eta).mean())
+    assert headline.measured_tau == measured.max and headline.eps_lb == measured.eps_lb > 0
+    assert headline.eps_lb <= result.summary.observational.eps_lb_by_tau["0"]  # a larger tau never certifies more
     assert headline.text().startswith(f"eps >= {headline.eps_lb:.3f} at 95% at the proxy's worst-case TV error")
-    assert headline.assumption == "" and result.metrics()["measured_tau"] == measured["max"]
+    assert headline.assumption == "" and result.metrics()["measured_tau"] == measured.max
     check_file(out / "audit" / "summary.json")
 
 
@@ -304,9 +304,10 @@ def test_recalibration_reads_no_label_and_maps_a_shifted_target_back(spark, tmp_
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 42},
                                "audit": {"canary_path": path, "recalibrate": "proxy"}})
     result = run_stage("audit", spark, config)
-    recalibrated = result.summary["recalibration"]["proxy_prediction"]
-    assert recalibrated["canaries"] == len(table) and recalibrated["mapped"] == "proxy"
-    assert check_file(tmp_path / "out" / "audit" / "summary.json")["recalibration"] == result.summary["recalibration"]
+    recalibrated = result.summary.recalibration["proxy_prediction"]
+    assert recalibrated.canaries == len(table) and recalibrated.mapped == "proxy"
+    assert check_file(tmp_path / "out" / "audit" / "summary.json")["recalibration"] == \
+        result.summary.to_dict()["recalibration"]
 
 
 def test_the_observational_game_on_an_injected_target_shows_the_label_it_trained_on(spark):

@@ -181,18 +181,18 @@ def test_the_table_files_hold_one_row_per_cell_equal_to_the_cells_audit_summarie
     cells = pd.read_csv(out / "cells.csv").set_index("cell")
     assert list(cells.index) == CELLS
     for outcome in third.cells:
-        best = outcome.audit.summary["best"]["eps_binomial_bonferroni"]
+        best = outcome.audit.summary.best["eps_binomial_bonferroni"]
         row = cells.loc[outcome.cell.name]
-        assert row["eps_lb_mean"] == pytest.approx(best["mean"], rel=1e-12)
-        assert row["eps_lb_std"] == pytest.approx(best["std"], rel=1e-12, abs=1e-15)
+        assert row["eps_lb_mean"] == pytest.approx(best.mean, rel=1e-12)
+        assert row["eps_lb_std"] == pytest.approx(best.std, rel=1e-12, abs=1e-15)
         assert row["test_auc"] == pytest.approx(outcome.train.test_metrics["auc@target"], rel=1e-12)
         assert row["test_log_loss"] == pytest.approx(outcome.train.test_metrics["log_loss@target"], rel=1e-12)
         assert row["canaries"] == outcome.audit.canaries and row["repetitions"] == 1  # injected: one training run
-        assert row["convention"] == "bonferroni" and row["exceeds_claimed"] == (best["mean"] > outcome.cell.epsilon)
+        assert row["convention"] == "bonferroni" and row["exceeds_claimed"] == (best.mean > outcome.cell.epsilon)
     wide = pd.read_csv(out / "eps_lb.csv", keep_default_na=False).set_index("mechanism")
     assert list(wide.index) == ["rr", "llp_laplace"] and list(wide.columns[-2:]) == ["inf", "1"]
-    rr = third.cell("rr-eps1").audit.summary["best"]["eps_binomial_bonferroni"]
-    assert wide.loc["rr", "1"].startswith(f"{rr['mean']:.3f} +- {rr['std']:.3f}")
+    rr = third.cell("rr-eps1").audit.summary.best["eps_binomial_bonferroni"]
+    assert wide.loc["rr", "1"].startswith(f"{rr.mean:.3f} +- {rr.std:.3f}")
     utility = pd.read_csv(out / "utility.csv").set_index("cell")
     assert list(utility.index) == CELLS and utility["test_log_loss"].notna().all()
     assert (pd.read_csv(out / "published.csv")["values"] == PUBLISHED_LABEL).all()
@@ -218,13 +218,13 @@ def test_mlflow_parent_and_nested_cell_runs(runs):
         [experiment.experiment_id], f"tags.mlflow.parentRunId = '{third.mlflow_run_id}'")}
     for outcome in third.cells:
         run = children[setting_key(outcome.cell.mechanism, outcome.cell.epsilon, outcome.cell.bag_size)]
-        best = outcome.audit.summary["best"]["eps_binomial_bonferroni"]
+        best = outcome.audit.summary.best["eps_binomial_bonferroni"]
         assert set(TABLE_CELL_TAGS) <= set(run.data.tags)
         assert run.data.tags["audit.mechanism"] == outcome.cell.mechanism
         assert run.data.tags["audit.claimed_eps"] == ("inf" if math.isinf(outcome.cell.epsilon) else "1")
-        assert float(run.data.tags["audit.eps_lb"]) == pytest.approx(best["mean"], rel=1e-5)
+        assert float(run.data.tags["audit.eps_lb"]) == pytest.approx(best.mean, rel=1e-5)
         assert run.data.params["bag_size"] == str(outcome.cell.bag_size)
-        assert run.data.metrics["eps_lb_mean"] == pytest.approx(best["mean"], rel=1e-12)
+        assert run.data.metrics["eps_lb_mean"] == pytest.approx(best.mean, rel=1e-12)
         assert run.data.metrics["test_auc"] == pytest.approx(outcome.train.test_metrics["auc@target"], rel=1e-12)
     failed_children = client.search_runs([experiment.experiment_id],
                                          f"tags.mlflow.parentRunId = '{parents[0].info.run_id}'")
@@ -249,10 +249,10 @@ def test_paper_convention_audits_the_same_targets_the_papers_way_beside_the_vali
         assert after.train.skipped and after.audit.skipped and not after.paper.skipped  # no extra training
         assert after.record()["eps_lb_mean"] == before.record()["eps_lb_mean"]
         summary = after.paper.summary
-        assert (summary["design"], summary["scores"], summary["delta"], summary["repetitions"]) == (
-            "observational", ["difference_t2"], 1e-5, 100)
+        assert (summary.design, summary.scores, summary.delta, summary.repetitions) == (
+            "observational", ("difference_t2",), 1e-5, 100)
         trained_rows = len(pd.read_parquet(f"{after.output_dir}/models/canaries"))
-        assert summary["headline"]["family"] == "gdp" and summary["canaries"] == trained_rows  # fewer than 200k
+        assert summary.headline.family == "gdp" and summary.canaries == trained_rows  # fewer than 200k
         assert math.isfinite(after.record()["eps_lb_paper_way_mean"])
     frame = pd.read_csv(tmp_path / "out" / "table" / PAPER_WAY_FILE, dtype=str, keep_default_na=False)
     assert list(frame["cell"]) == ["rr-eps1", "pate-eps1"]

@@ -9,9 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lia_spark.present.audit_summary import BoundStatistics
 from lia_spark.present import charts, findings, plots
 from lia_spark.present.point_labels import label_points
 from lia_spark.present.wording import NO_EVIDENCE, NOT_VALID
+from summary_support import audit_summary
 
 matplotlib.use("Agg")
 
@@ -39,14 +41,14 @@ def test_settings_table_joins_summary_advantages_with_utility_auc():
     assert math.isinf(table.loc["llp.epsinf.k8", "abs_I_p98"]) and table.loc["llp.epsinf.k8", "share_infinite"] == 0.76
 
 
-def _stats(mean: float, std: float = 0.0) -> dict:
-    return {"mean": mean, "std": std, "min": mean, "max": mean, "share_positive": float(mean > 0)}
+def _stats(mean: float, std: float = 0.0) -> BoundStatistics:
+    return BoundStatistics(mean=mean, std=std, min=mean, max=mean, share_positive=float(mean > 0))
 
 
 def test_bounds_table_lists_the_valid_bounds_first_with_confidence_delta_and_no_evidence_at_zero():
-    summary = {"confidence": 0.95, "delta": 0.0, "gdp_delta": 1e-5, "best": {  # sorted keys, as in summary.json
+    summary = audit_summary("injected", confidence=0.95, delta=0.0, gdp_delta=1e-5, best={  # sorted, as in the file
         "eps_binomial_bonferroni": _stats(1.2, 0.1), "eps_binomial_paper": _stats(1.9),
-        "eps_gdp_bonferroni": _stats(0.0), "eps_gdp_paper": _stats(1.8, 0.2), "mu_gdp_paper": _stats(0.4)}}
+        "eps_gdp_bonferroni": _stats(0.0), "eps_gdp_paper": _stats(1.8, 0.2), "mu_gdp_paper": _stats(0.4)})
     table = findings.bounds_table(summary).set_index("bound")
     assert list(table.index) == ["eps_binomial_bonferroni", "eps_gdp_bonferroni", "eps_binomial_paper",
                                  "eps_gdp_paper"]

@@ -317,8 +317,8 @@ def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, par
     frame = pd.read_csv(os.path.join(out, "audit", "results.csv"))
     np.testing.assert_array_equal(frame["guesses"], guesses)
     np.testing.assert_array_equal(frame["correct"], correct[0])
-    assert audited.canaries == 600 and audited.repetitions == 1 and audited.summary["attack"] == "membership"
-    assert audited.summary["design"] == "membership" and "membership canaries" in audited.console_summary()
+    assert audited.canaries == 600 and audited.repetitions == 1 and audited.summary.attack == "membership"
+    assert audited.summary.design == "membership" and "membership canaries" in audited.console_summary()
     assert check_file(os.path.join(out, "audit", "summary.json"))["attack"] == "membership"
     assert 0.0 <= audited.headline.eps_lb <= 2.0 and audited.headline.claimed_epsilon == 2.0
 

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from lia_spark.present.audit_summary import AuditSummary
 from lia_spark.names import BAG_SIZE, BONFERRONI, EPSILON, MECHANISM, setting_key
 from lia_spark.present.point_labels import label_points, note_left_out
 from lia_spark.present.wording import NO_EVIDENCE, NOT_VALID
@@ -46,21 +47,21 @@ def settings_table(summary: Sequence[Mapping[str, Any]], utility: Sequence[Mappi
         drop=True)
 
 
-def bounds_table(summary: Mapping[str, Any]) -> pd.DataFrame:
+def bounds_table(summary: AuditSummary) -> pd.DataFrame:
     """One row per epsilon bound of the audit's ``summary`` (its ``best`` statistics), in :data:`BOUND_COLUMNS`:
     family, convention, whether it is a valid bound (Bonferroni) or not (:data:`lia_spark.present.wording.NOT_VALID`),
     mean and std over repetitions, confidence, delta and a note (:data:`lia_spark.present.wording.NO_EVIDENCE` for a
     valid bound that is 0 in every repetition). The valid bounds come first."""
     rows = []
-    for key, stats in summary["best"].items():
+    for key, stats in summary.best.items():
         if not key.startswith("eps_"):
             continue
         family, convention = key[len("eps_"):].rsplit("_", 1)
-        delta = summary.get("gdp_delta", summary["delta"]) if family == "gdp" else summary["delta"]
+        delta = summary.gdp_delta if family == "gdp" else summary.delta
         valid = convention == BONFERRONI
         rows.append({"bound": key, "family": family, "convention": convention, "valid": VALID if valid else NOT_VALID,
-                     "mean": stats["mean"], "std": stats["std"], "confidence": summary["confidence"], "delta": delta,
-                     "note": NO_EVIDENCE if valid and stats["max"] == 0.0 else ""})
+                     "mean": stats.mean, "std": stats.std, "confidence": summary.confidence, "delta": delta,
+                     "note": NO_EVIDENCE if valid and stats.max == 0.0 else ""})
     rows.sort(key=lambda row: row["valid"] != VALID)  # stable: the summary's order within each group
     return pd.DataFrame(rows, columns=list(BOUND_COLUMNS))
 

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from lia_spark.present.audit_summary import AuditSummary
 from lia_spark.names import EPSILON, PAPER
 from lia_spark.present import findings
 from lia_spark.present.wording import NO_EVIDENCE, NOT_COMPUTED, NOT_VALID, bound_text, number_text
@@ -108,45 +109,44 @@ def _headline(steps: Sequence[Any]) -> list[str]:
             *_tau_sensitivity(audit.summary)]
 
 
-def _ceiling(summary: dict[str, Any]) -> list[str]:
+def _ceiling(summary: AuditSummary) -> list[str]:
     """What the audit could have found (docs/math.md §5.12), beside its bound, and what the scores compared with."""
-    ceiling = summary.get("ceiling")
-    if not ceiling:
-        return []
-    claim = ceiling["claimed_epsilon"]
+    ceiling = summary.ceiling
+    claim = ceiling.to_dict()["claimed_epsilon"]
     at = "with every guess right (no claimed eps)" if claim is None else f"at the claimed eps = {claim}"
     described = {"shadow_prediction": "the label-blind shadow fits' baseline (docs/math.md §5.13)",
                  "proxy_prediction": "the proxy's predictions"}
-    baseline = " and with ".join(described[column] for column in summary.get("baselines", ["proxy_prediction"]))
-    return [f"<p>Ceiling: with {summary['canaries']} canaries, {summary['tests']} tests and this confidence, the "
-            f"largest bound this audit can certify {html.escape(at)} is {bound_text(ceiling['eps_lb'])} (every "
-            f"sweep point right at accuracy {ceiling['accuracy']:.4g}, docs/math.md §5.12). The scores compared the "
+    baseline = " and with ".join(described[column] for column in summary.baselines)
+    return [f"<p>Ceiling: with {summary.canaries} canaries, {summary.tests} tests and this confidence, the "
+            f"largest bound this audit can certify {html.escape(at)} is {bound_text(ceiling.eps_lb)} (every "
+            f"sweep point right at accuracy {ceiling.accuracy:.4g}, docs/math.md §5.12). The scores compared the "
             f"target's predictions with {html.escape(baseline)}.</p>"]
 
 
-def _tau_sensitivity(summary: dict[str, Any]) -> list[str]:
+def _tau_sensitivity(summary: AuditSummary) -> list[str]:
     """Observational design only: the proxy's measured error and the bound at it (on the twin), the first
     repetition's valid bound at each assumed tau, the break-even tau* and the label-blind reference (with the
     calibrated figure, labelled not a bound)."""
-    by_tau = summary.get("eps_lb_by_tau")
-    if not by_tau:
+    checks = summary.observational
+    if checks is None:
         return []
-    reference, calibrated, measured = summary.get("reference"), summary.get("calibrated"), summary.get("proxy_tv")
-    lines = [f"break-even tau* = {_tau(summary['tau_break_even']['first'])} (the bound is 0 for any larger tau)"]
+    by_tau, reference, calibrated, measured = (checks.eps_lb_by_tau, checks.reference, checks.calibrated,
+                                               checks.proxy_tv)
+    lines = [f"break-even tau* = {_tau(checks.tau_break_even.first)} (the bound is 0 for any larger tau)"]
     if measured is None:
         lines.insert(0, "the proxy's error is not measured (no true P(y=1|x) for these canaries): no bound holds "
                         "without an assumption on it")
     else:
-        lines.insert(0, f"the proxy's TV error against the twin's truth on the {measured['canaries']} canaries: max "
-                        f"{_tau(measured['max'])}, 99th percentile {_tau(measured['p99'])}, mean {_tau(measured['mean'])};"
-                        f" valid bound at the max: eps >= {bound_text(measured['eps_lb'])}")
+        lines.insert(0, f"the proxy's TV error against the twin's truth on the {measured.canaries} canaries: max "
+                        f"{_tau(measured.max)}, 99th percentile {_tau(measured.p99)}, mean {_tau(measured.mean)};"
+                        f" valid bound at the max: eps >= {bound_text(measured.eps_lb)}")
     if reference is None:
         lines.append("no label-blind reference audited (add a reference_prediction column to the canary table)")
     else:
-        lines.append(f"label-blind reference: eps_lb {bound_text(reference['eps_lb'])} at tau = "
-                     f"{_tau(summary['tau'])}, its own tau* {_tau(reference['tau_break_even'])}; not a bound: the "
-                     f"target at tau = {_tau(calibrated['tau'])} (the reference's largest tau*) reaches "
-                     f"{bound_text(calibrated['eps_lb'])}")
+        lines.append(f"label-blind reference: eps_lb {bound_text(reference.eps_lb)} at tau = "
+                     f"{_tau(summary.tau)}, its own tau* {_tau(reference.tau_break_even)}; not a bound: the "
+                     f"target at tau = {_tau(calibrated.tau)} (the reference's largest tau*) reaches "
+                     f"{bound_text(calibrated.eps_lb)}")
     return ["<p>Observational design: the bound holds only if the proxy is within total variation tau of the true "
             "label distribution on every canary. " + "; ".join(html.escape(line) for line in lines) + ".</p>",
             _table(["tau", *by_tau], [("eps_lb (first repetition, valid if the proxy is within tau)",

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from lia_spark.kernels.mechanism_registry import label_mechanism
+from lia_spark.present.audit_summary import AuditSummary, BoundStatistics
 from lia_spark.names import (BINOMIAL, BONFERRONI, GDP, LP_2ST, OBSERVATIONAL, PAPER, PATE, RECALIBRATE_NONE, RR,
                              RR_DEBIASED, RR_WITH_PRIOR, bound_key)
 from lia_spark.run.capabilities import unsupported
@@ -34,10 +35,10 @@ PAPER_WAY_LABEL = ("paper convention, not a valid bound: observational game on 2
                    "score t = 2, delta = 1e-5, GDP, best sweep point each at 95%")
 
 
-def bound_keys(summary: Mapping | None) -> tuple[str, str]:
+def bound_keys(summary: AuditSummary | None) -> tuple[str, str]:
     """The audit summary's keys of the headline family's valid (Bonferroni over the sweep) best bound and of its
     paper-convention best bound (best over the sweep, not a valid joint bound)."""
-    family = ((summary or {}).get("headline") or {}).get("family", BINOMIAL)
+    family = summary.headline.family if summary is not None else BINOMIAL
     return bound_key(family, BONFERRONI), bound_key(family, PAPER)
 
 # ---------------------------------------------------------------------------------------------------------
@@ -169,35 +170,39 @@ CELL_COLUMNS = ("cell", "mechanism", "algorithm", "claimed_epsilon", "bag_size",
                 "error", "output_dir")
 
 
-def paper_way(summary: Mapping | None) -> dict:
+def paper_way(summary: AuditSummary | None) -> BoundStatistics | None:
     """The paper-convention best bound (mean, std, ...) of an audit run with :data:`PAPER_AUDIT` (its headline
-    family: GDP at delta = 1e-5); {} without one."""
-    return (summary or {}).get("best", {}).get(bound_keys(summary)[1], {})
+    family: GDP at delta = 1e-5); None without one."""
+    return summary.best.get(bound_keys(summary)[1]) if summary is not None else None
 
 
-def cell_record(cell: Cell, *, status: str, summary: Mapping | None, test_metrics: Mapping[str, float] | None,
+def _statistic(bound: BoundStatistics | None, name: str) -> float:
+    return float(getattr(bound, name)) if bound is not None else math.nan
+
+
+def cell_record(cell: Cell, *, status: str, summary: AuditSummary | None, test_metrics: Mapping[str, float] | None,
                 train_seconds: float, audit_seconds: float, seconds: float, error: str, output_dir: str,
-                paper_summary: Mapping | None = None) -> dict:
+                paper_summary: AuditSummary | None = None) -> dict:
     """One row of the long table from a cell's audit summary (``AuditResult.summary``), its paper-way audit's
     (``paper_summary``, table.paper_convention) and the target's test metrics (``TrainResult.test_metrics``, keys
     ``<metric>@target``); NaN where the cell failed or was not audited that way."""
     nan = math.nan
-    best = (summary or {}).get("best", {})
+    best = summary.best if summary is not None else {}
     valid_key, paper_key = bound_keys(summary)
-    valid, paper, way = best.get(valid_key, {}), best.get(paper_key, {}), paper_way(paper_summary)
-    mean = float(valid.get("mean", nan))
+    valid, paper, way = best.get(valid_key), best.get(paper_key), paper_way(paper_summary)
+    mean = _statistic(valid, "mean")
     metrics = test_metrics or {}
     return {
         "cell": cell.name, "mechanism": cell.mechanism, "algorithm": cell.algorithm, "claimed_epsilon": cell.epsilon,
-        "bag_size": cell.bag_size, "status": status, "eps_lb_mean": mean, "eps_lb_std": float(valid.get("std", nan)),
-        "eps_lb_min": float(valid.get("min", nan)), "eps_lb_max": float(valid.get("max", nan)),
+        "bag_size": cell.bag_size, "status": status, "eps_lb_mean": mean, "eps_lb_std": _statistic(valid, "std"),
+        "eps_lb_min": _statistic(valid, "min"), "eps_lb_max": _statistic(valid, "max"),
         "exceeds_claimed": exceeds_claim(mean, cell.epsilon), "convention": CONVENTION, "bound": valid_key,
-        "confidence": (summary or {}).get("confidence", nan), "delta": (summary or {}).get("delta", nan),
-        "canaries": (summary or {}).get("canaries", nan), "repetitions": (summary or {}).get("repetitions", nan),
-        "ceiling": float(((summary or {}).get("ceiling") or {}).get("eps_lb", nan)),
-        "eps_lb_paper_convention_mean": float(paper.get("mean", nan)),
-        "eps_lb_paper_convention_std": float(paper.get("std", nan)),
-        "eps_lb_paper_way_mean": float(way.get("mean", nan)), "eps_lb_paper_way_std": float(way.get("std", nan)),
+        **{name: getattr(summary, name) if summary is not None else nan
+           for name in ("confidence", "delta", "canaries", "repetitions")},
+        "ceiling": float(summary.ceiling.eps_lb) if summary is not None else nan,
+        "eps_lb_paper_convention_mean": _statistic(paper, "mean"),
+        "eps_lb_paper_convention_std": _statistic(paper, "std"),
+        "eps_lb_paper_way_mean": _statistic(way, "mean"), "eps_lb_paper_way_std": _statistic(way, "std"),
         "test_auc": float(metrics.get("auc@target", nan)), "test_log_loss": float(metrics.get("log_loss@target", nan)),
         "train_seconds": train_seconds, "audit_seconds": audit_seconds, "seconds": seconds, "error": error,
         "output_dir": output_dir,

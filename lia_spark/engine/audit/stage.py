@@ -30,6 +30,8 @@ from lia_spark.kernels import audit, audit_sweep, membership
 from lia_spark.names import (BASELINE_NAMES, LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID,
                              TARGET_PREDICTION)
 from lia_spark.present.charts import plot_sweep
+from lia_spark.present.audit_summary import (AuditSummary, BoundStatistics, Calibrated, ObservationalChecks, ProxyError,
+                                             RecalibrationMap, ReferenceBound, TauBreakEven)
 from lia_spark.present.headline import Headline
 from lia_spark.run import layout
 from lia_spark.run.config import Config
@@ -45,6 +47,11 @@ FILES = ("results.csv", "summary.json", "plots/eps_vs_guesses.png")  # beside th
 def canary_path(config: Config) -> str:
     """The canary table read by the stage: audit.canary_path, else <run.output_dir>/models/canaries."""
     return config.audit.canary_path or layout.canaries_path(config)
+
+
+def _statistics(best: dict[str, np.ndarray]) -> dict[str, BoundStatistics]:
+    """Mean, std, min, max and share positive of each best-bound array (:func:`audit_sweep.summarize`)."""
+    return {key: BoundStatistics(**stats) for key, stats in audit_sweep.summarize(best).items()}
 
 
 def results_frame(bounds: audit_sweep.ScoreBounds) -> pd.DataFrame:
@@ -75,7 +82,7 @@ class AuditResult(FilesResult):
     repetitions: int
     guess_counts: int
     convention: str
-    summary: dict[str, Any]
+    summary: AuditSummary
     files: tuple[str, ...]
     seconds: float
     skipped: bool = False
@@ -86,17 +93,24 @@ class AuditResult(FilesResult):
     (Bonferroni) mean."""
         metrics = {"audit_canaries": float(self.canaries), "audit_repetitions": float(self.repetitions),
                    "audit_seconds": self.seconds, **self.headline.metrics()}
-        for key, stats in self.summary["best"].items():
-            metrics[f"audit_{key}_mean"] = stats["mean"]
-            metrics[f"audit_{key}_std"] = stats["std"]
+        for key, stats in self.summary.best.items():
+            metrics[f"audit_{key}_mean"] = stats.mean
+            metrics[f"audit_{key}_std"] = stats.std
             if key.startswith("eps_") and key.endswith(f"_{names.BONFERRONI}"):
-                metrics[f"audit_{key.removesuffix(f'_{names.BONFERRONI}')}"] = stats["mean"]
+                metrics[f"audit_{key.removesuffix(f'_{names.BONFERRONI}')}"] = stats.mean
         return {key: value for key, value in metrics.items() if math.isfinite(value)}
 
     @property
     def headline(self) -> Headline:
         """The valid bound beside the claimed epsilon (:class:`lia_spark.present.headline.Headline`)."""
-        return Headline.from_dict(self.summary["headline"])
+        return self.summary.headline
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "summary": self.summary.to_dict()}
+
+    @classmethod
+    def decoded(cls, values: dict[str, Any]) -> dict[str, Any]:
+        return {**super().decoded(values), "summary": AuditSummary.from_dict(values["summary"])}
 
     def console_summary(self) -> str:
         """The headline line, printed last by the job."""
@@ -242,28 +256,26 @@ def _audit(run: StageRun) -> AuditResult:
                                           delta=section.delta, tau=tau, families=section.bounds,
                                           table_families=section.table_bounds)
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
-    summary = {
-        "attack": section.attack, "design": design, "canaries": m, "repetitions": repetitions,
-        "guesses": guesses.tolist(), "confidence": section.confidence, "delta": section.delta, "tau": tau,
-        "gdp_delta": bounds.gdp_delta, "gdp_tau_vacuous": bounds.gdp_tau_vacuous, "scores": list(bounds.scores),
-        "tests": bounds.tests, "default_convention": section.convention, "recalibration": recalibration,
-        "baselines": list(baselines),
-        "best": audit_sweep.summarize(bounds.best),
-        "best_guesses_median": {key: float(np.median(v)) for key, v in bounds.best_guesses.items()},
-        "best_score_share": {key: {score: float(np.mean(winners == score)) for score in bounds.scores}
-                              for key, winners in bounds.best_scores.items()},
-        "per_score": {score: audit_sweep.summarize(sweep.best) for score, sweep in bounds.per_score.items()},
-    }
     observational = (_observational_checks(spark, config, canaries, correct, guesses, m, error)
-                     if design == names.OBSERVATIONAL else {})
-    summary.update(observational)
+                     if design == names.OBSERVATIONAL else None)
     headline = _headline(config, bounds, design=design, canaries=m, observational=observational,
                          trained=run.upstream("canaries"))
-    summary["ceiling"] = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
-                                             tests=bounds.tests, confidence=section.confidence, delta=section.delta,
-                                             tau=tau if math.isnan(headline.measured_tau) else headline.measured_tau,
-                                             family=headline.family).to_dict()
-    summary["headline"] = dataclasses.replace(headline, ceiling=summary["ceiling"]["eps_lb"]).to_dict()
+    ceiling = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
+                                  tests=bounds.tests, confidence=section.confidence, delta=section.delta,
+                                  tau=tau if math.isnan(headline.measured_tau) else headline.measured_tau,
+                                  family=headline.family)
+    summary = AuditSummary(
+        attack=section.attack, design=design, canaries=m, repetitions=repetitions,
+        guesses=tuple(int(g) for g in guesses), confidence=section.confidence, delta=section.delta, tau=tau,
+        gdp_delta=bounds.gdp_delta, gdp_tau_vacuous=bounds.gdp_tau_vacuous, scores=tuple(bounds.scores),
+        tests=bounds.tests, default_convention=section.convention,
+        recalibration={column: RecalibrationMap(**values) for column, values in recalibration.items()},
+        baselines=tuple(baselines), best=_statistics(bounds.best),
+        best_guesses_median={key: float(np.median(v)) for key, v in bounds.best_guesses.items()},
+        best_score_share={key: {score: float(np.mean(winners == score)) for score in bounds.scores}
+                          for key, winners in bounds.best_scores.items()},
+        per_score={score: _statistics(sweep.best) for score, sweep in bounds.per_score.items()},
+        ceiling=ceiling, headline=dataclasses.replace(headline, ceiling=ceiling.eps_lb), observational=observational)
     if bounds.gdp_tau_vacuous and names.GDP in section.bounds:
         logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", section.tau)
     frame = results_frame(bounds)
@@ -283,7 +295,7 @@ def _audit(run: StageRun) -> AuditResult:
                          convention=section.convention, summary=summary, files=files,
                          seconds=time.monotonic() - started)
     logger.info("audit: done in %.1f s; paper convention, not a valid bound (mean best per repetition): %s",
-                result.seconds, {k: round(v["mean"], 4) for k, v in summary["best"].items() if k.endswith(names.PAPER)})
+                result.seconds, {k: round(v.mean, 4) for k, v in summary.best.items() if k.endswith(names.PAPER)})
     log = logger.warning if result.headline.is_finding else logger.info
     log("audit: %s", result.headline.text())
     return result
@@ -301,7 +313,7 @@ def headline_family(section: AuditConfig) -> str:
 
 def _observational_checks(spark: SparkSession, config: Config, canaries: DataFrame | None,
                           correct: dict[str, np.ndarray], guesses: np.ndarray, m: int,
-                          error: dict[str, float] | None) -> dict[str, Any]:
+                          error: dict[str, float] | None) -> ObservationalChecks:
     """What the observational bound rests on (docs/math.md §5.10): ``proxy_tv`` (on the twin, the proxy's measured
     error and the valid bound at its maximum, null elsewhere), ``tau_break_even`` (tau* per repetition, first and
     mean), ``eps_lb_by_tau`` (the first repetition's valid bound at the taus of
@@ -324,17 +336,17 @@ def _observational_checks(spark: SparkSession, config: Config, canaries: DataFra
                                            families=(family,)).best[valid]
 
     own = sensitivity(correct, m)
-    checks: dict[str, Any] = {
-        "proxy_tv": None,
-        "tau_break_even": {"first": float(own.break_even[0]), "mean": float(own.break_even.mean()),
-                           "repetitions": len(own.break_even)},
-        "eps_lb_by_tau": {f"{tau:g}": float(eps) for tau, eps in zip(own.taus, own.eps_lb)},
-        "reference": None, "calibrated": None}
+    checks = ObservationalChecks(
+        proxy_tv=None,
+        tau_break_even=TauBreakEven(first=float(own.break_even[0]), mean=float(own.break_even.mean()),
+                                    repetitions=len(own.break_even)),
+        eps_lb_by_tau={f"{tau:g}": float(eps) for tau, eps in zip(own.taus, own.eps_lb)}, reference=None,
+        calibrated=None)
     if error is not None:
         measured = bound_at(correct, m, error["max"])
         spread = audit_sweep.summarize({"eps_lb": measured})["eps_lb"]
-        checks["proxy_tv"] = {**error, "eps_lb": float(measured[0]), "eps_lb_mean": spread["mean"],
-                              "eps_lb_std": spread["std"]}
+        checks = dataclasses.replace(checks, proxy_tv=ProxyError(
+            **error, eps_lb=float(measured[0]), eps_lb_mean=spread["mean"], eps_lb_std=spread["std"]))
         logger.info("audit: the proxy's TV error against the twin's truth: max %.4g, p99 %.4g, mean %.4g; valid "
                     "bound at the max %.3f", error["max"], error["p99"], error["mean"], measured[0])
     found = reference_counts(spark, config, canaries)
@@ -345,13 +357,13 @@ def _observational_checks(spark: SparkSession, config: Config, canaries: DataFra
     reference_tau = sensitivity(reference, size)
     calibrated_tau = float(reference_tau.break_even.max())
     calibrated = bound_at(correct, m, calibrated_tau)
-    checks["reference"] = {"eps_lb": float(reference_best[0]), **audit_sweep.summarize({"eps_lb": reference_best})[
-        "eps_lb"], "tau_break_even": float(reference_tau.break_even[0]), "canaries": size}
-    checks["calibrated"] = {"tau": calibrated_tau, "eps_lb": float(calibrated[0]),
-                            "eps_lb_mean": float(calibrated.mean()),
-                            "note": "not a bound: the target's bound at the tau that brings the label-blind reference "
-                                    "to 0 in every repetition; it would hold only if that tau covered the proxy's "
-                                    "error, which nothing checks"}
+    reference_statistics = audit_sweep.summarize({"eps_lb": reference_best})["eps_lb"]
+    checks = dataclasses.replace(checks, reference=ReferenceBound(
+        eps_lb=float(reference_best[0]), **reference_statistics, tau_break_even=float(reference_tau.break_even[0]),
+        canaries=size), calibrated=Calibrated(
+        tau=calibrated_tau, eps_lb=float(calibrated[0]), eps_lb_mean=float(calibrated.mean()),
+        note="not a bound: the target's bound at the tau that brings the label-blind reference to 0 in every "
+             "repetition; it would hold only if that tau covered the proxy's error, which nothing checks"))
     logger.info("audit: label-blind reference eps_lb %.3f at tau %g (its tau* %.3g); not a bound: the target at "
                 "tau %.3g, %.3f", reference_best[0], section.tau, reference_tau.break_even[0], calibrated_tau,
                 calibrated[0])
@@ -363,7 +375,7 @@ def _grid(canaries: int, section: AuditConfig) -> np.ndarray:
 
 
 def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, canaries: int,
-              observational: dict[str, Any], trained: Any) -> Headline:
+              observational: ObservationalChecks | None, trained: Any) -> Headline:
     """The first repetition's valid (Bonferroni over scores x sweep points) bound of :func:`headline_family`, with
     what it assumes: nothing (injected; observational at the proxy's measured worst-case error, ``proxy_tv``) or
     audit.tau, with tau*, the bound at a few assumed tau and the reference (observational), beside the claimed
@@ -372,20 +384,21 @@ def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, c
     family = headline_family(config.audit)
     valid = np.asarray(bounds.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
     mechanism, claimed = trained.claimed_privacy() if trained is not None else ("an unknown mechanism", math.nan)
-    reference, measured = observational.get("reference") or {}, observational.get("proxy_tv")
+    reference = observational.reference if observational is not None else None
+    measured = observational.proxy_tv if observational is not None else None
     first, mean, std = float(valid[0]), float(valid.mean()), float(valid.std(ddof=1)) if len(valid) > 1 else 0.0
     if measured is not None:
-        first, mean, std = measured["eps_lb"], measured["eps_lb_mean"], measured["eps_lb_std"]
+        first, mean, std = measured.eps_lb, measured.eps_lb_mean, measured.eps_lb_std
     return Headline(eps_lb=first, eps_lb_mean=mean, eps_lb_std=std, repetitions=len(valid),
                     confidence=config.audit.confidence, tests=bounds.tests, delta=config.audit.delta,
                     mechanism=mechanism, claimed_epsilon=claimed, family=family,
                     tau=config.audit.tau if design == names.OBSERVATIONAL else 0.0, design=design,
                     informative_canaries=canaries if design == names.INJECTED else 0, canaries=canaries,
-                    tau_break_even=observational.get("tau_break_even", {}).get("first", math.nan),
-                    reference_eps_lb=reference.get("eps_lb", math.nan),
-                    reference_tau_break_even=reference.get("tau_break_even", math.nan),
-                    measured_tau=measured["max"] if measured is not None else math.nan,
-                    eps_lb_by_tau=observational.get("eps_lb_by_tau", {}))
+                    tau_break_even=observational.tau_break_even.first if observational is not None else math.nan,
+                    reference_eps_lb=reference.eps_lb if reference is not None else math.nan,
+                    reference_tau_break_even=reference.tau_break_even if reference is not None else math.nan,
+                    measured_tau=measured.max if measured is not None else math.nan,
+                    eps_lb_by_tau=dict(observational.eps_lb_by_tau) if observational is not None else {})
 
 
 AUDIT = Stage(

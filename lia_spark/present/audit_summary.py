@@ -1,0 +1,303 @@
+"""The audit stage's summary as typed records (``<out>/audit/summary.json``, ``AuditResult.summary``): sizes, the
+sweep, every best-over-the-sweep bound, the ceiling, the headline and, for the observational design, what its bound
+rests on. :meth:`AuditSummary.to_dict` is the file's layout; :meth:`AuditSummary.from_dict` reads it back (a
+marker of a reused output); :func:`audit_summary_schema` is its JSON Schema, generated from these records
+(``lia_spark/run/json_schemas/audit-summary.schema.json`` is that output, checked by a test).
+
+Non-finite numbers follow the JSON convention of :mod:`lia_spark.run.json_output`: NaN is null, +-inf "inf" /
+"-inf"; reading turns them back into floats.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, Mapping
+
+from lia_spark.kernels.audit_sweep import Ceiling
+from lia_spark.names import OBSERVATIONAL
+from lia_spark.present.headline import Headline
+
+SCHEMA_ID = "urn:lia-spark:audit-summary"
+COMMON = "urn:lia-spark:common#/$defs/"
+
+
+def described(description: str = "", **schema: Any) -> Any:
+    """A dataclass field whose JSON Schema adds ``schema`` (keywords) and ``description`` to the generated one."""
+    extra = {**schema, **({"description": description} if description else {})}
+    return dataclasses.field(metadata={"schema": extra})
+
+
+def _ref(name: str, description: str = "") -> Any:
+    return described(description, **{"$ref": COMMON + name})
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundStatistics:
+    """One best-over-the-sweep bound over the repetitions (:func:`lia_spark.kernels.audit_sweep.summarize`)."""
+
+    mean: float
+    std: float = described(minimum=0)
+    min: float = described()
+    max: float = described()
+    share_positive: float = _ref("probability")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecalibrationMap:
+    """The increasing map audit.recalibrate applied to one baseline column."""
+
+    mapped: str = described(enum=["target", "proxy"])
+    bins: float = described(minimum=0)
+    canaries: float = described(minimum=0)
+    min: float = _ref("probability")
+    max: float = _ref("probability")
+
+
+@dataclasses.dataclass(frozen=True)
+class TauBreakEven:
+    """tau* (the smallest tau at which the valid bound is 0): the first repetition's and the mean."""
+
+    first: float = _ref("extended_number")
+    mean: float = _ref("extended_number")
+    repetitions: int = described(minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxyError:
+    """On the twin: the proxy's TV error |M'(x) - eta(x)| on the canaries (as the game reads the proxy) and the
+    valid bound at its maximum."""
+
+    max: float = _ref("probability")
+    p99: float = _ref("probability")
+    p95: float = _ref("probability")
+    mean: float = described(minimum=0)
+    canaries: int = _ref("count")
+    eps_lb: float = described("The first repetition's valid bound at tau = max.", minimum=0)
+    eps_lb_mean: float = described(minimum=0)
+    eps_lb_std: float = described(minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceBound:
+    """The label-blind reference audited by the same games."""
+
+    eps_lb: float = described("The first repetition's valid bound.", minimum=0)
+    mean: float = described()
+    std: float = described(minimum=0)
+    min: float = described()
+    max: float = described()
+    share_positive: float = _ref("probability")
+    tau_break_even: float = _ref("extended_number")
+    canaries: int = _ref("count")
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibrated:
+    """Not a bound: the target's bound at the reference's largest tau*."""
+
+    tau: float = _ref("extended_number")
+    eps_lb: float = described(minimum=0)
+    eps_lb_mean: float = described(minimum=0)
+    note: str = described()
+
+
+@dataclasses.dataclass(frozen=True)
+class ObservationalChecks:
+    """What the observational bound rests on (docs/math.md §5.10); top-level keys of the summary file."""
+
+    proxy_tv: ProxyError | None = described("On the twin: the proxy's TV error on the canaries and the valid bound "
+                                            "at its maximum; null where the truth is unknown.")
+    tau_break_even: TauBreakEven = described()
+    eps_lb_by_tau: dict[str, float] = described("The first repetition's valid bound at each tau (keys: tau as text).",
+                                                minProperties=1, additionalProperties={"type": "number", "minimum": 0})
+    reference: ReferenceBound | None = described("The label-blind reference audited by the same games, or null "
+                                                 "without one.")
+    calibrated: Calibrated | None = described("Not a bound: the target's bound at the reference's largest tau*, or "
+                                              "null without a reference.")
+
+
+_CEILING_SCHEMA = {
+    "description": "What the audit could have found: its own bound (same m, sweep, tests, confidence, delta, tau, "
+                   "headline family) when every sweep point's guesses are right at the largest rate the claimed "
+                   "epsilon allows, q = e^eps / (e^eps + kappa); q = 1 for an infinite or unknown claim (docs/math.md "
+                   "§5.12).",
+    "type": "object",
+    "required": ["eps_lb", "guesses", "accuracy", "claimed_epsilon"],
+    "properties": {
+        "eps_lb": {"type": "number", "minimum": 0},
+        "guesses": {"$ref": COMMON + "count", "description": "c' reaching it (0 when it is 0)."},
+        "accuracy": {"$ref": COMMON + "probability"},
+        "claimed_epsilon": {"oneOf": [{"type": "number", "minimum": 0}, {"const": "inf"}, {"type": "null"}]},
+    },
+    "additionalProperties": False,
+}
+_BOUNDS_SCHEMA = {
+    "description": "Bound name (<statistic>_<family>_<convention>, e.g. eps_binomial_bonferroni) -> its statistics.",
+    "minProperties": 1,
+    "propertyNames": {"pattern": "^[a-z_]+_(bonferroni|paper)$"},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditSummary:
+    """Sizes, the sweep, every best-over-the-sweep bound over the repetitions (keys
+    ``<statistic>_<family>_<convention>``: bonferroni = valid, paper = the paper's convention, not a valid bound),
+    the ceiling and the headline; ``observational`` holds what the observational design's bound rests on (None for
+    the other designs)."""
+
+    attack: str = described(enum=["label_inference", "membership"])
+    design: str = described(enum=["injected", "observational", "membership"])
+    canaries: int = _ref("count", "m: the canaries audited.")
+    repetitions: int = described(minimum=1)
+    guesses: tuple[int, ...] = described("The sweep: numbers of guesses c'.", minItems=1,
+                                         items={"$ref": COMMON + "count"})
+    confidence: float = described(exclusiveMinimum=0, exclusiveMaximum=1)
+    delta: float = described(minimum=0)
+    tau: float = described(minimum=0)
+    gdp_delta: float = _ref("number_or_null", "The delta GDP's mu was converted at.")
+    gdp_tau_vacuous: bool = described()
+    scores: tuple[str, ...] = described(minItems=1)
+    tests: int = described(minimum=1)
+    default_convention: str = described(enum=["bonferroni", "paper"])
+    recalibration: dict[str, RecalibrationMap] = described(
+        "audit.recalibrate: per baseline column, the increasing map applied ({} when none).",
+        propertyNames={"enum": ["proxy_prediction", "shadow_prediction"]})
+    baselines: tuple[str, ...] = described(
+        "audit.baseline resolved: the columns the scores compared the target's prediction with (docs/math.md "
+        "§5.13); with two, every score is named <score>@proxy and <score>@shadows and the confidence is split over "
+        "both.", minItems=1, uniqueItems=True, items={"enum": ["proxy_prediction", "shadow_prediction"]})
+    best: dict[str, BoundStatistics] = described(**_BOUNDS_SCHEMA)
+    best_guesses_median: dict[str, float] = described(additionalProperties={"type": "number", "minimum": 0})
+    best_score_share: dict[str, dict[str, float]] = described(
+        "Per bound: the share of repetitions each score won.",
+        additionalProperties={"type": "object", "additionalProperties": {"$ref": COMMON + "probability"}})
+    per_score: dict[str, dict[str, BoundStatistics]] = described(
+        additionalProperties={"type": "object", **_BOUNDS_SCHEMA,
+                              "additionalProperties": {"$ref": COMMON + "bound_statistics"}})
+    ceiling: Ceiling = described(**_CEILING_SCHEMA)
+    headline: Headline = described(**{"$ref": "urn:lia-spark:headline"})
+    observational: ObservationalChecks | None = None
+
+    @property
+    def headline_bound(self) -> BoundStatistics:
+        """The headline family's valid (Bonferroni) best bound."""
+        return self.best[f"eps_{self.headline.family}_bonferroni"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's layout: every field but ``observational``, whose fields are top-level keys when present."""
+        payload = {field.name: _plain(getattr(self, field.name)) for field in dataclasses.fields(self)
+                   if field.name != "observational"}
+        if self.observational is not None:
+            payload.update(_plain(self.observational))
+        return payload
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> "AuditSummary":
+        """Read :meth:`to_dict`'s layout (the file, or a marker's result)."""
+        hints = typing.get_type_hints(cls)
+        values = {field.name: _typed(hints[field.name], payload[field.name]) for field in dataclasses.fields(cls)
+                  if field.name != "observational"}
+        observational = None
+        if payload["design"] == OBSERVATIONAL:
+            observational = _typed(ObservationalChecks, payload)
+        return cls(**values, observational=observational)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready form: records by field (their own ``to_dict`` when they have one), tuples as lists."""
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value):
+        return {field.name: _plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _number(value: Any) -> float:
+    """A float from its JSON form: null -> NaN, "inf" / "-inf" -> +-inf."""
+    return math.nan if value is None else float(value)
+
+
+def _typed(hint: Any, value: Any) -> Any:
+    """``value`` (JSON form) as the type ``hint``."""
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = next(argument for argument in arguments if argument is not type(None))
+        return None if value is None else _typed(inner, value)
+    if origin is dict:
+        return {key: _typed(arguments[1], item) for key, item in value.items()}
+    if origin is tuple:
+        return tuple(_typed(arguments[0], item) for item in value)
+    if hint is float:
+        return _number(value)
+    if hint is Ceiling:
+        return Ceiling(eps_lb=float(value["eps_lb"]), guesses=int(value["guesses"]), accuracy=float(value["accuracy"]),
+                       claimed_epsilon=_number(value["claimed_epsilon"]))
+    if hint is Headline:
+        return Headline.from_dict(value)
+    if dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        return hint(**{field.name: _typed(hints[field.name], value[field.name]) for field in dataclasses.fields(hint)})
+    return value
+
+
+def _schema(hint: Any, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON Schema of the type ``hint`` with a field's ``extra`` keywords (a ``$ref`` replaces the type)."""
+    extra = dict(extra or {})
+    if "$ref" in extra:
+        return extra
+    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = next(argument for argument in arguments if argument is not type(None))
+        description = extra.pop("description", "")
+        schema = {"oneOf": [{"type": "null"}, _schema(inner, extra)]}
+        return {**({"description": description} if description else {}), **schema}
+    if origin is dict:
+        base = {"type": "object"}
+        if "additionalProperties" not in extra:
+            base["additionalProperties"] = _schema(arguments[1])
+        return {**base, **extra}
+    if origin is tuple:
+        return {"type": "array", **({} if "items" in extra else {"items": _schema(arguments[0])}), **extra}
+    if dataclasses.is_dataclass(hint) and "type" not in extra:
+        hints = typing.get_type_hints(hint)
+        fields = dataclasses.fields(hint)
+        return {**({"description": (hint.__doc__ or "").split("\n\n")[0].replace("\n    ", " ")}
+                   if "description" not in extra else {}),
+                "type": "object", "required": [field.name for field in fields],
+                "properties": {field.name: _schema(hints[field.name], field.metadata.get("schema")) for field in fields},
+                "additionalProperties": False, **extra}
+    simple = {int: "integer", float: "number", str: "string", bool: "boolean"}
+    if hint in simple and "enum" not in extra:
+        return {"type": simple[hint], **extra}
+    return extra
+
+
+def audit_summary_schema() -> dict[str, Any]:
+    """The JSON Schema of :meth:`AuditSummary.to_dict` (draft 2020-12): the summary's fields, and the observational
+    checks' fields, required with the observational design and absent otherwise."""
+    hints, checks = typing.get_type_hints(AuditSummary), typing.get_type_hints(ObservationalChecks)
+    fields = [field for field in dataclasses.fields(AuditSummary) if field.name != "observational"]
+    observational = dataclasses.fields(ObservationalChecks)
+    properties = {field.name: _schema(hints[field.name], field.metadata.get("schema")) for field in fields}
+    properties.update({field.name: _schema(checks[field.name], field.metadata.get("schema")) for field in observational})
+    names = [field.name for field in observational]
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "<out>/audit/summary.json: the audit stage's summary",
+        "description": ("Generated from lia_spark.present.audit_summary.AuditSummary (do not edit by hand). "
+                        + " ".join(AuditSummary.__doc__.split())),
+        "type": "object",
+        "required": [field.name for field in fields],
+        "properties": properties,
+        "additionalProperties": False,
+        "if": {"properties": {"design": {"const": OBSERVATIONAL}}},
+        "then": {"required": names},
+        "else": {"not": {"anyOf": [{"required": [name]} for name in names]}},
+    }
