@@ -291,7 +291,7 @@ def test_unreachable_server_fails_fast_before_any_stage(spark, tmp_path, capsys)
     assert not (tmp_path / "out").exists()
 
 
-def test_real_mlflow_server_receives_a_pipeline_run(spark, run, tmp_path):
+def test_real_mlflow_server_receives_a_pipeline_run(spark, run, tmp_path, capsys):
     port = _free_port()
     uri = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
@@ -321,6 +321,7 @@ def test_real_mlflow_server_receives_a_pipeline_run(spark, run, tmp_path):
         assert result.mlflow_location == f"{uri}/#/experiments/{served.info.experiment_id}/runs/{result.mlflow_run_id}"
         assert [a.path for a in mlflow.MlflowClient(uri).list_artifacts(result.mlflow_run_id, "report")] == [
             "report/report.html"]
+        assert "View run" not in capsys.readouterr().out  # MLflow's URL lines stay off stdout: the summary names it
     finally:
         _stop_group(server)
 

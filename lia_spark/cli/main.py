@@ -68,14 +68,26 @@ def console_stderr() -> TextIO:
     return launcher_stderr() or sys.stderr
 
 
+# MLflow's loggers keep no handler of their own on the process's stderr, which spark-submit's launcher merges into
+# its stdout (stdout carries lia-spark's summary only); their records go to lia-spark's log. Unless the user chose.
+# (MLflow's "View run ... at" URL lines are turned off by lia_spark.tracking.session for every launcher.)
+MLFLOW_CONSOLE = {"MLFLOW_CONFIGURE_LOGGING": "false"}
+QUIET_LOGGERS = {"py4j": logging.WARNING, "alembic": logging.WARNING, "sqlalchemy.engine": logging.WARNING,
+                 "huey": logging.WARNING, "urllib3.connectionpool": logging.ERROR}
+
+
 def configure_logging() -> None:
-    """INFO-level, timestamped logs for lia_spark on :func:`console_stderr`; Spark's own logs stay at WARN;
+    """INFO-level, timestamped logs for lia_spark, MLflow and Python's warnings on :func:`console_stderr` (MLflow's
+    own handler off: :data:`MLFLOW_CONSOLE`); Spark's own logs stay at WARN, MLflow's database migrations at WARNING;
     urllib3's per-attempt "Retrying" lines (MLflow's HTTP calls) are left out: a tracking call that fails after
     its retries gets one lia_spark warning naming the server."""
+    for name, value in MLFLOW_CONSOLE.items():
+        os.environ.setdefault(name, value)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=console_stderr())
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    logging.captureWarnings(True)  # Python warnings (MLflow's, pandas') as log records, on the same stream
+    for name, level in QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(level)
 
 
 def notebook_parameters(namespace: Mapping[str, Any], defaults: Mapping[str, str]) -> dict[str, str]:

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
 
 from lia_spark.run.config import Config
@@ -19,6 +20,10 @@ if TYPE_CHECKING:  # the type only: mlflow is imported when tracking is on
     from lia_spark.tracking.mlflow_runs import PipelineTracker
 
 logger = logging.getLogger(__name__)
+
+# MLflow prints a "View run ... at <url>" line on stdout per run it ends (twice per stage): stdout carries
+# lia-spark's summary only, which names the run once. Set on the first tracked command unless the user chose.
+QUIET_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
 
 # What to do about calls a failing store left out (the warning at the run's end and the console summary).
 TRACK_LATER = ("log them once the tracking server answers again with `lia-spark track --conf <your conf> "
@@ -51,7 +56,7 @@ def tracking_session(config: Config, *, run_name: str | None = None, table: bool
                      required: bool = False) -> Iterator[Tracker]:
     """The command's tracker: a :class:`lia_spark.tracking.mlflow_runs.PipelineTracker` (an ``AuditTableTracker``
     with ``table``) whose store answered :meth:`check` when tracking.enabled or ``required`` (``lia-spark track``),
-    else a :class:`NoTracker`. When the block ends, a started run ends (FAILED if the block raised; best effort) and
+    else a :class:`NoTracker`; MLflow's URL lines are turned off (:data:`QUIET_URLS`). When the block ends, a started run ends (FAILED if the block raised; best effort) and
     the calls a failing store left out are named in one WARNING.
 
     Raises:
@@ -60,6 +65,7 @@ def tracking_session(config: Config, *, run_name: str | None = None, table: bool
     if not (config.tracking.enabled or required):
         yield NoTracker()
         return
+    os.environ.setdefault(QUIET_URLS, "true")
     from lia_spark.tracking.mlflow_runs import AuditTableTracker, PipelineTracker
 
     tracker = (AuditTableTracker if table else PipelineTracker)(config, run_name=run_name)
