@@ -85,3 +85,4 @@ def test_the_registry_loads_without_the_training_kernels():
             " 'xgboost', 'numba') if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
+

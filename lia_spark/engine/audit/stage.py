@@ -25,7 +25,7 @@ from lia_spark import names
 from lia_spark.engine.audit.counts import distributed_counts, resolve_baselines, select_canaries
 from lia_spark.engine.runtime.outputs import copy_from_local, path_exists, reported_path
 from lia_spark.engine.spark.session import describe_jobs
-from lia_spark.engine.runtime.stage import FilesResult, Input, Stage, StageRun
+from lia_spark.engine.runtime.stage import FilesResult, Input, Stage, StageRun, TrainedTarget
 from lia_spark.kernels import audit, audit_sweep, membership
 from lia_spark.names import (BASELINE_NAMES, LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID,
                              TARGET_PREDICTION)
@@ -259,7 +259,7 @@ def _audit(run: StageRun) -> AuditResult:
     observational = (_observational_checks(spark, config, canaries, correct, guesses, m, error)
                      if design == names.OBSERVATIONAL else None)
     headline = _headline(config, bounds, design=design, canaries=m, observational=observational,
-                         trained=run.upstream("canaries"))
+                         trained=run.upstream("canaries", TrainedTarget))
     ceiling = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
                                   tests=bounds.tests, confidence=section.confidence, delta=section.delta,
                                   tau=tau if math.isnan(headline.measured_tau) else headline.measured_tau,
@@ -375,7 +375,7 @@ def _grid(canaries: int, section: AuditConfig) -> np.ndarray:
 
 
 def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, canaries: int,
-              observational: ObservationalChecks | None, trained: Any) -> Headline:
+              observational: ObservationalChecks | None, trained: TrainedTarget | None) -> Headline:
     """The first repetition's valid (Bonferroni over scores x sweep points) bound of :func:`headline_family`, with
     what it assumes: nothing (injected; observational at the proxy's measured worst-case error, ``proxy_tv``) or
     audit.tau, with tau*, the bound at a few assumed tau and the reference (observational), beside the claimed

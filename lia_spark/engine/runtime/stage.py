@@ -12,7 +12,7 @@ result (:meth:`StageRun.upstream`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from pyspark.sql import SparkSession
 
@@ -54,6 +54,17 @@ def no_check(spark: SparkSession, config: Config) -> None:
     """The default: nothing to check beyond the declared inputs."""
 
 
+@runtime_checkable
+class TrainedTarget(Protocol):
+    """What a stage reading the canary table needs of the stage that trained its target."""
+
+    def claimed_privacy(self) -> tuple[str, float]:
+        """(training mechanism, claimed epsilon) of the target."""
+
+
+Upstream = TypeVar("Upstream")
+
+
 @dataclasses.dataclass(frozen=True)
 class StageRun:
     """What ``compute`` is handed: the session, the config, the temporary folder that becomes the first output on
@@ -73,10 +84,19 @@ class StageRun:
         """``staging/name/...``."""
         return layout.under(self.staging, *names)
 
-    def upstream(self, role: str) -> Any:
-        """The declared result of the stage that wrote input ``role`` (rebuilt from its marker), or None when the
-        user gave that table or its writer's output is not complete."""
-        return self.upstream_results(role)
+    def upstream(self, role: str, kind: type[Upstream]) -> Upstream | None:
+        """The declared result of the stage that wrote input ``role`` (rebuilt from its marker) as ``kind``, the
+        protocol the reading stage needs of it, or None when the user gave that table or its writer's output is not
+        complete.
+
+        Raises:
+            TypeError: naming the role and both types when the writer's result does not offer ``kind``.
+        """
+        result = self.upstream_results(role)
+        if result is not None and not isinstance(result, kind):
+            raise TypeError(f"input {role!r}: its writer's result {type(result).__name__} does not offer "
+                            f"{kind.__name__}")
+        return result
 
 
 @dataclasses.dataclass(frozen=True)
