@@ -2,12 +2,14 @@
 sections agree with the stage declarations."""
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
 
 from lia_spark.cli.main import COMMAND_NAMES, main
 from lia_spark.cli.command_help import ALWAYS_READ, COMMAND_HELP
+from pipeline_support import REPO
 
 
 @pytest.mark.parametrize("command", ["run", *COMMAND_NAMES])
@@ -47,3 +49,12 @@ def test_the_help_lists_the_sections_of_the_stages_each_command_runs():
     })
     assert {name: set(entry.sections) for name, entry in COMMAND_HELP.items()} == expected
     assert all(list(entry.sections) == sorted(entry.sections) for entry in COMMAND_HELP.values())
+
+
+def test_a_reader_that_closes_stdout_early_gets_no_traceback():
+    """``lia-spark --help | head -1``: the pipe closes before the help is written; the command ends quietly."""
+    process = subprocess.Popen([sys.executable, "-m", "lia_spark.cli.main", "--help"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, cwd=REPO)
+    process.stdout.close()  # the reader is gone before the first write
+    _, error = process.communicate(timeout=60)
+    assert process.returncode == 0 and error == b"", error.decode()

@@ -243,8 +243,16 @@ def show_config(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``lia-spark {run,STAGE,config} [--conf FILE] [overrides]``: ``run`` is the whole pipeline, else one stage's
-    job; ``--help`` (stdout, exit 0), ``--version``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    job; ``--help`` (stdout, exit 0), ``--version``. A reader that closes stdout early (``lia-spark --help | head``)
+    ends the output quietly with exit 0: the command's work is done, only its reader left."""
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        return 0
+
+
+def _dispatch(argv: list[str]) -> int:
     commands = {"run": "pipeline", **{name: name for name in COMMAND_NAMES}}
     usage = (f"usage: lia-spark {{{', '.join([*commands, 'config'])}}} [--conf FILE] [section.key=value ...]\n"
              "       lia-spark --version\n"
