@@ -251,9 +251,15 @@ def test_local_copies_of_remote_files_and_folders(spark, tmp_path, python_cwd):
 # ------------------------------------------------------------------------------------------ pipeline
 
 
-def test_pipeline_writes_every_output_to_a_remote_folder(spark, tmp_path, python_cwd):
+def test_pipeline_writes_every_output_to_a_remote_folder(spark, tmp_path, python_cwd, monkeypatch):
+    import tempfile
+
     from lia_spark.engine.runtime.pipeline import run_pipeline
     from pipeline_support import tiny_values
+
+    scratch = tmp_path / "driver-tmp"  # the driver's temporary folder, to see what the run leaves there
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
 
     uri = mount(spark, tmp_path / "mounted")
     values = tiny_values(Path("unused"), f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -282,3 +288,4 @@ def test_pipeline_writes_every_output_to_a_remote_folder(spark, tmp_path, python
     for artifact in ("posteriors/summary.csv", "posteriors/spindle_rr.png", "audit/summary.json",
                      "utility/tradeoff.csv", "report/report.html"):
         assert list(tmp_path.glob(f"mlruns/*/artifacts/{artifact}")), artifact
+    assert sorted(path.name for path in scratch.iterdir() if path.name.startswith("lia-")) == []  # no local copy left

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,9 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class ReportResult(StageResult):
-    """Where the report went: ``path`` under OUT/report, ``html_path`` a local copy (the same file locally)."""
+    """Where the report went: ``path`` under OUT/report (a local path, or the URI of a remote output folder)."""
 
     path: str
-    html_path: str
     figures: int
     tables: int
 
@@ -48,16 +46,12 @@ class ReportResult(StageResult):
         return {"figures": float(self.figures), "tables": float(self.tables)}
 
     def artifacts(self) -> list[str]:
-        """The local HTML file."""
-        return [self.html_path]
+        """The page (fetched to a local copy for MLflow when the output folder is remote)."""
+        return [self.path]
 
     def page(self) -> str:
         """The committed report.html (a local path, or the URI of a remote output folder)."""
         return self.path
-
-    def page_file(self) -> str:
-        """The local HTML file, attached to the parent MLflow run."""
-        return self.html_path
 
 
 def _write_report(run: StageRun) -> ReportResult:
@@ -67,17 +61,16 @@ def _write_report(run: StageRun) -> ReportResult:
         local = {o.step: copies.enter_context(local_copies(spark, o.artifacts())) for o in steps}
         text, figures, tables = render_report(config, steps, mlflow_location=run.options.get("mlflow_location", ""),
                                               local_artifacts=local)
-    local = Path(tempfile.mkdtemp(prefix="lia-report-")) / REPORT_FILE
-    local.write_text(text, encoding="utf-8")
-    describe_jobs(spark, "report: write report.html")
-    copy_from_local(spark, str(local), run.under(REPORT_FILE))
+    with tempfile.TemporaryDirectory(prefix="lia-report-") as folder:  # written locally, copied to any file system
+        local = Path(folder) / REPORT_FILE
+        local.write_text(text, encoding="utf-8")
+        describe_jobs(spark, "report: write report.html")
+        copy_from_local(spark, str(local), run.under(REPORT_FILE))
     path = _report_page(config)
-    is_local = not is_remote_path(path)
-    if is_local:
+    if not is_remote_path(path):
         path = str(Path(path).resolve())
-        shutil.rmtree(local.parent, ignore_errors=True)
     logger.info("report: %s (%d plots, %d tables)", path, figures, tables)
-    return ReportResult(path=path, html_path=path if is_local else str(local), figures=figures, tables=tables)
+    return ReportResult(path=path, figures=figures, tables=tables)
 
 
 def _report_page(config: Config) -> str:
@@ -86,8 +79,7 @@ def _report_page(config: Config) -> str:
 
 def _committed_report(config: Config, marker: dict[str, Any]) -> ReportResult:
     """A committed report as a result (for ``lia-spark track``): its page and counts."""
-    page = _report_page(config)
-    return ReportResult(page, reported_path(page), int(marker["figures"]), int(marker["tables"]))
+    return ReportResult(reported_path(_report_page(config)), int(marker["figures"]), int(marker["tables"]))
 
 
 REPORT = Stage(name="report", step="report", result=ReportResult, compute=_write_report, fields=(),

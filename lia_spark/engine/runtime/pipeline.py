@@ -199,8 +199,10 @@ def log_outcome(spark: SparkSession, config: Config, tracker: Any, outcome: Stag
     stage = step_stage(outcome.step, config)
     if stage.describes_input:
         tracker.log_data_marker(read_marker(spark, stage.outputs(config)[0]) or {})
-    if outcome.result.page_file():
-        tracker.log_report(outcome.result.page_file())
+    if outcome.result.page():
+        with local_copies(spark, [outcome.result.page()]) as pages:
+            for page in pages:
+                tracker.log_report(page)
 
 
 def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:

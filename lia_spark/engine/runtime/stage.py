@@ -208,10 +208,6 @@ class StageResult:
         """Where a reader opens the page this result wrote ("" for none)."""
         return ""
 
-    def page_file(self) -> str:
-        """A local copy of that page, which the parent MLflow run attaches ("" for none)."""
-        return ""
-
 
 class FilesResult(StageResult):
     """A stage result whose ``files`` tuple is a JSON list in its marker."""
