@@ -32,8 +32,9 @@ def utility_grid(*, epsilons: Sequence[float], bag_sizes: Sequence[int],
     grid = [(RR, float(e), 1) for e in epsilons]
     grid += [(LLP, math.nan, int(k)) for k in bag_sizes]
     grid += [(name, e, int(k)) for name in (LLP_LAPLACE, LLP_GEOMETRIC) for k in bag_sizes for e in finite]
-    grid += [(name, float(e), 1) for name in extra_mechanisms
-             for e in (finite if label_mechanism(name, "utility.extra_mechanisms").true_labels_at_infinity else epsilons)]
+    for name in extra_mechanisms:
+        plain_at_infinity = label_mechanism(name, "utility.extra_mechanisms").true_labels_at_infinity
+        grid += [(name, float(e), 1) for e in (finite if plain_at_infinity else epsilons)]
     return grid
 
 

@@ -43,8 +43,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark import names
-from lia_spark.engine.ingest.criteo_files import (GZIP_MODULUS, SCAN_DDL, SourceFile, decompressed_copies, gzip_trailer_size,
-                                           list_sources, parse_partition_fn, read_lines, scan_partition)
+from lia_spark.engine.ingest.criteo_files import (GZIP_MODULUS, SCAN_DDL, SourceFile, decompressed_copies,
+                                                  gzip_trailer_size, list_sources, parse_partition_fn, read_lines,
+                                                  scan_partition)
 from lia_spark.engine.runtime.outputs import committed_output, scratch_folder
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Resolved, Stage, StageResult, StageRun

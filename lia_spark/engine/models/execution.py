@@ -29,7 +29,8 @@ from lia_spark.engine.models.preparation import (Preparation, PreparedDays, Targ
                                        prepare_days, shared_pate_settings, target_job)
 from lia_spark.engine.models.parallel_fits import run_fits
 from lia_spark.engine.spark.session import describe_jobs, is_connect
-from lia_spark.engine.models.distributed import SparkModel, bag_target, fitted_rows, label_target, predicted, spark_booster
+from lia_spark.engine.models.distributed import (SparkModel, bag_target, fitted_rows, label_target, predicted,
+                                                 spark_booster)
 from lia_spark.kernels import features, injected, membership, training
 from lia_spark.kernels.mechanism_registry import label_mechanism
 from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,

@@ -163,7 +163,8 @@ def _days_present(spark: SparkSession, config: Config) -> None:
     feature_frames.check_days_present(spark, config, ("models.proxy_day", "models.target_day",
                                                       *(feature_frames.released_day_field(config)
                                                         if needs_proxy_priors(config) else ())))
-    check_training_rows(config, lambda: feature_frames.target_day_rows(spark, config, generating=False), source="counted in the data")
+    check_training_rows(config, lambda: feature_frames.target_day_rows(spark, config, generating=False),
+                        source="counted in the data")
 
 
 def _train(run: StageRun) -> TrainResult:
