@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 
@@ -271,6 +272,13 @@ class Ceiling:
         claimed = self.claimed_epsilon
         return {"eps_lb": self.eps_lb, "guesses": self.guesses, "accuracy": self.accuracy,
                 "claimed_epsilon": None if math.isnan(claimed) else "inf" if math.isinf(claimed) else claimed}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "Ceiling":
+        """Inverse of :meth:`to_dict` (claimed epsilon None -> NaN, "inf" -> inf)."""
+        claimed = values["claimed_epsilon"]
+        return cls(eps_lb=float(values["eps_lb"]), guesses=int(values["guesses"]), accuracy=float(values["accuracy"]),
+                   claimed_epsilon=math.nan if claimed is None else float(claimed))
 
 
 def ceiling(*, canaries: int, guesses: np.ndarray, claimed_epsilon: float, tests: int, confidence: float = 0.95,
