@@ -11,7 +11,7 @@ def test_a_stage_reads_its_upstream_result_through_the_protocol_it_needs():
     from lia_spark.engine.train.stage import TrainResult
 
     def run_with(result: object) -> StageRun:
-        return StageRun(None, None, "", None, 0.0, {}, lambda role: result, None)
+        return StageRun(None, None, "", None, 0.0, None, lambda role: result, None)
 
     class Trained:
         def claimed_privacy(self) -> tuple[str, float]:
@@ -23,3 +23,24 @@ def test_a_stage_reads_its_upstream_result_through_the_protocol_it_needs():
     assert run_with(None).upstream("canaries", TrainedTarget) is None
     with pytest.raises(TypeError, match="input 'canaries': its writer's result dict does not offer TrainedTarget"):
         run_with({"mechanism": "rr"}).upstream("canaries", TrainedTarget)
+
+
+def test_a_stage_takes_only_the_options_its_dataclass_declares():
+    """The train stage takes ``preparation`` as a TrainOptions; an option no stage declares fails naming the stage and
+    what it takes; the pipeline's offer reaches only the stage declaring it (the report)."""
+    from lia_spark.engine.models.preparation import Preparation
+    from lia_spark.engine.report.stage import REPORT, ReportOptions
+    from lia_spark.engine.runtime.stage import NoOptions
+    from lia_spark.engine.train.stage import TRAIN, TrainOptions
+    from lia_spark.engine.audit.stage import AUDIT
+
+    preparation = Preparation()
+    assert TRAIN.options_from({"preparation": preparation}) == TrainOptions(preparation)
+    assert TRAIN.options_from({}).preparation is None
+    with pytest.raises(TypeError, match="stage 'train' takes no option 'canaries'; its options: preparation"):
+        TRAIN.options_from({"canaries": None})
+    with pytest.raises(TypeError, match="stage 'audit' takes no option 'canaries'; its options: none"):
+        AUDIT.options_from({"canaries": None})
+    offer = {"steps": ("data",), "mlflow_location": "http://tracking/#/runs/1"}
+    assert AUDIT.accepted(offer) == {} and AUDIT.options_from(AUDIT.accepted(offer)) == NoOptions()
+    assert REPORT.options_from(REPORT.accepted(offer)) == ReportOptions(("data",), "http://tracking/#/runs/1")

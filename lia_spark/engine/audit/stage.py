@@ -199,12 +199,12 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
     return GameCounts(m, guesses, correct, maps, baselines, error)
 
 
-def reference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None) -> GameCounts | None:
+def reference_counts(spark: SparkSession, config: Config) -> GameCounts | None:
     """The observational counts of the label-blind reference (the canary table's reference_prediction, same games
     as the target's), or None when the table has no reference (a given model without one, the injected design)."""
     if config.audit.design != names.OBSERVATIONAL:
         return None
-    table = canaries if canaries is not None else spark.read.parquet(canary_path(config))
+    table = spark.read.parquet(canary_path(config))
     if REFERENCE_PREDICTION not in table.columns or table.where(F.col(REFERENCE_PREDICTION).isNotNull()).limit(1).count() == 0:
         logger.info("audit: the canary table has no %s: no label-blind reference audited", REFERENCE_PREDICTION)
         return None
@@ -233,19 +233,16 @@ def audited_path(config: Config) -> str:
 
 
 def _audit(run: StageRun) -> AuditResult:
-    """Audit the canary table (option ``canaries``, a frame, or :func:`canary_path`), or with
-    audit.attack=membership the train stage's membership candidates, and write ``<run.output_dir>/audit``."""
+    """Audit the canary table (:func:`canary_path`), or with audit.attack=membership the train stage's membership
+    candidates, and write ``<run.output_dir>/audit``."""
     spark, config, started = run.spark, run.config, run.started
-    section, canaries = config.audit, run.options.get("canaries")
+    section = config.audit
     output_path = reported_path(layout.output_path(config, layout.AUDIT))
     if section.attack == names.MEMBERSHIP:
-        if canaries is not None:
-            raise ValueError(f"audit.attack={names.MEMBERSHIP} audits the train stage's candidates, not a canary "
-                             "table; got a canaries frame")
         (m, guesses, correct), recalibration, baselines = membership_counts(spark, config), {}, (PROXY_PREDICTION,)
         error = None
     else:
-        counts = label_inference_counts(spark, config, canaries)
+        counts = label_inference_counts(spark, config, None)
         m, guesses, correct = counts.canaries, counts.guesses, counts.correct
         recalibration, baselines, error = counts.recalibration, counts.baselines, counts.proxy_error
     design = section.game
@@ -256,7 +253,7 @@ def _audit(run: StageRun) -> AuditResult:
                                           delta=section.delta, tau=tau, families=section.bounds,
                                           table_families=section.table_bounds)
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
-    observational = (_observational_checks(spark, config, canaries, correct, guesses, m, error)
+    observational = (_observational_checks(spark, config, correct, guesses, m, error)
                      if design == names.OBSERVATIONAL else None)
     headline = _headline(config, bounds, design=design, canaries=m, observational=observational,
                          trained=run.upstream("canaries", TrainedTarget))
@@ -311,9 +308,8 @@ def headline_family(section: AuditConfig) -> str:
     return names.BINOMIAL
 
 
-def _observational_checks(spark: SparkSession, config: Config, canaries: DataFrame | None,
-                          correct: dict[str, np.ndarray], guesses: np.ndarray, m: int,
-                          error: dict[str, float] | None) -> ObservationalChecks:
+def _observational_checks(spark: SparkSession, config: Config, correct: dict[str, np.ndarray], guesses: np.ndarray,
+                          m: int, error: dict[str, float] | None) -> ObservationalChecks:
     """What the observational bound rests on (docs/math.md §5.10): ``proxy_tv`` (on the twin, the proxy's measured
     error and the valid bound at its maximum, null elsewhere), ``tau_break_even`` (tau* per repetition, first and
     mean), ``eps_lb_by_tau`` (the first repetition's valid bound at the taus of
@@ -349,7 +345,7 @@ def _observational_checks(spark: SparkSession, config: Config, canaries: DataFra
             **error, eps_lb=float(measured[0]), eps_lb_mean=spread["mean"], eps_lb_std=spread["std"]))
         logger.info("audit: the proxy's TV error against the twin's truth: max %.4g, p99 %.4g, mean %.4g; valid "
                     "bound at the max %.3f", error["max"], error["p99"], error["mean"], measured[0])
-    found = reference_counts(spark, config, canaries)
+    found = reference_counts(spark, config)
     if found is None:
         return checks
     size, reference = found.canaries, found.correct
@@ -402,7 +398,7 @@ def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, c
 
 
 AUDIT = Stage(
-    name="audit", step="audit", result=AuditResult, compute=_audit, recomputed_with=("canaries",),
+    name="audit", step="audit", result=AuditResult, compute=_audit,
     fields=("run.seed", "audit.*"),
     outputs=lambda config: (layout.output_path(config, layout.AUDIT),),
     inputs=lambda config: (Input("canaries", audited_path, "audit.canary_path",

@@ -414,4 +414,4 @@ INGEST = Stage(
     name="ingest", step="data", result=IngestResult, compute=_ingest, resolved=_input_files,
     fields=("data.criteo_paths", "data.max_malformed_share", "data.kaggle_days", "data.allow_truncated_files"),
     outputs=lambda config: (config.parquet_path, config.quarantine_path), describes_input=True,
-    upfront=_sources_exist, scratch=lambda config: (copies_folder(config),))
+    upfront=_sources_exist, also_writes=lambda config: (copies_folder(config),))

@@ -1,7 +1,7 @@
 """The report step: ``OUT/report/report.html`` from every pipeline step's outcome, rewritten on every run.
 
 Its stage declaration is not reusable (the page shows the run that wrote it); the pipeline passes the outcomes
-of the steps before it (option ``steps``) and where the MLflow run is (option ``mlflow_location``).
+of the steps before it and where the MLflow run is (:class:`ReportOptions`).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from lia_spark.engine.runtime.outputs import copy_from_local, local_copies, reported_path
 from lia_spark.engine.spark.session import describe_jobs
@@ -21,6 +21,15 @@ from lia_spark.run.checks import is_remote_path
 from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportOptions:
+    """What the pipeline hands the report: the outcomes of the steps before it and where the MLflow run is ("" when
+    tracking is off)."""
+
+    steps: Sequence[Any]
+    mlflow_location: str = ""
 
 
 @dataclasses.dataclass
@@ -53,13 +62,20 @@ class ReportResult(StageResult):
         """The committed report.html (a local path, or the URI of a remote output folder)."""
         return self.path
 
+    @classmethod
+    def from_marker(cls, config: Config, marker: dict[str, Any], *, skipped: bool = False) -> ReportResult:
+        """A committed report as a result (for ``lia-spark track``): its page under ``config`` and its counts."""
+        return cls(reported_path(_report_page(config)), int(marker["figures"]), int(marker["tables"]))
+
 
 def _write_report(run: StageRun) -> ReportResult:
-    """Render the report of ``run.options["steps"]`` and write it into the report folder (any Hadoop file system)."""
-    spark, config, steps = run.spark, run.config, run.options["steps"]
+    """Render the report of the outcomes in :class:`ReportOptions` and write it into the report folder (any Hadoop
+    file system)."""
+    spark, config, options = run.spark, run.config, run.options
+    steps = options.steps
     with contextlib.ExitStack() as copies:  # a remote output folder's CSVs and plots, fetched to embed them
         local = {o.step: copies.enter_context(local_copies(spark, o.artifacts())) for o in steps}
-        text, figures, tables = render_report(config, steps, mlflow_location=run.options.get("mlflow_location", ""),
+        text, figures, tables = render_report(config, steps, mlflow_location=options.mlflow_location,
                                               local_artifacts=local)
     with tempfile.TemporaryDirectory(prefix="lia-report-") as folder:  # written locally, copied to any file system
         local = Path(folder) / REPORT_FILE
@@ -77,11 +93,6 @@ def _report_page(config: Config) -> str:
     return layout.output_path(config, layout.REPORT, REPORT_FILE)
 
 
-def _committed_report(config: Config, marker: dict[str, Any]) -> ReportResult:
-    """A committed report as a result (for ``lia-spark track``): its page and counts."""
-    return ReportResult(reported_path(_report_page(config)), int(marker["figures"]), int(marker["tables"]))
-
-
 REPORT = Stage(name="report", step="report", result=ReportResult, compute=_write_report, fields=(),
                outputs=lambda config: (layout.output_path(config, layout.REPORT),), reusable=False,
-               rebuilt=_committed_report)
+               options=ReportOptions)

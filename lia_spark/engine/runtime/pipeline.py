@@ -168,8 +168,8 @@ def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str
     started = time.monotonic()
     try:
         with job_group(spark, f"lia-spark-{step}", f"{config.run.name}: {step} ({stage.name})"):
-            result = run_stage(stage.name, spark, config, steps=list(outcomes.values()),
-                               mlflow_location=mlflow_location)
+            result = run_stage(stage.name, spark, config, **stage.accepted(
+                {"steps": tuple(outcomes.values()), "mlflow_location": mlflow_location}))
     except Exception as error:
         seconds = time.monotonic() - started
         logger.error("pipeline: %s failed after %.1f s: %s", step, seconds, error)

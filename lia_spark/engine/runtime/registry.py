@@ -160,7 +160,8 @@ def would_reuse(spark: SparkSession, name: str, config: Config) -> bool:
 def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = True, **options: Any) -> Any:
     """Run stage ``name`` under ``config`` (the module docstring's skeleton), logging its progress every
     ``run.progress_seconds`` (:func:`lia_spark.engine.runtime.progress.reporting_progress`), and return its result;
-    ``reuse=False`` recomputes whatever the output holds. ``options`` reach ``compute`` (:attr:`StageRun.options`).
+    ``reuse=False`` recomputes whatever the output holds. ``options`` reach ``compute`` as the stage's
+    :attr:`lia_spark.engine.runtime.stage.Stage.options` (a TypeError names any it does not take).
     The stage's last job description is cleared at its end, so later progress lines never name its work."""
     try:
         with reporting_progress(spark, name, config.run.progress_seconds):
@@ -169,8 +170,8 @@ def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = T
         describe_jobs(spark, None)
 
 
-def _run_stage(stage: Stage, spark: SparkSession, config: Config, *, reuse: bool, options: dict[str, Any]) -> Any:
-    reuse = reuse and not set(stage.recomputed_with) & set(options)
+def _run_stage(stage: Stage, spark: SparkSession, config: Config, *, reuse: bool, options: Any) -> Any:
+    options = stage.options_from(options)
     resolved = stage.resolved(spark, config)
     fingerprint = stage.fingerprint(spark, config, resolved=resolved) if stage.reusable else None
     found = _reusable_result(spark, stage, config, fingerprint, reuse=reuse)

@@ -54,6 +54,11 @@ def no_check(spark: SparkSession, config: Config) -> None:
     """The default: nothing to check beyond the declared inputs."""
 
 
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """The options of a stage that takes none: its configuration is everything it reads."""
+
+
 @runtime_checkable
 class TrainedTarget(Protocol):
     """What a stage reading the canary table needs of the stage that trained its target."""
@@ -68,15 +73,15 @@ Upstream = TypeVar("Upstream")
 @dataclasses.dataclass(frozen=True)
 class StageRun:
     """What ``compute`` is handed: the session, the config, the temporary folder that becomes the first output on
-    success (``staging``), the fingerprint sealed into its marker, the caller's options, and the results of the
-    stages that wrote its inputs (:meth:`upstream`)."""
+    success (``staging``), the fingerprint sealed into its marker, the caller's options (an instance of the stage's
+    :attr:`Stage.options`), and the results of the stages that wrote its inputs (:meth:`upstream`)."""
 
     spark: SparkSession
     config: Config
     staging: str
     fingerprint: Fingerprint
     started: float
-    options: dict[str, Any]
+    options: Any
     upstream_results: Callable[[str], Any]
     resolved: Resolved = dataclasses.field(default_factory=Resolved)
 
@@ -105,6 +110,7 @@ class Stage:
     must match the fingerprint for reuse; the first holds the marker with the result. ``resolved``: values and
     tables found in the data that enter the fingerprint. ``check``: cheap checks before any long work.
     ``reused``: completes a reused result (a secondary output with its own fingerprint); the default returns it.
+    ``options``: the dataclass of what a caller hands ``compute`` beyond the config (:meth:`options_from`).
     ``upfront``: what the pipeline checks before any stage runs when this stage is selected (its own inputs beyond
     the declared tables). ``step`` is "" for a stage outside the pipeline."""
 
@@ -118,24 +124,41 @@ class Stage:
     resolved: Callable[[SparkSession, Config], Resolved] = nothing_resolved
     check: Callable[[SparkSession, Config], None] = no_check
     reused: Callable[[SparkSession, Config, Any], Any] = lambda spark, config, result: result
+    options: type = NoOptions  # a frozen dataclass: what a caller may hand ``compute`` beyond the config
     describes_input: bool = False  # its marker identifies the run's input data (parameters of the parent run)
     reusable: bool = True  # False: recomputed every time, its marker unsealed (the report)
-    rebuilt: Callable[[Config, dict[str, Any]], Any] | None = None  # a result needing more than its marker
-    recomputed_with: tuple[str, ...] = ()  # options that replace an input (a frame): never reuse with them
     upfront: Callable[[SparkSession, Config], None] = no_check  # the pipeline's check before any stage runs
-    scratch: Callable[[Config], tuple[str, ...]] = lambda config: ()  # folders it deletes when it ends
-    also_writes: Callable[[Config], tuple[str, ...]] = lambda config: ()  # committed folders beyond its outputs
+    also_writes: Callable[[Config], tuple[str, ...]] = lambda config: ()  # folders beyond its outputs it replaces
+    # or deletes: a secondary committed output (the twin's Criteo files), a scratch folder (ingest's copies)
 
     def written(self, config: Config) -> tuple[str, ...]:
-        """Every folder this stage replaces or deletes under ``config``: its outputs, the other folders it commits
-        and its scratch folders."""
-        return (*self.outputs(config), *self.also_writes(config), *self.scratch(config))
+        """Every folder this stage replaces or deletes under ``config``: its outputs and :attr:`also_writes`."""
+        return (*self.outputs(config), *self.also_writes(config))
 
     def result_from(self, config: Config, marker: dict[str, Any], *, skipped: bool = False) -> Any:
-        """The stage's result rebuilt from its marker."""
-        if self.rebuilt is not None:
-            return self.rebuilt(config, marker)
-        return self.result.from_dict(marker, skipped=skipped)
+        """The stage's result rebuilt from its marker (:meth:`StageResult.from_marker`)."""
+        return self.result.from_marker(config, marker, skipped=skipped)
+
+    def options_from(self, offered: dict[str, Any]) -> Any:
+        """The stage's :attr:`options` built from ``offered``.
+
+        Raises:
+            TypeError: naming the stage, the options it does not take and those it does.
+        """
+        unknown = sorted(set(offered) - self.option_names())
+        if unknown:
+            raise TypeError(f"stage {self.name!r} takes no option {', '.join(map(repr, unknown))}; its options: "
+                            f"{', '.join(sorted(self.option_names())) or 'none'}")
+        return self.options(**offered)
+
+    def accepted(self, offered: dict[str, Any]) -> dict[str, Any]:
+        """The part of ``offered`` (what the pipeline knows: the outcomes so far, the MLflow location) this stage's
+        :attr:`options` declare."""
+        return {name: value for name, value in offered.items() if name in self.option_names()}
+
+    def option_names(self) -> frozenset[str]:
+        """The names of the fields of :attr:`options`."""
+        return frozenset(field.name for field in dataclasses.fields(self.options))
 
     def fingerprint(self, spark: SparkSession, config: Config, *, resolved: Resolved | None = None,
                     **values: Any) -> Fingerprint:
@@ -169,6 +192,12 @@ class StageResult:
     def decoded(cls, values: dict[str, Any]) -> dict[str, Any]:
         """Field values from their JSON form (lists back to tuples where the result holds tuples)."""
         return values
+
+    @classmethod
+    def from_marker(cls, config: Config, marker: dict[str, Any], *, skipped: bool = False):
+        """The result of the committed output under ``config`` holding ``marker``: :meth:`from_dict` unless the
+        result needs more than its marker (the report's page lives where the config puts it)."""
+        return cls.from_dict(marker, skipped=skipped)
 
     def marker(self) -> dict[str, Any]:
         """What the completion marker holds (the whole result unless a stage says otherwise)."""

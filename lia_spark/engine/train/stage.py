@@ -167,12 +167,18 @@ def _days_present(spark: SparkSession, config: Config) -> None:
                         source="counted in the data")
 
 
-def _train(run: StageRun) -> TrainResult:
-    """Train proxy and target models; write canaries, test predictions, models and metrics into ``run.staging``.
-
-    Option ``preparation`` (in_memory only, :class:`lia_spark.engine.models.preparation.Preparation`): keeps the fitted proxy
-    and the target day's features for the next training with the same data, seed and models fields apart from
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    """``preparation`` (in_memory only, :class:`lia_spark.engine.models.preparation.Preparation`): keeps the fitted
+    proxy and the target day's features for the next training with the same data, seed and models fields apart from
     the training mechanism; ``lia-spark audit-table`` passes one for all its cells."""
+
+    preparation: Preparation | None = None
+
+
+def _train(run: StageRun) -> TrainResult:
+    """Train proxy and target models; write canaries, test predictions, models and metrics into ``run.staging``
+    (:class:`TrainOptions`)."""
     spark, config, m = run.spark, run.config, run.config.models
     out, prior_days = layout.output_path(config, layout.MODELS), run.resolved.found
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
@@ -184,7 +190,7 @@ def _train(run: StageRun) -> TrainResult:
         proxy_rows, target_rows = (feature_frames.read_day(spark, config.parquet_path, day)
                                    for day in (m.proxy_day, m.target_day))
         fit = distributed
-    trained = fit(spark, config, proxy_rows, target_rows, run.options.get("preparation") or Preparation())
+    trained = fit(spark, config, proxy_rows, target_rows, run.options.preparation or Preparation())
     scored, seconds = trained.scored.cache(), dict(trained.seconds)
     describe_jobs(spark, "train: write canaries and test predictions")
     scored.where(F.col(SPLIT) == training.SPLIT_TRAIN).select(*names.CANARY_COLUMNS).write.parquet(
@@ -221,6 +227,7 @@ def _train(run: StageRun) -> TrainResult:
 
 TRAIN = Stage(
     name="train", step="train", result=TrainResult, compute=_train, resolved=_priors_fields, check=_days_present,
+    options=TrainOptions,
     fields=("run.seed", "data.source", "models.library", "models.execution", "models.sample_rows_per_day",
             "models.proxy_day", "models.target_day", "models.training_mechanism", "models.epsilon", "models.bag_size",
             "models.n_estimators", "models.max_depth", "models.learning_rate", "models.early_stopping_rounds",
