@@ -1,7 +1,7 @@
 """spark-submit job: train and audit a target per training mechanism x claimed epsilon, the observational-auditing
 paper's Table 2 (eps lower bounds) and Table 5 (utility) in one command, resumable per cell.
 
-    spark-submit [--py-files dist/lia_spark-0.1.0-py3-none-any.whl] jobs/audit_table.py --conf FILE [overrides]
+    spark-submit [--py-files dist/lia_spark-0.1.0.zip] jobs/audit_table.py --conf FILE [overrides]
 """
 import sys
 

@@ -1,6 +1,6 @@
 """spark-submit entry point for the whole pipeline.
 
-    spark-submit [--master URL] [--py-files dist/lia_spark-0.1.0-py3-none-any.whl] \\
+    spark-submit [--master URL] [--py-files dist/lia_spark-0.1.0.zip] \\
         jobs/pipeline.py --conf conf/demo.yaml [section.key=value ...]
 """
 import sys
