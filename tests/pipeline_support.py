@@ -6,6 +6,8 @@ later tests re-use its outputs (which also exercises the pipeline's resume path)
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -112,3 +114,13 @@ def executor_jvms(launcher_pid: int) -> list:
         except psutil.Error:
             continue
     return found
+
+
+def run_notebook(notebook: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run a Databricks source notebook of notebooks/ as plain Python (its parameters from ``env``'s ``LIA_*``)."""
+    environment = {**os.environ, "MPLBACKEND": "Agg", "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON,
+                   "SPARK_LOCAL_IP": "127.0.0.1", **env}
+    completed = subprocess.run([PYTHON, str(REPO / "notebooks" / notebook)], env=environment, cwd=cwd,
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return completed

@@ -153,7 +153,7 @@ def test_the_import_graph_has_no_cycle():
 
 def test_a_stage_never_reaches_another_stage_module():
     graph, stages = import_graph(), stage_modules()
-    assert len(stages) == 8, stages  # generate, ingest, train, posteriors, utility, audit, report, logloss
+    assert len(stages) == 9, stages  # generate, ingest, train, posteriors, utility, audit, report, logloss, inject
     assert {stage: sorted(reachable(graph, stage) & stages) for stage in stages} == {stage: [] for stage in stages}
 
 
@@ -185,7 +185,7 @@ def _engine_imports(graph: dict[str, set[str]], module: str) -> set[str]:
 def test_engine_folders_are_those_of_the_layout():
     folders = sorted(p.name for p in (PACKAGE / "engine").iterdir() if p.is_dir() and p.name != "__pycache__")
     assert folders == sorted(["runtime", "spark", "models", "generate", "ingest", "train", "posteriors", "utility",
-                              "audit", "report", "logloss"])
+                              "audit", "report", "logloss", "inject"])
     assert sorted(p.name for p in (PACKAGE / "engine").glob("*.py")) == ["__init__.py"]
     assert set(ORCHESTRATORS + RUNTIME_CONTRACT) == {_module_name(p) for p in (PACKAGE / "engine/runtime").glob("*.py")
                                                      if p.name != "__init__.py"}

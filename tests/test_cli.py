@@ -39,7 +39,8 @@ def test_the_help_lists_the_sections_of_the_stages_each_command_runs():
     config = Config()
     read = {name: _sections(stage, config) for name, stage in STAGES.items()}
     data = read["generate"] | read["ingest"]
-    expected = {name: read[name] for name in ("generate", "ingest", "train", "posteriors", "utility", "audit")}
+    expected = {name: read[name] for name in ("generate", "ingest", "train", "posteriors", "utility", "audit",
+                                               "inject")}
     expected.update({
         "pipeline": data | read["train"] | read["posteriors"] | read["utility"] | read["audit"] | read["report"]
                     | {"tracking"},

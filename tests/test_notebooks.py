@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
-from pathlib import Path
 
 import pytest
 
-from pipeline_support import EXPERIMENT, PYTHON, REPO, tiny_run
+from pipeline_support import EXPERIMENT, REPO, run_notebook, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -19,17 +17,9 @@ def run(spark, tmp_path_factory):
     return tiny_run(spark, tmp_path_factory)
 
 
-def _execute(notebook: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "MPLBACKEND": "Agg", "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON,
-                   "SPARK_LOCAL_IP": "127.0.0.1", **env}
-    completed = subprocess.run([PYTHON, str(REPO / "notebooks" / notebook)], env=environment, cwd=cwd,
-                               capture_output=True, text=True, timeout=300)
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    return completed
-
-
 def test_notebooks_are_databricks_source_files_with_widgets():
-    assert [p.name for p in NOTEBOOKS] == ["01_explore_data.py", "02_run_audit.py", "03_compare_runs.py"]
+    assert [p.name for p in NOTEBOOKS] == ["01_explore_data.py", "02_run_audit.py", "03_compare_runs.py",
+                                           "04_audit_own_model.py"]
     for path in NOTEBOOKS:
         text = path.read_text(encoding="utf-8")
         assert text.startswith("# Databricks notebook source\n"), path.name
@@ -51,7 +41,7 @@ def test_notebooks_install_the_built_wheel_then_restart_python_and_default_to_a_
         assert cells[1].strip() == f"# MAGIC %pip install ../dist/lia_spark-{__version__}-py3-none-any.whl", path.name
         assert cells[2].strip().startswith('if "dbutils" in globals():') and \
             "dbutils.library.restartPython()" in cells[2], path.name
-    for path in NOTEBOOKS[:2]:
+    for path in [*NOTEBOOKS[:2], NOTEBOOKS[3]]:
         text = path.read_text(encoding="utf-8")
         assert '{"conf": WORKSPACE_CONF' in text and "notebook_conf(params[\"conf\"], globals())" in text, path.name
         assert "sparkContext" not in text and "_jvm" not in text, path.name
@@ -99,7 +89,7 @@ def test_widgets_are_used_when_dbutils_exists():
 
 def test_explore_data_notebook(run, tmp_path):
     conf = run.conf_file(tmp_path / "conf.yaml")
-    output = _execute("01_explore_data.py", {"LIA_CONF": str(conf)}, tmp_path).stdout
+    output = run_notebook("01_explore_data.py", {"LIA_CONF": str(conf)}, tmp_path).stdout
     assert "click_rate" in output
     assert output.count("20000") >= 2
 
@@ -108,7 +98,7 @@ def test_run_audit_notebook_reuses_the_finished_stages(run, tmp_path):
     import mlflow
 
     conf = run.conf_file(tmp_path / "conf.yaml", tracking={"log_models": False})
-    output = _execute("02_run_audit.py", {"LIA_CONF": str(conf), "LIA_OVERRIDES": "run.name=notebook"}, tmp_path).stdout
+    output = run_notebook("02_run_audit.py", {"LIA_CONF": str(conf), "LIA_OVERRIDES": "run.name=notebook"}, tmp_path).stdout
     assert "data=reused" in output and "audit=reused" in output and "report=ran" in output
     client = mlflow.MlflowClient(run.tracking_uri)
     experiment = client.get_experiment_by_name(EXPERIMENT)
@@ -116,7 +106,7 @@ def test_run_audit_notebook_reuses_the_finished_stages(run, tmp_path):
 
 
 def test_compare_runs_notebook(run, tmp_path):
-    output = _execute("03_compare_runs.py", {"LIA_EXPERIMENT": EXPERIMENT, "LIA_TRACKING_URI": run.tracking_uri},
+    output = run_notebook("03_compare_runs.py", {"LIA_EXPERIMENT": EXPERIMENT, "LIA_TRACKING_URI": run.tracking_uri},
                       tmp_path).stdout
     assert "pipeline runs in 'lia-spark-tests'" in output
     assert run.result.mlflow_run_id in output

@@ -54,6 +54,11 @@ COMMAND_HELP: dict[str, CommandHelp] = {
         "The label-inference audit of the trained target (injected canaries, or the observational game for a "
         "given model) and its epsilon lower bounds: <run.output_dir>/audit.",
         ("audit",)),
+    "inject": CommandHelp(
+        "The injected design for a model you train yourself: the target day's rows with every label replaced by y^b "
+        "(a counterfactual y1 on a fair coin b, docs/math.md §5.9) in <run.output_dir>/inject/export for your "
+        "trainer; the coins stay sealed in inject/sealed for `lia-spark audit audit.model_uri=...`.",
+        ("audit", "data", "models")),
     "pipeline": CommandHelp(
         "The whole pipeline (also `lia-spark run`): data -> train -> posteriors -> utility -> audit -> report, the "
         "steps of run.stages, tracked in MLflow; a finished stage is reused while its fingerprint matches.",

@@ -177,7 +177,7 @@ def _interrupted(name: str, error: BaseException) -> int:
 
 def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     """Run command ``name`` (:data:`COMMAND_NAMES`) holding the output folder's run lock: exit code 0 on success, 2
-    on a usage error, 1 on a failed stage, 130 / 143 when Ctrl-C / SIGTERM stops it (Spark's jobs cancelled, the
+    on a usage error, 1 on a failed stage, 3 on a FINDING with audit.fail_on_finding (:func:`finding_exit`), 130 / 143 when Ctrl-C / SIGTERM stops it (Spark's jobs cancelled, the
     staging folder and the lock removed, finished stages kept); a failure ends as one line on stderr
     (:func:`lia_spark.run.failures.failure_line`), its traceback goes to the log."""
     configure_logging()
@@ -213,7 +213,22 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     print(f"{name}: done in {seconds:.1f} s; full result (JSON): {path}")
     if hasattr(result, "console_summary"):
         print(result.console_summary())
-    return 0
+    return finding_exit(config, result)
+
+
+FINDING_EXIT = 3
+
+
+def finding_exit(config: Config, result: Any) -> int:
+    """:data:`FINDING_EXIT` when audit.fail_on_finding is set and the command's audit headline is a FINDING (a bound
+    without assumption above the claimed epsilon), with one line on stderr; else 0. The outputs are committed
+    either way: the finding is a result, not a failure."""
+    headline = getattr(result, "headline", None)
+    if not config.audit.fail_on_finding or headline is None or not headline.is_finding:
+        return 0
+    print(f"lia-spark: FINDING: eps >= {headline.eps_lb:.3f} exceeds the claimed eps = {headline.claimed_epsilon:g} "
+          f"(audit.fail_on_finding=true: exit code {FINDING_EXIT})", file=console_stderr())
+    return FINDING_EXIT
 
 
 def report_failure(command: str, error: BaseException) -> int:

@@ -31,16 +31,19 @@ UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "ru
                                   "synthetic.gzip", "tracking.*",
                                   # audit-table: which cells exist; each cell's own train/audit output is
                                   # fingerprinted by the models.* fields the cell sets
-                                  "table.*")
+                                  "table.*",
+                                  # what the command's exit code makes of a finding, not what the audit computes
+                                  "audit.fail_on_finding")
 
 
 def expand_fields(patterns: tuple[str, ...], config: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:
-    """Dotted field names of ``patterns`` ("section.*" expanded over the sections of ``config``'s dict)."""
+    """Dotted field names of ``patterns`` ("section.*" expanded over the sections of ``config``'s dict, less the
+    fields of that section :data:`UNREAD_FIELDS` names one by one)."""
     names: list[str] = []
     for pattern in patterns:
         section, key = pattern.split(".", 1)
         if key == "*":
-            names.extend(f"{section}.{name}" for name in config[section])
+            names.extend(f"{section}.{name}" for name in config[section] if f"{section}.{name}" not in UNREAD_FIELDS)
         else:
             names.append(pattern)
     return tuple(names)

@@ -26,6 +26,10 @@ UTILITY = "utility"
 AUDIT = "audit"
 REPORT = "report"
 TABLE = "table"
+INJECT = "inject"
+EXPORT = "export"  # inside inject/: the training set handed to the user's trainer
+SEALED = "sealed"  # inside inject/: the canaries' true labels, counterfactuals and coins (never handed out)
+INJECT_MANIFEST = "manifest.json"  # inside inject/
 TABLE_CELLS = "cells"  # inside table/
 
 
@@ -42,6 +46,18 @@ def output_path(config: Config, *names: str) -> str:
 def canaries_path(config: Config) -> str:
     """``<out>/models/canaries``: the target's training rows with both models' predictions (train stage)."""
     return output_path(config, MODELS, CANARIES)
+
+
+def export_path(config: Config) -> str:
+    """``<out>/inject/export``: the target day's rows with each canary's label replaced by y^b (inject stage), for a
+    trainer outside this project."""
+    return output_path(config, INJECT, EXPORT)
+
+
+def sealed_path(config: Config) -> str:
+    """``<out>/inject/sealed``: per canary its true label, y1, the coin b and the proxy's prediction (inject stage);
+    read by the audit of a model trained on the export."""
+    return output_path(config, INJECT, SEALED)
 
 
 def membership_path(config: Config) -> str:

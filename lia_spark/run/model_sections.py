@@ -13,6 +13,8 @@ from lia_spark.kernels.mechanism_registry import TRAINING_MECHANISMS, UTILITY_EX
 from lia_spark.names import EXECUTIONS, IN_MEMORY, LIBRARIES, XGBOOST
 from lia_spark.run.checks import fail, fail_glob, fail_repeats
 
+NOT_STATED = "none"  # audit.claimed_epsilon of a target whose claim is not stated
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelsConfig:
@@ -155,6 +157,10 @@ class AuditConfig:
     bounds: tuple[str, ...] = names.BOUND_FAMILIES
     table_bounds: tuple[str, ...] = (names.BINOMIAL,)
     canary_path: str = ""
+    model_uri: str = ""  # a model trained outside lia_spark on the inject stage's export (runs:/, models:/, a folder)
+    predictions_path: str = ""  # or its predictions: a table of (row_id, prediction) of the export's rows
+    claimed_epsilon: str | float = NOT_STATED  # the claim of a target this project did not train (none: not stated)
+    fail_on_finding: bool = False  # true: a FINDING (eps_lb above the claimed eps) exits with code 3
 
     @property
     def game(self) -> str:
@@ -162,7 +168,25 @@ class AuditConfig:
         draws its own membership coins, so neither design applies)."""
         return self.design if self.attack == names.LABEL_INFERENCE else names.MEMBERSHIP
 
+    @property
+    def given_target(self) -> str:
+        """The field naming a target this project did not train (audit.model_uri, audit.predictions_path,
+        audit.canary_path), "" when the train stage's target is audited."""
+        return next((field for field, value in (("audit.model_uri", self.model_uri),
+                                                ("audit.predictions_path", self.predictions_path),
+                                                ("audit.canary_path", self.canary_path)) if value), "")
+
+    @property
+    def stated_claim(self) -> float:
+        """audit.claimed_epsilon as a number (inf: no privacy claimed), NaN when not stated."""
+        value = self.claimed_epsilon
+        if isinstance(value, str):
+            text = value.strip().lower()
+            return math.nan if text == NOT_STATED else math.inf if text in ("inf", ".inf", "infinity") else float(text)
+        return float(value)
+
     def validate(self) -> None:
+        self._validate_given_target()
         if self.attack not in names.ATTACKS:
             fail("audit.attack", self.attack, f"must be one of {', '.join(names.ATTACKS)}")
         if self.design not in names.DESIGNS:
@@ -223,3 +247,28 @@ class AuditConfig:
         fail_repeats("audit.bounds", self.bounds)
         fail_repeats("audit.table_bounds", self.table_bounds)
         fail_glob("audit.canary_path", self.canary_path)
+
+    def _validate_given_target(self) -> None:
+        """A target this project did not train: one way to give it, the injected design's game, a sensible claim."""
+        try:
+            claim = self.stated_claim
+        except ValueError:
+            fail("audit.claimed_epsilon", self.claimed_epsilon, f"must be a number >= 0, inf or {NOT_STATED}")
+        if claim < 0:
+            fail("audit.claimed_epsilon", self.claimed_epsilon, f"must be a number >= 0, inf or {NOT_STATED}")
+        if self.model_uri and self.predictions_path:
+            fail("audit.predictions_path", self.predictions_path, "give the model (audit.model_uri) or its "
+                 "predictions, not both", f"audit.model_uri is {self.model_uri!r}")
+        own = self.model_uri or self.predictions_path
+        if own and self.canary_path:
+            fail("audit.canary_path", self.canary_path, "must be empty with audit.model_uri or "
+                 "audit.predictions_path: the audit builds the canary table from the inject stage's sealed table")
+        if own and self.game != names.INJECTED:
+            fail("audit.design", self.design if self.attack == names.LABEL_INFERENCE else self.attack,
+                 "a model trained outside lia_spark is audited with audit.design=injected and "
+                 "audit.attack=label_inference (the inject stage's coins; docs/usage.md, \"Audit your own model\")")
+        if not math.isnan(claim) and not self.given_target:
+            fail("audit.claimed_epsilon", self.claimed_epsilon, "states the claim of a target this project did not "
+                 "train (with audit.model_uri, audit.predictions_path or audit.canary_path); the train stage's target "
+                 "states its own (models.training_mechanism, models.epsilon)")
+        fail_glob("audit.predictions_path", self.predictions_path)

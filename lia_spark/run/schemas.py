@@ -20,7 +20,7 @@ ID_PREFIX = "urn:lia-spark:"
 RESULT_SCHEMAS = {"track": "pipeline"}
 # <folder>/<file> of the stages' own JSON files -> schema
 STAGE_FILES = {("audit", "summary.json"): "audit-summary", ("logloss", "summary.json"): "logloss-summary",
-               ("models", "metrics.json"): "train"}
+               ("models", "metrics.json"): "train", ("inject", "manifest.json"): "inject-manifest"}
 OUTPUT_TRANSFORM_SUFFIX = ".output.json"  # models/<model>.output.json
 
 

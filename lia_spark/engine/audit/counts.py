@@ -128,7 +128,8 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = na
     missing = [c for c in dict.fromkeys(needed) if c not in df.columns]
     if missing:
         hint = (f"; audit.design={names.INJECTED} needs a target trained by this project's train stage with "
-                f"audit.design={names.INJECTED} (or a table with those columns); audit a given model with "
+                f"audit.design={names.INJECTED}, a model trained on `lia-spark inject`'s export (audit.model_uri), "
+                f"or a table with those columns; audit a model trained on the true labels with "
                 f"audit.design={names.OBSERVATIONAL}" if set(missing) & set(names.INJECTED_COLUMNS) else "")
         raise ValueError(f"canary table: missing columns {missing}, got columns={df.columns}{hint}")
     injected_fields = [F.col(c).cast("int") for c in names.INJECTED_COLUMNS] if design == names.INJECTED else []

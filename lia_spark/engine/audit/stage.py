@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 
 from lia_spark import names
 from lia_spark.engine.audit.counts import distributed_counts, resolve_baselines, select_canaries
+from lia_spark.engine.audit.own_model import given_model, own_model, own_model_canaries, target_description
 from lia_spark.engine.runtime.outputs import copy_from_local, path_exists, reported_path
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import FilesResult, Input, Stage, StageRun, TrainedTarget
@@ -228,8 +229,36 @@ def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndar
 
 
 def audited_path(config: Config) -> str:
-    """The table the audit reads: the membership candidates with audit.attack=membership, else the canaries."""
-    return layout.membership_path(config) if config.audit.attack == names.MEMBERSHIP else canary_path(config)
+    """The table the audit reads: the membership candidates with audit.attack=membership, the inject stage's sealed
+    table for a model trained outside lia_spark, else the canaries."""
+    if config.audit.attack == names.MEMBERSHIP:
+        return layout.membership_path(config)
+    return layout.sealed_path(config) if own_model(config) else canary_path(config)
+
+
+def _inputs(config: Config) -> tuple[Input, ...]:
+    """The audited table (:func:`audited_path`), written by train, by inject (a model of your own) or given; and
+    audit.predictions_path's table."""
+    a = config.audit
+    if not own_model(config):
+        return (Input("canaries", audited_path, "audit.canary_path", lambda c: "" if c.audit.canary_path else "train"),)
+    field = "audit.model_uri" if a.model_uri else "audit.predictions_path"
+    sealed = Input("canaries", audited_path, field, lambda c: "inject")
+    if not a.predictions_path:
+        return (sealed,)
+    return sealed, Input("predictions", lambda c: c.audit.predictions_path, "audit.predictions_path", lambda c: "")
+
+
+def _label_inference(run: StageRun) -> GameCounts:
+    """The label-inference counts of the train stage's target, of a given canary table, or of a model of your own
+    (its canary table built from the sealed coins and its predictions: :mod:`lia_spark.engine.audit.own_model`)."""
+    if not own_model(run.config):
+        return label_inference_counts(run.spark, run.config, None)
+    canaries = own_model_canaries(run.spark, run.config, run.resolved.found)
+    try:
+        return label_inference_counts(run.spark, run.config, canaries)
+    finally:
+        canaries.unpersist()
 
 
 def _audit(run: StageRun) -> AuditResult:
@@ -242,7 +271,7 @@ def _audit(run: StageRun) -> AuditResult:
         (m, guesses, correct), recalibration, baselines = membership_counts(spark, config), {}, (PROXY_PREDICTION,)
         error = None
     else:
-        counts = label_inference_counts(spark, config, None)
+        counts = _label_inference(run)
         m, guesses, correct = counts.canaries, counts.guesses, counts.correct
         recalibration, baselines, error = counts.recalibration, counts.baselines, counts.proxy_error
     design = section.game
@@ -255,8 +284,9 @@ def _audit(run: StageRun) -> AuditResult:
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
     observational = (_observational_checks(spark, config, correct, guesses, m, error)
                      if design == names.OBSERVATIONAL else None)
-    headline = _headline(config, bounds, design=design, canaries=m, observational=observational,
-                         trained=run.upstream("canaries", TrainedTarget))
+    trained = None if section.given_target else run.upstream("canaries", TrainedTarget)
+    headline = _headline(config, bounds, design=design, canaries=m, observational=observational, trained=trained,
+                         given=target_description(config, run.resolved.found) if own_model(config) else "")
     ceiling = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
                                   tests=bounds.tests, confidence=section.confidence, delta=section.delta,
                                   tau=tau if math.isnan(headline.measured_tau) else headline.measured_tau,
@@ -371,15 +401,17 @@ def _grid(canaries: int, section: AuditConfig) -> np.ndarray:
 
 
 def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, canaries: int,
-              observational: ObservationalChecks | None, trained: TrainedTarget | None) -> Headline:
+              observational: ObservationalChecks | None, trained: TrainedTarget | None, given: str) -> Headline:
     """The first repetition's valid (Bonferroni over scores x sweep points) bound of :func:`headline_family`, with
     what it assumes: nothing (injected; observational at the proxy's measured worst-case error, ``proxy_tv``) or
     audit.tau, with tau*, the bound at a few assumed tau and the reference (observational), beside the claimed
-    privacy of the target the train stage reports (``trained``, its result; None for a canary table of
-    audit.canary_path: "an unknown mechanism", NaN)."""
+    privacy of the target the train stage reports (``trained``, its result), or for a target this project did not
+    train, ``given`` (its description; "an unknown mechanism" for a canary table of audit.canary_path) at
+    audit.claimed_epsilon (NaN when not stated)."""
     family = headline_family(config.audit)
     valid = np.asarray(bounds.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
-    mechanism, claimed = trained.claimed_privacy() if trained is not None else ("an unknown mechanism", math.nan)
+    mechanism, claimed = (trained.claimed_privacy() if trained is not None
+                          else (given or "an unknown mechanism", config.audit.stated_claim))
     reference = observational.reference if observational is not None else None
     measured = observational.proxy_tv if observational is not None else None
     first, mean, std = float(valid[0]), float(valid.mean()), float(valid.std(ddof=1)) if len(valid) > 1 else 0.0
@@ -398,8 +430,7 @@ def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, c
 
 
 AUDIT = Stage(
-    name="audit", step="audit", result=AuditResult, compute=_audit,
+    name="audit", step="audit", result=AuditResult, compute=_audit, resolved=given_model,
     fields=("run.seed", "audit.*"),
     outputs=lambda config: (layout.output_path(config, layout.AUDIT),),
-    inputs=lambda config: (Input("canaries", audited_path, "audit.canary_path",
-                                 lambda c: "" if c.audit.canary_path else "train"),))
+    inputs=_inputs)

@@ -277,13 +277,8 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
     if reason:
         raise ValueError(f"models.execution: {reason}, got library={m.library}, training_mechanism="
                          f"{m.training_mechanism}, audit.attack={config.audit.attack}")
-    proxy_spec = feature_spec(proxy_rows, config)
+    proxy, proxy_spec, seconds["fit_proxy"] = distributed_proxy(spark, config, proxy_rows)
     columns = proxy_spec.feature_columns
-    proxy_frame = model_features(proxy_rows, proxy_spec, config).withColumn("is_valid", F.col(SPLIT) == 1)
-    describe_jobs(spark, "train: proxy (xgboost.spark)")
-    started = time.monotonic()
-    proxy = SparkModel.fitted(spark_booster(spark, config, columns, LABEL).fit(proxy_frame.where(fitted_rows())))
-    seconds["fit_proxy"] = time.monotonic() - started
     proxy_on_target = predicted(proxy, model_features(target_rows, proxy_spec, config), PROXY_PREDICTION)
     target_spec = feature_spec(target_rows, config)
     target = (model_features(target_rows, target_spec, config).select(ROW_ID, *columns)
@@ -301,6 +296,18 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
                            PROXY_PREDICTION, F.lit(None).cast("int").alias(MEMBER), *names.INJECTED_COLUMNS,
                            REFERENCE_PREDICTION, F.lit(None).cast("double").alias(SHADOW_PREDICTION))
     return TrainedModels(scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {})
+
+
+def distributed_proxy(spark: SparkSession, config: Config, proxy_rows: DataFrame
+                      ) -> tuple[SparkModel, features.FeatureSpec, float]:
+    """The proxy M' fitted by xgboost.spark on the true labels of ``proxy_rows`` (its train split, early-stopped on
+    its validation split): (model, its feature encoding, fit seconds)."""
+    spec = feature_spec(proxy_rows, config)
+    frame = model_features(proxy_rows, spec, config).withColumn("is_valid", F.col(SPLIT) == training.SPLIT_VALID)
+    describe_jobs(spark, "train: proxy (xgboost.spark)")
+    started = time.monotonic()
+    booster = spark_booster(spark, config, spec.feature_columns, LABEL)
+    return SparkModel.fitted(booster.fit(frame.where(fitted_rows()))), spec, time.monotonic() - started
 
 
 def _injected_frame(frame: DataFrame, config: Config) -> DataFrame:

@@ -76,18 +76,26 @@ def in_memory_rows(spark: SparkSession, config: Config, day: int) -> DataFrame:
         ConfigError: before any collect, naming models.sample_rows_per_day, when the rows would not fit the
             driver's limits (spark.driver.maxResultSize, half the driver heap) at IN_MEMORY_BYTES_PER_ROW.
     """
-    m = config.models
-    rows = feature_frames.read_day(spark, config.parquet_path, day)
-    describe_jobs(spark, f"train: count the rows of day {day}")
-    total = rows.count()
-    collected = total
-    if 0 < m.sample_rows_per_day < total:
-        rows = feature_frames.sample_rows(rows, seed=config.run.seed, share=m.sample_rows_per_day / total)
-        collected = math.ceil(SAMPLE_MARGIN * m.sample_rows_per_day)
-        logger.info("train: day %d has %d rows; in-memory training on the seeded sample of about %d "
-                    "(models.sample_rows_per_day)", day, total, m.sample_rows_per_day)
-    check_driver_fits(collected, driver_limits(spark), day=day, total=total, sample_rows=m.sample_rows_per_day)
+    rows, total = sampled_day(spark, config, day)
+    sample = config.models.sample_rows_per_day
+    collected = math.ceil(SAMPLE_MARGIN * sample) if 0 < sample < total else total
+    check_driver_fits(collected, driver_limits(spark), day=day, total=total, sample_rows=sample)
     return rows
+
+
+def sampled_day(spark: SparkSession, config: Config, day: int) -> tuple[DataFrame, int]:
+    """(the rows of ``day`` a model of this config trains on, the day's row count): the whole day, or, when it
+    holds more than models.sample_rows_per_day > 0 rows, the seeded sample of about that many (each row in with
+    probability n / rows, keyed on (seed, row_id), so independent of the partitioning). Nothing is collected."""
+    sample = config.models.sample_rows_per_day
+    rows = feature_frames.read_day(spark, config.parquet_path, day)
+    describe_jobs(spark, f"count the rows of day {day}")
+    total = rows.count()
+    if 0 < sample < total:
+        logger.info("day %d has %d rows; the seeded sample of about %d (models.sample_rows_per_day)", day, total,
+                    sample)
+        rows = feature_frames.sample_rows(rows, seed=config.run.seed, share=sample / total)
+    return rows, total
 
 
 def driver_limits(spark: SparkSession) -> dict[str, int]:
@@ -195,6 +203,24 @@ class Preparation:
         return False
 
 
+def fit_proxy(spark: SparkSession, config: Config, proxy_rows: DataFrame
+              ) -> tuple[training.FittedModel, features.FeatureSpec, dict[str, float], dict[str, float]]:
+    """The proxy M' fitted on the driver on the true labels of ``proxy_rows`` (:func:`in_memory_rows` of
+    models.proxy_day; its train split, early-stopped on its validation split): (model, its feature encoding, its
+    metrics on the day's test split, seconds)."""
+    describe_jobs(spark, "train: proxy features")
+    spec = feature_spec(proxy_rows, config)
+    started = time.monotonic()
+    data = collect_model_data(model_features(proxy_rows, spec, config), spec, config.models.library)
+    seconds = {"collect_proxy": time.monotonic() - started}
+    proxy = training.fit_model(data, data.labels, data.split == training.SPLIT_TRAIN,
+                               data.split == training.SPLIT_VALID, params=boosting_params(config))
+    logger.info("proxy fitted on %d rows in %.1f s", int((data.split == training.SPLIT_TRAIN).sum()),
+                proxy.fit_seconds)
+    test = data.split == training.SPLIT_TEST
+    return proxy, spec, training.binary_metrics(data.labels[test], proxy.predict(data.rows(test))), seconds
+
+
 def prepare_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
                  preparation: Preparation) -> PreparedDays:
     """Fit the proxy and collect the target day's features, or take them from ``preparation`` when it kept them
@@ -202,19 +228,8 @@ def prepare_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     if preparation.keep(preparation_key(spark, config)) and preparation.days is not None:
         logger.info("train: proxy and target-day features reused from the previous cell of this process")
         return dataclasses.replace(preparation.days, seconds={"proxy_reused": 0.0})
-    m, params, seconds = config.models, boosting_params(config), {}
-    describe_jobs(spark, "train: proxy features")
-    proxy_spec = feature_spec(proxy_rows, config)
-    started = time.monotonic()
-    proxy_data = collect_model_data(model_features(proxy_rows, proxy_spec, config), proxy_spec, m.library)
-    seconds["collect_proxy"] = time.monotonic() - started
-    proxy = training.fit_model(proxy_data, proxy_data.labels, proxy_data.split == training.SPLIT_TRAIN,
-                               proxy_data.split == training.SPLIT_VALID, params=params)
-    logger.info("proxy fitted on %d rows in %.1f s", int((proxy_data.split == 0).sum()), proxy.fit_seconds)
-    proxy_test = proxy_data.split == training.SPLIT_TEST
-    proxy_day_metrics = training.binary_metrics(proxy_data.labels[proxy_test],
-                                                proxy.predict(proxy_data.rows(proxy_test)))
-    del proxy_data
+    m = config.models
+    proxy, proxy_spec, proxy_day_metrics, seconds = fit_proxy(spark, config, proxy_rows)
     describe_jobs(spark, "train: target-day features")
     started = time.monotonic()
     with_proxy_features = collect_model_data(model_features(target_rows, proxy_spec, config), proxy_spec, m.library)

@@ -6,6 +6,7 @@ scores the released days with the proxy model on the executors.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -14,7 +15,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark.engine.models import feature_frames
@@ -85,32 +86,41 @@ def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: t
         yield pd.DataFrame({ROW_ID: frame[ROW_ID].to_numpy(np.int64), PROXY_PRIOR: fitted.predict(matrix)})
 
 
+@contextlib.contextmanager
+def proxy_scores(spark: SparkSession, config: Config, proxy: Any, spec: features.FeatureSpec,
+                 rows: DataFrame) -> Iterator[DataFrame]:
+    """(row_id long, proxy_prediction double) of every row of ``rows`` (storage columns), usable inside the block.
+
+    The features are built on the executors with the proxy's own encoding ``spec``
+    (:func:`lia_spark.engine.models.preparation.model_features`, as for its training); an in-memory proxy
+    (:class:`lia_spark.kernels.training.FittedModel`, xgboost or catboost) is pickled once, shipped (broadcast on classic
+    sessions; released when the block ends) and predicts in ``mapInPandas`` (exactly
+    :meth:`~lia_spark.kernels.training.FittedModel.predict`); a fitted xgboost.spark model (models.execution=distributed)
+    scores by its own ``transform``."""
+    frame = model_features(rows, spec, config)
+    if not isinstance(proxy, training.FittedModel):
+        yield predicted(proxy, frame, PROXY_PRIOR).select(F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double"))
+        return
+    columns = tuple(spec.feature_columns)
+    with shipped(spark, pickle.dumps(proxy)) as model:
+        yield frame.select(ROW_ID, *columns).mapInPandas(
+            functools.partial(_predicted_batches, model=model, columns=columns), PRIORS_SCHEMA)
+
+
 def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: features.FeatureSpec, path: str,
                        days: Sequence[int]) -> int:
     """Score every row of the released ``days`` (:func:`lia_spark.engine.models.feature_frames.released_days`) with the proxy
     model in one distributed pass and write Parquet (row_id long, proxy_prediction double) to ``path``; returns
     the rows written.
 
-    Distributed, nothing proportional to the rows on the driver: the features are built on the executors with
-    the proxy's own encoding ``spec`` (:func:`lia_spark.engine.models.preparation.model_features`, as for its training); an
-    in-memory proxy (:class:`lia_spark.kernels.training.FittedModel`, xgboost or catboost) is pickled once, shipped
-    (broadcast on classic sessions) and predicts in ``mapInPandas`` (exactly
-    :meth:`~lia_spark.kernels.training.FittedModel.predict`); a fitted xgboost.spark model (models.execution=distributed)
-    scores by its own ``transform``.
+    Distributed, nothing proportional to the rows on the driver (:func:`proxy_scores`).
     """
     describe_jobs(spark, f"train: proxy priors of days {list(days)}")
     if config.models.proxy_day in days:
         logger.warning("train: mechanisms.days includes models.proxy_day %d: the proxy's priors of that day's rows "
                        "predict its own training rows (an overfit prior)", config.models.proxy_day)
-    frame = model_features(feature_frames.read_days(spark, config.parquet_path, days), spec, config)
-    if isinstance(proxy, training.FittedModel):
-        columns = tuple(spec.feature_columns)
-        with shipped(spark, pickle.dumps(proxy)) as model:
-            frame.select(ROW_ID, *columns).mapInPandas(
-                functools.partial(_predicted_batches, model=model, columns=columns), PRIORS_SCHEMA).write.parquet(path)
-    else:
-        predicted(proxy, frame, PROXY_PRIOR).select(
-            F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double")).write.parquet(path)
+    with proxy_scores(spark, config, proxy, spec, feature_frames.read_days(spark, config.parquet_path, days)) as scores:
+        scores.write.parquet(path)
     written = spark.read.parquet(path).count()  # from the Parquet footers
     logger.info("train: proxy priors of %d rows of days %s written to %s", written, list(days), path)
     return written

@@ -1,5 +1,5 @@
 """The commands of ``lia-spark`` and ``jobs/``: every stage of :mod:`lia_spark.engine.runtime.registry` by its name, and the
-commands built on them (``pipeline``, ``track``, ``audit-table``, ``logloss-attack``). Each is
+``inject`` (a stage outside the pipeline), and the commands built on them (``pipeline``, ``track``, ``audit-table``, ``logloss-attack``). Each is
 ``function(spark, config) -> result``.
 """
 from __future__ import annotations
@@ -47,6 +47,7 @@ def _log_attack(spark: SparkSession, config: Config, tracker: Any, result: Any) 
 
 COMMANDS: dict[str, Callable[[SparkSession, Config], Any]] = {
     **{name: functools.partial(run_stage, name) for name, stage in STAGES.items() if stage.step not in ("", "report")},
+    "inject": functools.partial(run_stage, "inject"),
     "pipeline": run_pipeline,
     "track": run_track,
     "audit-table": run_audit_table,

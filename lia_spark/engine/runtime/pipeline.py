@@ -99,6 +99,12 @@ class PipelineResult:
                 "tracking_uri": self.tracking_uri, "not_logged": list(self.not_logged),
                 "steps": [outcome.to_dict() for outcome in self.steps]}
 
+    @property
+    def headline(self) -> Any:
+        """The audit step's headline (:class:`lia_spark.present.headline.Headline`), None when it did not run."""
+        return next((o.result.headline for o in self.steps if o.result is not None and o.result.headline is not None),
+                    None)
+
     def console_summary(self) -> str:
         """Closing lines for the console: status per step, the report, the MLflow run and, last, the audit's
         headline (:class:`lia_spark.present.headline.Headline`)."""

@@ -17,6 +17,7 @@ from lia_spark.engine.audit.stage import AUDIT
 from lia_spark.engine.spark.filesystem import files_for
 from lia_spark.engine.generate.stage import GENERATE
 from lia_spark.engine.ingest.stage import INGEST
+from lia_spark.engine.inject.stage import INJECT
 from lia_spark.engine.logloss.stage import LOGLOSS
 from lia_spark.engine.runtime.outputs import (CLAIM_SUFFIX, claim_path, committed_output, delete_path,
                                      foreign_entries, foreign_error, path_exists, read_marker, reusable_output,
@@ -34,7 +35,7 @@ from lia_spark.run.fingerprint import marker_fingerprint, verified_marker
 logger = logging.getLogger(__name__)
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in
-                            (GENERATE, INGEST, TRAIN, POSTERIORS, UTILITY, AUDIT, REPORT, LOGLOSS)}
+                            (GENERATE, INGEST, TRAIN, POSTERIORS, UTILITY, AUDIT, REPORT, LOGLOSS, INJECT)}
 
 
 def step_stage(step: str, config: Config) -> Stage:
@@ -130,8 +131,10 @@ def check_inputs(spark: SparkSession, stage: Stage, config: Config) -> None:
         if not item.required or path_exists(spark, path):
             continue
         producer = item.producer(config)
-        fix = (f"run `lia-spark {step_stage(producer, config).name}` (or the pipeline with '{producer}' in "
-               f"run.stages) first, or set {item.field}" if producer else f"set {item.field} to an existing table")
+        writer = step_stage(producer, config) if producer else None
+        pipeline = f" (or the pipeline with '{producer}' in run.stages)" if writer is not None and writer.step else ""
+        fix = (f"run `lia-spark {writer.name}`{pipeline} first, or set {item.field}" if writer is not None
+               else f"set {item.field} to an existing table")
         raise ValueError(f"{item.field}: the {stage.name} stage reads the {item.role} table, but {path} does not "
                          f"exist; {fix}, got {path!r}")
 

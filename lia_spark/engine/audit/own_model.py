@@ -1,0 +1,132 @@
+"""The canary table of a model trained outside lia_spark on the inject stage's export (docs/math.md §5.9): the sealed
+table (row_id, label = y0, counterfactual_label = y1, hidden_bit = b, proxy_prediction) with the model's prediction
+of every canary as ``target_prediction``, from audit.model_uri (scored on the executors from the export's rows) or
+audit.predictions_path (a table made elsewhere). Nothing proportional to the canaries reaches the driver: the checks
+are aggregations.
+"""
+from __future__ import annotations
+
+import logging
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lia_spark.engine.runtime.stage import Resolved
+from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.names import LABEL, ROW_ID, TARGET_PREDICTION
+from lia_spark.run import layout
+from lia_spark.run.config import Config
+from lia_spark.tracking.model_scoring import local_model_folder, model_input_names, model_udf, pinned_model_uri
+from lia_spark.tracking.store import resolve_tracking_uri
+
+logger = logging.getLogger(__name__)
+
+PREDICTION = "prediction"  # the column of an audit.predictions_path table
+PROBABILITY_FIX = ("a model's predictions must be P(y = 1), one number in [0, 1] per row (e.g. a pyfunc returning "
+                   "predict_proba(X)[:, 1])")
+
+
+def own_model(config: Config) -> bool:
+    """True when the audited target is a model trained outside lia_spark (audit.model_uri or audit.predictions_path)."""
+    return bool(config.audit.model_uri or config.audit.predictions_path)
+
+
+def given_model(spark: SparkSession, config: Config) -> Resolved:
+    """What the audit's fingerprint needs of audit.model_uri beyond its text: the registry's version behind an alias,
+    a stage or ``latest`` (``audit.model_version``), and a local model folder's files (input ``model``)."""
+    uri = config.audit.model_uri
+    if not uri:
+        return Resolved()
+    pinned = pinned_model_uri(uri, resolve_tracking_uri(config.tracking))
+    folder = local_model_folder(uri)
+    return Resolved({"audit.model_version": pinned} if pinned != uri else {}, {"model": folder} if folder else {},
+                    found=pinned)
+
+
+def target_description(config: Config, pinned_uri: str) -> str:
+    """The target as the headline names it: "its own mechanism (model <uri>)" or "(predictions <path>)"."""
+    given = f"model {pinned_uri}" if config.audit.model_uri else f"predictions {config.audit.predictions_path}"
+    return f"its own mechanism ({given})"
+
+
+def _model_predictions(spark: SparkSession, config: Config, pinned_uri: str) -> DataFrame:
+    """(row_id, target_prediction) of every exported row, scored by the model on the executors from the export's
+    columns without the label (those of the model's signature when it names its inputs)."""
+    tracking_uri = resolve_tracking_uri(config.tracking)
+    export = spark.read.parquet(layout.export_path(config))
+    named = model_input_names(pinned_uri, tracking_uri)
+    columns = [column for column in export.columns if column != LABEL] if named is None else list(named)
+    missing = sorted(set(columns) - set(export.columns))
+    if missing:
+        raise ValueError(f"audit.model_uri: the model's signature names inputs the export does not hold "
+                         f"({', '.join(missing)}; the export holds {', '.join(export.columns)}), got {pinned_uri!r}; "
+                         "train on the columns of <run.output_dir>/inject/export")
+    if LABEL in columns:
+        raise ValueError(f"audit.model_uri: the model's signature takes the label column {LABEL!r} as an input, got "
+                         f"{pinned_uri!r}; the audit never hands a model the labels: log it without {LABEL!r}")
+    udf = model_udf(spark, pinned_uri, tracking_uri)
+    logger.info("audit: scoring the exported rows with %s on the executors (%d input columns)", pinned_uri,
+                len(columns))
+    return export.select(ROW_ID, udf(F.struct(*columns)).alias(TARGET_PREDICTION))
+
+
+def _given_predictions(spark: SparkSession, config: Config) -> DataFrame:
+    """(row_id, target_prediction) of audit.predictions_path's table."""
+    path = config.audit.predictions_path
+    table = spark.read.parquet(path)
+    missing = sorted({ROW_ID, PREDICTION} - set(table.columns))
+    if missing:
+        raise ValueError(f"audit.predictions_path: the table has no column {', '.join(missing)} (it holds "
+                         f"{', '.join(table.columns)}), got {path!r}; write one row per exported row: {ROW_ID} "
+                         f"(long), {PREDICTION} (P(y = 1))")
+    return table.select(F.col(ROW_ID).cast("long"), F.col(PREDICTION).cast("double").alias(TARGET_PREDICTION))
+
+
+def _check_predictions(canaries: DataFrame, sealed_rows: int, field: str, value: str) -> None:
+    """One aggregation over the joined canaries: every canary has exactly one finite prediction in [0, 1], and they
+    are not all 0 or 1 (class labels).
+
+    Raises:
+        ValueError: naming ``field``, how many canaries fail and how.
+    """
+    prediction = F.col(TARGET_PREDICTION)
+    number = prediction.isNotNull() & ~F.isnan(prediction)
+    found = canaries.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum((~number).cast("long")).alias("missing"), F.min(prediction).alias("low"),
+        F.max(prediction).alias("high"),
+        F.sum((number & (prediction > 0) & (prediction < 1)).cast("long")).alias("soft")).first()
+    rows = int(found["rows"])
+    if rows > sealed_rows:
+        raise ValueError(f"{field}: {rows - sealed_rows} predictions repeat a canary's {ROW_ID} (one per exported "
+                         f"row expected), got {value!r}")
+    if found["missing"]:
+        raise ValueError(f"{field}: no prediction (a missing row, null or NaN) for {found['missing']} of "
+                         f"{sealed_rows} canaries, got {value!r}; every exported row needs one: a subset chosen "
+                         f"after seeing the labels would void the bound; {PROBABILITY_FIX}")
+    if found["low"] < 0 or found["high"] > 1:
+        raise ValueError(f"{field}: predictions range over [{found['low']:.6g}, {found['high']:.6g}], got {value!r}; "
+                         f"{PROBABILITY_FIX}")
+    if not found["soft"]:
+        raise ValueError(f"{field}: every prediction is 0 or 1 (class labels, not probabilities), got {value!r}; "
+                         f"{PROBABILITY_FIX}")
+
+
+def own_model_canaries(spark: SparkSession, config: Config, pinned_uri: str) -> DataFrame:
+    """The sealed table with the model's ``target_prediction`` of each canary, checked (:func:`_check_predictions`)
+    and persisted for the audit's passes (the model scores each row once): the caller unpersists it."""
+    sealed = spark.read.parquet(layout.sealed_path(config))
+    if config.audit.model_uri:
+        field, value, predictions = "audit.model_uri", pinned_uri, _model_predictions(spark, config, pinned_uri)
+    else:
+        field, value = "audit.predictions_path", config.audit.predictions_path
+        predictions = _given_predictions(spark, config)
+    canaries = sealed.join(predictions, ROW_ID, "left").persist(StorageLevel.MEMORY_AND_DISK)
+    describe_jobs(spark, f"audit: check the predictions of {value}")
+    try:
+        _check_predictions(canaries, sealed.count(), field, value)
+    except Exception:
+        canaries.unpersist()
+        raise
+    return canaries

@@ -1,0 +1,177 @@
+"""Inject stage: the injected design's training set for a trainer outside this project (docs/math.md §5.9).
+
+The proxy M' is fitted on models.proxy_day (true labels, as the train stage fits it) and scores the target day's
+rows (models.target_day, its seeded sample of models.sample_rows_per_day) on the executors. Every one of those
+rows is a canary: it gets a counterfactual label y1 and a fair coin b keyed on (seed, purpose, row id), exactly
+the train stage's draws (:func:`lia_spark.kernels.injected.inject`), and its label becomes y^b. Outputs under
+``<run.output_dir>/inject``, committed atomically:
+
+- ``export`` (Parquet): the rows with the data table's columns, the label replaced by y^b. Every row is a canary
+  and the table keeps the data's columns, so no column, order or file tells the trainer which labels changed.
+- ``sealed`` (Parquet: row_id, label = y0, counterfactual_label = y1, hidden_bit = b, proxy_prediction): what the
+  audit of the model trained on the export plays its game against (audit.model_uri, audit.predictions_path).
+  It must never reach the trainer; nor must run.seed, from which the coins can be recomputed.
+- ``manifest.json``: the fingerprint, the row counts and the informative share (nothing derived from the coins).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, StructField, StructType
+
+from lia_spark.engine.models.execution import distributed_proxy
+from lia_spark.engine.models.feature_frames import check_days_present
+from lia_spark.engine.models.preparation import fit_proxy, in_memory_rows, sampled_day
+from lia_spark.engine.models.priors import proxy_scores
+from lia_spark.engine.runtime.outputs import reported_path, write_text
+from lia_spark.engine.runtime.stage import Input, Stage, StageResult, StageRun
+from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.kernels import injected
+from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, IN_MEMORY, LABEL, PROXY_PREDICTION, ROW_ID,
+                             TRUE_LABEL)
+from lia_spark.run import layout
+from lia_spark.run.config import Config
+from lia_spark.run.json_output import strict_json
+
+logger = logging.getLogger(__name__)
+
+SEALED_COLUMNS = (ROW_ID, LABEL, COUNTERFACTUAL_LABEL, HIDDEN_BIT, PROXY_PREDICTION)
+
+
+@dataclasses.dataclass
+class InjectResult(StageResult):
+    """What the inject stage wrote: where the export and the sealed table are, the rows exported, the informative
+    canaries (y1 != y0, the m of the audit), the proxy's test metrics on its own day and the timings."""
+
+    output_dir: str
+    export_path: str
+    sealed_path: str
+    target_day: int
+    rows: int
+    informative_canaries: int
+    counterfactual: str
+    proxy_metrics: dict[str, float]
+    seconds: dict[str, float]
+    skipped: bool = False
+
+    @property
+    def informative_share(self) -> float:
+        """The share of exported rows whose counterfactual differs from the true label."""
+        return self.informative_canaries / self.rows if self.rows else 0.0
+
+    def metrics(self) -> dict[str, float]:
+        """Row counts, the informative share, the proxy's test metrics and the timings."""
+        return {"inject_rows": float(self.rows), "inject_informative_canaries": float(self.informative_canaries),
+                "inject_informative_share": self.informative_share,
+                **{f"{name}_test_proxy": value for name, value in self.proxy_metrics.items()},
+                **{f"seconds_{name}": value for name, value in self.seconds.items()}}
+
+    def artifacts(self) -> list[str]:
+        """The manifest (the tables hold per-row labels: they stay in the output folder)."""
+        return [layout.under(self.output_dir, layout.INJECT_MANIFEST)]
+
+    def row_data(self) -> list[str]:
+        """The export (per-row labels; logged only with tracking.log_row_data). The sealed table never is."""
+        return [self.export_path]
+
+    def console_summary(self) -> str:
+        """Where the export is and what to do next."""
+        return (f"inject: {self.rows} rows of day {self.target_day} exported to {self.export_path} "
+                f"({self.informative_canaries} informative canaries); train your model on it, then "
+                "`lia-spark audit audit.model_uri=<its MLflow URI>` (or audit.predictions_path=<row_id, prediction>)")
+
+
+def _injected_batches(frames: Iterator[pd.DataFrame], *, seed: int, counterfactual: str,
+                      flip_share: float) -> Iterator[pd.DataFrame]:
+    """mapInPandas body: every row a canary; the label becomes y^b, the true label moves to ``true_label``, beside
+    y1 and b (:func:`lia_spark.kernels.injected.inject`)."""
+    for frame in frames:
+        drawn = injected.inject(frame[ROW_ID].to_numpy(np.int64), frame[LABEL].to_numpy(np.int8),
+                                frame[PROXY_PREDICTION].to_numpy(np.float64), np.ones(len(frame), dtype=bool),
+                                seed=seed, counterfactual=counterfactual, flip_share=flip_share)
+        yield frame.assign(**{TRUE_LABEL: frame[LABEL].astype(np.int32), LABEL: drawn.training.astype(np.int32),
+                              COUNTERFACTUAL_LABEL: drawn.counterfactual_label.astype(np.int32),
+                              HIDDEN_BIT: drawn.hidden_bit.astype(np.int32)})
+
+
+def injected_rows(rows: DataFrame, scores: DataFrame, config: Config) -> DataFrame:
+    """``rows`` (the data table's columns) with the proxy's prediction, the label replaced by y^b, the true label in
+    ``true_label``, and y1 and b, drawn on the executors."""
+    scored = rows.join(scores, ROW_ID)
+    schema = StructType(scored.schema.fields + [StructField(name, IntegerType(), False)
+                                                for name in (TRUE_LABEL, COUNTERFACTUAL_LABEL, HIDDEN_BIT)])
+    return scored.mapInPandas(functools.partial(_injected_batches, seed=config.run.seed,
+                                                counterfactual=config.audit.counterfactual,
+                                                flip_share=config.audit.flip_share), schema)
+
+
+def _proxy(run: StageRun) -> tuple[Any, Any, dict[str, float], dict[str, float]]:
+    """The proxy of models.execution (in memory on the day's sample, or xgboost.spark): (model, encoding, its test
+    metrics on its own day, seconds)."""
+    spark, config = run.spark, run.config
+    if config.models.execution == IN_MEMORY:
+        return fit_proxy(spark, config, in_memory_rows(spark, config, config.models.proxy_day))
+    rows = sampled_day(spark, config, config.models.proxy_day)[0]
+    model, spec, seconds = distributed_proxy(spark, config, rows)
+    return model, spec, {}, {"fit_proxy": seconds}
+
+
+def _inject(run: StageRun) -> InjectResult:
+    """Fit the proxy, draw y1 and b on every row of the target day's sample, write the export, the sealed table and
+    the manifest into ``run.staging``."""
+    spark, config = run.spark, run.config
+    m = config.models
+    proxy, spec, proxy_metrics, seconds = _proxy(run)
+    rows, total = sampled_day(spark, config, m.target_day)
+    started = time.monotonic()
+    with proxy_scores(spark, config, proxy, spec, rows) as scores:
+        drawn = injected_rows(rows, scores, config).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            describe_jobs(spark, "inject: write the export")
+            drawn.select(*rows.columns).write.parquet(run.under(layout.EXPORT))
+            describe_jobs(spark, "inject: write the sealed table")
+            drawn.select(ROW_ID, F.col(TRUE_LABEL).alias(LABEL), COUNTERFACTUAL_LABEL, HIDDEN_BIT,
+                         PROXY_PREDICTION).write.parquet(run.under(layout.SEALED))
+        finally:
+            drawn.unpersist()
+    counted = spark.read.parquet(run.under(layout.SEALED)).agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum((F.col(COUNTERFACTUAL_LABEL) != F.col(LABEL)).cast("long")).alias("informative")).first()
+    seconds["inject"] = time.monotonic() - started
+    seconds["total"] = time.monotonic() - run.started
+    out = reported_path(layout.output_path(config, layout.INJECT))
+    result = InjectResult(output_dir=out, export_path=layout.under(out, layout.EXPORT),
+                          sealed_path=layout.under(out, layout.SEALED), target_day=m.target_day,
+                          rows=int(counted["rows"]), informative_canaries=int(counted["informative"] or 0),
+                          counterfactual=config.audit.counterfactual, proxy_metrics=proxy_metrics, seconds=seconds)
+    manifest = {"fingerprint": run.fingerprint.value, "rows": result.rows, "day_rows": total,
+                "informative_canaries": result.informative_canaries,
+                "informative_share": result.informative_share, "target_day": m.target_day,
+                "counterfactual": result.counterfactual, "export": result.export_path}
+    write_text(spark, run.under(layout.INJECT_MANIFEST), strict_json(manifest) + "\n")
+    logger.info("inject: %d rows of day %d exported, %d informative canaries (%.1f%%), in %.1f s", result.rows,
+                m.target_day, result.informative_canaries, 100 * result.informative_share, seconds["total"])
+    return result
+
+
+def _days_present(spark: Any, config: Config) -> None:
+    check_days_present(spark, config, ("models.proxy_day", "models.target_day"))
+
+
+INJECT = Stage(
+    name="inject", step="", result=InjectResult, compute=_inject, check=_days_present,
+    fields=("run.seed", "models.library", "models.execution", "models.sample_rows_per_day", "models.proxy_day",
+            "models.target_day", "models.n_estimators", "models.max_depth", "models.learning_rate",
+            "models.early_stopping_rounds", "models.split", "models.hash_buckets", "models.categorical_encoding",
+            "models.min_category_count", "models.num_workers", "audit.counterfactual", "audit.flip_share"),
+    outputs=lambda config: (layout.output_path(config, layout.INJECT),),
+    inputs=lambda config: (Input("data", lambda c: c.parquet_path, "data.parquet_path", lambda c: "data"),))

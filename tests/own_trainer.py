@@ -1,0 +1,74 @@
+"""A privacy team's own label-DP trainer, as the e2e tests of "Audit your own model" run it: it never imports
+lia_spark. It reads the inject stage's export, releases the labels by its own randomized response (flip with
+probability 1 / (1 + e^eps)), fits plain xgboost on the export's columns, logs the model to MLflow as a pyfunc that
+returns P(y = 1), and prints the model's URI. ``--flip-epsilon`` lets a broken implementation flip less than its
+claim allows; ``--true-labels`` trains on labels it reads elsewhere (a model that never saw the injected ones);
+``--predictions`` also writes (row_id, prediction) of every exported row as Parquet.
+
+    python tests/own_trainer.py EXPORT --tracking-uri URI --epsilon 1 [--flip-epsilon 8] [--seed 7]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+
+import mlflow
+import numpy as np
+import pandas as pd
+import xgboost
+
+LABEL = "label"
+
+
+class ClickModel(mlflow.pyfunc.PythonModel):
+    """P(click) of a row of the export's columns (the label left out)."""
+
+    def __init__(self, booster: xgboost.Booster, columns: list[str]):
+        self.booster, self.columns = booster, columns
+
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
+        matrix = xgboost.DMatrix(model_input[self.columns].astype("float64"), missing=np.nan)
+        return self.booster.predict(matrix)
+
+
+def randomized_response(labels: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Each binary label kept with probability e^eps / (1 + e^eps), flipped otherwise."""
+    flip = rng.random(labels.size) < 1.0 / (1.0 + math.exp(epsilon))
+    return np.where(flip, 1 - labels, labels)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("export")
+    parser.add_argument("--tracking-uri", required=True)
+    parser.add_argument("--epsilon", type=float, required=True, help="the claimed label-DP epsilon")
+    parser.add_argument("--flip-epsilon", type=float, help="the epsilon the flips really use (a broken RR)")
+    parser.add_argument("--true-labels", help="Parquet of (row_id, label): train on these instead of the export's")
+    parser.add_argument("--predictions", help="also write (row_id, prediction) of every exported row here")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+
+    rows = pd.read_parquet(args.export).sort_values("row_id", kind="stable").reset_index(drop=True)
+    if args.true_labels:
+        truth = pd.read_parquet(args.true_labels)[["row_id", LABEL]]
+        rows = rows.drop(columns=LABEL).merge(truth, on="row_id", how="left")
+    columns = [column for column in rows.columns if column not in (LABEL, "row_id", "day")]
+    rng = np.random.default_rng(args.seed)
+    released = randomized_response(rows[LABEL].to_numpy(np.int64), args.flip_epsilon or args.epsilon, rng)
+    booster = xgboost.train({"objective": "binary:logistic", "max_depth": 10, "eta": 0.3, "nthread": 2,
+                             "seed": args.seed},
+                            xgboost.DMatrix(rows[columns].astype("float64"), label=released, missing=np.nan),
+                            num_boost_round=60)
+    mlflow.set_tracking_uri(args.tracking_uri)
+    mlflow.set_experiment("own-trainer")
+    model = ClickModel(booster, columns)
+    with mlflow.start_run() as run:
+        mlflow.log_param("claimed_epsilon", args.epsilon)
+        mlflow.pyfunc.log_model(name="model", python_model=model)
+    if args.predictions:
+        pd.DataFrame({"row_id": rows["row_id"], "prediction": model.predict(None, rows)}).to_parquet(args.predictions)
+    print(f"runs:/{run.info.run_id}/model")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Audit your own model (docs/usage.md): `lia-spark inject` exports the injected training set, a trainer that never
+imports lia_spark (tests/own_trainer.py: plain xgboost, its own randomized response) trains on it and logs the model
+to MLflow, and the audit scores it on the executors against the sealed coins."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.run import layout
+from lia_spark.run.config import config_from_dict
+from lia_spark.run.json_output import strict_json
+from lia_spark.run.schemas import schema_for, validate
+from pipeline_support import REPO, conf_file, run_notebook
+
+pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
+
+TRAINER = Path(__file__).resolve().parent / "own_trainer.py"
+LIA_SPARK = Path(sys.executable).parent / "lia-spark"
+
+
+def _values(root: Path, seed: int = 1) -> dict:
+    return {"run": {"name": "own", "output_dir": str(root / "out"), "seed": seed},
+            "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},
+            "synthetic": {"rows_per_day": 20_000, "days": 2},
+            "models": {"n_estimators": 10, "early_stopping_rounds": 0, "hash_buckets": 1024},
+            "tracking": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "own"}}
+
+
+@dataclasses.dataclass
+class Injected:
+    root: Path
+    values: dict
+
+    def config(self, **audit):
+        return config_from_dict({**self.values, "audit": audit})
+
+    def train(self, *arguments: str) -> str:
+        """Run the team's trainer on the export; the model's URI."""
+        config = self.config()
+        done = subprocess.run([sys.executable, str(TRAINER), layout.export_path(config), "--tracking-uri",
+                               config.tracking.tracking_uri, *arguments], capture_output=True, text=True,
+                              check=True, cwd=self.root)
+        return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def injected(spark, tmp_path_factory) -> Injected:
+    root = tmp_path_factory.mktemp("own-model")
+    found = Injected(root, _values(root))
+    run_stage("generate", spark, found.config())
+    result = run_stage("inject", spark, found.config())
+    assert result.rows == 20_000 and 0 < result.informative_canaries < result.rows
+    validate(json.loads(strict_json(result)), "inject")
+    manifest = Path(result.output_dir) / "manifest.json"
+    validate(json.loads(manifest.read_text(encoding="utf-8")), schema_for(str(manifest)))
+    return found
+
+
+def test_the_export_holds_the_data_with_injected_labels_and_nothing_that_separates_canaries(spark, injected,
+                                                                                          tmp_path):
+    config = injected.config()
+    data = pd.read_parquet(Path(config.parquet_path) / "day=1")
+    export = pd.read_parquet(layout.export_path(config))
+    sealed = pd.read_parquet(layout.sealed_path(config))
+    assert list(export.columns) == list(spark.read.parquet(config.parquet_path).columns)  # the data's columns only
+    merged = export.merge(data.drop(columns="label"), on="row_id", suffixes=("", "_data"))
+    assert len(merged) == len(export) == len(data) == len(sealed)  # every row of the day, each a canary
+    for column in data.columns.drop(["row_id", "label"]):
+        pd.testing.assert_series_equal(merged[column], merged[f"{column}_data"], check_names=False)
+    check = export.merge(sealed, on="row_id", suffixes=("", "_true"))
+    assert (check["label_true"].to_numpy() == data.set_index("row_id").loc[check["row_id"], "label"].to_numpy()).all()
+    expected = np.where(check["hidden_bit"] == 1, check["counterfactual_label"], check["label_true"])
+    assert (check["label"].to_numpy() == expected).all()  # y^b: y1 where b = 1, y0 elsewhere
+    assert 0.01 < (check["counterfactual_label"] != check["label_true"]).mean() < 0.5  # informative: y1 != y0
+    other = config_from_dict(_values(tmp_path, seed=2))  # other coins: the same rows in the same files and order
+    run_stage("generate", spark, other)
+    run_stage("inject", spark, other)
+    assert _rows_per_file(layout.export_path(other)) == _rows_per_file(layout.export_path(config))
+    labels = pd.read_parquet(layout.export_path(other)).set_index("row_id")["label"]
+    assert (labels.loc[export["row_id"]].to_numpy() != export["label"].to_numpy()).any()
+
+
+def _rows_per_file(folder: str) -> list[list[int]]:
+    parts = sorted(Path(folder).glob("part-*.parquet"), key=lambda path: path.name.split("-")[1])
+    return [pd.read_parquet(part)["row_id"].tolist() for part in parts]
+
+
+def test_an_honest_mechanism_certifies_below_its_claim_and_its_predictions_table_gives_the_same_bound(spark,
+                                                                                                      injected):
+    predictions = injected.root / "honest.parquet"
+    uri = injected.train("--epsilon", "1", "--predictions", str(predictions))
+    by_model = run_stage("audit", spark, injected.config(model_uri=uri, claimed_epsilon=1.0))
+    headline = by_model.headline
+    assert headline.claimed_epsilon == 1.0 and not headline.is_finding
+    assert 0.0 < headline.eps_lb <= 1.0  # RR at eps = 1 on a memorizing model: a strong valid audit, below its claim
+    assert f"model {uri}" in headline.text()
+    by_table = run_stage("audit", spark, injected.config(predictions_path=str(predictions), claimed_epsilon=1.0))
+    assert by_table.headline.eps_lb == pytest.approx(headline.eps_lb, abs=1e-12)
+    assert by_table.summary.canaries == by_model.summary.canaries == headline.informative_canaries
+
+
+def test_a_model_that_never_saw_the_injected_labels_certifies_nothing(spark, injected):
+    config = injected.config()
+    truth = injected.root / "truth.parquet"
+    pd.read_parquet(Path(config.parquet_path) / "day=1", columns=["row_id", "label"]).to_parquet(truth)
+    uri = injected.train("--epsilon", "inf", "--true-labels", str(truth))
+    result = run_stage("audit", spark, injected.config(model_uri=uri))
+    assert result.headline.eps_lb == 0.0  # the coins are independent of everything it trained on
+
+
+def test_a_broken_mechanism_is_a_finding_and_fails_the_gate_with_code_3(injected):
+    uri = injected.train("--epsilon", "1", "--flip-epsilon", "8")
+    conf = conf_file(injected.root / "gate.yaml", injected.values)
+    done = subprocess.run([str(LIA_SPARK), "audit", "--conf", str(conf), f"audit.model_uri={uri}",
+                           "audit.claimed_epsilon=1", "audit.fail_on_finding=true"], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert "FINDING" in done.stdout.splitlines()[-1] and f"model {uri}" in done.stdout
+    assert "exit code 3" in done.stderr
+    summary = json.loads((injected.root / "out" / "audit" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["headline"]["is_finding"] and summary["headline"]["eps_lb"] > 1.0
+
+
+def test_missing_predictions_are_refused_naming_the_field(spark, injected):
+    config = injected.config()
+    sealed = pd.read_parquet(layout.sealed_path(config), columns=["row_id"])
+    partial = injected.root / "partial.parquet"
+    pd.DataFrame({"row_id": sealed["row_id"].iloc[1:], "prediction": 0.5}).to_parquet(partial)
+    with pytest.raises(ValueError, match=r"^audit.predictions_path: no prediction .* for 1 of 20000 canaries"):
+        run_stage("audit", spark, injected.config(predictions_path=str(partial)))
+    labels = injected.root / "labels.parquet"
+    pd.DataFrame({"row_id": sealed["row_id"], "prediction": 1.0}).to_parquet(labels)
+    with pytest.raises(ValueError, match=r"^audit.predictions_path: every prediction is 0 or 1"):
+        run_stage("audit", spark, injected.config(predictions_path=str(labels)))
+
+
+def test_the_notebook_exports_trains_its_example_and_audits(injected):
+    conf = conf_file(injected.root / "notebook.yaml", injected.values)
+    output = run_notebook("04_audit_own_model.py", {"LIA_CONF": str(conf), "LIA_CLAIMED_EPSILON": "2"}, injected.root).stdout
+    assert "exported to" in output and "model: runs:/" in output
+    assert "at claimed eps = 2" in output and "summary.json" in output
