@@ -101,6 +101,8 @@ INVALID = [
     ("audit.shadows=-2", "audit.shadows", "-2"),
     ("audit.baseline=reference", "audit.baseline", "reference"),
     ("audit.bounds=[binomial, renyi]", "audit.bounds", "renyi"),
+    ("audit.claimed_epsilon=1", "audit.claimed_epsilon", "states the claim of a target this project did not train"),
+    ("audit.fail_on_finding=maybe", "audit.fail_on_finding", "'maybe'"),
     ("synthetic.click_rate=1.2", "synthetic.click_rate", "1.2"),
     ("synthetic.rows_per_day=0", "synthetic.rows_per_day", "0"),
     ("synthetic.days=25", "synthetic.days", "25"),
@@ -192,3 +194,23 @@ def test_one_capability_table_decides_the_config_and_the_audit_table(library, ex
         assert skipped == {name: unsupported(name, library=library, execution=execution, game=game)
                            for name in config.table.mechanisms
                            if unsupported(name, library=library, execution=execution, game=game)}
+
+
+@pytest.mark.parametrize("overrides, field, shown", [
+    (["audit.model_uri=runs:/r/model", "audit.predictions_path=/p"], "audit.predictions_path", "not both"),
+    (["audit.model_uri=runs:/r/model", "audit.canary_path=/c"], "audit.canary_path", "must be empty"),
+    (["audit.predictions_path=/p", "audit.attack=membership"], "audit.attack", "membership"),
+    (["audit.model_uri=runs:/r/model", "audit.claimed_epsilon=-1"], "audit.claimed_epsilon", "-1"),
+    (["audit.model_uri=runs:/r/model", "audit.claimed_epsilon=some"], "audit.claimed_epsilon", "some"),
+    (["audit.predictions_path=/p/*.parquet"], "audit.predictions_path", "*"),
+])
+def test_a_model_of_your_own_is_given_one_way_under_the_injected_design(overrides, field, shown):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(field)}: .*{re.escape(shown)}"):
+        load_config(None, overrides)
+
+
+@pytest.mark.parametrize("text, claim", [("none", math.nan), ("1", 1.0), ("0.5", 0.5), ("inf", math.inf),
+                                         (".inf", math.inf), ("1e-2", 0.01)])
+def test_the_claimed_epsilon_of_a_model_of_your_own(text, claim):
+    stated = load_config(None, ["audit.model_uri=runs:/r/model", f"audit.claimed_epsilon={text}"]).audit.stated_claim
+    assert (math.isnan(stated) and math.isnan(claim)) or stated == claim

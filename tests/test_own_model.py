@@ -106,15 +106,31 @@ def test_an_honest_mechanism_certifies_below_its_claim_and_its_predictions_table
     by_table = run_stage("audit", spark, injected.config(predictions_path=str(predictions), claimed_epsilon=1.0))
     assert by_table.headline.eps_lb == pytest.approx(headline.eps_lb, abs=1e-12)
     assert by_table.summary.canaries == by_model.summary.canaries == headline.informative_canaries
+    import mlflow
+
+    mlflow.set_tracking_uri(injected.config().tracking.tracking_uri)
+    version = mlflow.register_model(uri, "own-click").version
+    client = mlflow.MlflowClient()
+    client.set_registered_model_alias("own-click", "champion", version)
+    by_alias = run_stage("audit", spark, injected.config(model_uri="models:/own-click@champion", claimed_epsilon=1.0))
+    assert f"model models:/own-click/{version}" in by_alias.headline.text()  # pinned to the version it named
+    assert by_alias.headline.eps_lb == pytest.approx(headline.eps_lb, abs=1e-12)
+    marker = json.loads((Path(by_alias.output_path) / "_LIA_COMPLETE").read_text(encoding="utf-8"))
+    assert marker["lia_fingerprint"]["parameters"]["audit.model_version"] == f"models:/own-click/{version}"
 
 
-def test_a_model_that_never_saw_the_injected_labels_certifies_nothing(spark, injected):
+def test_a_model_that_never_saw_the_injected_labels_certifies_nothing_and_plays_the_observational_game(spark,
+                                                                                                         injected):
     config = injected.config()
     truth = injected.root / "truth.parquet"
     pd.read_parquet(Path(config.parquet_path) / "day=1", columns=["row_id", "label"]).to_parquet(truth)
     uri = injected.train("--epsilon", "inf", "--true-labels", str(truth))
     result = run_stage("audit", spark, injected.config(model_uri=uri))
     assert result.headline.eps_lb == 0.0  # the coins are independent of everything it trained on
+    observed = run_stage("audit", spark, injected.config(model_uri=uri, design="observational", repetitions=5))
+    headline = observed.headline  # the observational game on its true labels: valid at the proxy's measured error
+    assert headline.design == "observational" and f"model {uri}" in headline.text()
+    assert 0 < headline.measured_tau < 1 and headline.canaries == 20_000 and not headline.assumption
 
 
 def test_a_broken_mechanism_is_a_finding_and_fails_the_gate_with_code_3(injected):
@@ -148,3 +164,17 @@ def test_the_notebook_exports_trains_its_example_and_audits(injected):
     output = run_notebook("04_audit_own_model.py", {"LIA_CONF": str(conf), "LIA_CLAIMED_EPSILON": "2"}, injected.root).stdout
     assert "exported to" in output and "model: runs:/" in output
     assert "at claimed eps = 2" in output and "summary.json" in output
+
+
+def test_an_audit_of_a_model_of_your_own_without_its_injection_names_the_command_that_writes_it(spark, tmp_path):
+    from lia_spark.engine.runtime.pipeline import run_pipeline
+
+    values = {**_values(tmp_path), "tracking": {"enabled": False}}
+    config = config_from_dict({**values, "run": {**values["run"], "stages": ["audit"]},
+                               "audit": {"predictions_path": str(tmp_path / "predictions")}})
+    with pytest.raises(ValueError, match=r"reads the canaries table but .*inject/sealed is missing or incomplete; "
+                                         r"run `lia-spark inject` first or set run.output_dir"):
+        run_pipeline(spark, config)
+    with pytest.raises(ValueError, match=r"^run.output_dir: the audit stage reads the canaries table, but "
+                                         r".*inject/sealed does not exist; run `lia-spark inject` first, or set "):
+        run_stage("audit", spark, config)

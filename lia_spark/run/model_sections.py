@@ -263,10 +263,10 @@ class AuditConfig:
         if own and self.canary_path:
             fail("audit.canary_path", self.canary_path, "must be empty with audit.model_uri or "
                  "audit.predictions_path: the audit builds the canary table from the inject stage's sealed table")
-        if own and self.game != names.INJECTED:
-            fail("audit.design", self.design if self.attack == names.LABEL_INFERENCE else self.attack,
-                 "a model trained outside lia_spark is audited with audit.design=injected and "
-                 "audit.attack=label_inference (the inject stage's coins; docs/usage.md, \"Audit your own model\")")
+        if own and self.attack != names.LABEL_INFERENCE:
+            fail("audit.attack", self.attack, "a model trained outside lia_spark is audited by label inference "
+                 "(audit.design=injected on the inject stage's coins, or observational; docs/usage.md, \"Audit your "
+                 "own model\")")
         if not math.isnan(claim) and not self.given_target:
             fail("audit.claimed_epsilon", self.claimed_epsilon, "states the claim of a target this project did not "
                  "train (with audit.model_uri, audit.predictions_path or audit.canary_path); the train stage's target "

@@ -1,7 +1,8 @@
 """The canary table of a model trained outside lia_spark on the inject stage's export (docs/math.md §5.9): the sealed
 table (row_id, label = y0, counterfactual_label = y1, hidden_bit = b, proxy_prediction) with the model's prediction
 of every canary as ``target_prediction``, from audit.model_uri (scored on the executors from the export's rows) or
-audit.predictions_path (a table made elsewhere). Nothing proportional to the canaries reaches the driver: the checks
+audit.predictions_path (a table made elsewhere). Under audit.design=observational the model trained on the same rows'
+true labels and the game reads y0 alone (§5.10). Nothing proportional to the canaries reaches the driver: the checks
 are aggregations.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pyspark.sql import functions as F
 
 from lia_spark.engine.runtime.stage import Resolved
 from lia_spark.engine.spark.session import describe_jobs
-from lia_spark.names import LABEL, ROW_ID, TARGET_PREDICTION
+from lia_spark.names import LABEL, OBSERVATIONAL, PROXY_PREDICTION, ROW_ID, TARGET_PREDICTION
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.tracking.model_scoring import local_model_folder, model_input_names, model_udf, pinned_model_uri
@@ -115,8 +116,12 @@ def _check_predictions(canaries: DataFrame, sealed_rows: int, field: str, value:
 
 def own_model_canaries(spark: SparkSession, config: Config, pinned_uri: str) -> DataFrame:
     """The sealed table with the model's ``target_prediction`` of each canary, checked (:func:`_check_predictions`)
-    and persisted for the audit's passes (the model scores each row once): the caller unpersists it."""
+    and persisted for the audit's passes (the model scores each row once): the caller unpersists it. Under
+    audit.design=observational (a model trained on the exported rows' true labels) without y1 and b, so the game's
+    label is y0."""
     sealed = spark.read.parquet(layout.sealed_path(config))
+    if config.audit.design == OBSERVATIONAL:  # a model trained on the true labels y0: the coins play no part
+        sealed = sealed.select(ROW_ID, LABEL, PROXY_PREDICTION)
     if config.audit.model_uri:
         field, value, predictions = "audit.model_uri", pinned_uri, _model_predictions(spark, config, pinned_uri)
     else:

@@ -137,12 +137,12 @@ class GameCounts:
     proxy_error: dict[str, float] | None = None  # observational on the twin: :func:`proxy_error`
 
 
-def truth_table(spark: SparkSession, config: Config, canaries: DataFrame | None) -> DataFrame | None:
-    """The twin's true P(y=1|x) (``<out>/truth``: row_id, eta) for this project's canary table, or None: a canaries
-    frame or audit.canary_path (rows of another table), data.source=criteo, or no truth table."""
+def truth_table(spark: SparkSession, config: Config, *, data_rows: bool) -> DataFrame | None:
+    """The twin's true P(y=1|x) (``<out>/truth``: row_id, eta) for canaries that are rows of the data table
+    (``data_rows``: the train stage's or the inject stage's), or None: audit.canary_path (rows of another table),
+    data.source=criteo, or no truth table."""
     path = layout.output_path(config, layout.TRUTH)
-    if canaries is not None or config.audit.canary_path or config.data.source != "synthetic" \
-            or not path_exists(spark, path):
+    if not data_rows or config.audit.canary_path or config.data.source != "synthetic" or not path_exists(spark, path):
         return None
     return spark.read.parquet(path).select(ROW_ID, "eta")
 
@@ -173,7 +173,8 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
     one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated with
     audit.recalibrate; injected: m = the informative canaries, R = 1; observational on the twin also the proxy's
     measured error (:func:`proxy_error`)."""
-    truth = truth_table(spark, config, canaries) if config.audit.design == names.OBSERVATIONAL else None
+    data_rows = canaries is None or own_model(config)
+    truth = truth_table(spark, config, data_rows=data_rows) if config.audit.design == names.OBSERVATIONAL else None
     if canaries is None:
         describe_jobs(spark, "audit: read canaries")
         canaries = spark.read.parquet(canary_path(config))
@@ -202,8 +203,9 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
 
 def reference_counts(spark: SparkSession, config: Config) -> GameCounts | None:
     """The observational counts of the label-blind reference (the canary table's reference_prediction, same games
-    as the target's), or None when the table has no reference (a given model without one, the injected design)."""
-    if config.audit.design != names.OBSERVATIONAL:
+    as the target's), or None when the table has no reference (a given model without one, a model of your own, the
+    injected design)."""
+    if config.audit.design != names.OBSERVATIONAL or own_model(config):
         return None
     table = spark.read.parquet(canary_path(config))
     if REFERENCE_PREDICTION not in table.columns or table.where(F.col(REFERENCE_PREDICTION).isNotNull()).limit(1).count() == 0:
@@ -242,8 +244,7 @@ def _inputs(config: Config) -> tuple[Input, ...]:
     a = config.audit
     if not own_model(config):
         return (Input("canaries", audited_path, "audit.canary_path", lambda c: "" if c.audit.canary_path else "train"),)
-    field = "audit.model_uri" if a.model_uri else "audit.predictions_path"
-    sealed = Input("canaries", audited_path, field, lambda c: "inject")
+    sealed = Input("canaries", audited_path, "run.output_dir", lambda c: "inject")  # where `lia-spark inject` ran
     if not a.predictions_path:
         return (sealed,)
     return sealed, Input("predictions", lambda c: c.audit.predictions_path, "audit.predictions_path", lambda c: "")

@@ -152,8 +152,10 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
             if not item.required or producer in selected:
                 continue
             if producer and not committed(spark, path):
+                fix = (f"add '{producer}' to run.stages" if producer in PIPELINE_STAGES
+                       else f"run `lia-spark {producer}` first")
                 raise ValueError(f"run.stages: {list(config.run.stages)} reads the {item.role} table but {path} is "
-                                 f"missing or incomplete; add '{producer}' to run.stages or set {item.field}")
+                                 f"missing or incomplete; {fix} or set {item.field}")
             if not producer and not path_exists(spark, path):
                 raise ValueError(f"{item.field}: no such table, got {path!r}; set it to an existing table")
         stage.upfront(spark, config)
