@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -14,17 +14,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lia_spark.cli.main import main
 from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.run import layout
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.json_output import strict_json
 from lia_spark.run.schemas import schema_for, validate
-from pipeline_support import REPO, conf_file, run_notebook
+from pipeline_support import conf_file, run_notebook
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
 TRAINER = Path(__file__).resolve().parent / "own_trainer.py"
-LIA_SPARK = Path(sys.executable).parent / "lia-spark"
 
 
 def _values(root: Path, seed: int = 1) -> dict:
@@ -133,17 +133,20 @@ def test_a_model_that_never_saw_the_injected_labels_certifies_nothing_and_plays_
     assert 0 < headline.measured_tau < 1 and headline.canaries == 20_000 and not headline.assumption
 
 
-def test_a_broken_mechanism_is_a_finding_and_fails_the_gate_with_code_3(injected):
+def test_a_broken_mechanism_is_a_finding_and_fails_the_gate_with_code_3(spark, injected, capsys, caplog):
     uri = injected.train("--epsilon", "1", "--flip-epsilon", "8")
     conf = conf_file(injected.root / "gate.yaml", injected.values)
-    done = subprocess.run([str(LIA_SPARK), "audit", "--conf", str(conf), f"audit.model_uri={uri}",
-                           "audit.claimed_epsilon=1", "audit.fail_on_finding=true"], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
-    assert done.returncode == 3, done.stderr[-3000:]
-    assert "FINDING" in done.stdout.splitlines()[-1] and f"model {uri}" in done.stdout
-    assert "exit code 3" in done.stderr
+    code = main(["audit", "--conf", str(conf), f"audit.model_uri={uri}", "audit.claimed_epsilon=1",
+                 "audit.fail_on_finding=true"])
+    shown = capsys.readouterr()
+    assert code == 3, shown.err[-3000:]
+    assert "FINDING" in shown.out.splitlines()[-1] and f"model {uri}" in shown.out
+    assert "exit code 3" in shown.err
     summary = json.loads((injected.root / "out" / "audit" / "summary.json").read_text(encoding="utf-8"))
     assert summary["headline"]["is_finding"] and summary["headline"]["eps_lb"] > 1.0
+    caplog.set_level(logging.INFO, logger="lia_spark")
+    assert main(["audit", "--conf", str(conf), f"audit.model_uri={uri}", "audit.claimed_epsilon=1"]) == 0
+    assert "audit: reusing" in caplog.text  # the gate is not part of the audit's fingerprint
 
 
 def test_missing_predictions_are_refused_naming_the_field(spark, injected):

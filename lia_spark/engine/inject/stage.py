@@ -1,7 +1,8 @@
 """Inject stage: the injected design's training set for a trainer outside this project (docs/math.md §5.9).
 
 The proxy M' is fitted on models.proxy_day (true labels, as the train stage fits it) and scores the target day's
-rows (models.target_day, its seeded sample of models.sample_rows_per_day) on the executors. Every one of those
+rows (models.target_day: on the in-memory path its seeded sample of models.sample_rows_per_day, as the train stage's
+target; on the distributed path the whole day) on the executors. Every one of those
 rows is a canary: it gets a counterfactual label y1 and a fair coin b keyed on (seed, purpose, row id), exactly
 the train stage's draws (:func:`lia_spark.kernels.injected.inject`), and its label becomes y^b. Outputs under
 ``<run.output_dir>/inject``, committed atomically:
@@ -24,12 +25,12 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from lia_spark.engine.models.execution import distributed_proxy
-from lia_spark.engine.models.feature_frames import check_days_present
+from lia_spark.engine.models.feature_frames import check_days_present, read_day
 from lia_spark.engine.models.preparation import fit_proxy, in_memory_rows, sampled_day
 from lia_spark.engine.models.priors import proxy_scores
 from lia_spark.engine.runtime.outputs import reported_path, write_text
@@ -114,14 +115,22 @@ def injected_rows(rows: DataFrame, scores: DataFrame, config: Config) -> DataFra
                                                 flip_share=config.audit.flip_share), schema)
 
 
+def _day_rows(spark: SparkSession, config: Config, day: int) -> tuple[DataFrame, int]:
+    """(the rows of ``day`` the train stage's models read, the day's rows): the in-memory path's seeded sample of
+    models.sample_rows_per_day, the distributed path's whole day."""
+    if config.models.execution == IN_MEMORY:
+        return sampled_day(spark, config, day)
+    rows = read_day(spark, config.parquet_path, day)
+    return rows, rows.count()
+
+
 def _proxy(run: StageRun) -> tuple[Any, Any, dict[str, float], dict[str, float]]:
-    """The proxy of models.execution (in memory on the day's sample, or xgboost.spark): (model, encoding, its test
-    metrics on its own day, seconds)."""
+    """The proxy of models.execution, as the train stage fits it (in memory on the day's sample, or xgboost.spark on
+    the whole day): (model, encoding, its test metrics on its own day, seconds)."""
     spark, config = run.spark, run.config
     if config.models.execution == IN_MEMORY:
         return fit_proxy(spark, config, in_memory_rows(spark, config, config.models.proxy_day))
-    rows = sampled_day(spark, config, config.models.proxy_day)[0]
-    model, spec, seconds = distributed_proxy(spark, config, rows)
+    model, spec, seconds = distributed_proxy(spark, config, _day_rows(spark, config, config.models.proxy_day)[0])
     return model, spec, {}, {"fit_proxy": seconds}
 
 
@@ -131,7 +140,7 @@ def _inject(run: StageRun) -> InjectResult:
     spark, config = run.spark, run.config
     m = config.models
     proxy, spec, proxy_metrics, seconds = _proxy(run)
-    rows, total = sampled_day(spark, config, m.target_day)
+    rows, total = _day_rows(spark, config, m.target_day)
     started = time.monotonic()
     with proxy_scores(spark, config, proxy, spec, rows) as scores:
         drawn = injected_rows(rows, scores, config).persist(StorageLevel.MEMORY_AND_DISK)
@@ -163,7 +172,7 @@ def _inject(run: StageRun) -> InjectResult:
     return result
 
 
-def _days_present(spark: Any, config: Config) -> None:
+def _days_present(spark: SparkSession, config: Config) -> None:
     check_days_present(spark, config, ("models.proxy_day", "models.target_day"))
 
 
