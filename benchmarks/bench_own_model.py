@@ -13,8 +13,8 @@ importing lia_spark), then audits by ``audit.predictions_path``:
 
 Throughput (``--throughput-rows``): the rows/s of the audit's scoring (``mlflow.pyfunc.spark_udf`` over the export,
 Spark's noop sink) against the model's in-process predict on the same rows and cores (the export read by pandas, the
-pyfunc loaded once, in a subprocess), and the Python driver's peak memory after the audit, at each size (sizes
-ascending: the peak only grows).
+pyfunc loaded once, in a subprocess), and the peak memory of the Python driver of `lia-spark audit` in its own
+process, at each size.
 
     nice -n 10 .venv/bin/python benchmarks/bench_own_model.py --repetitions 20 --throughput-rows 200000 1000000 \
         --render
@@ -26,7 +26,6 @@ import json
 import logging
 import math
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
+from lia_spark.cli.main import config_yaml  # noqa: E402
 from lia_spark.engine.runtime.registry import run_stage  # noqa: E402
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.run import layout  # noqa: E402
@@ -110,9 +110,19 @@ print(len(frame) / (time.perf_counter() - started))
 """
 
 
+AUDIT_PEAK = """
+import re, sys
+from lia_spark.cli.main import main
+assert main(["audit", "--conf", sys.argv[1], f"audit.model_uri={sys.argv[2]}"]) == 0
+with open("/proc/self/status", encoding="ascii") as status:  # VmHWM: this program's peak (ru_maxrss would carry the
+    print(int(re.search(r"VmHWM:\\s+(\\d+) kB", status.read())[1]) / 1024)  # forking parent's over exec)
+"""
+
+
 def throughput(spark, root: Path, *, rows: int) -> dict:
     """Rows/s of the audit's spark_udf scoring and of the model's in-process predict on the same rows (in a
-    subprocess, so the driver never holds the rows), and the driver's peak memory after the audit of a model."""
+    subprocess, so the driver never holds the rows), and the peak memory of the Python driver of `lia-spark audit
+    audit.model_uri=...` run in its own process (the JVM's is capped by spark.driver.memory)."""
     from lia_spark.tracking.model_scoring import model_udf
     from pyspark.sql import functions as F
 
@@ -126,38 +136,48 @@ def throughput(spark, root: Path, *, rows: int) -> dict:
     started = time.perf_counter()
     export.select(udf(F.struct(*columns)).alias("p")).write.format("noop").mode("overwrite").save()
     spark_seconds = time.perf_counter() - started
-    audited = run_stage("audit", spark, _config(root, seed=1, rows=rows, audit={"model_uri": uri}))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    conf = root / "audit.yaml"
+    conf.write_text(config_yaml(config), encoding="utf-8")
+    audit = subprocess.run([sys.executable, "-c", AUDIT_PEAK, str(conf), uri], capture_output=True, text=True,
+                           check=True, cwd=root)
+    peak = float(audit.stdout.strip().splitlines()[-1])
+    audited = json.loads((root / "out" / "results" / "audit.json").read_text(encoding="utf-8"))
     local = subprocess.run([sys.executable, "-c", LOCAL_PREDICT, config.tracking.tracking_uri, uri,
                             layout.export_path(config)], capture_output=True, text=True, check=True, cwd=root)
     local_rate = float(local.stdout.strip().splitlines()[-1])
     return {"rows": rows, "spark_rows_per_s": rows / spark_seconds, "local_rows_per_s": local_rate,
-            "ratio": rows / spark_seconds / local_rate, "audit_seconds": audited.seconds,
+            "ratio": rows / spark_seconds / local_rate, "audit_seconds": audited["seconds"],
             "driver_peak_rss_mib": peak}
 
 
 def render(found: dict, epsilon: float) -> str:
     reps = found["repetitions"]
-    lines = ["## Auditing a model trained outside lia_spark (`lia-spark inject`, `audit.model_uri`)", "",
-             f"`benchmarks/bench_own_model.py`: {len(reps)} repetitions, each on a fresh twin of "
-             f"{found['rows']:,} rows per day (seed = repetition), injected by `lia-spark inject`, trained by "
-             "`tests/own_trainer.py` (plain xgboost, depth 10, 60 trees, its own randomized response; never imports "
-             f"lia_spark) and audited by `audit.predictions_path` (95%, binomial, the default scores and sweep, the "
-             f"proxy as baseline). Claimed eps = {epsilon:g}.", "",
-             "| target | mean eps_lb | std | min | max | share > 0 | FINDINGs |", "|---|---|---|---|---|---|---|"]
-    for kind in KINDS:
-        values = np.array([rep[kind]["eps_lb"] for rep in reps])
-        findings = sum(rep[kind]["finding"] for rep in reps)
-        lines.append(f"| {kind} | {values.mean():.3f} | {values.std(ddof=1) if len(values) > 1 else 0:.3f} | "
-                     f"{values.min():.3f} | {values.max():.3f} | {np.mean(values > 0):.0%} | {findings}/{len(reps)} |")
-    informative = np.array([rep["informative"] for rep in reps])
-    lines += ["", f"Informative canaries (y1 != y0) per export: mean {informative.mean():,.0f} of {found['rows']:,} "
-              "rows. `lia_spark` is the train stage's own RR target with the trainer's boosting settings (its proxy "
-              "too, so its y1 draws differ), audited against the proxy alone; its canaries are the 80% training "
-              f"split: mean m = {np.mean([rep['lia_spark']['informative'] for rep in reps]):,.0f} informative "
-              "canaries."]
+    lines = ["## Auditing a model trained outside lia_spark (`lia-spark inject`, `audit.model_uri`)", ""]
+    if reps:
+        lines += [f"`benchmarks/bench_own_model.py`: {len(reps)} repetitions, each on a fresh twin of "
+                  f"{found['rows']:,} rows per day (seed = repetition), injected by `lia-spark inject`, trained by "
+                  "`tests/own_trainer.py` (plain xgboost, depth 10, 60 trees, its own randomized response; never "
+                  "imports lia_spark) and audited by `audit.predictions_path` (95%, binomial, the default scores and "
+                  f"sweep, the proxy as baseline). Claimed eps = {epsilon:g}.", "",
+                  "| target | mean eps_lb | std | min | max | share > 0 | FINDINGs |", "|---|---|---|---|---|---|---|"]
+        for kind in KINDS:
+            values = np.array([rep[kind]["eps_lb"] for rep in reps])
+            findings = sum(rep[kind]["finding"] for rep in reps)
+            spread = values.std(ddof=1) if len(values) > 1 else 0.0
+            lines.append(f"| {kind} | {values.mean():.3f} | {spread:.3f} | {values.min():.3f} | {values.max():.3f} | "
+                         f"{np.mean(values > 0):.0%} | {findings}/{len(reps)} |")
+        informative = np.array([rep["informative"] for rep in reps])
+        own_informative = np.mean([rep["lia_spark"]["informative"] for rep in reps])
+        lines += ["", f"Informative canaries (y1 != y0) per export: mean {informative.mean():,.0f} of "
+                  f"{found['rows']:,} rows. `lia_spark` is the train stage's own RR target with the trainer's boosting "
+                  "settings (its proxy too, so its y1 draws differ), audited against the proxy alone; its canaries "
+                  f"are the 80% training split: mean m = {own_informative:,.0f} informative canaries."]
     if found.get("throughput"):
-        lines += ["", "| canaries | spark_udf rows/s | in-process predict rows/s | ratio (Spark / in-process) | "
+        lines += ["", "Scoring: `mlflow.pyfunc.spark_udf` over the export (2 Spark tasks, the model loaded once per "
+                  "Python worker) against the pyfunc's own predict on the same rows in one process (xgboost on every "
+                  "core); the driver's peak RSS is that of the Python process running `lia-spark audit "
+                  "audit.model_uri=...` (nothing proportional to the canaries reaches it).", "",
+                  "| canaries | spark_udf rows/s | in-process predict rows/s | ratio (Spark / in-process) | "
                   "audit seconds | driver peak RSS MiB |", "|---|---|---|---|---|---|"]
         for item in found["throughput"]:
             lines.append(f"| {item['rows']:,} | {item['spark_rows_per_s']:,.0f} | {item['local_rows_per_s']:,.0f} | "
