@@ -17,8 +17,10 @@ pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
 # The child: the CLI's pipeline over Connect, then, on the same Connect session, the errors it prints for the
 # train stage with models.execution=distributed (xgboost.spark needs a SparkContext) and for an output folder
-# given as a URI (only the server could reach it).
+# given as a URI (only the server could reach it), then the audit of a model of your own (inject, the team's
+# trainer, audit.model_uri scored by mlflow's spark_udf over Connect).
 CHILD = """
+import subprocess
 import sys
 from lia_spark.cli.main import main
 from lia_spark.run.config import load_config
@@ -38,6 +40,14 @@ try:
     check_writable(spark, "s3a://bucket/lia")
 except ValueError as error:
     print("uri:", error)
+own = load_config(sys.argv[1])
+injected = run_stage("inject", spark, own)
+trained = subprocess.run([sys.executable, sys.argv[2], injected.export_path, "--tracking-uri",
+                          own.tracking.tracking_uri, "--epsilon", "1", "--flip-epsilon", "8"],
+                         capture_output=True, text=True, check=True)
+uri = trained.stdout.strip().splitlines()[-1]
+audited = run_stage("audit", spark, load_config(sys.argv[1], [f"audit.model_uri={uri}", "audit.claimed_epsilon=1"]))
+print("own model:", audited.headline.text())
 sys.exit(code)
 """
 
@@ -64,12 +74,14 @@ def test_pipeline_over_spark_connect_matches_the_classic_run(run, tmp_path):
                          tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
     env = {**os.environ, "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON, "SPARK_LOCAL_IP": "127.0.0.1",
            "MPLBACKEND": "Agg", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    completed = subprocess.run([PYTHON, "-c", CHILD, str(conf)], env=env, cwd=tmp_path, capture_output=True,
-                               text=True, timeout=840)
+    completed = subprocess.run([PYTHON, "-c", CHILD, str(conf), str(REPO / "tests" / "own_trainer.py")], env=env,
+                               cwd=tmp_path, capture_output=True, text=True, timeout=840)
     assert completed.returncode == 0, completed.stderr[-4000:]
     assert "distributed: models.execution: distributed (xgboost.spark) needs a classic Spark session" in \
         completed.stdout, completed.stdout[-2000:]
     assert "uri: run.output_dir: over Spark Connect" in completed.stdout and "/Volumes/" in completed.stdout
+    own = next(line for line in completed.stdout.splitlines() if line.startswith("own model: "))
+    assert "its own mechanism (model runs:/" in own and "FINDING" in own, own  # a broken RR, scored over Connect
 
     connect = json.loads(Path(out / "results" / "pipeline.json").read_text(encoding="utf-8"))
     classic = json.loads(strict_json(run.result).replace(run.config.run.output_dir, str(out)))
