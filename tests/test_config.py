@@ -203,6 +203,7 @@ def test_one_capability_table_decides_the_config_and_the_audit_table(library, ex
     (["audit.model_uri=runs:/r/model", "audit.claimed_epsilon=-1"], "audit.claimed_epsilon", "-1"),
     (["audit.model_uri=runs:/r/model", "audit.claimed_epsilon=some"], "audit.claimed_epsilon", "some"),
     (["audit.predictions_path=/p/*.parquet"], "audit.predictions_path", "*"),
+    (["audit.model_uri=runs:/r/model", "audit.fail_on_finding=true"], "audit.fail_on_finding", "claimed_epsilon"),
 ])
 def test_a_model_of_your_own_is_given_one_way_under_the_injected_design(overrides, field, shown):
     with pytest.raises(ConfigError, match=rf"^{re.escape(field)}: .*{re.escape(shown)}"):

@@ -160,6 +160,12 @@ def test_missing_predictions_are_refused_naming_the_field(spark, injected):
     pd.DataFrame({"row_id": sealed["row_id"], "prediction": 1.0}).to_parquet(labels)
     with pytest.raises(ValueError, match=r"^audit.predictions_path: every prediction is 0 or 1"):
         run_stage("audit", spark, injected.config(predictions_path=str(labels)))
+    proxy = pd.read_parquet(layout.sealed_path(config), columns=["row_id", "proxy_prediction"])
+    inverted = injected.root / "inverted.parquet"
+    pd.DataFrame({"row_id": proxy["row_id"], "prediction": 1.0 - proxy["proxy_prediction"]}).to_parquet(inverted)
+    with pytest.raises(ValueError, match=r"^audit.predictions_path: the predictions fall as the proxy's P\(y = 1\) "
+                                         r"rises \(correlation -1.00"):
+        run_stage("audit", spark, injected.config(predictions_path=str(inverted)))
 
 
 def test_the_notebook_exports_trains_its_example_and_audits(injected):

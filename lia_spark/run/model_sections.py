@@ -271,4 +271,7 @@ class AuditConfig:
             fail("audit.claimed_epsilon", self.claimed_epsilon, "states the claim of a target this project did not "
                  "train (with audit.model_uri, audit.predictions_path or audit.canary_path); the train stage's target "
                  "states its own (models.training_mechanism, models.epsilon)")
+        if self.fail_on_finding and self.given_target and math.isnan(claim):
+            fail("audit.fail_on_finding", self.fail_on_finding, f"needs the claim a finding exceeds: set "
+                 f"audit.claimed_epsilon for the target of {self.given_target}")
         fail_glob("audit.predictions_path", self.predictions_path)

@@ -24,6 +24,7 @@ from lia_spark.tracking.store import resolve_tracking_uri
 logger = logging.getLogger(__name__)
 
 PREDICTION = "prediction"  # the column of an audit.predictions_path table
+AGAINST_THE_PROXY = -0.1  # predictions correlated below this with the proxy's P(y = 1) are refused as P(y = 0)
 PROBABILITY_FIX = ("a model's predictions must be P(y = 1), one number in [0, 1] per row (e.g. a pyfunc returning "
                    "predict_proba(X)[:, 1])")
 
@@ -85,8 +86,10 @@ def _given_predictions(spark: SparkSession, config: Config) -> DataFrame:
 
 
 def _check_predictions(canaries: DataFrame, sealed_rows: int, field: str, value: str) -> None:
-    """One aggregation over the joined canaries: every canary has exactly one finite prediction in [0, 1], and they
-    are not all 0 or 1 (class labels).
+    """One aggregation over the joined canaries: every canary has exactly one finite prediction in [0, 1], they are
+    not all 0 or 1 (class labels), and they do not run against the proxy's P(y = 1) (correlation below
+    :data:`AGAINST_THE_PROXY`: a model returning P(y = 0), e.g. the first column of predict_proba, which a pyfunc
+    with a two-column output gives spark_udf; its bound would be a valid but meaningless 0).
 
     Raises:
         ValueError: naming ``field``, how many canaries fail and how.
@@ -97,7 +100,8 @@ def _check_predictions(canaries: DataFrame, sealed_rows: int, field: str, value:
         F.count(F.lit(1)).alias("rows"),
         F.sum((~number).cast("long")).alias("missing"), F.min(prediction).alias("low"),
         F.max(prediction).alias("high"),
-        F.sum((number & (prediction > 0) & (prediction < 1)).cast("long")).alias("soft")).first()
+        F.sum((number & (prediction > 0) & (prediction < 1)).cast("long")).alias("soft"),
+        F.corr(prediction, F.col(PROXY_PREDICTION)).alias("agreement")).first()
     rows = int(found["rows"])
     if rows > sealed_rows:
         raise ValueError(f"{field}: {rows - sealed_rows} predictions repeat a canary's {ROW_ID} (one per exported "
@@ -112,6 +116,10 @@ def _check_predictions(canaries: DataFrame, sealed_rows: int, field: str, value:
     if not found["soft"]:
         raise ValueError(f"{field}: every prediction is 0 or 1 (class labels, not probabilities), got {value!r}; "
                          f"{PROBABILITY_FIX}")
+    if found["agreement"] is not None and found["agreement"] < AGAINST_THE_PROXY:
+        raise ValueError(f"{field}: the predictions fall as the proxy's P(y = 1) rises (correlation "
+                         f"{found['agreement']:.2f} over the canaries): P(y = 0), the first column of predict_proba?, "
+                         f"got {value!r}; {PROBABILITY_FIX}")
 
 
 def own_model_canaries(spark: SparkSession, config: Config, pinned_uri: str) -> DataFrame:

@@ -42,6 +42,7 @@ from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, IN_MEMORY, LABEL,
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.json_output import strict_json
+from lia_spark.run.sections import RunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -68,21 +69,6 @@ class InjectResult(StageResult):
     def informative_share(self) -> float:
         """The share of exported rows whose counterfactual differs from the true label."""
         return self.informative_canaries / self.rows if self.rows else 0.0
-
-    def metrics(self) -> dict[str, float]:
-        """Row counts, the informative share, the proxy's test metrics and the timings."""
-        return {"inject_rows": float(self.rows), "inject_informative_canaries": float(self.informative_canaries),
-                "inject_informative_share": self.informative_share,
-                **{f"{name}_test_proxy": value for name, value in self.proxy_metrics.items()},
-                **{f"seconds_{name}": value for name, value in self.seconds.items()}}
-
-    def artifacts(self) -> list[str]:
-        """The manifest (the tables hold per-row labels: they stay in the output folder)."""
-        return [layout.under(self.output_dir, layout.INJECT_MANIFEST)]
-
-    def row_data(self) -> list[str]:
-        """The export (per-row labels; logged only with tracking.log_row_data). The sealed table never is."""
-        return [self.export_path]
 
     def console_summary(self) -> str:
         """Where the export is and what to do next."""
@@ -139,6 +125,10 @@ def _inject(run: StageRun) -> InjectResult:
     the manifest into ``run.staging``."""
     spark, config = run.spark, run.config
     m = config.models
+    if config.run.seed == RunConfig().seed:
+        logger.warning("inject: run.seed is the default %d, printed in lia-spark's own defaults: anyone holding the "
+                       "export can recompute its coins from the row ids; set a secret run.seed and keep it from the "
+                       "trainer", config.run.seed)
     proxy, spec, proxy_metrics, seconds = _proxy(run)
     rows, total = _day_rows(spark, config, m.target_day)
     started = time.monotonic()

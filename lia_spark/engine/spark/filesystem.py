@@ -256,8 +256,12 @@ class LocalFiles:
         return [Entry(item.name, item.path, item.stat().st_size, item.is_dir()) for item in os.scandir(local)]
 
     def list_files(self, path: str) -> list[tuple[str, int, int]]:
-        """(name relative to ``path``, size, modification time in ms) of every file below folder ``path``."""
+        """(name relative to ``path``, size, modification time in ms) of every file below folder ``path`` (of
+        ``path`` itself, name "", when it is a file)."""
         root = self._local(path).rstrip("/")
+        if os.path.isfile(root):
+            status = os.stat(root)
+            return [("", status.st_size, int(status.st_mtime * 1000))]
         files = []
         for folder, _, names in os.walk(root):
             for name in names:
