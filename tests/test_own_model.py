@@ -170,7 +170,8 @@ def test_missing_predictions_are_refused_naming_the_field(spark, injected):
 
 def test_the_notebook_exports_trains_its_example_and_audits(injected):
     conf = conf_file(injected.root / "notebook.yaml", injected.values)
-    output = run_notebook("04_audit_own_model.py", {"LIA_CONF": str(conf), "LIA_CLAIMED_EPSILON": "2"}, injected.root).stdout
+    output = run_notebook("04_audit_own_model.py", {"LIA_CONF": str(conf), "LIA_CLAIMED_EPSILON": "2"},
+                          injected.root).stdout
     assert "exported to" in output and "model: runs:/" in output
     assert "at claimed eps = 2" in output and "summary.json" in output
 

@@ -177,8 +177,9 @@ def _interrupted(name: str, error: BaseException) -> int:
 
 def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     """Run command ``name`` (:data:`COMMAND_NAMES`) holding the output folder's run lock: exit code 0 on success, 2
-    on a usage error, 1 on a failed stage, 3 on a FINDING with audit.fail_on_finding (:func:`finding_exit`), 130 / 143 when Ctrl-C / SIGTERM stops it (Spark's jobs cancelled, the
-    staging folder and the lock removed, finished stages kept); a failure ends as one line on stderr
+    on a usage error, 1 on a failed stage, 3 on a FINDING with audit.fail_on_finding (:func:`finding_exit`), 130 /
+    143 when Ctrl-C / SIGTERM stops it (Spark's jobs cancelled, the staging folder and the lock removed, finished
+    stages kept); a failure ends as one line on stderr
     (:func:`lia_spark.run.failures.failure_line`), its traceback goes to the log."""
     configure_logging()
     received_signals.clear()

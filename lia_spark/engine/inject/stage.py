@@ -17,26 +17,22 @@ the train stage's draws (:func:`lia_spark.kernels.injected.inject`), and its lab
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
-import pandas as pd
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, StructField, StructType
 
-from lia_spark.engine.models.execution import distributed_proxy
+from lia_spark.engine.models.execution import distributed_proxy, injected_frame
 from lia_spark.engine.models.feature_frames import check_days_present, read_day
 from lia_spark.engine.models.preparation import fit_proxy, in_memory_rows, sampled_day
 from lia_spark.engine.models.priors import proxy_scores
 from lia_spark.engine.runtime.outputs import reported_path, write_text
 from lia_spark.engine.runtime.stage import Input, Stage, StageResult, StageRun
 from lia_spark.engine.spark.session import describe_jobs
-from lia_spark.kernels import injected
 from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, IN_MEMORY, LABEL, PROXY_PREDICTION, ROW_ID,
                              TRUE_LABEL)
 from lia_spark.run import layout
@@ -45,8 +41,6 @@ from lia_spark.run.json_output import strict_json
 from lia_spark.run.sections import RunConfig
 
 logger = logging.getLogger(__name__)
-
-SEALED_COLUMNS = (ROW_ID, LABEL, COUNTERFACTUAL_LABEL, HIDDEN_BIT, PROXY_PREDICTION)
 
 
 @dataclasses.dataclass
@@ -77,36 +71,12 @@ class InjectResult(StageResult):
                 "`lia-spark audit audit.model_uri=<its MLflow URI>` (or audit.predictions_path=<row_id, prediction>)")
 
 
-def _injected_batches(frames: Iterator[pd.DataFrame], *, seed: int, counterfactual: str,
-                      flip_share: float) -> Iterator[pd.DataFrame]:
-    """mapInPandas body: every row a canary; the label becomes y^b, the true label moves to ``true_label``, beside
-    y1 and b (:func:`lia_spark.kernels.injected.inject`)."""
-    for frame in frames:
-        drawn = injected.inject(frame[ROW_ID].to_numpy(np.int64), frame[LABEL].to_numpy(np.int8),
-                                frame[PROXY_PREDICTION].to_numpy(np.float64), np.ones(len(frame), dtype=bool),
-                                seed=seed, counterfactual=counterfactual, flip_share=flip_share)
-        yield frame.assign(**{TRUE_LABEL: frame[LABEL].astype(np.int32), LABEL: drawn.training.astype(np.int32),
-                              COUNTERFACTUAL_LABEL: drawn.counterfactual_label.astype(np.int32),
-                              HIDDEN_BIT: drawn.hidden_bit.astype(np.int32)})
-
-
-def injected_rows(rows: DataFrame, scores: DataFrame, config: Config) -> DataFrame:
-    """``rows`` (the data table's columns) with the proxy's prediction, the label replaced by y^b, the true label in
-    ``true_label``, and y1 and b, drawn on the executors."""
-    scored = rows.join(scores, ROW_ID)
-    schema = StructType(scored.schema.fields + [StructField(name, IntegerType(), False)
-                                                for name in (TRUE_LABEL, COUNTERFACTUAL_LABEL, HIDDEN_BIT)])
-    return scored.mapInPandas(functools.partial(_injected_batches, seed=config.run.seed,
-                                                counterfactual=config.audit.counterfactual,
-                                                flip_share=config.audit.flip_share), schema)
-
-
-def _day_rows(spark: SparkSession, config: Config, day: int) -> tuple[DataFrame, int]:
-    """(the rows of ``day`` the train stage's models read, the day's rows): the in-memory path's seeded sample of
-    models.sample_rows_per_day, the distributed path's whole day."""
+def _target_rows(spark: SparkSession, config: Config) -> tuple[DataFrame, int]:
+    """(the rows of models.target_day the train stage's target reads, the day's rows): the in-memory path's seeded
+    sample of models.sample_rows_per_day, the distributed path's whole day."""
     if config.models.execution == IN_MEMORY:
-        return sampled_day(spark, config, day)
-    rows = read_day(spark, config.parquet_path, day)
+        return sampled_day(spark, config, config.models.target_day)
+    rows = read_day(spark, config.parquet_path, config.models.target_day)
     return rows, rows.count()
 
 
@@ -116,7 +86,8 @@ def _proxy(run: StageRun) -> tuple[Any, Any, dict[str, float], dict[str, float]]
     spark, config = run.spark, run.config
     if config.models.execution == IN_MEMORY:
         return fit_proxy(spark, config, in_memory_rows(spark, config, config.models.proxy_day))
-    model, spec, seconds = distributed_proxy(spark, config, _day_rows(spark, config, config.models.proxy_day)[0])
+    proxy_day = read_day(spark, config.parquet_path, config.models.proxy_day)
+    model, spec, seconds = distributed_proxy(spark, config, proxy_day)
     return model, spec, {}, {"fit_proxy": seconds}
 
 
@@ -130,10 +101,11 @@ def _inject(run: StageRun) -> InjectResult:
                        "export can recompute its coins from the row ids; set a secret run.seed and keep it from the "
                        "trainer", config.run.seed)
     proxy, spec, proxy_metrics, seconds = _proxy(run)
-    rows, total = _day_rows(spark, config, m.target_day)
+    rows, total = _target_rows(spark, config)
     started = time.monotonic()
     with proxy_scores(spark, config, proxy, spec, rows) as scores:
-        drawn = injected_rows(rows, scores, config).persist(StorageLevel.MEMORY_AND_DISK)
+        drawn = injected_frame(rows.join(scores, ROW_ID), config, canaries=lambda part: np.ones(len(part), dtype=bool))
+        drawn = drawn.persist(StorageLevel.MEMORY_AND_DISK)  # every row a canary; two writes read it
         try:
             describe_jobs(spark, "inject: write the export")
             drawn.select(*rows.columns).write.parquet(run.under(layout.EXPORT))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -285,7 +285,7 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
               .join(proxy_on_target.select(ROW_ID, LABEL, SPLIT, PROXY_PREDICTION), ROW_ID)
               .withColumn("is_valid", F.col(SPLIT) == 1))
     no_injection = (F.lit(None).cast("int").alias(column) for column in names.INJECTED_COLUMNS)
-    target = (_injected_frame(target, config) if injects(config)
+    target = (injected_frame(target, config) if injects(config)
               else target.select("*", F.col(LABEL).alias(TRUE_LABEL), *no_injection)).cache()
     fit_target = bag_target if label_mechanism(m.training_mechanism).bag_release else label_target
     fitted = fit_target(spark, config, target, columns)
@@ -310,10 +310,16 @@ def distributed_proxy(spark: SparkSession, config: Config, proxy_rows: DataFrame
     return SparkModel.fitted(booster.fit(frame.where(fitted_rows()))), spec, time.monotonic() - started
 
 
-def _injected_frame(frame: DataFrame, config: Config) -> DataFrame:
-    """``frame`` (row_id, label, split, proxy_prediction, ...) with the true label moved to ``true_label``, the label
-    column holding y^b on the training rows (:func:`lia_spark.kernels.injected.inject`, on the executors; the mechanisms
-    then read it as they read any label), and the canaries' y1 and b."""
+def training_split(part: pd.DataFrame) -> np.ndarray:
+    """The canaries of a batch of the train stage's target day: its training rows."""
+    return part[SPLIT].to_numpy() == training.SPLIT_TRAIN
+
+
+def injected_frame(frame: DataFrame, config: Config, *,
+                   canaries: Callable[[pd.DataFrame], np.ndarray] = training_split) -> DataFrame:
+    """``frame`` (row_id, label, proxy_prediction, ...) with the true label moved to ``true_label``, the label column
+    holding y^b on the rows ``canaries`` selects in each batch (:func:`lia_spark.kernels.injected.inject`, on the
+    executors; the mechanisms then read it as they read any label), and the canaries' y1 and b (null elsewhere)."""
     a = config.audit
     schema = StructType(frame.schema.fields + [StructField(TRUE_LABEL, IntegerType())]
                         + [StructField(name, IntegerType()) for name in names.INJECTED_COLUMNS])
@@ -322,7 +328,7 @@ def _injected_frame(frame: DataFrame, config: Config) -> DataFrame:
         for part in frames:
             labels = injected.inject(part[ROW_ID].to_numpy(np.int64), part[LABEL].to_numpy(np.int8),
                                      part[PROXY_PREDICTION].to_numpy(np.float64),
-                                     part[SPLIT].to_numpy() == training.SPLIT_TRAIN, seed=config.run.seed,
+                                     canaries(part), seed=config.run.seed,
                                      counterfactual=a.counterfactual, flip_share=a.flip_share)
             yield part.assign(**{TRUE_LABEL: part[LABEL].astype(np.int32), LABEL: labels.training.astype(np.int32),
                                  COUNTERFACTUAL_LABEL: _nullable(labels.counterfactual_label),

@@ -93,13 +93,14 @@ def proxy_scores(spark: SparkSession, config: Config, proxy: Any, spec: features
 
     The features are built on the executors with the proxy's own encoding ``spec``
     (:func:`lia_spark.engine.models.preparation.model_features`, as for its training); an in-memory proxy
-    (:class:`lia_spark.kernels.training.FittedModel`, xgboost or catboost) is pickled once, shipped (broadcast on classic
-    sessions; released when the block ends) and predicts in ``mapInPandas`` (exactly
-    :meth:`~lia_spark.kernels.training.FittedModel.predict`); a fitted xgboost.spark model (models.execution=distributed)
-    scores by its own ``transform``."""
+    (:class:`lia_spark.kernels.training.FittedModel`, xgboost or catboost) is pickled once, shipped (broadcast on
+    classic sessions; released when the block ends) and predicts in ``mapInPandas`` (exactly
+    :meth:`~lia_spark.kernels.training.FittedModel.predict`); a fitted xgboost.spark model
+    (models.execution=distributed) scores by its own ``transform``."""
     frame = model_features(rows, spec, config)
     if not isinstance(proxy, training.FittedModel):
-        yield predicted(proxy, frame, PROXY_PRIOR).select(F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double"))
+        scored = predicted(proxy, frame, PROXY_PRIOR)
+        yield scored.select(F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double"))
         return
     columns = tuple(spec.feature_columns)
     with shipped(spark, pickle.dumps(proxy)) as model:
@@ -119,7 +120,8 @@ def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: fe
     if config.models.proxy_day in days:
         logger.warning("train: mechanisms.days includes models.proxy_day %d: the proxy's priors of that day's rows "
                        "predict its own training rows (an overfit prior)", config.models.proxy_day)
-    with proxy_scores(spark, config, proxy, spec, feature_frames.read_days(spark, config.parquet_path, days)) as scores:
+    rows = feature_frames.read_days(spark, config.parquet_path, days)
+    with proxy_scores(spark, config, proxy, spec, rows) as scores:
         scores.write.parquet(path)
     written = spark.read.parquet(path).count()  # from the Parquet footers
     logger.info("train: proxy priors of %d rows of days %s written to %s", written, list(days), path)

@@ -1,6 +1,6 @@
-"""The commands of ``lia-spark`` and ``jobs/``: every stage of :mod:`lia_spark.engine.runtime.registry` by its name, and the
-``inject`` (a stage outside the pipeline), and the commands built on them (``pipeline``, ``track``, ``audit-table``, ``logloss-attack``). Each is
-``function(spark, config) -> result``.
+"""The commands of ``lia-spark`` and ``jobs/``: every pipeline stage of :mod:`lia_spark.engine.runtime.registry` by
+its name, ``inject`` (a stage outside the pipeline), and the commands built on them (``pipeline``, ``track``,
+``audit-table``, ``logloss-attack``). Each is ``function(spark, config) -> result``.
 """
 from __future__ import annotations
 
