@@ -3,9 +3,11 @@ lia_spark. It reads the inject stage's export, releases the labels by its own ra
 probability 1 / (1 + e^eps)), fits plain xgboost on the export's columns, logs the model to MLflow as a pyfunc that
 returns P(y = 1), and prints the model's URI. ``--flip-epsilon`` lets a broken implementation flip less than its
 claim allows; ``--true-labels`` trains on labels it reads elsewhere (a model that never saw the injected ones);
-``--predictions`` also writes (row_id, prediction) of every exported row as Parquet.
+``--predictions`` also writes (row_id, prediction) of every exported row as Parquet; ``--tsv`` reads the export's
+Criteo day file instead (audit.export_tsv: no row ids, categoricals as hex strings, which the model takes as they
+come: its signature says so).
 
-    python tests/own_trainer.py EXPORT --tracking-uri URI --epsilon 1 [--flip-epsilon 8] [--seed 7]
+    python tests/own_trainer.py EXPORT --tracking-uri URI --epsilon 1 [--flip-epsilon 8] [--seed 7] [--tsv]
 """
 from __future__ import annotations
 
@@ -18,6 +20,15 @@ import pandas as pd
 import xgboost
 
 LABEL = "label"
+INTEGERS = [f"I{j}" for j in range(1, 14)]
+CATEGORICALS = [f"C{j}" for j in range(1, 27)]
+
+
+def numeric(rows: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The feature columns as floats: hex strings (a Criteo file's categoricals) as their integer value."""
+    return pd.DataFrame({column: (rows[column].map(lambda token: int(token, 16), na_action="ignore")
+                                  if rows[column].dtype == object or pd.api.types.is_string_dtype(rows[column])
+                                  else rows[column]).astype("float64") for column in columns})
 
 
 class ClickModel(mlflow.pyfunc.PythonModel):
@@ -27,8 +38,13 @@ class ClickModel(mlflow.pyfunc.PythonModel):
         self.booster, self.columns = booster, columns
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> np.ndarray:
-        matrix = xgboost.DMatrix(model_input[self.columns].astype("float64"), missing=np.nan)
-        return self.booster.predict(matrix)
+        return self.booster.predict(xgboost.DMatrix(numeric(model_input, self.columns), missing=np.nan))
+
+
+def read_criteo_day(path: str) -> pd.DataFrame:
+    """A Criteo day file as its reader would load it: integers as floats (NaN when empty), categoricals as strings."""
+    return pd.read_csv(path, sep="\t", header=None, names=[LABEL, *INTEGERS, *CATEGORICALS],
+                       dtype={**{column: "float64" for column in INTEGERS}, **{column: object for column in CATEGORICALS}})
 
 
 def randomized_response(labels: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
@@ -46,9 +62,13 @@ def main() -> None:
     parser.add_argument("--true-labels", help="Parquet of (row_id, label): train on these instead of the export's")
     parser.add_argument("--predictions", help="also write (row_id, prediction) of every exported row here")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--tsv", help="train on this Criteo day file of the export instead (its lines in row_id order)")
     args = parser.parse_args()
 
-    rows = pd.read_parquet(args.export).sort_values("row_id", kind="stable").reset_index(drop=True)
+    if args.tsv:
+        rows = read_criteo_day(args.tsv)
+    else:
+        rows = pd.read_parquet(args.export).sort_values("row_id", kind="stable").reset_index(drop=True)
     if args.true_labels:
         truth = pd.read_parquet(args.true_labels)[["row_id", LABEL]]
         rows = rows.drop(columns=LABEL).merge(truth, on="row_id", how="left")
@@ -57,14 +77,15 @@ def main() -> None:
     released = randomized_response(rows[LABEL].to_numpy(np.int64), args.flip_epsilon or args.epsilon, rng)
     booster = xgboost.train({"objective": "binary:logistic", "max_depth": 10, "eta": 0.3, "nthread": 2,
                              "seed": args.seed},
-                            xgboost.DMatrix(rows[columns].astype("float64"), label=released, missing=np.nan),
+                            xgboost.DMatrix(numeric(rows, columns), label=released, missing=np.nan),
                             num_boost_round=60)
     mlflow.set_tracking_uri(args.tracking_uri)
     mlflow.set_experiment("own-trainer")
     model = ClickModel(booster, columns)
     with mlflow.start_run() as run:
         mlflow.log_param("claimed_epsilon", args.epsilon)
-        mlflow.pyfunc.log_model(name="model", python_model=model)
+        signature = mlflow.models.infer_signature(rows[columns]) if args.tsv else None
+        mlflow.pyfunc.log_model(name="model", python_model=model, signature=signature)
     if args.predictions:
         pd.DataFrame({"row_id": rows["row_id"], "prediction": model.predict(None, rows)}).to_parquet(args.predictions)
     print(f"runs:/{run.info.run_id}/model")

@@ -15,6 +15,7 @@ from lia_spark.run.config import Config, config_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+OWN_TRAINER = REPO / "tests" / "own_trainer.py"  # a privacy team's trainer that never imports lia_spark
 EXPERIMENT = "lia-spark-tests"
 
 

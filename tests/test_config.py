@@ -103,6 +103,7 @@ INVALID = [
     ("audit.bounds=[binomial, renyi]", "audit.bounds", "renyi"),
     ("audit.claimed_epsilon=1", "audit.claimed_epsilon", "states the claim of a target this project did not train"),
     ("audit.fail_on_finding=maybe", "audit.fail_on_finding", "'maybe'"),
+    ("audit.export_gzip=true", "audit.export_gzip", "set audit.export_tsv=true too"),
     ("synthetic.click_rate=1.2", "synthetic.click_rate", "1.2"),
     ("synthetic.rows_per_day=0", "synthetic.rows_per_day", "0"),
     ("synthetic.days=25", "synthetic.days", "25"),

@@ -157,3 +157,31 @@ def test_decoded_size_check_against_real_gzip_trailers():
     assert not criteo.decoded_size_matches(12, line_bytes=3, lines=1)  # lines lost after the first
     assert criteo.decoded_size_matches(0, line_bytes=0, lines=0)
     assert not criteo.decoded_size_matches(4, line_bytes=0, lines=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=1, max_value=40), st.integers(min_value=0, max_value=2**32 - 1))
+def test_formatted_lines_parse_back_to_the_same_values(rows, seed):
+    """format_lines is the exact inverse of parse_lines: every value (the int64 extremes, 32-bit hashes 0 and
+    2^32 - 1, missing fields) comes back, and each line matches the reference formatting."""
+    rng = np.random.default_rng(seed)
+    label = rng.integers(0, 2, rows).astype(np.int32)
+    extremes = np.array([-2**63, 2**63 - 1, 0, -1], dtype=np.int64)
+    ints = np.where(rng.random((rows, 13)) < 0.2, rng.choice(extremes, (rows, 13)),
+                    rng.integers(-2**63, 2**63 - 1, (rows, 13), dtype=np.int64, endpoint=True))
+    cats = rng.choice(np.array([0, 2**32 - 1], np.int64), (rows, 26))
+    cats = np.where(rng.random((rows, 26)) < 0.5, rng.integers(0, 2**32, (rows, 26), dtype=np.int64), cats)
+    int_missing, cat_missing = rng.random((rows, 13)) < 0.3, rng.random((rows, 26)) < 0.3
+    values = {**{name: ints[:, j] for j, name in enumerate(criteo.INT_COLUMNS)},
+              **{name: cats[:, j] for j, name in enumerate(criteo.CAT_COLUMNS)}}
+    missing = {**{name: int_missing[:, j] for j, name in enumerate(criteo.INT_COLUMNS)},
+               **{name: cat_missing[:, j] for j, name in enumerate(criteo.CAT_COLUMNS)}}
+    lines = criteo.format_lines(label, values, missing)
+    expected = ["\t".join([str(label[i])] + ["" if int_missing[i, j] else str(ints[i, j]) for j in range(13)]
+                          + ["" if cat_missing[i, j] else f"{cats[i, j]:08x}" for j in range(26)]) for i in range(rows)]
+    assert lines.to_pylist() == expected
+    parsed = criteo.parse_lines(lines)
+    assert parsed.valid.all() and (parsed.label == label).all()
+    assert (parsed.int_missing == int_missing).all() and (parsed.cat_missing == cat_missing).all()
+    assert (parsed.ints[~int_missing] == ints[~int_missing]).all()
+    assert (parsed.cats[~cat_missing] == cats[~cat_missing]).all()

@@ -4,27 +4,29 @@ to MLflow, and the audit scores it on the executors against the sealed coins."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from lia_spark.cli.main import main
 from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.kernels import criteo
 from lia_spark.run import layout
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.json_output import strict_json
 from lia_spark.run.schemas import schema_for, validate
-from pipeline_support import conf_file, run_notebook
+from pipeline_support import OWN_TRAINER, conf_file, run_notebook
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
-
-TRAINER = Path(__file__).resolve().parent / "own_trainer.py"
 
 
 def _values(root: Path, seed: int = 1) -> dict:
@@ -32,6 +34,7 @@ def _values(root: Path, seed: int = 1) -> dict:
             "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},
             "synthetic": {"rows_per_day": 20_000, "days": 2},
             "models": {"n_estimators": 10, "early_stopping_rounds": 0, "hash_buckets": 1024},
+            "audit": {"export_tsv": True, "export_gzip": True},
             "tracking": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "own"}}
 
 
@@ -41,12 +44,12 @@ class Injected:
     values: dict
 
     def config(self, **audit):
-        return config_from_dict({**self.values, "audit": audit})
+        return config_from_dict({**self.values, "audit": {**self.values["audit"], **audit}})
 
     def train(self, *arguments: str) -> str:
         """Run the team's trainer on the export; the model's URI."""
         config = self.config()
-        done = subprocess.run([sys.executable, str(TRAINER), layout.export_path(config), "--tracking-uri",
+        done = subprocess.run([sys.executable, str(OWN_TRAINER), layout.export_path(config), "--tracking-uri",
                                config.tracking.tracking_uri, *arguments], capture_output=True, text=True,
                               check=True, cwd=self.root)
         return done.stdout.strip().splitlines()[-1]
@@ -59,6 +62,7 @@ def injected(spark, tmp_path_factory) -> Injected:
     run_stage("generate", spark, found.config())
     result = run_stage("inject", spark, found.config())
     assert result.rows == 20_000 and 0 < result.informative_canaries < result.rows
+    assert result.tsv_path.endswith("/inject/criteo/day_1.gz")
     validate(json.loads(strict_json(result)), "inject")
     manifest = Path(result.output_dir) / "manifest.json"
     validate(json.loads(manifest.read_text(encoding="utf-8")), schema_for(str(manifest)))
@@ -81,6 +85,17 @@ def test_the_export_holds_the_data_with_injected_labels_and_nothing_that_separat
     expected = np.where(check["hidden_bit"] == 1, check["counterfactual_label"], check["label_true"])
     assert (check["label"].to_numpy() == expected).all()  # y^b: y1 where b = 1, y0 elsewhere
     assert 0.01 < (check["counterfactual_label"] != check["label_true"]).mean() < 0.5  # informative: y1 != y0
+    with gzip.open(Path(config.run.output_dir) / "inject" / "criteo" / "day_1.gz", "rb") as day_file:
+        lines = day_file.read().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == len(export) + 1  # one LF-ended line per exported row
+    parsed = criteo.parse_lines(pa.array(lines[:-1]))  # in row_id order, each the row's values and injected label
+    ordered = export.sort_values("row_id")
+    assert parsed.valid.all() and (parsed.label == ordered["label"].to_numpy()).all()
+    features = ordered[list(criteo.FEATURE_COLUMNS)]
+    missing = np.concatenate([parsed.int_missing, parsed.cat_missing], axis=1)
+    assert (missing == features.isna().to_numpy()).all()
+    values = np.concatenate([parsed.ints, parsed.cats], axis=1)
+    assert (values[~missing] == features.fillna(0).to_numpy(np.int64)[~missing]).all()
     other = config_from_dict(_values(tmp_path, seed=2))  # other coins: the same rows in the same files and order
     run_stage("generate", spark, other)
     run_stage("inject", spark, other)
@@ -134,7 +149,8 @@ def test_a_model_that_never_saw_the_injected_labels_certifies_nothing_and_plays_
 
 
 def test_a_broken_mechanism_is_a_finding_and_fails_the_gate_with_code_3(spark, injected, capsys, caplog):
-    uri = injected.train("--epsilon", "1", "--flip-epsilon", "8")
+    tsv = Path(injected.config().run.output_dir) / "inject" / "criteo" / "day_1.gz"  # hex strings, as the file says
+    uri = injected.train("--epsilon", "1", "--flip-epsilon", "8", "--tsv", str(tsv))
     conf = conf_file(injected.root / "gate.yaml", injected.values)
     code = main(["audit", "--conf", str(conf), f"audit.model_uri={uri}", "audit.claimed_epsilon=1",
                  "audit.fail_on_finding=true"])
@@ -166,6 +182,25 @@ def test_missing_predictions_are_refused_naming_the_field(spark, injected):
     with pytest.raises(ValueError, match=r"^audit.predictions_path: the predictions fall as the proxy's P\(y = 1\) "
                                          r"rises \(correlation -1.00"):
         run_stage("audit", spark, injected.config(predictions_path=str(inverted)))
+
+
+def test_a_model_or_table_older_than_the_export_is_refused(spark, injected):
+    """A model logged before the export was written cannot have trained on its labels (its bound would be a
+    meaningless 0): both ways in are refused, naming the field and the times."""
+    uri = injected.train("--epsilon", "1")
+    predictions = injected.root / "older.parquet"
+    sealed = pd.read_parquet(layout.sealed_path(injected.config()), columns=["row_id"])
+    pd.DataFrame({"row_id": sealed["row_id"], "prediction": 0.5}).to_parquet(predictions)
+    marker = Path(injected.config().run.output_dir) / "inject" / "_LIA_COMPLETE"
+    written = marker.stat()
+    os.utime(marker, (written.st_atime, written.st_mtime + 3600))  # as if inject wrote a new export an hour later
+    try:
+        for field, value in (("model_uri", uri), ("predictions_path", str(predictions))):
+            with pytest.raises(ValueError, match=rf"^audit.{field}: (logged|written) at .* before the export it is "
+                                                 r"audited on was written .* train again on the current export"):
+                run_stage("audit", spark, injected.config(**{field: value}))
+    finally:
+        os.utime(marker, (written.st_atime, written.st_mtime))
 
 
 def test_the_notebook_exports_trains_its_example_and_audits(injected):

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lia_spark.run.json_output import strict_json
-from pipeline_support import PYTHON, REPO, tiny_run
+from pipeline_support import OWN_TRAINER, PYTHON, REPO, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -74,7 +74,7 @@ def test_pipeline_over_spark_connect_matches_the_classic_run(run, tmp_path):
                          tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
     env = {**os.environ, "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON, "SPARK_LOCAL_IP": "127.0.0.1",
            "MPLBACKEND": "Agg", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    completed = subprocess.run([PYTHON, "-c", CHILD, str(conf), str(REPO / "tests" / "own_trainer.py")], env=env,
+    completed = subprocess.run([PYTHON, "-c", CHILD, str(conf), str(OWN_TRAINER)], env=env,
                                cwd=tmp_path, capture_output=True, text=True, timeout=840)
     assert completed.returncode == 0, completed.stderr[-4000:]
     assert "distributed: models.execution: distributed (xgboost.spark) needs a classic Spark session" in \

@@ -18,9 +18,11 @@ import pytest
 
 from lia_spark import __version__
 from lia_spark.engine.runtime.pipeline import run_pipeline
+from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.run.config import load_config
 from lia_spark.run.sections import PIPELINE_STAGES
-from pipeline_support import PYTHON, REPO, executor_jvms, python_without_package, tiny_run, write_conf
+from pipeline_support import (OWN_TRAINER, PYTHON, REPO, executor_jvms, python_without_package, tiny_run,
+                              write_conf)
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -43,6 +45,16 @@ def _make(target: str) -> Path:
 @pytest.fixture(scope="module")
 def wheel() -> Path:
     return _make("wheel")
+
+
+@pytest.fixture(scope="module")
+def zip_archive() -> Path:
+    return _make("zip")
+
+
+@pytest.fixture(scope="module")
+def packed_environment() -> Path:
+    return _make("env")  # about a minute: built once for the module
 
 
 @pytest.fixture(scope="module")
@@ -145,10 +157,9 @@ def test_wheel_leaves_a_runtimes_xgboost_and_needs_mlflow_3(requirements):
     assert ">=3.0" in mlflow, mlflow
 
 
-def test_zip_is_the_wheels_files(wheel):
-    archive = _make("zip")
-    assert archive.name == f"lia_spark-{__version__}.zip"
-    assert sorted(zipfile.ZipFile(archive).namelist()) == sorted(zipfile.ZipFile(wheel).namelist())
+def test_zip_is_the_wheels_files(wheel, zip_archive):
+    assert zip_archive.name == f"lia_spark-{__version__}.zip"
+    assert sorted(zipfile.ZipFile(zip_archive).namelist()) == sorted(zipfile.ZipFile(wheel).namelist())
 
 
 def test_an_executor_without_the_package_stops_the_job_in_seconds_naming_the_fix(run, cluster_python, tmp_path):
@@ -230,13 +241,13 @@ def _tracked_runs(tracking_uri: str, parent: str) -> dict[str, str]:
     return {"parent": root.info.status} | {run.info.run_name: run.info.status for run in children}
 
 
-def test_readme_zip_command_on_local_cluster_with_a_remote_output_folder(spark, cluster_python, tmp_path):
+def test_readme_zip_command_on_local_cluster_with_a_remote_output_folder(spark, cluster_python, zip_archive,
+                                                                          tmp_path):
     """README's `make zip; spark-submit --py-files dist/lia_spark-VERSION.zip jobs/pipeline.py ...
     run.output_dir=hdfs:///...`: executor and driver Pythons with every dependency but not lia_spark (it comes from
     the zip, for the driver too), separate executor JVMs, a Hadoop file system that Python cannot open (viewfs
     mounted on a local folder).
     MLflow logs every stage and the models from the zip (FINISHED); the results equal a classic local run's."""
-    archive = _make("zip")
     mounted = tmp_path / "mounted"
     mounted.mkdir()
     tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -245,7 +256,7 @@ def test_readme_zip_command_on_local_cluster_with_a_remote_output_folder(spark, 
     master = "local-cluster[2,1,1024]"
     completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--conf",
                          f"spark.hadoop.fs.viewfs.mounttable.readme.link./lia=file://{mounted}", "--py-files",
-                         str(archive), str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf),
+                         str(zip_archive), str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf),
                          "run.output_dir=viewfs://readme/lia/run1"], tmp_path, python=cluster_python,
                         driver_python=cluster_python)
     result = _result(completed.stdout, {"viewfs://readme/lia": mounted})
@@ -269,12 +280,11 @@ def test_readme_zip_command_on_local_cluster_with_a_remote_output_folder(spark, 
         pd.testing.assert_frame_equal(submitted, local)
 
 
-def test_readme_packed_environment_command_on_local_cluster(spark, cluster_python, tmp_path):
+def test_readme_packed_environment_command_on_local_cluster(spark, packed_environment, tmp_path):
     """README's `make env; PYSPARK_PYTHON=./environment/bin/python spark-submit --archives
     dist/lia_spark-env.tar.gz#environment ...`: each executor unpacks the environment and runs its Python; the
     cluster's own Python (which lacks lia_spark) is not used. Posteriors written by the executors equal a classic
     local run's."""
-    archive = _make("env")
     out = tmp_path / "out"
     conf = write_conf(tmp_path / "conf.yaml", out, "", run={"output_dir": str(out), "stages": ["data", "posteriors"]},
                       synthetic={"rows_per_day": 2000}, tracking={"enabled": False},
@@ -282,7 +292,7 @@ def test_readme_packed_environment_command_on_local_cluster(spark, cluster_pytho
                       mechanisms={"rows_per_bagging_unit": 256})  # 4 bagging units = 4 tasks over 2 executors
     master = "local-cluster[2,1,1024]"
     completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--archives",
-                         f"{archive}#environment", str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)],
+                         f"{packed_environment}#environment", str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)],
                         tmp_path, python="./environment/bin/python")
     probe = [line for line in completed.stderr.splitlines() if "executors: " in line]
     pythons = re.findall(r"(\S+) \(Python [0-9.]+\)", probe[0].split("executors: ", 1)[1].split(" import ")[0])
@@ -298,3 +308,40 @@ def test_readme_packed_environment_command_on_local_cluster(spark, cluster_pytho
                                   pd.read_csv(classic / "posteriors" / "summary.csv"))
     rows = [pd.read_parquet(folder / "posteriors" / "rows") for folder in (out, classic)]
     pd.testing.assert_frame_equal(*[frame.sort_values(list(frame.columns), ignore_index=True) for frame in rows])
+
+
+def test_a_model_of_your_own_with_the_zip_and_the_packed_environment(spark, cluster_python, zip_archive,
+                                                                     packed_environment, tmp_path):
+    """"Audit your own model" under spark-submit: `jobs/inject.py` from the zip, on executors whose Python lacks
+    lia_spark, into a Hadoop path Python cannot open (viewfs); a trainer that never imports lia_spark (a broken
+    randomized response, on the export's Criteo day file); then `jobs/audit.py audit.model_uri=...` from the packed
+    environment (--archives), whose executors score the model: the audit reports a FINDING, the gate exits with
+    code 3, and stdout carries lia-spark's summary only."""
+    mounted = tmp_path / "mounted"
+    mounted.mkdir()
+    tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    conf = write_conf(tmp_path / "conf.yaml", tmp_path / "local", tracking_uri, run={"seed": 11},
+                      data={"parquet_path": str(tmp_path / "data")}, spark={"master": "local[1]"})
+    run_stage("generate", spark, load_config(str(conf), ["tracking.enabled=false"]))
+    mount = ["--conf", "spark.executor.memory=1g", "--conf",
+             f"spark.hadoop.fs.viewfs.mounttable.own.link./lia=file://{mounted}"]
+    output = "run.output_dir=viewfs://own/lia/run"
+    injected = _submit(["--master", "local-cluster[2,1,1024]", *mount, "--py-files", str(zip_archive),
+                        str(REPO / "jobs" / "inject.py"), "--conf", str(conf), output, "audit.export_tsv=true"],
+                       tmp_path, python=cluster_python, driver_python=cluster_python)
+    assert [line for line in injected.stdout.splitlines() if not line.startswith(("inject: ", "MLflow: "))] == []
+    folder = mounted / "run" / "inject"
+    trained = subprocess.run([PYTHON, str(OWN_TRAINER), str(folder / "export"), "--tracking-uri", tracking_uri,
+                              "--epsilon", "1", "--flip-epsilon", "8", "--tsv", str(folder / "criteo" / "day_1")],
+                             capture_output=True, text=True, check=True, cwd=tmp_path)
+    uri = trained.stdout.strip().splitlines()[-1]
+    audited = _submit(["--master", "local-cluster[1,1,1024]", *mount, "--archives",
+                       f"{packed_environment}#environment", str(REPO / "jobs" / "audit.py"), "--conf", str(conf),
+                       output, f"audit.model_uri={uri}", "audit.claimed_epsilon=1", "audit.fail_on_finding=true"],
+                      tmp_path, python="./environment/bin/python", expect=3)
+    lines = audited.stdout.splitlines()
+    assert "FINDING" in lines[-1] and f"model {uri}" in audited.stdout, audited.stdout
+    assert [line for line in lines if not line.startswith(("audit: ", "MLflow: ", "lia-spark audit "))] == [], lines
+    assert "exit code 3" in audited.stderr
+    summary = json.loads((mounted / "run" / "audit" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["headline"]["is_finding"] and summary["headline"]["eps_lb"] > 1.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -217,6 +218,32 @@ def parse_lines(lines: pa.Array) -> ParsedLines:
                 (label, 0), (int_values, 0), (int_missing_rows, True), (cat_values, 0), (cat_missing_rows, True)))
     return ParsedLines(reason=reason, label=label, ints=int_values, int_missing=int_missing_rows, cats=cat_values,
                        cat_missing=cat_missing_rows, line_length=line_length)
+
+
+_HEX_CHARACTERS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_NIBBLE_SHIFTS = np.arange(28, -1, -4, dtype=np.uint32)
+
+
+def _hex_field(values: np.ndarray, missing: np.ndarray) -> pa.Array:
+    """8 lowercase hex characters per present 32-bit value, the empty string where missing (no nulls)."""
+    present = values[~missing].astype(np.uint32)
+    nibbles = (present[:, None] >> _NIBBLE_SHIFTS) & np.uint32(0xF)
+    data = _HEX_CHARACTERS[nibbles].tobytes()
+    offsets = np.zeros(values.size + 1, dtype=np.int32)
+    np.cumsum(np.where(missing, 0, HEX_DIGITS), out=offsets[1:])
+    return pa.StringArray.from_buffers(values.size, pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def format_lines(label: np.ndarray, values: Mapping[str, np.ndarray], missing: Mapping[str, np.ndarray]) -> pa.Array:
+    """Criteo lines (no LF), the inverse of :func:`parse_lines` on valid lines: the label, I1..I13 in decimal,
+    C1..C26 as 8 lowercase hex characters of their 32-bit value, an empty field where ``missing``."""
+    fields = [pc.cast(pa.array(np.asarray(label)), pa.string())]
+    for name in INT_COLUMNS:
+        text = pc.cast(pa.array(np.asarray(values[name], dtype=np.int64)), pa.string())
+        fields.append(pc.if_else(pa.array(np.asarray(missing[name], dtype=bool)), "", text))
+    fields.extend(_hex_field(np.asarray(values[name], dtype=np.int64), np.asarray(missing[name], dtype=bool))
+                  for name in CAT_COLUMNS)
+    return pc.binary_join_element_wise(*fields, "\t")
 
 
 _DAY_FILE = re.compile(r"day_(\d+)(\.gz)?")

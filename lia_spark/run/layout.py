@@ -30,6 +30,7 @@ INJECT = "inject"
 EXPORT = "export"  # inside inject/: the training set handed to the user's trainer
 SEALED = "sealed"  # inside inject/: the canaries' true labels, counterfactuals and coins (never handed out)
 INJECT_MANIFEST = "manifest.json"  # inside inject/
+EXPORT_TSV = "criteo"  # inside inject/: the export as a Criteo day file (audit.export_tsv)
 TABLE_CELLS = "cells"  # inside table/
 
 

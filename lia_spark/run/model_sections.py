@@ -161,6 +161,8 @@ class AuditConfig:
     predictions_path: str = ""  # or its predictions: a table of (row_id, prediction) of the export's rows
     claimed_epsilon: str | float = NOT_STATED  # the claim of a target this project did not train (none: not stated)
     fail_on_finding: bool = False  # true: a FINDING (eps_lb above the claimed eps) exits with code 3
+    export_tsv: bool = False  # inject: also write the export as a Criteo day file (inject/criteo/day_N)
+    export_gzip: bool = False  # inject: gzip that file (day_N.gz)
 
     @property
     def game(self) -> str:
@@ -274,4 +276,7 @@ class AuditConfig:
         if self.fail_on_finding and self.given_target and math.isnan(claim):
             fail("audit.fail_on_finding", self.fail_on_finding, f"needs the claim a finding exceeds: set "
                  f"audit.claimed_epsilon for the target of {self.given_target}")
+        if self.export_gzip and not self.export_tsv:
+            fail("audit.export_gzip", self.export_gzip, "gzips the Criteo day file of audit.export_tsv: set "
+                 "audit.export_tsv=true too")
         fail_glob("audit.predictions_path", self.predictions_path)

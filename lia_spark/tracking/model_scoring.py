@@ -6,6 +6,8 @@ The model's pyfunc must return P(y = 1 | x), one number per row, from a pandas D
 """
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import os
 import re
 from typing import Any
@@ -60,8 +62,18 @@ def pinned_model_uri(model_uri: str, tracking_uri: str) -> str:
     return f"models:/{found['name']}/{version}"
 
 
-def model_input_names(model_uri: str, tracking_uri: str) -> tuple[str, ...] | None:
-    """The input column names of the model's signature, or None when it has no named inputs.
+@dataclasses.dataclass(frozen=True)
+class ModelFacts:
+    """What the audit reads of a model before scoring: its signature's named inputs ({column: MLflow type name
+    ("long", "double", "string", ...)}, None when it names none) and when it was logged (seconds since the epoch,
+    None when its MLmodel file does not say)."""
+
+    inputs: dict[str, str] | None
+    logged_seconds: float | None
+
+
+def model_facts(model_uri: str, tracking_uri: str) -> ModelFacts:
+    """The model's :class:`ModelFacts`, from its MLmodel file.
 
     Raises:
         ModelError: the model cannot be found.
@@ -71,12 +83,19 @@ def model_input_names(model_uri: str, tracking_uri: str) -> tuple[str, ...] | No
 
     mlflow.set_tracking_uri(tracking_uri)
     try:
-        signature = get_model_info(model_uri).signature
+        info = get_model_info(model_uri)
     except Exception as error:  # noqa: BLE001 - MLflow raises its own exception types
         raise _failed(model_uri, error, f"give a runs:/, models:/ or local MLflow model URI known to "
                                         f"{tracking_uri} (tracking.tracking_uri)") from error
-    inputs = signature.inputs if signature is not None else None
-    return tuple(inputs.input_names()) if inputs is not None and inputs.has_input_names() else None
+    inputs = info.signature.inputs if info.signature is not None else None
+    named = (None if inputs is None or not inputs.has_input_names()
+             else {name: getattr(kind, "name", str(kind)) for name, kind in inputs.input_types_dict().items()})
+    created = str(info.utc_time_created or "")
+    try:
+        logged = datetime.datetime.fromisoformat(created).replace(tzinfo=datetime.timezone.utc).timestamp()
+    except ValueError:
+        logged = None
+    return ModelFacts(named, logged)
 
 
 def model_udf(spark: Any, model_uri: str, tracking_uri: str) -> Any:

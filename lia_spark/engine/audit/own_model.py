@@ -7,23 +7,28 @@ are aggregations.
 """
 from __future__ import annotations
 
+import datetime
 import logging
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lia_spark.engine.runtime.outputs import MARKER, path_exists
 from lia_spark.engine.runtime.stage import Resolved
+from lia_spark.engine.spark.filesystem import files_for
 from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.kernels.criteo import CAT_COLUMNS, HEX_DIGITS, TSV_COLUMNS
 from lia_spark.names import LABEL, OBSERVATIONAL, PROXY_PREDICTION, ROW_ID, TARGET_PREDICTION
 from lia_spark.run import layout
 from lia_spark.run.config import Config
-from lia_spark.tracking.model_scoring import local_model_folder, model_input_names, model_udf, pinned_model_uri
+from lia_spark.tracking.model_scoring import local_model_folder, model_facts, model_udf, pinned_model_uri
 from lia_spark.tracking.store import resolve_tracking_uri
 
 logger = logging.getLogger(__name__)
 
 PREDICTION = "prediction"  # the column of an audit.predictions_path table
+CLOCK_SLACK_SECONDS = 300.0  # a model may predate the export it trained on by this much (clocks differ)
 AGAINST_THE_PROXY = -0.1  # predictions correlated below this with the proxy's P(y = 1) are refused as P(y = 0)
 PROBABILITY_FIX = ("a model's predictions must be P(y = 1), one number in [0, 1] per row (e.g. a pyfunc returning "
                    "predict_proba(X)[:, 1])")
@@ -52,30 +57,77 @@ def target_description(config: Config, pinned_uri: str) -> str:
     return f"its own mechanism ({given})"
 
 
+def _utc(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _check_made_after_export(spark: SparkSession, config: Config, made_seconds: float | None, field: str,
+                             value: str, made: str) -> None:
+    """A model logged (or a predictions table written) before the export was committed cannot have trained on its
+    labels: its predictions meet coins it never saw and would certify a valid but meaningless 0. Refused when it
+    predates the export's marker by more than :data:`CLOCK_SLACK_SECONDS` (the trainer's clock and the file system's
+    may differ); a re-run of the inject stage that reuses the export leaves the marker, and so the check, alone.
+
+    Raises:
+        ValueError: naming ``field``, both times and the fix.
+    """
+    marker = layout.under(layout.output_path(config, layout.INJECT), MARKER)
+    if made_seconds is None or not path_exists(spark, marker):
+        return
+    ((_, _, committed_ms),) = files_for(spark, marker).list_files(marker)
+    if made_seconds < committed_ms / 1000 - CLOCK_SLACK_SECONDS:
+        raise ValueError(f"{field}: {made} at {_utc(made_seconds)}, before the export it is audited on was written "
+                         f"({_utc(committed_ms / 1000)}, {layout.export_path(config)}), got {value!r}: it cannot "
+                         "have trained on that export's labels, and its predictions would meet coins it never saw "
+                         "(a meaningless 0); train again on the current export")
+
+
+def _as_signature_type(column: str, kind: str | None) -> Column:
+    """An export column as the model's signature declares it: a Criteo categorical declared ``string`` as its token
+    in the Criteo day file (8 lowercase hex characters, as a trainer reading ``audit.export_tsv``'s file sees it), an
+    integer column declared ``string`` in decimal, one declared ``double``/``float`` as a double (Arrow hands
+    pandas a column with nulls as floats, one without as integers: the cast makes every batch alike); nulls stay
+    null."""
+    value = F.col(column)
+    if kind == "string":
+        text = F.lpad(F.lower(F.hex(value)), HEX_DIGITS, "0") if column in CAT_COLUMNS else value.cast("string")
+        return text.alias(column)
+    if kind in ("double", "float"):
+        return value.cast(kind).alias(column)
+    return value
+
+
 def _model_predictions(spark: SparkSession, config: Config, pinned_uri: str) -> DataFrame:
     """(row_id, target_prediction) of every exported row, scored by the model on the executors from the export's
-    columns without the label (those of the model's signature when it names its inputs)."""
+    columns without the label (those of the model's signature when it names its inputs, in the types it declares)."""
     tracking_uri = resolve_tracking_uri(config.tracking)
     export = spark.read.parquet(layout.export_path(config))
-    named = model_input_names(pinned_uri, tracking_uri)
-    columns = [column for column in export.columns if column != LABEL] if named is None else list(named)
+    facts = model_facts(pinned_uri, tracking_uri)
+    _check_made_after_export(spark, config, facts.logged_seconds, "audit.model_uri", pinned_uri, "logged")
+    declared = facts.inputs
+    columns = [column for column in export.columns if column != LABEL] if declared is None else list(declared)
     missing = sorted(set(columns) - set(export.columns))
     if missing:
         raise ValueError(f"audit.model_uri: the model's signature names inputs the export does not hold "
                          f"({', '.join(missing)}; the export holds {', '.join(export.columns)}), got {pinned_uri!r}; "
-                         "train on the columns of <run.output_dir>/inject/export")
+                         "train on the columns of <run.output_dir>/inject/export (or of its Criteo day file: "
+                         f"{', '.join(TSV_COLUMNS)})")
     if LABEL in columns:
         raise ValueError(f"audit.model_uri: the model's signature takes the label column {LABEL!r} as an input, got "
                          f"{pinned_uri!r}; the audit never hands a model the labels: log it without {LABEL!r}")
     udf = model_udf(spark, pinned_uri, tracking_uri)
     logger.info("audit: scoring the exported rows with %s on the executors (%d input columns)", pinned_uri,
                 len(columns))
-    return export.select(ROW_ID, udf(F.struct(*columns)).alias(TARGET_PREDICTION))
+    inputs = [_as_signature_type(column, (declared or {}).get(column)) for column in columns]
+    return export.select(ROW_ID, udf(F.struct(*inputs)).alias(TARGET_PREDICTION))
 
 
 def _given_predictions(spark: SparkSession, config: Config) -> DataFrame:
     """(row_id, target_prediction) of audit.predictions_path's table."""
     path = config.audit.predictions_path
+    written = [modified for _, _, modified in files_for(spark, path).list_files(path)]
+    _check_made_after_export(spark, config, max(written) / 1000 if written else None, "audit.predictions_path", path,
+                             "written")
     table = spark.read.parquet(path)
     missing = sorted({ROW_ID, PREDICTION} - set(table.columns))
     if missing:

@@ -16,22 +16,19 @@ import dataclasses
 import logging
 import math
 import os
-import re
 import time
 from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark.engine.spark.filesystem import files_for
+from lia_spark.engine.spark.filesystem import files_for, text_parts
 from lia_spark.engine.runtime.outputs import committed_output, delete_path, reusable_output
 from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.engine.runtime.stage import Stage, StageResult, StageRun
-from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL, split_row_id
+from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL, format_lines, split_row_id
 from lia_spark.kernels.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
 from lia_spark.names import DAY, LABEL, ROW_ID
 from lia_spark.run import layout
@@ -42,9 +39,6 @@ logger = logging.getLogger(__name__)
 
 ROWS_PER_PARTITION = 1_000_000
 TRUTH_DDL = f"{ROW_ID} long, {DAY} int, eta double"
-_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-_NIBBLE_SHIFTS = np.arange(28, -1, -4, dtype=np.uint32)
-_PART_INDEX = re.compile(r"^part-(\d+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,26 +119,6 @@ def _storage_frame(rows: TwinRows) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
-def _hex_column(values: np.ndarray, missing: np.ndarray) -> pa.Array:
-    """8 lowercase hex chars per present value, empty string where missing (no nulls)."""
-    present = values[~missing].astype(np.uint32)
-    nibbles = (present[:, None] >> _NIBBLE_SHIFTS) & np.uint32(0xF)
-    data = _HEX_DIGITS[nibbles].tobytes()
-    offsets = np.zeros(values.size + 1, dtype=np.int32)
-    np.cumsum(np.where(missing, 0, 8), out=offsets[1:])
-    return pa.StringArray.from_buffers(values.size, pa.py_buffer(offsets), pa.py_buffer(data))
-
-
-def criteo_lines(rows: TwinRows) -> pa.Array:
-    """Criteo TSV lines (no newline): label, I1..I13 in decimal, C1..C26 as 8 hex chars, '' when missing."""
-    fields = [pc.cast(pa.array(rows.label), pa.string())]
-    for name in INT_COLUMNS:
-        text = pc.cast(pa.array(rows.values[name]), pa.string())
-        fields.append(pc.if_else(pa.array(rows.missing[name]), "", text))
-    fields.extend(_hex_column(rows.values[name], rows.missing[name]) for name in CAT_COLUMNS)
-    return pc.binary_join_element_wise(*fields, "\t")
-
-
 def generated_rows(spark: SparkSession, params: TwinParameters, *, rows_per_day: int, days: int,
                    partitions: int) -> DataFrame:
     """The twin as a DataFrame with the STORAGE_DDL columns, in line order within each partition."""
@@ -163,12 +137,12 @@ def generated_lines(spark: SparkSession, params: TwinParameters, *, rows_per_day
     """The twin as Criteo TSV lines (column ``value``), in line order within each partition."""
     rows_per_day = int(rows_per_day)
 
-    def format_lines(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    def twin_lines(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         for rows in _twin_batches(batches, params, rows_per_day):
-            yield pd.DataFrame({"value": criteo_lines(rows).to_pandas()})
+            yield pd.DataFrame({"value": format_lines(rows.label, rows.values, rows.missing).to_pandas()})
 
     lines = spark.range(0, rows_per_day * days, 1, numPartitions=partitions)
-    return lines.mapInPandas(format_lines, "value string")
+    return lines.mapInPandas(twin_lines, "value string")
 
 
 def truth_from_rows(df: DataFrame, params: TwinParameters) -> DataFrame:
@@ -195,15 +169,13 @@ def concatenate_parts_by_day(spark: SparkSession, parts_folder: str, target_fold
     """
     files = files_for(spark, parts_folder)
     per_day = partitions // days
-    parts: dict[int, list[Any]] = {day: [] for day in range(days)}
-    for entry in files.list_folder(parts_folder):
-        match = _PART_INDEX.match(entry.name)
-        if match:
-            parts[int(match.group(1)) // per_day].append((int(match.group(1)), entry.name, entry.path))
+    parts: dict[int, list[str]] = {day: [] for day in range(days)}
+    for index, path in text_parts(files, parts_folder):
+        parts[index // per_day].append(path)
     written = []
     for day in range(days):
         target = f"{target_folder.rstrip('/')}/day_{day}{suffix}"
-        files.concatenate([path for _, _, path in sorted(parts[day], key=lambda item: item[:2])], target)
+        files.concatenate(parts[day], target)
         written.append(target)
     return written
 

@@ -12,6 +12,8 @@ the train stage's draws (:func:`lia_spark.kernels.injected.inject`), and its lab
 - ``sealed`` (Parquet: row_id, label = y0, counterfactual_label = y1, hidden_bit = b, proxy_prediction): what the
   audit of the model trained on the export plays its game against (audit.model_uri, audit.predictions_path).
   It must never reach the trainer; nor must run.seed, from which the coins can be recomputed.
+- ``criteo/day_N[.gz]`` (audit.export_tsv, audit.export_gzip): the export as a Criteo day file, the same rows and
+  labels, one line per row in row_id order (line k is the export's row with the k-th smallest row_id).
 - ``manifest.json``: the fingerprint, the row counts and the informative share (nothing derived from the coins).
 """
 from __future__ import annotations
@@ -19,9 +21,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
+import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -30,9 +33,11 @@ from lia_spark.engine.models.execution import distributed_proxy, injected_frame
 from lia_spark.engine.models.feature_frames import check_days_present, read_day
 from lia_spark.engine.models.preparation import fit_proxy, in_memory_rows, sampled_day
 from lia_spark.engine.models.priors import proxy_scores
-from lia_spark.engine.runtime.outputs import reported_path, write_text
+from lia_spark.engine.runtime.outputs import delete_path, reported_path, write_text
 from lia_spark.engine.runtime.stage import Input, Stage, StageResult, StageRun
+from lia_spark.engine.spark.filesystem import files_for, text_parts
 from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.kernels.criteo import FEATURE_COLUMNS, format_lines
 from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, IN_MEMORY, LABEL, PROXY_PREDICTION, ROW_ID,
                              TRUE_LABEL)
 from lia_spark.run import layout
@@ -42,6 +47,8 @@ from lia_spark.run.sections import RunConfig
 
 logger = logging.getLogger(__name__)
 
+CRITEO_LINE = "value"  # the one column of the text parts Spark writes
+
 
 @dataclasses.dataclass
 class InjectResult(StageResult):
@@ -50,6 +57,7 @@ class InjectResult(StageResult):
 
     output_dir: str
     export_path: str
+    tsv_path: str
     sealed_path: str
     target_day: int
     rows: int
@@ -66,7 +74,8 @@ class InjectResult(StageResult):
 
     def console_summary(self) -> str:
         """Where the export is and what to do next."""
-        return (f"inject: {self.rows} rows of day {self.target_day} exported to {self.export_path} "
+        tsv = f" and {self.tsv_path}" if self.tsv_path else ""
+        return (f"inject: {self.rows} rows of day {self.target_day} exported to {self.export_path}{tsv} "
                 f"({self.informative_canaries} informative canaries); train your model on it, then "
                 "`lia-spark audit audit.model_uri=<its MLflow URI>` (or audit.predictions_path=<row_id, prediction>)")
 
@@ -91,6 +100,30 @@ def _proxy(run: StageRun) -> tuple[Any, Any, dict[str, float], dict[str, float]]
     return model, spec, {}, {"fit_proxy": seconds}
 
 
+def _criteo_lines(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Exported rows as Criteo lines (:func:`lia_spark.kernels.criteo.format_lines`; Arrow keeps every int64)."""
+    for batch in batches:
+        values = {name: batch.column(name).fill_null(0).to_numpy() for name in FEATURE_COLUMNS}
+        missing = {name: batch.column(name).is_null().to_numpy(zero_copy_only=False) for name in FEATURE_COLUMNS}
+        lines = format_lines(batch.column(LABEL).to_numpy(), values, missing)
+        yield pa.RecordBatch.from_arrays([lines], names=[CRITEO_LINE])
+
+
+def _write_criteo_day(run: StageRun, export: DataFrame) -> str:
+    """``export`` as one Criteo day file ``criteo/day_<models.target_day>[.gz]`` in ``run.staging``, its lines in
+    row_id order: Spark writes ordered text parts, concatenated in partition order. Returns the file's name."""
+    spark, config = run.spark, run.config
+    name = f"day_{config.models.target_day}{'.gz' if config.audit.export_gzip else ''}"
+    parts = run.under(layout.EXPORT_TSV, "_parts")
+    describe_jobs(spark, f"inject: write {layout.EXPORT_TSV}/{name}")
+    lines = export.orderBy(ROW_ID).mapInArrow(_criteo_lines, f"{CRITEO_LINE} string")
+    lines.write.option("compression", "gzip" if config.audit.export_gzip else "none").text(parts)
+    files = files_for(spark, parts)
+    files.concatenate([path for _, path in text_parts(files, parts)], run.under(layout.EXPORT_TSV, name))
+    delete_path(spark, parts)
+    return name
+
+
 def _inject(run: StageRun) -> InjectResult:
     """Fit the proxy, draw y1 and b on every row of the target day's sample, write the export, the sealed table and
     the manifest into ``run.staging``."""
@@ -109,6 +142,7 @@ def _inject(run: StageRun) -> InjectResult:
         try:
             describe_jobs(spark, "inject: write the export")
             drawn.select(*rows.columns).write.parquet(run.under(layout.EXPORT))
+            tsv_name = _write_criteo_day(run, drawn.select(*rows.columns)) if config.audit.export_tsv else ""
             describe_jobs(spark, "inject: write the sealed table")
             drawn.select(ROW_ID, F.col(TRUE_LABEL).alias(LABEL), COUNTERFACTUAL_LABEL, HIDDEN_BIT,
                          PROXY_PREDICTION).write.parquet(run.under(layout.SEALED))
@@ -121,13 +155,15 @@ def _inject(run: StageRun) -> InjectResult:
     seconds["total"] = time.monotonic() - run.started
     out = reported_path(layout.output_path(config, layout.INJECT))
     result = InjectResult(output_dir=out, export_path=layout.under(out, layout.EXPORT),
+                          tsv_path=layout.under(out, layout.EXPORT_TSV, tsv_name) if tsv_name else "",
                           sealed_path=layout.under(out, layout.SEALED), target_day=m.target_day,
                           rows=int(counted["rows"]), informative_canaries=int(counted["informative"] or 0),
                           counterfactual=config.audit.counterfactual, proxy_metrics=proxy_metrics, seconds=seconds)
     manifest = {"fingerprint": run.fingerprint.value, "rows": result.rows, "day_rows": total,
                 "informative_canaries": result.informative_canaries,
                 "informative_share": result.informative_share, "target_day": m.target_day,
-                "counterfactual": result.counterfactual, "export": result.export_path}
+                "counterfactual": result.counterfactual, "export": result.export_path,
+                "export_tsv": result.tsv_path}
     write_text(spark, run.under(layout.INJECT_MANIFEST), strict_json(manifest) + "\n")
     logger.info("inject: %d rows of day %d exported, %d informative canaries (%.1f%%), in %.1f s", result.rows,
                 m.target_day, result.informative_canaries, 100 * result.informative_share, seconds["total"])
@@ -143,6 +179,7 @@ INJECT = Stage(
     fields=("run.seed", "models.library", "models.execution", "models.sample_rows_per_day", "models.proxy_day",
             "models.target_day", "models.n_estimators", "models.max_depth", "models.learning_rate",
             "models.early_stopping_rounds", "models.split", "models.hash_buckets", "models.categorical_encoding",
-            "models.min_category_count", "models.num_workers", "audit.counterfactual", "audit.flip_share"),
+            "models.min_category_count", "models.num_workers", "audit.counterfactual", "audit.flip_share",
+            "audit.export_tsv", "audit.export_gzip"),
     outputs=lambda config: (layout.output_path(config, layout.INJECT),),
     inputs=lambda config: (Input("data", lambda c: c.parquet_path, "data.parquet_path", lambda c: "data"),))

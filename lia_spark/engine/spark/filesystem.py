@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 from typing import Any
 
@@ -304,3 +305,14 @@ def files_for(spark: SparkSession, path: str) -> HadoopFiles | LocalFiles:
                          f"and the data paths must be local to the driver (on Databricks a volume such as "
                          f"/Volumes/<catalog>/<schema>/<volume>/lia_spark), got {path!r}")
     return LocalFiles()
+
+
+_PART_INDEX = re.compile(r"^part-(\d+)")
+
+
+def text_parts(files: HadoopFiles | LocalFiles, folder: str) -> list[tuple[int, str]]:
+    """(partition index, path) of every part file Spark wrote into ``folder``, in partition order: concatenated in
+    this order, the parts of an ordered DataFrame give its rows in order."""
+    found = [(int(match.group(1)), entry.name, entry.path) for entry in files.list_folder(folder)
+             if (match := _PART_INDEX.match(entry.name))]
+    return [(index, path) for index, _, path in sorted(found)]
