@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from lia_spark import __version__
-from lia_spark.engine.runtime.registry import STAGES
+from lia_spark.engine.runtime.registry import STAGES, fields_not_behind
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config, load_config
+from lia_spark.run.sections import PIPELINE_STAGES
 from lia_spark.run.fingerprint import (CHECKSUM_KEY, FINGERPRINT_KEY, NON_COMPUTING_MODULES, UNREAD_FIELDS, Fingerprint,
                                        changes, code_version, expand_fields, marker_fingerprint, sealed_marker,
                                        stage_parameters, verified_marker)
@@ -29,6 +30,22 @@ def test_every_config_field_is_read_by_a_stage_or_declared_unread():
     unread = set(expand_fields(UNREAD_FIELDS, values))
     assert read | unread == every, "declare every new config field in its stage's fields or in UNREAD_FIELDS"
     assert read & unread == set()
+
+
+def test_a_run_shows_only_the_fields_its_outputs_depend_on():
+    """MLflow's parent run leaves out fields no output of the run depends on: the whole pipeline only those of the
+    stages outside it; an audit of the train stage's target keeps the target's fields (through the canaries it
+    reads), an audit of a model trained elsewhere does not (it reads the inject stage's tables)."""
+    everything = fields_not_behind(Config(), PIPELINE_STAGES)
+    assert {name.split(".")[0] for name in everything} == {"data", "logloss"}  # ingest's (the twin is read) and
+    assert all(name.startswith("data.") == (name in STAGES["ingest"].fields) for name in everything)  # logloss's
+    own_target = fields_not_behind(Config(), ["audit"])
+    assert not own_target & {"models.epsilon", "models.training_mechanism", "audit.scores", "run.seed"}
+    assert {"mechanisms.epsilons", "utility.epsilons"} <= own_target
+    given = fields_not_behind(load_config(None, ["audit.model_uri=runs:/r/model", "audit.claimed_epsilon=1"]),
+                              ["audit"])
+    assert {"models.epsilon", "models.training_mechanism", "models.bag_size", "pate.teachers"} <= given
+    assert not given & {"models.proxy_day", "models.target_day", "audit.counterfactual", "audit.model_uri"}
 
 
 def _different(value):

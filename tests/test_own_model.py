@@ -118,6 +118,7 @@ def test_an_honest_mechanism_certifies_below_its_claim_and_its_predictions_table
     assert headline.claimed_epsilon == 1.0 and not headline.is_finding
     assert 0.0 < headline.eps_lb <= 1.0  # RR at eps = 1 on a memorizing model: a strong valid audit, below its claim
     assert f"model {uri}" in headline.text()
+    _tracked_audit_shows_what_produced_it(spark, injected, uri, headline.eps_lb)
     by_table = run_stage("audit", spark, injected.config(predictions_path=str(predictions), claimed_epsilon=1.0))
     assert by_table.headline.eps_lb == pytest.approx(headline.eps_lb, abs=1e-12)
     assert by_table.summary.canaries == by_model.summary.canaries == headline.informative_canaries
@@ -132,6 +133,25 @@ def test_an_honest_mechanism_certifies_below_its_claim_and_its_predictions_table
     assert by_alias.headline.eps_lb == pytest.approx(headline.eps_lb, abs=1e-12)
     marker = json.loads((Path(by_alias.output_path) / "_LIA_COMPLETE").read_text(encoding="utf-8"))
     assert marker["lia_fingerprint"]["parameters"]["audit.model_version"] == f"models:/own-click/{version}"
+
+
+def _tracked_audit_shows_what_produced_it(spark, injected: Injected, uri: str, eps_lb: float) -> None:
+    """`lia-spark run run.stages=[audit]` records the audit of the model in MLflow (the committed audit reused): its
+    parent run shows the fields the audit and the inject stage read, not the train stage's target settings."""
+    import mlflow
+
+    from lia_spark.engine.runtime.pipeline import run_pipeline
+
+    values = {**injected.values, "run": {**injected.values["run"], "stages": ["audit"]},
+              "audit": {**injected.values["audit"], "model_uri": uri, "claimed_epsilon": 1.0}}
+    result = run_pipeline(spark, config_from_dict(values))
+    assert [step.status for step in result.steps if step.step == "audit"] == ["reused"]
+    parent = mlflow.MlflowClient(injected.config().tracking.tracking_uri).get_run(result.mlflow_run_id)
+    params = parent.data.params
+    assert params["audit.model_uri"] == uri and params["audit.claimed_epsilon"] == "1.0"
+    assert params["models.proxy_day"] == "0" and "models.epsilon" not in params
+    assert "models.training_mechanism" not in params and "mechanisms.epsilons" not in params
+    assert parent.data.metrics["audit.eps_lb"] == pytest.approx(eps_lb)
 
 
 def test_a_model_that_never_saw_the_injected_labels_certifies_nothing_and_plays_the_observational_game(spark,

@@ -22,7 +22,7 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from lia_spark.names import BAG_SIZE, EPSILON, MECHANISM, SETTING_KEY, setting_key
 from lia_spark.run.config import Config
@@ -160,8 +160,10 @@ class PipelineTracker:
         check_tracking_store(self.tracking_uri, timeout_seconds=self.config.tracking.timeout_seconds)
         logger.debug("tracking: MLflow HTTP calls budgeted: %s", budget_requests(self.config.tracking))
 
-    def start(self) -> str:
-        """Create (or reuse) the experiment, start the parent run, log config and environment params."""
+    def start(self, omitted: Collection[str] = ()) -> str:
+        """Create (or reuse) the experiment, start the parent run, log config and environment params: every config
+        field but those in ``omitted`` (fields no output of the run depends on; the whole config is the artifact
+        ``config.yaml``)."""
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
@@ -182,7 +184,8 @@ class PipelineTracker:
             raise TrackingError(f"tracking: cannot start a run in experiment {name!r} at "
                                 f"{self.tracking_uri}: {error}") from error
         self.run_id = run.info.run_id
-        params = flatten(self.config.to_dict())
+        params = {name: value for name, value in flatten(self.config.to_dict()).items()
+                  if ".".join(name.split(".")[:2]) not in omitted}
         params["seed"] = str(self.config.run.seed)
         params.update({f"env.{package}": version for package, version in package_versions().items()})
         mlflow.log_params(params)

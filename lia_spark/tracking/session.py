@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Union
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Union
 
 from lia_spark.run.config import Config
 
@@ -38,7 +38,7 @@ class NoTracker:
     tracking_uri: str = ""
     not_logged: list[str] = dataclasses.field(default_factory=list)
 
-    def start(self) -> str:
+    def start(self, omitted: Collection[str] = ()) -> str:
         return ""
 
     def location(self) -> str:

@@ -18,7 +18,8 @@ from pyspark.sql import SparkSession
 
 from lia_spark.engine.runtime.outputs import check_writable, committed, local_copies, path_exists, read_marker
 from lia_spark.engine.spark.session import job_group, master_name
-from lia_spark.engine.runtime.registry import committed_result, refuse_foreign, run_stage, sealed_fingerprint, step_stage
+from lia_spark.engine.runtime.registry import (committed_result, fields_not_behind, refuse_foreign, run_stage,
+                                              sealed_fingerprint, step_stage)
 from lia_spark.engine.models.feature_frames import target_day_rows
 from lia_spark.run.config import Config
 from lia_spark.run.limits import check_training_rows
@@ -225,7 +226,7 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
         check_before_stages(spark, config)
         result = PipelineResult(config.run.name, config.run.output_dir, master_name(spark),
                                 not_logged=tracker.not_logged)
-        result.mlflow_run_id = tracker.start()
+        result.mlflow_run_id = tracker.start(fields_not_behind(config, config.run.stages))
         result.tracking_uri = tracker.tracking_uri
         result.mlflow_location = tracker.location()
         outcomes: dict[str, StageOutcome] = {}
@@ -270,10 +271,11 @@ def run_track(spark: SparkSession, config: Config) -> PipelineResult:
     if all(outcome.status == "skipped" for outcome in outcomes):
         raise ValueError(f"run.output_dir: no step has a complete output there, got {config.run.output_dir!r}; "
                          "point --conf / run.output_dir at the folder of a finished run")
+    finished = [outcome.step for outcome in outcomes if outcome.status == "ran"]
     with tracking_session(config, required=True) as tracker:
         result = PipelineResult(config.run.name, config.run.output_dir, master_name(spark), steps=outcomes,
-                                mlflow_run_id=tracker.start(), tracking_uri=tracker.tracking_uri,
-                                mlflow_location=tracker.location())
+                                mlflow_run_id=tracker.start(fields_not_behind(config, finished)),
+                                tracking_uri=tracker.tracking_uri, mlflow_location=tracker.location())
         for outcome in outcomes:
             if outcome.status == "ran":
                 log_outcome(spark, config, tracker, outcome)

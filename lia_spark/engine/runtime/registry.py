@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Iterable
 
 from pyspark.sql import SparkSession
 
@@ -30,7 +30,7 @@ from lia_spark.engine.runtime.stage import Stage, StageRun
 from lia_spark.engine.train.stage import TRAIN
 from lia_spark.engine.utility.stage import UTILITY
 from lia_spark.run.config import Config
-from lia_spark.run.fingerprint import marker_fingerprint, verified_marker
+from lia_spark.run.fingerprint import expand_fields, marker_fingerprint, verified_marker
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,26 @@ def step_stage(step: str, config: Config) -> Stage:
     if step == "data":
         return STAGES["generate" if config.data.source == "synthetic" else "ingest"]
     return STAGES[step]
+
+
+def fields_not_behind(config: Config, steps: Iterable[str]) -> frozenset[str]:
+    """The config fields some stage reads that the outputs of ``steps`` do not depend on: neither their stages read
+    them nor, through the tables they read (:class:`lia_spark.engine.runtime.stage.Input`), the stages that wrote
+    those. A run of ``steps`` shows these beside numbers they did not produce (e.g. models.epsilon beside the audit
+    of a model trained elsewhere)."""
+    values = config.to_dict()
+    behind: set[str] = set()
+    pending, seen = list(steps), set()
+    while pending:
+        step = pending.pop()
+        if step in seen:
+            continue
+        seen.add(step)
+        stage = step_stage(step, config)
+        behind.update(expand_fields(stage.fields, values))
+        pending.extend(producer for item in stage.inputs(config) if (producer := item.producer(config)))
+    read = {name for stage in STAGES.values() for name in expand_fields(stage.fields, values)}
+    return frozenset(read - behind)
 
 
 def committed_result(spark: SparkSession, stage: Stage, config: Config) -> Any:
