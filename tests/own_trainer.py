@@ -44,7 +44,8 @@ class ClickModel(mlflow.pyfunc.PythonModel):
 def read_criteo_day(path: str) -> pd.DataFrame:
     """A Criteo day file as its reader would load it: integers as floats (NaN when empty), categoricals as strings."""
     return pd.read_csv(path, sep="\t", header=None, names=[LABEL, *INTEGERS, *CATEGORICALS],
-                       dtype={**{column: "float64" for column in INTEGERS}, **{column: object for column in CATEGORICALS}})
+                       dtype={**{column: "float64" for column in INTEGERS},
+                              **{column: object for column in CATEGORICALS}})
 
 
 def randomized_response(labels: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:

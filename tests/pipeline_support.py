@@ -21,7 +21,8 @@ EXPERIMENT = "lia-spark-tests"
 
 def tiny_values(output_dir: Path, tracking_uri: str) -> dict:
     """Config sections of the tiny run: 2 days x 20k rows, 4 mechanism settings, 10 trees, 5 PATE teachers,
-    3 repetitions."""
+    3 repetitions, the default audit.shadows (the other e2e configs set 0: shadow fits cost more than the rest of a
+    small train stage, and this run and test_train_spark's in-memory run cover them)."""
     return {
         "run": {"name": "tiny", "output_dir": str(output_dir)},
         "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},

@@ -24,7 +24,8 @@ def test_pipeline_runs_under_a_driver_limit_smaller_than_one_day(tmp_path):
     out = tmp_path / "out"
     conf = write_conf(tmp_path / "bounded.yaml", out, f"sqlite:///{tmp_path}/mlflow.db",
                       synthetic={"rows_per_day": ROWS_PER_DAY}, spark={"extra": LIMIT},
-                      models={"sample_rows_per_day": 3000}, tracking={"enabled": False})
+                      models={"sample_rows_per_day": 3000}, tracking={"enabled": False},
+                      audit={"shadows": 0})
     refused = _run(conf, "models.sample_rows_per_day=0", "run.stages=[data, train]")
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert refused.stderr.strip().splitlines()[-1].startswith(

@@ -252,7 +252,7 @@ def test_readme_zip_command_on_local_cluster_with_a_remote_output_folder(spark, 
     mounted.mkdir()
     tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     conf = write_conf(tmp_path / "conf.yaml", tmp_path / "unused", tracking_uri, synthetic={"rows_per_day": 3000},
-                      spark={"master": "local[1]", "shuffle_partitions": 4})
+                      spark={"master": "local[1]", "shuffle_partitions": 4}, audit={"shadows": 0})
     master = "local-cluster[2,1,1024]"
     completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--conf",
                          f"spark.hadoop.fs.viewfs.mounttable.readme.link./lia=file://{mounted}", "--py-files",
@@ -310,35 +310,31 @@ def test_readme_packed_environment_command_on_local_cluster(spark, packed_enviro
     pd.testing.assert_frame_equal(*[frame.sort_values(list(frame.columns), ignore_index=True) for frame in rows])
 
 
-def test_a_model_of_your_own_with_the_zip_and_the_packed_environment(spark, cluster_python, zip_archive,
-                                                                     packed_environment, tmp_path):
-    """"Audit your own model" under spark-submit: `jobs/inject.py` from the zip, on executors whose Python lacks
-    lia_spark, into a Hadoop path Python cannot open (viewfs); a trainer that never imports lia_spark (a broken
-    randomized response, on the export's Criteo day file); then `jobs/audit.py audit.model_uri=...` from the packed
-    environment (--archives), whose executors score the model: the audit reports a FINDING, the gate exits with
-    code 3, and stdout carries lia-spark's summary only."""
+def test_a_model_of_your_own_audited_from_the_packed_environment(spark, packed_environment, tmp_path):
+    """"Audit your own model" under spark-submit: the export (written here into a folder the job reads as a Hadoop
+    path Python cannot open: viewfs), a trainer that never imports lia_spark (a broken randomized response, on the export's Criteo day
+    file), then `jobs/audit.py audit.model_uri=...` from the packed environment (--archives), whose executors score
+    the model: the audit reports a FINDING, the gate exits with code 3, and stdout carries lia-spark's summary
+    only. (The inject stage ships to executors like every other stage: the zip test above covers that path.)"""
     mounted = tmp_path / "mounted"
     mounted.mkdir()
+    mount = f"spark.hadoop.fs.viewfs.mounttable.own.link./lia=file://{mounted}"
+    output = "run.output_dir=viewfs://own/lia/run"
     tracking_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     conf = write_conf(tmp_path / "conf.yaml", tmp_path / "local", tracking_uri, run={"seed": 11},
                       data={"parquet_path": str(tmp_path / "data")}, spark={"master": "local[1]"})
     run_stage("generate", spark, load_config(str(conf), ["tracking.enabled=false"]))
-    mount = ["--conf", "spark.executor.memory=1g", "--conf",
-             f"spark.hadoop.fs.viewfs.mounttable.own.link./lia=file://{mounted}"]
-    output = "run.output_dir=viewfs://own/lia/run"
-    injected = _submit(["--master", "local-cluster[2,1,1024]", *mount, "--py-files", str(zip_archive),
-                        str(REPO / "jobs" / "inject.py"), "--conf", str(conf), output, "audit.export_tsv=true"],
-                       tmp_path, python=cluster_python, driver_python=cluster_python)
-    assert [line for line in injected.stdout.splitlines() if not line.startswith(("inject: ", "MLflow: "))] == []
+    run_stage("inject", spark, load_config(str(conf), [f"run.output_dir={mounted / 'run'}", "audit.export_tsv=true",
+                                                       "tracking.enabled=false"]))
     folder = mounted / "run" / "inject"
     trained = subprocess.run([PYTHON, str(OWN_TRAINER), str(folder / "export"), "--tracking-uri", tracking_uri,
                               "--epsilon", "1", "--flip-epsilon", "8", "--tsv", str(folder / "criteo" / "day_1")],
                              capture_output=True, text=True, check=True, cwd=tmp_path)
     uri = trained.stdout.strip().splitlines()[-1]
-    audited = _submit(["--master", "local-cluster[1,1,1024]", *mount, "--archives",
-                       f"{packed_environment}#environment", str(REPO / "jobs" / "audit.py"), "--conf", str(conf),
-                       output, f"audit.model_uri={uri}", "audit.claimed_epsilon=1", "audit.fail_on_finding=true"],
-                      tmp_path, python="./environment/bin/python", expect=3)
+    audited = _submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.memory=1g", "--conf", mount,
+                       "--archives", f"{packed_environment}#environment", str(REPO / "jobs" / "audit.py"), "--conf",
+                       str(conf), output, f"audit.model_uri={uri}", "audit.claimed_epsilon=1",
+                       "audit.fail_on_finding=true"], tmp_path, python="./environment/bin/python", expect=3)
     lines = audited.stdout.splitlines()
     assert "FINDING" in lines[-1] and f"model {uri}" in audited.stdout, audited.stdout
     assert [line for line in lines if not line.startswith(("audit: ", "MLflow: ", "lia-spark audit "))] == [], lines

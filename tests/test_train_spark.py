@@ -45,9 +45,10 @@ def parquet_path(spark, tmp_path_factory):
 
 
 def _config(parquet_path: str, out: str, *overrides: str):
+    """Small fits; no shadow fits (audit.shadows) but where a test asks for them (the in-memory run's)."""
     return load_config(None, [f"run.output_dir={out}", f"data.parquet_path={parquet_path}", "models.n_estimators=25",
                               "models.max_depth=4", "models.learning_rate=0.3", "models.min_category_count=3",
-                              *overrides])
+                              "audit.shadows=0", *overrides])
 
 
 RR_SETTINGS = ("models.training_mechanism=rr", "models.epsilon=2.0")
@@ -56,7 +57,7 @@ RR_SETTINGS = ("models.training_mechanism=rr", "models.epsilon=2.0")
 @pytest.fixture(scope="module")
 def in_memory_run(spark, parquet_path, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("in_memory"))
-    config = _config(parquet_path, out, *RR_SETTINGS)
+    config = _config(parquet_path, out, *RR_SETTINGS, "audit.shadows=4")
     return config, run_stage("train", spark, config)
 
 
