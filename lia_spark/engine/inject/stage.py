@@ -138,7 +138,7 @@ def _inject(run: StageRun) -> InjectResult:
     started = time.monotonic()
     with proxy_scores(spark, config, proxy, spec, rows) as scores:
         drawn = injected_frame(rows.join(scores, ROW_ID), config, canaries=lambda part: np.ones(len(part), dtype=bool))
-        drawn = drawn.persist(StorageLevel.MEMORY_AND_DISK)  # every row a canary; two writes read it
+        drawn = drawn.persist(StorageLevel.MEMORY_AND_DISK)  # every row a canary; each write reads it
         try:
             describe_jobs(spark, "inject: write the export")
             drawn.select(*rows.columns).write.parquet(run.under(layout.EXPORT))
