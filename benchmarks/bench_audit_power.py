@@ -191,13 +191,19 @@ def flip_table(frames: dict[str, pd.DataFrame]) -> str:
 
 def analyse(folder: Path, seeds: list[int], choices: tuple[AuditConfig, ...]) -> pd.DataFrame:
     """The bounds of every complete cell of every seed of one study (kept in <folder>/power.json; a cell analysed
-    before under the same choices and canary table is not audited again)."""
+    before under the same choices and canary table is not audited again, and one whose training run was deleted
+    since is kept as analysed)."""
     cache = folder / "power.json"
     known = pd.read_json(cache) if cache.exists() else pd.DataFrame()
     if not known.empty and ("marker" not in known or not set(map(power.choice_name, choices)) <= {
             name.rsplit(" | ", 1)[0] for name in known["choice"]}):
         known = pd.DataFrame()  # another grid of choices: analyse again
     rows = [row for seed in seeds for row in cell_rows(folder, seed, choices, known)]
+    if not known.empty:  # cells analysed before whose training runs were deleted since (they take gigabytes)
+        deleted = np.array([not (folder / f"seed{seed}" / "table" / "cells" / cell / "models").is_dir()
+                            for seed, cell in zip(known["seed"], known["cell"])])
+        gone = known[deleted & known["seed"].isin(seeds).to_numpy()]
+        rows += gone.to_dict("records")
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame.to_json(folder / "power.json", orient="records", indent=0)

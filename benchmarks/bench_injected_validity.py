@@ -32,6 +32,8 @@ log-loss) of the non-private target without injection / with the proxy draw / wi
         --output runs/bench_injected_validity/draws.json --render
 
 ``--from-output`` re-renders the tables from a finished run's JSON (with ``--render``: into BENCHMARKS.md).
+``--resume`` continues the run in ``--output`` up to ``--repetitions`` with its own settings (repetition r draws
+from seed + 1000 r alone, so the repetitions a resumed run adds are the ones an uninterrupted run would have drawn).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ import json
 import logging
 import math
 import os
+import subprocess
 import sys
 import time
 
@@ -318,12 +321,13 @@ def render(payload: dict) -> str:
         f"label-blind reference (XGBoost on another 200k day-1 rows, disjoint from every null) on the same game "
         f"draw at the per-test confidence 1 - 0.05/k, then the target's best bound at tau*.")
     lines.append("")
+    resumed_text = f", resumed {meta['resumed']} time(s)" if meta.get("resumed") else ""
     lines.append(
         f"{n} data draws (repetitions). Game draws: the observational designs play {g} games per data draw on every "
         f"target (their targets never depend on the game); the injected design plays one per trained positive "
         f"target, and {g} coin/counterfactual draws per data draw on the label-blind nulls (their predictions do "
         f"not depend on the coins; the first draw is the one the positives trained on). Wall time "
-        f"{meta['wall_seconds'] / 60:.1f} min in one process (seed {s['seed']}; mean per repetition "
+        f"{meta['wall_seconds'] / 60:.1f} min in one process{resumed_text} (seed {s['seed']}; mean per repetition "
         f"{np.mean([r['seconds']['total'] for r in reps]):.0f} s). Proxy test AUC "
         f"{np.mean([r['proxy_test']['auc'] for r in reps]):.3f} against eta's "
         f"{np.mean([r['eta_test']['auc'] for r in reps]):.3f}; mean |M' - eta| over canaries "
@@ -524,12 +528,40 @@ def repetitions_in_tasks(master: str, settings: Settings) -> list[dict]:
     return [outcome.value for outcome in outcomes if not outcome.failed]
 
 
+def _commit() -> str:
+    """The repository's HEAD commit (what drew the repetitions that follow)."""
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+
+
+def resumed(output: str, requested: Settings) -> tuple[dict, Settings]:
+    """The run saved in ``output`` and its settings with ``requested``'s repetitions and time budget; a run whose
+    settings differ otherwise (the repetitions would not be draws of one study) is refused."""
+    with open(output, encoding="utf-8") as handle:
+        payload = json.load(handle)
+    saved = {**payload["meta"]["settings"], "epsilons": tuple(payload["meta"]["settings"]["epsilons"])}
+    wanted = dataclasses.asdict(requested)
+    budget = ("repetitions", "minutes")
+    differing = {key: (saved.get(key), wanted[key]) for key in wanted
+                 if key not in budget and saved.get(key) != wanted[key]}
+    if differing:
+        raise SystemExit(f"--resume: {output} was run with other settings (saved, asked): {differing}")
+    payload["meta"]["settings"] = dataclasses.asdict(requested)
+    payload["meta"]["resumed"] = payload["meta"].get("resumed", 0) + 1
+    payload["meta"]["resumed_at"] = [*payload["meta"].get("resumed_at", []),
+                                     {"repetition": len(payload["repetitions"]), "commit": _commit()}]
+    logger.info("resuming %s at repetition %d of %d", output, len(payload["repetitions"]), requested.repetitions)
+    return payload, requested
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=30, help="data draws")
     parser.add_argument("--output", default="runs/bench_injected_validity/draws.json")
     parser.add_argument("--render", action="store_true", help="write the BENCHMARKS.md section")
     parser.add_argument("--from-output", action="store_true", help="only re-render from --output")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --output (its settings; --repetitions and --minutes from here)")
     parser.add_argument("--proxy-rows", type=int, default=200_000)
     parser.add_argument("--canary-rows", type=int, default=100_000)
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0, 8.0])
@@ -563,15 +595,19 @@ def main(argv=None) -> int:
         shown = " ".join(arg for arg in (argv if argv is not None else sys.argv[1:]))
         payload = {"meta": {"settings": dataclasses.asdict(settings), "arguments": shown, "output": args.output},
                    "repetitions": []}
+        if args.resume:
+            payload, settings = resumed(args.output, settings)
         os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        started = time.monotonic()
+        started = time.monotonic() - payload["meta"].get("wall_seconds", 0.0)
         if args.spark:
             payload["repetitions"] = repetitions_in_tasks(args.spark, settings)
             payload["meta"]["wall_seconds"] = time.monotonic() - started
             with open(args.output, "w", encoding="utf-8") as handle:
                 json.dump(payload, handle)
-        for r in range(0 if args.spark else args.repetitions):
-            if args.minutes is not None and time.monotonic() - started > 60.0 * args.minutes:
+        session_started = time.monotonic()
+        for r in range(len(payload["repetitions"]) if not args.spark else 0,
+                       0 if args.spark else args.repetitions):
+            if args.minutes is not None and time.monotonic() - session_started > 60.0 * args.minutes:
                 logger.warning("time budget reached: %d repetitions run", r)
                 break
             rep = repetition(r, settings)
