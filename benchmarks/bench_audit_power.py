@@ -63,7 +63,9 @@ def seed_commands(folder: Path, seed: int, rows: int, library: str, flip_share: 
     return [[str(REPO / ".venv" / "bin" / "lia-spark"), "audit-table", "--conf", "conf/audit_table.yaml",
              f"synthetic.rows_per_day={rows}", f"run.seed={seed}", f"run.output_dir={folder}/seed{seed}",
              f"table.mechanisms=[{','.join(mechanisms)}]", f"table.epsilons=[{','.join(map(str, epsilons))}]",
-             f"models.library={library}", "tracking.enabled=false", *flip] for mechanisms, epsilons in groups]
+             f"models.library={library}", "tracking.enabled=false", *flip,
+             *(["utility.bag_sizes=[]"] if library == "catboost" else [])]  # no LLP in catboost; unused by the table
+            for mechanisms, epsilons in groups]
 
 
 def group_done(folder: Path, seed: int, command: list[str]) -> bool:
