@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,9 @@ import pandas as pd
 import pytest
 from pyspark.sql import functions as F
 
+from lia_spark.cli import main as cli
 from lia_spark.cli.main import main
+from lia_spark.run import interrupts
 from lia_spark.run.failures import failure_line
 from pipeline_support import REPO, conf_file
 
@@ -183,6 +186,41 @@ def _run_until(conf: Path, started_line: str, *extra: str) -> tuple[subprocess.P
         assert process.poll() is None and time.monotonic() < deadline, log.read_text(encoding="utf-8")[-3000:]
         time.sleep(0.5)
     return process, log
+
+
+def _sleep_in_a_task(frames):
+    for frame in frames:
+        time.sleep(120)
+        yield frame
+
+
+def test_a_signal_inside_a_spark_call_stops_code_that_goes_on_after_failures_and_cancels_the_job(spark):
+    """SIGTERM comes while the main thread waits inside py4j (collect). pyspark's clean-up may then read the
+    cancellation from the interrupted connection and raise it in place of the signal's exception, so code that
+    records a failure and goes on (an audit-table cell, the fit-ahead, a best-effort MLflow call) asks
+    ``interrupts.check()`` first: the command unwinds with the signal, and the running job is cancelled."""
+    previous = cli._stop_on_signals()
+    timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(interrupts.Terminated):
+            try:
+                spark.range(2).repartition(2).mapInPandas(_sleep_in_a_task, "id long").collect()
+            except Exception:  # noqa: BLE001 - as the audit table's handling of a failing cell
+                interrupts.check()
+                pytest.fail("a failure recorded after the signal: the command would go on")
+        assert time.monotonic() - started < 60
+        deadline = time.monotonic() + 30
+        while spark.sparkContext.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not spark.sparkContext.statusTracker().getActiveJobsIds(), "the job was cancelled"
+        assert spark.range(3).count() == 3  # the session still answers
+    finally:
+        timer.cancel()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        interrupts.received.clear()
 
 
 @pytest.mark.e2e

@@ -25,6 +25,8 @@ from lia_spark import __version__
 from lia_spark.run.checks import ConfigError
 from lia_spark.cli.command_help import COMMAND_HELP
 from lia_spark.run.config import Config, load_config
+from lia_spark.run.interrupts import SIGNAL_EXITS, Terminated
+from lia_spark.run.interrupts import received as received_signals
 from lia_spark.run.json_output import strict_json
 
 logger = logging.getLogger("lia_spark")
@@ -138,24 +140,46 @@ def config_yaml(config: Config) -> str:
     return yaml.safe_dump(plain(dataclasses.asdict(config)), sort_keys=False, default_flow_style=None, width=110)
 
 
-class Terminated(BaseException):
-    """SIGTERM reached the command (a scheduler or `kill` stops it): unwinds like Ctrl-C's KeyboardInterrupt."""
-
-
-SIGNAL_EXITS = {signal.SIGINT: (130, KeyboardInterrupt), signal.SIGTERM: (143, Terminated)}
-received_signals: list[int] = []  # the signals that stopped this command (job_main's exit code and line)
+CANCEL_WAIT_SECONDS = 15.0  # how long a signal waits for Spark to cancel the running jobs before unwinding
 
 
 def _stop(signum: int, frame: Any) -> None:
-    """Ctrl-C or SIGTERM: remember it, cancel the running Spark jobs (as pyspark's own SIGINT handler does) so no
-    task writes into a staging folder while it is deleted, then unwind. A Spark call interrupted this way may end in
-    its own error (the job was cancelled); job_main reports the signal, not that error."""
+    """Ctrl-C or SIGTERM: remember it (:mod:`lia_spark.run.interrupts`), cancel the running Spark jobs (as pyspark's
+    own SIGINT handler does) so no task writes into a staging folder while it is deleted, then unwind.
+
+    The cancelling runs in a thread of its own: this one may be inside a py4j call, whose connection a call from the
+    handler would re-enter. Inside a py4j call the handler does not raise either: an exception raised there leaves
+    the connection one answer behind (every later call, the clean-up's included, would read the previous call's
+    answer); the call ends with the jobs' cancellation instead, in step with the JVM, and that error unwinds:
+    job_main reports the signal, not the error, and code that goes on after a failure (a failing audit-table cell,
+    a best-effort MLflow call) or starts a stage asks ``interrupts.check()`` first."""
     received_signals.append(signum)
     if "pyspark" in sys.modules:  # a session may run: no import of pyspark before that
-        from lia_spark.engine.spark.session import cancel_running_jobs
-
-        cancel_running_jobs()
+        canceller = threading.Thread(target=_cancel_spark_jobs, name="lia-spark-cancel", daemon=True)
+        canceller.start()
+        canceller.join(CANCEL_WAIT_SECONDS)
+        if _inside_py4j(frame):
+            return
     raise SIGNAL_EXITS[signum][1]()
+
+
+def _inside_py4j(frame: Any) -> bool:
+    """True when ``frame`` or a caller of it runs py4j's code (a call to the JVM waiting for its answer)."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("py4j."):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _cancel_spark_jobs() -> None:
+    """Cancel this process's running Spark jobs; a failure is logged (the command unwinds anyway)."""
+    from lia_spark.engine.spark.session import cancel_running_jobs
+
+    try:
+        cancel_running_jobs()
+    except Exception as error:  # noqa: BLE001 - the signal, not this, decides how the command ends
+        logger.warning("could not cancel the running Spark jobs: %s", error)
 
 
 def _stop_on_signals() -> dict[int, Any]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from lia_spark.names import BAG_SIZE, EPSILON, MECHANISM, SETTING_KEY, setting_key
+from lia_spark.run import interrupts
 from lia_spark.run.config import Config
 from lia_spark.run.environment import git_commit, package_versions
 from lia_spark.run.failures import error_first_line
@@ -33,6 +34,7 @@ from lia_spark.run.json_output import json_safe
 from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
 from lia_spark.tracking.store import (TrackingError, budget_requests, check_tracking_store, resolve_tracking_uri,
                                      no_retries, sqlite_path, store_answers)
+
 logger = logging.getLogger(__name__)
 
 GIT_COMMIT_TAG = "mlflow.source.git.commit"
@@ -131,6 +133,7 @@ class PipelineTracker:
         try:
             log()
         except Exception as error:  # noqa: BLE001 - MLflow and its HTTP client raise many types
+            interrupts.check()
             self.not_logged.append(what)
             if not isinstance(error, StoreGone) and self._store_answers():
                 logger.warning("tracking: %s not fully logged (%s); the store at %s answers, so tracking goes on",

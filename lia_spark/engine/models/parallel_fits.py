@@ -18,6 +18,7 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.spark.session import describe_jobs, is_connect, shipped
+from lia_spark.run import interrupts
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ def _attempt(fit: Fit, shared: Any, job: Any, threads: int) -> tuple[Any, str, f
     try:
         return fit(shared, job, threads), "", time.monotonic() - started
     except Exception as error:  # noqa: BLE001 - any failure of one fit is reported and the others go on
+        interrupts.check()
         return None, f"{type(error).__name__}: {error}", time.monotonic() - started
 
 

@@ -43,6 +43,7 @@ from lia_spark.present import charts
 from lia_spark.present.wording import NO_EVIDENCE_SHORT, bound_text, claimed_epsilon_text, number_text
 from lia_spark.run import layout
 from lia_spark.run.config import Config
+from lia_spark.run import interrupts
 from lia_spark.run.limits import check_training_rows
 from lia_spark.tracking.session import tracking_session
 from lia_spark.studies import table
@@ -212,6 +213,7 @@ def _run_cell(spark: SparkSession, config: Config, cell: table.Cell, preparation
             if config.table.paper_convention:
                 paper = run_stage("audit", spark, paper_way_config(conf))
     except Exception as error:  # noqa: BLE001 - a failing cell is recorded and the other cells go on
+        interrupts.check()  # unless a signal stopped the command: the cell's error is then the cancellation
         seconds = time.monotonic() - started
         message = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         logger.exception("audit-table: cell %s failed after %.1f s", cell.name, seconds)
@@ -247,6 +249,7 @@ def _fit_ahead(spark: SparkSession, config: Config, cells: list[table.Cell], pre
             fit_ahead(spark, cell_config(config, pending[0]),
                       [(cell.mechanism, cell.epsilon, cell.bag_size) for cell in pending], preparation)
     except Exception as error:  # noqa: BLE001 - the cells then fit their own targets and record their own errors
+        interrupts.check()
         logger.warning("audit-table: fitting the targets ahead failed (%s: %s); each cell fits its own",
                        type(error).__name__, str(error).splitlines()[0] if str(error) else "")
 

@@ -29,6 +29,7 @@ from lia_spark.engine.report.stage import REPORT
 from lia_spark.engine.runtime.stage import Stage, StageRun
 from lia_spark.engine.train.stage import TRAIN
 from lia_spark.engine.utility.stage import UTILITY
+from lia_spark.run import interrupts
 from lia_spark.run.config import Config
 from lia_spark.run.fingerprint import expand_fields, marker_fingerprint, verified_marker
 
@@ -185,7 +186,9 @@ def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = T
     ``run.progress_seconds`` (:func:`lia_spark.engine.runtime.progress.reporting_progress`), and return its result;
     ``reuse=False`` recomputes whatever the output holds. ``options`` reach ``compute`` as the stage's
     :attr:`lia_spark.engine.runtime.stage.Stage.options` (a TypeError names any it does not take).
-    The stage's last job description is cleared at its end, so later progress lines never name its work."""
+    The stage's last job description is cleared at its end, so later progress lines never name its work. A stage
+    does not start once a signal has stopped the command (:func:`lia_spark.run.interrupts.check`)."""
+    interrupts.check()
     try:
         with reporting_progress(spark, name, config.run.progress_seconds):
             return _run_stage(STAGES[name], spark, config, reuse=reuse, options=options)
