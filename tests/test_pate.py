@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from dp_accounting import rdp
+from pyspark.sql import functions as F
 
 from lia_spark.engine.models.pate_teachers import spark_votes
 from lia_spark.kernels import features, hashing, pate, training
@@ -123,6 +124,32 @@ def test_spark_teachers_equal_sequential_ones_for_any_row_order(spark):
     assert 0 < sequential.mean() < 1
 
 
+def test_spark_catboost_teachers_stopping_on_the_validation_split_equal_sequential_ones(spark):
+    rng = np.random.default_rng(3)
+    n = 1200
+    frame = pd.DataFrame({"x": rng.standard_normal(n), "c": rng.integers(0, 5, n).astype(str)})
+    labels = (rng.random(n) < 1 / (1 + np.exp(-(frame["x"] + (frame["c"] == "2"))))).astype(np.int8)
+    ids = rng.permutation(n).astype(np.int64) * 5 + 2
+    model = pate.TeacherModel(n_estimators=20, max_depth=3, learning_rate=0.4, seed=3, early_stopping_rounds=20,
+                              library="catboost", cat_features=("c",))
+    validation_ids = ids[:100]
+    validation = (frame.iloc[:100].reset_index(drop=True), labels[:100])
+    students = ids[100:140]
+    student_features = frame.iloc[100:140].reset_index(drop=True)
+    rows = spark.createDataFrame(frame.assign(row_id=ids, label=labels.astype(np.int32))).repartition(3)
+    training_rows = rows.where(~F.col("row_id").isin(validation_ids.tolist()))
+    validation_rows = rows.where(F.col("row_id").isin(validation_ids.tolist()))
+    parallel = spark_votes(training_rows, ["x", "c"], teachers=3, model=model, validation_rows=validation_rows)(
+        students, student_features, 9)
+    # the Spark path hands the teachers the validation rows in row-id order, as ModelData holds them
+    order = np.argsort(validation_ids, kind="stable")
+    sequential = pate.sequential_votes(ids[100:], frame.iloc[100:].reset_index(drop=True), labels[100:], teachers=3,
+                                       model=model, validation=(validation[0].iloc[order].reset_index(drop=True),
+                                                                validation[1][order]))(students, student_features, 9)
+    np.testing.assert_array_equal(parallel, sequential)
+    assert parallel.shape == (3, 40) and 0 < parallel.mean() < 1
+
+
 def test_missing_teachers_are_refused_naming_the_field(spark):
     data = _day(40, seed=6)
     with pytest.raises(ValueError, match=r"pate.teachers: \d+ of the 500 teachers have no training row"):
@@ -165,6 +192,89 @@ def test_students_query_the_teachers_own_rows_and_are_calibrated_at_infinity():
     alone = pate.sequential_votes(data.row_ids[train], data.features[train], data.labels[train], teachers=1,
                                   model=training.teacher_model(params))(ids, data.features[students], 8)
     direct = pate.teacher_votes(data.row_ids[train], data.features[train], data.labels[train], ids,
-                                data.features[students], teacher=0, vote_seed=8,
-                                **dataclasses.asdict(training.teacher_model(params)))
+                                data.features[students], teacher=0, vote_seed=8, model=training.teacher_model(params))
     np.testing.assert_array_equal(alone[0], direct)
+
+
+@pytest.mark.parametrize("epsilon", [0.01, 0.1, 1.0, 8.0, 50.0])
+def test_the_published_noise_scale_inverts_the_data_independent_bound(epsilon):
+    scale = pate.data_independent_scale(epsilon=epsilon, queries=200, delta=1e-4)
+    assert pate.data_independent_epsilon(scale=scale, queries=200, delta=1e-4) == pytest.approx(epsilon, rel=1e-12)
+    # closed form at Wu et al.'s setting: Q = 200, scale 20, delta 1e-4 gives eps = 2 + 0.1 sqrt(400 ln 1e4) = 8.07
+    assert pate.data_independent_epsilon(scale=20.0, queries=200, delta=1e-4) == pytest.approx(
+        2.0 + 0.1 * math.sqrt(400.0 * math.log(1e4)), rel=1e-12)
+    # dp-accounting's RDP analysis of the same Laplace noise is tighter than the closed form
+    assert pate.pate_epsilon(sigma=scale, queries=200, delta=1e-4, noise=pate.LAPLACE) < epsilon
+
+
+def test_the_published_protocol_at_eps_8_uses_scale_20():
+    scale = pate.data_independent_scale(epsilon=8.0, queries=200, delta=1e-4)
+    assert scale == pytest.approx(20.0, rel=0.01)
+    assert pate.data_independent_scale(epsilon=math.inf, queries=200, delta=1e-4) == 0.0
+    settings = pate.PateSettings.of_protocol(pate.PUBLISHED)
+    assert (settings.queries, settings.noise, settings.student_labels, settings.delta, settings.accounting) == (
+        200, pate.LAPLACE, pate.SAMPLED, 1e-4, pate.DATA_INDEPENDENT)
+    assert pate.PateSettings.of_protocol(pate.PUBLISHED, queries=300).queries == 300  # a set field wins
+
+
+def _published(data: training.ModelData, teachers: int = 4, **fields) -> pate.PateSettings:
+    return pate.PateSettings.of_protocol(pate.PUBLISHED, teachers=teachers, **fields)
+
+
+def test_published_queries_votes_and_labels_are_keyed_by_row_id_not_row_order():
+    data = _day(3000, seed=7)
+    params = training.BoostingParams(threads=1, seed=3)
+    fit = training.train_pate(data, epsilon=8.0, seed=11, params=params, settings=_published(data))
+    order = np.random.default_rng(1).permutation(data.row_ids.size)
+    shuffled = training.ModelData(data.features[order], data.labels[order], data.row_ids[order], data.split[order])
+    again = training.train_pate(shuffled, epsilon=8.0, seed=11, params=params, settings=_published(shuffled))
+    by_id = pd.Series(again.released_labels, index=shuffled.row_ids).reindex(data.row_ids).to_numpy()
+    np.testing.assert_array_equal(fit.released_labels, by_id)  # same queries, votes, noise and draws per row id
+    students = ~np.isnan(fit.released_labels)
+    assert students.sum() == 200 and (data.split[students] == training.SPLIT_TRAIN).all()
+    assert set(np.unique(fit.released_labels[students])) <= {0.0, 1.0}  # sampled labels
+    report = fit.report
+    assert report["epsilon"] == pytest.approx(8.0, rel=1e-9) and report["rdp_epsilon"] < 8.0
+    assert report["sigma"] == pytest.approx(20.0, rel=0.01) and report["queries"] == 200.0
+    np.testing.assert_allclose(fit.model.predict(data.features[:50]), again.model.predict(data.features[:50]),
+                               rtol=1e-6)
+
+
+def test_published_teachers_and_student_stop_on_the_validation_split_only():
+    data = _day(3000, seed=8)
+    params = training.BoostingParams(threads=1, seed=3)
+    features_valid, labels_valid = training.validation_rows(data)
+    valid = data.split == training.SPLIT_VALID
+    assert valid.any() and not (valid & (data.split == training.SPLIT_TRAIN)).any()
+    np.testing.assert_array_equal(labels_valid, data.labels[valid])  # held-out rows with their true labels
+    fit = training.train_pate(data, epsilon=math.inf, seed=5, params=params, settings=_published(data))
+    # the student refitted by hand: the 200 query rows' released labels, stopped on the validation split's
+    # true labels with the protocol's trees (100 trees, learning rate 0.4, depth 8)
+    students = ~np.isnan(fit.released_labels)
+    student_params = training.protocol_params(params, pate.PUBLISHED)
+    assert (student_params.n_estimators, student_params.learning_rate, student_params.max_depth) == (100, 0.4, 8)
+    by_hand = training.fit_model(data, np.where(valid, data.labels, fit.released_labels), students, valid,
+                                 params=student_params)
+    assert by_hand.best_iteration == fit.model.best_iteration
+    np.testing.assert_allclose(by_hand.predict(data.features), fit.model.predict(data.features), rtol=1e-6)
+
+
+def test_published_pate_trains_catboost_teachers_and_student():
+    rng = np.random.default_rng(2)
+    n = 3000
+    category = rng.integers(0, 6, n)
+    numeric = rng.standard_normal(n)
+    labels = (rng.random(n) < 1 / (1 + np.exp(-(0.8 * category - 2.5 + numeric)))).astype(np.int8)
+    ids = np.arange(n, dtype=np.int64) * 3 + 1
+    frame = pd.DataFrame({"x": numeric, "c": (category * 7919).astype(str)})
+    data = training.ModelData(frame, labels, ids, features.split_codes(ids, seed=2, shares=(0.8, 0.04, 0.16)),
+                              library="catboost", cat_features=["c"])
+    params = training.BoostingParams(threads=1, seed=3)
+    fit = training.train_pate(data, epsilon=8.0, seed=4, params=params, settings=_published(data, teachers=3))
+    assert fit.model.library == "catboost" and fit.report["epsilon"] == pytest.approx(8.0, rel=1e-9)
+    assert (~np.isnan(fit.released_labels)).sum() == 200
+    predictions = fit.model.predict(data.rows(data.split == training.SPLIT_TEST))
+    assert np.isfinite(predictions).all() and 0 < predictions.mean() < 1
+    soft = training.train_pate(data, epsilon=math.inf, seed=4, params=params,
+                               settings=_published(data, teachers=3, student_labels=pate.SHARE))
+    assert soft.released_labels is None and np.isfinite(soft.model.predict(data.rows(data.split == 2))).all()

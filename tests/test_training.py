@@ -115,7 +115,7 @@ def test_catboost_native_categoricals_learn():
 
 @pytest.mark.parametrize("overrides, rows, trained, left_out", [
     ([], 20_000, ["rr_debiased", "lp_2st", "pate"], []),
-    (["models.library=catboost", "utility.bag_sizes=[]"], 20_000, ["rr_debiased", "lp_2st"], ["pate"]),
+    (["models.library=catboost", "utility.bag_sizes=[]"], 20_000, ["rr_debiased", "lp_2st", "pate"], []),
     (["models.execution=distributed"], 20_000, ["rr_debiased", "lp_2st", "pate"], []),  # utility trains in memory
     (["pate.queries=500", "utility.extra_mechanisms=[pate]"], 500, ["pate"], []),  # queries are training rows
     (["pate.queries=500", "utility.extra_mechanisms=[pate]"], 499, [], ["pate"]),

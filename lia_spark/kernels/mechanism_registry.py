@@ -136,8 +136,8 @@ MECHANISMS: dict[str, LabelMechanism] = {mechanism.name: mechanism for mechanism
     LabelMechanism(LLP_LAPLACE, "PropMatch on LLP+Lap", private=True, **_BAGS),
     LabelMechanism(LLP_GEOMETRIC, "PropMatch on LLP+Geom", private=True, **_BAGS),
     LabelMechanism(PATE, "PATE", private=True, train=train_pate_student, true_labels_at_infinity=False,
-                   utility_extra=True, libraries=(XGBOOST,), executions=(IN_MEMORY,),
-                   limitation="PATE's teachers and student are in-memory xgboost models"),
+                   utility_extra=True, executions=(IN_MEMORY,),
+                   limitation="PATE's teachers and student are in-memory models"),
 )}
 TRAINING_MECHANISMS = tuple(MECHANISMS)
 BAG_TRAINING_MECHANISMS = tuple(name for name, mechanism in MECHANISMS.items() if mechanism.bag_release)

@@ -18,6 +18,11 @@ partitioned.
   classes (L2 sensitivity sqrt 2, L1 sensitivity 2). GNMax is the Gaussian mechanism with noise multiplier
   sigma / sqrt 2 ((lambda, lambda / sigma^2)-RDP, [PSM+18] Prop. 8), LNMax the Laplace mechanism with noise multiplier
   sigma / 2; the Q queries are composed and converted to (eps, delta) by dp-accounting's RDP accountant.
+- The ``published`` protocol is the Criteo run of Wu et al.'s code: Q = 200 queries, LNMax, sampled labels, the noise
+  scale from the data-independent bound eps = 4 Q g^2 + 2 g sqrt(2 Q ln(1/delta)), g = 1/scale, at delta = 1e-4
+  (:func:`data_independent_epsilon`; dp-accounting's tighter eps for the same noise is reported beside it), and
+  teachers and student of 100 trees, learning rate 0.4, depth 8, each kept at its best iteration on the validation
+  split (held-out rows with their true labels, never a training row).
 """
 from __future__ import annotations
 
@@ -40,6 +45,67 @@ TEACHER_HOLDOUT_SHARE = 0.1  # a teacher's own rows it early-stops on
 HOLDOUT_PURPOSE, PSEUDO_PURPOSE = "pate/student-holdout", "pate/pseudo-label"
 STUDENT_HOLDOUT_SHARE = 0.1  # student rows the student early-stops on (noisy labels: no extra query)
 _CALIBRATION_TOLERANCE = 1e-6
+RDP, DATA_INDEPENDENT = "rdp", "data_independent"  # how eps is accounted: dp-accounting's RDP, the closed form
+ACCOUNTINGS = (RDP, DATA_INDEPENDENT)
+LIA_SPARK, PUBLISHED = "lia_spark", "published"  # pate.protocol: this project's default, Wu et al.'s Criteo run
+PROTOCOLS = (LIA_SPARK, PUBLISHED)
+
+
+@dataclasses.dataclass(frozen=True)
+class Protocol:
+    """What a pate.protocol fixes where the pate section leaves a field unset: queries, noise, student labels,
+    delta, accounting, and the teachers' and student's trees (None: the models section's) kept at their best
+    iteration on the validation split (``validation_split``) or early-stopped on their own held-out rows."""
+
+    queries: int
+    noise: str
+    student_labels: str
+    delta: float
+    accounting: str
+    n_estimators: int | None = None
+    learning_rate: float | None = None
+    max_depth: int | None = None
+    validation_split: bool = False
+
+
+PROTOCOL_SETTINGS = {
+    LIA_SPARK: Protocol(queries=10_000, noise=GAUSSIAN, student_labels=SHARE, delta=DELTA, accounting=RDP),
+    # criteo/PATE of Wu et al.: --n_samples 200 --mechanism lnmax --result_noise 20 --tally_method sample
+    # --selection_method sample, eps from get_eps_data_independent at delta 1e-4, CatBoost 100 iterations, learning
+    # rate 0.4, depth 8, evaluated on a 20% validation split of the test rows and cut at its best iteration
+    PUBLISHED: Protocol(queries=200, noise=LAPLACE, student_labels=SAMPLED, delta=1e-4, accounting=DATA_INDEPENDENT,
+                        n_estimators=100, learning_rate=0.4, max_depth=8, validation_split=True),
+}
+
+
+def data_independent_epsilon(*, scale: float, queries: int, delta: float) -> float:
+    """eps = 4 Q g^2 + 2 g sqrt(2 Q ln(1/delta)), g = 1/scale: Q answers of Laplace(scale) noise on the vote counts,
+    each (2g)-DP (L1 sensitivity 2), composed by the advanced composition theorem ([PAE+17] §3; Wu et al.'s
+    ``get_eps_data_independent``). scale = 0 answers without noise: eps = inf."""
+    if not scale >= 0:
+        raise ValueError(f"scale must be non-negative, got scale={scale}")
+    if queries < 1:
+        raise ValueError(f"queries must be >= 1, got queries={queries}")
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got delta={delta}")
+    if scale == 0:
+        return math.inf
+    g = 1.0 / scale
+    return 4.0 * queries * g * g + 2.0 * g * math.sqrt(2.0 * queries * math.log(1.0 / delta))
+
+
+def data_independent_scale(*, epsilon: float, queries: int, delta: float) -> float:
+    """The Laplace scale whose :func:`data_independent_epsilon` is ``epsilon``: the positive root g of
+    4 Q g^2 + b g - eps = 0, b = 2 sqrt(2 Q ln(1/delta)), i.e. g = (sqrt(b^2 + 16 Q eps) - b) / (8 Q), scale = 1/g
+    (written as 2 eps / (sqrt(b^2 + 16 Q eps) + b) to stay exact at small eps). eps = inf gives scale 0."""
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got epsilon={epsilon}")
+    if math.isinf(epsilon):
+        return 0.0
+    data_independent_epsilon(scale=1.0, queries=queries, delta=delta)  # validates queries and delta
+    b = 2.0 * math.sqrt(2.0 * queries * math.log(1.0 / delta))
+    g = 2.0 * epsilon / (math.sqrt(b * b + 16.0 * queries * epsilon) + b)
+    return 1.0 / g
 
 
 def _check_noise(noise: str) -> None:
@@ -173,33 +239,67 @@ def sampled_votes(probabilities: np.ndarray, student_ids: np.ndarray, *, teacher
     return (u < np.asarray(probabilities, dtype=np.float64)).astype(np.int8)
 
 
-def teacher_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarray, student_ids: np.ndarray,
-                  student_features: np.ndarray, *, teacher: int, vote_seed: int, n_estimators: int, max_depth: int,
-                  learning_rate: float, seed: int, early_stopping_rounds: int = 0) -> np.ndarray:
-    """One teacher: XGBoost (hist, one thread) fitted on its rows in row-id order and its votes on the student rows
-    sampled from its predictions (:func:`sampled_votes`). With ``early_stopping_rounds`` it stops on the log-loss
-    of its own rows with hash (vote_seed, "pate/teacher-holdout", row_id) below :data:`TEACHER_HOLDOUT_SHARE`: no
-    label outside its partition is read, and a teacher fitted on about 8,000 rows stays calibrated (without it
-    200 trees overfit and predict a 0.7% click rate where the rows have 3%)."""
-    import xgboost as xgb
+def _take(features: Any, index: np.ndarray) -> Any:
+    """Rows ``index`` of a feature matrix or frame."""
+    if hasattr(features, "iloc"):
+        return features.iloc[index].reset_index(drop=True)
+    return np.asarray(features)[index]
 
+
+def teacher_votes(row_ids: np.ndarray, features: Any, labels: np.ndarray, student_ids: np.ndarray,
+                  student_features: Any, *, teacher: int, vote_seed: int, model: "TeacherModel",
+                  validation: tuple[Any, np.ndarray] | None = None) -> np.ndarray:
+    """One teacher: a GBDT of ``model`` (one thread) fitted on its rows in row-id order and its votes on the student
+    rows sampled from its predictions (:func:`sampled_votes`). Early stopping: on ``validation`` (features, true
+    labels of held-out rows, never training rows) when given, as the published protocol does; else, with
+    ``model.early_stopping_rounds``, on the log-loss of its own rows with hash (vote_seed, "pate/teacher-holdout",
+    row_id) below :data:`TEACHER_HOLDOUT_SHARE`: no label outside its partition is read, and a teacher fitted on
+    about 8,000 rows stays calibrated (without it 200 trees overfit and predict a 0.7% click rate where the rows
+    have 3%)."""
     row_ids = np.asarray(row_ids, dtype=np.int64)
     order = np.argsort(row_ids, kind="stable")
-    row_ids, features, labels = row_ids[order], np.asarray(features)[order], np.asarray(labels, np.float32)[order]
+    row_ids, features, labels = row_ids[order], _take(features, order), np.asarray(labels, np.float32)[order]
+    if validation is not None:
+        fit = (features, labels)
+        held_out = (validation[0], np.asarray(validation[1], np.float32))
+    else:
+        held = hashing.uniform(vote_seed, TEACHER_HOLDOUT_PURPOSE, row_ids) < TEACHER_HOLDOUT_SHARE
+        own_holdout = bool(model.early_stopping_rounds) and 0 < held.sum() < held.size
+        fit = (_take(features, np.flatnonzero(~held)), labels[~held]) if own_holdout else (features, labels)
+        held_out = (_take(features, np.flatnonzero(held)), labels[held]) if own_holdout else None
+    probabilities = _teacher_predictions(model, fit, held_out, student_features)
+    return sampled_votes(probabilities, student_ids, teacher=teacher, seed=vote_seed)
+
+
+def _teacher_predictions(model: "TeacherModel", fit: tuple[Any, np.ndarray], held_out: tuple[Any, np.ndarray] | None,
+                         student_features: Any) -> np.ndarray:
+    """P_t(y=1|x) on the student rows of a teacher fitted on ``fit`` (one thread), kept at its best iteration on
+    ``held_out`` when given (every tree otherwise)."""
+    features, labels = fit
+    if model.library == "catboost":
+        from catboost import CatBoostClassifier
+
+        booster = CatBoostClassifier(iterations=model.n_estimators, depth=model.max_depth,
+                                     learning_rate=model.learning_rate, thread_count=1, random_seed=model.seed % 2**31,
+                                     verbose=False, allow_writing_files=False,
+                                     early_stopping_rounds=model.early_stopping_rounds or None)
+        booster.fit(features, labels, cat_features=list(model.cat_features), eval_set=held_out,
+                    use_best_model=held_out is not None)
+        return booster.predict_proba(student_features)[:, 1]
+    import xgboost as xgb
+
     base = float(np.clip(labels.mean() if labels.size else 0.5, 1e-4, 1 - 1e-4))
-    params = {"tree_method": "hist", "max_depth": max_depth, "eta": learning_rate, "nthread": 1,
-              "seed": seed % 2**31, "verbosity": 0, "objective": "binary:logistic", "base_score": base,
+    params = {"tree_method": "hist", "max_depth": model.max_depth, "eta": model.learning_rate, "nthread": 1,
+              "seed": model.seed % 2**31, "verbosity": 0, "objective": "binary:logistic", "base_score": base,
               "eval_metric": "logloss"}
-    held = hashing.uniform(vote_seed, TEACHER_HOLDOUT_PURPOSE, row_ids) < TEACHER_HOLDOUT_SHARE
-    if early_stopping_rounds and 0 < held.sum() < held.size:
-        booster = xgb.train(params, xgb.DMatrix(features[~held], label=labels[~held]), n_estimators,
-                            evals=[(xgb.DMatrix(features[held], label=labels[held]), "holdout")],
-                            early_stopping_rounds=early_stopping_rounds, verbose_eval=False)
+    if held_out is not None:
+        booster = xgb.train(params, xgb.DMatrix(features, label=labels), model.n_estimators,
+                            evals=[(xgb.DMatrix(held_out[0], label=held_out[1]), "holdout")],
+                            early_stopping_rounds=model.early_stopping_rounds or model.n_estimators, verbose_eval=False)
         trees = (0, booster.best_iteration + 1)
     else:
-        booster, trees = xgb.train(params, xgb.DMatrix(features, label=labels), n_estimators), (0, 0)
-    return sampled_votes(booster.predict(xgb.DMatrix(student_features), iteration_range=trees), student_ids,
-                         teacher=teacher, seed=vote_seed)
+        booster, trees = xgb.train(params, xgb.DMatrix(features, label=labels), model.n_estimators), (0, 0)
+    return booster.predict(xgb.DMatrix(student_features), iteration_range=trees)
 
 
 def missing_teachers(found: np.ndarray, *, teachers: int, rows: int) -> ValueError:
@@ -218,19 +318,22 @@ TeacherVotes = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
 
 @dataclasses.dataclass(frozen=True)
 class TeacherModel:
-    """The teachers' boosting settings (:func:`teacher_votes`)."""
+    """The teachers' boosting settings (:func:`teacher_votes`): library (xgboost on a matrix, catboost on a frame
+    with the categorical columns ``cat_features``), trees, depth, learning rate, seed and early stopping rounds."""
 
     n_estimators: int
     max_depth: int
     learning_rate: float
     seed: int
     early_stopping_rounds: int = 0
+    library: str = "xgboost"
+    cat_features: tuple[str, ...] = ()
 
 
-def sequential_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarray, *, teachers: int,
-                     model: TeacherModel) -> TeacherVotes:
-    """Teachers fitted one after another in this process on the training rows (row_ids, features, labels)
-    (the reference for the Spark path).
+def sequential_votes(row_ids: np.ndarray, features: Any, labels: np.ndarray, *, teachers: int,
+                     model: TeacherModel, validation: tuple[Any, np.ndarray] | None = None) -> TeacherVotes:
+    """Teachers fitted one after another in this process on the training rows (row_ids, features, labels), early
+    stopping on ``validation`` when given (the reference for the Spark path).
 
     Raises (when called):
         ValueError: naming pate.teachers if a teacher's partition is empty.
@@ -244,10 +347,10 @@ def sequential_votes(row_ids: np.ndarray, features: np.ndarray, labels: np.ndarr
             raise missing_teachers(present, teachers=teachers, rows=row_ids.size)
         result = np.zeros((teachers, len(student_features)), dtype=np.int8)
         for index in range(teachers):
-            own = teacher == index
-            result[index] = teacher_votes(row_ids[own], np.asarray(features)[own], np.asarray(labels)[own],
-                                          student_ids, student_features, teacher=index, vote_seed=seed,
-                                          **dataclasses.asdict(model))
+            own = np.flatnonzero(teacher == index)
+            result[index] = teacher_votes(row_ids[own], _take(features, own), np.asarray(labels)[own],
+                                          student_ids, student_features, teacher=index, vote_seed=seed, model=model,
+                                          validation=validation)
         return result
 
     return votes
@@ -289,7 +392,9 @@ def _no_teachers(student_ids: np.ndarray, student_features: np.ndarray, seed: in
 @dataclasses.dataclass(frozen=True)
 class PateSettings:
     """T teachers, Q student queries, the noise kind, the student's labels (share | sampled), pseudo-labels, the
-    target delta and how votes are computed (None: :func:`sequential_votes` on the training rows)."""
+    target delta, the accounting (rdp | data_independent), the protocol whose trees and early stopping the teachers
+    and student use (:data:`PROTOCOL_SETTINGS`) and how votes are computed (None: :func:`sequential_votes` on the
+    training rows)."""
 
     teachers: int = 100
     queries: int = 10_000
@@ -298,6 +403,18 @@ class PateSettings:
     pseudo_labels: bool = False
     delta: float = DELTA
     votes: TeacherVotes | None = None
+    accounting: str = RDP
+    protocol: str = LIA_SPARK
+
+    @classmethod
+    def of_protocol(cls, protocol: str, **fields: Any) -> "PateSettings":
+        """The settings of ``protocol`` (:data:`PROTOCOL_SETTINGS`), ``fields`` that are not None in their place."""
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"pate.protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+        fixed = PROTOCOL_SETTINGS[protocol]
+        chosen = {name: getattr(fixed, name) for name in ("queries", "noise", "student_labels", "delta", "accounting")}
+        chosen.update({name: value for name, value in fields.items() if value is not None})
+        return cls(protocol=protocol, **chosen)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,14 +426,17 @@ class StudentLabels:
     epsilon: float
     delta: float
     sigma: float
+    rdp_epsilon: float  # dp-accounting's eps(delta) for the same noise (equal to epsilon under rdp accounting)
     agreement: float  # mean agreement with the true labels: label if y = 1, 1 - label if y = 0
     label_rate: float  # mean student label (its click rate)
     true_rate: float  # share of the student rows' true labels that are 1
 
     def report(self, settings: PateSettings) -> dict[str, float]:
-        """eps, delta, T, Q, sigma, noise (1 gaussian / 0 laplace), labels (1 share / 0 sampled), the agreement
-        with the true labels and the click rates of the student labels and of the true labels."""
-        return {"epsilon": self.epsilon, "delta": self.delta, "teachers": float(settings.teachers),
+        """eps (the settings' accounting), dp-accounting's eps for the same noise, delta, T, Q, sigma, noise
+        (1 gaussian / 0 laplace), labels (1 share / 0 sampled), the agreement with the true labels and the click
+        rates of the student labels and of the true labels."""
+        return {"epsilon": self.epsilon, "rdp_epsilon": self.rdp_epsilon, "delta": self.delta,
+                "teachers": float(settings.teachers),
                 "queries": float(settings.queries), "sigma": self.sigma,
                 "gaussian_noise": float(settings.noise == GAUSSIAN),
                 "share_labels": float(settings.student_labels == SHARE), "student_label_agreement": self.agreement,
@@ -326,18 +446,30 @@ class StudentLabels:
 def student_labels(votes: np.ndarray, student_ids: np.ndarray, true_labels: np.ndarray, *, epsilon: float,
                    seed: int, settings: PateSettings) -> StudentLabels:
     """Labels of the student rows from the counts noised with sigma calibrated to (epsilon, settings.delta) over the
-    Q queries: the :func:`vote_shares` (settings.student_labels = share, float) or Bernoulli draws from them by
+    Q queries by the settings' accounting (:func:`calibrate_sigma`, or :func:`data_independent_scale` for Laplace
+    noise): the :func:`vote_shares` (settings.student_labels = share, float) or Bernoulli draws from them by
     (seed, "pate/label", row_id) (sampled, int8)."""
     if settings.student_labels not in STUDENT_LABELS:
         raise ValueError(f"pate.student_labels must be one of {', '.join(STUDENT_LABELS)}, got "
                          f"{settings.student_labels!r}")
-    sigma = calibrate_sigma(epsilon=epsilon, queries=len(student_ids), delta=settings.delta, noise=settings.noise)
+    queries = len(student_ids)
+    if settings.accounting == DATA_INDEPENDENT:
+        if settings.noise != LAPLACE:
+            raise ValueError(f"pate.noise: the data-independent bound accounts Laplace noise, got {settings.noise!r}")
+        sigma = data_independent_scale(epsilon=epsilon, queries=queries, delta=settings.delta)
+    elif settings.accounting == RDP:
+        sigma = calibrate_sigma(epsilon=epsilon, queries=queries, delta=settings.delta, noise=settings.noise)
+    else:
+        raise ValueError(f"accounting must be one of {', '.join(ACCOUNTINGS)}, got {settings.accounting!r}")
     counts = vote_counts(votes)
     shares = vote_shares(noisy_counts(counts, student_ids, sigma=sigma, seed=seed, noise=settings.noise))
     labels = shares if settings.student_labels == SHARE else hashing.bernoulli(
         seed, LABEL_PURPOSE, np.asarray(student_ids, dtype=np.int64), shares)
-    spent = pate_epsilon(sigma=sigma, queries=len(student_ids), delta=settings.delta, noise=settings.noise)
+    rdp = pate_epsilon(sigma=sigma, queries=queries, delta=settings.delta, noise=settings.noise)
+    spent = (data_independent_epsilon(scale=sigma, queries=queries, delta=settings.delta)
+             if settings.accounting == DATA_INDEPENDENT else rdp)
     true_labels = np.asarray(true_labels)
-    return StudentLabels(labels=labels, counts=counts, epsilon=spent, delta=settings.delta, sigma=sigma,
+    return StudentLabels(labels=labels, counts=counts, epsilon=spent, rdp_epsilon=rdp, delta=settings.delta,
+                         sigma=sigma,
                          agreement=float(np.mean(np.where(true_labels == 1, labels, 1.0 - labels))),
                          label_rate=float(labels.mean()), true_rate=float(true_labels.mean()))

@@ -198,11 +198,15 @@ def fit_xgboost(train_x: np.ndarray, train_y: np.ndarray | None, valid_x: np.nda
 
 def fit_catboost(train_x: pd.DataFrame, train_y: np.ndarray, valid_x: pd.DataFrame, valid_y: np.ndarray, *,
                  params: BoostingParams, cat_features: list[str]) -> FittedModel:
-    """CatBoost with native categorical features (ordered target statistics), early stopping on validation."""
+    """CatBoost with native categorical features (ordered target statistics), early stopping on validation. Labels in
+    {0, 1} train with Logloss; soft labels in [0, 1] (PATE's vote shares) with CrossEntropy, the same loss on
+    probabilities (catboost's Logloss does not take them)."""
     from catboost import CatBoostClassifier
 
     started = time.monotonic()
+    binary = bool(np.isin(np.asarray(train_y), (0, 1)).all())
     model = CatBoostClassifier(iterations=params.n_estimators, depth=params.max_depth,
+                               loss_function="Logloss" if binary else "CrossEntropy",
                                learning_rate=params.learning_rate, thread_count=_threads(params),
                                random_seed=params.seed % 2**31, verbose=False, allow_writing_files=False,
                                early_stopping_rounds=params.early_stopping_rounds or None)
@@ -276,11 +280,33 @@ class TargetFit:
     report: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-def teacher_model(params: BoostingParams) -> pate.TeacherModel:
-    """PATE's teacher settings: the boosting hyper-parameters (early stopping on each teacher's own held-out rows)."""
-    return pate.TeacherModel(n_estimators=params.n_estimators, max_depth=params.max_depth,
-                             learning_rate=params.learning_rate, seed=params.seed,
-                             early_stopping_rounds=params.early_stopping_rounds)
+def protocol_params(params: BoostingParams, protocol: str) -> BoostingParams:
+    """The teachers' and the student's boosting settings under a PATE protocol: the models section's, or the
+    protocol's trees, learning rate and depth kept at the best iteration on the validation split (early stopping
+    rounds = trees: every tree is evaluated, none is cut early)."""
+    fixed = pate.PROTOCOL_SETTINGS[protocol]
+    if fixed.n_estimators is None:
+        return params
+    return dataclasses.replace(params, n_estimators=fixed.n_estimators, learning_rate=fixed.learning_rate,
+                               max_depth=fixed.max_depth, early_stopping_rounds=fixed.n_estimators)
+
+
+def teacher_model(params: BoostingParams, *, library: str = "xgboost", cat_features: list[str] | tuple[str, ...] = (),
+                  protocol: str = pate.LIA_SPARK) -> pate.TeacherModel:
+    """PATE's teacher settings: the protocol's boosting hyper-parameters (:func:`protocol_params`; early stopping
+    on each teacher's own held-out rows under lia_spark, on the validation split under published)."""
+    chosen = protocol_params(params, protocol)
+    return pate.TeacherModel(n_estimators=chosen.n_estimators, max_depth=chosen.max_depth,
+                             learning_rate=chosen.learning_rate, seed=chosen.seed,
+                             early_stopping_rounds=chosen.early_stopping_rounds, library=library,
+                             cat_features=tuple(cat_features))
+
+
+def validation_rows(data: ModelData) -> tuple[Any, np.ndarray]:
+    """The validation split's features and true labels (held-out rows, never training rows): what the published
+    PATE protocol's teachers and student stop on."""
+    valid = data.split == SPLIT_VALID
+    return data.rows(valid), data.labels[valid]
 
 
 def student_rows(data: ModelData, *, settings: pate.PateSettings, seed: int) -> np.ndarray:
@@ -295,28 +321,37 @@ def train_pate(data: ModelData, *, epsilon: float, seed: int, params: BoostingPa
                settings: pate.PateSettings) -> TargetFit:
     """PATE as Wu et al.'s Criteo setup runs it (docs/math.md §4.6): teachers on disjoint partitions of all the
     training rows with votes sampled from their predictions, the student on Q of those rows labelled by the noisy
-    vote shares (soft labels) or draws from them (early stopping on a seeded 10% of them, so no label beyond the Q
-    answers is read); with pseudo-labels, the student is refitted with labels drawn from its own predictions,
-    Bernoulli(p) by row id, on the remaining training rows. Released labels: the draws (NaN elsewhere) with
-    sampled labels, None with shares (no per-row label is released)."""
-    if data.library != "xgboost":
-        raise ValueError(f"training_mechanism pate trains xgboost teachers on a feature matrix, got library={data.library}")
+    vote shares (soft labels) or draws from them. Under the lia_spark protocol the student early-stops on a seeded
+    10% of its rows (no label beyond the Q answers is read); under published it is fitted on all Q rows with the
+    protocol's trees and kept at its best iteration on the validation split (true labels of held-out rows, as the
+    published code does). With pseudo-labels, the student is refitted with labels drawn from its own predictions,
+    Bernoulli(p) by row id, on the remaining training rows. Released labels: the draws (NaN elsewhere) with sampled
+    labels, None with shares (no per-row label is released)."""
+    published = pate.PROTOCOL_SETTINGS[settings.protocol].validation_split
     train, ids, labels = data.split == SPLIT_TRAIN, data.row_ids, data.labels.astype(np.int8)
     students = student_rows(data, settings=settings, seed=seed)
-    votes_of = settings.votes or pate.sequential_votes(ids[train], data.rows(train), labels[train],
-                                                       teachers=settings.teachers, model=teacher_model(params))
+    validation = validation_rows(data) if published else None
+    votes_of = settings.votes or pate.sequential_votes(
+        ids[train], data.rows(train), labels[train], teachers=settings.teachers, validation=validation,
+        model=teacher_model(params, library=data.library, cat_features=data.cat_features, protocol=settings.protocol))
     votes = votes_of(ids[students], data.rows(students), seed)
     answer = pate.student_labels(votes, ids[students], labels[students], epsilon=epsilon, seed=seed,
                                  settings=settings)
     released = np.full(ids.size, np.nan)
     released[students] = answer.labels
-    holdout = hashing.uniform(seed, pate.HOLDOUT_PURPOSE, ids) < pate.STUDENT_HOLDOUT_SHARE
-    fit_rows, valid_rows = students & ~holdout, students & holdout
-    model = fit_model(data, released, fit_rows, valid_rows, params=params)
+    if published:
+        valid_rows, fit_rows = data.split == SPLIT_VALID, students
+        fit_labels = np.where(valid_rows, data.labels, released)
+    else:
+        holdout = hashing.uniform(seed, pate.HOLDOUT_PURPOSE, ids) < pate.STUDENT_HOLDOUT_SHARE
+        fit_rows, valid_rows, fit_labels = students & ~holdout, students & holdout, released
+    student_params = protocol_params(params, settings.protocol)
+    model = fit_model(data, fit_labels, fit_rows, valid_rows, params=student_params)
     if settings.pseudo_labels:
         rest = train & ~students
         released[rest] = hashing.bernoulli(seed, pate.PSEUDO_PURPOSE, ids[rest], model.predict(data.rows(rest)))
-        model = fit_model(data, released, fit_rows | rest, valid_rows, params=params)
+        model = fit_model(data, np.where(valid_rows, fit_labels, released), fit_rows | rest, valid_rows,
+                          params=student_params)
     return TargetFit(model, released if settings.student_labels == pate.SAMPLED else None,
                      report=answer.report(settings))
 

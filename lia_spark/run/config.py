@@ -101,10 +101,13 @@ def _float_text(field: str, text: str) -> float:
 def _coerce(field: str, value: Any, annotation: Any) -> Any:
     """Convert a YAML value to the field's declared type, or fail naming the field."""
     origin = typing.get_origin(annotation)
-    if origin is types.UnionType:  # a keyword (str) or the other type, e.g. str | tuple[int, ...]
-        if isinstance(value, str) and str in typing.get_args(annotation):
+    if origin is types.UnionType:  # a keyword (str) or the other type, e.g. str | tuple[int, ...]; or None (null)
+        arms = typing.get_args(annotation)
+        if value is None and type(None) in arms:
+            return None
+        if isinstance(value, str) and str in arms:
             return value
-        (other,) = [arm for arm in typing.get_args(annotation) if arm is not str]
+        (other,) = [arm for arm in arms if arm not in (str, type(None))]
         if typing.get_origin(other) is tuple and (isinstance(value, (str, bytes)) or not isinstance(value, Sequence)):
             fail(field, value, "must be a keyword or a list", f"see conf/defaults.yaml for {field}, e.g. [{value}]")
         return _coerce(field, value, other)

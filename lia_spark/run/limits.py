@@ -33,7 +33,7 @@ def check_training_rows(config: Config, day_rows: Callable[[], int], *, source: 
     models = config.models
     limited: list[tuple[str, int]] = []
     if models.training_mechanism == PATE:
-        limited = [("pate.teachers", config.pate.teachers), ("pate.queries", config.pate.queries)]
+        limited = [("pate.teachers", config.pate.teachers), ("pate.queries", config.pate.settings().queries)]
     elif label_mechanism(models.training_mechanism).bag_release:
         limited = [("models.bag_size", models.bag_size)]
     if not limited:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-
+from typing import Any
 
 from lia_spark import names
+from lia_spark.kernels import pate
 from lia_spark.kernels.mechanism_registry import TRAINING_MECHANISMS, UTILITY_EXTRA_MECHANISMS
 from lia_spark.names import EXECUTIONS, IN_MEMORY, LIBRARIES, XGBOOST
 from lia_spark.run.checks import fail, fail_glob, fail_repeats
@@ -80,27 +81,43 @@ class ModelsConfig:
 class PateConfig:
     """PATE (docs/math.md §4.6) wherever a target is trained with it (models.training_mechanism=pate, the utility
     grid, the audit table): T teachers on disjoint row-id-seeded partitions of all training rows, Q student queries
-    drawn from those rows, the noise of the vote counts, pseudo-labels, and the delta of its accounting."""
+    drawn from those rows, the noise of the vote counts, the student's labels, pseudo-labels, and the delta of its
+    accounting. ``protocol`` (lia_spark | published) sets queries, noise, student_labels and delta where they are
+    null, the accounting and the teachers' and student's trees (:data:`lia_spark.kernels.pate.PROTOCOL_SETTINGS`)."""
 
+    protocol: str = "lia_spark"
     teachers: int = 100
-    queries: int = 10_000
-    noise: str = "gaussian"
-    student_labels: str = "share"
+    queries: int | None = None
+    noise: str | None = None
+    student_labels: str | None = None
     pseudo_labels: bool = False
-    delta: float = 1e-5
+    delta: float | None = None
 
     def validate(self) -> None:
+        if self.protocol not in pate.PROTOCOLS:
+            fail("pate.protocol", self.protocol, f"must be one of {', '.join(pate.PROTOCOLS)}",
+                 "lia_spark: 10,000 queries, GNMax, soft labels, RDP accounting; published: Wu et al.'s Criteo run")
         if self.teachers < 1:
             fail("pate.teachers", self.teachers, "must be >= 1")
-        if self.queries < 1:
+        if self.queries is not None and self.queries < 1:
             fail("pate.queries", self.queries, "must be >= 1")
-        if self.noise not in ("gaussian", "laplace"):
-            fail("pate.noise", self.noise, "must be one of gaussian, laplace")
-        if self.student_labels not in ("share", "sampled"):
+        if self.noise not in (None, *pate.NOISES):
+            fail("pate.noise", self.noise, f"must be one of {', '.join(pate.NOISES)}")
+        if self.student_labels not in (None, *pate.STUDENT_LABELS):
             fail("pate.student_labels", self.student_labels, "must be one of share, sampled",
-                 "share: the student fits the noisy vote share (default); sampled: a label drawn from it")
-        if not 0.0 < self.delta < 1.0:
+                 "share: the student fits the noisy vote share (lia_spark); sampled: a label drawn from it")
+        if self.delta is not None and not 0.0 < self.delta < 1.0:
             fail("pate.delta", self.delta, "must be in (0, 1)")
+        settings = self.settings()
+        if settings.accounting == pate.DATA_INDEPENDENT and settings.noise != pate.LAPLACE:
+            fail("pate.noise", settings.noise, f"pate.protocol={self.protocol} accounts Laplace noise only "
+                 "(the data-independent bound)", "set pate.noise=laplace or leave it unset")
+
+    def settings(self, **fields: Any) -> pate.PateSettings:
+        """The PATE settings this section resolves to (the protocol's where a field is null), ``fields`` added."""
+        return pate.PateSettings.of_protocol(self.protocol, teachers=self.teachers, queries=self.queries,
+                                             noise=self.noise, student_labels=self.student_labels,
+                                             pseudo_labels=self.pseudo_labels, delta=self.delta, **fields)
 
 
 @dataclasses.dataclass(frozen=True)

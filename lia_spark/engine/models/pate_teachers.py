@@ -4,12 +4,12 @@ training rows (every one, ``teacher`` = :func:`lia_spark.kernels.pate.teacher_in
 
 Each group fits its teacher with one thread (:func:`lia_spark.kernels.pate.teacher_votes`, rows in row-id order, so the
 votes do not depend on the partitioning) and returns only its sampled votes on the broadcast student rows (Q rows):
-no training row comes from the driver and no model travels back to it.
+no training row comes from the driver and no model travels back to it (the published protocol's validation split,
+held-out rows, is broadcast with the student rows).
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -24,19 +24,30 @@ VOTES_SCHEMA = "teacher int, votes binary, rows long"
 TEACHER = "teacher"
 
 
-def spark_votes(training_rows: DataFrame, columns: list[str], *, teachers: int,
-                model: pate.TeacherModel) -> pate.TeacherVotes:
-    """A :data:`lia_spark.kernels.pate.TeacherVotes` over ``training_rows`` (row_id, label and the float feature
-    ``columns`` of the target day's training rows) that fits the ``teachers`` teachers in parallel Spark tasks."""
+def spark_votes(training_rows: DataFrame, columns: list[str], *, teachers: int, model: pate.TeacherModel,
+                validation_rows: DataFrame | None = None) -> pate.TeacherVotes:
+    """A :data:`lia_spark.kernels.pate.TeacherVotes` over ``training_rows`` (row_id, label and the feature
+    ``columns`` of the target day's training rows: floats for xgboost, the catboost frame's columns for catboost)
+    that fits the ``teachers`` teachers in parallel Spark tasks; with ``validation_rows`` (the same columns of the
+    validation split) every teacher stops on them (collected once, in row-id order, and broadcast with the
+    student rows)."""
     spark = training_rows.sparkSession
-    settings = dataclasses.asdict(model)
     rows = training_rows.select(ROW_ID, LABEL, *columns)
     schema = StructType(rows.schema.fields + [StructField(TEACHER, IntegerType())])
+    as_frame = model.library == "catboost"
 
-    def votes(student_ids: np.ndarray, student_features: np.ndarray, seed: int) -> np.ndarray:
+    def feature_values(frame: pd.DataFrame) -> Any:
+        return frame[columns].reset_index(drop=True) if as_frame else frame[columns].to_numpy(np.float32)
+
+    def votes(student_ids: np.ndarray, student_features: Any, seed: int) -> np.ndarray:
         describe_jobs(spark, f"train: {teachers} PATE teachers")
-        with shipped(spark, (np.asarray(student_ids, np.int64),
-                             np.asarray(student_features, dtype=np.float32))) as students:
+        validation = None
+        if validation_rows is not None:
+            held = validation_rows.select(ROW_ID, LABEL, *columns).toPandas().sort_values(ROW_ID, kind="stable")
+            validation = (feature_values(held), held[LABEL].to_numpy(np.float32))
+        students_shipped = (np.asarray(student_ids, np.int64),
+                            student_features if as_frame else np.asarray(student_features, dtype=np.float32))
+        with shipped(spark, (students_shipped, validation)) as broadcast:
 
             def assign(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
                 for frame in frames:
@@ -45,9 +56,10 @@ def spark_votes(training_rows: DataFrame, columns: list[str], *, teachers: int,
 
             def fit(group: pd.DataFrame) -> pd.DataFrame:
                 teacher = int(group[TEACHER].iat[0])
-                found = pate.teacher_votes(group[ROW_ID].to_numpy(), group[columns].to_numpy(np.float32),
-                                           group[LABEL].to_numpy(), *students.value, teacher=teacher,
-                                           vote_seed=seed, **settings)
+                (ids, features), held_out = broadcast.value
+                found = pate.teacher_votes(group[ROW_ID].to_numpy(), feature_values(group), group[LABEL].to_numpy(),
+                                           ids, features, teacher=teacher, vote_seed=seed, model=model,
+                                           validation=held_out)
                 return pd.DataFrame({TEACHER: [teacher], "votes": [found.tobytes()], "rows": [len(group)]})
 
             found = rows.mapInPandas(assign, schema).groupBy(TEACHER).applyInPandas(fit, VOTES_SCHEMA).collect()

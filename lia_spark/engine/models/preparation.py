@@ -47,13 +47,14 @@ def pate_settings(config: Config, target_rows: DataFrame, spec: features.Feature
     if left_out is not None and left_out.size:
         excluded = target_rows.sparkSession.createDataFrame(pd.DataFrame({ROW_ID: left_out.astype(np.int64)}))
         training_rows = training_rows.join(F.broadcast(excluded), ROW_ID, "left_anti")
-    section = config.pate
-    return pate.PateSettings(teachers=section.teachers, queries=section.queries, noise=section.noise,
-                             student_labels=section.student_labels,
-                             pseudo_labels=section.pseudo_labels, delta=section.delta,
-                             votes=pate.ReusedVotes(spark_votes(training_rows, spec.feature_columns,
-                                                                teachers=section.teachers,
-                                                                model=training.teacher_model(boosting_params(config)))))
+    published = pate.PROTOCOL_SETTINGS[config.pate.protocol].validation_split
+    validation_rows = (model_features(target_rows, spec, config).where(
+        F.col(features.SPLIT_COLUMN) == training.SPLIT_VALID) if published else None)
+    model = training.teacher_model(boosting_params(config), library=config.models.library,
+                                   cat_features=spec.cat_features, protocol=config.pate.protocol)
+    return config.pate.settings(votes=pate.ReusedVotes(spark_votes(
+        training_rows, spec.feature_columns, teachers=config.pate.teachers, model=model,
+        validation_rows=validation_rows)))
 
 
 def boosting_params(config: Config) -> training.BoostingParams:

@@ -92,8 +92,9 @@ def extra_mechanisms(config: Config, *, training_rows: int) -> tuple[list[str], 
     left_out = {}
     for name in config.utility.extra_mechanisms:
         reason = unsupported(name, library=m.library, execution=IN_MEMORY)
-        if not reason and name == PATE and max(config.pate.queries, config.pate.teachers) > training_rows:
-            reason = (f"pate.queries={config.pate.queries} student queries and pate.teachers={config.pate.teachers} "
+        queries = config.pate.settings().queries
+        if not reason and name == PATE and max(queries, config.pate.teachers) > training_rows:
+            reason = (f"pate.queries={queries} student queries and pate.teachers={config.pate.teachers} "
                       f"teachers need at least as many of the target day's {training_rows:,} training rows; lower them")
         if reason:
             left_out[name] = reason
