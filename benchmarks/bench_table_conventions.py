@@ -13,6 +13,9 @@ For every cell of one audit-table run (``<root>/seed<S>/table/cells/<cell>``, tr
 
     .venv/bin/python benchmarks/bench_table_conventions.py --root runs/table-injected-1m --seed 1 [--render]
 
+``--pate-published --override pate.protocol=published models.library=catboost ...`` renders the PATE cells of a
+``pate.protocol=published`` run (its overrides given, so its audits are reused) into their own section.
+
 The audits of each cell are committed stage outputs (reused on a re-run); results go to
 benchmarks/table_conventions.json.
 """
@@ -42,6 +45,8 @@ from lia_spark.studies import table  # noqa: E402
 SECTION = "table_conventions"
 AFTER_SECTION = "audit_table_injected"
 RESULTS = Path(__file__).resolve().parent / "table_conventions.json"
+PATE_PUBLISHED_SECTION = "pate_published"
+PATE_PUBLISHED_RESULTS = Path(__file__).resolve().parent / "pate_published.json"
 
 
 def audit_cell(spark, base, record: dict, scratch: str) -> dict:
@@ -97,18 +102,7 @@ def render(rows: list[dict], *, root: str, seed: int) -> str:
         "label signal of a calibrated target along with its shift (non-private: "
         f"{plain['eps_lb']:.2f} to {plain['eps_lb_target_mapped']:.2f}).")
     pate_rows = [row for row in rows if row["mechanism"] == PATE]
-    pate_lines = ["| claimed eps | accounted eps | sigma | student label click rate (true) | test AUC | test log-loss "
-                  "| published log-loss | valid eps_lb | paper way (not a valid bound) | published |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-    for row in pate_rows:
-        report = row["mechanism_report"]
-        value, loss = table.published_text(row["algorithm"], row["claimed_epsilon"])
-        pate_lines.append(
-            f"| {table.epsilon_text(row['claimed_epsilon'])} | {report.get('epsilon', math.nan):.3f} | "
-            f"{report.get('sigma', math.nan):.1f} | {report.get('student_label_rate', math.nan):.4f} "
-            f"({report.get('student_true_rate', math.nan):.4f}) | {row['test_auc']:.4f} | {row['test_log_loss']:.4f} "
-            f"| {loss or '-'} | {row['eps_lb']:.3f} | "
-            f"{table.mean_std_text(row['eps_lb_paper_way_mean'], row['eps_lb_paper_way_std'])} | {value or '-'} |")
+    pate_lines = pate_table(pate_rows, non_private=plain)
     return "\n".join([
         "## Table 2: valid, recalibrated, the paper's way, published (`benchmarks/bench_table_conventions.py`)",
         "",
@@ -155,28 +149,89 @@ def render(rows: list[dict], *, root: str, seed: int) -> str:
     ])
 
 
+def pate_table(pate_rows: list[dict], *, non_private: dict | None) -> list[str]:
+    """PATE's cells: the accounted eps (the protocol's bound, dp-accounting's beside it), the noise, the student
+    labels' click rate, utility (test log-loss also relative to the non-private target's, beside the published
+    ratio to the published non-private 0.130), valid bound, paper way and published value."""
+    lines = ["| claimed eps | accounted eps | dp-accounting eps | noise scale | student label click rate (true) | "
+             "test AUC | test log-loss | / non-private | published log-loss | published ratio | valid eps_lb | "
+             "paper way (not a valid bound) | published |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    base = non_private["test_log_loss"] if non_private else math.nan
+    published_base = table.PUBLISHED_LOG_LOSS["LP-1ST"][0]
+    for row in pate_rows:
+        report = row["mechanism_report"]
+        value, loss = table.published_text(row["algorithm"], row["claimed_epsilon"])
+        ratio = f"{float(loss) / published_base:.3f}" if loss else "-"
+        lines.append(
+            f"| {table.epsilon_text(row['claimed_epsilon'])} | {report.get('epsilon', math.nan):.3f} | "
+            f"{report.get('rdp_epsilon', report.get('epsilon', math.nan)):.3f} | {report.get('sigma', math.nan):.1f} | "
+            f"{report.get('student_label_rate', math.nan):.4f} ({report.get('student_true_rate', math.nan):.4f}) | "
+            f"{row['test_auc']:.4f} | {row['test_log_loss']:.4f} | {row['test_log_loss'] / base:.3f} | "
+            f"{loss or '-'} | {ratio} | {row['eps_lb']:.3f} | "
+            f"{table.mean_std_text(row['eps_lb_paper_way_mean'], row['eps_lb_paper_way_std'])} | {value or '-'} |")
+    return lines
+
+
+def render_published_pate(rows: list[dict], *, root: str, seed: int, overrides: list[str]) -> str:
+    """The PATE cells of a ``pate.protocol=published`` run beside the published Table 2 and Table 5 rows."""
+    plain = next((row for row in rows if row["cell"] == "none"), None)
+    pate_rows = [row for row in rows if row["mechanism"] == PATE]
+    at_8 = next((row for row in pate_rows if row["claimed_epsilon"] == 8.0), None)
+    return "\n".join([
+        "## PATE as published: Table 2 and Table 5 rows (`benchmarks/bench_table_conventions.py --pate-published`)",
+        "",
+        f"The cells of `{root}/seed{seed}` (`lia-spark audit-table --conf conf/audit_table.yaml` with "
+        f"{' '.join(f'`{word}`' for word in overrides)}; twin, 1M rows per day): PATE under `pate.protocol=published` "
+        "(docs/math.md §4.6: T = 100 teachers, Q = 200 queries, LNMax with the scale from the data-independent "
+        "bound at delta = 1e-4, sampled votes and labels, teachers and student CatBoost with 100 trees of depth 8 "
+        "at learning rate 0.4 kept at their best iteration on the validation split) beside the non-private target "
+        "(`none`, the conf's boosting). Valid: the cell's own audit (injected canaries, the audit's defaults; the "
+        "PATE cells have no shadow fits, and none was fitted for `none` here: `audit.shadows=0`). Paper way: "
+        "`table.paper_convention=true` (observational game on 200k training rows, difference t = 2, delta 1e-5, "
+        "GDP, 100 repetitions; not a valid bound). Published: Kalemaj et al. 2025, Table 2 (eps_lb) and Table 5 "
+        "(test log-loss; its non-private log-loss is 0.130).",
+        "",
+        *pate_table(pate_rows, non_private=plain),
+        "",
+        (f"Non-private target: test log-loss {plain['test_log_loss']:.4f}, AUC {plain['test_auc']:.4f}, valid "
+         f"eps_lb {plain['eps_lb']:.3f}." if plain else "No non-private cell in this run."),
+        *([f"At eps = 8 the student's test log-loss is {at_8['test_log_loss'] / plain['test_log_loss']:.3f} times "
+           f"the non-private target's (published 0.151 / 0.130 = 1.162)."] if at_8 and plain else []),
+    ])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", default="runs/table-injected-1m")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--conf", default="conf/audit_table.yaml")
     parser.add_argument("--render", action="store_true", help="write the section into BENCHMARKS.md")
-    parser.add_argument("--render-only", action="store_true", help="render benchmarks/table_conventions.json")
+    parser.add_argument("--render-only", action="store_true", help="render the saved JSON")
+    parser.add_argument("--pate-published", action="store_true",
+                        help="the run's PATE cells trained with pate.protocol=published (its own section and JSON)")
+    parser.add_argument("--override", nargs="*", default=[],
+                        help="the audit-table run's overrides beyond the seed and rows (so its audits are reused)")
     args = parser.parse_args(argv)
+    results = PATE_PUBLISHED_RESULTS if args.pate_published else RESULTS
     if not args.render_only:
         spark = get_spark(None)
         base = load_config(args.conf, [f"run.seed={args.seed}", "synthetic.rows_per_day=1000000",
-                                       "tracking.enabled=false"])
+                                       "tracking.enabled=false", *args.override])
         found = cells(args.root, args.seed).to_dict("records")
         rows = []
         for index, record in enumerate(found, start=1):
             rows.append(audit_cell(spark, base, record, f"{args.root}/seed{args.seed}/recalibrated"))
             print(f"{index}/{len(found)} {json.dumps(rows[-1], default=str)}", flush=True)
-        RESULTS.write_text(json.dumps({"root": args.root, "seed": args.seed, "cells": rows}, indent=1),
-                           encoding="utf-8")
-    saved = json.loads(RESULTS.read_text(encoding="utf-8"))
-    publish(SECTION, render(saved["cells"], root=saved["root"], seed=saved["seed"]),
-            render=args.render or args.render_only, after=AFTER_SECTION)
+        results.write_text(json.dumps({"root": args.root, "seed": args.seed, "overrides": args.override,
+                                       "cells": rows}, indent=1), encoding="utf-8")
+    saved = json.loads(results.read_text(encoding="utf-8"))
+    if args.pate_published:
+        publish(PATE_PUBLISHED_SECTION, render_published_pate(saved["cells"], root=saved["root"], seed=saved["seed"],
+                                                              overrides=saved["overrides"]),
+                render=args.render or args.render_only, after=SECTION)
+    else:
+        publish(SECTION, render(saved["cells"], root=saved["root"], seed=saved["seed"]),
+                render=args.render or args.render_only, after=AFTER_SECTION)
     return 0
 
 
