@@ -25,7 +25,8 @@ SUMMARY = [
 ]
 UTILITY = [
     {"mechanism": "rr", "epsilon": 2.0, "bag_size": 1, "auc": 0.60, "mean_additive_advantage": 0.9, "abs_I_p98": 9.0},
-    {"mechanism": "rr", "epsilon": 4.0, "bag_size": 1, "auc": 0.66, "mean_additive_advantage": 0.015, "abs_I_p98": 4.0},
+    {"mechanism": "rr", "epsilon": 4.0, "bag_size": 1, "auc": 0.66, "mean_additive_advantage": 0.015, "abs_I_p98": 4.0,
+     "advantage_source": "rr_closed_form"},
     {"mechanism": "llp", "epsilon": math.nan, "bag_size": 8, "auc": 0.57, "mean_additive_advantage": 0.005,
      "abs_I_p98": math.inf},
 ]
@@ -39,6 +40,9 @@ def test_settings_table_joins_summary_advantages_with_utility_auc():
     assert table.loc["rr.eps4.k1", "mean_additive_advantage"] == 0.015 and math.isnan(table.loc["rr.eps4.k1",
                                                                                                  "share_infinite"])
     assert math.isinf(table.loc["llp.epsinf.k8", "abs_I_p98"]) and table.loc["llp.epsinf.k8", "share_infinite"] == 0.76
+    # each row says where its advantages come from (findings.ADVANTAGE_SOURCES, the report's legend)
+    assert list(table["advantage_source"]) == ["posteriors", "posteriors", "rr_closed_form"]
+    assert set(table["advantage_source"]) <= set(findings.ADVANTAGE_SOURCES)
 
 
 def _stats(mean: float, std: float = 0.0) -> BoundStatistics:

@@ -169,11 +169,16 @@ def test_tradeoff_table_joins_summaries_and_uses_rr_closed_form(tmp_path):
     assert row("rr", 1.0)["mean_additive_advantage"] == 0.1  # from the summary
     assert row("llp", math.nan)["abs_I_p98"] == math.inf
     assert math.isnan(row("llp_geometric", 1.0)["mean_additive_advantage"])
-    # Closed form by hand: pi = 1/(1+e) = 0.2689; gains min(eta,1-eta) - pi where pi <= eta <= 1-pi:
-    # eta 0.3 -> 0.0311, 0.5 -> 0.2311, 0.1 and 0.9 outside -> 0.
+    # lp_2st trains on RR(eps) labels: RR's summary at the same eps, the same release and prior as the rr row
+    assert row("lp_2st", 1.0)["mean_additive_advantage"] == 0.1 and row("lp_2st", 1.0)["abs_I_p98"] == 1.0
+    assert row("lp_2st", 1.0)["advantage_source"] == "posteriors_rr"
+    # without RR's summary at that eps, RR's closed form by hand: pi = 1/(1+e) = 0.2689; gains min(eta,1-eta) - pi
+    # where pi <= eta <= 1-pi: eta 0.3 -> 0.0311, 0.5 -> 0.2311, 0.1 and 0.9 outside -> 0.
     pi = 1 / (1 + math.e)
-    assert row("lp_2st", 1.0)["mean_additive_advantage"] == pytest.approx((0.3 - pi + 0.5 - pi) / 4, rel=1e-12)
-    assert row("lp_2st", 1.0)["advantage_source"] == "rr_closed_form"
+    closed = utility.tradeoff_table(results, summary[summary["mechanism"] != "rr"], priors=priors)
+    lp_2st = closed[(closed["mechanism"] == "lp_2st") & (closed["epsilon"] == 1.0)].iloc[0]
+    assert lp_2st["mean_additive_advantage"] == pytest.approx((0.3 - pi + 0.5 - pi) / 4, rel=1e-12)
+    assert lp_2st["advantage_source"] == "rr_closed_form" and lp_2st["abs_I_p98"] == 1.0
     assert row("rr", math.inf)["mean_additive_advantage"] == pytest.approx(np.mean([0.1, 0.3, 0.5, 0.1]))
     for epsilon in (1.0, math.inf):  # PATE: no posterior summary and no closed form
         assert row("pate", epsilon)["advantage_source"] == "none"

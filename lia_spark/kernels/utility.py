@@ -3,8 +3,12 @@
 Each setting (mechanism, epsilon, bag size) of the utility grid gives one point: y = test AUC of the target
 trained on that release, x = the posterior stage's summary for the same setting (mean additive advantage,
 or the 98th percentile of |I|). Training mechanisms without a posterior summary of their own (rr_debiased,
-lp_2st, rr_with_prior) get RR's closed-form expected additive advantage
-E[(min(eta, 1-eta) - pi) 1{pi <= eta <= 1-pi}] and |I| = eps (exact for RR, an upper bound for the others).
+lp_2st, rr_with_prior) release RR(eps) labels (rr_debiased exactly RR's release, the others RR on a part of the rows
+or among the prior's likely labels): they get RR's posterior summary at the same eps where the posteriors stage
+computed it (``posteriors_rr``: the same release and prior as the rr row, so the numbers compare), else RR's
+closed-form expected additive advantage E[(min(eta, 1-eta) - pi) 1{pi <= eta <= 1-pi}] over the non-private
+target's predictions as eta, and |I| = eps (``rr_closed_form``; exact for RR under that prior, which differs from
+the posteriors stage's: a smoother prior puts fewer rows in [pi, 1 - pi]).
 PATE has neither (no posterior summary, and its (eps, delta) guarantee gives no closed form here): its rows keep
 NaN advantages (advantage_source "none") and the plots leave them out, saying how many.
 """
@@ -54,16 +58,24 @@ def tradeoff_table(utility: pd.DataFrame, summary: pd.DataFrame | None, *, prior
         priors: eta per training row for RR's closed form.
     Returns:
         utility columns plus mean_additive_advantage, abs_I_p98 and advantage_source
-        ("posteriors", "rr_closed_form" or "none").
+        ("posteriors", "posteriors_rr", "rr_closed_form" or "none").
     """
     table = _keyed(utility)
-    if summary is not None and len(summary):
+    keyed = _keyed(summary) if summary is not None and len(summary) else None
+    if keyed is not None:
         columns = ["mechanism", "epsilon_key", "bag_size", *ADVANTAGES]
-        table = table.merge(_keyed(summary)[columns], on=["mechanism", "epsilon_key", "bag_size"], how="left")
+        table = table.merge(keyed[columns], on=["mechanism", "epsilon_key", "bag_size"], how="left")
     else:
         for column in ADVANTAGES:
             table[column] = math.nan
     table["advantage_source"] = np.where(table["mean_additive_advantage"].notna(), "posteriors", "none")
+    family = table["mechanism"].isin(RR_FAMILY) & table["mean_additive_advantage"].isna()
+    if keyed is not None:
+        rr_rows = keyed[keyed["mechanism"] == RR].drop_duplicates("epsilon_key").set_index("epsilon_key")
+        for index in table.index[family & table["epsilon_key"].isin(rr_rows.index)]:
+            for column in ADVANTAGES:
+                table.at[index, column] = rr_rows.at[table.at[index, "epsilon_key"], column]
+            table.at[index, "advantage_source"] = "posteriors_rr"
     closed = table["mechanism"].isin(RR_FAMILY) & table["mean_additive_advantage"].isna()
     for index in table.index[closed]:
         epsilon = float(table.at[index, "epsilon"])

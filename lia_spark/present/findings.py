@@ -22,7 +22,14 @@ from lia_spark.present.point_labels import label_points, note_left_out
 from lia_spark.present.wording import NO_EVIDENCE, NOT_VALID
 
 SETTING_COLUMNS = ("setting", MECHANISM, EPSILON, BAG_SIZE, "mean_additive_advantage", "abs_I_p98", "share_infinite",
-                   "auc")
+                   "auc", "advantage_source")
+ADVANTAGE_SOURCES = {  # where a settings row's advantages come from (the report's legend)
+    "posteriors": "the posteriors stage's summary of this release",
+    "posteriors_rr": "the posteriors stage's summary of RR at the same eps (this mechanism trains on RR's release)",
+    "rr_closed_form": "RR's closed form over the non-private target's predictions as prior (no posteriors summary "
+                      "of RR at this eps)",
+    "none": "no advantage (no posteriors summary and no closed form)",
+}
 ADVANTAGE = "mean_additive_advantage"
 BOUND_COLUMNS = ("bound", "family", "convention", "valid", "mean", "std", "confidence", "delta", "note")
 VALID = "valid lower bound"
@@ -31,16 +38,21 @@ VALID = "valid lower bound"
 def settings_table(summary: Sequence[Mapping[str, Any]], utility: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Rows of :data:`SETTING_COLUMNS`, one per setting key, sorted by mechanism, epsilon, k.
 
-    Advantages come from the posteriors ``summary`` (the utility table's own, possibly closed-form, values where the
-    summary has no such setting); ``auc`` from the ``utility`` table (NaN when the setting was not trained)."""
+    Advantages come from the posteriors ``summary`` (the utility table's own values where the summary has no such
+    setting: RR's summary at the same eps or RR's closed form, :data:`ADVANTAGE_SOURCES`, named in
+    ``advantage_source``); ``auc`` from the ``utility`` table (NaN when the setting was not trained)."""
     rows: dict[str, dict[str, Any]] = {}
     for source, row in [*(("utility", r) for r in utility), *(("summary", r) for r in summary)]:
         key = setting_key(row[MECHANISM], row[EPSILON], row[BAG_SIZE])
         merged = rows.setdefault(key, {"setting": key, MECHANISM: row[MECHANISM], EPSILON: float(row[EPSILON]),
-                                       BAG_SIZE: int(row[BAG_SIZE])})
-        for column in SETTING_COLUMNS[4:]:
+                                       BAG_SIZE: int(row[BAG_SIZE]), "advantage_source": "none"})
+        for column in SETTING_COLUMNS[4:-1]:
             if column in row and (source == "summary" or column not in merged):
                 merged[column] = float(row[column])
+        if source == "summary":
+            merged["advantage_source"] = "posteriors"
+        elif "advantage_source" in row:
+            merged["advantage_source"] = str(row["advantage_source"])
     table = pd.DataFrame(list(rows.values()), columns=list(SETTING_COLUMNS))
     order = table[EPSILON].fillna(math.inf)
     return table.assign(_order=order).sort_values([MECHANISM, "_order", BAG_SIZE]).drop(columns="_order").reset_index(

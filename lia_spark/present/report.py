@@ -172,7 +172,9 @@ def _mechanisms(steps: Sequence[Any], folder: Path) -> tuple[list[str], int]:
              "∞: no noise): mean additive advantage and 98th percentile of |I| of the attacker's posterior (∞: some "
              "rows' labels are revealed for sure; share_infinite is their share), and the target model's test AUC "
              f"when trained on that release; {NOT_COMPUTED} where the posteriors or utility grid has no such "
-             "setting.</p>", _frame_table(table.assign(**{EPSILON: table[EPSILON].fillna(math.inf)}))]
+             "setting. <code>advantage_source</code>: "
+             + "; ".join(f"<code>{name}</code> {html.escape(text)}" for name, text in findings.ADVANTAGE_SOURCES.items())
+             + ".</p>", _frame_table(table.assign(**{EPSILON: table[EPSILON].fillna(math.inf)}))]
     plot = findings.matched_utility_plot(table, path=str(folder / "mechanisms_at_matched_utility.png"))
     if plot is None:
         return parts, 0
