@@ -120,6 +120,8 @@ def test_catboost_native_categoricals_learn():
     (["pate.queries=500", "utility.extra_mechanisms=[pate]"], 500, ["pate"], []),  # queries are training rows
     (["pate.queries=500", "utility.extra_mechanisms=[pate]"], 499, [], ["pate"]),
     (["pate.queries=50", "pate.teachers=600", "utility.extra_mechanisms=[pate]"], 599, [], ["pate"]),
+    (["pate.protocol=published", "pate.teachers=10", "utility.extra_mechanisms=[pate]"], 200, ["pate"], []),
+    (["pate.protocol=published", "pate.teachers=10", "utility.extra_mechanisms=[pate]"], 199, [], ["pate"]),
     (["utility.extra_mechanisms=[]"], 20_000, [], []),
 ])
 def test_utility_extra_mechanisms_follow_the_table_rule_and_need_as_many_rows_as_pate_queries_and_teachers(
