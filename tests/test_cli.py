@@ -20,7 +20,8 @@ def test_command_help_says_what_it_does_and_what_it_reads_without_pyspark(monkey
     shown = " ".join(capsys.readouterr().out.split())
     name = "pipeline" if command == "run" else command
     entry = COMMAND_HELP[name]
-    assert shown.startswith(f"usage: lia-spark {name} [-h] [--conf FILE] [section.key=value ...]")
+    assert shown.startswith(f"usage: lia-spark {name} [-h] [--conf FILE] [--json] [--quiet | --verbose] "
+                            "[section.key=value ...]")
     assert " ".join(entry.summary.split()) in shown
     assert f"config sections it reads: {', '.join(entry.sections)}, plus run and spark" in shown
     assert f"<run.output_dir>/results/{name}.json" in shown

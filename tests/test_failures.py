@@ -92,6 +92,29 @@ def test_combinations_the_models_cannot_train_are_refused_at_load(tmp_path, caps
     assert _one_line(capsys).startswith(f"lia-spark: {field}: ")
 
 
+def test_json_prints_the_result_document_and_quiet_keeps_info_lines_out_of_the_log(data_run, tmp_path, capsys,
+                                                                                    caplog):
+    conf = _conf(tmp_path / "conf.yaml", data_run / "out")  # the committed table: generate is reused
+    caplog.set_level(logging.DEBUG)
+
+    def lia_records(level: int) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name.startswith("lia_spark") and r.levelno == level]
+
+    assert main(["generate", "--conf", str(conf), "--json", "--quiet"]) == 0
+    document = json.loads(capsys.readouterr().out)  # stdout is the result document, nothing else
+    saved = json.loads((data_run / "out" / "results" / "generate.json").read_text(encoding="utf-8"))
+    assert document == saved and document["skipped"] is True
+    assert not lia_records(logging.INFO)
+    assert main(["generate", "--conf", str(conf), "--verbose"]) == 0
+    assert capsys.readouterr().out.startswith("generate: done in ")
+    assert logging.getLogger("lia_spark").getEffectiveLevel() == logging.DEBUG and lia_records(logging.INFO)
+    with pytest.raises(SystemExit) as refused:  # one or the other: argparse's usage line, exit code 2
+        main(["generate", "--conf", str(conf), "--quiet", "--verbose"])
+    assert refused.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+    assert main(["generate", "--conf", str(conf)]) == 0
+    assert logging.getLogger("lia_spark").getEffectiveLevel() == logging.INFO
+
+
 def test_duplicate_yaml_keys_name_the_key_and_the_file(tmp_path, capsys):
     conf = tmp_path / "conf.yaml"
     conf.write_text("mechanisms:\n  epsilons: [1.0]\n  days: [1]\n  epsilons: [2.0]\n", encoding="utf-8")

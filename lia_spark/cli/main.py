@@ -41,23 +41,36 @@ SPARK_MISSING = (f"lia-spark: pyspark is not installed; install the wheel of `ma
 
 
 def _parser(prog: str, description: str, epilog: str = "") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog)
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, allow_abbrev=False)
     parser.add_argument("--conf", metavar="FILE", help="YAML config file (see conf/defaults.yaml for every key)")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="override one config value")
     return parser
 
 
 def command_parser(command: str) -> argparse.ArgumentParser:
-    """The arguments of ``lia-spark <command>`` (:data:`COMMAND_NAMES`): ``--conf FILE`` and overrides; its help
-    says what the command does and which config sections it reads (:data:`lia_spark.cli.command_help.COMMAND_HELP`)."""
+    """The arguments of ``lia-spark <command>`` (:data:`COMMAND_NAMES`): ``--conf FILE``, overrides, what stdout
+    carries (``--json``) and how much the log on stderr says (``--quiet``, ``--verbose``); its help says what the
+    command does and which config sections it reads (:data:`lia_spark.cli.command_help.COMMAND_HELP`)."""
     entry = COMMAND_HELP[command]
-    return _parser(f"lia-spark {command}", entry.summary, entry.epilog(command))
+    parser = _parser(f"lia-spark {command}", entry.summary, entry.epilog(command))
+    parser.add_argument("--json", action="store_true",
+                        help="print the command's result document (JSON, as results/<command>.json) on stdout "
+                             "instead of the summary lines")
+    talk = parser.add_mutually_exclusive_group()
+    talk.add_argument("--quiet", action="store_true", help="log only warnings and errors on stderr")
+    talk.add_argument("--verbose", action="store_true", help="log lia-spark's debug messages on stderr too")
+    return parser
 
 
 def config_from_args(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> Config:
     """Parse ``--conf FILE`` plus ``section.key=value`` overrides with ``parser`` into a validated Config."""
     args = parser.parse_args(argv)
     return load_config(args.conf, args.overrides)
+
+
+def log_level(argv: Sequence[str]) -> int:
+    """The log level ``--quiet`` (WARNING) or ``--verbose`` (DEBUG) asks for; INFO otherwise."""
+    return logging.WARNING if "--quiet" in argv else logging.DEBUG if "--verbose" in argv else logging.INFO
 
 
 def console_stderr() -> TextIO:
@@ -78,15 +91,17 @@ QUIET_LOGGERS = {"py4j": logging.WARNING, "alembic": logging.WARNING, "sqlalchem
                  "huey": logging.WARNING, "urllib3.connectionpool": logging.ERROR}
 
 
-def configure_logging() -> None:
-    """INFO-level, timestamped logs for lia_spark, MLflow and Python's warnings on :func:`console_stderr` (MLflow's
-    own handler off: :data:`MLFLOW_CONSOLE`); Spark's own logs stay at WARN, MLflow's database migrations at WARNING;
-    urllib3's per-attempt "Retrying" lines (MLflow's HTTP calls) are left out: a tracking call that fails after
-    its retries gets one lia_spark warning naming the server."""
+def configure_logging(level: int = logging.INFO) -> None:
+    """Timestamped logs at ``level`` (INFO by default; DEBUG for lia_spark only) for lia_spark, MLflow and Python's
+    warnings on :func:`console_stderr` (MLflow's own handler off: :data:`MLFLOW_CONSOLE`); Spark's own logs stay at
+    WARN, MLflow's database migrations at WARNING; urllib3's per-attempt "Retrying" lines (MLflow's HTTP calls) are
+    left out: a tracking call that fails after its retries gets one lia_spark warning naming the server."""
     for name, value in MLFLOW_CONSOLE.items():
         os.environ.setdefault(name, value)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    logging.basicConfig(level=max(level, logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=console_stderr())
+    logging.getLogger().setLevel(max(level, logging.INFO))
+    logging.getLogger("lia_spark").setLevel(level)
     logging.captureWarnings(True)  # Python warnings (MLflow's, pandas') as log records, on the same stream
     for name, level in QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(level)
@@ -205,11 +220,12 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     143 when Ctrl-C / SIGTERM stops it (Spark's jobs cancelled, the staging folder and the lock removed, finished
     stages kept); a failure ends as one line on stderr
     (:func:`lia_spark.run.failures.failure_line`), its traceback goes to the log."""
-    configure_logging()
+    arguments = list(argv or [])
+    configure_logging(log_level(arguments))
     received_signals.clear()
     previous = _stop_on_signals()
     try:
-        config = config_from_args(argv, command_parser(name))
+        config = config_from_args(arguments, command_parser(name))
         from lia_spark.engine.runtime.commands import COMMANDS
         from lia_spark.engine.runtime.lock import run_lock
         from lia_spark.engine.runtime.outputs import write_text
@@ -235,9 +251,12 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     finally:
         for signum, handler in previous.items():  # a caller in this process (a test, a notebook) gets its own back
             signal.signal(signum, handler)
-    print(f"{name}: done in {seconds:.1f} s; full result (JSON): {path}")
-    if hasattr(result, "console_summary"):
-        print(result.console_summary())
+    if "--json" in arguments:
+        print(strict_json(result))
+    else:
+        print(f"{name}: done in {seconds:.1f} s; full result (JSON): {path}")
+        if hasattr(result, "console_summary"):
+            print(result.console_summary())
     return finding_exit(config, result)
 
 
@@ -294,7 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     commands = {"run": "pipeline", **{name: name for name in COMMAND_NAMES}}
-    usage = (f"usage: lia-spark {{{', '.join([*commands, 'config'])}}} [--conf FILE] [section.key=value ...]\n"
+    usage = (f"usage: lia-spark {{{', '.join(commands)}}} [--conf FILE] [--json] [--quiet | --verbose] "
+             "[section.key=value ...]\n"
+             "       lia-spark config [--show] [--conf FILE] [section.key=value ...]\n"
              "       lia-spark --version\n"
              "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)\n"
              "  config [--show] = print the resolved config (defaults <- --conf file <- overrides) as YAML\n"
