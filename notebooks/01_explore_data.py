@@ -31,20 +31,12 @@ if "dbutils" in globals():  # Databricks: a fresh Python process imports the pac
 import shlex
 
 from lia_spark.engine.spark.session import get_spark
-from lia_spark.cli.main import WORKSPACE_CONF, notebook_conf, notebook_parameters
+from lia_spark.cli.main import WORKSPACE_CONF, notebook_conf, notebook_display, notebook_parameters
 from lia_spark.run.config import load_config
 
 params = notebook_parameters(globals(), {"conf": WORKSPACE_CONF, "overrides": ""})
 config = load_config(notebook_conf(params["conf"], globals()), shlex.split(params["overrides"]))
 spark = get_spark(config.spark)  # the cluster's session on Databricks (Spark Connect on shared and serverless)
-
-
-def show(frame):
-    """Databricks' display() when present, else a printed pandas table."""
-    if "display" in globals():
-        display(frame)  # noqa: F821 - Databricks built-in
-    else:
-        print(frame.toPandas().to_string(index=False))
 
 # COMMAND ----------
 
@@ -74,7 +66,7 @@ from lia_spark.kernels import criteo
 per_day = (table.groupBy(criteo.DAY)
            .agg(F.count("*").alias("rows"), F.avg(criteo.LABEL).alias("click_rate"))
            .orderBy(criteo.DAY))
-show(per_day)
+notebook_display(per_day, globals())
 
 # COMMAND ----------
 
@@ -83,11 +75,11 @@ show(per_day)
 # COMMAND ----------
 
 missing = table.select([F.avg(F.col(c).isNull().cast("double")).alias(c) for c in criteo.FEATURE_COLUMNS])
-show(missing)
+notebook_display(missing, globals())
 quartiles = table.select([F.percentile_approx(c, [0.25, 0.5, 0.75], 1000).alias(c) for c in criteo.INT_COLUMNS])
-show(quartiles)
+notebook_display(quartiles, globals())
 distinct = table.select([F.approx_count_distinct(c).alias(c) for c in criteo.CAT_COLUMNS])
-show(distinct)
+notebook_display(distinct, globals())
 
 # COMMAND ----------
 

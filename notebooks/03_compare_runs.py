@@ -27,7 +27,7 @@ if "dbutils" in globals():  # Databricks: a fresh Python process imports the pac
 
 # COMMAND ----------
 
-from lia_spark.cli.main import notebook_parameters
+from lia_spark.cli.main import notebook_display, notebook_parameters
 from lia_spark.run.sections import TrackingConfig
 from lia_spark.tracking.mlflow_runs import pipeline_runs
 from lia_spark.tracking.store import resolve_tracking_uri
@@ -49,7 +49,7 @@ param_columns = [c for c in runs.columns if c.startswith("params.") and not c.st
 metric_columns = sorted(c for c in runs.columns if c.startswith("metrics.")
                         and c.split(".")[1] in ("train", "audit") and not c.endswith(".seconds"))
 table = runs[["run_id", "tags.mlflow.runName", "status", "start_time", *param_columns, *metric_columns]]
-print(table.to_string(index=False, max_colwidth=40))
+notebook_display(table, globals())  # a grid on Databricks (the table is wide), printed elsewhere
 
 # COMMAND ----------
 
@@ -69,4 +69,4 @@ if metric:
     axis.set_ylabel(metric)
     figure.tight_layout()
     plt.show()
-    print(ordered[["run_id", f"metrics.{metric}"]].to_string(index=False))
+    notebook_display(ordered[["run_id", f"metrics.{metric}"]], globals())

@@ -87,6 +87,22 @@ def test_widgets_are_used_when_dbutils_exists():
         del os.environ["LIA_OVERRIDES"]
 
 
+def test_tables_use_databricks_display_when_the_notebook_has_it(spark, capsys):
+    import pandas as pd
+
+    from lia_spark.cli.main import notebook_display
+
+    shown = []
+    frame = pd.DataFrame({"run_id": ["a", "b"], "metrics.audit.eps_lb": [0.5, 1.25]})
+    notebook_display(frame, {"display": shown.append})
+    assert shown == [frame] and capsys.readouterr().out == ""
+    notebook_display(frame, {})  # elsewhere: printed
+    notebook_display(spark.createDataFrame(frame), {})  # a Spark frame too
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["run_id", "metrics.audit.eps_lb"] and lines[2].split() == ["b", "1.25"]
+    assert lines[3:] == lines[:3]
+
+
 def test_explore_data_notebook(run, tmp_path):
     conf = run.conf_file(tmp_path / "conf.yaml")
     output = run_notebook("01_explore_data.py", {"LIA_CONF": str(conf)}, tmp_path).stdout

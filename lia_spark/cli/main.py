@@ -140,6 +140,16 @@ def notebook_conf(path: str, namespace: Mapping[str, Any]) -> str | None:
     return fallback
 
 
+def notebook_display(frame: Any, namespace: Mapping[str, Any]) -> None:
+    """A table in a notebook: Databricks' ``display()`` when ``namespace`` (the notebook's globals) has it (a
+    sortable, scrollable grid), else the frame (Spark or pandas) printed as a pandas table."""
+    if "display" in namespace:
+        namespace["display"](frame)
+        return
+    table = frame.toPandas() if hasattr(frame, "toPandas") else frame
+    print(table.to_string(index=False, max_colwidth=40))
+
+
 def result_path(config: Config, command: str) -> str:
     """``<run.output_dir>/results/<command>.json``: the full result of the last run of a command."""
     return f"{config.run.output_dir.rstrip('/')}/results/{command}.json"
