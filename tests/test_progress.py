@@ -45,6 +45,9 @@ def test_progress_line_names_tasks_rate_eta_and_the_running_jobs():
     assert progress_line("train", stages[:1], elapsed=7300, rates={}, doing="tiny: train").startswith(
         "train (tiny: train): 37/200 tasks of Spark stage 12 done, 2 running (2 h 01 min in)")
     assert progress_line("audit", [], elapsed=45, rates={}) == "audit: still running, 45 s in (no Spark stage active)"
+    assert progress_line("train", [], elapsed=45, rates={}, doing="train: fitting the proxy (xgboost) on the driver") \
+        == ("train: still running, 45 s in (no Spark stage active; last step named: fitting the proxy (xgboost) on "
+            "the driver)")
 
 
 def test_connect_handler_keeps_the_unfinished_stages_of_running_operations():
@@ -85,8 +88,8 @@ def test_driver_work_gets_a_heartbeat_naming_no_spark_stage(spark, caplog):
     finally:
         describe_jobs(spark, None)
     lines = _lines(caplog)
-    assert lines and all(re.fullmatch(r"fit: still running, \d s in \(no Spark stage active\)", line)
-                         for line in lines), lines
+    assert lines and all(re.fullmatch(r"fit: still running, \d s in \(no Spark stage active; last step named: on "
+                                      r"the driver\)", line) for line in lines), lines
 
 
 def test_zero_seconds_reports_nothing(spark, caplog):

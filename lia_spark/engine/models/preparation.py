@@ -214,6 +214,8 @@ def fit_proxy(spark: SparkSession, config: Config, proxy_rows: DataFrame
     started = time.monotonic()
     data = collect_model_data(model_features(proxy_rows, spec, config), spec, config.models.library)
     seconds = {"collect_proxy": time.monotonic() - started}
+    describe_jobs(spark, f"train: fitting the proxy ({config.models.library}) on "
+                         f"{int((data.split == training.SPLIT_TRAIN).sum()):,} rows on the driver")
     proxy = training.fit_model(data, data.labels, data.split == training.SPLIT_TRAIN,
                                data.split == training.SPLIT_VALID, params=boosting_params(config))
     logger.info("proxy fitted on %d rows in %.1f s", int((data.split == training.SPLIT_TRAIN).sum()),

@@ -6,8 +6,9 @@ and the ETA of that Spark stage, under the description of the running jobs
     posteriors: bag, release, posteriors; write per-row results: 37/200 tasks of Spark stage 12 done, 2 running,
     1.8 tasks/s, ETA 1 min 30 s (2 min 10 s in)
 
-or, when no Spark stage is active (work on the driver: model fits, bounds), a heartbeat
-``train: still running, 2 min 10 s in (no Spark stage active)``. Classic sessions are polled through their
+or, when no Spark stage is active (work on the driver: model fits, bounds), a heartbeat with the last
+description, ``train: still running, 2 min 10 s in (no Spark stage active; last step named: fitting the proxy
+(xgboost) on 800,000 rows on the driver)``. Classic sessions are polled through their
 status tracker; over Spark Connect the client's progress handler (``spark.registerProgressHandler``) keeps the
 latest state of each running operation.
 """
@@ -59,7 +60,8 @@ def progress_line(label: str, stages: list[StageProgress], *, elapsed: float, ra
     active Spark stage's tasks done and running, its rate (``rates``: tasks/s by stage id, absent while unknown)
     and the ETA of its remaining tasks; a heartbeat when no Spark stage is active."""
     if not stages:
-        return f"{label}: still running, {duration_text(elapsed)} in (no Spark stage active)"
+        last = f"; last step named: {doing.removeprefix(f'{label}: ')}" if doing else ""
+        return f"{label}: still running, {duration_text(elapsed)} in (no Spark stage active{last})"
     parts = []
     for stage in stages[:SHOWN_STAGES]:
         text = f"{stage.completed}/{stage.tasks} tasks of Spark stage {stage.stage_id} done"
