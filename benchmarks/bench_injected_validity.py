@@ -293,9 +293,11 @@ def render(payload: dict) -> str:
     g = s["game_draws"]
     lines = [TITLE, ""]
     lines.append(
-        f"`nice -n 10 .venv/bin/python benchmarks/bench_injected_validity.py {meta['arguments']}` "
-        f"(section rendered from its JSON by the same command with `--from-output --render`; raw per-repetition values "
-        f"in `{meta['output']}`).")
+        f"`nice -n 10 .venv/bin/python benchmarks/bench_injected_validity.py {meta['arguments']}`"
+        + "".join(f", continued with `--resume` from repetition {entry['repetition']} (commit {entry['commit'][:7]})"
+                  for entry in meta.get("resumed_at", []))
+        + f" (section rendered from its JSON by the same command with `--from-output --render`; raw per-repetition "
+        f"values in `{meta['output']}`).")
     lines.append("")
     lines.append(
         f"Question: does the injected-label audit (`lia_spark.kernels.injected`: coin b and counterfactual y1 drawn *before* "
