@@ -119,6 +119,8 @@ def test_parent_run_holds_config_seed_fingerprint_commit_and_versions(spark, run
     assert params["data.fingerprint"] == data_fingerprint(read_marker(spark, run.config.parquet_path))["data.fingerprint"]
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     assert parent.data.tags[GIT_COMMIT_TAG] == commit and "env.git_commit" not in params
+    children = _children(client, run.result.mlflow_run_id)
+    assert children and all(child.data.tags.get(GIT_COMMIT_TAG) == commit for child in children)  # stage runs too
     assert parent.data.tags[DESCRIPTION_TAG] == run.result.step("audit").result.headline.text()
     assert params["env.mlflow"] == mlflow.__version__
     xgboost_distribution = next(name for name in ("xgboost", "xgboost-cpu") if f"env.{name}" in params)

@@ -120,6 +120,8 @@ class PipelineTracker:
         self.run_id = ""
         self.not_logged: list[str] = []
         self.stopped = False  # the store stopped answering: no more MLflow calls this run
+        commit = git_commit()
+        self.commit_tags = {GIT_COMMIT_TAG: commit} if commit else {}  # on every run it starts, nested ones too
 
     def best_effort(self, what: str, log: Callable[[], Any]) -> None:
         """Call ``log``; a failure never stops the stages. If the store no longer answers, warn naming the server,
@@ -193,9 +195,7 @@ class PipelineTracker:
         params.update({f"env.{package}": version for package, version in package_versions().items()})
         mlflow.log_params(params)
         mlflow.log_dict(self.config.to_dict(), CONFIG_FILE)
-        commit = git_commit()
-        if commit:
-            mlflow.set_tag(GIT_COMMIT_TAG, commit)
+        mlflow.set_tags(self.commit_tags)
         logger.info("tracking: MLflow run %s in experiment %r (%s)", self.run_id, name, self.tracking_uri)
         return self.run_id
 
@@ -210,7 +210,7 @@ class PipelineTracker:
         :meth:`log_stage` fills and ends it."""
         import mlflow
 
-        mlflow.start_run(run_name=stage, nested=True, tags={KIND_TAG: "stage", STAGE_TAG: stage})
+        mlflow.start_run(run_name=stage, nested=True, tags={KIND_TAG: "stage", STAGE_TAG: stage, **self.commit_tags})
 
     def log_stage(self, stage: str, *, status: str, seconds: float, metrics: Mapping[str, Any],
                   artifacts: Sequence[str], models: Sequence[str] = (),
@@ -322,7 +322,8 @@ class PipelineTracker:
             name = setting_key(row[MECHANISM], row[EPSILON], row[BAG_SIZE])
             values = {key: value for key, value in row.items() if key not in setting
                       and isinstance(value, (int, float)) and not isinstance(value, bool)}
-            with mlflow.start_run(run_name=name, nested=True, tags={KIND_TAG: "setting", STAGE_TAG: stage}):
+            with mlflow.start_run(run_name=name, nested=True,
+                                  tags={KIND_TAG: "setting", STAGE_TAG: stage, **self.commit_tags}):
                 mlflow.log_params({"setting": name, **setting})
                 mlflow.log_metrics(finite_metrics(values))
 
@@ -417,7 +418,7 @@ class AuditTableTracker(PipelineTracker):
         eps_lb = numbers.get("eps_lb_mean")
         tags = {KIND_TAG: TABLE_CELL_KIND, "lia_spark.cell": cell, "audit.claimed_eps": claimed,
                 "audit.mechanism": mechanism, "audit.eps_lb": "" if eps_lb is None else f"{eps_lb:.6g}",
-                **({FINGERPRINT_TAG: fingerprint} if fingerprint else {})}
+                **({FINGERPRINT_TAG: fingerprint} if fingerprint else {}), **self.commit_tags}
         mlflow.log_metrics({f"{key}.{name}": value for name, value in numbers.items()} | {f"{key}.seconds": seconds})
         with mlflow.start_run(run_name=key, nested=True, tags=tags):
             mlflow.log_params({"setting": key, "cell": cell, "mechanism": mechanism, "claimed_epsilon": claimed,
