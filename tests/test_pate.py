@@ -215,6 +215,11 @@ def test_the_published_protocol_at_eps_8_uses_scale_20():
     assert (settings.queries, settings.noise, settings.student_labels, settings.delta, settings.accounting) == (
         200, pate.LAPLACE, pate.SAMPLED, 1e-4, pate.DATA_INDEPENDENT)
     assert pate.PateSettings.of_protocol(pate.PUBLISHED, queries=300).queries == 300  # a set field wins
+    for bad, message in (({"queries": 0}, "queries must be >= 1"), ({"delta": 1.0}, r"delta must be in \(0, 1\)")):
+        with pytest.raises(ValueError, match=message):
+            pate.data_independent_scale(**{"epsilon": 8.0, "queries": 200, "delta": 1e-4, **bad})
+    with pytest.raises(ValueError, match="scale must be non-negative"):
+        pate.data_independent_epsilon(scale=-1.0, queries=200, delta=1e-4)
 
 
 def _published(data: training.ModelData, teachers: int = 4, **fields) -> pate.PateSettings:

@@ -78,16 +78,21 @@ PROTOCOL_SETTINGS = {
 }
 
 
-def data_independent_epsilon(*, scale: float, queries: int, delta: float) -> float:
-    """eps = 4 Q g^2 + 2 g sqrt(2 Q ln(1/delta)), g = 1/scale: Q answers of Laplace(scale) noise on the vote counts,
-    each (2g)-DP (L1 sensitivity 2), composed by the advanced composition theorem ([PAE+17] §3; Wu et al.'s
-    ``get_eps_data_independent``). scale = 0 answers without noise: eps = inf."""
-    if not scale >= 0:
-        raise ValueError(f"scale must be non-negative, got scale={scale}")
+def _check_accounting(name: str, noise: float, *, queries: int, delta: float) -> None:
+    """The arguments of an eps computation: noise ``name`` >= 0, queries >= 1, delta in (0, 1)."""
+    if not noise >= 0:
+        raise ValueError(f"{name} must be non-negative, got {name}={noise}")
     if queries < 1:
         raise ValueError(f"queries must be >= 1, got queries={queries}")
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got delta={delta}")
+
+
+def data_independent_epsilon(*, scale: float, queries: int, delta: float) -> float:
+    """eps = 4 Q g^2 + 2 g sqrt(2 Q ln(1/delta)), g = 1/scale: Q answers of Laplace(scale) noise on the vote counts,
+    each (2g)-DP (L1 sensitivity 2), composed by the advanced composition theorem ([PAE+17] §3; Wu et al.'s
+    ``get_eps_data_independent``). scale = 0 answers without noise: eps = inf."""
+    _check_accounting("scale", scale, queries=queries, delta=delta)
     if scale == 0:
         return math.inf
     g = 1.0 / scale
@@ -102,7 +107,7 @@ def data_independent_scale(*, epsilon: float, queries: int, delta: float) -> flo
         raise ValueError(f"epsilon must be > 0, got epsilon={epsilon}")
     if math.isinf(epsilon):
         return 0.0
-    data_independent_epsilon(scale=1.0, queries=queries, delta=delta)  # validates queries and delta
+    _check_accounting("scale", 1.0, queries=queries, delta=delta)
     b = 2.0 * math.sqrt(2.0 * queries * math.log(1.0 / delta))
     g = 2.0 * epsilon / (math.sqrt(b * b + 16.0 * queries * epsilon) + b)
     return 1.0 / g
@@ -132,12 +137,7 @@ def pate_epsilon(*, sigma: float, queries: int, delta: float = DELTA, noise: str
     Raises:
         ValueError: on sigma < 0, queries < 1, delta outside (0, 1) or an unknown noise.
     """
-    if not sigma >= 0:
-        raise ValueError(f"sigma must be non-negative, got sigma={sigma}")
-    if queries < 1:
-        raise ValueError(f"queries must be >= 1, got queries={queries}")
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got delta={delta}")
+    _check_accounting("sigma", sigma, queries=queries, delta=delta)
     _check_noise(noise)
     if sigma == 0:
         return math.inf
