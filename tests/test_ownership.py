@@ -188,17 +188,16 @@ def _run_until(conf: Path, started_line: str, *extra: str) -> tuple[subprocess.P
     return process, log
 
 
-def _sleep_in_a_task(frames):
-    for frame in frames:
-        time.sleep(120)
-        yield frame
-
-
 def test_a_signal_inside_a_spark_call_stops_code_that_goes_on_after_failures_and_cancels_the_job(spark):
     """SIGTERM comes while the main thread waits inside py4j (collect). pyspark's clean-up may then read the
     cancellation from the interrupted connection and raise it in place of the signal's exception, so code that
     records a failure and goes on (an audit-table cell, the fit-ahead, a best-effort MLflow call) asks
     ``interrupts.check()`` first: the command unwinds with the signal, and the running job is cancelled."""
+    def sleep_in_a_task(frames):  # local: pickled by value (the workers cannot import this test module)
+        for frame in frames:
+            time.sleep(120)
+            yield frame
+
     previous = cli._stop_on_signals()
     timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGTERM))
     try:
@@ -206,7 +205,7 @@ def test_a_signal_inside_a_spark_call_stops_code_that_goes_on_after_failures_and
         started = time.monotonic()
         with pytest.raises(interrupts.Terminated):
             try:
-                spark.range(2).repartition(2).mapInPandas(_sleep_in_a_task, "id long").collect()
+                spark.range(2).repartition(2).mapInPandas(sleep_in_a_task, "id long").collect()
             except Exception:  # noqa: BLE001 - as the audit table's handling of a failing cell
                 interrupts.check()
                 pytest.fail("a failure recorded after the signal: the command would go on")
