@@ -67,9 +67,11 @@ def progress_line(label: str, stages: list[StageProgress], *, elapsed: float, ra
         text = f"{stage.completed}/{stage.tasks} tasks of Spark stage {stage.stage_id} done"
         if stage.running:
             text += f", {stage.running} running"
-        rate = rates.get(stage.stage_id)
-        if rate:
-            text += f", {rate:.2g} tasks/s, ETA {duration_text(max(stage.tasks - stage.completed, 0) / rate)}"
+        rate, left = rates.get(stage.stage_id), max(stage.tasks - stage.completed, 0)
+        if rate and stage.running and left <= stage.running:
+            text += f", {rate:.2g} tasks/s, no ETA (the last {left} running: how long they take is not known)"
+        elif rate:
+            text += f", {rate:.2g} tasks/s, ETA {duration_text(left / rate)}"
         parts.append(text)
     if len(stages) > SHOWN_STAGES:
         parts.append(f"{len(stages) - SHOWN_STAGES} more Spark stages active")
