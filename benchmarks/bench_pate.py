@@ -77,7 +77,7 @@ def main(argv=None) -> int:
         "",
         f"Synthetic twin, {args.rows} rows per day; T = {args.teachers} teachers on all {int(train.sum())} training "
         f"rows (about {int(train.sum()) // args.teachers} each), Q = {config.pate.queries} student queries drawn from "
-        f"those rows, GNMax, delta = {config.pate.delta:g}; boosting defaults ({m.n_estimators} trees, depth "
+        f"those rows, GNMax, delta = {config.pate.settings().delta:g}; boosting defaults ({m.n_estimators} trees, depth "
         f"{m.max_depth}); each teacher's vote is drawn from its predicted click probability and each student label "
         "from the noisy vote share (Wu et al.'s Criteo protocol, docs/math.md §4.6). Student labels: `share` (the "
         "default: the clipped noisy vote share as a soft label) or `sampled` (a draw from it, as Wu et al.'s code); "
