@@ -9,7 +9,8 @@ from its canary table (:func:`lia_spark.studies.power.audit_choice`, the stage's
     python benchmarks/bench_audit_power.py --root runs/power --flip-shares 0.05 0.1 0.2 0.5 --run   # counterfactual
     python benchmarks/bench_audit_power.py --root runs/power --render
 
-``--run`` starts the seeds whose table is missing; the analysis reads whatever cells are complete.
+``--run`` starts the seeds whose table is missing (not those already analysed whose runs were deleted); the analysis
+reads whatever cells are complete.
 """
 from __future__ import annotations
 
@@ -77,6 +78,14 @@ def group_done(folder: Path, seed: int, command: list[str]) -> bool:
     names = {"none" if m == "none" else f"{m}-eps{e:g}" for m in mechanisms for e in epsilons}
     cells = folder / f"seed{seed}" / "table" / "cells"
     return all((cells / name / step / "_LIA_COMPLETE").exists() for name in names for step in ("models", "audit"))
+
+
+def analysed(folder: Path, seed: int) -> bool:
+    """True when the study's power.json holds this seed's cells while its training runs are gone (deleted after
+    the analysis): ``--run`` does not train them again."""
+    cache = folder / "power.json"
+    return (cache.exists() and not (folder / f"seed{seed}").exists()
+            and bool((pd.read_json(cache)["seed"] == seed).any()))
 
 
 def cell_rows(folder: Path, seed: int, choices: tuple[AuditConfig, ...], known: pd.DataFrame) -> list[dict]:
@@ -260,6 +269,8 @@ def main(argv=None) -> int:
         for rows, library, share, seeds in plan:
             folder = study_root(args.root, rows, library, share)
             for seed in seeds:
+                if analysed(folder, seed):
+                    continue
                 for command in seed_commands(folder, seed, rows, library, share):
                     if not group_done(folder, seed, command):
                         subprocess.run(command, cwd=REPO, check=True)
