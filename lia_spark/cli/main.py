@@ -68,9 +68,9 @@ def config_from_args(argv: Sequence[str] | None, parser: argparse.ArgumentParser
     return load_config(args.conf, args.overrides)
 
 
-def log_level(argv: Sequence[str]) -> int:
+def log_level(args: argparse.Namespace) -> int:
     """The log level ``--quiet`` (WARNING) or ``--verbose`` (DEBUG) asks for; INFO otherwise."""
-    return logging.WARNING if "--quiet" in argv else logging.DEBUG if "--verbose" in argv else logging.INFO
+    return logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
 
 
 def console_stderr() -> TextIO:
@@ -230,12 +230,12 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     143 when Ctrl-C / SIGTERM stops it (Spark's jobs cancelled, the staging folder and the lock removed, finished
     stages kept); a failure ends as one line on stderr
     (:func:`lia_spark.run.failures.failure_line`), its traceback goes to the log."""
-    arguments = list(argv or [])
-    configure_logging(log_level(arguments))
+    args = command_parser(name).parse_args(list(argv or []))  # a bad flag: argparse's usage line, exit 2
+    configure_logging(log_level(args))
     received_signals.clear()
     previous = _stop_on_signals()
     try:
-        config = config_from_args(arguments, command_parser(name))
+        config = load_config(args.conf, args.overrides)
         from lia_spark.engine.runtime.commands import COMMANDS
         from lia_spark.engine.runtime.lock import run_lock
         from lia_spark.engine.runtime.outputs import write_text
@@ -261,7 +261,7 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     finally:
         for signum, handler in previous.items():  # a caller in this process (a test, a notebook) gets its own back
             signal.signal(signum, handler)
-    if "--json" in arguments:
+    if args.json:
         print(strict_json(result))
     else:
         print(f"{name}: done in {seconds:.1f} s; full result (JSON): {path}")
