@@ -1,10 +1,26 @@
 """Package metadata for lia_spark: distributed label-privacy auditing on Apache Spark."""
 import re
+import shutil
 from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 XGBOOST_CPU = "xgboost-cpu>=2.1,<4"
+# The repository's conf/ ships as lia_spark/conf/ (lia_spark.run.packaged_configs reads it: `--conf demo`,
+# `lia-spark config --init`); one copy in the repository, the wheel's made here.
+
+
+class BuildWithConfigs(build_py):
+    """build_py, plus conf/*.yaml copied into the built package's lia_spark/conf/."""
+
+    def run(self) -> None:
+        super().run()
+        target = Path(self.build_lib) / "lia_spark" / "conf"
+        target.mkdir(parents=True, exist_ok=True)
+        for source in sorted(Path(__file__).with_name("conf").glob("*.yaml")):
+            shutil.copyfile(source, target / source.name)
+
 
 setup(
     name="lia-spark",
@@ -40,4 +56,5 @@ setup(
                 "jsonschema>=4.18", "ruff>=0.5"],
     },
     entry_points={"console_scripts": ["lia-spark=lia_spark.cli.main:main"]},
+    cmdclass={"build_py": BuildWithConfigs},
 )

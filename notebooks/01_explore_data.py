@@ -7,7 +7,7 @@
 # MAGIC
 # MAGIC Parameters (widgets on Databricks, `LIA_CONF` / `LIA_OVERRIDES` environment variables elsewhere):
 # MAGIC `conf` = YAML config path (default `/Workspace/Users/{user}/lia_spark/conf/demo.yaml`, `{user}` = you;
-# MAGIC outside Databricks a missing file falls back to the checkout's `conf/demo.yaml`), `overrides` =
+# MAGIC outside Databricks a missing file falls back to the packaged demo config (`--conf demo`)), `overrides` =
 # MAGIC space-separated `section.key=value` pairs.
 # MAGIC
 # MAGIC Install: lia-spark is not on a package index. Build its wheel with `make wheel` and copy `dist/` into this

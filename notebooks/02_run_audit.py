@@ -8,7 +8,7 @@
 # MAGIC
 # MAGIC Parameters (widgets on Databricks, `LIA_CONF` / `LIA_OVERRIDES` environment variables elsewhere):
 # MAGIC `conf` = YAML config path (default `/Workspace/Users/{user}/lia_spark/conf/demo.yaml`, `{user}` = you;
-# MAGIC outside Databricks a missing file falls back to the checkout's `conf/demo.yaml`), `overrides` =
+# MAGIC outside Databricks a missing file falls back to the packaged demo config (`--conf demo`)), `overrides` =
 # MAGIC space-separated `section.key=value` pairs. On Databricks, set
 # MAGIC `tracking.experiment` to a workspace path such as `/Users/you@example.com/lia-spark`.
 # MAGIC

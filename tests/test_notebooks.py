@@ -47,12 +47,13 @@ def test_notebooks_install_the_built_wheel_then_restart_python_and_default_to_a_
         assert "sparkContext" not in text and "_jvm" not in text, path.name
 
 
-def test_workspace_config_falls_back_to_the_checkout_outside_databricks(spark, tmp_path):
-    from lia_spark.cli.main import CHECKOUT_CONF, WORKSPACE_CONF, notebook_conf
+def test_workspace_config_falls_back_to_the_packaged_demo_outside_databricks(spark, tmp_path):
+    from lia_spark.cli.main import WORKSPACE_CONF, notebook_conf
+    from lia_spark.run.packaged_configs import packaged_config
 
     user = spark.sql("SELECT current_user()").first()[0]
     assert WORKSPACE_CONF.startswith("/Workspace/Users/{user}/")
-    assert notebook_conf(WORKSPACE_CONF, {}) == str(CHECKOUT_CONF) and CHECKOUT_CONF.exists()
+    assert notebook_conf(WORKSPACE_CONF, {}) == "demo" and packaged_config("demo").is_file()
     workspace = WORKSPACE_CONF.replace("{user}", user)
     assert notebook_conf(WORKSPACE_CONF, {"dbutils": object()}) == workspace  # on Databricks: the user's file
     own = tmp_path / "my.yaml"

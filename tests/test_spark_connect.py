@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from lia_spark.run.json_output import strict_json
-from pipeline_support import OWN_TRAINER, PYTHON, REPO, tiny_run
+from pipeline_support import OWN_TRAINER, PYTHON, REPO, python_without_package, tiny_run, write_conf
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -93,3 +93,37 @@ def test_pipeline_over_spark_connect_matches_the_classic_run(run, tmp_path):
                   for name, payload in (("connect", connect), ("classic", classic))}
     assert fits_where == {"connect": "driver", "classic": "spark tasks"}
     assert (out / "report" / "report.html").exists() and not list(out.glob("*._tmp-*"))
+
+
+# The child: the same command on a Connect server whose Python lacks lia_spark, first as it is (refused naming
+# spark.ship_package), then with spark.ship_package=true (the client's lia_spark sent with addArtifacts).
+SHIP_CHILD = """
+import sys
+from lia_spark.cli.main import main
+
+print("without:", main(["run", "--conf", sys.argv[1]]))
+print("shipped:", main(["run", "--conf", sys.argv[1], "spark.ship_package=true"]))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_a_connect_server_without_lia_spark_runs_with_ship_package(tmp_path):
+    """spark.ship_package=true sends the client's lia_spark to a Connect server whose Python lacks it (the README's
+    Connect paragraph); without it the command stops before any stage, naming the key."""
+    server_python = python_without_package(tmp_path / "server-python")
+    conf = write_conf(tmp_path / "conf.yaml", tmp_path / "out", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                      run={"stages": ["data", "train", "posteriors", "audit"]}, spark={"remote": "local[2]"},
+                      audit={"shadows": 0})
+    env = {**os.environ, "PYSPARK_PYTHON": str(server_python), "PYSPARK_DRIVER_PYTHON": PYTHON,
+           "SPARK_LOCAL_IP": "127.0.0.1", "MPLBACKEND": "Agg"}
+    completed = subprocess.run([PYTHON, "-c", SHIP_CHILD, str(conf)], env=env, cwd=tmp_path, capture_output=True,
+                               text=True, timeout=540)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    assert "without: 2" in completed.stdout and "shipped: 0" in completed.stdout, completed.stderr[-4000:]
+    refusal = next(line for line in completed.stderr.splitlines() if line.startswith("lia-spark: "))
+    assert "cannot import lia_spark" in refusal and "set spark.ship_package=true" in refusal, refusal
+    assert str(server_python) in refusal
+    shipped = json.loads((tmp_path / "out" / "results" / "pipeline.json").read_text(encoding="utf-8"))
+    assert [step["status"] for step in shipped["steps"] if step["step"] in ("data", "train", "posteriors", "audit")] \
+        == ["ran"] * 4
+    assert "(this driver's, shipped as lia_spark-" in completed.stderr

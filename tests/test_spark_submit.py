@@ -103,6 +103,35 @@ def test_wheel_holds_the_package(wheel):
     for module in ("lia_spark/engine/runtime/pipeline.py", "lia_spark/tracking/mlflow_runs.py", "lia_spark/present/report.py",
                    "lia_spark/engine/runtime/registry.py", "lia_spark/kernels/hashing.py"):
         assert module in names
+    configs = sorted((REPO / "conf").glob("*.yaml"))
+    assert configs and all(zipfile.ZipFile(wheel).read(f"lia_spark/conf/{path.name}") == path.read_bytes()
+                           for path in configs)  # `--conf demo` and `lia-spark config --init` without a checkout
+
+
+def test_the_installed_wheel_runs_the_demo_from_an_empty_folder(wheel, tmp_path):
+    """`pip install` the wheel where the dependencies are (no checkout on the path), then in an empty folder:
+    `lia-spark config --init` and the demo's pipeline from the packaged config (smaller, as a test)."""
+    python = python_without_package(tmp_path / "runtime")
+    subprocess.run([PYTHON, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", str(wheel)],
+                   check=True, timeout=300)
+    lia_spark = str(python.with_name("lia-spark"))
+    work = tmp_path / "empty"
+    work.mkdir()
+    init = subprocess.run([lia_spark, "config", "--init"], cwd=work, capture_output=True, text=True, timeout=120)
+    assert init.returncode == 0 and init.stdout.splitlines()[0] == "wrote conf/demo.yaml", init.stderr[-2000:]
+    assert (work / "conf" / "defaults.yaml").read_bytes() == (REPO / "conf" / "defaults.yaml").read_bytes()
+    small = ["synthetic.rows_per_day=20000", "mechanisms.bag_sizes=[8]", "mechanisms.epsilons=[2.0]",
+             "models.n_estimators=10", "utility.epsilons=[4.0]", "utility.bag_sizes=[8]", "audit.shadows=0",
+             "spark.shuffle_partitions=4"]
+    demo = subprocess.run([lia_spark, "run", "--conf", "demo", *small], cwd=work, capture_output=True, text=True,
+                          timeout=900, env={**{name: value for name, value in os.environ.items()
+                                               if name != "MLFLOW_TRACKING_URI"}, "SPARK_LOCAL_IP": "127.0.0.1"})
+    assert demo.returncode == 0, demo.stderr[-4000:]
+    assert json.loads((work / "runs" / "demo" / "results" / "pipeline.json").read_text(encoding="utf-8"))
+    assert "full result (JSON): " in demo.stdout and (work / "mlflow.db").is_file()
+    where = subprocess.run([str(python), "-c", "import lia_spark; print(lia_spark.__file__)"], cwd=work,
+                           capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+    assert where.startswith(str(tmp_path / "runtime")), where  # the wheel's files, not the checkout's
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +202,7 @@ def test_an_executor_without_the_package_stops_the_job_in_seconds_naming_the_fix
     line = _failure_line(completed.stderr)
     assert f"({cluster_python}, Python " in line and "cannot import lia_spark" in line, line
     assert f"--py-files dist/lia_spark-{__version__}.zip" in line and "--archives dist/lia_spark-env.tar.gz" in line
+    assert "spark.ship_package=true" in line, line
     assert time.monotonic() - started < 120 and not (tmp_path / "out" / "data").exists()
 
 

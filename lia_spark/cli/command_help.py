@@ -23,7 +23,8 @@ class CommandHelp:
         """The closing paragraph of the command's help: its sections and where its result goes."""
         return (f"config sections it reads: {', '.join(self.sections)}, plus {' and '.join(ALWAYS_READ)} (output "
                 "folder, seed, reuse, progress lines, the session), as every command does; every key with its "
-                "default: conf/defaults.yaml; the resolved config: lia-spark config --show --conf FILE. Full "
+                "default: conf/defaults.yaml (packaged: --conf defaults; lia-spark config --init copies it); the "
+                "resolved config: lia-spark config --show --conf FILE. Full "
                 f"result: <run.output_dir>/results/{command}.json, a short summary on stdout, logs on stderr.")
 
 

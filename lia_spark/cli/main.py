@@ -16,7 +16,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Mapping, Sequence, TextIO
 
 import yaml
@@ -28,11 +27,11 @@ from lia_spark.run.config import Config, load_config
 from lia_spark.run.interrupts import SIGNAL_EXITS, Terminated
 from lia_spark.run.interrupts import received as received_signals
 from lia_spark.run.json_output import strict_json
+from lia_spark.run.packaged_configs import INIT_FOLDER, PACKAGED_CONFIGS, write_packaged_configs
 
 logger = logging.getLogger("lia_spark")
 
 WORKSPACE_CONF = "/Workspace/Users/{user}/lia_spark/conf/demo.yaml"
-CHECKOUT_CONF = Path(__file__).resolve().parents[2] / "conf" / "demo.yaml"
 # The commands of lia_spark.engine.runtime.commands.COMMANDS (named here so --help needs no pyspark; a test keeps them equal)
 COMMAND_NAMES = tuple(COMMAND_HELP)
 SPARK_MISSING = (f"lia-spark: pyspark is not installed; install the wheel of `make wheel` with its spark extra (`pip "
@@ -42,7 +41,9 @@ SPARK_MISSING = (f"lia-spark: pyspark is not installed; install the wheel of `ma
 
 def _parser(prog: str, description: str, epilog: str = "") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, allow_abbrev=False)
-    parser.add_argument("--conf", metavar="FILE", help="YAML config file (see conf/defaults.yaml for every key)")
+    parser.add_argument("--conf", metavar="FILE",
+                        help=f"YAML config file, or a packaged one by name ({', '.join(PACKAGED_CONFIGS)}: every key "
+                             "with its default, commented); `lia-spark config --init` copies them into ./conf")
     parser.add_argument("overrides", nargs="*", metavar="section.key=value", help="override one config value")
     return parser
 
@@ -127,17 +128,16 @@ def notebook_parameters(namespace: Mapping[str, Any], defaults: Mapping[str, str
 def notebook_conf(path: str, namespace: Mapping[str, Any]) -> str | None:
     """The config file a notebook loads: ``path`` with ``{user}`` replaced by the session's ``current_user()`` (on
     Databricks the workspace user, as in :data:`WORKSPACE_CONF`). Outside Databricks (no ``dbutils`` in
-    ``namespace``) a file that does not exist falls back to the checkout's conf/demo.yaml, else to None (the
-    built-in defaults)."""
+    ``namespace``) a file that does not exist falls back to the packaged demo config (``demo``, read by
+    :func:`lia_spark.run.config.load_config`)."""
     if "{user}" in path:
         from lia_spark.engine.spark.session import get_spark
 
         path = path.replace("{user}", str(get_spark().sql("SELECT current_user()").first()[0]))
     if "dbutils" in namespace or os.path.exists(path):
         return path
-    fallback = str(CHECKOUT_CONF) if CHECKOUT_CONF.exists() else None
-    logger.info("no config file %s outside Databricks: using %s", path, fallback or "the built-in defaults")
-    return fallback
+    logger.info("no config file %s outside Databricks: using lia-spark's packaged demo config (--conf demo)", path)
+    return "demo"
 
 
 def notebook_display(frame: Any, namespace: Mapping[str, Any]) -> None:
@@ -299,7 +299,10 @@ def report_failure(command: str, error: BaseException) -> int:
 
 
 def show_config(argv: Sequence[str]) -> int:
-    """``lia-spark config [--show] [--conf FILE] [overrides]``: the resolved config as YAML on stdout."""
+    """``lia-spark config [--show] [--conf FILE] [overrides]``: the resolved config as YAML on stdout;
+    ``lia-spark config --init [FOLDER]``: the packaged configs copied into ./conf (or FOLDER), existing files kept."""
+    if argv and argv[0] == "--init":
+        return init_configs(argv[1:])
     arguments = [item for item in argv if item != "--show"]
     try:
         config = config_from_args(arguments, _parser("lia-spark config", "Print the resolved config (defaults <- "
@@ -307,6 +310,26 @@ def show_config(argv: Sequence[str]) -> int:
     except ConfigError as error:
         return report_failure("config", error)
     print(config_yaml(config), end="")
+    return 0
+
+
+def init_configs(argv: Sequence[str]) -> int:
+    """``lia-spark config --init [FOLDER]``: write the packaged configs (:data:`PACKAGED_CONFIGS`) into FOLDER; one
+    stdout line per file, written or kept."""
+    parser = argparse.ArgumentParser(prog="lia-spark config --init", allow_abbrev=False,
+                                     description="Copy lia-spark's packaged configs (demo, defaults: every key "
+                                                 "commented, audit_table) into FOLDER to edit; a file already "
+                                                 "there is kept, never overwritten.")
+    parser.add_argument("folder", nargs="?", default=INIT_FOLDER, metavar="FOLDER",
+                        help=f"where to write them (default: ./{INIT_FOLDER})")
+    try:
+        written, kept = write_packaged_configs(parser.parse_args(argv).folder)
+    except (ConfigError, OSError) as error:
+        return report_failure("config", error)
+    for path in written:
+        print(f"wrote {path}")
+    for path in kept:
+        print(f"kept {path} (already there; not overwritten)")
     return 0
 
 
@@ -326,9 +349,12 @@ def _dispatch(argv: list[str]) -> int:
     usage = (f"usage: lia-spark {{{', '.join(commands)}}} [--conf FILE] [--json] [--quiet | --verbose] "
              "[section.key=value ...]\n"
              "       lia-spark config [--show] [--conf FILE] [section.key=value ...]\n"
+             "       lia-spark config --init [FOLDER]\n"
              "       lia-spark --version\n"
              "  run = the whole pipeline (data -> train -> posteriors -> audit -> report, tracked in MLflow)\n"
              "  config [--show] = print the resolved config (defaults <- --conf file <- overrides) as YAML\n"
+             f"  config --init = copy the packaged configs ({', '.join(PACKAGED_CONFIGS)}) into ./conf to edit; "
+             "--conf demo reads the packaged one\n"
              "  track = log a finished output folder to MLflow (after a tracking server failed mid-run)\n"
              "  <command> --help = what the command does and the config sections it reads\n"
              "  results: <run.output_dir>/results/<command>.json")

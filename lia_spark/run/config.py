@@ -1,8 +1,9 @@
 """Job configuration: YAML files -> validated, frozen dataclasses.
 
-Load order: the dataclass defaults (mirrored in ``conf/defaults.yaml``), then the user's ``--conf FILE``,
-then ``section.key=value`` overrides (values parsed as YAML). Every invalid value raises :class:`ConfigError` naming the field
-(``section.key``) and the offending value; unknown keys are errors too, so typos never pass silently.
+Load order: the dataclass defaults (mirrored in ``conf/defaults.yaml``), then the user's ``--conf FILE`` (or a
+packaged config by name, :mod:`lia_spark.run.packaged_configs`), then ``section.key=value`` overrides (values parsed
+as YAML). Every invalid value raises :class:`ConfigError` naming the field (``section.key``) and the offending value;
+unknown keys are errors too, so typos never pass silently.
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import os
 import re
 import types
 import typing
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
@@ -23,6 +23,7 @@ from lia_spark.names import IN_MEMORY
 from lia_spark.run.capabilities import refusal
 from lia_spark.run.checks import ConfigError, fail
 from lia_spark.run.model_sections import AuditConfig, ModelsConfig, PateConfig, UtilityConfig
+from lia_spark.run.packaged_configs import config_source
 from lia_spark.run.sections import (DataConfig, LoglossConfig, MechanismsConfig, RunConfig, SparkConfig,
                                     SyntheticConfig, TableConfig, TrackingConfig)
 
@@ -109,7 +110,8 @@ def _coerce(field: str, value: Any, annotation: Any) -> Any:
             return value
         (other,) = [arm for arm in arms if arm not in (str, type(None))]
         if typing.get_origin(other) is tuple and (isinstance(value, (str, bytes)) or not isinstance(value, Sequence)):
-            fail(field, value, "must be a keyword or a list", f"see conf/defaults.yaml for {field}, e.g. [{value}]")
+            fail(field, value, "must be a keyword or a list",
+                 f"see conf/defaults.yaml (lia-spark config --init) for {field}, e.g. [{value}]")
         return _coerce(field, value, other)
     if origin is tuple:
         (item_type, _) = typing.get_args(annotation)
@@ -183,11 +185,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"--conf: file not found, got {str(path)!r}")
+def _read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    source = config_source(path)
     try:
-        content = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 - a safe loader
+        content = yaml.load(source.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 - a safe loader
     except DuplicateKeyError as error:
         raise ConfigError(f"--conf: {error.problem} in {path} (line {error.problem_mark.line + 1}), got the key "
                           "twice; keep one of them") from error
@@ -217,7 +218,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     """Defaults <- YAML file <- ``section.key=value`` overrides, validated into a frozen :class:`Config`."""
     values: dict[str, Any] = {}
     if path is not None:
-        values = _merge(values, _read_yaml(Path(path)), str(path))
+        values = _merge(values, _read_yaml(path), str(path))
     for text in overrides:
         section, key, value = parse_override(text)
         values = _merge(values, {section: {key: value}}, "overrides")

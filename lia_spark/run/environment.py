@@ -6,6 +6,7 @@ import importlib.metadata
 import importlib.resources
 import platform
 import subprocess
+import zipfile
 from pathlib import Path
 from importlib.resources.abc import Traversable
 from typing import Iterator
@@ -49,6 +50,16 @@ def package_files() -> Iterator[tuple[str, bytes]]:
                 yield f"{prefix}{entry.name}", entry.read_bytes()
 
     yield from walk(importlib.resources.files("lia_spark"), "")
+
+
+def package_zip(path: Path) -> Path:
+    """Write the lia_spark package (:func:`package_files`) as a zip at ``path`` (entries ``lia_spark/...``, fixed
+    timestamps: the same files give the same bytes), importable from ``sys.path``; return ``path``."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for relative, content in package_files():
+            archive.writestr(zipfile.ZipInfo(f"lia_spark/{relative}", date_time=(1980, 1, 1, 0, 0, 0)), content,
+                             compress_type=zipfile.ZIP_DEFLATED)
+    return path
 
 
 def copy_package(folder: Path) -> Path:

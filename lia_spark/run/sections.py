@@ -74,6 +74,7 @@ class SparkConfig:
     remote: str = ""
     parallel_fits: bool = True  # independent fits (the utility grid) as parallel Spark tasks; false: on the driver
     executor_start_seconds: float = 900.0  # how long a command waits for executors to run its first task
+    ship_package: bool = False  # executors lacking lia_spark get this driver's (Connect: addArtifacts; else addPyFile)
 
     def validate(self) -> None:
         if self.remote and not _SPARK_REMOTE.fullmatch(self.remote.strip()):

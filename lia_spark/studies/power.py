@@ -85,14 +85,23 @@ def audit_arrays(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: n
                                         seed=seed, guesses=guesses, scores=section.scores)
         correct.update({(score if len(baselines) == 1 else f"{score}@{name}"): values
                         for score, values in counts.items()})
+    return counts_bound(correct, guesses, informative, section, claimed_epsilon=claimed_epsilon,
+                        choice=f"{choice_name(section)} | {'+'.join(baselines)}")
+
+
+def counts_bound(correct: dict[str, np.ndarray], guesses: np.ndarray, informative: int, section: AuditConfig, *,
+                 claimed_epsilon: float, choice: str) -> ChoiceBound:
+    """The injected audit's headline bound from its counts (score -> correct guesses (1, k) at each of ``guesses``):
+    the best pure binomial bound (delta = 0) over scores x the sweep, Bonferroni at ``section.confidence``, with m =
+    ``informative``, and the ceiling at ``claimed_epsilon``."""
     bounds = audit_sweep.evaluate_scores(correct, guesses, canaries=informative, confidence=section.confidence,
                                           families=(BINOMIAL,), conventions=(BONFERRONI,))
     key = bound_key(BINOMIAL, BONFERRONI)
     top = audit_sweep.ceiling(canaries=informative, guesses=guesses, claimed_epsilon=claimed_epsilon,
                               tests=bounds.tests, confidence=section.confidence)
-    return ChoiceBound(choice=f"{choice_name(section)} | {'+'.join(baselines)}", eps_lb=float(bounds.best[key][0]),
-                       score=str(bounds.best_scores[key][0]), guesses=int(bounds.best_guesses[key][0]),
-                       informative=informative, tests=bounds.tests, ceiling=top.eps_lb)
+    return ChoiceBound(choice=choice, eps_lb=float(bounds.best[key][0]), score=str(bounds.best_scores[key][0]),
+                       guesses=int(bounds.best_guesses[key][0]), informative=informative, tests=bounds.tests,
+                       ceiling=top.eps_lb)
 
 
 def choice_grid(score_sets, recalibrations, sweeps) -> tuple[AuditConfig, ...]:

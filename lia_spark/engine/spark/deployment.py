@@ -5,15 +5,20 @@ that never run those tasks (lost as they start, or never granted) end the comman
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Row, SparkSession
 
-from lia_spark.engine.spark.session import cancel_job_group, default_parallelism, get_spark, job_group, lost_executors
+from lia_spark.engine.spark.session import (add_python_file, cancel_job_group, default_parallelism, get_spark,
+                                            is_connect, job_group, lost_executors)
 from lia_spark.run.checks import ConfigError
 from lia_spark import __version__
+from lia_spark.run.environment import package_zip
 from lia_spark.run.failures import SHIP_PACKAGE, error_first_line
 from lia_spark.run.fingerprint import code_version
 from lia_spark.run.sections import SparkConfig
@@ -117,9 +122,10 @@ def _probe_rows(spark: SparkSession, tasks: int, wait_seconds: float) -> list[Ro
     return outcome["rows"]
 
 
-def check_executors(spark: SparkSession, tasks: int, wait_seconds: float) -> None:
+def check_executors(spark: SparkSession, tasks: int, wait_seconds: float, ship: bool = False) -> None:
     """Run ``tasks`` one-row tasks that import :data:`EXECUTOR_MODULES` in the executors' Python, waiting at most
-    ``wait_seconds`` for executors to run them.
+    ``wait_seconds`` for executors to run them. With ``ship`` (``spark.ship_package``), executors that cannot import
+    lia_spark or run another build get this driver's (:func:`ship_package`) and are checked again.
 
     Raises:
         ConfigError: an executor misses a module (naming the Python, the module and how to ship lia_spark), or runs
@@ -127,18 +133,55 @@ def check_executors(spark: SparkSession, tasks: int, wait_seconds: float) -> Non
         ExecutorsUnavailable: no executor ran the tasks (:func:`_probe_rows`).
     """
     found = _probe_rows(spark, tasks, wait_seconds)
-    driver, ship = code_version(), SHIP_PACKAGE.format(version=__version__)
+    shipped = None
+    if ship and any(_lacks_this_build(row) for row in found):
+        shipped = ship_package(spark)
+        found = _probe_rows(spark, tasks, wait_seconds)
+    driver, ship_hint = code_version(), _ship_hint(spark, shipped)
     for row in found:
         where = f"the executors' Python ({row.python}, Python {row.python_version})"
         if row.missing:
-            fix = ship if "lia_spark " in row.missing else (
+            fix = ship_hint if "lia_spark " in row.missing else (
                 "install it in that Python, or ship a packed environment (`make env`, see the README)")
             raise ConfigError(f"spark executors: {where} cannot import {row.missing}; {fix}")
         if row.code != driver:
             raise ConfigError(f"spark executors: {where} runs lia_spark {row.code}, the driver {driver}; "
-                              f"ship the driver's build: {ship}")
-    logger.info("executors: %s import lia_spark %s and its dependencies", ", ".join(sorted(
-        {f"{row.python} (Python {row.python_version})" for row in found})), driver)
+                              f"ship the driver's build: {ship_hint}")
+    logger.info("executors: %s import lia_spark %s and its dependencies%s", ", ".join(sorted(
+        {f"{row.python} (Python {row.python_version})" for row in found})), driver,
+        f" (this driver's, shipped as {shipped.name})" if shipped else "")
+
+
+def _lacks_this_build(row: Row) -> bool:
+    """The probe's ``row`` says its executors cannot import lia_spark or run other lia_spark code than the driver."""
+    return "lia_spark " in row.missing or (not row.missing and row.code != code_version())
+
+
+def _ship_hint(spark: SparkSession, shipped: Path | None) -> str:
+    """How to get lia_spark onto these executors (a Connect client cannot use spark-submit's options)."""
+    if shipped is not None:
+        return (f"they still lack it after this driver's lia_spark was sent ({shipped.name}, spark.ship_package="
+                "true); install the driver's lia-spark build in that Python")
+    if is_connect(spark):
+        return ("set spark.ship_package=true to send this client's lia_spark to the Connect server "
+                "(SparkSession.addArtifacts, pyfile=True), or install the same lia-spark build in the server's "
+                "Python; spark-submit's --py-files and --archives do not reach a Connect server")
+    return f"{SHIP_PACKAGE.format(version=__version__)}; or set spark.ship_package=true (SparkContext.addPyFile)"
+
+
+def ship_package(spark: SparkSession) -> Path:
+    """Send this driver's lia_spark (:func:`lia_spark.run.environment.package_zip`, named by its code version) to
+    the executors: ``addArtifacts(zip, pyfile=True)`` over Spark Connect, ``addPyFile`` on a classic session; the
+    executors' Python workers then import it from their path. Returns the zip."""
+    folder = Path(tempfile.gettempdir()) / "lia_spark-shipped"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"lia_spark-{code_version().replace('+', '-')}.zip"
+    if not path.is_file():
+        partial = path.with_name(f"{path.name}.{os.getpid()}.part")
+        os.replace(package_zip(partial), path)
+    add_python_file(spark, str(path))
+    logger.info("sent this driver's lia_spark to the executors: %s (spark.ship_package=true)", path)
+    return path
 
 
 def start_spark(config: SparkConfig) -> SparkSession:
@@ -158,5 +201,6 @@ def start_spark(config: SparkConfig) -> SparkSession:
         field, value = ("spark.remote", config.remote) if config.remote else ("spark.master", config.master)
         raise ConfigError(f"{field}: cannot start a Spark session ({reason}), got {value!r}; check "
                           f"{field}, spark.driver_memory, spark.extra and JAVA_HOME") from error
-    check_executors(session, min(default_parallelism(session), 64), config.executor_start_seconds)
+    check_executors(session, min(default_parallelism(session), 64), config.executor_start_seconds,
+                    ship=config.ship_package)
     return session

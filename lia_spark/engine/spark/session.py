@@ -102,6 +102,15 @@ def is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+def add_python_file(spark: SparkSession, path: str) -> None:
+    """Put the zip at ``path`` on the Python path of the session's executors: ``addArtifacts(path, pyfile=True)``
+    over Spark Connect, ``SparkContext.addPyFile`` on a classic session."""
+    if is_connect(spark):
+        spark.addArtifacts(path, pyfile=True)
+    else:
+        spark.sparkContext.addPyFile(path)
+
+
 def master_name(spark: SparkSession) -> str:
     """The session's master URL (``spark.master``; over Spark Connect as the server reports it)."""
     if is_connect(spark):
