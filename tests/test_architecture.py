@@ -18,6 +18,14 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "lia_spark"
 FOLDERS = ("kernels", "studies", "present", "run", "tracking", "engine", "cli")
+LAZY_API = "lia_spark.cli.api"  # the Python API, which the package root re-exports on first use
+
+
+def test_the_package_root_imports_only_the_python_api_and_only_lazily():
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    top_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    inner = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert top_level == [] and [f"{node.module}.{alias.name}" for node in inner for alias in node.names] == [LAZY_API]
 
 
 def _imported_roots(path: Path) -> set[str]:
@@ -104,6 +112,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
                 continue
             imported.update(candidate for candidate in candidates if candidate in modules and candidate != name)
         graph[name] = imported
+    graph["lia_spark"] -= {"lia_spark.cli", LAZY_API}  # imported at attribute access (lia_spark.audit_predictions), never at import
     return graph
 
 

@@ -187,6 +187,50 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
         result.console_summary()
 
 
+def test_the_python_api_gives_the_audit_stages_bound_from_pandas_and_from_spark(spark, tmp_path):
+    """lia_spark.audit_predictions on a canary table with proxy and shadow baselines: in process (pandas) and on the
+    executors (Spark, any partitioning) it gives the audit stage's headline, ceiling and tests exactly."""
+    import lia_spark
+    from lia_spark.run.checks import ConfigError
+
+    table = _injected_table(6000, seed=3)
+    table["shadow_prediction"] = np.clip(table["proxy_prediction"] * 0.9 + 0.05, 0.001, 0.999)
+    path = str(tmp_path / "canaries")
+    spark.createDataFrame(table).write.parquet(path)
+    staged = run_stage("audit", spark, config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "seed": 7},
+                                                         "audit": {"canary_path": path}}))
+    by_pandas = lia_spark.audit_predictions(table, seed=7, claimed_epsilon=2.0)
+    by_spark = lia_spark.audit_predictions(spark.createDataFrame(table).repartition(3), seed=7, claimed_epsilon=2.0)
+    assert staged.summary.baselines == by_pandas.baselines == by_spark.baselines == (
+        "proxy_prediction", "shadow_prediction")
+    for audited in (by_pandas, by_spark):
+        assert audited.eps_lb == staged.headline.eps_lb > 0 and audited.tests == staged.summary.tests
+        assert audited.informative_canaries == staged.summary.canaries and audited.confidence == 0.95
+    assert by_pandas.ceiling == by_spark.ceiling > 0  # at the claim (the staged audit had none: no ceiling there)
+    assert by_pandas.summary().startswith(f"eps >= {by_pandas.eps_lb:.3f} at 95% (injected canaries, no assumption")
+    assert "for a target trained with the audited model at claimed eps = 2" in by_pandas.summary()
+    one_score = lia_spark.audit_predictions(table, seed=7, overrides=["audit.scores=[log_ratio]",
+                                                                      "audit.baseline=proxy"])
+    assert one_score.baselines == ("proxy_prediction",) and one_score.tests < by_pandas.tests
+    with pytest.raises(ValueError, match=r"predictions: missing columns \['hidden_bit'\]"):
+        lia_spark.audit_predictions(table.drop(columns="hidden_bit"))
+    with pytest.raises(ValueError, match=r"predictions: every prediction is 0 or 1 \(class labels"):
+        lia_spark.audit_predictions(table.assign(target_prediction=table["label"].astype(float)))
+    with pytest.raises(ValueError, match=r"predictions: 1 predictions repeat a canary's row_id"):
+        lia_spark.audit_predictions(spark.createDataFrame(pd.concat([table, table.iloc[:1]])))
+    with pytest.raises(ConfigError, match="audit.design: audit_predictions plays the injected game"):
+        lia_spark.audit_predictions(table, overrides=["audit.design=observational"])
+    with pytest.raises(ConfigError, match="audit.canaries: a pandas table is audited whole"):
+        lia_spark.audit_predictions(table, overrides=["audit.canaries=100"])
+    # run_command: the command line's `lia-spark audit`, its result typed, its result document written
+    commanded = lia_spark.run_command("audit", overrides=[f"run.output_dir={tmp_path / 'api'}", "run.seed=7",
+                                                          f"audit.canary_path={path}"], spark=spark)
+    assert type(commanded) is type(staged) and commanded.headline.eps_lb == staged.headline.eps_lb
+    assert check_file(tmp_path / "api" / "results" / "audit.json")["canaries"] == staged.canaries
+    with pytest.raises(ConfigError, match="command: must be one of run, "):
+        lia_spark.run_command("audits", spark=spark)
+
+
 def test_injected_design_on_a_table_without_its_columns_names_the_fix(spark, tmp_path):
     path = str(tmp_path / "canaries")
     spark.createDataFrame(_table(500, seed=1)).write.parquet(path)

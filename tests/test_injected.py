@@ -204,3 +204,27 @@ def test_the_scores_read_neither_the_coin_nor_the_released_label():
                     for f in (frame, flipped))
     np.testing.assert_array_equal(ours.abs_score, theirs.abs_score)
     np.testing.assert_array_equal(ours.correct, 1 - theirs.correct)
+
+
+def test_prediction_problems_name_what_is_wrong_and_pass_probabilities():
+    """The checks of a model's predictions of the canaries (the audit stage's and the Python API's), on in-process
+    summaries: each failure named, probabilities that follow the proxy pass."""
+    from lia_spark.kernels.injected import prediction_problem, summarize_predictions
+
+    rng = np.random.default_rng(5)
+    proxy = rng.uniform(0.01, 0.5, 1000)
+    good = np.clip(proxy + rng.normal(0, 0.05, 1000), 0.001, 0.999)
+    assert prediction_problem(summarize_predictions(good, proxy, expected=1000)) is None
+    found = summarize_predictions(good, proxy, expected=1000)
+    assert found.low == good.min() and found.high == good.max() and found.soft == 1000
+    assert found.agreement == pytest.approx(np.corrcoef(good, proxy)[0, 1], abs=1e-12)
+    holes = good.copy()
+    holes[:3] = np.nan
+    cases = {"repeat": (good, 999), "no prediction (a missing row, null or NaN) for 3 of 1000": (holes, 1000),
+             "range over [-0.5": (np.where(np.arange(1000) == 0, -0.5, good), 1000),
+             "every prediction is 0 or 1": ((good > 0.25).astype(float), 1000),
+             "fall as the proxy's P(y = 1) rises (correlation -": (1 - good, 1000)}
+    for expected_text, (predictions, expected) in cases.items():
+        problem = prediction_problem(summarize_predictions(predictions, proxy, expected=expected))
+        assert problem is not None and expected_text in problem, (expected_text, problem)
+

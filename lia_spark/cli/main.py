@@ -236,24 +236,11 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     previous = _stop_on_signals()
     try:
         config = load_config(args.conf, args.overrides)
-        from lia_spark.engine.runtime.commands import COMMANDS
-        from lia_spark.engine.runtime.lock import run_lock
-        from lia_spark.engine.runtime.outputs import write_text
         from lia_spark.engine.spark.deployment import start_spark
-        from lia_spark.engine.runtime.registry import remove_leftovers
 
         spark = start_spark(config.spark)
         _stop_on_signals()  # again: the SparkContext installs its own SIGINT handler
-        with run_lock(spark, config.run.output_dir, command=f"lia-spark {name}",
-                      max_age_hours=config.run.stale_lock_hours):
-            remove_leftovers(spark, config)  # holding the lock: staging folders are an interrupted attempt's
-            started = time.monotonic()
-            logger.info("stage %s: started", name)
-            result = COMMANDS[name](spark, config)
-            seconds = time.monotonic() - started
-            logger.info("stage %s: finished in %.1f s", name, seconds)
-            path = result_path(config, name)
-            write_text(spark, path, strict_json(result) + "\n")
+        result, seconds, path = execute_command(name, spark, config)
     except (KeyboardInterrupt, Terminated) as interrupt:
         return _interrupted(name, interrupt)
     except Exception as error:  # noqa: BLE001 - the command reports any failure as one clear line
@@ -268,6 +255,34 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
         if hasattr(result, "console_summary"):
             print(result.console_summary())
     return finding_exit(config, result)
+
+
+def execute_command(name: str, spark: Any, config: Config) -> tuple[Any, float, str]:
+    """Run command ``name`` (``run`` or ``pipeline``, or one of :data:`COMMAND_NAMES`) on ``spark`` holding the
+    output folder's run lock (leftovers of an interrupted attempt removed first) and write its result document to
+    ``<run.output_dir>/results/<name>.json``: (result, seconds, that path).
+
+    Raises:
+        ConfigError: an unknown command; any failure of the command itself propagates.
+    """
+    from lia_spark.engine.runtime.commands import COMMANDS
+    from lia_spark.engine.runtime.lock import run_lock
+    from lia_spark.engine.runtime.outputs import write_text
+    from lia_spark.engine.runtime.registry import remove_leftovers
+
+    name = "pipeline" if name == "run" else name
+    if name not in COMMANDS:
+        raise ConfigError(f"command: must be one of run, {', '.join(COMMANDS)}, got {name!r}")
+    with run_lock(spark, config.run.output_dir, command=f"lia-spark {name}", max_age_hours=config.run.stale_lock_hours):
+        remove_leftovers(spark, config)  # holding the lock: staging folders are an interrupted attempt's
+        started = time.monotonic()
+        logger.info("stage %s: started", name)
+        result = COMMANDS[name](spark, config)
+        seconds = time.monotonic() - started
+        logger.info("stage %s: finished in %.1f s", name, seconds)
+        path = result_path(config, name)
+        write_text(spark, path, strict_json(result) + "\n")
+    return result, seconds, path
 
 
 FINDING_EXIT = 3

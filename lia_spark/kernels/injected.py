@@ -192,3 +192,56 @@ def shadow_reference(predictions: np.ndarray) -> np.ndarray:
     p = np.clip(np.asarray(predictions, dtype=np.float64), 1e-15, 1.0 - 1e-15)
     mean_logit = np.mean(np.log(p) - np.log1p(-p), axis=0)
     return 1.0 / (1.0 + np.exp(-mean_logit))
+
+
+AGAINST_THE_PROXY = -0.1  # predictions correlated below this with the proxy's P(y = 1) are refused as P(y = 0)
+PROBABILITY_FIX = ("a model's predictions must be P(y = 1), one number in [0, 1] per row (e.g. a pyfunc returning "
+                   "predict_proba(X)[:, 1])")
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictionSummary:
+    """One pass over the canaries' predictions: rows, the canaries expected (one prediction each), predictions that are
+    missing (null or NaN), their range, how many lie strictly inside (0, 1), and their correlation with the proxy's."""
+
+    rows: int
+    expected: int
+    missing: int
+    low: float
+    high: float
+    soft: int
+    agreement: float | None
+
+
+def prediction_problem(found: PredictionSummary) -> str | None:
+    """Why a model's predictions of the canaries cannot be audited, or None: a canary predicted twice or not at all
+    (a subset chosen after seeing the labels would void the bound), a value outside [0, 1], only 0s and 1s (class
+    labels), or values that fall as the proxy's P(y = 1) rises (correlation below :data:`AGAINST_THE_PROXY`: P(y = 0),
+    the first column of predict_proba, whose bound would be a valid but meaningless 0)."""
+    if found.rows > found.expected:
+        return f"{found.rows - found.expected} predictions repeat a canary's row_id (one per canary expected)"
+    if found.missing:
+        return (f"no prediction (a missing row, null or NaN) for {found.missing} of {found.expected} canaries; every "
+                "canary needs one: a subset chosen after seeing the labels would void the bound")
+    if found.low < 0 or found.high > 1:
+        return f"predictions range over [{found.low:.6g}, {found.high:.6g}]"
+    if not found.soft:
+        return "every prediction is 0 or 1 (class labels, not probabilities)"
+    if found.agreement is not None and found.agreement < AGAINST_THE_PROXY:
+        return (f"the predictions fall as the proxy's P(y = 1) rises (correlation {found.agreement:.2f} over the "
+                "canaries): P(y = 0), the first column of predict_proba?")
+    return None
+
+
+def summarize_predictions(prediction: np.ndarray, proxy: np.ndarray, *, expected: int) -> PredictionSummary:
+    """:class:`PredictionSummary` of the canaries' predictions (NaN = missing) beside the proxy's, in process."""
+    prediction = np.asarray(prediction, dtype=np.float64)
+    number = ~np.isnan(prediction)
+    known = prediction[number]
+    spread = number.sum() > 1 and np.std(known) > 0 and np.std(np.asarray(proxy, dtype=np.float64)[number]) > 0
+    agreement = float(np.corrcoef(known, np.asarray(proxy, dtype=np.float64)[number])[0, 1]) if spread else None
+    return PredictionSummary(rows=len(prediction), expected=expected, missing=int((~number).sum()),
+                             low=float(known.min()) if known.size else 0.0,
+                             high=float(known.max()) if known.size else 0.0,
+                             soft=int(((known > 0) & (known < 1)).sum()), agreement=agreement)
+

@@ -19,6 +19,7 @@ from lia_spark.engine.runtime.stage import Resolved
 from lia_spark.engine.spark.filesystem import files_for
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels.criteo import CAT_COLUMNS, HEX_DIGITS, TSV_COLUMNS
+from lia_spark.kernels.injected import PROBABILITY_FIX, PredictionSummary, prediction_problem
 from lia_spark.names import LABEL, OBSERVATIONAL, PROXY_PREDICTION, ROW_ID, TARGET_PREDICTION
 from lia_spark.run import layout
 from lia_spark.run.config import Config
@@ -29,9 +30,6 @@ logger = logging.getLogger(__name__)
 
 PREDICTION = "prediction"  # the column of an audit.predictions_path table
 CLOCK_SLACK_SECONDS = 300.0  # a model may predate the export it trained on by this much (clocks differ)
-AGAINST_THE_PROXY = -0.1  # predictions correlated below this with the proxy's P(y = 1) are refused as P(y = 0)
-PROBABILITY_FIX = ("a model's predictions must be P(y = 1), one number in [0, 1] per row (e.g. a pyfunc returning "
-                   "predict_proba(X)[:, 1])")
 
 
 def own_model(config: Config) -> bool:
@@ -137,11 +135,10 @@ def _given_predictions(spark: SparkSession, config: Config) -> DataFrame:
     return table.select(F.col(ROW_ID).cast("long"), F.col(PREDICTION).cast("double").alias(TARGET_PREDICTION))
 
 
-def _check_predictions(canaries: DataFrame, sealed_rows: int, field: str, value: str) -> None:
-    """One aggregation over the joined canaries: every canary has exactly one finite prediction in [0, 1], they are
-    not all 0 or 1 (class labels), and they do not run against the proxy's P(y = 1) (correlation below
-    :data:`AGAINST_THE_PROXY`: a model returning P(y = 0), e.g. the first column of predict_proba, which a pyfunc
-    with a two-column output gives spark_udf; its bound would be a valid but meaningless 0).
+def check_predictions(canaries: DataFrame, sealed_rows: int, field: str, value: str,
+                      against: str = PROXY_PREDICTION) -> None:
+    """One aggregation over the joined canaries' ``target_prediction`` (beside the baseline column ``against``), judged
+    by :func:`lia_spark.kernels.injected.prediction_problem`.
 
     Raises:
         ValueError: naming ``field``, how many canaries fail and how.
@@ -153,29 +150,18 @@ def _check_predictions(canaries: DataFrame, sealed_rows: int, field: str, value:
         F.sum((~number).cast("long")).alias("missing"), F.min(prediction).alias("low"),
         F.max(prediction).alias("high"),
         F.sum((number & (prediction > 0) & (prediction < 1)).cast("long")).alias("soft"),
-        F.corr(prediction, F.col(PROXY_PREDICTION)).alias("agreement")).first()
-    rows = int(found["rows"])
-    if rows > sealed_rows:
-        raise ValueError(f"{field}: {rows - sealed_rows} predictions repeat a canary's {ROW_ID} (one per exported "
-                         f"row expected), got {value!r}")
-    if found["missing"]:
-        raise ValueError(f"{field}: no prediction (a missing row, null or NaN) for {found['missing']} of "
-                         f"{sealed_rows} canaries, got {value!r}; every exported row needs one: a subset chosen "
-                         f"after seeing the labels would void the bound; {PROBABILITY_FIX}")
-    if found["low"] < 0 or found["high"] > 1:
-        raise ValueError(f"{field}: predictions range over [{found['low']:.6g}, {found['high']:.6g}], got {value!r}; "
-                         f"{PROBABILITY_FIX}")
-    if not found["soft"]:
-        raise ValueError(f"{field}: every prediction is 0 or 1 (class labels, not probabilities), got {value!r}; "
-                         f"{PROBABILITY_FIX}")
-    if found["agreement"] is not None and found["agreement"] < AGAINST_THE_PROXY:
-        raise ValueError(f"{field}: the predictions fall as the proxy's P(y = 1) rises (correlation "
-                         f"{found['agreement']:.2f} over the canaries): P(y = 0), the first column of predict_proba?, "
-                         f"got {value!r}; {PROBABILITY_FIX}")
+        F.corr(prediction, F.col(against)).alias("agreement")).first()
+    problem = prediction_problem(PredictionSummary(
+        rows=int(found["rows"]), expected=sealed_rows, missing=int(found["missing"] or 0),
+        low=float(found["low"] if found["low"] is not None else 0.0),
+        high=float(found["high"] if found["high"] is not None else 0.0), soft=int(found["soft"] or 0),
+        agreement=found["agreement"]))
+    if problem is not None:
+        raise ValueError(f"{field}: {problem}, got {value!r}; {PROBABILITY_FIX}")
 
 
 def own_model_canaries(spark: SparkSession, config: Config, pinned_uri: str) -> DataFrame:
-    """The sealed table with the model's ``target_prediction`` of each canary, checked (:func:`_check_predictions`)
+    """The sealed table with the model's ``target_prediction`` of each canary, checked (:func:`check_predictions`)
     and persisted for the audit's passes (the model scores each row once): the caller unpersists it. Under
     audit.design=observational (a model trained on the exported rows' true labels) without y1 and b, so the game's
     label is y0."""
@@ -190,7 +176,7 @@ def own_model_canaries(spark: SparkSession, config: Config, pinned_uri: str) -> 
     canaries = sealed.join(predictions, ROW_ID, "left").persist(StorageLevel.MEMORY_AND_DISK)
     describe_jobs(spark, f"audit: check the predictions of {value}")
     try:
-        _check_predictions(canaries, sealed.count(), field, value)
+        check_predictions(canaries, sealed.count(), field, value)
     except Exception:
         canaries.unpersist()
         raise

@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 
 from lia_spark import names
 from lia_spark.engine.audit.counts import distributed_counts, resolve_baselines, select_canaries
-from lia_spark.engine.audit.own_model import given_model, own_model, own_model_canaries, target_description
+from lia_spark.engine.audit.own_model import (check_predictions, given_model, own_model, own_model_canaries,
+                                              target_description)
 from lia_spark.engine.runtime.outputs import copy_from_local, path_exists, reported_path
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import FilesResult, Input, Stage, StageRun, TrainedTarget
@@ -199,6 +200,19 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
         if mapping is not None:
             maps[baseline] = {"mapped": config.audit.recalibrate, **mapping.summary()}
     return GameCounts(m, guesses, correct, maps, baselines, error)
+
+
+def handed_table_counts(spark: SparkSession, config: Config, table: DataFrame, *, against: str) -> GameCounts:
+    """:func:`label_inference_counts` of a canary table handed over from Python (``lia_spark.audit_predictions``),
+    its canaries' ``target_prediction`` checked first as a model's are (:func:`check_predictions`, beside the baseline
+    column ``against``).
+
+    Raises:
+        ValueError: naming ``predictions`` and what is wrong with them.
+    """
+    canaries = table.where(F.col(names.HIDDEN_BIT).isNotNull() & F.col(names.COUNTERFACTUAL_LABEL).isNotNull())
+    check_predictions(canaries, canaries.select(ROW_ID).distinct().count(), "predictions", "the table", against)
+    return label_inference_counts(spark, config, table)
 
 
 def reference_counts(spark: SparkSession, config: Config) -> GameCounts | None:
