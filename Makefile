@@ -7,7 +7,7 @@ VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' lia_spark/__init__.
 WHEEL := dist/lia_spark-$(VERSION)-py3-none-any.whl
 ENV_EXTRAS ?= xgboost,catboost
 
-.PHONY: demo test test-unit test-spark test-e2e test-all lint install bench wheel zip env clean
+.PHONY: demo test test-unit test-spark test-e2e test-all test-mlflow-oldest lint install bench wheel zip env clean
 
 $(STAMP): setup.py
 	bash .ci/ensure-java
@@ -45,6 +45,20 @@ test-e2e: $(STAMP)
 	$(PY) -m pytest -q tests -m "not ($(FAST))"
 
 test-all: test test-e2e
+
+# The MLflow tests against the oldest MLflow lia-spark supports (setup.py: 2.21, Databricks ML 16.4 LTS; the newest
+# is the main venv's), in a venv of its own. MLflow 2.21 needs protobuf < 6 (so pyspark 4.0, whose Connect client
+# accepts it) and SQLAlchemy < 2.1 (released after it, without a pool class it imports).
+MLFLOW_OLDEST ?= 2.21.3
+OLDEST_VENV ?= .venv-mlflow-oldest
+test-mlflow-oldest:
+	bash .ci/ensure-java
+	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST_VENV)/bin/python -m pip install --quiet -e '.[dev,catboost,spark]' 'mlflow==$(MLFLOW_OLDEST)' \
+		'pyspark[connect]>=4.0,<4.1' 'protobuf<6' 'sqlalchemy<2.1'
+	$(OLDEST_VENV)/bin/python -c 'import mlflow; assert mlflow.__version__ == "$(MLFLOW_OLDEST)", mlflow.__version__'
+	$(OLDEST_VENV)/bin/python -m pytest -q tests/test_tracking.py tests/test_tracking_resilience.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

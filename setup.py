@@ -7,6 +7,7 @@ from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 XGBOOST_CPU = "xgboost-cpu>=2.1,<4"
+MLFLOW = "mlflow>=2.21,<4"
 # The repository's conf/ ships as lia_spark/conf/ (lia_spark.run.packaged_configs reads it: `--conf demo`,
 # `lia-spark config --init`); one copy in the repository, the wheel's made here.
 
@@ -34,7 +35,9 @@ setup(
     package_data={"lia_spark.run": ["json_schemas/*.schema.json"]},  # the JSON Schemas of the outputs
     # pyspark and xgboost are extras: a Databricks cluster or a spark-submit image provides its own, which a plain
     # `pip install lia-spark` must not replace (xgboost-cpu, the CPU build, installs under another name beside a
-    # runtime's xgboost and overwrites its files). mlflow >= 3: models are logged with log_model(name=...).
+    # runtime's xgboost and overwrites its files). MLflow: the client (mlflow-skinny, which a runtime's full mlflow
+    # includes) of MLflow 2.21 (Databricks ML runtime 16.4 LTS) to 3; the sqlite store and `mlflow server` need the
+    # full mlflow (the `tracking` extra; `spark` brings it too).
     install_requires=[
         "pandas>=2.2,<3",
         "pyarrow>=15",
@@ -42,7 +45,7 @@ setup(
         "scipy>=1.11",
         "numba>=0.60",
         "scikit-learn>=1.4",
-        "mlflow>=3.0,<4",
+        "mlflow-skinny>=2.21,<4",
         "pyyaml>=6",
         "matplotlib>=3.8",
         "dp-accounting>=0.4",
@@ -51,7 +54,8 @@ setup(
     extras_require={
         "catboost": ["catboost>=1.2,<2"],
         "xgboost": [XGBOOST_CPU],
-        "spark": ["pyspark[connect]>=4.0,<5", XGBOOST_CPU],  # a machine without Spark: everything a cluster brings
+        "tracking": [MLFLOW],  # the local sqlite store (the default tracking URI) and `mlflow server`
+        "spark": ["pyspark[connect]>=4.0,<5", XGBOOST_CPU, MLFLOW],  # a machine without Spark: what a cluster brings
         "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "psutil>=5.9",
                 "jsonschema>=4.18", "ruff>=0.5"],
     },

@@ -176,14 +176,17 @@ def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):
     assert "for a target trained with none at claimed eps = inf" in headline
 
 
-def test_wheel_leaves_a_runtimes_xgboost_and_needs_mlflow_3(requirements):
+def test_wheel_leaves_a_runtimes_xgboost_and_mlflow_alone(requirements):
     """xgboost-cpu (the CPU build, another distribution with the same import name) only in extras, so installing the
-    wheel on a runtime with xgboost keeps it; mlflow >= 3 (the code logs models with ``log_model(name=...)``)."""
+    wheel on a runtime with xgboost keeps it; MLflow's client alone (mlflow-skinny, in every MLflow install) from 2.21
+    (Databricks ML 16.4 LTS) to 3, the full mlflow (sqlite store, server) only in the tracking and spark extras."""
     xgboost = [line for line in requirements if line.startswith("xgboost")]
     assert xgboost and all("extra ==" in line for line in xgboost), xgboost
     assert {line.split("extra == ")[1].strip('"') for line in xgboost} == {"xgboost", "spark"}
-    (mlflow,) = [line for line in requirements if line.startswith("mlflow")]
-    assert ">=3.0" in mlflow, mlflow
+    (client,) = [line for line in requirements if line.startswith("mlflow") and "extra ==" not in line]
+    assert client.replace(" ", "").startswith("mlflow-skinny<4,>=2.21"), client
+    full = [line for line in requirements if line.startswith("mlflow") and "extra ==" in line]
+    assert {line.split("extra == ")[1].strip('"') for line in full} == {"tracking", "spark"}, full
 
 
 def test_zip_is_the_wheels_files(wheel, zip_archive):

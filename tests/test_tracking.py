@@ -27,6 +27,7 @@ from lia_spark.cli.main import job_main
 from lia_spark.run.sections import TrackingConfig
 from lia_spark.tracking.mlflow_runs import DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, data_fingerprint, flatten
 from lia_spark.tracking.store import TrackingError, check_tracking_store, resolve_tracking_uri
+from mlflow_support import logged_models
 from pipeline_support import PYTHON, REPO, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -207,17 +208,16 @@ def test_models_are_logged_with_signatures_and_predict_like_the_files(run, clien
         boosters[path.stem] = booster
     assert len(boosters) >= 2, "train must provide proxy and target model files"
     stage_run = next(r for r in _children(client, run.result.mlflow_run_id) if r.info.run_name == "train")
-    logged = mlflow.search_logged_models(experiment_ids=[stage_run.info.experiment_id],
-                                         filter_string=f"source_run_id = '{stage_run.info.run_id}'", output_format="list")
-    assert sorted(m.name for m in logged) == sorted([*boosters, *(f"{name}_raw_rows" for name in boosters)])
+    logged = logged_models(client, stage_run)
+    assert sorted(logged) == sorted([*boosters, *(f"{name}_raw_rows" for name in boosters)])
     rng = np.random.default_rng(7)
-    for model in [m for m in logged if m.name in boosters]:
-        booster = boosters[model.name]
-        info = mlflow.models.get_model_info(model.model_uri)
+    for name in [name for name in logged if name in boosters]:
+        booster, model_uri = boosters[name], logged[name]
+        info = mlflow.models.get_model_info(model_uri)
         names = booster.feature_names or [f"f{i}" for i in range(booster.num_features())]
         assert info.signature.inputs.input_names() == names
         features = rng.normal(size=(50, booster.num_features()))
-        loaded = mlflow.xgboost.load_model(model.model_uri)
+        loaded = mlflow.xgboost.load_model(model_uri)
         expected = booster.predict(xgboost.DMatrix(features, feature_names=booster.feature_names))
         np.testing.assert_array_equal(loaded.predict(xgboost.DMatrix(features, feature_names=loaded.feature_names)),
                                       expected)
@@ -234,13 +234,11 @@ def test_logged_models_score_raw_criteo_rows_through_pyfunc(spark, run, client):
             .join(reported, "row_id").orderBy("row_id").limit(300).toPandas())
     raw = rows[list(FEATURE_COLUMNS)].astype("float64")  # the signature's type: double
     stage_run = next(r for r in _children(client, run.result.mlflow_run_id) if r.info.run_name == "train")
-    logged = {m.name: m for m in mlflow.search_logged_models(
-        experiment_ids=[stage_run.info.experiment_id], filter_string=f"source_run_id = '{stage_run.info.run_id}'",
-        output_format="list")}
+    logged = logged_models(client, stage_run)
     for path in map(Path, train.result.model_files):
-        model = logged[f"{path.stem}_raw_rows"]
-        assert mlflow.models.get_model_info(model.model_uri).saved_input_example_info is not None
-        scored = mlflow.pyfunc.load_model(model.model_uri).predict(raw)
+        model_uri = logged[f"{path.stem}_raw_rows"]
+        assert mlflow.models.get_model_info(model_uri).saved_input_example_info is not None
+        scored = mlflow.pyfunc.load_model(model_uri).predict(raw)
         np.testing.assert_allclose(np.asarray(scored, dtype=np.float64).ravel(),
                                    rows[f"{path.stem}_prediction"].to_numpy(np.float64), rtol=1e-6)
 

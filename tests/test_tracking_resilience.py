@@ -10,6 +10,7 @@ import socket
 import mlflow
 import numpy as np
 import pytest
+from mlflow_support import logged_models
 
 from lia_spark.run.config import config_from_dict
 from lia_spark.tracking.mlflow_runs import PipelineTracker
@@ -90,9 +91,8 @@ def test_one_model_that_cannot_be_logged_does_not_stop_the_others(tracker, tmp_p
     assert tracker.not_logged == ["model target.ubj"] and not tracker.stopped
     (warning,) = [record.getMessage() for record in caplog.records]
     assert warning.startswith("tracking: model target.ubj not logged (") and "the other models go on" in warning
-    run_id = mlflow.active_run().info.run_id
-    logged = mlflow.MlflowClient(tracker.tracking_uri).search_logged_models([tracker.experiment_id])
-    assert [model.name for model in logged if model.source_run_id == run_id] == ["proxy"]
+    client = mlflow.MlflowClient(tracker.tracking_uri)
+    assert list(logged_models(client, client.get_run(mlflow.active_run().info.run_id))) == ["proxy"]
 
 
 def _session_config(tmp_path, **tracking):
@@ -127,3 +127,20 @@ def test_the_session_checks_the_store_before_the_command_and_is_silent_when_off(
         assert isinstance(tracker, NoTracker) and tracker.start() == "" and tracker.location() == ""
         tracker.best_effort("stage train", lambda: ran.append("a logging call"))
     assert ran == [] and not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_sqlite_store_without_the_full_mlflow_names_the_extra(tmp_path, monkeypatch):
+    """MLflow's client alone (mlflow-skinny: a runtime's, or the plain wheel's) cannot open the default sqlite store:
+    the up-front check says so, naming the field and the `tracking` extra, before any stage."""
+    import importlib.util
+
+    from lia_spark.tracking.store import TrackingError, check_tracking_store
+
+    present = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "sqlalchemy"
+                        else present(name, *rest))
+    with pytest.raises(TrackingError, match=r"^tracking.tracking_uri: the sqlite store .* needs the full mlflow .*"
+                                            r"without sqlalchemy\); `pip install 'lia-spark\[tracking\]'`"):
+        check_tracking_store(f"sqlite:///{tmp_path / 'mlflow.db'}", timeout_seconds=1.0)
+    check_tracking_store(f"file://{tmp_path / 'mlruns'}", timeout_seconds=1.0)  # a file store needs the client alone
+

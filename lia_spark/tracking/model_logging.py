@@ -58,6 +58,15 @@ def _requirement(*distributions: str) -> str:
     return f"{name}=={versions[name]}" if name in versions else name
 
 
+def model_location(name: str) -> dict[str, str]:
+    """Where ``log_model`` puts a model, in the installed MLflow's words: ``name=`` (MLflow 3, a logged model of the
+    run) or ``artifact_path=`` (MLflow 2, a folder of the run's artifacts); either way the returned ``model_uri``
+    loads it."""
+    import mlflow
+
+    return {"name": name} if int(mlflow.__version__.split(".")[0]) >= 3 else {"artifact_path": name}
+
+
 def log_model_file(path: Path) -> str:
     """Log one model file (``.cbm`` catboost, any other xgboost) with its signature; return its URI.
 
@@ -67,11 +76,12 @@ def log_model_file(path: Path) -> str:
 
     if path.suffix == ".cbm":
         model = _catboost_model(path)
-        info = mlflow.catboost.log_model(model, name=model_name(path), signature=_catboost_signature(model),
+        info = mlflow.catboost.log_model(model, **model_location(model_name(path)),
+                                         signature=_catboost_signature(model),
                                          pip_requirements=[_requirement("catboost")])
         return info.model_uri
     booster = _xgboost_model(path)
-    info = mlflow.xgboost.log_model(booster, name=model_name(path), signature=_xgboost_signature(booster),
+    info = mlflow.xgboost.log_model(booster, **model_location(model_name(path)), signature=_xgboost_signature(booster),
                                     pip_requirements=[_requirement("xgboost", "xgboost-cpu")])
     return info.model_uri
 
@@ -140,7 +150,7 @@ def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
     library = _requirement("catboost") if path.suffix == ".cbm" else _requirement("xgboost", "xgboost-cpu")
     with tempfile.TemporaryDirectory(prefix="lia-spark-code-") as folder:  # a copy: the package may be in a zip
         info = mlflow.pyfunc.log_model(
-            name=f"{model_name(path)}{RAW_ROWS_SUFFIX}", python_model=_raw_row_model(),
+            **model_location(f"{model_name(path)}{RAW_ROWS_SUFFIX}"), python_model=_raw_row_model(),
             artifacts={"model": str(path), "encoding": str(encoding), "output": str(output)}, signature=signature,
             input_example=raw_row_example(encoding), code_paths=[str(copy_package(Path(folder)))],
             pip_requirements=[library, _requirement("numpy"), _requirement("pandas"), _requirement("pyyaml")])

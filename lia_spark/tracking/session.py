@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import io
 import logging
 import os
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Union
@@ -24,6 +25,29 @@ logger = logging.getLogger(__name__)
 # MLflow prints a "View run ... at <url>" line on stdout per run it ends (twice per stage): stdout carries
 # lia-spark's summary only, which names the run once. Set on the first tracked command unless the user chose.
 QUIET_URLS = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+
+class _LogLines(io.TextIOBase):
+    """A stand-in for stdout that sends each line written to it to lia-spark's log."""
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                logger.info("mlflow: %s", line.strip())
+        return len(text)
+
+
+@contextlib.contextmanager
+def _url_lines_to_the_log() -> Iterator[None]:
+    """MLflow 2 writes its "View run ... at <url>" lines to stdout with no switch (MLflow 3 honours
+    :data:`QUIET_URLS`): under MLflow 2 stdout goes to the log while the session's runs start and end."""
+    import mlflow
+
+    if int(mlflow.__version__.split(".")[0]) >= 3:
+        yield
+        return
+    with contextlib.redirect_stdout(_LogLines()):
+        yield
+
 
 # What to do about calls a failing store left out (the warning at the run's end and the console summary).
 TRACK_LATER = ("log them once the tracking server answers again with `lia-spark track --conf <your conf> "
@@ -72,11 +96,14 @@ def tracking_session(config: Config, *, run_name: str | None = None, table: bool
     tracker.check()
     failed = True
     try:
-        yield tracker
-        failed = False
+        with _url_lines_to_the_log():
+            try:
+                yield tracker
+                failed = False
+            finally:
+                if tracker.run_id:
+                    tracker.best_effort("the run's end", functools.partial(tracker.end, failed=failed))
     finally:
-        if tracker.run_id:
-            tracker.best_effort("the run's end", functools.partial(tracker.end, failed=failed))
         if tracker.not_logged:
             logger.warning("tracking: not logged to MLflow at %s: %s; %s", tracker.tracking_uri,
                            ", ".join(tracker.not_logged), TRACK_LATER)

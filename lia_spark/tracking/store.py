@@ -4,6 +4,7 @@ working directory; and the up-front check that the store answers before any stag
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import urllib.error
@@ -14,6 +15,10 @@ from typing import Iterator
 from lia_spark.run.sections import TrackingConfig
 
 logger = logging.getLogger(__name__)
+
+
+# What a database store (sqlite, the default) needs beyond mlflow-skinny, the client every MLflow install has.
+DATABASE_STORE_MODULES = ("sqlalchemy", "alembic")
 
 
 class TrackingError(RuntimeError):
@@ -67,8 +72,9 @@ def sqlite_path(uri: str) -> Path | None:
 def check_tracking_store(uri: str, *, timeout_seconds: float) -> None:
     """Fail fast, before any stage runs, when the store behind ``uri`` is unusable.
 
-    HTTP(S) servers must answer ``GET /health`` within ``timeout_seconds``; a sqlite database's folder
-    is created and must be writable; other schemes (``databricks``) are checked by MLflow itself.
+    HTTP(S) servers must answer ``GET /health`` within ``timeout_seconds``; a sqlite database needs the full mlflow
+    (:data:`DATABASE_STORE_MODULES`) and its folder is created and must be writable; other schemes (``databricks``)
+    are checked by MLflow itself.
 
     Raises:
         TrackingError: naming the URI and the cause.
@@ -88,6 +94,12 @@ def check_tracking_store(uri: str, *, timeout_seconds: float) -> None:
         return
     database = sqlite_path(uri)
     if database is not None:
+        missing = [name for name in DATABASE_STORE_MODULES if importlib.util.find_spec(name) is None]
+        if missing:
+            raise TrackingError(f"tracking.tracking_uri: the sqlite store {uri} needs the full mlflow (this Python "
+                                f"has MLflow's client alone, without {', '.join(missing)}); `pip install "
+                                "'lia-spark[tracking]'`, or set tracking.tracking_uri to an MLflow server or "
+                                "databricks, or tracking.enabled=false")
         try:
             database.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
