@@ -7,7 +7,7 @@
 # MAGIC
 # MAGIC Parameters (widgets on Databricks, `LIA_*` environment variables elsewhere): `experiment`,
 # MAGIC `tracking_uri` (empty = `$MLFLOW_TRACKING_URI` or `sqlite:///mlflow.db`), `metric` (the metric to plot,
-# MAGIC default `audit.audit_eps_binomial_bonferroni_mean`; an unknown name falls back to the first audit metric).
+# MAGIC default `audit.eps_binomial_bonferroni_mean`; an unknown name falls back to the first audit metric).
 # MAGIC
 # MAGIC Install: lia-spark is not on a package index. Build its wheel with `make wheel` and copy `dist/` into this
 # MAGIC Git folder (the `%pip` path below is relative to this notebook's folder, the working directory on Databricks
@@ -33,7 +33,7 @@ from lia_spark.tracking.mlflow_runs import pipeline_runs
 from lia_spark.tracking.store import resolve_tracking_uri
 
 params = notebook_parameters(globals(), {"experiment": "lia-spark-demo", "tracking_uri": "",
-                                         "metric": "audit.audit_eps_binomial_bonferroni_mean"})
+                                         "metric": "audit.eps_binomial_bonferroni_mean"})
 tracking_uri = resolve_tracking_uri(TrackingConfig(tracking_uri=params["tracking_uri"]))
 runs = pipeline_runs(experiment=params["experiment"], tracking_uri=tracking_uri)
 print(f"{len(runs)} pipeline runs in {params['experiment']!r} at {tracking_uri}")

@@ -106,7 +106,7 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     best = audit_sweep.evaluate_sweep(expected, guesses, canaries=2000).best["eps_binomial_bonferroni"]
     assert summary["best"]["eps_binomial_bonferroni"]["mean"] == pytest.approx(best.mean(), abs=1e-12)
     assert all(os.path.getsize(f) > 0 for f in result.artifacts())
-    assert result.metrics()["audit_eps_binomial"] == pytest.approx(best.mean(), abs=1e-12)
+    assert result.metrics()["eps_binomial"] == pytest.approx(best.mean(), abs=1e-12)
     headline = result.headline  # first repetition's valid bound; no train-stage marker: the claim is not stated
     assert headline.eps_lb == best[0] and headline.tests == 101 and headline.repetitions == 12
     assert (f"for a target trained with an unknown mechanism at claimed eps = not stated: eps >= {best[0]:.3f} at "

@@ -13,7 +13,7 @@ import pytest
 from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.engine.runtime.pipeline import run_pipeline
 from lia_spark.run.config import config_from_dict
-from lia_spark.tracking.mlflow_runs import FINGERPRINT_TAG, REUSED_FROM_TAG, STAGE_TAG
+from lia_spark.tracking.mlflow_runs import FINGERPRINT_TAG, REUSED_FROM_TAG, STAGE_TAG, STATUS_TAG
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -77,7 +77,7 @@ def test_reused_stages_reference_the_run_that_logged_their_outputs(runner):
     children = client.search_runs([experiment], filter_string=f"tags.mlflow.parentRunId = '{parent}'")
     audit_run = next(run for run in children if run.data.tags.get(STAGE_TAG) == "audit")
     producer = client.get_run(audit_run.data.tags[REUSED_FROM_TAG])
-    assert producer.data.params["status"] == "ran"
+    assert producer.data.tags[STATUS_TAG] == "ran" and "status" not in producer.data.params
     assert producer.data.tags[FINGERPRINT_TAG] == audit_run.data.tags[FINGERPRINT_TAG]
     assert client.list_artifacts(audit_run.info.run_id) == []  # not logged again
     assert client.list_artifacts(producer.info.run_id) != []

@@ -70,7 +70,7 @@ def _csv_section(path: Path) -> str:
 
 
 def _is_paper(metric: str) -> bool:
-    return PAPER in metric.split("_")  # e.g. audit_eps_binomial_paper_mean
+    return PAPER in metric.split("_")  # e.g. eps_binomial_paper_mean
 
 
 def _metrics_table(metrics: Mapping[str, float]) -> str:

@@ -44,6 +44,9 @@ KIND_TAG = "lia_spark.kind"
 STAGE_TAG = "lia_spark.stage"
 FINGERPRINT_TAG = "lia_spark.output_fingerprint"
 REUSED_FROM_TAG = "lia_spark.reused_from_run"
+STATUS_TAG = "lia_spark.status"  # a stage or table-cell run: ran / reused / failed (a tag: it describes the run)
+ERROR_TAG = "lia_spark.error"  # a failed stage or cell: the first characters of its error
+MAX_TAG_CHARS = 5000
 MAX_PARAM_CHARS = 500
 
 
@@ -243,8 +246,8 @@ class PipelineTracker:
         producer = self._producing_run(stage, fingerprint) if status == "reused" and fingerprint else None
         if producer:
             tags[REUSED_FROM_TAG] = producer
-        mlflow.set_tags(tags)
-        mlflow.log_params({"stage": stage, "status": status, **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
+        mlflow.set_tags(tags | {STATUS_TAG: status, **({ERROR_TAG: error[:MAX_TAG_CHARS]} if error else {})})
+        mlflow.log_param("stage", stage)
         mlflow.log_metrics(numbers | {"seconds": seconds})
         if status == "ran":
             for text in artifacts:
@@ -297,7 +300,7 @@ class PipelineTracker:
         experiments = [e.experiment_id for e in client.search_experiments()]
         runs = client.search_runs(experiments, filter_string=(f"tags.`{FINGERPRINT_TAG}` = '{fingerprint}' and "
                                                               f"tags.`{STAGE_TAG}` = '{stage}' and "
-                                                              "params.status = 'ran'"),
+                                                              f"tags.`{STATUS_TAG}` = 'ran'"),
                                   max_results=1, order_by=["attributes.start_time DESC"])
         return runs[0].info.run_id if runs else None
 
@@ -406,10 +409,10 @@ class AuditTableTracker(PipelineTracker):
     def log_cell(self, cell: str, *, mechanism: str, claimed_epsilon: float, bag_size: int, status: str,
                  seconds: float, metrics: Mapping[str, Any], error: str = "", fingerprint: str = "") -> None:
         """Nested run named by the cell's setting key (:func:`lia_spark.names.setting_key`, e.g. ``rr.eps1.k1``):
-        params setting, cell (its folder name), mechanism, claimed_epsilon, bag_size and status; the finite
+        params setting, cell (its folder name), mechanism, claimed_epsilon and bag_size; the finite
         ``metrics`` (eps_lb_mean/std, test_auc, test_log_loss, ...); tags ``audit.eps_lb`` (the mean valid bound),
-        ``audit.claimed_eps``, ``audit.mechanism``. The parent run gets ``<setting key>.<metric>``; a failed cell's
-        run ends FAILED with its error as a param."""
+        ``audit.claimed_eps``, ``audit.mechanism``, :data:`STATUS_TAG` (and :data:`ERROR_TAG`). The parent run gets
+        ``<setting key>.<metric>``; a failed cell's run ends FAILED."""
         import mlflow
 
         numbers = finite_metrics(metrics)
@@ -418,12 +421,12 @@ class AuditTableTracker(PipelineTracker):
         eps_lb = numbers.get("eps_lb_mean")
         tags = {KIND_TAG: TABLE_CELL_KIND, "lia_spark.cell": cell, "audit.claimed_eps": claimed,
                 "audit.mechanism": mechanism, "audit.eps_lb": "" if eps_lb is None else f"{eps_lb:.6g}",
+                STATUS_TAG: status, **({ERROR_TAG: error[:MAX_TAG_CHARS]} if error else {}),
                 **({FINGERPRINT_TAG: fingerprint} if fingerprint else {}), **self.commit_tags}
         mlflow.log_metrics({f"{key}.{name}": value for name, value in numbers.items()} | {f"{key}.seconds": seconds})
         with mlflow.start_run(run_name=key, nested=True, tags=tags):
             mlflow.log_params({"setting": key, "cell": cell, "mechanism": mechanism, "claimed_epsilon": claimed,
-                               "bag_size": str(bag_size), "status": status,
-                               **({"error": error[:MAX_PARAM_CHARS]} if error else {})})
+                               "bag_size": str(bag_size)})
             mlflow.log_metrics(numbers | {"seconds": seconds})
             if status == "failed":
                 mlflow.end_run(status="FAILED")

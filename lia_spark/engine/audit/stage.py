@@ -90,16 +90,17 @@ class AuditResult(FilesResult):
     skipped: bool = False
 
     def metrics(self) -> dict[str, float]:
-        """The headline's ``eps_lb`` (and ``claimed_eps``), ``audit_<bound>_<convention>_mean/std`` for each best
-    bound ("paper": the paper's convention, not a valid bound), and ``audit_eps_<family>``: the valid
-    (Bonferroni) mean."""
-        metrics = {"audit_canaries": float(self.canaries), "audit_repetitions": float(self.repetitions),
-                   "audit_seconds": self.seconds, **self.headline.metrics()}
+        """``canaries``, ``repetitions``, the headline's ``eps_lb`` (and ``claimed_eps``, ...),
+        ``<bound>_<convention>_mean/std`` for each best bound ("paper": the paper's convention, not a valid bound),
+        and ``eps_<family>``: the valid (Bonferroni) mean. MLflow shows them as ``audit.<name>`` (the stage's prefix);
+        the stage's time is ``audit.seconds``."""
+        metrics = {"canaries": float(self.canaries), "repetitions": float(self.repetitions),
+                   **self.headline.metrics()}
         for key, stats in self.summary.best.items():
-            metrics[f"audit_{key}_mean"] = stats.mean
-            metrics[f"audit_{key}_std"] = stats.std
+            metrics[f"{key}_mean"] = stats.mean
+            metrics[f"{key}_std"] = stats.std
             if key.startswith("eps_") and key.endswith(f"_{names.BONFERRONI}"):
-                metrics[f"audit_{key.removesuffix(f'_{names.BONFERRONI}')}"] = stats.mean
+                metrics[key.removesuffix(f"_{names.BONFERRONI}")] = stats.mean
         return {key: value for key, value in metrics.items() if math.isfinite(value)}
 
     @property
