@@ -101,3 +101,19 @@ def test_spark_stage_equals_kernel(spark):
     got = feature_frames.feature_frame(rows, spec, seed=5, shares=SHARES).orderBy(F.col("row_id")).toPandas()
     want = features.build_features(frame, spec, seed=5, shares=SHARES)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False)
+
+
+def test_categoricals_read_as_criteo_files_write_them_encode_like_the_table():
+    """Hexadecimal text ("" missing) and int64 columns give the encoding of the table's values; other text is
+    refused naming the column and the value."""
+    rng = np.random.default_rng(3)
+    table = pd.DataFrame({name: rng.integers(0, 9, 50).astype(float) for name in INT_COLUMNS}
+                         | {name: rng.choice([10.0, 4_294_967_295.0, np.nan], 50) for name in CAT_COLUMNS})
+    text = pd.DataFrame({name: ["" if v != v else str(int(v)) for v in table[name]] for name in INT_COLUMNS}
+                        | {name: ["" if v != v else f"{int(v):08x}" for v in table[name]] for name in CAT_COLUMNS})
+    spec = features.FeatureSpec(encoding="hash", hash_buckets=64)
+    expected = features.encode_features(table, spec)
+    pd.testing.assert_frame_equal(features.encode_features(text, spec), expected)
+    pd.testing.assert_frame_equal(features.encode_features(table.astype("Int64"), spec), expected)
+    with pytest.raises(ValueError, match=r"^C2: not a hexadecimal Criteo value, got 'zz'"):
+        features.categorical_values(pd.Series(["0a", "zz"]), "C2")

@@ -419,3 +419,11 @@ def test_raw_row_model_scores_criteo_rows_through_pyfunc_like_the_booster(tmp_pa
                                                       epsilon=2.0)
     np.testing.assert_allclose(np.asarray(scored, dtype=np.float64).ravel(), expected, rtol=1e-6)
     assert len(np.unique(expected)) > 2
+    # the types a user feeds: int64 columns (missing as None), and text as Criteo files write it ("" missing)
+    as_int64 = raw.astype("Int64").astype(object).where(raw.notna(), None)
+    as_text = raw.astype(object).where(raw.isna(), raw.fillna(0).astype(np.int64).astype(str)).where(raw.notna(), "")
+    for name in CAT_COLUMNS:
+        as_text[name] = [f"{int(v):08x}" if v == v else "" for v in raw[name]]
+    for frame in (as_int64, as_text):
+        np.testing.assert_array_equal(np.asarray(mlflow.pyfunc.load_model(uri).predict(frame), dtype=np.float64).ravel(),
+                                      np.asarray(scored, dtype=np.float64).ravel())

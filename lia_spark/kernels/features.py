@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -109,7 +109,39 @@ def split_codes(row_ids: np.ndarray, *, seed: int, shares: tuple[float, float, f
     return (u >= shares[0]).astype(np.int8) + (u >= shares[0] + shares[1]).astype(np.int8)
 
 
+def _text_as_missing(values: pd.Series) -> pd.Series:
+    """Text columns (as Criteo files hold them) with "" read as missing, like None and NaN."""
+    if values.dtype != object and not pd.api.types.is_string_dtype(values):
+        return values
+    return values.astype(object).where(values.astype(object) != "", None)
+
+
+def categorical_values(values: pd.Series, column: str) -> pd.Series:
+    """A categorical column as the data table stores it (int64 ids, missing as NA): numbers as they are, text as
+    Criteo files write it (hexadecimal, e.g. "68fd1e64"; "" missing).
+
+    Raises:
+        ValueError: naming the column and the first value that is neither a number nor hexadecimal text.
+    """
+    values = _text_as_missing(values)
+    if values.dtype != object and not pd.api.types.is_string_dtype(values):
+        return values
+
+    def parsed(value: Any) -> Any:
+        if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+            return pd.NA
+        if isinstance(value, str):
+            try:
+                return int(value, 16)
+            except ValueError:
+                raise ValueError(f"{column}: not a hexadecimal Criteo value, got {value!r}") from None
+        return int(value)
+
+    return values.map(parsed).astype("Int64")
+
+
 def _encode_column(values: pd.Series, column: str, spec: FeatureSpec) -> np.ndarray:
+    values = categorical_values(values, column)
     missing = values.isna().to_numpy()
     raw = values.fillna(0).to_numpy(dtype=np.int64)
     if spec.encoding == "native":
@@ -128,10 +160,11 @@ def _encode_column(values: pd.Series, column: str, spec: FeatureSpec) -> np.ndar
 
 def encode_features(frame: pd.DataFrame, spec: FeatureSpec) -> pd.DataFrame:
     """The model feature columns (:attr:`FeatureSpec.feature_columns`, in order) of rows with the raw Criteo columns
-    I1..I13 and C1..C26 (missing as NaN or None)."""
+    I1..I13 and C1..C26: numbers (int64 or double) or text as in Criteo files (hexadecimal categoricals), missing as
+    NaN, None or ""."""
     out = {}
     for name, log_name, flag_name in zip(INT_COLUMNS, LOG_COLUMNS, FLAG_COLUMNS):
-        ints = pd.to_numeric(frame[name]).astype("float64").to_numpy(np.float64, na_value=np.nan)
+        ints = pd.to_numeric(_text_as_missing(frame[name])).astype("float64").to_numpy(np.float64, na_value=np.nan)
         out[log_name] = np.log1p(np.maximum(ints, 0.0)).astype(np.float32)
         out[flag_name] = np.isnan(ints).astype(np.float32)
     for name in CAT_COLUMNS:

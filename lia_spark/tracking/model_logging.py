@@ -89,9 +89,10 @@ def log_model_file(path: Path) -> str:
 RAW_ROWS_SUFFIX = "_raw_rows"
 
 def _raw_row_model() -> Any:
-    """A pyfunc model scoring raw Criteo rows (I1..I13, C1..C26 as the data table stores them): it encodes them with
-    the saved feature encoding (:func:`lia_spark.kernels.features.encode_features`) and returns the saved xgboost or catboost
-    model's click probability, post-processed as the run did (:class:`lia_spark.kernels.model_output.OutputTransform`)."""
+    """A pyfunc model scoring raw Criteo rows (I1..I13, C1..C26 as the data table stores them, or as text as Criteo
+    files write them): it encodes them with the saved feature encoding
+    (:func:`lia_spark.kernels.features.encode_features`) and returns the saved xgboost or catboost model's click
+    probability, post-processed as the run did (:class:`lia_spark.kernels.model_output.OutputTransform`)."""
     import mlflow.pyfunc
 
     class RawRowModel(mlflow.pyfunc.PythonModel):
@@ -136,17 +137,19 @@ def raw_row_example(encoding: Path) -> Any:
 
 def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
     """Log model file ``path`` with its feature encoding and output transform as a pyfunc model ``<name>_raw_rows``
-    that scores raw Criteo rows (:func:`_raw_row_model`): signature I1..I13, C1..C26 (double, NaN = missing) ->
+    that scores raw Criteo rows (:func:`_raw_row_model`): signature I1..I13, C1..C26 (any type: doubles or int64 as
+    the data table stores them, text as Criteo files write it, hexadecimal categoricals; NaN, None or "" missing) ->
     prediction, an input example (:func:`raw_row_example`), the two files as artifacts and lia_spark's code (copied
     from wherever it is imported: a folder, a wheel or a zip); return its URI."""
     import mlflow
     from mlflow.models.signature import ModelSignature
     from mlflow.types import ColSpec, Schema
+    from mlflow.types.schema import AnyType
 
     from lia_spark.kernels import criteo
 
-    signature = ModelSignature(inputs=Schema([ColSpec("double", name, required=False) for name in criteo.FEATURE_COLUMNS]),
-                               outputs=Schema([ColSpec("double", "prediction")]))
+    columns = [ColSpec(AnyType(), name, required=False) for name in criteo.FEATURE_COLUMNS]
+    signature = ModelSignature(inputs=Schema(columns), outputs=Schema([ColSpec("double", "prediction")]))
     library = _requirement("catboost") if path.suffix == ".cbm" else _requirement("xgboost", "xgboost-cpu")
     with tempfile.TemporaryDirectory(prefix="lia-spark-code-") as folder:  # a copy: the package may be in a zip
         info = mlflow.pyfunc.log_model(
