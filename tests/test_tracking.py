@@ -118,6 +118,9 @@ def test_parent_run_holds_config_seed_fingerprint_commit_and_versions(spark, run
     assert params["mechanisms.epsilons"] == "[2.0]"
     assert params["run.output_dir"] == run.config.run.output_dir
     assert params["data.fingerprint"] == data_fingerprint(read_marker(spark, run.config.parquet_path))["data.fingerprint"]
+    (table,) = parent.inputs.dataset_inputs  # the data table as the run's input (log_input)
+    assert table.dataset.name == "data" and table.dataset.digest == params["data.fingerprint"]
+    assert json.loads(table.dataset.source)["path"] == run.config.parquet_path
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     assert parent.data.tags[GIT_COMMIT_TAG] == commit and "env.git_commit" not in params
     children = _children(client, run.result.mlflow_run_id)

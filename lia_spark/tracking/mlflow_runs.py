@@ -203,10 +203,18 @@ class PipelineTracker:
         return self.run_id
 
     def log_data_marker(self, marker: Mapping[str, Any]) -> None:
-        """Parent-run params identifying the input table (:func:`data_fingerprint` of its marker)."""
+        """Parent-run params identifying the input table (:func:`data_fingerprint` of its marker), and the table as
+        the run's MLflow input (``log_input``: a dataset named ``data`` whose source is its Parquet path and whose
+        digest is that fingerprint)."""
         import mlflow
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.data.spark_dataset_source import SparkDatasetSource
 
-        mlflow.log_params(data_fingerprint(marker))
+        params = data_fingerprint(marker)
+        mlflow.log_params(params)
+        table = MetaDataset(SparkDatasetSource(path=self.config.parquet_path), name="data",
+                            digest=params["data.fingerprint"])
+        mlflow.log_input(table, context="input")
 
     def start_stage(self, stage: str) -> None:
         """Start the nested run of ``stage`` now, as the stage starts (it shows RUNNING while the stage works);
