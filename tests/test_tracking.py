@@ -415,6 +415,9 @@ def test_raw_row_model_scores_criteo_rows_through_pyfunc_like_the_booster(tmp_pa
     info = mlflow.models.get_model_info(uri)
     assert info.signature.inputs.input_names()[:2] == ["I1", "I2"] and len(info.signature.inputs.inputs) == 39
     assert info.saved_input_example_info is not None
+    assert info.flavors["python_function"].get("model_code_path"), info.flavors  # models from code: nothing pickled
+    model_files = {path.name for path in Path(mlflow.artifacts.download_artifacts(uri)).rglob("*")}
+    assert not {name for name in model_files if name.endswith(".pkl")}, model_files
     scored = mlflow.pyfunc.load_model(uri).predict(raw)
     margins = booster.predict(xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns)),
                               output_margin=True, iteration_range=(0, 4))

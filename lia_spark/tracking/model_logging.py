@@ -47,6 +47,11 @@ def _catboost_signature(model: Any) -> Any:
     return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
 
 
+def load_model_file(path: Path) -> Any:
+    """The model in file ``path``: a catboost classifier (``.cbm``), else an xgboost booster."""
+    return _catboost_model(path) if path.suffix == ".cbm" else _xgboost_model(path)
+
+
 def model_name(path: Path) -> str:
     return "".join(ch if ch.isalnum() or ch in "_-" else "_" for ch in path.stem) or "model"
 
@@ -88,37 +93,6 @@ def log_model_file(path: Path) -> str:
 
 RAW_ROWS_SUFFIX = "_raw_rows"
 
-def _raw_row_model() -> Any:
-    """A pyfunc model scoring raw Criteo rows (I1..I13, C1..C26 as the data table stores them, or as text as Criteo
-    files write them): it encodes them with the saved feature encoding
-    (:func:`lia_spark.kernels.features.encode_features`) and returns the saved xgboost or catboost model's click
-    probability, post-processed as the run did (:class:`lia_spark.kernels.model_output.OutputTransform`)."""
-    import mlflow.pyfunc
-
-    class RawRowModel(mlflow.pyfunc.PythonModel):
-        def load_context(self, context: Any) -> None:
-            from lia_spark.kernels import features, model_output
-
-            self.spec = features.load_spec(context.artifacts["encoding"])
-            self.output = model_output.load_output_transform(context.artifacts["output"])
-            path = Path(context.artifacts["model"])
-            self.model = _catboost_model(path) if path.suffix == ".cbm" else _xgboost_model(path)
-
-        def predict(self, context, model_input, params=None):  # noqa: ANN001,ANN201 - MLflow reads hints as a schema
-            import numpy as np
-
-            from lia_spark.kernels import features
-
-            encoded = features.encode_features(model_input, self.spec)
-            if not hasattr(self.model, "predict_proba"):
-                import xgboost
-
-                encoded = xgboost.DMatrix(encoded.to_numpy(np.float32), feature_names=list(encoded.columns))
-            return self.output.probabilities(self.output.raw_output(self.model, encoded))
-
-    return RawRowModel()
-
-
 def raw_row_example(encoding: Path) -> Any:
     """Two raw rows for the model's input example, made up, not from the data: integers 1 and each categorical's most
     frequent value (0 without a vocabulary), then a row with every value missing."""
@@ -137,7 +111,7 @@ def raw_row_example(encoding: Path) -> Any:
 
 def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
     """Log model file ``path`` with its feature encoding and output transform as a pyfunc model ``<name>_raw_rows``
-    that scores raw Criteo rows (:func:`_raw_row_model`): signature I1..I13, C1..C26 (any type: doubles or int64 as
+    that scores raw Criteo rows (:mod:`lia_spark.tracking.raw_row_model`, logged from its code): signature I1..I13, C1..C26 (any type: doubles or int64 as
     the data table stores them, text as Criteo files write it, hexadecimal categoricals; NaN, None or "" missing) ->
     prediction, an input example (:func:`raw_row_example`), the two files as artifacts and lia_spark's code (copied
     from wherever it is imported: a folder, a wheel or a zip); return its URI."""
@@ -152,9 +126,11 @@ def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
     signature = ModelSignature(inputs=Schema(columns), outputs=Schema([ColSpec("double", "prediction")]))
     library = _requirement("catboost") if path.suffix == ".cbm" else _requirement("xgboost", "xgboost-cpu")
     with tempfile.TemporaryDirectory(prefix="lia-spark-code-") as folder:  # a copy: the package may be in a zip
+        package = copy_package(Path(folder))
         info = mlflow.pyfunc.log_model(
-            **model_location(f"{model_name(path)}{RAW_ROWS_SUFFIX}"), python_model=_raw_row_model(),
+            **model_location(f"{model_name(path)}{RAW_ROWS_SUFFIX}"),
+            python_model=str(package / "tracking" / "raw_row_model.py"),  # models from code: nothing pickled
             artifacts={"model": str(path), "encoding": str(encoding), "output": str(output)}, signature=signature,
-            input_example=raw_row_example(encoding), code_paths=[str(copy_package(Path(folder)))],
+            input_example=raw_row_example(encoding), code_paths=[str(package)],
             pip_requirements=[library, _requirement("numpy"), _requirement("pandas"), _requirement("pyyaml")])
     return info.model_uri
