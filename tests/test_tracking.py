@@ -155,7 +155,8 @@ def test_no_infinity_is_logged_as_a_huge_number(run, client):
     assert len(runs) > 10
     for logged in runs:
         assert all(math.isfinite(v) and abs(v) < 1e300 for v in logged.data.metrics.values()), logged.info.run_name
-    plain_llp = next(r for r in runs if r.info.run_name == "llp.epsinf.k8" and r.data.tags["lia_spark.stage"] == "posteriors")
+    plain_llp = next(r for r in runs if r.info.run_name == "posteriors/llp.epsinf.k8")
+    assert plain_llp.data.tags["lia_spark.stage"] == "posteriors" and plain_llp.data.params["setting"] == "llp.epsinf.k8"
     assert plain_llp.data.metrics["share_infinite"] > 0 and "abs_I_p99" not in plain_llp.data.metrics
 
 
@@ -260,11 +261,12 @@ def test_one_nested_run_per_posterior_setting(run, client):
         assert logged.data.tags[KIND_TAG] == "setting"
         assert _same(logged.data.metrics["mean_additive_advantage"], float(row["mean_additive_advantage"]))
     table = client.load_table(stage_run.info.experiment_id, "posteriors/settings.json", run_ids=[stage_run.info.run_id])
-    assert sorted(table["setting"]) == sorted(r.info.run_name for r in settings)
+    assert sorted(f"posteriors/{key}" for key in table["setting"]) == sorted(r.info.run_name for r in settings)
 
 
 def test_one_setting_key_names_runs_metrics_and_report(run, client):
-    """rr.eps2.k1 style everywhere: setting run names, their "setting" param, stage metric prefixes, the report."""
+    """rr.eps2.k1 style everywhere: setting run names (``<stage>/<key>``: posteriors and utility share keys), their
+    "setting" param, stage metric prefixes, the report."""
     assert setting_key("rr", 2.0, 1) == "rr.eps2.k1" and setting_key("llp", math.nan, 8) == "llp.epsinf.k8"
     assert setting_key("llp_laplace", 0.5, 8) == "llp_laplace.eps0.5.k8"
     parent = client.get_run(run.result.mlflow_run_id).data.metrics
@@ -273,8 +275,9 @@ def test_one_setting_key_names_runs_metrics_and_report(run, client):
         names = {r.info.run_name for r in _children(client, stage_run.info.run_id)}
         keys = {setting_key(row["mechanism"], row["epsilon"], row["bag_size"])
                 for row in run.result.step(stage).setting_rows()}
-        assert names == keys and all(n == r.data.params["setting"] for r in _children(client, stage_run.info.run_id)
-                                     for n in [r.info.run_name])
+        assert names == {f"{stage}/{key}" for key in keys}
+        assert all(r.info.run_name == f"{stage}/{r.data.params['setting']}"
+                   for r in _children(client, stage_run.info.run_id))
         assert all(any(metric.startswith(f"{stage}.{key}.") for metric in parent) for key in keys), stage
         assert all(key in run.report_text for key in keys), stage
     assert not [m for m in parent if re.search(r"(rr|llp|lp_2st)\w*_eps|epsnan|eps=", m)]  # the old spellings

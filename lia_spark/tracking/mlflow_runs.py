@@ -324,8 +324,9 @@ class PipelineTracker:
         mlflow.log_artifact(str(path), artifact_path=stage)
 
     def _log_settings(self, stage: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Nested run per mechanism setting named by its key (:func:`lia_spark.names.setting_key`): the key and its
-        (mechanism, epsilon, bag_size) as params, the rest as metrics when finite (:func:`finite_metrics`)."""
+        """Nested run per mechanism setting named ``<stage>/<key>`` (:func:`lia_spark.names.setting_key`; posteriors
+        and utility share keys, and MLflow lists runs by name): the key and its (mechanism, epsilon, bag_size) as
+        params, the rest as metrics when finite (:func:`finite_metrics`)."""
         import mlflow
 
         for row in rows:
@@ -333,7 +334,7 @@ class PipelineTracker:
             name = setting_key(row[MECHANISM], row[EPSILON], row[BAG_SIZE])
             values = {key: value for key, value in row.items() if key not in setting
                       and isinstance(value, (int, float)) and not isinstance(value, bool)}
-            with mlflow.start_run(run_name=name, nested=True,
+            with mlflow.start_run(run_name=f"{stage}/{name}", nested=True,
                                   tags={KIND_TAG: "setting", STAGE_TAG: stage, **self.commit_tags}):
                 mlflow.log_params({"setting": name, **setting})
                 mlflow.log_metrics(finite_metrics(values))
