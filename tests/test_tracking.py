@@ -69,9 +69,10 @@ def _free_port() -> int:
 def test_flatten_and_fingerprint():
     assert flatten({"a": {"b": [1, 2], "c": "x", "d": {}}, "e": math.inf}) == {
         "a.b": "[1, 2]", "a.c": "x", "a.d": "{}", "e": "inf"}  # never the Infinity literal
-    marker = {"rows": 40, "rows_per_day": {"0": 20, "1": 20}, "note": "x"}
+    marker = {"rows": 40, "rows_per_day": {"0": 20, "1": 20}, "note": "x", "seconds": 10.6}
     params = data_fingerprint(marker)
     assert params["data.marker.rows"] == "40" and params["data.marker.rows_per_day"] == '{"0": 20, "1": 20}'
+    assert "data.marker.seconds" not in params  # a timing is no identity (and no param)
     assert params["data.fingerprint"] != data_fingerprint({**marker, "rows": 41})["data.fingerprint"]
 
 

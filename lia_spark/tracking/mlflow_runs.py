@@ -66,10 +66,13 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def data_fingerprint(marker: Mapping[str, Any]) -> dict[str, str]:
-    """Params identifying the input table: SHA-256 of its ``_LIA_COMPLETE`` marker plus its counts."""
+    """Params identifying the input table: SHA-256 of its ``_LIA_COMPLETE`` marker plus its counts (not how long
+    writing it took: a timing is no identity, and the stage run has it as a metric)."""
     canonical = json.dumps(marker, sort_keys=True, default=str)
     params = {"data.fingerprint": hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]}
     for key, value in marker.items():
+        if key.endswith("seconds"):
+            continue
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             params[f"data.marker.{key}"] = str(value)
         elif isinstance(value, Mapping) and value and all(isinstance(v, int) for v in value.values()):
