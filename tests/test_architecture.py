@@ -112,7 +112,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
                 continue
             imported.update(candidate for candidate in candidates if candidate in modules and candidate != name)
         graph[name] = imported
-    graph["lia_spark"] -= {"lia_spark.cli", LAZY_API}  # imported at attribute access (lia_spark.audit_predictions), never at import
+    graph["lia_spark"] -= {"lia_spark.cli", LAZY_API}  # imported at attribute access, never at import
     return graph
 
 

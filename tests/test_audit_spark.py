@@ -220,6 +220,8 @@ def test_the_python_api_gives_the_audit_stages_bound_from_pandas_and_from_spark(
         lia_spark.audit_predictions(spark.createDataFrame(pd.concat([table, table.iloc[:1]])))
     with pytest.raises(ConfigError, match="audit.design: audit_predictions plays the injected game"):
         lia_spark.audit_predictions(table, overrides=["audit.design=observational"])
+    with pytest.raises(ConfigError, match="audit.delta: audit_predictions reports the pure binomial bound"):
+        lia_spark.audit_predictions(table, overrides=["audit.delta=1e-6"])
     with pytest.raises(ConfigError, match="audit.canaries: a pandas table is audited whole"):
         lia_spark.audit_predictions(table, overrides=["audit.canaries=100"])
     # run_command: the command line's `lia-spark audit`, its result typed, its result document written

@@ -157,7 +157,8 @@ def test_no_infinity_is_logged_as_a_huge_number(run, client):
     for logged in runs:
         assert all(math.isfinite(v) and abs(v) < 1e300 for v in logged.data.metrics.values()), logged.info.run_name
     plain_llp = next(r for r in runs if r.info.run_name == "posteriors/llp.epsinf.k8")
-    assert plain_llp.data.tags["lia_spark.stage"] == "posteriors" and plain_llp.data.params["setting"] == "llp.epsinf.k8"
+    assert plain_llp.data.tags["lia_spark.stage"] == "posteriors"
+    assert plain_llp.data.params["setting"] == "llp.epsinf.k8"
     assert plain_llp.data.metrics["share_infinite"] > 0 and "abs_I_p99" not in plain_llp.data.metrics
 
 
@@ -434,6 +435,7 @@ def test_raw_row_model_scores_criteo_rows_through_pyfunc_like_the_booster(tmp_pa
     as_text = raw.astype(object).where(raw.isna(), raw.fillna(0).astype(np.int64).astype(str)).where(raw.notna(), "")
     for name in CAT_COLUMNS:
         as_text[name] = [f"{int(v):08x}" if v == v else "" for v in raw[name]]
+    loaded = mlflow.pyfunc.load_model(uri)
     for frame in (as_int64, as_text):
-        np.testing.assert_array_equal(np.asarray(mlflow.pyfunc.load_model(uri).predict(frame), dtype=np.float64).ravel(),
+        np.testing.assert_array_equal(np.asarray(loaded.predict(frame), dtype=np.float64).ravel(),
                                       np.asarray(scored, dtype=np.float64).ravel())

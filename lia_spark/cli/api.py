@@ -66,7 +66,8 @@ def audit_predictions(predictions: Any, *, claimed_epsilon: float = math.inf, se
     its rows reaches the driver), ``spark`` its session (default: the table's).
 
     Raises:
-        ConfigError: a bad setting, a design other than injected, or audit.canaries > 0 with a pandas table.
+        ConfigError: a bad setting, a design other than injected, audit.delta > 0, or audit.canaries > 0 with a
+            pandas table.
         ValueError: a missing column, or no baseline column with a value.
     """
     config = load_config(conf, overrides)
@@ -74,6 +75,9 @@ def audit_predictions(predictions: Any, *, claimed_epsilon: float = math.inf, se
     if section.design != names.INJECTED or section.attack != names.LABEL_INFERENCE:
         raise ConfigError(f"audit.design: audit_predictions plays the injected game (coins drawn before training), got "
                           f"audit.design={section.design}, audit.attack={section.attack}")
+    if section.delta > 0:
+        raise ConfigError(f"audit.delta: audit_predictions reports the pure binomial bound (delta = 0), got "
+                          f"{section.delta:g}; `lia-spark audit` gives the GDP bound at delta > 0")
     seed = config.run.seed if seed is None else seed
     if isinstance(predictions, pd.DataFrame):
         bound, baselines = _audit_pandas(predictions, config, seed=seed, claimed_epsilon=claimed_epsilon)
@@ -94,8 +98,9 @@ def _baselines(frame: pd.DataFrame, baseline: str) -> tuple[str, ...]:
     chosen = {names.BASELINE_AUTO: present, names.BASELINE_PROXY: (PROXY_PREDICTION,),
               names.BASELINE_SHADOWS: (SHADOW_PREDICTION,)}[baseline]
     if not chosen or not set(chosen) <= set(present):
-        raise ValueError(f"predictions: audit.baseline={baseline} needs a column {' or '.join(chosen or BASELINE_COLUMNS)} "
-                         f"with values, got columns {list(frame.columns)}")
+        wanted = " or ".join(chosen or BASELINE_COLUMNS)
+        raise ValueError(f"predictions: audit.baseline={baseline} needs a column {wanted} with values, got columns "
+                         f"{list(frame.columns)}")
     return chosen
 
 

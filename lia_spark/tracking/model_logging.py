@@ -111,10 +111,11 @@ def raw_row_example(encoding: Path) -> Any:
 
 def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
     """Log model file ``path`` with its feature encoding and output transform as a pyfunc model ``<name>_raw_rows``
-    that scores raw Criteo rows (:mod:`lia_spark.tracking.raw_row_model`, logged from its code): signature I1..I13, C1..C26 (any type: doubles or int64 as
-    the data table stores them, text as Criteo files write it, hexadecimal categoricals; NaN, None or "" missing) ->
-    prediction, an input example (:func:`raw_row_example`), the two files as artifacts and lia_spark's code (copied
-    from wherever it is imported: a folder, a wheel or a zip); return its URI."""
+    that scores raw Criteo rows (:mod:`lia_spark.tracking.raw_row_model`, logged from its code): signature I1..I13,
+    C1..C26 (any type: doubles or int64 as the data table stores them, text as Criteo files write it, hexadecimal
+    categoricals; NaN, None or "" missing) -> prediction, an input example (:func:`raw_row_example`), the two files
+    as artifacts and lia_spark's code (copied from wherever it is imported: a folder, a wheel or a zip); return its
+    URI."""
     import mlflow
     from mlflow.models.signature import ModelSignature
     from mlflow.types import ColSpec, Schema
