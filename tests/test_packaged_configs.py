@@ -75,3 +75,18 @@ def test_show_reads_a_packaged_config_by_name(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main(["config", "--show", "--conf", "demo"]) == 0
     assert "name: demo" in capsys.readouterr().out
+
+
+def test_a_notebook_outside_databricks_starts_no_session_to_find_its_config(tmp_path):
+    """The workspace path's {user} is looked up only on Databricks: elsewhere the notebook falls back to the packaged
+    demo without starting Spark, so its config's spark.remote decides the session (a classic one started first
+    would be the one every later get_spark returned)."""
+    import subprocess
+    import sys
+
+    probe = ("from pyspark.sql import SparkSession\n"
+             "from lia_spark.cli.main import WORKSPACE_CONF, notebook_conf\n"
+             "print(notebook_conf(WORKSPACE_CONF, {}), SparkSession.getActiveSession())")
+    found = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0 and found.stdout.split() == ["demo", "None"], found.stderr[-2000:]
+

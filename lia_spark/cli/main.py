@@ -128,13 +128,15 @@ def notebook_parameters(namespace: Mapping[str, Any], defaults: Mapping[str, str
 def notebook_conf(path: str, namespace: Mapping[str, Any]) -> str | None:
     """The config file a notebook loads: ``path`` with ``{user}`` replaced by the session's ``current_user()`` (on
     Databricks the workspace user, as in :data:`WORKSPACE_CONF`). Outside Databricks (no ``dbutils`` in
-    ``namespace``) a file that does not exist falls back to the packaged demo config (``demo``, read by
-    :func:`lia_spark.run.config.load_config`)."""
-    if "{user}" in path:
+    ``namespace``) no session is started here (the config's ``spark.remote`` decides which one the notebook gets),
+    and a file that does not exist, a ``{user}`` path among them, falls back to the packaged demo config
+    (``demo``, read by :func:`lia_spark.run.config.load_config`)."""
+    on_databricks = "dbutils" in namespace
+    if "{user}" in path and on_databricks:  # the cluster's session is active there: the lookup starts nothing
         from lia_spark.engine.spark.session import get_spark
 
         path = path.replace("{user}", str(get_spark().sql("SELECT current_user()").first()[0]))
-    if "dbutils" in namespace or os.path.exists(path):
+    if on_databricks or os.path.exists(path):
         return path
     logger.info("no config file %s outside Databricks: using lia-spark's packaged demo config (--conf demo)", path)
     return "demo"
