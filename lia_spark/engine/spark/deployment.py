@@ -4,6 +4,7 @@ older build of it) fails in seconds with the fix, instead of in the first UDF wi
 that never run those tasks (lost as they start, or never granted) end the command instead of leaving it waiting."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -170,15 +171,16 @@ def _ship_hint(spark: SparkSession, shipped: Path | None) -> str:
 
 
 def ship_package(spark: SparkSession) -> Path:
-    """Send this driver's lia_spark (:func:`lia_spark.run.environment.package_zip`, named by its code version) to
-    the executors: ``addArtifacts(zip, pyfile=True)`` over Spark Connect, ``addPyFile`` on a classic session; the
-    executors' Python workers then import it from their path. Returns the zip."""
+    """Send this driver's lia_spark (:func:`lia_spark.run.environment.package_zip`, named by the SHA-256 of its
+    bytes: another build never reuses the name) to the executors: ``addArtifacts(zip, pyfile=True)`` over Spark
+    Connect, ``addPyFile`` on a classic session; the executors' Python workers then import it from their path.
+    Returns the zip."""
     folder = Path(tempfile.gettempdir()) / "lia_spark-shipped"
     folder.mkdir(exist_ok=True)
-    path = folder / f"lia_spark-{code_version().replace('+', '-')}.zip"
-    if not path.is_file():
-        partial = path.with_name(f"{path.name}.{os.getpid()}.part")
-        os.replace(package_zip(partial), path)
+    partial = package_zip(folder / f"lia_spark.{os.getpid()}.part")
+    digest = hashlib.sha256(partial.read_bytes()).hexdigest()[:12]
+    path = folder / f"lia_spark-{__version__}-{digest}.zip"
+    os.replace(partial, path)
     add_python_file(spark, str(path))
     logger.info("sent this driver's lia_spark to the executors: %s (spark.ship_package=true)", path)
     return path
