@@ -208,13 +208,14 @@ def test_spark_imports_nothing_else_of_the_engine():
             for module in spark} == {module: [] for module in spark}
 
 
-def test_models_import_only_spark_the_outputs_and_models():
+def test_models_import_only_spark_the_outputs_progress_and_models():
     graph = import_graph()
     allowed = {"spark", "models"}
+    runtime = {f"{ENGINE}.runtime.outputs", f"{ENGINE}.runtime.progress"}
     models = {module for module in graph if _engine_folder(module) == "models" and module.count(".") > 2}
     assert len(models) >= 8
     assert {module: sorted(m for m in _engine_imports(graph, module)
-                           if _engine_folder(m) not in allowed and m != f"{ENGINE}.runtime.outputs")
+                           if _engine_folder(m) not in allowed and m not in runtime)
             for module in models} == {module: [] for module in models}
 
 

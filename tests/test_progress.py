@@ -1,5 +1,6 @@
 """Progress lines of running stages (lia_spark.engine.runtime.progress): the line's wording, a real slow Spark job reported
-while it runs, a heartbeat for driver-side work, a reporting thread that ends with the block, and run_stage's."""
+while it runs, a heartbeat for driver-side work, a reporting thread that ends with the block, run_stage's, and the
+step's own count and ETA (model fits on the driver and in parallel tasks, the pipeline's step)."""
 from __future__ import annotations
 
 import logging
@@ -8,7 +9,8 @@ import threading
 import time
 from types import SimpleNamespace
 
-from lia_spark.engine.runtime.progress import ConnectProgress, StageProgress, progress_line, reporting_progress
+from lia_spark.engine.runtime.progress import (ConnectProgress, StageProgress, StepWork, pipeline_step, plan_work,
+                                               progress_line, reporting_progress, work_done)
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.run.config import load_config
 
@@ -52,6 +54,41 @@ def test_progress_line_names_tasks_rate_eta_and_the_running_jobs():
     assert progress_line("train", [], elapsed=45, rates={}, doing="train: fitting the proxy (xgboost) on the driver") \
         == ("train: still running, 45 s in (no Spark stage active; last step named: fitting the proxy (xgboost) on "
             "the driver)")
+
+
+def test_step_work_counts_units_and_gives_the_steps_eta_from_the_rate_so_far():
+    assert StepWork("model fits", 3, started=0.0).text([], now=50) == (
+        "0/3 model fits done, ETA of the step after the first")
+    # 1 fit in 120 s: 2 left at that rate
+    assert StepWork("model fits", 3, started=0.0, done=1).text([], now=120) == (
+        "1/3 model fits done, ETA of the step 4 min 0 s (rate so far)")
+    assert StepWork("model fits", 3, started=0.0, done=3).text([], now=300) == "3/3 model fits done"
+    # 12 fits as the 12 tasks of one Spark stage: its 4 finished tasks count, the 200-task stage does not
+    running = StepWork("model fits", 14, started=0.0, done=2, in_tasks=12)
+    stages = [StageProgress(7, tasks=12, completed=4, running=2), StageProgress(8, tasks=200, completed=150)]
+    assert running.text(stages, now=60) == "6/14 model fits done, ETA of the step 1 min 20 s (rate so far)"
+    line = progress_line("utility", stages[:1], elapsed=60, rates={}, doing="utility: 12 fits in parallel tasks",
+                         step="pipeline step 4/6; " + running.text(stages, now=60))
+    assert line == ("utility: 12 fits in parallel tasks: pipeline step 4/6; 6/14 model fits done, ETA of the step "
+                    "1 min 20 s (rate so far); 4/12 tasks of Spark stage 7 done, 2 running (1 min 0 s in)")
+    assert progress_line("train", [], elapsed=45, rates={}, step="1/2 model fits done") == (
+        "train: 1/2 model fits done; still running, 45 s in (no Spark stage active)")
+
+
+def test_planned_work_belongs_to_the_innermost_reporting_block_and_ends_with_it():
+    plan_work("model fits", 2)  # no reporting block: nothing to count, nothing raised
+    work_done()
+    with reporting_progress(None, "outer", 0):  # 0 s: no thread (no session needed), the counts are still kept
+        from lia_spark.engine.runtime import progress
+
+        plan_work("model fits", 2)
+        with reporting_progress(None, "inner", 0):
+            plan_work("cells", 5)
+            work_done(2)
+            assert (progress._STEPS.slots[-1].work.done, progress._STEPS.slots[0].work.done) == (2, 0)
+        work_done(3)  # never beyond the plan
+        assert [slot.work.done for slot in progress._STEPS.slots] == [2]
+    assert progress._STEPS.slots == []
 
 
 def test_connect_handler_keeps_the_unfinished_stages_of_running_operations():
@@ -115,3 +152,42 @@ def test_run_stage_reports_its_progress_under_its_name(spark, caplog, tmp_path):
     lines = _lines(caplog)
     assert lines and all(line.startswith("generate") for line in lines), lines
 
+
+
+def _slow_fit(shared, job, threads):
+    """A stand-in for a model fit (module level: run_fits pickles it by reference for the driver path)."""
+    time.sleep(job)
+    return shared, job
+
+
+def test_fits_on_the_driver_are_counted_with_the_steps_eta(spark, caplog):
+    from lia_spark.engine.models.parallel_fits import run_fits
+
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    describe_jobs(spark, None)
+    with pipeline_step(2, 6), reporting_progress(spark, "train", 0.25):
+        outcomes = run_fits(spark, 3, [(f"fit {index}", 0.6) for index in range(3)], _slow_fit, purpose="train",
+                            in_tasks=False)
+    assert [outcome.value for outcome in outcomes] == [(3, 0.6)] * 3
+    counts = [re.match(r"train: pipeline step 2/6; (\d)/3 model fits done", line) for line in _lines(caplog)]
+    done = [int(match.group(1)) for match in counts if match]
+    assert len(done) == len(counts) > 2 and done == sorted(done) and done[-1] >= 2, _lines(caplog)
+    assert any(re.search(r"[12]/3 model fits done, ETA of the step \d s \(rate so far\)", line)
+               for line in _lines(caplog)), _lines(caplog)
+
+
+def test_fits_in_parallel_tasks_count_as_their_tasks_finish(spark, caplog):
+    from lia_spark.engine.models.parallel_fits import run_fits
+
+    caplog.set_level(logging.INFO, logger=LOGGER)
+
+    def slow(shared, job, threads):  # nested: shipped by value to workers that cannot import this module
+        time.sleep(job)
+        return job
+
+    with reporting_progress(spark, "utility", 0.25):
+        outcomes = run_fits(spark, 0, [(f"fit {index}", 0.7) for index in range(6)], slow, purpose="utility")
+    assert {outcome.where for outcome in outcomes} == {"spark tasks"}
+    done = [int(match.group(1)) for line in _lines(caplog)
+            if (match := re.match(r"utility: 6 fits in parallel tasks: (\d)/6 model fits done", line))]
+    assert done == sorted(done) and any(0 < count < 6 for count in done), _lines(caplog)

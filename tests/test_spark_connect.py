@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,8 @@ def _computed(value: Any) -> Any:
 @pytest.mark.timeout(900)
 def test_pipeline_over_spark_connect_matches_the_classic_run(run, tmp_path):
     out = tmp_path / "out"
-    conf = run.conf_file(tmp_path / "conf.yaml", run={"output_dir": str(out)}, spark={"remote": "local[2]"},
+    conf = run.conf_file(tmp_path / "conf.yaml", run={"output_dir": str(out), "progress_seconds": 0.5},
+                         spark={"remote": "local[2]"},
                          tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
     env = {**os.environ, "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON, "SPARK_LOCAL_IP": "127.0.0.1",
            "MPLBACKEND": "Agg", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -80,6 +82,10 @@ def test_pipeline_over_spark_connect_matches_the_classic_run(run, tmp_path):
     assert "distributed: models.execution: distributed (xgboost.spark) needs a classic Spark session" in \
         completed.stdout, completed.stdout[-2000:]
     assert "uri: run.output_dir: over Spark Connect" in completed.stdout and "/Volumes/" in completed.stdout
+    # the steps' own counts over Connect: train's fits (proxy, target) and the utility grid's, on the driver
+    counted = {match.group(1) for match in re.finditer(r"progress: (train|utility)\b.*?: pipeline step \d/\d; "
+                                                       r"\d+/\d+ model fits done", completed.stderr)}
+    assert counted == {"train", "utility"}, completed.stderr[-4000:]
     own = next(line for line in completed.stdout.splitlines() if line.startswith("own model: "))
     assert "its own mechanism (model runs:/" in own and "FINDING" in own, own  # a broken RR, scored over Connect
 

@@ -26,8 +26,9 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 from lia_spark import names
 from lia_spark.engine.models.preparation import (Preparation, PreparedDays, TargetJob, TargetRows, boosting_params,
                                        feature_spec, fit_target_job, found_votes, in_memory_rows, model_features,
-                                       prepare_days, shared_pate_settings, target_job)
+                                       prepare_days, preparation_key, shared_pate_settings, target_job)
 from lia_spark.engine.models.parallel_fits import run_fits
+from lia_spark.engine.runtime.progress import plan_work, work_done
 from lia_spark.engine.spark.session import describe_jobs, is_connect
 from lia_spark.engine.models.distributed import (SparkModel, bag_target, fitted_rows, label_target, predicted,
                                                  spark_booster)
@@ -130,6 +131,7 @@ def _reference_in_memory(config: Config, data: training.ModelData) -> np.ndarray
         return np.full(data.labels.size, np.nan)
     reference = training.fit_model(data, data.labels, data.split == training.SPLIT_TEST,
                                    data.split == training.SPLIT_VALID, params=boosting_params(config))
+    work_done()
     logger.info("train: label-blind reference fitted on %d rows outside the canaries in %.1f s",
                 int((data.split == training.SPLIT_TEST).sum()), reference.fit_seconds)
     return reference.predict(data.features)
@@ -160,6 +162,7 @@ def shadow_baseline(config: Config, target: InMemoryTarget) -> tuple[np.ndarray,
         rows = TargetRows(dataclasses.replace(data, labels=shadow_labels), target.rows.prior)
         shadow_job = dataclasses.replace(job, seed=injected.shadow_seed(config.run.seed, shadow))
         predictions.append(fit_target_job(rows, shadow_job, 0).model.predict(data.features))
+        work_done()
     seconds = time.monotonic() - started
     logger.info("train: %d label-blind shadow fits in %.1f s", config.audit.shadows, seconds)
     return injected.shadow_reference(np.asarray(predictions)), seconds
@@ -235,12 +238,18 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
     features come from ``preparation`` when it kept them (:func:`lia_spark.engine.models.preparation.prepare_days`), the target
     too when :func:`fit_ahead` fitted it."""
     m = config.models
+    proxy_fitted = not preparation.holds_days(preparation_key(spark, config))
+    fitted_ahead = not proxy_fitted and (m.training_mechanism, m.epsilon, m.bag_size) in preparation.fits
+    plan_work("model fits", proxy_fitted + (not fitted_ahead) + observes(config)
+              + (config.audit.shadows if fits_shadows(config) else 0))
     target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
+    work_done(proxy_fitted)
     prepared, data, member, labels = target.prepared, target.data, target.member, target.labels
     started = time.monotonic()
     fit = preparation.fits.pop((m.training_mechanism, m.epsilon, m.bag_size), None)
     if fit is None:
         fit = fit_target_job(target.rows, in_memory_job(spark, config, target_rows, preparation, target), 0)
+        work_done()
     else:
         logger.info("train: target fitted ahead in a parallel Spark task")
     shadow, shadow_seconds = shadow_baseline(config, target)
@@ -277,7 +286,11 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
     if reason:
         raise ValueError(f"models.execution: {reason}, got library={m.library}, training_mechanism="
                          f"{m.training_mechanism}, audit.attack={config.audit.attack}")
+    mechanism = label_mechanism(m.training_mechanism)
+    target_fits = 1 + (mechanism.two_stage and not mechanism.releases_true_labels(m.epsilon))
+    plan_work("model fits", 1 + target_fits + observes(config))
     proxy, proxy_spec, seconds["fit_proxy"] = distributed_proxy(spark, config, proxy_rows)
+    work_done()
     columns = proxy_spec.feature_columns
     proxy_on_target = predicted(proxy, model_features(target_rows, proxy_spec, config), PROXY_PREDICTION)
     target_spec = feature_spec(target_rows, config)
@@ -287,8 +300,9 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
     no_injection = (F.lit(None).cast("int").alias(column) for column in names.INJECTED_COLUMNS)
     target = (injected_frame(target, config) if injects(config)
               else target.select("*", F.col(LABEL).alias(TRUE_LABEL), *no_injection)).cache()
-    fit_target = bag_target if label_mechanism(m.training_mechanism).bag_release else label_target
+    fit_target = bag_target if mechanism.bag_release else label_target
     fitted = fit_target(spark, config, target, columns)
+    work_done(target_fits)
     models: dict[str, Any] = {"proxy": proxy, **fitted.models}
     scored, reference_seconds = _reference_distributed(spark, config, target, columns, fitted.scored)
     seconds.update({**fitted.seconds, **reference_seconds})
@@ -349,5 +363,6 @@ def _reference_distributed(spark: SparkSession, config: Config, target: DataFram
     started = time.monotonic()
     reference = spark_booster(spark, config, columns, TRUE_LABEL).fit(
         target.where(F.col(features.SPLIT_COLUMN) >= training.SPLIT_VALID))
+    work_done()
     return (predicted(SparkModel.fitted(reference), scored, REFERENCE_PREDICTION),
             {"fit_reference": time.monotonic() - started})

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 import pandas as pd
 from pyspark.sql import SparkSession
 
+from lia_spark.engine.runtime.progress import plan_work, work_done, work_in_tasks
 from lia_spark.engine.spark.session import describe_jobs, is_connect, shipped
 from lia_spark.run import interrupts
 
@@ -56,9 +57,11 @@ def _attempt(fit: Fit, shared: Any, job: Any, threads: int) -> tuple[Any, str, f
 
 
 def _on_driver(fit: Fit, shared: Any, job: Any, name: str, progress: str) -> FitOutcome:
-    """One job on the driver with every core, its end logged (``progress`` names its place in the list)."""
+    """One job on the driver with every core, its end logged (``progress`` names its place in the list) and
+    counted in the step's work (:func:`lia_spark.engine.runtime.progress.work_done`)."""
     outcome = FitOutcome(name, *_attempt(fit, shared, job, 0), ON_DRIVER)
     logger.info("%s %s %s in %.1f s", progress, name, "failed" if outcome.failed else "done", outcome.seconds)
+    work_done()
     return outcome
 
 
@@ -72,7 +75,9 @@ def run_fits(spark: SparkSession, shared: Any, jobs: Sequence[tuple[str, Any]], 
     """``fit(shared, job, threads)`` for every ``(name, job)`` of ``jobs``, in that order: with ``in_tasks`` in
     parallel Spark tasks (one per job) when there are at least two jobs on a classic session, else on the driver
     (see the module docstring). ``fit`` and the jobs must pickle (a module-level function and plain data);
-    ``purpose`` names the work in Spark's UI and the log."""
+    ``purpose`` names the work in Spark's UI and the log. The jobs are the running step's planned work: its progress
+    lines count them (:func:`lia_spark.engine.runtime.progress.plan_work`)."""
+    plan_work("model fits", len(jobs))
     if not in_tasks or len(jobs) < 2 or is_connect(spark):
         if in_tasks and len(jobs) > 1:
             logger.info("%s: %d fits one after another on the driver (Spark Connect has no broadcast)", purpose,
@@ -82,7 +87,7 @@ def run_fits(spark: SparkSession, shared: Any, jobs: Sequence[tuple[str, Any]], 
     threads = task_threads(spark)
     describe_jobs(spark, f"{purpose}: {len(jobs)} fits in parallel tasks")
     started = time.monotonic()
-    with shipped(spark, shared) as data:
+    with shipped(spark, shared) as data, work_in_tasks(len(jobs)):
         work = [job for _, job in jobs]
 
         def run(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

@@ -40,7 +40,7 @@ def spark_votes(training_rows: DataFrame, columns: list[str], *, teachers: int, 
         return frame[columns].reset_index(drop=True) if as_frame else frame[columns].to_numpy(np.float32)
 
     def votes(student_ids: np.ndarray, student_features: Any, seed: int) -> np.ndarray:
-        describe_jobs(spark, f"train: {teachers} PATE teachers")
+        describe_jobs(spark, f"{teachers} PATE teachers in parallel tasks")
         validation = None
         if validation_rows is not None:
             held = validation_rows.select(ROW_ID, LABEL, *columns).toPandas().sort_values(ROW_ID, kind="stable")

@@ -196,6 +196,10 @@ class Preparation:
     fits: dict[tuple[str, float, int], training.TargetFit] = dataclasses.field(default_factory=dict)
     # targets fitted ahead in parallel tasks, by (training mechanism, epsilon, bag size); taken by the train stage
 
+    def holds_days(self, key: str) -> bool:
+        """True when the prepared days kept were prepared under ``key`` (:func:`prepare_days` will reuse them)."""
+        return key == self.key and self.days is not None
+
     def keep(self, key: str) -> bool:
         """True when what is kept was prepared under ``key``; otherwise forget it and start keeping ``key``."""
         if key == self.key:

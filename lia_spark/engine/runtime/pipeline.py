@@ -17,6 +17,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.runtime.outputs import check_writable, committed, local_copies, path_exists, read_marker
+from lia_spark.engine.runtime.progress import pipeline_step
 from lia_spark.engine.spark.session import job_group, master_name
 from lia_spark.engine.runtime.registry import (committed_result, fields_not_behind, refuse_foreign, run_stage,
                                               sealed_fingerprint, step_stage)
@@ -173,10 +174,12 @@ def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str
     if step not in config.run.stages:
         logger.info("pipeline: %s skipped (not in run.stages)", step)
         return StageOutcome(step, stage.name, "skipped")
-    logger.info("pipeline: %s (%s) started", step, stage.name)
+    selected = [name for name in PIPELINE_STAGES if name in config.run.stages]
+    logger.info("pipeline: %s (%s) started, step %d/%d", step, stage.name, selected.index(step) + 1, len(selected))
     started = time.monotonic()
     try:
-        with job_group(spark, f"lia-spark-{step}", f"{config.run.name}: {step} ({stage.name})"):
+        with (job_group(spark, f"lia-spark-{step}", f"{config.run.name}: {step} ({stage.name})"),
+              pipeline_step(selected.index(step) + 1, len(selected))):
             result = run_stage(stage.name, spark, config, **stage.accepted(
                 {"steps": tuple(outcomes.values()), "mlflow_location": mlflow_location}))
     except Exception as error:

@@ -11,6 +11,17 @@ description, ``train: still running, 2 min 10 s in (no Spark stage active; last 
 (xgboost) on 800,000 rows on the driver)``. Classic sessions are polled through their
 status tracker; over Spark Connect the client's progress handler (``spark.registerProgressHandler``) keeps the
 latest state of each running operation.
+
+A Spark stage's ETA is not the step's: train runs many Spark jobs and fits on the driver between them. A step that
+knows its units of work declares them (:func:`plan_work`, :func:`work_done`; e.g. train's model fits, utility's grid
+fits), and its lines then lead with the step's count and ETA, the same on classic sessions and over Spark Connect
+(the counts live on the driver); inside a pipeline they also say which step of the pipeline runs
+(:func:`pipeline_step`):
+
+    train: pipeline step 2/6; 1/3 model fits done, ETA of the step 4 min 20 s (rate so far); still running, ...
+
+The step's ETA is (seconds since the plan) / (units done) x (units left): the rate so far, no ETA before the first
+unit is done.
 """
 from __future__ import annotations
 
@@ -55,13 +66,15 @@ def duration_text(seconds: float) -> str:
 
 
 def progress_line(label: str, stages: list[StageProgress], *, elapsed: float, rates: dict[int, float],
-                  doing: str = "") -> str:
-    """The line logged for ``label`` after ``elapsed`` seconds while the jobs described as ``doing`` run: each
-    active Spark stage's tasks done and running, its rate (``rates``: tasks/s by stage id, absent while unknown)
-    and the ETA of its remaining tasks; a heartbeat when no Spark stage is active."""
+                  doing: str = "", step: str = "") -> str:
+    """The line logged for ``label`` after ``elapsed`` seconds while the jobs described as ``doing`` run: the
+    step's position and work (``step``: :class:`StepWork.text`, led by the pipeline's step), then each active Spark
+    stage's tasks done and running, its rate (``rates``: tasks/s by stage id, absent while unknown) and the ETA of
+    its remaining tasks; a heartbeat when no Spark stage is active."""
+    head = f"{step}; " if step else ""
     if not stages:
         last = f"; last step named: {doing.removeprefix(f'{label}: ')}" if doing else ""
-        return f"{label}: still running, {duration_text(elapsed)} in (no Spark stage active{last})"
+        return f"{label}: {head}still running, {duration_text(elapsed)} in (no Spark stage active{last})"
     parts = []
     for stage in stages[:SHOWN_STAGES]:
         text = f"{stage.completed}/{stage.tasks} tasks of Spark stage {stage.stage_id} done"
@@ -76,7 +89,7 @@ def progress_line(label: str, stages: list[StageProgress], *, elapsed: float, ra
     if len(stages) > SHOWN_STAGES:
         parts.append(f"{len(stages) - SHOWN_STAGES} more Spark stages active")
     where = doing if doing.startswith(f"{label}:") else f"{label} ({doing})" if doing else label
-    return f"{where}: {'; '.join(parts)} ({duration_text(elapsed)} in)"
+    return f"{where}: {head}{'; '.join(parts)} ({duration_text(elapsed)} in)"
 
 
 def classic_stages(tracker: StatusTracker) -> list[StageProgress]:
@@ -87,6 +100,102 @@ def classic_stages(tracker: StatusTracker) -> list[StageProgress]:
         if info is not None:
             found.append(StageProgress(stage_id, info.numTasks, info.numCompletedTasks, info.numActiveTasks))
     return found
+
+
+@dataclasses.dataclass
+class StepWork:
+    """The declared work of a running step: ``total`` units named ``unit`` (e.g. "model fits"), ``done`` of them
+    finished, counted from ``started`` (time.monotonic()); ``in_tasks`` of the units run as the tasks of one Spark
+    stage of that many tasks, whose finished tasks count as done while it runs (:func:`work_in_tasks`)."""
+
+    unit: str
+    total: int
+    started: float
+    done: int = 0
+    in_tasks: int = 0
+
+    def done_now(self, stages: list[StageProgress]) -> int:
+        """Units done, counting the finished tasks of the Spark stage running ``in_tasks`` of them."""
+        running = max((stage.completed for stage in stages if stage.tasks == self.in_tasks), default=0)
+        return min(self.done + (running if self.in_tasks else 0), self.total)
+
+    def text(self, stages: list[StageProgress], now: float) -> str:
+        """``1/3 model fits done, ETA of the step 4 min 20 s (rate so far)``; no ETA before the first is done."""
+        done = self.done_now(stages)
+        counted = f"{done}/{self.total} {self.unit} done"
+        if done == 0:
+            return f"{counted}, ETA of the step after the first"
+        if done >= self.total:
+            return counted
+        return f"{counted}, ETA of the step {duration_text((now - self.started) / done * (self.total - done))} " \
+               "(rate so far)"
+
+
+class _Slot:
+    """The planned work of one running :func:`reporting_progress` block (None until :func:`plan_work`)."""
+
+    def __init__(self) -> None:
+        self.work: StepWork | None = None
+
+
+class _Steps:
+    """The slots of the running :func:`reporting_progress` blocks, innermost last, which :func:`plan_work` and
+    :func:`work_done` change, and the pipeline's position (:func:`pipeline_step`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.slots: list[_Slot] = []
+        self.position = ""
+
+    def innermost(self) -> StepWork | None:
+        """The innermost block's planned work (call under :attr:`lock`)."""
+        return self.slots[-1].work if self.slots else None
+
+
+_STEPS = _Steps()
+
+
+def plan_work(unit: str, total: int) -> None:
+    """The innermost running step (a :func:`reporting_progress` block) does ``total`` units of ``unit`` from now
+    (replacing an earlier plan); nothing when no step is reporting or ``total`` < 1."""
+    with _STEPS.lock:
+        if _STEPS.slots and total >= 1:
+            _STEPS.slots[-1].work = StepWork(unit, total, time.monotonic())
+
+
+def work_done(units: int = 1) -> None:
+    """``units`` more units of the innermost running step's plan are done."""
+    with _STEPS.lock:
+        work = _STEPS.innermost()
+        if work is not None:
+            work.done = min(work.done + units, work.total)
+
+
+@contextlib.contextmanager
+def work_in_tasks(units: int) -> Iterator[None]:
+    """``units`` units of the innermost step's plan run as the ``units`` tasks of one Spark stage inside the block:
+    its finished tasks count as done while it runs; they are done when the block ends without an error."""
+    with _STEPS.lock:
+        work = _STEPS.innermost()
+        if work is not None:
+            work.in_tasks = units
+    try:
+        yield
+    finally:
+        with _STEPS.lock:
+            if work is not None:
+                work.in_tasks = 0
+    work_done(units)
+
+
+@contextlib.contextmanager
+def pipeline_step(index: int, total: int) -> Iterator[None]:
+    """Progress lines inside the block say ``pipeline step <index>/<total>``."""
+    _STEPS.position = f"pipeline step {index}/{total}"
+    try:
+        yield
+    finally:
+        _STEPS.position = ""
 
 
 class ConnectProgress:
@@ -119,8 +228,10 @@ class ProgressReporter:
     """The daemon thread behind :func:`reporting_progress`: samples ``poll`` every :data:`POLL_SECONDS` (or
     ``every``, when shorter) and logs :func:`progress_line` every ``every`` seconds until :meth:`stop`."""
 
-    def __init__(self, label: str, every: float, poll: Callable[[], list[StageProgress]]) -> None:
+    def __init__(self, label: str, every: float, poll: Callable[[], list[StageProgress]],
+                 slot: _Slot | None = None) -> None:
         self._label, self._every, self._poll = label, every, poll
+        self._slot = slot or _Slot()
         self._stopped = threading.Event()
         self._first_seen: dict[int, tuple[float, int]] = {}  # stage id -> (when first seen, tasks done then)
         self._thread = threading.Thread(target=self._run, name=f"lia-spark-progress-{label}", daemon=True)
@@ -155,24 +266,44 @@ class ProgressReporter:
             stages, rates = self._sample(now)
             if now >= due:
                 logger.info("%s", progress_line(self._label, stages, elapsed=now - started, rates=rates,
-                                                doing=described_jobs()))
+                                                doing=described_jobs(), step=self._step_text(stages, now)))
                 due = now + self._every
+
+    def _step_text(self, stages: list[StageProgress], now: float) -> str:
+        with _STEPS.lock:
+            work = self._slot.work
+            parts = [_STEPS.position, work.text(stages, now) if work is not None else ""]
+        return "; ".join(part for part in parts if part)
 
 
 @contextlib.contextmanager
 def reporting_progress(spark: SparkSession, label: str, every: float) -> Iterator[None]:
     """Log ``label``'s progress every ``every`` seconds (``run.progress_seconds``; 0: nothing) while the ``with``
     block runs; the reporting thread has ended when the block is left."""
-    if every <= 0:
-        yield
-        return
+    slot = _Slot()
+    with _STEPS.lock:
+        _STEPS.slots.append(slot)
+    try:
+        if every <= 0:
+            yield
+        else:
+            with _reporter(spark, label, every, slot):
+                yield
+    finally:
+        with _STEPS.lock:
+            _STEPS.slots = [held for held in _STEPS.slots if held is not slot]
+
+
+@contextlib.contextmanager
+def _reporter(spark: SparkSession, label: str, every: float, slot: _Slot) -> Iterator[None]:
+    """The reporting thread of :func:`reporting_progress`, reading ``slot``'s planned work."""
     tracker = status_tracker(spark)
     handler = None
     if tracker is None:
         handler = ConnectProgress()
         spark.registerProgressHandler(handler)
     reporter = ProgressReporter(label, every, handler.stages if handler is not None else
-                                lambda: classic_stages(tracker))
+                                lambda: classic_stages(tracker), slot)
     reporter.start()
     try:
         yield
