@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lia_spark.run.environment import copy_package, package_versions
+from lia_spark.tracking.store import mlflow_3
 
 logger = logging.getLogger(__name__)
 
@@ -67,9 +68,7 @@ def model_location(name: str) -> dict[str, str]:
     """Where ``log_model`` puts a model, in the installed MLflow's words: ``name=`` (MLflow 3, a logged model of the
     run) or ``artifact_path=`` (MLflow 2, a folder of the run's artifacts); either way the returned ``model_uri``
     loads it."""
-    import mlflow
-
-    return {"name": name} if int(mlflow.__version__.split(".")[0]) >= 3 else {"artifact_path": name}
+    return {"name": name} if mlflow_3() else {"artifact_path": name}
 
 
 def log_model_file(path: Path) -> str:

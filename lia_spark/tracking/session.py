@@ -16,6 +16,7 @@ import os
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Union
 
 from lia_spark.run.config import Config
+from lia_spark.tracking.store import mlflow_3
 
 if TYPE_CHECKING:  # the type only: mlflow is imported when tracking is on
     from lia_spark.tracking.mlflow_runs import PipelineTracker
@@ -40,9 +41,7 @@ class _LogLines(io.TextIOBase):
 def _url_lines_to_the_log() -> Iterator[None]:
     """MLflow 2 writes its "View run ... at <url>" lines to stdout with no switch (MLflow 3 honours
     :data:`QUIET_URLS`): under MLflow 2 stdout goes to the log while the session's runs start and end."""
-    import mlflow
-
-    if int(mlflow.__version__.split(".")[0]) >= 3:
+    if mlflow_3():
         yield
         return
     with contextlib.redirect_stdout(_LogLines()):

@@ -17,6 +17,14 @@ from lia_spark.run.sections import TrackingConfig
 logger = logging.getLogger(__name__)
 
 
+def mlflow_3() -> bool:
+    """True when the installed MLflow is 3 or later (a run's models are logged models, ``log_model(name=...)``;
+    MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT is honoured); False under MLflow 2."""
+    import mlflow
+
+    return int(mlflow.__version__.split(".")[0]) >= 3
+
+
 # What a database store (sqlite, the default) needs beyond mlflow-skinny, the client every MLflow install has.
 DATABASE_STORE_MODULES = ("sqlalchemy", "alembic")
 
