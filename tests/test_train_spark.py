@@ -398,26 +398,32 @@ def _sample_matrix(spark, config):
 
 
 def test_targets_fitted_ahead_in_parallel_tasks_equal_the_train_stage_fits_on_the_driver(spark, parquet_path,
-                                                                                          tmp_path):
+                                                                                          tmp_path, caplog):
     """``lia-spark audit-table`` fits its cells' targets ahead as parallel Spark tasks (fitting.fit_ahead); each
     cell's train stage takes its own and writes the same canary table as a train stage that fits on the driver.
-    One bag mechanism (released proportions, noise, proportion matching); the utility grid's test covers per-row
-    label mechanisms in parallel tasks."""
+    Two settings, so the fits run as two parallel tasks (one would run on the driver); the bag mechanism's table
+    (released proportions, noise, proportion matching) is compared with a driver fit; the utility grid's test
+    covers per-row label mechanisms in parallel tasks."""
+    import logging
+
     from lia_spark.engine.models.execution import fit_ahead
 
-    settings = [("llp_laplace", 1.0, 8)]
+    settings = [("llp_laplace", 1.0, 8), ("rr", 2.0, 1)]
     ahead = Preparation()
-    fit_ahead(spark, _config(parquet_path, str(tmp_path / "first")), settings, ahead)
+    with caplog.at_level(logging.INFO, logger="lia_spark.engine.models.parallel_fits"):
+        fit_ahead(spark, _config(parquet_path, str(tmp_path / "first")), settings, ahead)
+    assert "audit-table: 2 fits in parallel tasks" in caplog.text
     assert set(ahead.fits) == set(settings)
-    for mechanism, epsilon, bag_size in settings:
-        tables = []
-        for name, preparation in (("ahead", ahead), ("driver", Preparation())):
-            out = str(tmp_path / f"{name}-{mechanism}")
-            config = _config(parquet_path, out).with_target(mechanism, epsilon, bag_size)
-            run_stage("train", spark, config, preparation=preparation)
-            tables.append(spark.read.parquet(f"{out}/models/canaries").toPandas().sort_values("row_id")
-                          .reset_index(drop=True))
-        pd.testing.assert_frame_equal(tables[0], tables[1], check_exact=True)
+    tables = []
+    for name, preparation, (mechanism, epsilon, bag_size) in (("ahead", ahead, settings[0]),
+                                                              ("driver", Preparation(), settings[0]),
+                                                              ("ahead", ahead, settings[1])):
+        out = str(tmp_path / f"{name}-{mechanism}")
+        config = _config(parquet_path, out).with_target(mechanism, epsilon, bag_size)
+        run_stage("train", spark, config, preparation=preparation)
+        tables.append(spark.read.parquet(f"{out}/models/canaries").toPandas().sort_values("row_id")
+                      .reset_index(drop=True))
+    pd.testing.assert_frame_equal(tables[0], tables[1], check_exact=True)
     assert ahead.fits == {}  # each cell took its own
 
 
