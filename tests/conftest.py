@@ -2,9 +2,14 @@
 (directly or through another fixture) is marked ``spark``, so ``make test-unit`` runs the others without a JVM."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from lia_spark.run.sections import SparkConfig
+
+SHUFFLE_PARTITIONS = 4
+SESSION_SETTINGS: dict[str, str] = {}  # what the shared session had when the fixture handed it out
 
 
 @pytest.fixture(scope="session")
@@ -15,11 +20,27 @@ def spark():
         master="local[2]",
         app_name="lia-spark-tests",
         driver_memory="3g",
-        shuffle_partitions=4,
+        shuffle_partitions=SHUFFLE_PARTITIONS,
         extra={"spark.ui.enabled": "false", "spark.sql.adaptive.enabled": "false"},
     ))
+    SESSION_SETTINGS["spark.sql.shuffle.partitions"] = session.conf.get("spark.sql.shuffle.partitions")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _shared_session_settings_kept():
+    """A test that changes the shared session's shuffle partitions must put them back: Spark's default (200, what
+    ``spark.conf.unset`` leaves) once made every later test's shuffles 4-13x slower."""
+    yield
+    sql = sys.modules.get("pyspark.sql")
+    session = sql.SparkSession.getActiveSession() if sql is not None and SESSION_SETTINGS else None
+    if session is not None:
+        changed = {key: session.conf.get(key) for key, value in SESSION_SETTINGS.items()
+                   if session.conf.get(key) != value}
+        for key in changed:
+            session.conf.set(key, SESSION_SETTINGS[key])
+        assert not changed, f"the test left the shared session with {changed}; put back {SESSION_SETTINGS}"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -212,6 +212,7 @@ def test_partitioning_does_not_change_results(stage):
     settings = [Setting("rr", 1.0, 1), Setting("llp_geometric", 2.0, 8),
                 Setting("llp_laplace", 2.0, 64)]
     outputs = []
+    session_partitions = spark.conf.get("spark.sql.shuffle.partitions")
     for partitions, shuffle_partitions in [(1, 1), (2, 2), (8, 5)]:
         data = spark.createDataFrame(source[["row_id", "label"]]).repartition(partitions)
         priors = spark.createDataFrame(source[["row_id", "prior"]].iloc[::-1]).repartition(partitions + 1)
@@ -219,8 +220,8 @@ def test_partitioning_does_not_change_results(stage):
         try:
             got = _posterior_rows(data, priors, settings, unit_bits=2, bags_per_group=3)
             outputs.append(got.toPandas().sort_values(["mechanism", "row_id"], ignore_index=True))
-        finally:
-            spark.conf.unset("spark.sql.shuffle.partitions")
+        finally:  # the session's value, not Spark's default (unset: 200 partitions for every later test's shuffles)
+            spark.conf.set("spark.sql.shuffle.partitions", session_partitions)
     assert len(outputs[0]) == 3 * len(source)
     for other in outputs[1:]:
         pd.testing.assert_frame_equal(other, outputs[0], check_exact=True)
