@@ -15,7 +15,7 @@ from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.run.config import load_config
 
 LOGGER = "lia_spark.engine.runtime.progress"
-TASK_LINE = re.compile(r"slow job: (\d+)/6 tasks of Spark stage \d+ done")
+TASK_LINE = re.compile(r"slow job: (\d+)/12 tasks of Spark stage \d+ done")
 
 
 def _reporters() -> list[str]:
@@ -107,10 +107,12 @@ def test_connect_handler_keeps_the_unfinished_stages_of_running_operations():
 def test_a_slow_job_is_reported_while_it_runs_and_the_reporter_stops_with_it(spark, caplog):
     caplog.set_level(logging.INFO, logger=LOGGER)
     describe_jobs(spark, None)  # a description left by a caller outside a stage would name these lines
-    frame = spark.range(0, 6, numPartitions=6).mapInPandas(_sleepy(0.8), "id long")
+    # 6 waves of 0.5 s on 2 cores: after each of the first 4 waves tasks are still queued, so a rate gives an ETA
+    # even when a loaded machine's reporter wakes late (a stage whose tasks all run has none: see the wording test)
+    frame = spark.range(0, 12, numPartitions=12).mapInPandas(_sleepy(0.5), "id long")
     with reporting_progress(spark, "slow job", 0.3):
         assert _reporters()
-        assert frame.count() == 6  # 3 waves of 0.8 s on 2 cores
+        assert frame.count() == 12
     assert _reporters() == []  # the thread has ended when the block is left
     lines = _lines(caplog)
     done = [int(match.group(1)) for line in lines if (match := TASK_LINE.match(line))]
