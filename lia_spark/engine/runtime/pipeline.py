@@ -175,11 +175,12 @@ def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str
         logger.info("pipeline: %s skipped (not in run.stages)", step)
         return StageOutcome(step, stage.name, "skipped")
     selected = [name for name in PIPELINE_STAGES if name in config.run.stages]
-    logger.info("pipeline: %s (%s) started, step %d/%d", step, stage.name, selected.index(step) + 1, len(selected))
+    position, count = selected.index(step) + 1, len(selected)
+    logger.info("pipeline: %s (%s) started, step %d/%d", step, stage.name, position, count)
     started = time.monotonic()
     try:
         with (job_group(spark, f"lia-spark-{step}", f"{config.run.name}: {step} ({stage.name})"),
-              pipeline_step(selected.index(step) + 1, len(selected))):
+              pipeline_step(position, count)):
             result = run_stage(stage.name, spark, config, **stage.accepted(
                 {"steps": tuple(outcomes.values()), "mlflow_location": mlflow_location}))
     except Exception as error:
