@@ -10,8 +10,10 @@ import functools
 import io
 import logging
 import os
+import re
 import stat
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from pyspark.sql import SparkSession, functions as F
@@ -66,13 +68,27 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     elif "spark.master" not in submitted:
         builder = builder.master(config.master)
     defaults = {} if remote.startswith("sc://") else _local_defaults(config)
-    for key, value in {**defaults, **dict(config.extra)}.items():
-        if key not in submitted:
-            builder = builder.config(key, value)
-    session = verifying_reads(builder.getOrCreate())
+    settings = {key: value for key, value in {**defaults, **dict(config.extra)}.items() if key not in submitted}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    with _started_servers_settings_quiet(remote, settings):
+        session = verifying_reads(builder.getOrCreate())
     logger.info("Spark %s session on %s (%s shuffle partitions)", session.version, master_name(session),
                 session.conf.get("spark.sql.shuffle.partitions"))
     return session
+
+
+@contextlib.contextmanager
+def _started_servers_settings_quiet(remote: str, settings: dict[str, str]) -> Iterator[None]:
+    """Silence pyspark's "Failed to set <key>" warnings for ``settings`` when ``remote`` is a local Connect server
+    (``local[N]``): pyspark starts that server with every setting (static ones such as spark.driver.memory included),
+    then sets each again on the session, where a static one is refused with a warning although the server has it.
+    Warnings for other keys, and every warning from a ``sc://`` server, pass."""
+    with warnings.catch_warnings():
+        if remote.startswith("local"):
+            for key in settings:
+                warnings.filterwarnings("ignore", message=f"Failed to set {re.escape(key)} to ", category=UserWarning)
+        yield
 
 
 def verifying_reads(spark: SparkSession) -> SparkSession:
