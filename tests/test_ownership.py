@@ -227,7 +227,7 @@ def test_a_signal_inside_a_spark_call_stops_code_that_goes_on_after_failures_and
 def test_ctrl_c_and_sigterm_end_with_their_code_and_the_same_command_resumes(tmp_path, signum, code):
     out = tmp_path / "out"
     conf = _conf(tmp_path / "conf.yaml", out, run={"stages": ["data", "train", "posteriors"]},
-                 synthetic={"rows_per_day": 60000, "days": 2})
+                 synthetic={"rows_per_day": 20000, "days": 2})  # posteriors: ~30 s, the signal comes 2 s in
     process, log = _run_until(conf, "pipeline: posteriors (posteriors) started")
     time.sleep(2)
     process.send_signal(signum)

@@ -121,7 +121,7 @@ def test_a_connect_server_without_lia_spark_runs_with_ship_package(tmp_path):
     server_python = python_without_package(tmp_path / "server-python")
     conf = write_conf(tmp_path / "conf.yaml", tmp_path / "out", f"sqlite:///{tmp_path / 'mlflow.db'}",
                       run={"stages": ["data", "train", "posteriors", "audit"]}, spark={"remote": "local[2]"},
-                      audit={"shadows": 0})
+                      synthetic={"rows_per_day": 5000}, audit={"shadows": 0})
     env = {**os.environ, "PYSPARK_PYTHON": str(server_python), "PYSPARK_DRIVER_PYTHON": PYTHON,
            "SPARK_LOCAL_IP": "127.0.0.1", "MPLBACKEND": "Agg"}
     completed = subprocess.run([PYTHON, "-c", SHIP_CHILD, str(conf)], env=env, cwd=tmp_path, capture_output=True,
