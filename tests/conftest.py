@@ -2,11 +2,16 @@
 (directly or through another fixture) is marked ``spark``, so ``make test-unit`` runs the others without a JVM."""
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
 from lia_spark.run.sections import SparkConfig
+
+# Before any JVM starts: the tests' JVMs compile with C1 only (tests/spark_conf/spark-defaults.conf says why).
+os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).with_name("spark_conf")))
 
 SHUFFLE_PARTITIONS = 4
 SESSION_SETTINGS: dict[str, str] = {}  # what the shared session had when the fixture handed it out

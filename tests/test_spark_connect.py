@@ -12,14 +12,16 @@ from typing import Any
 import pytest
 
 from lia_spark.run.json_output import strict_json
-from pipeline_support import OWN_TRAINER, PYTHON, REPO, python_without_package, tiny_run, write_conf
+from pipeline_support import OWN_TRAINER, PYTHON, python_without_package, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
-# The child: the CLI's pipeline over Connect, then, on the same Connect session, the errors it prints for the
-# train stage with models.execution=distributed (xgboost.spark needs a SparkContext) and for an output folder
-# given as a URI (only the server could reach it), then the audit of a model of your own (inject, the team's
-# trainer, audit.model_uri scored by mlflow's spark_udf over Connect).
+# The child, on a Connect server whose Python lacks lia_spark (a cluster's as the README describes it): the CLI's
+# pipeline with spark.ship_package=false (refused before any stage, naming the key), then as the config says
+# (spark.ship_package=true: the client's lia_spark sent with addArtifacts); then, on the same Connect session, the
+# errors it prints for the train stage with models.execution=distributed (xgboost.spark needs a SparkContext) and
+# for an output folder given as a URI (only the server could reach it), then the audit of a model of your own
+# (inject, the team's trainer, audit.model_uri scored by mlflow's spark_udf over Connect).
 CHILD = """
 import subprocess
 import sys
@@ -29,6 +31,7 @@ from lia_spark.engine.runtime.outputs import check_writable
 from lia_spark.engine.spark.session import get_spark, is_connect
 from lia_spark.engine.runtime.registry import run_stage
 
+print("without:", main(["run", "--conf", sys.argv[1], "spark.ship_package=false"]))
 code = main(["run", "--conf", sys.argv[1]])
 config = load_config(sys.argv[1], ["models.execution=distributed"])
 spark = get_spark(config.spark)
@@ -52,7 +55,6 @@ print("own model:", audited.headline.text())
 sys.exit(code)
 """
 
-
 @pytest.fixture(scope="module")
 def run(spark, tmp_path_factory):
     return tiny_run(spark, tmp_path_factory)
@@ -69,16 +71,25 @@ def _computed(value: Any) -> Any:
 
 
 @pytest.mark.timeout(900)
-def test_pipeline_over_spark_connect_matches_the_classic_run(run, tmp_path):
+def test_pipeline_over_spark_connect_without_lia_spark_on_the_server_matches_the_classic_run(run, tmp_path):
+    """The README's Connect paragraph: spark.ship_package=true sends the client's lia_spark to a server whose Python
+    lacks it, and the pipeline's results equal the classic run's; with it false the command stops before any stage,
+    naming the key. (One server for both: each local Connect server costs about two minutes of start-up.)"""
     out = tmp_path / "out"
+    server_python = python_without_package(tmp_path / "server-python")
     conf = run.conf_file(tmp_path / "conf.yaml", run={"output_dir": str(out), "progress_seconds": 0.5},
-                         spark={"remote": "local[2]"},
+                         spark={"remote": "local[2]", "ship_package": True},
                          tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
-    env = {**os.environ, "PYSPARK_PYTHON": PYTHON, "PYSPARK_DRIVER_PYTHON": PYTHON, "SPARK_LOCAL_IP": "127.0.0.1",
-           "MPLBACKEND": "Agg", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYSPARK_PYTHON": str(server_python), "PYSPARK_DRIVER_PYTHON": PYTHON,
+           "SPARK_LOCAL_IP": "127.0.0.1", "MPLBACKEND": "Agg"}
     completed = subprocess.run([PYTHON, "-c", CHILD, str(conf), str(OWN_TRAINER)], env=env,
                                cwd=tmp_path, capture_output=True, text=True, timeout=840)
     assert completed.returncode == 0, completed.stderr[-4000:]
+    assert "without: 2" in completed.stdout, completed.stderr[-4000:]
+    refusal = next(line for line in completed.stderr.splitlines() if line.startswith("lia-spark: "))
+    assert "cannot import lia_spark" in refusal and "set spark.ship_package=true" in refusal, refusal
+    assert str(server_python) in refusal
+    assert "(this driver's, shipped as lia_spark-" in completed.stderr
     # the local server got the static settings at its start; pyspark's refusals to set them again are not shown
     assert "Failed to set" not in completed.stderr, completed.stderr[-4000:]
     assert "distributed: models.execution: distributed (xgboost.spark) needs a classic Spark session" in \
@@ -101,37 +112,3 @@ def test_pipeline_over_spark_connect_matches_the_classic_run(run, tmp_path):
                   for name, payload in (("connect", connect), ("classic", classic))}
     assert fits_where == {"connect": "driver", "classic": "spark tasks"}
     assert (out / "report" / "report.html").exists() and not list(out.glob("*._tmp-*"))
-
-
-# The child: the same command on a Connect server whose Python lacks lia_spark, first as it is (refused naming
-# spark.ship_package), then with spark.ship_package=true (the client's lia_spark sent with addArtifacts).
-SHIP_CHILD = """
-import sys
-from lia_spark.cli.main import main
-
-print("without:", main(["run", "--conf", sys.argv[1]]))
-print("shipped:", main(["run", "--conf", sys.argv[1], "spark.ship_package=true"]))
-"""
-
-
-@pytest.mark.timeout(600)
-def test_a_connect_server_without_lia_spark_runs_with_ship_package(tmp_path):
-    """spark.ship_package=true sends the client's lia_spark to a Connect server whose Python lacks it (the README's
-    Connect paragraph); without it the command stops before any stage, naming the key."""
-    server_python = python_without_package(tmp_path / "server-python")
-    conf = write_conf(tmp_path / "conf.yaml", tmp_path / "out", f"sqlite:///{tmp_path / 'mlflow.db'}",
-                      run={"stages": ["data", "train", "posteriors", "audit"]}, spark={"remote": "local[2]"},
-                      synthetic={"rows_per_day": 5000}, audit={"shadows": 0})
-    env = {**os.environ, "PYSPARK_PYTHON": str(server_python), "PYSPARK_DRIVER_PYTHON": PYTHON,
-           "SPARK_LOCAL_IP": "127.0.0.1", "MPLBACKEND": "Agg"}
-    completed = subprocess.run([PYTHON, "-c", SHIP_CHILD, str(conf)], env=env, cwd=tmp_path, capture_output=True,
-                               text=True, timeout=540)
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    assert "without: 2" in completed.stdout and "shipped: 0" in completed.stdout, completed.stderr[-4000:]
-    refusal = next(line for line in completed.stderr.splitlines() if line.startswith("lia-spark: "))
-    assert "cannot import lia_spark" in refusal and "set spark.ship_package=true" in refusal, refusal
-    assert str(server_python) in refusal
-    shipped = json.loads((tmp_path / "out" / "results" / "pipeline.json").read_text(encoding="utf-8"))
-    assert [step["status"] for step in shipped["steps"] if step["step"] in ("data", "train", "posteriors", "audit")] \
-        == ["ran"] * 4
-    assert "(this driver's, shipped as lia_spark-" in completed.stderr

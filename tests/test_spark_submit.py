@@ -55,7 +55,7 @@ def zip_archive() -> Path:
 @pytest.fixture(scope="module")
 def packed_environment() -> Path:
     # README's ENV_EXTRAS: neither job here fits CatBoost, whose 269 MB would double what each executor unpacks
-    return _make("env", "ENV_EXTRAS=xgboost")  # about a minute: built once for the module
+    return _make("env", "ENV_EXTRAS=xgboost")  # about two minutes: built once for the module
 
 
 @pytest.fixture(scope="module")
