@@ -221,6 +221,12 @@ def _interrupted(name: str, error: BaseException) -> int:
     """Log how ``name`` was stopped, print the one line and return 130 (SIGINT) or 143 (SIGTERM)."""
     signum = received_signals[0] if received_signals else signal.SIGINT
     logger.warning("%s: interrupted by %s", name, signal.Signals(signum).name, exc_info=error)
+    try:
+        from lia_spark.engine.spark.session import wait_for_killed_tasks
+
+        wait_for_killed_tasks()  # Spark's lines about the killed tasks come before the last line, not after it
+    except Exception as waiting:  # noqa: BLE001 - the signal, not this, decides how the command ends
+        logger.warning("could not wait for the cancelled Spark tasks: %s", waiting)
     print(f"lia-spark: interrupted ({signal.Signals(signum).name}); the lock is released, finished stages are kept "
           "and the same command resumes", file=console_stderr())
     return SIGNAL_EXITS[signum][0]

@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import sys
+import time
 import warnings
 from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
@@ -110,6 +111,21 @@ def cancel_running_jobs() -> None:
     active = SparkSession.getActiveSession()
     if active is not None and is_connect(active):
         active.interruptAll()
+
+
+def wait_for_killed_tasks(timeout_seconds: float = 10.0) -> None:
+    """Wait at most ``timeout_seconds`` until no executor of this process's SparkContext runs a task: after
+    :func:`cancel_running_jobs` the killed tasks end (and Spark logs their end) before the command's last line.
+    Nothing to wait for over Spark Connect (the server's tasks log on the server)."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        return
+    tracker = context._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout_seconds
+    while any(info.numRunningTasks() for info in tracker.getExecutorInfos()) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def is_connect(spark: SparkSession) -> bool:
