@@ -55,6 +55,7 @@ print("own model:", audited.headline.text())
 sys.exit(code)
 """
 
+
 @pytest.fixture(scope="module")
 def run(spark, tmp_path_factory):
     return tiny_run(spark, tmp_path_factory)

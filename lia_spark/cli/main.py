@@ -209,6 +209,17 @@ def _cancel_spark_jobs() -> None:
         logger.warning("could not cancel the running Spark jobs: %s", error)
 
 
+def _wait_for_killed_tasks() -> None:
+    """Let the cancelled jobs' tasks end first, so Spark's lines about them come before the command's last line; a
+    failure is logged (the command ends anyway)."""
+    from lia_spark.engine.spark.session import wait_for_killed_tasks
+
+    try:
+        wait_for_killed_tasks()
+    except Exception as error:  # noqa: BLE001 - the signal, not this, decides how the command ends
+        logger.warning("could not wait for the cancelled Spark tasks: %s", error)
+
+
 def _stop_on_signals() -> dict[int, Any]:
     """Install :func:`_stop` for SIGINT and SIGTERM and return the handlers it replaced (none outside the main
     thread: signals reach no other)."""
@@ -221,12 +232,8 @@ def _interrupted(name: str, error: BaseException) -> int:
     """Log how ``name`` was stopped, print the one line and return 130 (SIGINT) or 143 (SIGTERM)."""
     signum = received_signals[0] if received_signals else signal.SIGINT
     logger.warning("%s: interrupted by %s", name, signal.Signals(signum).name, exc_info=error)
-    try:
-        from lia_spark.engine.spark.session import wait_for_killed_tasks
-
-        wait_for_killed_tasks()  # Spark's lines about the killed tasks come before the last line, not after it
-    except Exception as waiting:  # noqa: BLE001 - the signal, not this, decides how the command ends
-        logger.warning("could not wait for the cancelled Spark tasks: %s", waiting)
+    if "pyspark" in sys.modules:  # as in _stop: no session ran before pyspark was imported
+        _wait_for_killed_tasks()
     print(f"lia-spark: interrupted ({signal.Signals(signum).name}); the lock is released, finished stages are kept "
           "and the same command resumes", file=console_stderr())
     return SIGNAL_EXITS[signum][0]
