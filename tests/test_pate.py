@@ -283,3 +283,17 @@ def test_published_pate_trains_catboost_teachers_and_student():
     soft = training.train_pate(data, epsilon=math.inf, seed=4, params=params,
                                settings=_published(data, teachers=3, student_labels=pate.SHARE))
     assert soft.released_labels is None and np.isfinite(soft.model.predict(data.rows(data.split == 2))).all()
+
+
+@pytest.mark.parametrize("label", [0, 1])
+def test_a_catboost_teacher_whose_rows_hold_one_class_votes_that_class(label):
+    # at small sizes a partition of rare clicks can hold no click: CatBoost refuses such labels, the teacher votes
+    # the one class it saw on every student row (what any model fitted on those rows predicts)
+    rng = np.random.default_rng(5)
+    frame = pd.DataFrame({"x": rng.standard_normal(40), "c": rng.integers(0, 3, 40).astype(str)})
+    students = pd.DataFrame({"x": rng.standard_normal(7), "c": rng.integers(0, 3, 7).astype(str)})
+    model = pate.TeacherModel(n_estimators=5, max_depth=2, learning_rate=0.4, seed=1, library="catboost",
+                              cat_features=("c",))
+    votes = pate.teacher_votes(np.arange(40), frame, np.full(40, label), np.arange(100, 107), students, teacher=0,
+                               vote_seed=3, model=model)
+    np.testing.assert_array_equal(votes, np.full(7, label))

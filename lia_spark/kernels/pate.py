@@ -274,8 +274,12 @@ def teacher_votes(row_ids: np.ndarray, features: Any, labels: np.ndarray, studen
 def _teacher_predictions(model: "TeacherModel", fit: tuple[Any, np.ndarray], held_out: tuple[Any, np.ndarray] | None,
                          student_features: Any) -> np.ndarray:
     """P_t(y=1|x) on the student rows of a teacher fitted on ``fit`` (one thread), kept at its best iteration on
-    ``held_out`` when given (every tree otherwise)."""
+    ``held_out`` when given (every tree otherwise). CatBoost refuses labels of one class: a teacher whose rows hold
+    one class (a small partition of rare clicks) predicts that class on every student row, as any model fitted on
+    them would."""
     features, labels = fit
+    if model.library == "catboost" and labels.size and labels.min() == labels.max():
+        return np.full(len(student_features), float(labels[0]))
     if model.library == "catboost":
         from catboost import CatBoostClassifier
 
