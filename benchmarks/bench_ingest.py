@@ -1,11 +1,14 @@
-"""Ingest throughput vs Spark's own CSV reader on the same Criteo TSV (target: >= 50% of the CSV reader).
+"""Ingest throughput vs Spark's own CSV reader on the same Criteo TSV (target: >= 3x the CSV reader into Parquet).
 
     .venv/bin/python benchmarks/bench_ingest.py [--rows 1000000 | --quick] [--repeats 1] [--workdir /tmp/bench_ingest]
     .venv/bin/python benchmarks/bench_ingest.py --part gzip [--rows 2000000]
 
+Ingest runs both ways: ``data.task_io: true`` (the default on local files: each task reads its byte range and
+writes its Parquet) and ``false`` (Spark's text reader and Parquet writer, what any other file system gets).
+
 ``--part gzip``: one day as a single .gz file against the same rows as plain TSV: ingest with
-``data.split_gzip`` (decode once in one task, then scan the copy in parallel blocks) and without it (one task
-scans the whole .gz: gzip is not splittable), written to the ``ingest_gzip`` section.
+``data.split_gzip`` (decode once in one task, then scan the copy in parallel blocks, both ``data.task_io`` ways)
+and without it (one task scans the whole .gz: gzip is not splittable), written to the ``ingest_gzip`` section.
 
 The TSV is the synthetic twin's (``run_generate`` with ``synthetic.write_tsv``, 2 days x 100k rows, each
 day file copied to make ``--rows / 100k`` days: generating 1M twin rows takes minutes on a loaded
@@ -28,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import process_tree_cpu_seconds, write_section  # noqa: E402
 from lia_spark import names  # noqa: E402
 from lia_spark.engine.runtime.outputs import MARKER  # noqa: E402
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
@@ -86,21 +89,27 @@ def main(argv: list[str] | None = None) -> int:
     def csv_read_only():
         csv_frame().write.format("noop").mode("overwrite").save()
 
-    ingest_config = config_from_dict({"run": {"output_dir": str(work / "ingested"), "force": True},
-                                      "data": {"source": "criteo", "criteo_paths": [str(tsv)]}})
-    results = []
+    results = {}
 
-    def ingest():
-        results.append(run_stage("ingest", spark, ingest_config))
+    def ingest(task_io: bool):
+        config = config_from_dict({"run": {"output_dir": str(work / f"ingested_{task_io}"), "force": True},
+                                   "data": {"source": "criteo", "criteo_paths": [str(tsv)], "task_io": task_io}})
+        results[task_io] = run_stage("ingest", spark, config)
 
-    runs = {"csv_noop": csv_read_only, "csv_parquet": csv_to_parquet, "ingest": ingest}
+    runs = {"csv_noop": csv_read_only, "csv_parquet": csv_to_parquet, "ingest": lambda: ingest(True),
+            "ingest_spark_io": lambda: ingest(False)}
     seconds = {name: float("inf") for name in runs}
+    cpu = {name: float("inf") for name in runs}
     for _ in range(args.repeats):  # interleaved, so every candidate sees the same (shared) machine
         for name, run in runs.items():
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), process_tree_cpu_seconds()
             run()
             seconds[name] = min(seconds[name], time.perf_counter() - started)
-    rows = results[-1].input_lines
+            cpu[name] = min(cpu[name], process_tree_cpu_seconds() - cpu_started)
+    assert results[True].rows_per_day == results[False].rows_per_day
+    same = _table(spark, work / "ingested_True" / "data").exceptAll(_table(spark, work / "ingested_False" / "data"))
+    assert same.count() == 0, "the two ingest paths wrote different rows"
+    rows = results[True].input_lines
     rate = {name: rows / value for name, value in seconds.items()}
     lines = [
         "## Ingest (TSV -> validated, day-partitioned Parquet)",
@@ -108,22 +117,31 @@ def main(argv: list[str] | None = None) -> int:
         f"{rows:,} twin rows, {megabytes:.0f} MB of plain TSV in {days} day files, local[{cores}], "
         f"best of {args.repeats}.",
         "",
-        "| what | seconds | rows/s | rows/s per core | ingest / this |",
-        "|---|---|---|---|---|",
+        "| what | seconds | CPU s | rows/s | rows/s per core | rows/s / Spark CSV -> Parquet's |",
+        "|---|---|---|---|---|---|",
     ]
-    labels = {"ingest": "run_ingest (scan + quarantine + parse + Parquet)",
+    labels = {"ingest": "run_ingest, `data.task_io: true` (tasks read their byte ranges and write their Parquet)",
+              "ingest_spark_io": "run_ingest, `data.task_io: false` (Spark's text reader and Parquet writer)",
               "csv_parquet": "floor: Spark CSV reader, explicit schema -> Parquet",
               "csv_noop": "floor: Spark CSV reader, explicit schema -> noop sink"}
     for name, label in labels.items():
-        lines.append(f"| {label} | {seconds[name]:.1f} | {rate[name]:,.0f} | {rate[name] / cores:,.0f} | "
-                     f"{rate['ingest'] / rate[name]:.2f} |")
-    lines += ["", f"Target: ingest >= 0.5 x the CSV reader -> ratio vs CSV->Parquet "
-              f"{rate['ingest'] / rate['csv_parquet']:.2f}, vs CSV read-only {rate['ingest'] / rate['csv_noop']:.2f}."]
+        lines.append(f"| {label} | {seconds[name]:.1f} | {cpu[name]:.1f} | {rate[name]:,.0f} | "
+                     f"{rate[name] / cores:,.0f} | {rate[name] / rate['csv_parquet']:.2f} |")
+    lines += ["", f"Target: ingest >= 3 x Spark's CSV reader into Parquet (rows/s per core, same session): "
+              f"{rate['ingest'] / rate['csv_parquet']:.2f} with task I/O, "
+              f"{rate['ingest_spark_io'] / rate['csv_parquet']:.2f} through Spark's reader and writer; CPU seconds "
+              f"(driver, JVM and Python workers) {cpu['csv_parquet'] / cpu['ingest']:.2f}x fewer than the CSV "
+              "reader's. The two ingest paths wrote the same rows (checked)."]
     write_section("ingest", "\n".join(lines))
     print("\n".join(lines))
-    print(dataclasses.asdict(results[-1])["rows_per_day"])
+    print(dataclasses.asdict(results[True])["rows_per_day"])
     spark.stop()
     return 0
+
+
+def _table(spark, path: Path):
+    """An ingest output as Spark reads it (the storage schema, day from the folders)."""
+    return spark.read.schema(criteo.STORAGE_DDL).parquet(str(path))
 
 
 def _gzip_part(spark, work: Path, twin_day: Path, *, rows: int, repeats: int) -> int:
@@ -139,41 +157,60 @@ def _gzip_part(spark, work: Path, twin_day: Path, *, rows: int, repeats: int) ->
         with gzip.open(folders["gz"] / "day_0.gz", "wb", compresslevel=6) as handle:
             for _ in range(copies):
                 handle.write(text)
-    runs = {"split": ("gz", True), "direct": ("gz", False), "plain": ("plain", True)}
+    runs = {"split": ("gz", True, True), "split_spark_io": ("gz", True, False), "direct": ("gz", False, False),
+            "plain": ("plain", True, True)}
     seconds = {name: float("inf") for name in runs}
     results = {}
     for _ in range(repeats):
-        for name, (source, split) in runs.items():
+        for name, (source, split, task_io) in runs.items():
             config = config_from_dict({"run": {"output_dir": str(work / f"ingested_{name}"), "force": True},
                                        "data": {"source": "criteo", "criteo_paths": [str(folders[source])],
-                                                "split_gzip": split}})
+                                                "split_gzip": split, "task_io": task_io}})
             started = time.perf_counter()
             results[name] = run_stage("ingest", spark, config)
             seconds[name] = min(seconds[name], time.perf_counter() - started)
+    floors = {}
+    for source in ("gz", "plain"):  # Spark's CSV reader into Parquet on the same day, each form
+        target = work / "csv_out"
+        for _ in range(repeats):
+            shutil.rmtree(target, ignore_errors=True)
+            started = time.perf_counter()
+            spark.read.csv(str(folders[source]), sep="\t", schema=CSV_DDL).write.parquet(str(target))
+            floors[source] = min(floors.get(source, float("inf")), time.perf_counter() - started)
     started = time.perf_counter()
     spark.read.text(str(folders["gz"] / "day_0.gz")).write.format("noop").mode("overwrite").save()
     decode_only = time.perf_counter() - started
     step0 = _decode_step(spark, work, folders["gz"], repeats=repeats)
     decode = step0[ISAL]
     lines = results["split"].input_lines
-    assert results["split"].rows_per_day == results["direct"].rows_per_day == results["plain"].rows_per_day
+    assert len({str(result.rows_per_day) for result in results.values()}) == 1
     cores = spark.sparkContext.defaultParallelism
-    labels = {"split": "day_0.gz, `data.split_gzip: true` (decode once, then parallel blocks)",
+    labels = {"split": "day_0.gz, `data.split_gzip: true` (decode once, then parallel chunks read and written by the "
+                       "tasks, `data.task_io: true`)",
+              "split_spark_io": "day_0.gz, `data.split_gzip: true`, `data.task_io: false` (decode once, then Spark's "
+                                "reader and writer in parallel blocks)",
               "direct": "day_0.gz, `data.split_gzip: false` (one task scans and parses the file)",
-              "plain": "day_0 plain TSV (the floor: splittable from the start)"}
+              "plain": "day_0 plain TSV, `data.task_io: true` (splittable from the start)"}
     table = [
         "## Ingest of gzip days (benchmarks/bench_ingest.py --part gzip)",
         "",
         f"One day of {lines:,} twin lines ({os.path.getsize(folders['gz'] / 'day_0.gz') / 1e6:.0f} MB gzip, "
         f"{os.path.getsize(folders['plain'] / 'day_0') / 1e6:.0f} MB plain), local[{cores}], best of {repeats}. "
-        "Identical rows per day in all three.",
+        "Identical rows per day in all four.",
         "",
-        "| input | seconds | rows/s | rows/s per core | vs direct gzip |",
-        "|---|---|---|---|---|",
+        "| input | seconds | rows/s | rows/s per core | vs direct gzip | rows/s / Spark CSV -> Parquet's on the "
+        "plain day |",
+        "|---|---|---|---|---|---|",
     ]
     for name, label in labels.items():
         table.append(f"| {label} | {seconds[name]:.1f} | {lines / seconds[name]:,.0f} | "
-                     f"{lines / seconds[name] / cores:,.0f} | {seconds['direct'] / seconds[name]:.2f}x |")
+                     f"{lines / seconds[name] / cores:,.0f} | {seconds['direct'] / seconds[name]:.2f}x | "
+                     f"{floors['plain'] / seconds[name]:.2f} |")
+    for source, label in (("plain", "floor: Spark CSV reader -> Parquet, the plain day"),
+                          ("gz", "floor: Spark CSV reader -> Parquet, day_0.gz (one task)")):
+        table.append(f"| {label} | {floors[source]:.1f} | {lines / floors[source]:,.0f} | "
+                     f"{lines / floors[source] / cores:,.0f} | {seconds['direct'] / floors[source]:.2f}x | "
+                     f"{floors['plain'] / floors[source]:.2f} |")
     parallel = max(0.0, seconds["split"] - decode)
     table += ["", "Serial part of the split path, step 0 (decode the file into its plain copy, one task), best of "
               f"{repeats} in the same session:", "", "| decoder | seconds | lines/s |", "|---|---|---|"]

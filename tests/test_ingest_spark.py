@@ -15,9 +15,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lia_spark import names
 from json_support import check_result
+from lia_spark.engine.ingest import local_files
 from lia_spark.engine.ingest.criteo_files import decompressed_copies, list_sources
 from lia_spark.engine.ingest.stage import QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError
 from lia_spark.engine.runtime.outputs import MARKER
@@ -325,3 +328,81 @@ def test_isal_and_spark_decode_the_same_lines_of_multi_member_damaged_and_odd_li
     assert spark_kept <= isal_kept and len(isal_kept) < 3000  # ISA-L keeps every line decoded before the damage
     assert len(isal_kept - set(text.split(b"\n"))) <= 1  # but the cut last one is whole
     assert 2 not in lines["isal"] and 2 not in lines["spark"]  # not gzip: nothing decoded
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(["", "a", "bb\r", "\r", "x" * 40, "0\t1"]), max_size=25), st.booleans(),
+       st.integers(min_value=1, max_value=60), st.integers(min_value=1, max_value=9))
+def test_chunks_own_every_line_once_whatever_the_chunk_and_read_sizes(tmp_path_factory, lines, final_lf, split,
+                                                                      read_bytes):
+    """The tasks' chunks: each line of the file comes from exactly one chunk, in order, as Spark's text reader cuts
+    lines (at LF only, a final LF ends the last line), and each chunk's count is the lines its blocks hold."""
+    path = tmp_path_factory.mktemp("chunks") / "day_0"
+    text = "\n".join(lines).encode() + (b"\n" if final_lf and lines else b"")
+    path.write_bytes(text)
+    expected = text.split(b"\n")[:-1] if text.endswith(b"\n") else text.split(b"\n") if text else []
+    found = []
+    for start in range(0, len(text), split):
+        chunk = local_files.Chunk(0, str(path), start, min(start + split, len(text)), len(text))
+        owned = []
+        for data in local_files.chunk_blocks(chunk, read_bytes):
+            line_start, line_end, _ = criteo.line_spans(data, final=True)
+            owned += [data[begin:end].tobytes() for begin, end in zip(line_start, line_end)]
+        assert local_files.count_chunk_lines(chunk, read_bytes) == len(owned)
+        found += owned
+    assert found == expected
+
+
+@pytest.mark.parametrize("input_kind", ["days", "kaggle"])
+def test_the_tasks_write_what_spark_writes(spark, tmp_path, input_kind):
+    """data.task_io (each task reads its byte range and writes its Parquet) against Spark's reader and writer, in
+    chunks of at most 128 KiB: the same rows, row ids, quarantine and counts, on malformed lines, CRLF and a lone
+    CR, empty lines, a line longer than a chunk, a last line without LF, a gzip day and Kaggle's train.txt."""
+    rng = np.random.default_rng(29)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lines, _, _ = _malformed_day(rng)
+    good = _format(_random_rows(rng, 1500))
+    if input_kind == "days":
+        _write(folder / "day_2", lines)
+        (folder / "day_5").write_bytes(("\n".join(good[:700] + ["1\t" + "7" * 300_000] + good[700:] + [""] * 3
+                                                  + good[:5])).encode())  # no final LF
+        _write(folder / "day_6", good, gz=True)
+    else:
+        _write(folder / "train.txt", lines + good)
+    settings = {"spark.sql.files.maxPartitionBytes": "131072", "spark.sql.files.openCostInBytes": "1024"}
+    previous = {key: spark.conf.get(key) for key in settings}
+    results, tables, quarantines = {}, {}, {}
+    try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        for task_io in (True, False):
+            config = _config(tmp_path, [folder], name=f"out-{task_io}", task_io=task_io, max_malformed_share=0.5)
+            results[task_io] = dataclasses.replace(run_stage("ingest", spark, config), seconds=0.0)
+            tables[task_io] = _table(spark, config.parquet_path)
+            quarantines[task_io] = (spark.read.schema(QUARANTINE_DDL).parquet(config.quarantine_path).toPandas()
+                                    .assign(file=lambda frame: frame["file"].str.rsplit("/", n=1).str[-1])
+                                    .sort_values(["file", "line_number"]).reset_index(drop=True))
+            written = [name for _, _, names_ in os.walk(config.parquet_path) for name in names_]
+            assert not [name for name in written if name.endswith(local_files.HIDDEN_SUFFIX)]
+    finally:
+        for key, value in previous.items():
+            spark.conf.set(key, value)
+    assert dataclasses.replace(results[True], parquet_path="", quarantine_path="", files=[]) == dataclasses.replace(
+        results[False], parquet_path="", quarantine_path="", files=[])
+    assert [dataclasses.replace(item, file=Path(item.file).name) for item in results[True].files] == [
+        dataclasses.replace(item, file=Path(item.file).name) for item in results[False].files]
+    pd.testing.assert_frame_equal(tables[True], tables[False])
+    pd.testing.assert_frame_equal(quarantines[True], quarantines[False])
+    assert results[True].malformed_rows >= 8 and len(tables[True]) == results[True].valid_rows >= 1700
+
+
+def test_a_file_that_changes_between_the_count_and_the_parse_fails_the_ingest():
+    from lia_spark.engine.ingest.criteo_files import SourceFile
+    from lia_spark.engine.ingest.stage import _check_chunk_lines, _FileScan
+
+    sources = [SourceFile("/in/day_0", 100, 0), SourceFile("/in/day_1", 100, 1)]
+    counted = {(0, 0): 3, (0, 50): 2, (1, 0): 4}
+    _check_chunk_lines(sources, [_FileScan(blocks={0: 3, 50: 2}), _FileScan(blocks={0: 4})], counted)
+    with pytest.raises(RuntimeError, match=r"data.criteo_paths: \['/in/day_1'\] changed while they were ingested"):
+        _check_chunk_lines(sources, [_FileScan(blocks={0: 3, 50: 2}), _FileScan(blocks={0: 5})], counted)

@@ -27,7 +27,8 @@ CHECKSUM_KEY = "lia_marker_sha256"
 UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "run.replace_foreign",
                                   "run.stages", "run.stale_lock_hours",
                                   "run.progress_seconds", "spark.*",
-                                  "data.parquet_path", "data.quarantine_path", "data.split_gzip", "synthetic.write_tsv",
+                                  "data.parquet_path", "data.quarantine_path", "data.split_gzip", "data.task_io",
+                                  "synthetic.write_tsv",
                                   "synthetic.gzip", "tracking.*",
                                   # audit-table: which cells exist; each cell's own train/audit output is
                                   # fingerprinted by the models.* fields the cell sets

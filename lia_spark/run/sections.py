@@ -107,6 +107,7 @@ class DataConfig:
     kaggle_days: int = 7
     allow_truncated_files: bool = False
     split_gzip: bool = True  # decode each .gz once (one task per file), then scan it in parallel blocks
+    task_io: bool = True  # on local paths the tasks read the text and write the Parquet themselves
 
     def validate(self) -> None:
         if self.source not in ("synthetic", "criteo"):

@@ -9,8 +9,8 @@ import logging
 import os
 import posixpath
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,7 @@ _STORAGE_SCHEMA = pa.schema(
 GZIP_MODULUS = 1 << 32
 
 _COPY_PREFIX = "gunzipped-file-"  # step 0's copy of source file i: <data.parquet_path>.gunzip/gunzipped-file-<i>
+COPY_FILE = "part-00000"  # the decoded text inside a copy folder written by ISA-L
 
 _DECOMPRESS_THREADS = 64  # concurrent Spark jobs of step 0 (one task each)
 _DECODE_CHUNK = 1 << 20  # compressed bytes per read of ISA-L's decoder
@@ -147,7 +148,7 @@ def _decoded_by_isal(spark: SparkSession, gzip_sources: list[tuple[int, SourceFi
                      folder: str) -> dict[int, str]:
     """:func:`decompressed_copies` for local files: one Spark task per file runs :func:`decode_gzip_file`."""
     copies = {index: f"{folder}/{_COPY_PREFIX}{index}" for index, _ in gzip_sources}
-    work = [(index, local_folder(source.path), f"{local_folder(copies[index])}/part-00000")
+    work = [(index, local_folder(source.path), f"{local_folder(copies[index])}/{COPY_FILE}")
             for index, source in gzip_sources]
 
     def decode(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -218,34 +219,20 @@ def _runs(batch: pa.RecordBatch) -> list[tuple[tuple[int, int], int, int]]:
     return [((int(files[b]), int(blocks[b])), int(b), int(e)) for b, e in zip(bounds[:-1], bounds[1:])]
 
 
-def scan_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Step 1: per-block line/byte counts, per-block reason counts, and every malformed line."""
-    lines_seen: dict[tuple[int, int], int] = {}
-    bytes_seen: dict[tuple[int, int], int] = {}
-    reasons_seen: dict[tuple[int, int], np.ndarray] = {}
-    for batch in batches:
-        lines = batch.column("line")
-        parsed = criteo.parse_lines(lines)
-        bad_rows, bad_keys, bad_index = [], [], []
-        for key, begin, end in _runs(batch):
-            base = lines_seen.get(key, 0)
-            lines_seen[key] = base + end - begin
-            bytes_seen[key] = bytes_seen.get(key, 0) + int(parsed.line_length[begin:end].sum())
-            reasons = parsed.reason[begin:end]
-            counts = np.bincount(reasons[reasons != criteo.VALID], minlength=len(criteo.REASONS))
-            reasons_seen[key] = reasons_seen.get(key, 0) + counts
-            bad = np.flatnonzero(reasons != criteo.VALID)
-            bad_rows.extend(begin + bad)
-            bad_keys.extend([key] * bad.size)
-            bad_index.extend(base + bad)
-        if bad_rows:
-            raw = lines.take(pa.array(bad_rows, pa.int64())).to_pylist()
-            yield pa.RecordBatch.from_pydict({
-                "file_index": [key[0] for key in bad_keys], "block_start": [key[1] for key in bad_keys],
-                "rel_index": bad_index, "reason": [criteo.REASONS[parsed.reason[row]] for row in bad_rows],
-                "raw_line": [line.decode("utf-8", "replace") for line in raw],
-                "lines": [None] * len(bad_rows), "bytes": [None] * len(bad_rows),
-            }, schema=_SCAN_SCHEMA)
+def malformed_batch(keys: list[tuple[int, int]], rel_index: list[int], reasons: list[int],
+                    raw: list[bytes]) -> pa.RecordBatch:
+    """Scan rows of malformed lines: (file_index, block_start) key, index inside the block, reason, raw text."""
+    return pa.RecordBatch.from_pydict({
+        "file_index": [key[0] for key in keys], "block_start": [key[1] for key in keys], "rel_index": rel_index,
+        "reason": [criteo.REASONS[code] for code in reasons],
+        "raw_line": [line.decode("utf-8", "replace") for line in raw],
+        "lines": [None] * len(keys), "bytes": [None] * len(keys),
+    }, schema=_SCAN_SCHEMA)
+
+
+def summary_batch(lines_seen: dict[tuple[int, int], int], bytes_seen: dict[tuple[int, int], int],
+                  reasons_seen: dict[tuple[int, int], np.ndarray]) -> pa.RecordBatch:
+    """Scan rows of block counts: per block its lines and bytes, then one row per malformed reason with its count."""
     summary: dict[str, list] = {name: [] for name in _SCAN_SCHEMA.names}
     for key, count in lines_seen.items():
         entries = [(None, count, bytes_seen[key])] + [
@@ -253,8 +240,47 @@ def scan_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
         for reason, lines_count, byte_count in entries:
             for name, value in zip(_SCAN_SCHEMA.names, (key[0], key[1], None, reason, None, lines_count, byte_count)):
                 summary[name].append(value)
+    return pa.RecordBatch.from_pydict(summary, schema=_SCAN_SCHEMA)
+
+
+def reason_counts(reasons: np.ndarray) -> np.ndarray:
+    """Malformed lines per reason code (index into :data:`lia_spark.kernels.criteo.REASONS`)."""
+    return np.bincount(reasons[reasons != criteo.VALID], minlength=len(criteo.REASONS))
+
+
+def scan_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Step 1: per-block line/byte counts, per-block reason counts, and every malformed line."""
+    lines_seen: dict[tuple[int, int], int] = {}
+    bytes_seen: dict[tuple[int, int], int] = {}
+    reasons_seen: dict[tuple[int, int], np.ndarray] = {}
+    for batch in batches:
+        lines = batch.column("line")
+        parsed = criteo.parse_lines_fast(lines)
+        bad_rows, bad_keys, bad_index = [], [], []
+        for key, begin, end in _runs(batch):
+            base = lines_seen.get(key, 0)
+            lines_seen[key] = base + end - begin
+            bytes_seen[key] = bytes_seen.get(key, 0) + int(parsed.line_length[begin:end].sum())
+            reasons = parsed.reason[begin:end]
+            reasons_seen[key] = reasons_seen.get(key, 0) + reason_counts(reasons)
+            bad = np.flatnonzero(reasons != criteo.VALID)
+            bad_rows.extend(begin + bad)
+            bad_keys.extend([key] * bad.size)
+            bad_index.extend(base + bad)
+        if bad_rows:
+            raw = lines.take(pa.array(bad_rows, pa.int64())).to_pylist()
+            yield malformed_batch(bad_keys, bad_index, [parsed.reason[row] for row in bad_rows], raw)
     if lines_seen:
-        yield pa.RecordBatch.from_pydict(summary, schema=_SCAN_SCHEMA)
+        yield summary_batch(lines_seen, bytes_seen, reasons_seen)
+
+
+def value_columns(parsed: criteo.ParsedLines, keep: np.ndarray) -> list[pa.Array]:
+    """label, I1..I13, C1..C26 of the lines ``keep`` (indices), nulls where a field is missing."""
+    rows = keep if keep.size < parsed.reason.size else slice(None)
+    return [pa.array(parsed.label[rows])] + [
+        pa.array(np.ascontiguousarray(values[rows, j]), mask=np.ascontiguousarray(missing[rows, j]))
+        for values, missing in ((parsed.ints, parsed.int_missing), (parsed.cats, parsed.cat_missing))
+        for j in range(values.shape[1])]
 
 
 def parse_partition_fn(block_offsets: dict[tuple[int, int], int], file_days: dict[int, tuple[int, np.ndarray]]):
@@ -263,7 +289,7 @@ def parse_partition_fn(block_offsets: dict[tuple[int, int], int], file_days: dic
     def parse_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         lines_seen: dict[tuple[int, int], int] = {}
         for batch in batches:
-            parsed = criteo.parse_lines(batch.column("line"))
+            parsed = criteo.parse_lines_fast(batch.column("line"))
             line_index = np.empty(batch.num_rows, dtype=np.int64)
             file_index = np.empty(batch.num_rows, dtype=np.int64)
             for key, begin, end in _runs(batch):
@@ -279,14 +305,8 @@ def parse_partition_fn(block_offsets: dict[tuple[int, int], int], file_days: dic
                 first_day, day_starts = file_days[int(index)]
                 day[rows], position[rows] = criteo.locate_lines(line_index[keep][rows], first_day=first_day,
                                                                 day_starts=day_starts)
-            ints, int_missing = parsed.ints[keep].T, parsed.int_missing[keep].T
-            cats, cat_missing = parsed.cats[keep].T, parsed.cat_missing[keep].T
             columns = [pa.array(criteo.make_row_id(day, position)), pa.array(day.astype(np.int32)),
-                       pa.array(parsed.label[keep])]
-            columns += [pa.array(np.ascontiguousarray(ints[j]), mask=np.ascontiguousarray(int_missing[j]))
-                        for j in range(len(criteo.INT_COLUMNS))]
-            columns += [pa.array(np.ascontiguousarray(cats[j]), mask=np.ascontiguousarray(cat_missing[j]))
-                        for j in range(len(criteo.CAT_COLUMNS))]
+                       *value_columns(parsed, keep)]
             yield pa.RecordBatch.from_arrays(columns, schema=_STORAGE_SCHEMA)
 
     return parse_partition

@@ -1,7 +1,10 @@
 """Ingest stage: Criteo TSV (day_N[.gz] files, folders of them, or Kaggle train.txt) -> day-partitioned Parquet.
 
 Two scans of the text, each a plain file scan feeding ``mapInArrow`` with whole Arrow batches
-(vectorized parsing in :func:`lia_spark.kernels.criteo.parse_lines`, no per-row Python), around a driver step:
+(parsing in one compiled pass, :func:`lia_spark.kernels.criteo.parse_lines_fast`, no per-row Python), around a driver
+step. Where every text and the output are local paths the executors see and ``data.task_io`` is on (the default),
+steps 1 and 3 are one job whose tasks read their own byte ranges of the text and write the Parquet themselves
+(:mod:`lia_spark.engine.ingest.local_files`, after a job that counts each range's lines); the rest is the same:
 
 0. *decompress* (``data.split_gzip``, default on): gzip is not splittable, so a scan of a .gz file is one task.
    Each .gz file is first decoded once, in one task per file (the files concurrently): by ISA-L when the files
@@ -43,6 +46,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark import names
+from lia_spark.engine.ingest import local_files
 from lia_spark.engine.ingest.criteo_files import (GZIP_MODULUS, SCAN_DDL, SourceFile, decompressed_copies,
                                                   gzip_trailer_size, list_sources, parse_partition_fn, read_lines,
                                                   scan_partition)
@@ -208,13 +212,13 @@ def _block_offsets(scans: list[_FileScan]) -> dict[tuple[int, int], int]:
     return offsets
 
 
-def _file_days(sources: list[SourceFile], scans: list[_FileScan],
+def _file_days(sources: list[SourceFile], file_lines: list[int],
                kaggle_days: int) -> dict[int, tuple[int, np.ndarray]]:
     """file index -> (first day, first line of each day) for :func:`lia_spark.kernels.criteo.locate_lines`."""
     days = {}
-    for index, (source, scan) in enumerate(zip(sources, scans)):
+    for index, (source, lines) in enumerate(zip(sources, file_lines)):
         if source.day is None:
-            days[index] = (0, criteo.kaggle_day_starts(scan.lines, days=kaggle_days))
+            days[index] = (0, criteo.kaggle_day_starts(lines, days=kaggle_days))
         else:
             days[index] = (source.day, np.zeros(1, dtype=np.int64))
     return days
@@ -305,10 +309,15 @@ def _write_quarantine(spark: SparkSession, path: str, malformed: DataFrame, sour
 
 def _write_data(spark: SparkSession, lines: DataFrame, result: IngestResult, block_offsets: dict, file_days: dict,
                 started: float, staging: str) -> IngestResult:
-    """Parse and write the valid rows to ``staging``; fail (nothing is committed) unless the rows written per day
-    match the scan's counts."""
+    """Parse and write the valid rows to ``staging`` (:func:`_verified`)."""
     parsed = lines.mapInArrow(parse_partition_fn(block_offsets, file_days), criteo.STORAGE_DDL)
     parsed.write.partitionBy(names.DAY).parquet(staging)
+    return _verified(spark, result, started, staging)
+
+
+def _verified(spark: SparkSession, result: IngestResult, started: float, staging: str) -> IngestResult:
+    """The result, its seconds to now; fail (nothing is committed) unless the rows written to ``staging`` per day
+    match the scan's counts."""
     describe_jobs(spark, "ingest: verify written row counts")
     written = {row[names.DAY]: row["count"] for row in
                spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(names.DAY).count().collect()}
@@ -356,6 +365,36 @@ def _ingest(run: StageRun) -> IngestResult:
         return _ingest_sources(run, sources, copies)
 
 
+def _scanned_and_written(run: StageRun, sources: list[SourceFile],
+                         copies: dict[int, str]) -> tuple[DataFrame, dict, dict[tuple[int, int], int]]:
+    """Steps 1 and 3 by the tasks on local files (:mod:`lia_spark.engine.ingest.local_files`): the scan rows (the
+    valid rows are written to the staging folder as they are collected), the files' days, and each chunk's lines
+    by (file index, chunk start) as the count job found them."""
+    spark, config = run.spark, run.config
+    chunks = local_files.plan_chunks(spark, sources, copies)
+    describe_jobs(spark, f"ingest: count the lines of {len(chunks)} chunks of the text")
+    lines = local_files.count_lines(spark, chunks)
+    file_lines = [0] * len(sources)
+    for chunk, count in zip(chunks, lines):
+        file_lines[chunk.file_index] += count
+    file_days = _file_days(sources, file_lines, config.data.kaggle_days)
+    describe_jobs(spark, "ingest: parse the chunks, write their rows as Parquet by day, find malformed lines")
+    scanned = local_files.scan_and_write(spark, chunks, local_files.first_lines(chunks, lines), file_days,
+                                         run.staging).persist(StorageLevel.MEMORY_AND_DISK)
+    return scanned, file_days, {(chunk.file_index, chunk.start): count for chunk, count in zip(chunks, lines)}
+
+
+def _check_chunk_lines(sources: list[SourceFile], scans: list[_FileScan],
+                       chunk_lines: dict[tuple[int, int], int]) -> None:
+    """The parse job read the lines the count job found in every chunk, else an input changed meanwhile."""
+    parsed = {(index, start): count for index, scan in enumerate(scans) for start, count in scan.blocks.items()}
+    changed = sorted({sources[index].path for (index, start), count in chunk_lines.items()
+                      if parsed.get((index, start), 0) != count})
+    if changed:
+        raise RuntimeError(f"data.criteo_paths: {changed} changed while they were ingested (their lines were "
+                           "counted, then read again, and differ); nothing was committed")
+
+
 def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str) -> IngestResult:
     """Steps 0-3 of the module docstring (see :func:`_ingest`)."""
     spark, config, started = run.spark, run.config, run.started
@@ -365,15 +404,22 @@ def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str
         copies = decompressed_copies(spark, sources, copies_folder)
         if copies:
             logger.info("ingest: %d gzip file(s) decompressed in %.1f s", len(copies), time.monotonic() - started)
-    lines = read_lines(spark, sources, copies)
-    scanned = lines.mapInArrow(scan_partition, SCAN_DDL).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
+    by_tasks = config.data.task_io and local_files.applies(sources, copies, run.staging)
+    if by_tasks:
+        scanned, file_days, chunk_lines = _scanned_and_written(run, sources, copies)
+    else:
+        lines = read_lines(spark, sources, copies)
+        scanned = lines.mapInArrow(scan_partition, SCAN_DDL).persist(StorageLevel.MEMORY_AND_DISK)
         describe_jobs(spark, "ingest: scan lines, count blocks and malformed lines")
+    try:
         scans = _collect_scan(scanned, len(sources))
         logger.info("ingest: scanned %d lines in %.1f s", sum(scan.lines for scan in scans), time.monotonic() - started)
+        if by_tasks:
+            _check_chunk_lines(sources, scans, chunk_lines)
+        else:
+            file_days = _file_days(sources, [scan.lines for scan in scans], config.data.kaggle_days)
         statuses = [_file_status(spark, source, scan) for source, scan in zip(sources, scans)]
         offsets = _block_offsets(scans)
-        file_days = _file_days(sources, scans, config.data.kaggle_days)
         malformed = _malformed_lines(spark, scanned, sources, offsets)
         rows_per_day = _valid_rows_per_day(sources, scans, file_days, malformed)
         result = _build_result(config, sources, scans, statuses, rows_per_day, time.monotonic() - started)
@@ -403,8 +449,12 @@ def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str
             f"malformed share {result.malformed_share:.4%} ({result.malformed_rows} of {result.input_lines} lines) "
             f"exceeds data.max_malformed_share={limit:.4%}; data not written to {config.parquet_path}, "
             f"malformed lines are in {config.quarantine_path} ({result.malformed_by_reason})")
-    describe_jobs(spark, "ingest: parse and write Parquet by day")
-    result = _write_data(spark, lines, result, offsets, file_days, started, run.staging)
+    if by_tasks:
+        local_files.remove_unfinished(run.staging)
+        result = _verified(spark, result, started, run.staging)
+    else:
+        describe_jobs(spark, "ingest: parse and write Parquet by day")
+        result = _write_data(spark, lines, result, offsets, file_days, started, run.staging)
     describe_jobs(spark, None)
     logger.info("ingest: wrote %d rows to %s in %.1f s", result.valid_rows, config.parquet_path, result.seconds)
     return result
