@@ -148,7 +148,8 @@ def _decoded_by_isal(spark: SparkSession, gzip_sources: list[tuple[int, SourceFi
                      folder: str) -> dict[int, str]:
     """:func:`decompressed_copies` for local files: one Spark task per file runs :func:`decode_gzip_file`."""
     copies = {index: f"{folder}/{_COPY_PREFIX}{index}" for index, _ in gzip_sources}
-    work = [(index, local_folder(source.path), f"{local_folder(copies[index])}/{COPY_FILE}")
+    work = [(index, os.path.abspath(local_folder(source.path)),
+             os.path.abspath(f"{local_folder(copies[index])}/{COPY_FILE}"))  # executors have their own working folder
             for index, source in gzip_sources]
 
     def decode(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

@@ -75,10 +75,12 @@ def applies(sources: list[SourceFile], copies: dict[int, str], output: str) -> b
 
 
 def plan_chunks(spark: SparkSession, sources: list[SourceFile], copies: dict[int, str]) -> list[Chunk]:
-    """Every non-empty text cut into chunks of Spark's split size."""
+    """Every non-empty text cut into chunks of Spark's split size; paths absolute as the driver sees them (an
+    executor's working directory is not the driver's)."""
     texts = []
     for index, source in enumerate(sources):
-        path = f"{local_folder(copies[index])}/{COPY_FILE}" if index in copies else local_folder(source.path)
+        path = os.path.abspath(f"{local_folder(copies[index])}/{COPY_FILE}" if index in copies
+                               else local_folder(source.path))
         texts.append((index, path, os.path.getsize(path)))
     total = sum(size for _, _, size in texts)
     conf = spark.conf
@@ -227,7 +229,7 @@ def first_lines(chunks: list[Chunk], lines: list[int]) -> list[int]:
 def scan_and_write(spark: SparkSession, chunks: list[Chunk], first_lines: list[int],
                    file_days: dict[int, tuple[int, np.ndarray]], staging: str) -> DataFrame:
     """Job 2 (:func:`parse_chunks_fn`): the scan rows (SCAN_DDL), the valid rows written below ``staging``."""
-    folder = local_folder(staging)
+    folder = os.path.abspath(local_folder(staging))
     return (spark.range(len(chunks), numPartitions=max(1, len(chunks)))
             .mapInArrow(parse_chunks_fn(chunks, first_lines, file_days, folder), SCAN_DDL))
 
