@@ -114,17 +114,20 @@ def cancel_running_jobs() -> None:
 
 
 def wait_for_killed_tasks(timeout_seconds: float = 10.0) -> None:
-    """Wait at most ``timeout_seconds`` until no executor of this process's SparkContext runs a task: after
-    :func:`cancel_running_jobs` the killed tasks end (and Spark logs their end) before the command's last line.
-    Nothing to wait for over Spark Connect (the server's tasks log on the server)."""
+    """Wait at most ``timeout_seconds`` until the task scheduler of this process's SparkContext holds no task set:
+    after :func:`cancel_running_jobs` a cancelled stage's task set leaves the scheduler's pool only once each of
+    its killed tasks has ended and Spark has logged its end ("Lost task ... TaskKilled"), so those lines come before
+    the command's last line. (Executors' running-task counts are not enough: they come from listener events, which
+    lag behind, and a task just launched may not be counted yet.) Nothing to wait for over Spark Connect (the
+    server's tasks log on the server)."""
     from pyspark import SparkContext
 
     context = SparkContext._active_spark_context
     if context is None:
         return
-    tracker = context._jsc.sc().statusTracker()
+    pool = context._jsc.sc().taskScheduler().rootPool()
     deadline = time.monotonic() + timeout_seconds
-    while any(info.numRunningTasks() for info in tracker.getExecutorInfos()) and time.monotonic() < deadline:
+    while pool.getSortedTaskSetQueue().size() and time.monotonic() < deadline:
         time.sleep(0.2)
 
 
