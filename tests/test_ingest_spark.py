@@ -345,8 +345,7 @@ def test_chunks_own_every_line_once_whatever_the_chunk_and_read_sizes(tmp_path_f
     for start in range(0, len(text), split):
         chunk = local_files.Chunk(0, str(path), start, min(start + split, len(text)), len(text))
         owned = []
-        for data in local_files.chunk_blocks(chunk, read_bytes):
-            line_start, line_end, _ = criteo.line_spans(data, final=True)
+        for data, line_start, line_end in local_files.chunk_blocks(chunk, read_bytes):
             owned += [data[begin:end].tobytes() for begin, end in zip(line_start, line_end)]
         assert local_files.count_chunk_lines(chunk, read_bytes) == len(owned)
         found += owned
@@ -402,7 +401,7 @@ def test_a_file_that_changes_between_the_count_and_the_parse_fails_the_ingest():
     from lia_spark.engine.ingest.stage import _check_chunk_lines, _FileScan
 
     sources = [SourceFile("/in/day_0", 100, 0), SourceFile("/in/day_1", 100, 1)]
-    counted = {(0, 0): 3, (0, 50): 2, (1, 0): 4}
+    counted = [_FileScan(blocks={0: 3, 50: 2}), _FileScan(blocks={0: 4})]
     _check_chunk_lines(sources, [_FileScan(blocks={0: 3, 50: 2}), _FileScan(blocks={0: 4})], counted)
     with pytest.raises(RuntimeError, match=r"data.criteo_paths: \['/in/day_1'\] changed while they were ingested"):
         _check_chunk_lines(sources, [_FileScan(blocks={0: 3, 50: 2}), _FileScan(blocks={0: 5})], counted)

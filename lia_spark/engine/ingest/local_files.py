@@ -106,9 +106,11 @@ def count_chunk_lines(chunk: Chunk, read_bytes: int = READ_BYTES) -> int:
     return lines
 
 
-def chunk_blocks(chunk: Chunk, read_bytes: int = READ_BYTES) -> Iterator[np.ndarray]:
-    """The chunk's lines in blocks: each block the bytes of whole lines (LFs kept, the file's last line with or
-    without one), from the first line starting at or after ``start`` through the last starting before ``end``."""
+def chunk_blocks(chunk: Chunk,
+                 read_bytes: int = READ_BYTES) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The chunk's lines in blocks (data, line_start, line_end): each block the bytes of whole lines (the file's last
+    line with or without an LF) and their spans, from the first line starting at or after ``start`` through the last
+    starting before ``end``."""
     with open(chunk.path, "rb") as stream:
         offset = max(chunk.start - 1, 0)
         stream.seek(offset)
@@ -129,14 +131,14 @@ def chunk_blocks(chunk: Chunk, read_bytes: int = READ_BYTES) -> Iterator[np.ndar
             final = not block.size
             if not data.size:
                 return
-            line_start, _, consumed = criteo.line_spans(data, final=final)
+            line_start, line_end, consumed = criteo.line_spans(data, final=final)
             owned = int(np.searchsorted(line_start, chunk.end - offset))  # lines starting before the chunk's end
             if owned < line_start.size:
                 if owned:
-                    yield data[:line_start[owned]]
+                    yield data, line_start[:owned], line_end[:owned]
                 return
             if consumed:
-                yield data[:consumed]
+                yield data, line_start, line_end
             offset, pending = offset + consumed, data[consumed:]
             if final:
                 return
@@ -163,8 +165,7 @@ def _parse_chunk(position: int, chunk: Chunk, first_line: int, file_day: tuple[i
     writers: dict[int, tuple[pq.ParquetWriter, str, str]] = {}
     seen, line_bytes, reasons = 0, 0, np.zeros(len(criteo.REASONS), np.int64)
     try:
-        for data in chunk_blocks(chunk):
-            line_start, line_end, _ = criteo.line_spans(data, final=True)
+        for data, line_start, line_end in chunk_blocks(chunk):
             parsed = criteo.parse_spans(data, line_start, line_end)
             reasons += reason_counts(parsed.reason)
             line_bytes += int(parsed.line_length.sum())
@@ -215,15 +216,6 @@ def count_lines(spark: SparkSession, chunks: list[Chunk]) -> list[int]:
     counted = dict(spark.range(len(chunks), numPartitions=max(1, len(chunks)))
                    .mapInArrow(count, "chunk long, lines long").collect())
     return [int(counted[position]) for position in range(len(chunks))]
-
-
-def first_lines(chunks: list[Chunk], lines: list[int]) -> list[int]:
-    """Each chunk's first line index in its file: the lines of the file's earlier chunks."""
-    starts, seen = [], {}
-    for chunk, count in zip(chunks, lines):
-        starts.append(seen.get(chunk.file_index, 0))
-        seen[chunk.file_index] = starts[-1] + count
-    return starts
 
 
 def scan_and_write(spark: SparkSession, chunks: list[Chunk], first_lines: list[int],

@@ -366,30 +366,29 @@ def _ingest(run: StageRun) -> IngestResult:
 
 
 def _scanned_and_written(run: StageRun, sources: list[SourceFile],
-                         copies: dict[int, str]) -> tuple[DataFrame, dict, dict[tuple[int, int], int]]:
+                         copies: dict[int, str]) -> tuple[DataFrame, dict, list[_FileScan]]:
     """Steps 1 and 3 by the tasks on local files (:mod:`lia_spark.engine.ingest.local_files`): the scan rows (the
-    valid rows are written to the staging folder as they are collected), the files' days, and each chunk's lines
-    by (file index, chunk start) as the count job found them."""
+    valid rows are written to the staging folder as they are collected), the files' days, and each file's chunk
+    line counts as the count job found them."""
     spark, config = run.spark, run.config
     chunks = local_files.plan_chunks(spark, sources, copies)
     describe_jobs(spark, f"ingest: count the lines of {len(chunks)} chunks of the text")
-    lines = local_files.count_lines(spark, chunks)
-    file_lines = [0] * len(sources)
-    for chunk, count in zip(chunks, lines):
-        file_lines[chunk.file_index] += count
-    file_days = _file_days(sources, file_lines, config.data.kaggle_days)
+    counted = [_FileScan() for _ in sources]
+    for chunk, count in zip(chunks, local_files.count_lines(spark, chunks)):
+        counted[chunk.file_index].blocks[chunk.start] = count
+    file_days = _file_days(sources, [scan.lines for scan in counted], config.data.kaggle_days)
+    offsets = _block_offsets(counted)
     describe_jobs(spark, "ingest: parse the chunks, write their rows as Parquet by day, find malformed lines")
-    scanned = local_files.scan_and_write(spark, chunks, local_files.first_lines(chunks, lines), file_days,
-                                         run.staging).persist(StorageLevel.MEMORY_AND_DISK)
-    return scanned, file_days, {(chunk.file_index, chunk.start): count for chunk, count in zip(chunks, lines)}
+    scanned = local_files.scan_and_write(spark, chunks, [offsets[(chunk.file_index, chunk.start)] for chunk in chunks],
+                                         file_days, run.staging).persist(StorageLevel.MEMORY_AND_DISK)
+    return scanned, file_days, counted
 
 
-def _check_chunk_lines(sources: list[SourceFile], scans: list[_FileScan],
-                       chunk_lines: dict[tuple[int, int], int]) -> None:
+def _check_chunk_lines(sources: list[SourceFile], scans: list[_FileScan], counted: list[_FileScan]) -> None:
     """The parse job read the lines the count job found in every chunk, else an input changed meanwhile."""
-    parsed = {(index, start): count for index, scan in enumerate(scans) for start, count in scan.blocks.items()}
-    changed = sorted({sources[index].path for (index, start), count in chunk_lines.items()
-                      if parsed.get((index, start), 0) != count})
+    changed = sorted(source.path for source, scan, count in zip(sources, scans, counted)
+                     if {start: n for start, n in count.blocks.items() if n} != {
+                         start: n for start, n in scan.blocks.items() if n})
     if changed:
         raise RuntimeError(f"data.criteo_paths: {changed} changed while they were ingested (their lines were "
                            "counted, then read again, and differ); nothing was committed")
