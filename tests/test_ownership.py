@@ -2,6 +2,7 @@
 refused before any fit, and interrupted or full-disk runs end in one line (issue: lose nothing that is not ours)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from pyspark.sql import functions as F
 
 from lia_spark.cli import main as cli
 from lia_spark.cli.main import main
+from lia_spark.engine.spark import session
 from lia_spark.run import interrupts
 from lia_spark.run.failures import failure_line
 from pipeline_support import REPO, conf_file
@@ -220,6 +222,35 @@ def test_a_signal_inside_a_spark_call_stops_code_that_goes_on_after_failures_and
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         interrupts.received.clear()
+
+
+def test_the_wait_after_a_cancel_ends_once_the_killed_tasks_ended(spark):
+    """A cancelled stage's task set is a zombie at once (``getSortedTaskSetQueue`` leaves it out) but stays in its
+    pool until its killed tasks ended and Spark logged them; the command's last line waits for that."""
+    def sleep_in_a_task(frames):  # local: pickled by value (the workers cannot import this test module)
+        for frame in frames:
+            time.sleep(120)
+            yield frame
+
+    def collect() -> None:
+        with contextlib.suppress(Exception):  # the cancellation fails the job
+            spark.range(2).repartition(2).mapInPandas(sleep_in_a_task, "id long").collect()
+
+    root = spark.sparkContext._jsc.sc().taskScheduler().rootPool()
+    threading.Thread(target=collect, daemon=True).start()
+    deadline = time.monotonic() + 60
+    while not root.getSortedTaskSetQueue().size():
+        assert time.monotonic() < deadline, "the tasks started"
+        time.sleep(0.2)
+    time.sleep(1)  # both tasks run their Python
+    session.cancel_running_jobs()
+    started = time.monotonic()
+    while root.getSortedTaskSetQueue().size():  # the cancel is an event of the DAG scheduler's loop
+        time.sleep(0.05)
+    assert session._task_sets_in(root) == 1, "the cancelled task set waits for its killed tasks"
+    session.wait_for_killed_tasks(timeout_seconds=60)
+    assert session._task_sets_in(root) == 0
+    assert time.monotonic() - started < 30
 
 
 @pytest.mark.e2e

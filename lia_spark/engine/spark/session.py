@@ -115,20 +115,29 @@ def cancel_running_jobs() -> None:
 
 def wait_for_killed_tasks(timeout_seconds: float = 10.0) -> None:
     """Wait at most ``timeout_seconds`` until the task scheduler of this process's SparkContext holds no task set:
-    after :func:`cancel_running_jobs` a cancelled stage's task set leaves the scheduler's pool only once each of
+    after :func:`cancel_running_jobs` a cancelled stage's task set leaves the scheduler's pools only once each of
     its killed tasks has ended and Spark has logged its end ("Lost task ... TaskKilled"), so those lines come before
-    the command's last line. (Executors' running-task counts are not enough: they come from listener events, which
-    lag behind, and a task just launched may not be counted yet.) Nothing to wait for over Spark Connect (the
-    server's tasks log on the server)."""
+    the command's last line. The pools' queues are read themselves: ``getSortedTaskSetQueue`` leaves out a
+    cancelled (zombie) task set at once, and executors' running-task counts drop before the task's end is logged.
+    Nothing to wait for over Spark Connect (the server's tasks log on the server)."""
     from pyspark import SparkContext
 
     context = SparkContext._active_spark_context
     if context is None:
         return
-    pool = context._jsc.sc().taskScheduler().rootPool()
+    root = context._jsc.sc().taskScheduler().rootPool()
     deadline = time.monotonic() + timeout_seconds
-    while pool.getSortedTaskSetQueue().size() and time.monotonic() < deadline:
+    while _task_sets_in(root) and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+def _task_sets_in(pool: Any) -> int:
+    """The task sets held in the JVM scheduler ``pool`` and the pools under it (FAIR scheduling nests pools),
+    running, pending and cancelled alike."""
+    held = 0
+    for schedulable in list(pool.schedulableQueue().toArray()):
+        held += _task_sets_in(schedulable) if schedulable.getClass().getSimpleName() == "Pool" else 1
+    return held
 
 
 def is_connect(spark: SparkSession) -> bool:
