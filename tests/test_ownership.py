@@ -237,6 +237,8 @@ def test_the_wait_after_a_cancel_ends_once_the_killed_tasks_ended(spark):
             spark.range(2).repartition(2).mapInPandas(sleep_in_a_task, "id long").collect()
 
     root = spark.sparkContext._jsc.sc().taskScheduler().rootPool()
+    session.wait_for_killed_tasks(timeout_seconds=60)  # an earlier test's cancelled tasks may still be ending
+    assert session._task_sets_in(root) == 0
     threading.Thread(target=collect, daemon=True).start()
     deadline = time.monotonic() + 60
     while not root.getSortedTaskSetQueue().size():
