@@ -48,11 +48,7 @@ STEPS_FIXED = ("train", "utility", "audit", "report")
 TRAINING_DAYS = 2  # the proxy day and the target day, scanned by the STEPS_FIXED to draw their day samples
 PROJECTED_SETS = (("one Criteo week", 1_300_000_000, 7), ("the full set", 4_400_000_000, 24))
 PROJECTED_CORES = (100, 1000)
-# The ingest_gzip section (benchmarks/bench_ingest.py --part gzip, 2026-11-25): after the serial decode, 2M twin
-# lines parse in 23.3 s on 2 cores; the decode itself (ISA-L, step 0) runs in one task per .gz file
-INGEST_CORE_SECONDS_PER_ROW = 23.3 * 2 / 2_000_000
-GZIP_DECODE_LINES_PER_SECOND = 2_228_013
-SPARK_CODEC_LINES_PER_SECOND = 717_426  # step 0 by Spark's gzip codec (files on HDFS, S3, ...: no ISA-L)
+INGEST_RATES_FILE = Path(__file__).resolve().parent / "ingest_gzip.json"  # bench_ingest.py --part gzip writes it
 PARALLEL_FITS = "spark tasks"  # UtilityResult.fits_where of a run whose utility fits ran as parallel tasks
 PATE_TEACHERS = 100  # pate.teachers of the demo grid: PATE's teachers' job has at most this many tasks
 RECOMMENDED_ROWS_PER_BAGGING_UNIT = 65_536  # 2,048 units (tasks) per released Criteo day of ~186M rows
@@ -337,11 +333,29 @@ def bagging_units(rows: float, rows_per_unit: int) -> int:
     return 2 ** bagging_unit_bits(int(rows), rows_per_unit)
 
 
-def ingest_wall(rows: float, files: int, cores: int) -> float:
+@dataclasses.dataclass(frozen=True)
+class IngestRates:
+    """The ingest_gzip section's rates: step 0's serial decode of one .gz day (lines/s, by ISA-L and by Spark's
+    codec) and the parallel rest (core-seconds per line: wall x cores after the decode)."""
+
+    measured: str
+    isal_decode_lines_per_second: float
+    spark_codec_lines_per_second: float
+    parallel_core_seconds_per_line: float
+
+    @classmethod
+    def load(cls) -> "IngestRates":
+        if not INGEST_RATES_FILE.exists():
+            raise SystemExit(f"{INGEST_RATES_FILE} is missing: run benchmarks/bench_ingest.py --part gzip first")
+        values = json.loads(INGEST_RATES_FILE.read_text(encoding="utf-8"))
+        return cls(**{field.name: values[field.name] for field in dataclasses.fields(cls)})
+
+
+def ingest_wall(rows: float, files: int, cores: int, rates: IngestRates) -> float:
     """Ingest of ``files`` gzip days with data.split_gzip: each file decoded once in one task (serial per file,
     ceil(files / cores) waves), then the plain copies parsed in parallel blocks on all cores."""
-    decode = math.ceil(files / cores) * rows / files / GZIP_DECODE_LINES_PER_SECOND
-    return decode + rows * INGEST_CORE_SECONDS_PER_ROW / cores
+    decode = math.ceil(files / cores) * rows / files / rates.isal_decode_lines_per_second
+    return decode + rows * rates.parallel_core_seconds_per_line / cores
 
 
 def posteriors_wall(result_rows: float, *, cpu_per_result_row: float, cores: int, units: int) -> float:
@@ -420,7 +434,7 @@ def utility_wall(run: dict[str, Any], cost: StepCost, *, day_rows: float, cores:
     return wall + max(0.0, longest - fits / cores)
 
 
-def projection(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
+def projection(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRates) -> str:
     """Stage-by-stage wall time of one Criteo week and the full set on 100 and 1,000 cores, from ``run``'s
     measured per-core rates and the sample steps' costs fitted over ``runs`` (see the assumptions written with
     it)."""
@@ -438,9 +452,9 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
     def row(stage: str, model: str, walls: list[float]) -> None:
         lines.append(f"| {stage} | {model} | " + " | ".join(duration(wall) for wall in walls) + " |")
 
-    ingest = [ingest_wall(rows, files, cores) for _, rows, files, cores in cases]
-    row("data (ingest of the .gz days)", f"decode {GZIP_DECODE_LINES_PER_SECOND:,} lines/s per file (serial), "
-        f"then {INGEST_CORE_SECONDS_PER_ROW * 1e6:.1f} core-s per 1M rows", ingest)
+    ingest = [ingest_wall(rows, files, cores, rates) for _, rows, files, cores in cases]
+    row("data (ingest of the .gz days)", f"decode {rates.isal_decode_lines_per_second:,.0f} lines/s per file "
+        f"(serial), then {rates.parallel_core_seconds_per_line * 1e6:.1f} core-s per 1M rows", ingest)
     sample_walls = {name: [costs[name].wall(day_rows=rows / files, cores=cores) for _, rows, files, cores in cases]
                     for name in STEPS_FIXED}
     sample_walls["utility"] = [utility_wall(run, costs["utility"], day_rows=rows / files, cores=cores)
@@ -471,20 +485,23 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]]) -> str:
         row(name, sample_model(name, "the day sample"), sample_walls[name])
     totals = [sum(parts) for parts in zip(ingest, one_day, *sample_walls.values())]
     row("**whole pipeline, one released day**", "", totals)
-    decode = max(rows / files for _, rows, files in PROJECTED_SETS) / GZIP_DECODE_LINES_PER_SECOND
+    decode = max(rows / files for _, rows, files in PROJECTED_SETS) / rates.isal_decode_lines_per_second
     driver = sum(cost.serial for cost in costs.values()) + longest
     floor = (f"What does not scale with cores: the gzip decode of one day file ({duration(decode)} by ISA-L, one task "
-             f"per file; {duration(decode * GZIP_DECODE_LINES_PER_SECOND / SPARK_CODEC_LINES_PER_SECOND)} by Spark's "
+             f"per file; {duration(decode * rates.isal_decode_lines_per_second / rates.spark_codec_lines_per_second)} "
+             "by Spark's "
              "codec where the files are not on a local path or mount), the driver's own work on the 1M-row samples ("
              + ", ".join(f"{name} {costs[name].serial:,.0f} s" for name in STEPS_FIXED)
              + f" of CPU in its Python process) and the longest utility fit ({longest:,.0f} s): about "
              f"{decode + driver:,.0f} s ({(decode + driver) / 60:.1f} min) whatever the cluster. In local mode the "
              "driver's JVM is also the executor, so its own serial work (collecting results, scheduling) is counted "
              "with the parallel part here.")
-    return "\n".join(lines) + "\n\n" + floor + "\n\n" + assumptions(run, runs, shuffle_per_row=shuffle_per_row)
+    return "\n".join(lines) + "\n\n" + floor + "\n\n" + assumptions(run, runs, rates,
+                                                                                 shuffle_per_row=shuffle_per_row)
 
 
-def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], *, shuffle_per_row: float) -> str:
+def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRates, *,
+                shuffle_per_row: float) -> str:
     """The assumptions behind :func:`projection`, with the measured figures they rest on."""
     peaks = {role: max(step["peak_rss_mb"].get(role, 0) for step in run["steps"].values()) for role in ROLES}
     day_rows = {label: rows / files for label, rows, files in PROJECTED_SETS}
@@ -511,13 +528,15 @@ def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], *, shuffle_per_
            f"{run['metrics']['utility.fit_seconds_sum']:,.0f} CPU s for {run['metrics']['utility.settings']} fits, "
            "one thread each), never faster than the longest fit." if parallel_fits(run) else ""),
         f"- Data: Criteo's .gz days (~{day_rows[PROJECTED_SETS[0][0]] / 1e6:,.0f}M rows each), ingested with "
-        f"`data.split_gzip: true`: each file decoded once in one task at {GZIP_DECODE_LINES_PER_SECOND:,} lines/s "
+        f"`data.split_gzip: true`: each file decoded once in one task at {rates.isal_decode_lines_per_second:,.0f} "
+        "lines/s "
         "(ISA-L, for files on a local path or a mount the executors share such as /dbfs or /Volumes; "
-        f"{SPARK_CODEC_LINES_PER_SECOND:,} lines/s by Spark's codec on HDFS or object stores) "
-        f"(~{day_rows[PROJECTED_SETS[0][0]] / GZIP_DECODE_LINES_PER_SECOND:,.0f} s per day, all days at once when "
+        f"{rates.spark_codec_lines_per_second:,.0f} lines/s by Spark's codec on HDFS or object stores) "
+        f"(~{day_rows[PROJECTED_SETS[0][0]] / rates.isal_decode_lines_per_second:,.0f} s per day, all days at once when "
         f"there are at least as many cores as files: this part does not scale with cores), then parsed in "
-        f"parallel blocks at {INGEST_CORE_SECONDS_PER_ROW * 1e6:.0f} core-seconds per 1M rows (wall x cores of "
-        "the ingest_gzip section). "
+        f"parallel blocks at {rates.parallel_core_seconds_per_line * 1e6:.1f} core-seconds per 1M rows (wall x cores "
+        f"of the ingest_gzip section, measured {rates.measured}: the tasks read and write the files themselves, "
+        "`data.task_io`). "
         "The twin's generation (the data step measured above) is not part of a Criteo run.",
         f"- Posteriors: one Spark task per bagging unit, 2^b units of about `mechanisms.rows_per_bagging_unit` "
         f"rows, at most that many cores busy (the table uses min(cores, units)). At the default "
@@ -589,7 +608,7 @@ def render(runs: list[dict[str, Any]]) -> str:
         linearity_table(runs),
         linearity_summary(runs),
         "### Projection to the Criteo data on 100 and 1,000 cores",
-        projection(base, runs),
+        projection(base, runs, IngestRates.load()),
         "Configuration to use:",
         recommended_config(),
     ])

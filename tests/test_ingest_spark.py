@@ -352,6 +352,42 @@ def test_chunks_own_every_line_once_whatever_the_chunk_and_read_sizes(tmp_path_f
     assert found == expected
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=1000), max_size=40), st.integers(min_value=1, max_value=12))
+def test_task_groups_hold_every_chunk_once_with_balanced_bytes(sizes, groups):
+    """LPT grouping: each chunk in exactly one group, in position order, at most ``groups`` groups and none empty,
+    and no group above the mean load by more than the largest chunk."""
+    grouped = local_files.balanced_groups(sizes, groups)
+    assert sorted(position for group in grouped for position in group) == list(range(len(sizes)))
+    assert all(group == sorted(group) and group for group in grouped)
+    assert len(grouped) == min(groups, len(sizes))
+    if sizes:
+        loads = [sum(sizes[position] for position in group) for group in grouped]
+        assert max(loads) <= sum(sizes) / len(grouped) + max(sizes)
+
+
+def test_written_rows_are_counted_from_the_footers_and_a_shortfall_fails(spark, tmp_path):
+    """The task I/O path's check before the commit: rows per day from the visible files' footers (a killed attempt's
+    hidden file is not counted); rows short of the scan's count fail the ingest."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lia_spark.engine.ingest.stage import _verified
+
+    for day, name, rows in ((0, "part-00000.snappy.parquet", 5), (0, "part-00001.snappy.parquet", 3),
+                            (2, "part-00000.snappy.parquet", 4), (2, ".part-00001.snappy.parquet.ab.tmp", 100)):
+        (tmp_path / f"{names.DAY}={day}").mkdir(exist_ok=True)
+        pq.write_table(pa.table({"x": list(range(rows))}), tmp_path / f"{names.DAY}={day}" / name)
+    assert local_files.rows_per_day(str(tmp_path)) == {0: 8, 2: 4}
+    result = IngestResult(parquet_path="", quarantine_path="", input_lines=12, valid_rows=12, malformed_rows=0,
+                          malformed_share=0.0, malformed_by_reason={}, corrupt_files=0, empty_files=0, lost_lines=0,
+                          rows_per_day={0: 8, 1: 0, 2: 4}, files=[], seconds=0.0)
+    assert _verified(spark, result, 0.0, str(tmp_path), by_tasks=True).valid_rows == 12
+    with pytest.raises(RuntimeError, match=r"ingest wrote \{0: 8, 2: 4\} rows per day but the scan counted "
+                                           r"\{0: 8, 2: 5\}; nothing was committed"):
+        _verified(spark, dataclasses.replace(result, rows_per_day={0: 8, 2: 5}), 0.0, str(tmp_path), by_tasks=True)
+
+
 @pytest.mark.parametrize("input_kind", ["days", "kaggle"])
 def test_the_tasks_write_what_spark_writes(spark, tmp_path, input_kind):
     """data.task_io (each task reads its byte range and writes its Parquet) against Spark's reader and writer, in

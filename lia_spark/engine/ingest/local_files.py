@@ -4,7 +4,9 @@ and 3 without Spark's text reader and Parquet writer (:mod:`lia_spark.engine.ing
 The plain files (and step 0's decoded copies) are cut into byte ranges, *chunks*, sized as Spark sizes file splits
 (``spark.sql.files.maxPartitionBytes``, at least ``spark.sql.files.openCostInBytes``, the input spread over every
 core). A chunk owns the lines that start inside it: the line at byte 0 and every line after an LF at byte
-p in [start - 1, end - 1). Two Spark jobs, one task per chunk:
+p in [start - 1, end - 1). Chunks are grouped into tasks (:func:`task_groups`: about one split of bytes each, a
+multiple of the cores, bytes balanced) as Spark packs small files into one partition, because a Python task costs
+~0.2 s of its own. Two Spark jobs, each task taking its group's chunks in turn:
 
 1. *count*: the lines a chunk owns are the LFs in bytes [max(start - 1, 0), end - 1), plus the first line for the
    chunk at byte 0; on the driver their sums per file, in chunk order, give each chunk's first line index;
@@ -16,10 +18,11 @@ p in [start - 1, end - 1). Two Spark jobs, one task per chunk:
    size checks and quarantine are the same code on both paths.
 
 The parse job checks that each chunk holds the lines the count job found (a file changed during the ingest fails
-it). Memory per task stays near :data:`READ_BYTES` times a small factor, whatever the chunk size.
+it), and the driver checks the rows per day the written files' footers hold (:func:`rows_per_day`). Memory per task stays near :data:`READ_BYTES` times a small factor, whatever the chunk size.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import os
@@ -91,6 +94,27 @@ def plan_chunks(spark: SparkSession, sources: list[SourceFile], copies: dict[int
             for index, path, size in texts for start in range(0, size, max(1, split))]
 
 
+def task_groups(spark: SparkSession, chunks: list[Chunk]) -> list[list[int]]:
+    """The chunks' positions grouped into tasks: at least as many as the cores, rounded up to a multiple of them, at
+    least one per ``spark.sql.files.maxPartitionBytes`` of input (:func:`balanced_groups`)."""
+    cores = max(1, default_parallelism(spark))
+    split = byte_size(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))
+    wanted = -(-sum(chunk.end - chunk.start for chunk in chunks) // max(1, split))
+    return balanced_groups([chunk.end - chunk.start for chunk in chunks], -(-max(wanted, 1) // cores) * cores)
+
+
+def balanced_groups(sizes: list[int], groups: int) -> list[list[int]]:
+    """Positions of ``sizes`` in at most ``groups`` non-empty groups, largest first to the lightest group (LPT: no
+    group exceeds the mean by more than one item); each group in position order."""
+    loads = [(0, group) for group in range(max(1, min(groups, len(sizes))))]
+    members: list[list[int]] = [[] for _ in loads]
+    for position in sorted(range(len(sizes)), key=lambda item: (-sizes[item], item)):
+        load, group = min(loads)
+        members[group].append(position)
+        loads[group] = (load + sizes[position], group)
+    return [sorted(group) for group in members if group]
+
+
 def count_chunk_lines(chunk: Chunk, read_bytes: int = READ_BYTES) -> int:
     """Lines that start in the chunk: LFs in bytes [max(start - 1, 0), end - 1), plus the line at byte 0."""
     first, lines = max(chunk.start - 1, 0), int(chunk.start == 0 and chunk.size > 0)
@@ -144,16 +168,17 @@ def chunk_blocks(chunk: Chunk,
                 return
 
 
-def parse_chunks_fn(chunks: list[Chunk], first_lines: list[int], file_days: dict[int, tuple[int, np.ndarray]],
-                    staging: str):
-    """mapInArrow over chunk indices: parse each chunk, write its valid rows under ``staging`` (a local folder) by
-    day, and yield its scan rows (:mod:`module docstring <lia_spark.engine.ingest.local_files>`)."""
+def parse_chunks_fn(chunks: list[Chunk], groups: list[list[int]], first_lines: list[int],
+                    file_days: dict[int, tuple[int, np.ndarray]], staging: str):
+    """mapInArrow over task indices: parse each chunk of the task's group, write its valid rows under ``staging`` (a
+    local folder) by day, and yield its scan rows (:mod:`module docstring <lia_spark.engine.ingest.local_files>`)."""
 
     def parse_chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for position in batch.column(0).to_pylist():
-                yield from _parse_chunk(position, chunks[position], first_lines[position],
-                                        file_days[chunks[position].file_index], staging)
+            for task in batch.column(0).to_pylist():
+                for position in groups[task]:
+                    yield from _parse_chunk(position, chunks[position], first_lines[position],
+                                            file_days[chunks[position].file_index], staging)
 
     return parse_chunks
 
@@ -205,25 +230,43 @@ def _open_writer(staging: str, day: int, position: int) -> tuple[pq.ParquetWrite
     return writer, hidden, os.path.join(folder, name)
 
 
-def count_lines(spark: SparkSession, chunks: list[Chunk]) -> list[int]:
-    """Job 1: the lines each chunk owns (:func:`count_chunk_lines`), one task per chunk."""
+def count_lines(spark: SparkSession, chunks: list[Chunk], groups: list[list[int]]) -> list[int]:
+    """Job 1: the lines each chunk owns (:func:`count_chunk_lines`), one task per group of chunks."""
     def count(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            positions = batch.column(0).to_pylist()
+            positions = [position for task in batch.column(0).to_pylist() for position in groups[task]]
             yield pa.RecordBatch.from_pydict({"chunk": positions,
                                               "lines": [count_chunk_lines(chunks[p]) for p in positions]})
 
-    counted = dict(spark.range(len(chunks), numPartitions=max(1, len(chunks)))
-                   .mapInArrow(count, "chunk long, lines long").collect())
+    counted = dict(_tasks(spark, groups).mapInArrow(count, "chunk long, lines long").collect())
     return [int(counted[position]) for position in range(len(chunks))]
 
 
-def scan_and_write(spark: SparkSession, chunks: list[Chunk], first_lines: list[int],
+def scan_and_write(spark: SparkSession, chunks: list[Chunk], groups: list[list[int]], first_lines: list[int],
                    file_days: dict[int, tuple[int, np.ndarray]], staging: str) -> DataFrame:
     """Job 2 (:func:`parse_chunks_fn`): the scan rows (SCAN_DDL), the valid rows written below ``staging``."""
     folder = os.path.abspath(local_folder(staging))
-    return (spark.range(len(chunks), numPartitions=max(1, len(chunks)))
-            .mapInArrow(parse_chunks_fn(chunks, first_lines, file_days, folder), SCAN_DDL))
+    return _tasks(spark, groups).mapInArrow(parse_chunks_fn(chunks, groups, first_lines, file_days, folder), SCAN_DDL)
+
+
+def _tasks(spark: SparkSession, groups: list[list[int]]) -> DataFrame:
+    """One row (the group's index) per partition: one task per group."""
+    return spark.range(len(groups), numPartitions=max(1, len(groups)))
+
+
+def rows_per_day(staging: str, threads: int = 16) -> dict[int, int]:
+    """Rows in the visible Parquet files under ``staging``'s ``day=<d>`` folders, per day, from their footers (read
+    by ``threads`` threads: the time is the file system's latency)."""
+    root = local_folder(staging)
+    files = [(int(folder.split("=", 1)[1]), os.path.join(root, folder, name))
+             for folder in sorted(os.listdir(root)) if folder.startswith(f"{names.DAY}=")
+             for name in sorted(os.listdir(os.path.join(root, folder))) if not name.startswith((".", "_"))]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as pool:
+        counts = list(pool.map(lambda path: pq.read_metadata(path).num_rows, [path for _, path in files]))
+    rows: dict[int, int] = {}
+    for (day, _), count in zip(files, counts):
+        rows[day] = rows.get(day, 0) + count
+    return rows
 
 
 def remove_unfinished(staging: str) -> None:

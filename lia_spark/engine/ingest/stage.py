@@ -60,6 +60,7 @@ from lia_spark.run.fingerprint import Fingerprint
 logger = logging.getLogger(__name__)
 
 QUARANTINE_DDL = "file string, line_number long, raw_line string, reason string"
+_MALFORMED_DDL = "file_index int, file string, line_index long, raw_line string, reason string"
 _QUARANTINE_FILE_ROWS = 1_000_000
 TRUNCATED_GZIP = "truncated_gzip"
 SIZE_MISMATCH = "size_mismatch"
@@ -224,9 +225,12 @@ def _file_days(sources: list[SourceFile], file_lines: list[int],
     return days
 
 
-def _malformed_lines(spark: SparkSession, scanned: DataFrame, sources: list[SourceFile],
+def _malformed_lines(spark: SparkSession, scanned: DataFrame, sources: list[SourceFile], scans: list[_FileScan],
                      offsets: dict[tuple[int, int], int]) -> DataFrame:
-    """Malformed lines with their file and 0-based line index (block's first line + index in block)."""
+    """Malformed lines with their file and 0-based line index (block's first line + index in block); none without
+    a Spark job when the scan found none."""
+    if not any(scan.malformed for scan in scans):
+        return spark.createDataFrame([], _MALFORMED_DDL)
     offset_rows = [(index, start, first, sources[index].path) for (index, start), first in offsets.items()]
     offset_frame = spark.createDataFrame(offset_rows, "file_index int, block_start long, first_line long, file string")
     return (scanned.where(F.col("rel_index").isNotNull())
@@ -315,12 +319,15 @@ def _write_data(spark: SparkSession, lines: DataFrame, result: IngestResult, blo
     return _verified(spark, result, started, staging)
 
 
-def _verified(spark: SparkSession, result: IngestResult, started: float, staging: str) -> IngestResult:
+def _verified(spark: SparkSession, result: IngestResult, started: float, staging: str, *,
+              by_tasks: bool = False) -> IngestResult:
     """The result, its seconds to now; fail (nothing is committed) unless the rows written to ``staging`` per day
-    match the scan's counts."""
+    match the scan's counts (read from the files' footers: by the driver when the tasks wrote local files, else by
+    a Spark job)."""
     describe_jobs(spark, "ingest: verify written row counts")
-    written = {row[names.DAY]: row["count"] for row in
-               spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(names.DAY).count().collect()}
+    written = local_files.rows_per_day(staging) if by_tasks else {
+        row[names.DAY]: row["count"] for row in
+        spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(names.DAY).count().collect()}
     expected = {day: rows for day, rows in result.rows_per_day.items() if rows}
     if written != expected:
         raise RuntimeError(f"ingest wrote {written} rows per day but the scan counted {expected}; "
@@ -372,15 +379,17 @@ def _scanned_and_written(run: StageRun, sources: list[SourceFile],
     line counts as the count job found them."""
     spark, config = run.spark, run.config
     chunks = local_files.plan_chunks(spark, sources, copies)
-    describe_jobs(spark, f"ingest: count the lines of {len(chunks)} chunks of the text")
+    groups = local_files.task_groups(spark, chunks)
+    describe_jobs(spark, f"ingest: count the lines of {len(chunks)} chunks of the text in {len(groups)} tasks")
     counted = [_FileScan() for _ in sources]
-    for chunk, count in zip(chunks, local_files.count_lines(spark, chunks)):
+    for chunk, count in zip(chunks, local_files.count_lines(spark, chunks, groups)):
         counted[chunk.file_index].blocks[chunk.start] = count
     file_days = _file_days(sources, [scan.lines for scan in counted], config.data.kaggle_days)
     offsets = _block_offsets(counted)
     describe_jobs(spark, "ingest: parse the chunks, write their rows as Parquet by day, find malformed lines")
-    scanned = local_files.scan_and_write(spark, chunks, [offsets[(chunk.file_index, chunk.start)] for chunk in chunks],
-                                         file_days, run.staging).persist(StorageLevel.MEMORY_AND_DISK)
+    scanned = local_files.scan_and_write(spark, chunks, groups,
+                                         [offsets[(chunk.file_index, chunk.start)] for chunk in chunks], file_days,
+                                         run.staging).persist(StorageLevel.MEMORY_AND_DISK)
     return scanned, file_days, counted
 
 
@@ -419,7 +428,7 @@ def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str
             file_days = _file_days(sources, [scan.lines for scan in scans], config.data.kaggle_days)
         statuses = [_file_status(spark, source, scan) for source, scan in zip(sources, scans)]
         offsets = _block_offsets(scans)
-        malformed = _malformed_lines(spark, scanned, sources, offsets)
+        malformed = _malformed_lines(spark, scanned, sources, scans, offsets)
         rows_per_day = _valid_rows_per_day(sources, scans, file_days, malformed)
         result = _build_result(config, sources, scans, statuses, rows_per_day, time.monotonic() - started)
         for item in result.files:
@@ -450,7 +459,7 @@ def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str
             f"malformed lines are in {config.quarantine_path} ({result.malformed_by_reason})")
     if by_tasks:
         local_files.remove_unfinished(run.staging)
-        result = _verified(spark, result, started, run.staging)
+        result = _verified(spark, result, started, run.staging, by_tasks=True)
     else:
         describe_jobs(spark, "ingest: parse and write Parquet by day")
         result = _write_data(spark, lines, result, offsets, file_days, started, run.staging)
