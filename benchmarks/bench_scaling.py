@@ -317,6 +317,50 @@ def linearity_summary(runs: list[dict[str, Any]]) -> str:
             "shuffle buffers), not with the rows.")
 
 
+def executor_pair(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The latest local[C] and local-cluster run of C cores of the same size and steps, both with the current CPU
+    accounting: the same work in one JVM vs in separate executor JVMs."""
+    current = [run for run in runs if run.get("cpu_accounting") == CPU_ACCOUNTING]
+    pairs = [(local, cluster) for local in current if local["master"].startswith("local[")
+             for cluster in current if cluster["master"].startswith("local-cluster[")
+             and run_key(cluster)[:2] == run_key(local)[:2] and set(cluster["steps"]) == set(local["steps"])
+             and cluster["cores"] == local["cores"]]
+    return max(pairs, key=lambda pair: pair[1]["date"]) if pairs else None
+
+
+def executor_overhead(runs: list[dict[str, Any]]) -> float:
+    """CPU seconds of the steps that grow with the rows (data, posteriors) with separate executors over local mode
+    (:func:`executor_pair`); 1 without such a pair."""
+    pair = executor_pair(runs)
+    if pair is None:
+        return 1.0
+    local, cluster = pair
+    return (sum(cluster["steps"][step]["cpu_s"] for step in ("data", "posteriors"))
+            / sum(local["steps"][step]["cpu_s"] for step in ("data", "posteriors")))
+
+
+def executor_table(runs: list[dict[str, Any]]) -> str:
+    """Each step of :func:`executor_pair`: wall and CPU in one JVM and with separate executors, and their ratio."""
+    pair = executor_pair(runs)
+    if pair is None:
+        return ""
+    local, cluster = pair
+    lines = [f"Separate executors against local mode ({twin_rows(local):,} twin rows, {local['cores']} cores; "
+             f"{local['master']} started {local['date']}, {cluster['master']} {cluster['date']}):", "",
+             "| step | local wall s / CPU s | local-cluster wall s / CPU s | CPU ratio | shuffle written MB |",
+             "|---|---|---|---|---|"]
+    for name, step in local["steps"].items():
+        other = cluster["steps"][name]
+        lines.append(f"| {name} | {step['wall_s']:,.1f} / {step['cpu_s']:,.1f} | {other['wall_s']:,.1f} / "
+                     f"{other['cpu_s']:,.1f} | {other['cpu_s'] / max(step['cpu_s'], 1e-9):.2f} | "
+                     f"{other.get('shuffle_write_bytes', 0) / 1e6:,.1f} |")
+    return "\n".join(lines) + (
+        f"\n\nThe steps that grow with the rows took {executor_overhead(runs):.2f}x the CPU seconds with separate "
+        "executor JVMs (each with its own JIT warm-up and garbage collector; task results, broadcasts and the "
+        "shuffle between processes over the loopback network), for the same shuffle bytes; the projection below "
+        "multiplies every parallel part by that ratio.")
+
+
 def run_notes(runs: list[dict[str, Any]]) -> str:
     """When each run started, its total wall time and the machine's load average during it."""
     return "\n".join(f"- {run['master']}, {run['days']} days x {run['rows_per_day']:,} rows: started {run['date']}, "
@@ -441,9 +485,12 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRat
     steps, metrics = run["steps"], run["metrics"]
     released_rows = metrics["posteriors.input_rows"]
     settings = metrics["posteriors.settings"]
-    cpu_per_result_row = steps["posteriors"]["cpu_s"] / (released_rows * settings)
+    overhead = executor_overhead(runs)
+    cpu_per_result_row = overhead * steps["posteriors"]["cpu_s"] / (released_rows * settings)
     shuffle_per_row = steps["posteriors"].get("shuffle_write_bytes", 0) / released_rows
-    costs = sample_step_costs(runs, run)
+    rates = dataclasses.replace(rates, parallel_core_seconds_per_line=overhead * rates.parallel_core_seconds_per_line)
+    costs = {name: dataclasses.replace(cost, parallel=overhead * cost.parallel, per_row=overhead * cost.per_row)
+             for name, cost in sample_step_costs(runs, run).items()}
     cases = [(label, rows, files, cores) for label, rows, files in PROJECTED_SETS for cores in PROJECTED_CORES]
     header = "| stage | cost model | " + " | ".join(f"{rows / 1e9:.1f}B rows, {cores:,} cores"
                                                    for _, rows, _, cores in cases) + " |"
@@ -497,19 +544,21 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRat
              "driver's JVM is also the executor, so its own serial work (collecting results, scheduling) is counted "
              "with the parallel part here.")
     return "\n".join(lines) + "\n\n" + floor + "\n\n" + assumptions(run, runs, rates,
-                                                                                 shuffle_per_row=shuffle_per_row)
+                                                                                 shuffle_per_row=shuffle_per_row,
+                                                                                 overhead=overhead)
 
 
 def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRates, *,
-                shuffle_per_row: float) -> str:
+                shuffle_per_row: float, overhead: float) -> str:
     """The assumptions behind :func:`projection`, with the measured figures they rest on."""
     peaks = {role: max(step["peak_rss_mb"].get(role, 0) for step in run["steps"].values()) for role in ROLES}
     day_rows = {label: rows / files for label, rows, files in PROJECTED_SETS}
     return "\n".join([
         f"Assumptions (rates from the {run['master']} run of {twin_rows(run):,} twin rows above):",
-        "- Parallel parts cost their measured CPU seconds (driver, JVM and Python workers, from /proc) spread over "
-        "the cores with no loss: CPU seconds are steadier than wall times on this shared machine, and a real "
-        "cluster adds network shuffle and stragglers, so read the parallel figures as lower bounds.",
+        "- Parallel parts cost their measured CPU seconds (driver, JVM and Python workers, from /proc) times "
+        f"{overhead:.2f}, what separate executor JVMs cost over local mode (the table above), spread over the cores: "
+        "CPU seconds are steadier than wall times on this shared machine; a real cluster adds network latency and "
+        "stragglers beyond the loopback shuffle measured here, so read the parallel figures as lower bounds.",
         "- Sample steps (train, utility, audit, report): the CPU seconds of the driver's own Python process in the "
         "step (the in-memory fits with XGBoost's threads, pandas and numpy on the seeded 1M-row sample per day, "
         "`models.sample_rows_per_day: 1000000`) are serial: they neither grow with the rows nor shrink with executor "
@@ -607,6 +656,7 @@ def render(runs: list[dict[str, Any]]) -> str:
         "the per-row figures.",
         linearity_table(runs),
         linearity_summary(runs),
+        executor_table(runs),
         "### Projection to the Criteo data on 100 and 1,000 cores",
         projection(base, runs, IngestRates.load()),
         "Configuration to use:",
