@@ -18,7 +18,8 @@ multiple of the cores, bytes balanced) as Spark packs small files into one parti
    size checks and quarantine are the same code on both paths.
 
 The parse job checks that each chunk holds the lines the count job found (a file changed during the ingest fails
-it), and the driver checks the rows per day the written files' footers hold (:func:`rows_per_day`). Memory per task stays near :data:`READ_BYTES` times a small factor, whatever the chunk size.
+it), and the driver checks the rows per day the written files' footers hold (:func:`rows_per_day`). Memory per
+task stays near :data:`READ_BYTES` times a small factor, whatever the chunk size.
 """
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def task_groups(spark: SparkSession, chunks: list[Chunk]) -> list[list[int]]:
 
 def balanced_groups(sizes: list[int], groups: int) -> list[list[int]]:
     """Positions of ``sizes`` in at most ``groups`` non-empty groups, largest first to the lightest group (LPT: no
-    group exceeds the mean by more than one item); each group in position order."""
+    group exceeds the mean load by more than the largest size); each group in position order."""
     loads = [(0, group) for group in range(max(1, min(groups, len(sizes))))]
     members: list[list[int]] = [[] for _ in loads]
     for position in sorted(range(len(sizes)), key=lambda item: (-sizes[item], item)):
