@@ -536,8 +536,8 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRat
     driver = sum(cost.serial for cost in costs.values()) + longest
     floor = (f"What does not scale with cores: the gzip decode of one day file ({duration(decode)} by ISA-L, one task "
              f"per file; {duration(decode * rates.isal_decode_lines_per_second / rates.spark_codec_lines_per_second)} "
-             "by Spark's "
-             "codec where the files are not on a local path or mount), the driver's own work on the 1M-row samples ("
+             "by Spark's codec where the files are not on a local path or mount), the driver's own work on the "
+             "1M-row samples ("
              + ", ".join(f"{name} {costs[name].serial:,.0f} s" for name in STEPS_FIXED)
              + f" of CPU in its Python process) and the longest utility fit ({longest:,.0f} s): about "
              f"{decode + driver:,.0f} s ({(decode + driver) / 60:.1f} min) whatever the cluster. In local mode the "
@@ -578,12 +578,10 @@ def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRa
            "one thread each), never faster than the longest fit." if parallel_fits(run) else ""),
         f"- Data: Criteo's .gz days (~{day_rows[PROJECTED_SETS[0][0]] / 1e6:,.0f}M rows each), ingested with "
         f"`data.split_gzip: true`: each file decoded once in one task at {rates.isal_decode_lines_per_second:,.0f} "
-        "lines/s "
-        "(ISA-L, for files on a local path or a mount the executors share such as /dbfs or /Volumes; "
+        "lines/s (ISA-L, for files on a local path or a mount the executors share such as /dbfs or /Volumes; "
         f"{rates.spark_codec_lines_per_second:,.0f} lines/s by Spark's codec on HDFS or object stores) "
         f"(~{day_rows[PROJECTED_SETS[0][0]] / rates.isal_decode_lines_per_second:,.0f} s per day, all days at once "
-        "when "
-        f"there are at least as many cores as files: this part does not scale with cores), then parsed in "
+        "when there are at least as many cores as files: this part does not scale with cores), then parsed in "
         f"parallel blocks at {rates.parallel_core_seconds_per_line * 1e6:.1f} core-seconds per 1M rows (wall x cores "
         f"of the ingest_gzip section, measured {rates.measured}: the tasks read and write the files themselves, "
         "`data.task_io`). "

@@ -366,7 +366,7 @@ def test_task_groups_hold_every_chunk_once_with_balanced_bytes(sizes, groups):
         assert max(loads) <= sum(sizes) / len(grouped) + max(sizes)
 
 
-def test_written_rows_are_counted_from_the_footers_and_a_shortfall_fails(spark, tmp_path):
+def test_written_rows_are_counted_from_the_footers_and_a_shortfall_fails(tmp_path):
     """The task I/O path's check before the commit: rows per day from the visible files' footers (a killed attempt's
     hidden file is not counted); rows short of the scan's count fail the ingest."""
     import pyarrow as pa
@@ -382,10 +382,11 @@ def test_written_rows_are_counted_from_the_footers_and_a_shortfall_fails(spark, 
     result = IngestResult(parquet_path="", quarantine_path="", input_lines=12, valid_rows=12, malformed_rows=0,
                           malformed_share=0.0, malformed_by_reason={}, corrupt_files=0, empty_files=0, lost_lines=0,
                           rows_per_day={0: 8, 1: 0, 2: 4}, files=[], seconds=0.0)
-    assert _verified(spark, result, 0.0, str(tmp_path), by_tasks=True).valid_rows == 12
+    written = local_files.rows_per_day(str(tmp_path))
+    assert _verified(result, 0.0, written).valid_rows == 12
     with pytest.raises(RuntimeError, match=r"ingest wrote \{0: 8, 2: 4\} rows per day but the scan counted "
                                            r"\{0: 8, 2: 5\}; nothing was committed"):
-        _verified(spark, dataclasses.replace(result, rows_per_day={0: 8, 2: 5}), 0.0, str(tmp_path), by_tasks=True)
+        _verified(dataclasses.replace(result, rows_per_day={0: 8, 2: 5}), 0.0, written)
 
 
 @pytest.mark.parametrize("input_kind", ["days", "kaggle"])

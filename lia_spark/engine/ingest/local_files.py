@@ -87,10 +87,9 @@ def plan_chunks(spark: SparkSession, sources: list[SourceFile], copies: dict[int
                                else local_folder(source.path))
         texts.append((index, path, os.path.getsize(path)))
     total = sum(size for _, _, size in texts)
-    conf = spark.conf
     per_core = total // max(1, default_parallelism(spark))
-    split = min(byte_size(conf.get("spark.sql.files.maxPartitionBytes", "128m")),
-                max(byte_size(conf.get("spark.sql.files.openCostInBytes", "4m")), per_core))
+    split = min(_max_partition_bytes(spark),
+                max(byte_size(spark.conf.get("spark.sql.files.openCostInBytes", "4m")), per_core))
     return [Chunk(index, path, start, min(start + split, size), size)
             for index, path, size in texts for start in range(0, size, max(1, split))]
 
@@ -99,9 +98,14 @@ def task_groups(spark: SparkSession, chunks: list[Chunk]) -> list[list[int]]:
     """The chunks' positions grouped into tasks: at least as many as the cores, rounded up to a multiple of them, at
     least one per ``spark.sql.files.maxPartitionBytes`` of input (:func:`balanced_groups`)."""
     cores = max(1, default_parallelism(spark))
-    split = byte_size(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))
-    wanted = -(-sum(chunk.end - chunk.start for chunk in chunks) // max(1, split))
-    return balanced_groups([chunk.end - chunk.start for chunk in chunks], -(-max(wanted, 1) // cores) * cores)
+    sizes = [chunk.end - chunk.start for chunk in chunks]
+    wanted = max(1, -(-sum(sizes) // max(1, _max_partition_bytes(spark))))
+    return balanced_groups(sizes, -(-wanted // cores) * cores)
+
+
+def _max_partition_bytes(spark: SparkSession) -> int:
+    """``spark.sql.files.maxPartitionBytes``: the most bytes Spark reads in one file split."""
+    return byte_size(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))
 
 
 def balanced_groups(sizes: list[int], groups: int) -> list[list[int]]:

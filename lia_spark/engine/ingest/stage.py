@@ -316,18 +316,15 @@ def _write_data(spark: SparkSession, lines: DataFrame, result: IngestResult, blo
     """Parse and write the valid rows to ``staging`` (:func:`_verified`)."""
     parsed = lines.mapInArrow(parse_partition_fn(block_offsets, file_days), criteo.STORAGE_DDL)
     parsed.write.partitionBy(names.DAY).parquet(staging)
-    return _verified(spark, result, started, staging)
-
-
-def _verified(spark: SparkSession, result: IngestResult, started: float, staging: str, *,
-              by_tasks: bool = False) -> IngestResult:
-    """The result, its seconds to now; fail (nothing is committed) unless the rows written to ``staging`` per day
-    match the scan's counts (read from the files' footers: by the driver when the tasks wrote local files, else by
-    a Spark job)."""
     describe_jobs(spark, "ingest: verify written row counts")
-    written = local_files.rows_per_day(staging) if by_tasks else {
-        row[names.DAY]: row["count"] for row in
-        spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(names.DAY).count().collect()}
+    written = {row[names.DAY]: row["count"] for row in
+               spark.read.schema(criteo.STORAGE_DDL).parquet(staging).groupBy(names.DAY).count().collect()}
+    return _verified(result, started, written)
+
+
+def _verified(result: IngestResult, started: float, written: dict[int, int]) -> IngestResult:
+    """The result, its seconds to now; fail (nothing is committed) unless the rows ``written`` per day (read back
+    from the staging folder's files) match the scan's counts."""
     expected = {day: rows for day, rows in result.rows_per_day.items() if rows}
     if written != expected:
         raise RuntimeError(f"ingest wrote {written} rows per day but the scan counted {expected}; "
@@ -459,7 +456,7 @@ def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str
             f"malformed lines are in {config.quarantine_path} ({result.malformed_by_reason})")
     if by_tasks:
         local_files.remove_unfinished(run.staging)
-        result = _verified(spark, result, started, run.staging, by_tasks=True)
+        result = _verified(result, started, local_files.rows_per_day(run.staging))
     else:
         describe_jobs(spark, "ingest: parse and write Parquet by day")
         result = _write_data(spark, lines, result, offsets, file_days, started, run.staging)
