@@ -190,24 +190,48 @@ def _run_until(conf: Path, started_line: str, *extra: str) -> tuple[subprocess.P
     return process, log
 
 
-def test_a_signal_inside_a_spark_call_stops_code_that_goes_on_after_failures_and_cancels_the_job(spark):
-    """SIGTERM comes while the main thread waits inside py4j (collect). pyspark's clean-up may then read the
-    cancellation from the interrupted connection and raise it in place of the signal's exception, so code that
-    records a failure and goes on (an audit-table cell, the fit-ahead, a best-effort MLflow call) asks
-    ``interrupts.check()`` first: the command unwinds with the signal, and the running job is cancelled."""
+def _sleeping_job(spark):
+    """One stage of two tasks that each sleep 120 s in their Python worker (until cancelled)."""
     def sleep_in_a_task(frames):  # local: pickled by value (the workers cannot import this test module)
         for frame in frames:
             time.sleep(120)
             yield frame
 
+    return spark.range(0, 2, 1, numPartitions=2).mapInPandas(sleep_in_a_task, "id long")
+
+
+def _sleeping_tasks_run(spark, timeout: float = 60.0) -> bool:
+    """Wait until a task set in the scheduler's root pool runs both tasks of :func:`_sleeping_job` (the scheduler's
+    own count, not the status tracker's, which lags); False after ``timeout`` s. A fixed delay is not enough: on a
+    loaded machine planning alone can outlast it, and a signal before the job exists cancels nothing."""
+    root = spark.sparkContext._jsc.sc().taskScheduler().rootPool()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(task_set.runningTasks() >= 2 for task_set in root.schedulableQueue().toArray()):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_signal_inside_a_spark_call_stops_code_that_goes_on_after_failures_and_cancels_the_job(spark):
+    """SIGTERM comes while the main thread waits inside py4j (collect). pyspark's clean-up may then read the
+    cancellation from the interrupted connection and raise it in place of the signal's exception, so code that
+    records a failure and goes on (an audit-table cell, the fit-ahead, a best-effort MLflow call) asks
+    ``interrupts.check()`` first: the command unwinds with the signal, and the running job is cancelled."""
+    finished = threading.Event()
+
+    def terminate_once_running() -> None:
+        if _sleeping_tasks_run(spark) and not finished.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
+
     previous = cli._stop_on_signals()
-    timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGTERM))
+    signaller = threading.Thread(target=terminate_once_running, daemon=True)
     try:
-        timer.start()
+        signaller.start()
         started = time.monotonic()
         with pytest.raises(interrupts.Terminated):
             try:
-                spark.range(2).repartition(2).mapInPandas(sleep_in_a_task, "id long").collect()
+                _sleeping_job(spark).collect()
             except Exception:  # noqa: BLE001 - as the audit table's handling of a failing cell
                 interrupts.check()
                 pytest.fail("a failure recorded after the signal: the command would go on")
@@ -218,7 +242,8 @@ def test_a_signal_inside_a_spark_call_stops_code_that_goes_on_after_failures_and
         assert not spark.sparkContext.statusTracker().getActiveJobsIds(), "the job was cancelled"
         assert spark.range(3).count() == 3  # the session still answers
     finally:
-        timer.cancel()
+        finished.set()
+        signaller.join()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         interrupts.received.clear()
@@ -227,23 +252,15 @@ def test_a_signal_inside_a_spark_call_stops_code_that_goes_on_after_failures_and
 def test_the_wait_after_a_cancel_ends_once_the_killed_tasks_ended(spark):
     """A cancelled stage's task set is a zombie at once (``getSortedTaskSetQueue`` leaves it out) but stays in its
     pool until its killed tasks ended and Spark logged them; the command's last line waits for that."""
-    def sleep_in_a_task(frames):  # local: pickled by value (the workers cannot import this test module)
-        for frame in frames:
-            time.sleep(120)
-            yield frame
-
     def collect() -> None:
         with contextlib.suppress(Exception):  # the cancellation fails the job
-            spark.range(2).repartition(2).mapInPandas(sleep_in_a_task, "id long").collect()
+            _sleeping_job(spark).collect()
 
     root = spark.sparkContext._jsc.sc().taskScheduler().rootPool()
     session.wait_for_killed_tasks(timeout_seconds=60)  # an earlier test's cancelled tasks may still be ending
     assert session._task_sets_in(root) == 0
     threading.Thread(target=collect, daemon=True).start()
-    deadline = time.monotonic() + 60
-    while not root.getSortedTaskSetQueue().size():
-        assert time.monotonic() < deadline, "the tasks started"
-        time.sleep(0.2)
+    assert _sleeping_tasks_run(spark), "the tasks started"
     time.sleep(1)  # both tasks run their Python
     session.cancel_running_jobs()
     started = time.monotonic()
