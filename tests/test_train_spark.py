@@ -397,12 +397,13 @@ def _sample_matrix(spark, config):
     return data.features, data.labels, data.row_ids, data.split
 
 
-def test_targets_fitted_ahead_in_parallel_tasks_equal_the_train_stage_fits_on_the_driver(spark, parquet_path,
-                                                                                          tmp_path, caplog):
-    """``lia-spark audit-table`` fits its cells' targets ahead as parallel Spark tasks (fitting.fit_ahead); each
-    cell's train stage takes its own and writes the same canary table as a train stage that fits on the driver.
-    Two settings, so the fits run as two parallel tasks (one would run on the driver); the bag mechanism's table
-    (released proportions, noise, proportion matching) is compared with a driver fit; the utility grid's test
+def test_targets_and_shadows_fitted_in_parallel_tasks_equal_the_fits_on_the_driver(spark, parquet_path, tmp_path,
+                                                                                    caplog):
+    """``lia-spark audit-table`` fits its cells' targets and their shadow models ahead as parallel Spark tasks
+    (execution.fit_ahead); each cell's train stage takes its own and writes the same canary table, shadow baseline
+    included, as a train stage that fits everything on the driver (spark.parallel_fits=false) and as one that fits
+    its target and shadows in parallel tasks itself. Two settings with two shadows each, so six tasks; the bag
+    mechanism's table (released proportions, noise, proportion matching) is compared; the utility grid's test
     covers per-row label mechanisms in parallel tasks."""
     import logging
 
@@ -411,20 +412,29 @@ def test_targets_fitted_ahead_in_parallel_tasks_equal_the_train_stage_fits_on_th
     settings = [("llp_laplace", 1.0, 8), ("rr", 2.0, 1)]
     ahead = Preparation()
     with caplog.at_level(logging.INFO, logger="lia_spark.engine.models.parallel_fits"):
-        fit_ahead(spark, _config(parquet_path, str(tmp_path / "first")), settings, ahead)
-    assert "audit-table: 2 fits in parallel tasks" in caplog.text
-    assert set(ahead.fits) == set(settings)
+        fit_ahead(spark, _config(parquet_path, str(tmp_path / "first"), "audit.shadows=2"), settings, ahead)
+    assert "audit-table: 6 fits in parallel tasks" in caplog.text
+    assert set(ahead.fits) == set(settings) and set(ahead.shadow_fits) == set(settings)
     tables = []
-    for name, preparation, (mechanism, epsilon, bag_size) in (("ahead", ahead, settings[0]),
-                                                              ("driver", Preparation(), settings[0]),
-                                                              ("ahead", ahead, settings[1])):
+    for name, preparation, (mechanism, epsilon, bag_size), where in (
+            ("ahead", ahead, settings[0], "true"), ("driver", Preparation(), settings[0], "false"),
+            ("tasks", Preparation(), settings[0], "true"), ("ahead", ahead, settings[1], "true")):
         out = str(tmp_path / f"{name}-{mechanism}")
-        config = _config(parquet_path, out).with_target(mechanism, epsilon, bag_size)
-        run_stage("train", spark, config, preparation=preparation)
+        config = _config(parquet_path, out, "audit.shadows=2", f"spark.parallel_fits={where}").with_target(
+            mechanism, epsilon, bag_size)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="lia_spark.engine.models.parallel_fits"):
+            run_stage("train", spark, config, preparation=preparation)
+        fits_logged = [record.getMessage() for record in caplog.records if record.name.endswith("parallel_fits")]
+        expected = {"driver": "train: fit 3/3 shadow 1 done", "tasks": "train: 3 fits in parallel tasks"}
+        assert (fits_logged == [] if name == "ahead" else any(expected[name] in line for line in fits_logged)), (
+            name, fits_logged)
         tables.append(spark.read.parquet(f"{out}/models/canaries").toPandas().sort_values("row_id")
                       .reset_index(drop=True))
+    assert tables[0]["shadow_prediction"].between(0, 1).all()
     pd.testing.assert_frame_equal(tables[0], tables[1], check_exact=True)
-    assert ahead.fits == {}  # each cell took its own
+    pd.testing.assert_frame_equal(tables[0], tables[2], check_exact=True)
+    assert ahead.fits == {} and ahead.shadow_fits == {}  # each cell took its own
 
 
 def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parquet_path, tmp_path, caplog):

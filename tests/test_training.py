@@ -238,8 +238,8 @@ def test_the_shadow_baseline_reads_no_coin_of_the_target(mechanism):
     mechanism's draws, so permuting the coins (and the labels the target trained on) leaves them bit-identical."""
     import dataclasses
 
-    from lia_spark.engine.models.execution import InMemoryTarget, shadow_baseline
-    from lia_spark.engine.models.preparation import TargetRows
+    from lia_spark.engine.models.execution import shadow_baseline, shadow_jobs
+    from lia_spark.engine.models.preparation import TargetRows, fit_shadow_job, target_job
     from lia_spark.kernels import injected
     from lia_spark.run.config import load_config
 
@@ -253,14 +253,17 @@ def test_the_shadow_baseline_reads_no_coin_of_the_target(mechanism):
         training=np.where(canary, injected.training_labels(data.labels, labels.counterfactual_label, coins),
                           data.labels).astype(np.int8), counterfactual_label=labels.counterfactual_label,
         hidden_bit=coins)
+    jobs = shadow_jobs(config, target_job(config))
+    assert [job.shadow for job in jobs] == [0, 1]
     found = []
     for injection in (labels, other):
-        trained_on = dataclasses.replace(data, labels=injection.training)
-        target = InMemoryTarget(prepared=None, data=data, member=np.ones(data.labels.size, np.int8), labels=injection,
-                                rows=TargetRows(trained_on, None))
-        found.append(shadow_baseline(config, target)[0])
+        rows = TargetRows(dataclasses.replace(data, labels=injection.training), None, true_labels=data.labels,
+                          counterfactual_label=injection.counterfactual_label)
+        found.append(shadow_baseline(data, [fit_shadow_job(rows, job, 0) for job in jobs]))
     assert not np.array_equal(labels.hidden_bit, other.hidden_bit)
     np.testing.assert_array_equal(found[0], found[1])
     assert np.all((found[0] > 0) & (found[0] < 1))
     no_shadows = dataclasses.replace(config, audit=dataclasses.replace(config.audit, shadows=0))
-    assert np.isnan(shadow_baseline(no_shadows, target)[0]).all()
+    assert shadow_jobs(no_shadows, target_job(no_shadows)) == [] and np.isnan(shadow_baseline(data, [])).all()
+    with pytest.raises(ValueError, match="counterfactual"):
+        fit_shadow_job(TargetRows(data), jobs[0], 0)

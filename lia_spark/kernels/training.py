@@ -137,6 +137,12 @@ class FittedModel:
         transform = self.output_transform()
         return transform.probabilities(transform.raw_output(self.model, features))
 
+    def predict_with_threads(self, threads: int = 0) -> None:
+        """Predict with ``threads`` threads from now on (0 = every core): an xgboost booster keeps the thread count
+        it was fitted with (one in a Spark task); the predictions do not change. catboost predicts on every core."""
+        if self.library == "xgboost":
+            self.model.set_param({"nthread": threads or os.cpu_count() or 1})
+
     def save(self, path_without_suffix: str) -> str:
         """Write the model (xgboost ``.ubj``, catboost ``.cbm``); returns the file path."""
         path = path_without_suffix + (".ubj" if self.library == "xgboost" else ".cbm")

@@ -24,9 +24,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from lia_spark import names
-from lia_spark.engine.models.preparation import (Preparation, PreparedDays, TargetJob, TargetRows, boosting_params,
-                                       feature_spec, fit_target_job, found_votes, in_memory_rows, model_features,
-                                       prepare_days, preparation_key, shared_pate_settings, target_job)
+from lia_spark.engine.models.preparation import (Preparation, PreparedDays, ShadowJob, TargetJob, TargetRows,
+                                                 boosting_params, feature_spec, fit_job, fit_target_job, found_votes,
+                                                 in_memory_rows, model_features, prepare_days, preparation_key,
+                                                 shared_pate_settings, target_job)
 from lia_spark.engine.models.parallel_fits import run_fits
 from lia_spark.engine.runtime.progress import plan_work, work_done
 from lia_spark.engine.spark.session import describe_jobs, is_connect
@@ -145,27 +146,32 @@ def fits_shadows(config: Config) -> bool:
             and m.training_mechanism != PATE)
 
 
-def shadow_baseline(config: Config, target: InMemoryTarget) -> tuple[np.ndarray, float]:
-    """(the shadow baseline on every row, fit seconds), or NaN per row without shadows (:func:`fits_shadows`): the
-    target's fit repeated audit.shadows times on the same rows, each canary's label drawn with the shadow's
-    own coins (pairs of complementary coins) and the mechanism with its own seed
-    (:func:`lia_spark.kernels.injected.shadow_training_labels`, :func:`lia_spark.kernels.injected.shadow_reference`):
-    independent of the target's coins, so comparing with it keeps every bound valid (docs/math.md §5.13)."""
-    data = target.data
-    if not fits_shadows(config) or target.labels is None:
-        return np.full(data.labels.size, np.nan), 0.0
-    started, job = time.monotonic(), target_job(config)
-    predictions = []
-    for shadow in range(config.audit.shadows):
-        shadow_labels = injected.shadow_training_labels(data.labels, target.labels.counterfactual_label,
-                                                        data.row_ids, seed=config.run.seed, shadow=shadow)
-        rows = TargetRows(dataclasses.replace(data, labels=shadow_labels), target.rows.prior)
-        shadow_job = dataclasses.replace(job, seed=injected.shadow_seed(config.run.seed, shadow))
-        predictions.append(fit_target_job(rows, shadow_job, 0).model.predict(data.features))
-        work_done()
-    seconds = time.monotonic() - started
-    logger.info("train: %d label-blind shadow fits in %.1f s", config.audit.shadows, seconds)
-    return injected.shadow_reference(np.asarray(predictions)), seconds
+def shadow_jobs(config: Config, job: TargetJob) -> list[ShadowJob]:
+    """The audit.shadows label-blind shadow fits of the target fit ``job`` (none unless :func:`fits_shadows`)."""
+    if not fits_shadows(config):
+        return []
+    return [ShadowJob(job, shadow, config.run.seed) for shadow in range(config.audit.shadows)]
+
+
+def shadow_baseline(data: training.ModelData, shadows: list[training.FittedModel]) -> np.ndarray:
+    """The shadow baseline on every row of ``data``: the mean logit of the shadow models' predictions
+    (:func:`lia_spark.kernels.injected.shadow_reference`; :func:`lia_spark.engine.models.preparation.fit_shadow_job`
+    fits them independently of the target's coins, so comparing with it keeps every bound valid, docs/math.md
+    §5.13), or NaN per row without shadows."""
+    if not shadows:
+        return np.full(data.labels.size, np.nan)
+    for shadow in shadows:
+        shadow.predict_with_threads()  # fitted in a task: one thread
+    return injected.shadow_reference(np.asarray([shadow.predict(data.features) for shadow in shadows]))
+
+
+def fitted_in_tasks(spark: SparkSession, config: Config, rows: TargetRows,
+                    jobs: list[tuple[str, TargetJob | ShadowJob]], *, purpose: str) -> list[Any]:
+    """:func:`lia_spark.engine.models.preparation.fit_job` of every job, as parallel Spark tasks with
+    spark.parallel_fits (:func:`lia_spark.engine.models.parallel_fits.run_fits`), else one after another on the
+    driver. A fit that failed in its task is fitted again on the driver, which raises its error."""
+    outcomes = run_fits(spark, rows, jobs, fit_job, purpose=purpose, in_tasks=config.spark.parallel_fits)
+    return [fit_job(rows, job, 0) if outcome.failed else outcome.value for (_, job), outcome in zip(jobs, outcomes)]
 
 
 def _model_specs(models: dict[str, Any], proxy_spec: features.FeatureSpec,
@@ -193,8 +199,11 @@ def in_memory_target(spark: SparkSession, config: Config, proxy_rows: DataFrame,
     prepared = prepare_days(spark, config, proxy_rows, target_rows, preparation)
     data, member = membership_candidates(prepared.target_data, config)
     labels = injection(config, data, prepared.proxy_prediction)
-    trained_on = data if labels is None else dataclasses.replace(data, labels=labels.training)
-    return InMemoryTarget(prepared, data, member, labels, TargetRows(trained_on, prepared.proxy_prediction))
+    if labels is None:
+        return InMemoryTarget(prepared, data, member, labels, TargetRows(data, prepared.proxy_prediction))
+    rows = TargetRows(dataclasses.replace(data, labels=labels.training), prepared.proxy_prediction,
+                      true_labels=data.labels, counterfactual_label=labels.counterfactual_label)
+    return InMemoryTarget(prepared, data, member, labels, rows)
 
 
 def in_memory_job(spark: SparkSession, config: Config, target_rows: DataFrame, preparation: Preparation,
@@ -212,24 +221,33 @@ def in_memory_job(spark: SparkSession, config: Config, target_rows: DataFrame, p
 def fit_ahead(spark: SparkSession, config: Config, settings: list[tuple[str, float, int]],
               preparation: Preparation) -> None:
     """Fit the in-memory targets of ``settings`` (training mechanism, epsilon, bag size; everything else from
-    ``config``) as parallel Spark tasks (:func:`lia_spark.engine.models.parallel_fits.run_fits`) and keep them in
-    ``preparation.fits``, where the train stage of each setting takes its own. A failed fit is left out (its
-    train stage fits it on the driver and reports the error)."""
+    ``config``) and their shadow models (:func:`shadow_jobs`) as parallel Spark tasks
+    (:func:`lia_spark.engine.models.parallel_fits.run_fits`) and keep them in ``preparation.fits`` and
+    ``preparation.shadow_fits``, where the train stage of each setting takes its own. A failed fit is left out (its
+    train stage fits it again and reports the error)."""
     m = config.models
     proxy_rows, target_rows = (in_memory_rows(spark, config, day) for day in (m.proxy_day, m.target_day))
     target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
-    jobs = []
+    jobs: list[tuple[str, TargetJob | ShadowJob]] = []
     for mechanism, epsilon, bag_size in settings:
-        job = in_memory_job(spark, config.with_target(mechanism, epsilon, bag_size), target_rows, preparation, target)
+        setting_config = config.with_target(mechanism, epsilon, bag_size)
+        job = in_memory_job(spark, setting_config, target_rows, preparation, target)
         if job.pate is not None:
             job = dataclasses.replace(job, pate=found_votes(job.pate, target.data, seed=job.seed))
-        jobs.append((setting_key(mechanism, epsilon, bag_size), job))
-    for (name, job), outcome in zip(jobs, run_fits(spark, target.rows, jobs, fit_target_job, purpose="audit-table")):
+        name = setting_key(mechanism, epsilon, bag_size)
+        jobs += [(name, job), *((f"{name} shadow {shadow.shadow}", shadow)
+                               for shadow in shadow_jobs(setting_config, job))]
+    outcomes = run_fits(spark, target.rows, jobs, fit_job, purpose="audit-table")
+    shadows: dict[tuple[str, float, int], list[training.FittedModel | None]] = {}
+    for (name, job), outcome in zip(jobs, outcomes):
         if outcome.failed:
             logger.warning("audit-table: the fit of %s failed in its task (%s); its cell fits it again", name,
                            outcome.error)
-        else:
+        if isinstance(job, ShadowJob):
+            shadows.setdefault(job.target.key, []).append(outcome.value)
+        elif not outcome.failed:
             preparation.fits[job.key] = outcome.value
+    preparation.shadow_fits.update({key: models for key, models in shadows.items() if None not in models})
 
 
 def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
@@ -239,20 +257,34 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
     too when :func:`fit_ahead` fitted it."""
     m = config.models
     proxy_fitted = not preparation.holds_days(preparation_key(spark, config))
-    fitted_ahead = not proxy_fitted and (m.training_mechanism, m.epsilon, m.bag_size) in preparation.fits
+    key = (m.training_mechanism, m.epsilon, m.bag_size)
+    fitted_ahead = not proxy_fitted and key in preparation.fits
+    shadows_ahead = not proxy_fitted and key in preparation.shadow_fits
     plan_work("model fits", proxy_fitted + (not fitted_ahead) + observes(config)
-              + (config.audit.shadows if fits_shadows(config) else 0))
+              + (config.audit.shadows if fits_shadows(config) and not shadows_ahead else 0))
     target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
     work_done(proxy_fitted)
     prepared, data, member, labels = target.prepared, target.data, target.member, target.labels
     started = time.monotonic()
-    fit = preparation.fits.pop((m.training_mechanism, m.epsilon, m.bag_size), None)
-    if fit is None:
-        fit = fit_target_job(target.rows, in_memory_job(spark, config, target_rows, preparation, target), 0)
-        work_done()
-    else:
+    fit, shadows = preparation.fits.pop(key, None), preparation.shadow_fits.pop(key, None)
+    if fit is not None:
         logger.info("train: target fitted ahead in a parallel Spark task")
-    shadow, shadow_seconds = shadow_baseline(config, target)
+    needs_shadows = shadows is None and fits_shadows(config)
+    job = in_memory_job(spark, config, target_rows, preparation, target) if fit is None or needs_shadows else None
+    jobs = [*([("target", job)] if fit is None else []),
+            *([(f"shadow {shadow.shadow}", shadow) for shadow in shadow_jobs(config, job)] if needs_shadows else [])]
+    if len(jobs) == 1 and fit is None:  # the target alone: on the driver with every core
+        fit = fit_target_job(target.rows, job, 0)
+        work_done()
+    elif jobs:
+        fitted = fitted_in_tasks(spark, config, target.rows, jobs, purpose="train")
+        fit = fitted.pop(0) if fit is None else fit
+        shadows = fitted
+    fit.model.predict_with_threads()  # fitted in a task: one thread
+    shadow = shadow_baseline(data, shadows or [])
+    shadow_seconds = sum(model.fit_seconds for model in shadows or [])  # summed: they may run in parallel tasks
+    if shadows:
+        logger.info("train: %d label-blind shadow fits, %.1f s of fitting", len(shadows), shadow_seconds)
     logger.info("target (%s, eps=%s, k=%d) fitted in %.1f s", m.training_mechanism, m.epsilon, m.bag_size,
                 fit.model.fit_seconds)
     released = (pd.array(fit.released_labels, dtype="Int32") if fit.released_labels is not None

@@ -19,7 +19,7 @@ from lia_spark.engine.models import feature_frames
 from lia_spark.engine.runtime.outputs import output_fingerprint
 from lia_spark.engine.models.pate_teachers import spark_votes
 from lia_spark.engine.spark.session import describe_jobs
-from lia_spark.kernels import features, hashing, mechanism_registry, pate, training
+from lia_spark.kernels import features, hashing, injected, mechanism_registry, pate, training
 from lia_spark.names import INJECTED_LABEL, LABEL, ROW_ID
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config
@@ -195,6 +195,8 @@ class Preparation:
     pate: pate.PateSettings | None = None
     fits: dict[tuple[str, float, int], training.TargetFit] = dataclasses.field(default_factory=dict)
     # targets fitted ahead in parallel tasks, by (training mechanism, epsilon, bag size); taken by the train stage
+    shadow_fits: dict[tuple[str, float, int], list[training.FittedModel]] = dataclasses.field(default_factory=dict)
+    # their label-blind shadow models (audit.shadows each), fitted ahead beside them
 
     def holds_days(self, key: str) -> bool:
         """True when the prepared days kept were prepared under ``key`` (:func:`prepare_days` will reuse them)."""
@@ -204,7 +206,7 @@ class Preparation:
         """True when what is kept was prepared under ``key``; otherwise forget it and start keeping ``key``."""
         if key == self.key:
             return True
-        self.key, self.days, self.pate, self.fits = key, None, None, {}
+        self.key, self.days, self.pate, self.fits, self.shadow_fits = key, None, None, {}, {}
         return False
 
 
@@ -277,10 +279,14 @@ def found_votes(settings: pate.PateSettings, data: training.ModelData, *, seed: 
 @dataclasses.dataclass(frozen=True)
 class TargetRows:
     """What the target fits of one preparation read: the target day's rows with their training labels (the injected
-    design's y^b) and the proxy's predictions on them (rr_with_prior's prior; None where no mechanism needs it)."""
+    design's y^b), the proxy's predictions on them (rr_with_prior's prior; None where no mechanism needs it) and,
+    under the injected design, what the shadow fits read instead of the target's coins: the true labels and each
+    canary's counterfactual label (-1 elsewhere)."""
 
     data: training.ModelData
     prior: np.ndarray | None = None
+    true_labels: np.ndarray | None = None
+    counterfactual_label: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,3 +320,36 @@ def fit_target_job(rows: TargetRows, job: TargetJob, threads: int) -> training.T
     return mechanism_registry.train_target(rows.data, mechanism=job.mechanism, epsilon=job.epsilon, seed=job.seed,
                                            params=dataclasses.replace(job.params, threads=threads), prior=rows.prior,
                                            bag_size=job.bag_size, pate_settings=job.pate)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShadowJob:
+    """Label-blind shadow fit number ``shadow`` of a target fit (plain data, so it pickles into a Spark task): the
+    target's job, the shadow's index and the run seed its coins and mechanism seed derive from."""
+
+    target: TargetJob
+    shadow: int
+    run_seed: int
+
+
+def fit_shadow_job(rows: TargetRows, job: ShadowJob, threads: int) -> training.FittedModel:
+    """The shadow model of ``job``: the target's fit repeated on labels where each canary takes y^c with the shadow's
+    own coin c (:func:`lia_spark.kernels.injected.shadow_training_labels`) and the mechanism the shadow's own seed
+    (:func:`lia_spark.kernels.injected.shadow_seed`); no coin or draw of the target's is read (docs/math.md §5.13).
+
+    Raises:
+        ValueError: when ``rows`` carry no true and counterfactual labels (no injected design).
+    """
+    if rows.true_labels is None or rows.counterfactual_label is None:
+        raise ValueError("rows: shadow fits need the true and counterfactual labels of the injected design")
+    labels = injected.shadow_training_labels(rows.true_labels, rows.counterfactual_label, rows.data.row_ids,
+                                             seed=job.run_seed, shadow=job.shadow)
+    shadow_rows = dataclasses.replace(rows, data=dataclasses.replace(rows.data, labels=labels))
+    target = dataclasses.replace(job.target, seed=injected.shadow_seed(job.run_seed, job.shadow))
+    return fit_target_job(shadow_rows, target, threads).model
+
+
+def fit_job(rows: TargetRows, job: TargetJob | ShadowJob, threads: int) -> training.TargetFit | training.FittedModel:
+    """:func:`fit_shadow_job` of a :class:`ShadowJob`, :func:`fit_target_job` of a :class:`TargetJob`: one body for
+    parallel tasks fitting targets and shadows together."""
+    return fit_shadow_job(rows, job, threads) if isinstance(job, ShadowJob) else fit_target_job(rows, job, threads)
