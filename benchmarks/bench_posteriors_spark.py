@@ -1,7 +1,8 @@
 """Benchmark: Spark posteriors stage end to end vs the in-process kernel on the same cores.
 
-    .venv/bin/python benchmarks/bench_posteriors_spark.py [--rows 10000000] [--master local[2]]
+    .venv/bin/python benchmarks/bench_posteriors_spark.py [--rows 2000000 10000000] [--master local[2]]
 
+Each size in ``--rows`` is measured on its own (its warm-up, then its rounds) and gets its rows in one table.
 Input: N rows of day 1 (row_id, day, label) plus a truth table (row_id, day, eta), eta = expit(N(-3.4, 1.2))
 hashed from the row id. Settings: LLP and LLP+Geom(eps=1) at k = 8 and 64 (4 settings, one pass).
 Figures (Spark after one run of the whole stage on 2% of the rows, so Python workers, numba kernels,
@@ -197,91 +198,113 @@ def _timed(spark, action) -> tuple[float, float]:
     return time.perf_counter() - started, spark_cpu_seconds(spark) - cpu
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--kernel-rows", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of all four measurements (medians reported)")
-    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "lia_bench_posteriors"))
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-
-    from lia_spark.engine.runtime.registry import run_stage
+def measure(spark, args, rows: int, cores: int) -> dict:
+    """Medians over ``args.rounds`` rounds, each measuring back to back on ``rows`` input rows: Spark compute into
+    a noop sink, the Spark stage, ceiling A, ceiling B and B's work as ``cores`` concurrent processes; the
+    per-round stage ratios; the warm-up's seconds and the bagging units."""
     from lia_spark.engine.posteriors.units import posterior_input
     from lia_spark.engine.posteriors.writing import posterior_rows
-    from lia_spark.engine.spark.session import get_spark
+    from lia_spark.engine.runtime.registry import run_stage
     from lia_spark.kernels.posterior_grid import settings_grid
 
-    spark = get_spark(SparkConfig(master=args.master, driver_memory="4g", extra={"spark.ui.enabled": "false"}))
-    cores = spark.sparkContext.defaultParallelism
-    root = os.path.join(args.workdir, f"n{args.rows}")
-    write_input(spark, root, args.rows)
+    root = os.path.join(args.workdir, f"n{rows}")
+    write_input(spark, root, rows)
     config = bench_config(root)
     settings = settings_grid(config.mechanisms)
-    results = len(settings) * args.rows
-
-    warm_up_root = os.path.join(args.workdir, f"n{args.rows // 50}")  # the stage on 2% of the rows, first run
-    write_input(spark, warm_up_root, args.rows // 50)
+    results = len(settings) * rows
+    warm_up_root = os.path.join(args.workdir, f"n{rows // 50}")  # the stage on 2% of the rows, first run
+    write_input(spark, warm_up_root, rows // 50)
     warm_up_seconds, _ = _timed(spark, lambda: run_stage("posteriors", spark, bench_config(warm_up_root)))
     shutil.rmtree(os.path.join(warm_up_root, "posteriors"), ignore_errors=True)
     source = posterior_input(spark, config, config.mechanisms.days)  # counts run here, outside the timing
-    unit_bits = source.unit_bits
-    rows = posterior_rows(source.blobs, settings=settings, seed=SEED, unit_bits=unit_bits)
+    computed = posterior_rows(source.blobs, settings=settings, seed=SEED, unit_bits=source.unit_bits)
     stage_file = os.path.join(root, "in_process_rows.parquet")
-    rounds = []  # the machine's speed drifts: each round measures all four, back to back
+    rounds = []  # the machine's speed drifts: each round measures all of them, back to back
     for _ in range(args.rounds):
-        compute_seconds, compute_cpu = _timed(spark, lambda: rows.write.format("noop").mode("overwrite").save())
+        compute_seconds, compute_cpu = _timed(spark, lambda: computed.write.format("noop").mode("overwrite").save())
         stage_seconds, stage_cpu = _timed(spark, lambda: run_stage("posteriors", spark, config))
         shutil.rmtree(os.path.join(root, "posteriors"), ignore_errors=True)
         rounds.append((compute_seconds, compute_cpu, stage_seconds, stage_cpu, *kernel_rate(settings, args.kernel_rows),
                        *in_process_stage_rate(root, settings, stage_file), concurrent_stage_rate(root, settings, cores)))
         os.remove(stage_file)
-        logging.info("round: compute %.1f s (%.1f CPU-s), stage %.1f s (%.1f CPU-s), stage vs B %.0f%%",
-                     compute_seconds, compute_cpu, stage_seconds, stage_cpu,
+        logging.info("%d rows, round: compute %.1f s (%.1f CPU-s), stage %.1f s (%.1f CPU-s), stage vs B %.0f%%",
+                     rows, compute_seconds, compute_cpu, stage_seconds, stage_cpu,
                      100 * results / stage_seconds / (rounds[-1][6] * cores))
-    (compute_seconds, compute_cpu, stage_seconds, stage_cpu, per_core, per_cpu_second, stage_per_core,
-     stage_per_cpu_second, concurrent_ceiling) = np.median(np.array(rounds), axis=0)
-    ceiling, stage_ceiling = per_core * cores, stage_per_core * cores
-    round_ratios = ", ".join(f"{results / r[2] / (r[6] * cores):.0%} / {results / r[3] / r[7]:.0%}" for r in rounds)
+    names = ("compute_seconds", "compute_cpu", "stage_seconds", "stage_cpu", "per_core", "per_cpu_second",
+             "stage_per_core", "stage_per_cpu_second", "concurrent_ceiling")
+    ratios = ", ".join(f"{results / r[2] / (r[6] * cores):.0%} / {results / r[3] / r[7]:.0%}" for r in rounds)
+    return {**dict(zip(names, np.median(np.array(rounds), axis=0))), "rows": rows, "results": results,
+            "settings": len(settings), "units": 1 << source.unit_bits, "warm_up_seconds": warm_up_seconds,
+            "round_ratios": ratios}
+
+
+def table_lines(m: dict, cores: int, kernel_rows: int) -> list[str]:
+    """The rows of one input size in the section's table (rates in result rows/s, ratios against the ceilings)."""
+    ceiling, stage_ceiling = m["per_core"] * cores, m["stage_per_core"] * cores
+    size = f"{m['rows']:,}"
+    lines = [
+        f"| {size} | A. in-process compute ceiling (keys, sort, kernels -> Arrow; {kernel_rows:,} rows) | - | - "
+        f"| {ceiling:,.0f} | {m['per_core']:,.0f} | {m['per_cpu_second']:,.0f} | - | - |",
+        f"| {size} | B. in-process stage ceiling (A + Parquet read, join, zstd Parquet write, summaries; all rows) "
+        f"| - | - | {stage_ceiling:,.0f} | {m['stage_per_core']:,.0f} | {m['stage_per_cpu_second']:,.0f} | - | - |",
+        f"| {size} | B measured on {cores} cores: {cores} concurrent processes of B's work (for reference) | - | - "
+        f"| {m['concurrent_ceiling']:,.0f} | {m['concurrent_ceiling'] / cores:,.0f} | - | - | - |",
+    ]
+    for name, seconds, cpu_seconds, wall_ceiling, cpu_ceiling in (
+            ("Spark compute, noop sink (vs A)", m["compute_seconds"], m["compute_cpu"], ceiling, m["per_cpu_second"]),
+            ("Spark stage end to end: + write rows, summaries, plots (vs B)", m["stage_seconds"], m["stage_cpu"],
+             stage_ceiling, m["stage_per_cpu_second"])):
+        results = m["results"]
+        lines.append(f"| {size} | {name} | {seconds:.1f} | {cpu_seconds:.1f} | {results / seconds:,.0f} | "
+                     f"{results / seconds / cores:,.0f} | {results / cpu_seconds:,.0f} | "
+                     f"{results / seconds / wall_ceiling:.0%} | {results / cpu_seconds / cpu_ceiling:.0%} |")
+    return lines
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[2_000_000, 10_000_000])
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--kernel-rows", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of all measurements (medians reported)")
+    parser.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "lia_bench_posteriors"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+
+    from lia_spark.engine.spark.session import get_spark
+
+    spark = get_spark(SparkConfig(master=args.master, driver_memory="4g", extra={"spark.ui.enabled": "false"}))
+    cores = spark.sparkContext.defaultParallelism
+    measured = [measure(spark, args, rows, cores) for rows in args.rows]
     lines = [
         "## Posteriors stage on Spark (`benchmarks/bench_posteriors_spark.py`)",
         "",
-        f"{args.rows:,} input rows on `{args.master}` ({cores} cores), {SETTINGS_TEXT} = {len(settings)} settings "
-        f"= {results:,} result rows ({1 << unit_bits} bagging units). Rates in result rows/s; in-process ceilings "
-        f"are one core's rate x {cores}.",
+        f"{' and '.join(format(m['rows'], ',') for m in measured)} input rows on "
+        f"`{args.master}` ({cores} cores), {SETTINGS_TEXT} = {measured[0]['settings']} settings (result rows = input "
+        f"rows x {measured[0]['settings']}; {', '.join(str(m['units']) for m in measured)} bagging units). Rates in "
+        f"result rows/s; in-process ceilings are one core's rate x {cores}.",
         "",
-        "| what | wall s | CPU s | result rows/s (wall) | rows/s per core | rows per CPU-s | vs its ceiling (wall) "
-        "| vs its ceiling (CPU) |",
-        "|---|---|---|---|---|---|---|---|",
-        f"| A. in-process compute ceiling (keys, sort, kernels -> Arrow; {args.kernel_rows:,} rows) | - | - "
-        f"| {ceiling:,.0f} | {per_core:,.0f} | {per_cpu_second:,.0f} | - | - |",
-        f"| B. in-process stage ceiling (A + Parquet read, join, zstd Parquet write, summaries; all rows) | - | - "
-        f"| {stage_ceiling:,.0f} | {stage_per_core:,.0f} | {stage_per_cpu_second:,.0f} | - | - |",
-        f"| B measured on {cores} cores: {cores} concurrent processes of B's work (for reference) | - | - "
-        f"| {concurrent_ceiling:,.0f} | {concurrent_ceiling / cores:,.0f} | - | - | - |",
+        "| input rows | what | wall s | CPU s | result rows/s (wall) | rows/s per core | rows per CPU-s | vs its "
+        "ceiling (wall) | vs its ceiling (CPU) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(line for m in measured for line in table_lines(m, cores, args.kernel_rows)),
     ]
-    for name, seconds, cpu_seconds, wall_ceiling, cpu_ceiling in (
-            ("Spark compute, noop sink (vs A)", compute_seconds, compute_cpu, ceiling, per_cpu_second),
-            ("Spark stage end to end: + write rows, summaries, plots (vs B)", stage_seconds, stage_cpu,
-             stage_ceiling, stage_per_cpu_second)):
-        lines.append(f"| {name} | {seconds:.1f} | {cpu_seconds:.1f} | {results / seconds:,.0f} | "
-                     f"{results / seconds / cores:,.0f} | {results / cpu_seconds:,.0f} | "
-                     f"{results / seconds / wall_ceiling:.0%} | {results / cpu_seconds / cpu_ceiling:.0%} |")
     lines += [
         "",
-        f"Medians of {args.rounds} rounds, each measuring all four back to back (this machine's speed drifts by "
-        f"up to 1.5x within minutes); stage vs B (wall / CPU) per round: {round_ratios}. B's work run as {cores} "
-        f"concurrent processes delivers {concurrent_ceiling / stage_ceiling:.0%} of one core's rate x {cores} "
-        f"(shared caches and memory bandwidth); against that measured rate the stage is at "
-        f"{results / stage_seconds / concurrent_ceiling:.0%} (wall). The target ratio above stays against the "
-        f"ideal x {cores}.",
+        f"Medians of {args.rounds} rounds, each measuring all of them back to back (this machine's speed drifts by "
+        "up to 1.5x within minutes). " + " ".join(
+            f"{m['rows']:,} rows: stage vs B (wall / CPU) per round {m['round_ratios']}; B's work as {cores} "
+            f"concurrent processes delivers {m['concurrent_ceiling'] / (m['stage_per_core'] * cores):.0%} of one "
+            f"core's rate x {cores} (shared caches and memory bandwidth), against which the stage is at "
+            f"{m['results'] / m['stage_seconds'] / m['concurrent_ceiling']:.0%} (wall)." for m in measured)
+        + f" The ratios in the table stay against the ideal x {cores}.",
         "CPU s = CPU time of the driver, the Spark JVM and its Python workers (from /proc), so the CPU ratio is "
-        "meaningful on a shared machine. Spark figures are warm, like the ceilings: the session first ran the "
-        f"whole stage once on {args.rows // 50:,} rows ({warm_up_seconds:.1f} s), loading the Python workers, numba "
-        "kernels, matplotlib and the JVM's generated code; a first run in a fresh session pays that once (about "
-        "7-9 s more at 10M rows, measured 2026-11-22).",
+        "meaningful on a shared machine. Spark figures are warm, like the ceilings: before each size the session "
+        "ran the whole stage once on 2% of its rows ("
+        + ", ".join(f"{m['warm_up_seconds']:.1f} s before {m['rows']:,}" for m in measured)
+        + "), loading the Python workers, numba kernels, matplotlib and the JVM's generated code; a first run in a "
+        "fresh session pays that once (about 7-9 s more at 10M rows, measured 2026-11-22).",
         "Target: Spark stages >= 50% of the in-process kernel ceiling on the same cores.",
         "Ceiling B does the stage's own work: its summaries are the stage's (means, share infinite, exact "
         "percentiles; no empirical CDFs) and it writes with the stage's writer (dictionary encoding only on the "
@@ -298,7 +321,11 @@ def main(argv=None) -> None:
         "CPU-s); the same through Spark's reader (the fallback for non-local inputs) 13.2 s (22.1 JVM CPU-s); "
         "before this design, narrow rows through Spark's reader and shuffle, 16.2-16.7 s. The Python side of the "
         "reduce needs 2.6 CPU-s per 5M result rows (Parquet write about half), about 21 CPU-s for the 40M rows, "
-        "about ceiling B's whole work: the stage's margin is what Spark adds on top.",
+        "about ceiling B's whole work: the stage's margin is what Spark adds on top. Again on 2026-11-29 (10M rows, "
+        "warm, CPU from /proc per process, two runs): the map side alone 2.9-3.5 s (1.1-2.2 JVM + 4.5-4.7 Python "
+        "CPU-s), with the blob shuffle 4.4-4.9 s (3.6-4.7 + 4.9-5.0), the whole stage 22.3-23.3 s with 10.0-14.9 "
+        "JVM, 28.6-31.7 Python-worker and 1.6-1.7 driver CPU-s: on the reduce side the JVM (fetching the blobs, "
+        "handing them to Python, the percentile pass) spends 6-10 CPU-s.",
     ]
     from _report import write_section
 
