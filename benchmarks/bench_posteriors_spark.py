@@ -250,11 +250,11 @@ def table_lines(m: dict, cores: int, kernel_rows: int) -> list[str]:
         f"| {size} | B measured on {cores} cores: {cores} concurrent processes of B's work (for reference) | - | - "
         f"| {m['concurrent_ceiling']:,.0f} | {m['concurrent_ceiling'] / cores:,.0f} | - | - | - |",
     ]
+    results = m["results"]
     for name, seconds, cpu_seconds, wall_ceiling, cpu_ceiling in (
             ("Spark compute, noop sink (vs A)", m["compute_seconds"], m["compute_cpu"], ceiling, m["per_cpu_second"]),
             ("Spark stage end to end: + write rows, summaries, plots (vs B)", m["stage_seconds"], m["stage_cpu"],
              stage_ceiling, m["stage_per_cpu_second"])):
-        results = m["results"]
         lines.append(f"| {size} | {name} | {seconds:.1f} | {cpu_seconds:.1f} | {results / seconds:,.0f} | "
                      f"{results / seconds / cores:,.0f} | {results / cpu_seconds:,.0f} | "
                      f"{results / seconds / wall_ceiling:.0%} | {results / cpu_seconds / cpu_ceiling:.0%} |")

@@ -25,7 +25,7 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 
 from lia_spark import names
 from lia_spark.engine.models.preparation import (Preparation, PreparedDays, ShadowJob, TargetJob, TargetRows,
-                                                 boosting_params, feature_spec, fit_job, fit_target_job, found_votes,
+                                                 boosting_params, feature_spec, fit_job, found_votes,
                                                  in_memory_rows, model_features, prepare_days, preparation_key,
                                                  shared_pate_settings, target_job)
 from lia_spark.engine.models.parallel_fits import run_fits
@@ -160,8 +160,6 @@ def shadow_baseline(data: training.ModelData, shadows: list[training.FittedModel
     §5.13), or NaN per row without shadows."""
     if not shadows:
         return np.full(data.labels.size, np.nan)
-    for shadow in shadows:
-        shadow.predict_with_threads()  # fitted in a task: one thread
     return injected.shadow_reference(np.asarray([shadow.predict(data.features) for shadow in shadows]))
 
 
@@ -169,7 +167,12 @@ def fitted_in_tasks(spark: SparkSession, config: Config, rows: TargetRows,
                     jobs: list[tuple[str, TargetJob | ShadowJob]], *, purpose: str) -> list[Any]:
     """:func:`lia_spark.engine.models.preparation.fit_job` of every job, as parallel Spark tasks with
     spark.parallel_fits (:func:`lia_spark.engine.models.parallel_fits.run_fits`), else one after another on the
-    driver. A fit that failed in its task is fitted again on the driver, which raises its error."""
+    driver. A single job, or a fit that failed in its task, is fitted on the driver with every core, which raises
+    its error."""
+    if len(jobs) == 1:
+        fitted = fit_job(rows, jobs[0][1], 0)
+        work_done()
+        return [fitted]
     outcomes = run_fits(spark, rows, jobs, fit_job, purpose=purpose, in_tasks=config.spark.parallel_fits)
     return [fit_job(rows, job, 0) if outcome.failed else outcome.value for (_, job), outcome in zip(jobs, outcomes)]
 
@@ -273,14 +276,12 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
     job = in_memory_job(spark, config, target_rows, preparation, target) if fit is None or needs_shadows else None
     jobs = [*([("target", job)] if fit is None else []),
             *([(f"shadow {shadow.shadow}", shadow) for shadow in shadow_jobs(config, job)] if needs_shadows else [])]
-    if len(jobs) == 1 and fit is None:  # the target alone: on the driver with every core
-        fit = fit_target_job(target.rows, job, 0)
-        work_done()
-    elif jobs:
+    if jobs:
         fitted = fitted_in_tasks(spark, config, target.rows, jobs, purpose="train")
         fit = fitted.pop(0) if fit is None else fit
-        shadows = fitted
-    fit.model.predict_with_threads()  # fitted in a task: one thread
+        shadows = fitted if needs_shadows else shadows
+    for model in (fit.model, *(shadows or [])):
+        model.predict_with_threads()  # a booster fitted in a task keeps its task's one thread
     shadow = shadow_baseline(data, shadows or [])
     shadow_seconds = sum(model.fit_seconds for model in shadows or [])  # summed: they may run in parallel tasks
     if shadows:
