@@ -58,7 +58,7 @@ def shown_command(root: str, seed: int, rows_per_day: int) -> str:
 
 def cells(root: str, seed: int) -> pd.DataFrame:
     """One row per cell of one seed whose train and audit outputs are complete (read from the cells' own folders,
-    so a grid still running shows its finished cells), with the reference and calibrated bounds when observational."""
+    so a grid still running shows its finished cells)."""
     rows = []
     for folder in sorted((Path(root) / f"seed{seed}" / "table" / "cells").glob("*")):
         paths = [folder / "models" / "_LIA_COMPLETE", folder / "audit" / "_LIA_COMPLETE"]
@@ -71,9 +71,7 @@ def cells(root: str, seed: int) -> pd.DataFrame:
                                    test_metrics=trained["test_metrics"],
                                    train_seconds=math.nan, audit_seconds=math.nan, seconds=math.nan, error="",
                                    output_dir=str(folder))
-        rows.append({**record, "seed": seed, "design": summary.get("design"),
-                     "reference_eps_lb": (summary.get("reference") or {}).get("eps_lb", math.nan),
-                     "calibrated_eps_lb": (summary.get("calibrated") or {}).get("eps_lb", math.nan)})
+        rows.append(record)
     order = {name: index for index, name in enumerate(GRID_ORDER)}
     frame = pd.DataFrame(rows)
     if frame.empty:
