@@ -10,7 +10,9 @@ from its canary table (:func:`lia_spark.studies.power.audit_choice`, the stage's
     python benchmarks/bench_audit_power.py --root runs/power --render
 
 ``--run`` starts the seeds whose table is missing (not those already analysed whose runs were deleted); the analysis
-reads whatever cells are complete.
+reads whatever cells are complete. Each study is its own BENCHMARKS.md section (one study re-run alone leaves the
+others as they are) and its analysed bounds are kept in ``benchmarks/audit_power.json``, so ``--render`` rewrites a
+study's section from there when its training runs are gone.
 """
 from __future__ import annotations
 
@@ -34,11 +36,13 @@ from lia_spark.studies import power  # noqa: E402
 
 SECTION = "audit_power"
 AFTER_SECTION = "audit_table_injected"
+FLIP_SECTION = "audit_power_flips"
 REPO = Path(__file__).resolve().parent.parent
+RESULTS_FILE = REPO / "benchmarks" / "audit_power.json"  # study -> its analysed (seed, cell, choice) rows
 # the cells: none, RR at eps 1-8, noise correction and LP-2ST at eps 2 and 4 (each group one audit-table); at 1M rows
-# per day only none and RR at eps 4 and 2 (the training runs take 5x longer)
+# per day only the shown cells (the training runs take 5x longer)
 CELL_GROUPS = ((("none", "rr"), (8.0, 4.0, 2.0, 1.0)), (("rr_debiased", "lp_2st"), (4.0, 2.0)))
-LARGE_CELL_GROUPS = ((("none", "rr"), (4.0, 2.0)),)
+LARGE_CELL_GROUPS = ((("none", "rr"), (8.0, 4.0, 2.0, 1.0)), (("rr_debiased",), (2.0,)), (("lp_2st",), (4.0,)))
 LARGE_ROWS = 1_000_000
 SHOWN_CELLS = ("none", "rr-eps8", "rr-eps4", "rr-eps2", "rr-eps1", "rr_debiased-eps2", "lp_2st-eps4")
 FLIP_CELLS = (("none", "rr"), (4.0, 2.0))
@@ -52,9 +56,30 @@ SWEEPS = ("linear", "geometric")
 DEFAULT = power.choice_name(AuditConfig()) + " | proxy+shadows"  # audit.baseline auto with the default shadows
 
 
+def study_name(rows: int, library: str, flip_share: float | None = None) -> str:
+    """Name of one study (its folder under the root, its key in :data:`RESULTS_FILE`)."""
+    return f"{rows}-{library}" + ("" if flip_share is None else f"-flip{flip_share:g}")
+
+
 def study_root(root: str, rows: int, library: str, flip_share: float | None = None) -> Path:
     """Folder of one study: <root>/<rows>-<library>[-flip<share>]."""
-    return Path(root) / (f"{rows}-{library}" + ("" if flip_share is None else f"-flip{flip_share:g}"))
+    return Path(root) / study_name(rows, library, flip_share)
+
+
+def kept_results() -> dict[str, pd.DataFrame]:
+    """The analysed rows of every study kept in :data:`RESULTS_FILE` (empty when there is none)."""
+    if not RESULTS_FILE.exists():
+        return {}
+    stored = json.loads(RESULTS_FILE.read_text(encoding="utf-8"))
+    return {name: pd.DataFrame(table["data"], columns=table["columns"]) for name, table in stored.items()}
+
+
+def keep_results(name: str, frame: pd.DataFrame) -> None:
+    """Store one study's analysed rows in :data:`RESULTS_FILE` (without the run folders' marker times)."""
+    stored = json.loads(RESULTS_FILE.read_text(encoding="utf-8")) if RESULTS_FILE.exists() else {}
+    kept = frame.drop(columns=["marker"], errors="ignore")
+    stored[name] = json.loads(kept.to_json(orient="split", index=False, double_precision=6))
+    RESULTS_FILE.write_text(json.dumps(dict(sorted(stored.items())), separators=(",", ":")) + "\n", encoding="utf-8")
 
 
 def seed_commands(folder: Path, seed: int, rows: int, library: str, flip_share: float | None) -> list[list[str]]:
@@ -221,8 +246,9 @@ def analyse(folder: Path, seeds: list[int], choices: tuple[AuditConfig, ...]) ->
     return frame
 
 
-def render(args: argparse.Namespace, studies: dict[str, pd.DataFrame], flips: dict[str, pd.DataFrame]) -> str:
-    parts = [
+def header(args: argparse.Namespace) -> str:
+    """The section's title and method; each study follows in its own section (:func:`study_section`)."""
+    return "\n\n".join([
         "## Power of the valid audit (`benchmarks/bench_audit_power.py`)",
         "Injected design (docs/math.md §5.9), twin, `conf/audit_table.yaml` (<= 200 trees, depth 6), one training run "
         f"per cell and seed (`run.seed` = {', '.join(map(str, args.seeds))}), each cell's canary table then audited "
@@ -231,29 +257,46 @@ def render(args: argparse.Namespace, studies: dict[str, pd.DataFrame], flips: di
         "m = the informative canaries. Every choice is a valid bound; a cell is the mean +- std of eps_lb over the "
         "seeds. Linear sweep: c' = 1%, ..., 100% of m plus 0.1% (101 tests per score); geometric: c' = m 10^(-j/4) "
         "down to 10 (12-15 tests per score). The ceiling is what the audit could certify at the claimed eps "
-        "(docs/math.md §5.12)."]
-    for label, frame in studies.items():
-        if frame.empty:
-            continue
-        cells = [cell for cell in SHOWN_CELLS if cell in set(frame["cell"])]
-        parts += [f"### {label}", choice_table(frame, cells),
-                  "Strongest choices that are never meaningfully worse (a cell's mean more than one std of the best "
-                  "choice below the best counts as worse):", "\n".join(decision_lines(frame[frame["cell"].isin(cells)])),
-                  "Utility and informative share per cell (default counterfactual: y1 ~ M'(x)):",
-                  utility_table(frame, cells)]
-        finite = frame[np.isfinite(frame["claimed_epsilon"])]
-        above = finite[finite["eps_lb"] > finite["claimed_epsilon"]]
-        parts.append(f"Bounds above their claimed eps: {len(above)} of {len(finite)} (cell, seed, choice) audits.")
-    if flips:
-        parts += ["### Counterfactual: proxy draw against flips (200k rows per day, XGBoost)",
-                  "`audit.counterfactual=flip audit.flip_share=f`: y1 = 1 - y0 on a share f of the canaries (all of "
-                  "them informative) against the default y1 ~ M'(x); eps_lb under the default choice.",
-                  flip_table(flips),
-                  "Every flipped canary is informative, so flips raise m and the ceiling, but each is label noise for "
-                  "the target (a 0 turned into a 1 at this click rate): read the bound beside the test AUC and "
-                  "log-loss it costs, against the proxy draw's row (the seeds column says how many runs each row "
-                  "averages)."]
-    return "\n\n".join(parts)
+        "(docs/math.md §5.12). Each study below is its own section, with the time it was measured."])
+
+
+def study_section(label: str, frame: pd.DataFrame) -> str:
+    """One study: eps_lb per choice and cell, the strongest choices, utility, and bounds above the claimed eps."""
+    cells = [cell for cell in SHOWN_CELLS if cell in set(frame["cell"])]
+    finite = frame[np.isfinite(frame["claimed_epsilon"])]
+    above = finite[finite["eps_lb"] > finite["claimed_epsilon"]]
+    return "\n\n".join([
+        f"### {label}", choice_table(frame, cells),
+        "Strongest choices that are never meaningfully worse (a cell's mean more than one std of the best choice "
+        "below the best counts as worse):", "\n".join(decision_lines(frame[frame["cell"].isin(cells)])),
+        "Utility and informative share per cell (default counterfactual: y1 ~ M'(x)):", utility_table(frame, cells),
+        f"Bounds above their claimed eps: {len(above)} of {len(finite)} (cell, seed, choice) audits."])
+
+
+def flip_section(flips: dict[str, pd.DataFrame]) -> str:
+    """The counterfactual study: the proxy draw against flips at each share."""
+    return "\n\n".join([
+        "### Counterfactual: proxy draw against flips (200k rows per day, XGBoost)",
+        "`audit.counterfactual=flip audit.flip_share=f`: y1 = 1 - y0 on a share f of the canaries (all of them "
+        "informative) against the default y1 ~ M'(x); eps_lb under the default choice.",
+        flip_table(flips),
+        "Every flipped canary is informative, so flips raise m and the ceiling, but each is label noise for the target "
+        "(a 0 turned into a 1 at this click rate): read the bound beside the test AUC and log-loss it costs, against "
+        "the proxy draw's row (the seeds column says how many runs each row averages)."])
+
+
+def study_results(root: str, rows: int, library: str, share: float | None, seeds: list[int],
+                  grid: tuple[AuditConfig, ...], kept: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One study's rows: analysed from its run folder (and then kept in :data:`RESULTS_FILE`) when it exists, else
+    the kept rows of its seeds (empty when neither exists)."""
+    name, folder = study_name(rows, library, share), study_root(root, rows, library, share)
+    if folder.is_dir():
+        frame = analyse(folder, seeds, grid)
+        if not frame.empty:
+            keep_results(name, frame)
+        return frame
+    frame = kept.get(name, pd.DataFrame())
+    return frame[frame["seed"].isin(seeds)] if not frame.empty else frame
 
 
 def main(argv=None) -> int:
@@ -265,7 +308,7 @@ def main(argv=None) -> int:
     parser.add_argument("--flip-shares", type=float, nargs="*", default=[])
     parser.add_argument("--flip-seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--run", action="store_true", help="run the audit-table of every seed without a table")
-    parser.add_argument("--render", action="store_true", help="write the BENCHMARKS.md section")
+    parser.add_argument("--render", action="store_true", help="write the BENCHMARKS.md sections")
     args = parser.parse_args(argv)
     plan = [(rows, library, None, args.seeds) for library in args.library for rows in args.rows]
     plan += [(200_000, "xgboost", share, args.flip_seeds) for share in args.flip_shares]
@@ -278,22 +321,29 @@ def main(argv=None) -> int:
                 for command in seed_commands(folder, seed, rows, library, share):
                     if not group_done(folder, seed, command):
                         subprocess.run(command, cwd=REPO, check=True)
-    choices = power.choice_grid(SCORE_SETS, RECALIBRATIONS, SWEEPS)
-    default_only = (AuditConfig(),)
-    studies, flips = {}, {}
+    kept = kept_results()
+    full_grid = power.choice_grid(SCORE_SETS, RECALIBRATIONS, SWEEPS)
+    publish(SECTION, header(args), render=args.render, after=AFTER_SECTION)
+    previous, frames = SECTION, {}
     for rows, library, share, seeds in plan:
-        folder = study_root(args.root, rows, library, share)
-        if not folder.is_dir():
+        grid = ((AuditConfig(),) if share is not None else full_grid if rows < LARGE_ROWS
+                else power.choice_grid(LARGE_SCORE_SETS, LARGE_RECALIBRATIONS, SWEEPS))
+        frame = frames[study_name(rows, library, share)] = study_results(args.root, rows, library, share, seeds,
+                                                                          grid, kept)
+        if frame.empty or share is not None:
             continue
-        if share is None:
-            grid = (choices if rows < LARGE_ROWS else
-                    power.choice_grid(LARGE_SCORE_SETS, LARGE_RECALIBRATIONS, SWEEPS))
-            studies[f"{library}, {rows:,} rows per day"] = analyse(folder, seeds, grid)
-        else:
-            flips[f"flip {share:g}"] = analyse(folder, seeds, default_only)
-    if args.flip_shares and (Path(args.root) / "200000-xgboost").is_dir():
-        flips = {"proxy draw (default)": studies.get("xgboost, 200,000 rows per day", pd.DataFrame()), **flips}
-    publish(SECTION, render(args, studies, flips), render=args.render, after=AFTER_SECTION)
+        section = f"{SECTION}_{study_name(rows, library)}"
+        publish(section, study_section(f"{library}, {rows:,} rows per day", frame), render=args.render,
+                after=previous)
+        previous = section
+    flips = {f"flip {share:g}": frames[study_name(200_000, "xgboost", share)] for share in args.flip_shares
+             if not frames[study_name(200_000, "xgboost", share)].empty}
+    if flips:
+        proxy_name = study_name(200_000, "xgboost")
+        proxy_draw = frames[proxy_name] if proxy_name in frames else study_results(
+            args.root, 200_000, "xgboost", None, args.seeds, full_grid, kept)
+        shown = {} if proxy_draw.empty else {"proxy draw (default)": proxy_draw}
+        publish(FLIP_SECTION, flip_section({**shown, **flips}), render=args.render, after=previous)
     return 0
 
 

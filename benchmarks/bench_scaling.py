@@ -217,7 +217,9 @@ def measure(rows_per_day: int, days: int, master: str, output: Path, stages: str
 
 def pipeline_metrics(pipeline: dict[str, Any]) -> dict[str, Any]:
     """Row counts and setting counts reported by the stages (their results' scalar fields); for the utility step
-    also where its fits ran and their seconds (sum, longest: one thread each when they ran as Spark tasks)."""
+    also where its fits ran and their seconds (sum, longest: one thread each when they ran as Spark tasks); for the
+    train step with shadow fits (the target and its shadows run as parallel Spark tasks) their seconds (sum, and the
+    target's as the longest: each shadow repeats its fit)."""
     found = {}
     for step in pipeline.get("steps", []):
         result = step.get("result") or {}
@@ -230,6 +232,10 @@ def pipeline_metrics(pipeline: dict[str, Any]) -> dict[str, Any]:
             found.update({"utility.fits_where": result["fits_where"], "utility.fit_seconds_sum": round(sum(fits), 1),
                           "utility.fit_seconds_max": round(max(fits), 1),
                           **{f"utility.phase.{name}": value for name, value in result.get("phase_seconds", {}).items()}})
+        seconds = result.get("seconds") or {}
+        if step["step"] == "train" and seconds.get("fit_shadows"):
+            found.update({"train.fit_seconds_sum": round(seconds["fit_target"] + seconds["fit_shadows"], 1),
+                          "train.fit_seconds_max": round(seconds["fit_target"], 1)})
     return found
 
 
@@ -379,13 +385,23 @@ def bagging_units(rows: float, rows_per_unit: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class IngestRates:
-    """The ingest_gzip section's rates: step 0's serial decode of one .gz day (lines/s, by ISA-L and by Spark's
-    codec) and the parallel rest (core-seconds per line: wall x cores after the decode)."""
+    """The ingest_gzip section's rates: step 0's serial decode of one .gz day (lines/s of the whole one-task job, by
+    ISA-L and by Spark's codec; ISA-L's also inside the task, with the job's fixed seconds apart) and the parallel rest
+    (core-seconds per line: wall x cores after the decode)."""
 
     measured: str
+    lines: int
     isal_decode_lines_per_second: float
+    isal_decode_task_lines_per_second: float
+    decode_job_fixed_seconds: float
     spark_codec_lines_per_second: float
     parallel_core_seconds_per_line: float
+
+    def decode_seconds(self, lines: float) -> float:
+        """Step 0 on one file of ``lines`` lines by ISA-L: the job's fixed seconds plus the task's decode (and copy)
+        at its own rate; the measured day's job time is this at its size, a Criteo day's ~186M lines weigh the
+        fixed part ~90x less."""
+        return self.decode_job_fixed_seconds + lines / self.isal_decode_task_lines_per_second
 
     @classmethod
     def load(cls) -> "IngestRates":
@@ -398,7 +414,7 @@ class IngestRates:
 def ingest_wall(rows: float, files: int, cores: int, rates: IngestRates) -> float:
     """Ingest of ``files`` gzip days with data.split_gzip: each file decoded once in one task (serial per file,
     ceil(files / cores) waves), then the plain copies parsed in parallel blocks on all cores."""
-    decode = math.ceil(files / cores) * rows / files / rates.isal_decode_lines_per_second
+    decode = math.ceil(files / cores) * rates.decode_seconds(rows / files)
     return decode + rows * rates.parallel_core_seconds_per_line / cores
 
 
@@ -468,14 +484,15 @@ def parallel_fits(run: dict[str, Any]) -> bool:
     return run["metrics"].get("utility.fits_where") == PARALLEL_FITS
 
 
-def utility_wall(run: dict[str, Any], cost: StepCost, *, day_rows: float, cores: int) -> float:
-    """The utility step on ``cores`` cores: :meth:`StepCost.wall`, except that with parallel fits the grid's fits
-    (one task each) never take less than the longest of them."""
+def fits_wall(run: dict[str, Any], step: str, cost: StepCost, *, day_rows: float, cores: int) -> float:
+    """The utility or train step on ``cores`` cores: :meth:`StepCost.wall`, except that fits run as parallel Spark
+    tasks (one thread each: the utility grid, the train step's target and shadows) never take less than the longest
+    of them."""
     wall = cost.wall(day_rows=day_rows, cores=cores)
-    if not parallel_fits(run):
+    metrics = run["metrics"]
+    if f"{step}.fit_seconds_max" not in metrics or (step == "utility" and not parallel_fits(run)):
         return wall
-    fits, longest = run["metrics"]["utility.fit_seconds_sum"], run["metrics"]["utility.fit_seconds_max"]
-    return wall + max(0.0, longest - fits / cores)
+    return wall + max(0.0, metrics[f"{step}.fit_seconds_max"] - metrics[f"{step}.fit_seconds_sum"] / cores)
 
 
 def projection(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRates) -> str:
@@ -485,7 +502,7 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRat
     steps, metrics = run["steps"], run["metrics"]
     released_rows = metrics["posteriors.input_rows"]
     settings = metrics["posteriors.settings"]
-    overhead = executor_overhead(runs)
+    overhead = max(1.0, executor_overhead(runs))  # separate executors are never assumed cheaper than one JVM
     cpu_per_result_row = overhead * steps["posteriors"]["cpu_s"] / (released_rows * settings)
     shuffle_per_row = steps["posteriors"].get("shuffle_write_bytes", 0) / released_rows
     rates = dataclasses.replace(rates, parallel_core_seconds_per_line=overhead * rates.parallel_core_seconds_per_line)
@@ -500,12 +517,13 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRat
         lines.append(f"| {stage} | {model} | " + " | ".join(duration(wall) for wall in walls) + " |")
 
     ingest = [ingest_wall(rows, files, cores, rates) for _, rows, files, cores in cases]
-    row("data (ingest of the .gz days)", f"decode {rates.isal_decode_lines_per_second:,.0f} lines/s per file "
-        f"(serial), then {rates.parallel_core_seconds_per_line * 1e6:.1f} core-s per 1M rows", ingest)
+    row("data (ingest of the .gz days)", f"decode {rates.isal_decode_task_lines_per_second:,.0f} lines/s per file "
+        f"(serial) + {rates.decode_job_fixed_seconds:.1f} s per decode job, then {rates.parallel_core_seconds_per_line * 1e6:.1f} core-s per 1M rows", ingest)
     sample_walls = {name: [costs[name].wall(day_rows=rows / files, cores=cores) for _, rows, files, cores in cases]
                     for name in STEPS_FIXED}
-    sample_walls["utility"] = [utility_wall(run, costs["utility"], day_rows=rows / files, cores=cores)
-                               for _, rows, files, cores in cases]
+    for name in ("train", "utility"):
+        sample_walls[name] = [fits_wall(run, name, costs[name], day_rows=rows / files, cores=cores)
+                              for _, rows, files, cores in cases]
 
     def sample_model(name: str, work: str) -> str:
         cost = costs[name]
@@ -514,7 +532,11 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRat
         return (f"{cost.serial:,.0f} CPU s in the driver's Python ({work}); on all cores {cost.parallel:,.0f} CPU s "
                 f"of Spark work on the samples{scans}")
 
-    row("train", sample_model("train", "XGBoost proxy and target on the 1M-row day samples"), sample_walls["train"])
+    train_longest = metrics.get("train.fit_seconds_max", 0.0)
+    row("train", sample_model("train", "XGBoost proxy and target on the 1M-row day samples") if not train_longest
+        else sample_model("train", "the XGBoost proxy on the 1M-row day sample, the predictions of every model")
+        + f"; the target and its label-blind shadows ({metrics['train.fit_seconds_sum']:,.0f} CPU s of fits) are "
+        f"parallel Spark tasks, never faster than the longest ({train_longest:,.0f} s)", sample_walls["train"])
     one_day = [posteriors_wall(rows / files * settings, cpu_per_result_row=cpu_per_result_row, cores=cores,
                                units=bagging_units(rows / files, RECOMMENDED_ROWS_PER_BAGGING_UNIT))
                for _, rows, files, cores in cases]
@@ -532,14 +554,17 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRat
         row(name, sample_model(name, "the day sample"), sample_walls[name])
     totals = [sum(parts) for parts in zip(ingest, one_day, *sample_walls.values())]
     row("**whole pipeline, one released day**", "", totals)
-    decode = max(rows / files for _, rows, files in PROJECTED_SETS) / rates.isal_decode_lines_per_second
-    driver = sum(cost.serial for cost in costs.values()) + longest
+    lines.append("| (the same, in seconds) | | " + " | ".join(f"{total:,.0f} s" for total in totals) + " |")
+    largest_file = max(rows / files for _, rows, files in PROJECTED_SETS)
+    decode = rates.decode_seconds(largest_file)
+    driver = sum(cost.serial for cost in costs.values()) + longest + train_longest
     floor = (f"What does not scale with cores: the gzip decode of one day file ({duration(decode)} by ISA-L, one task "
-             f"per file; {duration(decode * rates.isal_decode_lines_per_second / rates.spark_codec_lines_per_second)} "
+             f"per file; {duration(largest_file / rates.spark_codec_lines_per_second)} "
              "by Spark's codec where the files are not on a local path or mount), the driver's own work on the "
              "1M-row samples ("
              + ", ".join(f"{name} {costs[name].serial:,.0f} s" for name in STEPS_FIXED)
-             + f" of CPU in its Python process) and the longest utility fit ({longest:,.0f} s): about "
+             + f" of CPU in its Python process) and the longest utility fit ({longest:,.0f} s)"
+             + (f" and train fit ({train_longest:,.0f} s)" if train_longest else "") + ": about "
              f"{decode + driver:,.0f} s ({(decode + driver) / 60:.1f} min) whatever the cluster. In local mode the "
              "driver's JVM is also the executor, so its own serial work (collecting results, scheduling) is counted "
              "with the parallel part here.")
@@ -556,7 +581,8 @@ def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRa
     return "\n".join([
         f"Assumptions (rates from the {run['master']} run of {twin_rows(run):,} twin rows above):",
         "- Parallel parts cost their measured CPU seconds (driver, JVM and Python workers, from /proc) times "
-        f"{overhead:.2f}, what separate executor JVMs cost over local mode (the table above), spread over the cores: "
+        f"{overhead:.2f}, what separate executor JVMs cost over local mode (the table above: "
+        f"{executor_overhead(runs):.2f} on data and posteriors; below 1 it is taken as 1), spread over the cores: "
         "CPU seconds are steadier than wall times on this shared machine; a real cluster adds network latency and "
         "stragglers beyond the loopback shuffle measured here, so read the parallel figures as lower bounds.",
         "- Sample steps (train, utility, audit, report): the CPU seconds of the driver's own Python process in the "
@@ -577,10 +603,14 @@ def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRa
            f"{run['metrics']['utility.fit_seconds_sum']:,.0f} CPU s for {run['metrics']['utility.settings']} fits, "
            "one thread each), never faster than the longest fit." if parallel_fits(run) else ""),
         f"- Data: Criteo's .gz days (~{day_rows[PROJECTED_SETS[0][0]] / 1e6:,.0f}M rows each), ingested with "
-        f"`data.split_gzip: true`: each file decoded once in one task at {rates.isal_decode_lines_per_second:,.0f} "
-        "lines/s (ISA-L, for files on a local path or a mount the executors share such as /dbfs or /Volumes; "
-        f"{rates.spark_codec_lines_per_second:,.0f} lines/s by Spark's codec on HDFS or object stores) "
-        f"(~{day_rows[PROJECTED_SETS[0][0]] / rates.isal_decode_lines_per_second:,.0f} s per day, all days at once "
+        f"`data.split_gzip: true`: each file decoded once in one task at {rates.isal_decode_task_lines_per_second:,.0f} "
+        "lines/s inside the task plus the one-task job's fixed "
+        f"{rates.decode_job_fixed_seconds:.1f} s (ISA-L, for files on a local path or a mount the executors share "
+        "such as /dbfs or /Volumes; the task's rate is the decode and copy timed in one process on the measured day, "
+        f"the fixed part its job's time minus that: the whole job ran at {rates.isal_decode_lines_per_second:,.0f} "
+        f"lines/s on its {rates.lines:,}-line day; {rates.spark_codec_lines_per_second:,.0f} lines/s by Spark's codec on HDFS "
+        "or object stores, its whole job's rate) "
+        f"(~{rates.decode_seconds(day_rows[PROJECTED_SETS[0][0]]):,.0f} s per day, all days at once "
         "when there are at least as many cores as files: this part does not scale with cores), then parsed in "
         f"parallel blocks at {rates.parallel_core_seconds_per_line * 1e6:.1f} core-seconds per 1M rows (wall x cores "
         f"of the ingest_gzip section, measured {rates.measured}: the tasks read and write the files themselves, "
