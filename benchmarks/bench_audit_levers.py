@@ -38,6 +38,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
+from benchmarks.bench_audit_power import bound_text, shown_cells  # noqa: E402
 from lia_spark.kernels import criteo  # noqa: E402
 from lia_spark.names import (BASELINE_NAMES, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION,  # noqa: E402
                              RECALIBRATE_NONE, RECALIBRATE_PROXY, ROW_ID, SHADOW_PREDICTION, TARGET_PREDICTION)
@@ -50,7 +51,6 @@ POOLED_RUNS = (2, 5)  # R; the seeds are pooled in consecutive disjoint groups o
 RUN_ID_SHIFT = 44  # pooled row ids: run index << 44 | row id (row ids are day << 40 | index)
 SHARES = (0.1, 0.25, 0.5)
 CRITERIA = ("rare categories", "proxy p", "shadows vs proxy", "random")
-SHOWN_CELLS = ("none", "rr-eps8", "rr-eps4", "rr-eps2", "rr-eps1", "rr_debiased-eps2", "lp_2st-eps4")
 BASELINES = (PROXY_PREDICTION, SHADOW_PREDICTION)  # the default audit.baseline auto with shadows
 
 
@@ -173,11 +173,6 @@ def pooling_rows(tables: dict[str, dict[int, tuple[pd.DataFrame, float]]]) -> li
     return rows
 
 
-def mean_std_text(values) -> str:
-    mean, std = power.mean_std(values)
-    return f"{mean:.3f} +- {std:.3f}"
-
-
 def seeds_text(frame: pd.DataFrame) -> str:
     return ", ".join(map(str, sorted(frame["seed"].unique())))
 
@@ -189,14 +184,14 @@ def above_claims(frame: pd.DataFrame) -> str:
 
 def table_start(frame: pd.DataFrame, title: str, text: str, keys: list[str]) -> tuple[list[str], list[str]]:
     """A section's title, its paragraph and the head of its table (the key columns, then one column per cell of
-    ``frame``, in :data:`SHOWN_CELLS` order); and those cells."""
-    cells = [cell for cell in SHOWN_CELLS if cell in set(frame["cell"])]
+    ``frame``, :func:`shown_cells`); and those cells."""
+    cells = shown_cells(frame)
     return [title, "", text, "", "| " + " | ".join(keys + cells) + " |", "|" + "---|" * (len(keys) + len(cells))], cells
 
 
 def cell_bounds(rows: pd.DataFrame, cells: list[str]) -> str:
     """eps_lb mean +- std of ``rows`` per cell, as table cells."""
-    return " | ".join(mean_std_text(rows.loc[rows["cell"] == cell, "eps_lb"]) for cell in cells)
+    return " | ".join(bound_text(rows[rows["cell"] == cell]) for cell in cells)
 
 
 def render_selection(frame: pd.DataFrame, root: Path) -> str:

@@ -146,9 +146,15 @@ def cell_rows(folder: Path, seed: int, choices: tuple[AuditConfig, ...], known: 
     return rows
 
 
-def _cell(frame: pd.DataFrame) -> str:
+def bound_text(frame: pd.DataFrame) -> str:
+    """eps_lb of ``frame``'s rows as ``mean +- std`` (sample std over the seeds or groups)."""
     mean, std = power.mean_std(frame["eps_lb"])
     return f"{mean:.3f} +- {std:.3f}"
+
+
+def shown_cells(frame: pd.DataFrame) -> list[str]:
+    """The cells of ``frame`` in :data:`SHOWN_CELLS` order."""
+    return [cell for cell in SHOWN_CELLS if cell in set(frame["cell"])]
 
 
 def choice_table(frame: pd.DataFrame, cells: list[str]) -> str:
@@ -158,7 +164,7 @@ def choice_table(frame: pd.DataFrame, cells: list[str]) -> str:
              "|---|" + "---|" * len(cells)]
     for choice, rows in frame.groupby("choice", sort=False):
         mark = " (default)" if choice == DEFAULT else ""
-        values = [_cell(rows[rows["cell"] == cell]) if (rows["cell"] == cell).any() else "-" for cell in cells]
+        values = [bound_text(rows[rows["cell"] == cell]) if (rows["cell"] == cell).any() else "-" for cell in cells]
         lines.append(f"| {choice.replace('|', chr(92) + '|')}{mark} | " + " | ".join(values) + " |")
     default = frame[frame["choice"] == DEFAULT]
     for label, column, spec in (("ceiling at the claimed eps (default choice)", "ceiling", ".3f"),
@@ -220,7 +226,7 @@ def flip_table(frames: dict[str, pd.DataFrame]) -> str:
             if cell not in ("none", "rr-eps4", "rr-eps2"):
                 continue
             lines.append(f"| {label} | {cell} | {rows['seed'].nunique()} | {rows['informative'].mean():,.0f} | "
-                         f"{_cell(rows)} | {rows['ceiling'].mean():.3f} | {rows['test_auc'].mean():.4f} | "
+                         f"{bound_text(rows)} | {rows['ceiling'].mean():.3f} | {rows['test_auc'].mean():.4f} | "
                          f"{rows['test_log_loss'].mean():.4f} |")
     return "\n".join(lines)
 
@@ -262,7 +268,7 @@ def header(args: argparse.Namespace) -> str:
 
 def study_section(label: str, frame: pd.DataFrame) -> str:
     """One study: eps_lb per choice and cell, the strongest choices, utility, and bounds above the claimed eps."""
-    cells = [cell for cell in SHOWN_CELLS if cell in set(frame["cell"])]
+    cells = shown_cells(frame)
     finite = frame[np.isfinite(frame["claimed_epsilon"])]
     above = finite[finite["eps_lb"] > finite["claimed_epsilon"]]
     return "\n\n".join([
