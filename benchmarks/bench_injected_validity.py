@@ -57,7 +57,8 @@ from benchmarks._report import publish  # noqa: E402
 from lia_spark.kernels import (audit, audit_sweep, bounds, features, injected, mechanism_registry,  # noqa: E402
                                synthetic, training)
 from lia_spark.kernels.criteo import FEATURE_COLUMNS  # noqa: E402
-from lia_spark.names import BINOMIAL, BONFERRONI, NONE, RR, UNIFORM_FLIP, bound_key  # noqa: E402
+from lia_spark.names import (BASELINE_NAMES, BINOMIAL, BONFERRONI, NONE, PROXY_PREDICTION, RR,  # noqa: E402
+                             SHADOW_PREDICTION, UNIFORM_FLIP, bound_key)
 from lia_spark.run.model_sections import AuditConfig  # noqa: E402
 from lia_spark.studies import power, table  # noqa: E402
 
@@ -77,6 +78,7 @@ NULL_ROWS = {"null_50k": 50_000, "null_200k": 200_000, "null_1m": 1_000_000}
 REFERENCE_ROWS = 200_000
 FLIP_EPSILONS = (math.inf, 4.0)
 DEFAULT_AUDIT = AuditConfig()  # the injected audit as the product runs it by default
+DEFAULT_AUDIT_TEXT = f"{power.choice_name(DEFAULT_AUDIT)} | {DEFAULT_AUDIT.baseline}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +98,7 @@ class Settings:
     seed: int
     minutes: float | None
     shadows: int = 4
+    audit: str = ""  # the injected audit's settings (scores | recalibrate | sweep | baseline): a resume must match
 
 
 def twin_data(params: synthetic.TwinParameters, *, day: int, start: int, rows: int,
@@ -198,7 +201,10 @@ def repetition(r: int, s: Settings) -> dict:
     out["seconds"]["shadows"] = time.monotonic() - tic
 
     def baselines(epsilon: float) -> dict[str, np.ndarray]:
-        return {"proxy": proxy, **({"shadows": shadow_baselines[epsilon]} if s.shadows else {})}
+        """The baselines audit.baseline picks of the proxy and, where fitted, the mechanism's shadows."""
+        available = {PROXY_PREDICTION: proxy, **({SHADOW_PREDICTION: shadow_baselines[epsilon]} if s.shadows else {})}
+        return {BASELINE_NAMES[column]: available[column]
+                for column in DEFAULT_AUDIT.baseline_columns(tuple(available))}
 
     # label-blind reference and nulls (rows after the canary sample, disjoint from each other)
     tic = time.monotonic()
@@ -313,11 +319,10 @@ def render(payload: dict) -> str:
         f"nulls on 50k / 200k / 1M (one repetition in {s['big_every']}: {big} of {n}) other day-1 rows (80% train "
         f"split of each) and the true eta; positives trained on the canaries with RR(eps) or non-private, on y0 "
         f"(observational designs) or on y^b (injected; RR applied to y^b). Bounds: pure binomial, 95%. Injected: the "
-        f"audit's default settings (`audit.scores` log_ratio and difference_t2, `audit.recalibrate` proxy, the "
-        f"geometric sweep, each score against the proxy and against the baseline of {s.get('shadows', 0)} "
-        f"label-blind shadow fits per training mechanism, the confidence split over all of them: the shadows are "
-        f"the target's fit repeated on the canaries with paired fresh coins and fresh RR seeds; the nulls against "
-        f"the non-private shadows, the flip rows against the proxy alone), m = informative canaries (y0 != y1), one "
+        f"audit's default settings of the run (scores | recalibrate | sweep | baseline: `{s['audit']}`; "
+        f"{s.get('shadows', 0)} label-blind shadow fits per training mechanism: the target's fit repeated on the "
+        f"canaries with paired fresh coins and fresh RR seeds; the nulls against the non-private shadows, the flip "
+        f"rows against the proxy alone), m = informative canaries (y0 != y1), one "
         f"training run = one bound. Observational: Bonferroni over the linear guess sweep (`guess_grid`), score "
         f"`log_ratio`. Calibrated observational: tau* = `bounds.tau_break_even` of an independent "
         f"label-blind reference (XGBoost on another 200k day-1 rows, disjoint from every null) on the same game "
@@ -593,7 +598,8 @@ def main(argv=None) -> int:
                             epsilons=tuple(args.epsilons), game_draws=args.game_draws, big_every=args.big_every,
                             flip_repetitions=args.flip_repetitions, trees=args.trees, depth=args.depth,
                             learning_rate=args.learning_rate, early_stopping=args.early_stopping,
-                            click_rate=args.click_rate, seed=args.seed, minutes=args.minutes, shadows=args.shadows)
+                            click_rate=args.click_rate, seed=args.seed, minutes=args.minutes, shadows=args.shadows,
+                            audit=DEFAULT_AUDIT_TEXT)
         shown = " ".join(arg for arg in (argv if argv is not None else sys.argv[1:]))
         payload = {"meta": {"settings": dataclasses.asdict(settings), "arguments": shown, "output": args.output},
                    "repetitions": []}

@@ -140,14 +140,15 @@ PROXY_DRAW = "proxy"
 UNIFORM_FLIP = "flip"
 COUNTERFACTUALS = (PROXY_DRAW, UNIFORM_FLIP)
 # Label-free recalibration before scoring (audit.recalibrate, docs/math.md §5.11): none; the target mapped onto the
-# proxy's scale, g(M) = E[M' | M]; or the proxy mapped onto the target's, h(M') = E[M | M'].
-RECALIBRATE_NONE, RECALIBRATE_TARGET, RECALIBRATE_PROXY = "none", "target", "proxy"
-RECALIBRATIONS = (RECALIBRATE_NONE, RECALIBRATE_TARGET, RECALIBRATE_PROXY)
-# The predictions the injected game's scores compare the target's with (audit.baseline, docs/math.md §5.13): every
-# baseline the canary table holds, the confidence split over them (auto: the proxy's, and the shadow fits' where
-# fitted), the proxy's alone, or the shadows' alone (refused without them); their names in score names.
-BASELINE_AUTO, BASELINE_PROXY, BASELINE_SHADOWS = "auto", "proxy", "shadows"
-BASELINES = (BASELINE_AUTO, BASELINE_PROXY, BASELINE_SHADOWS)
+# baseline's scale, g(M) = E[M' | M]; the baseline mapped onto the target's, h(M') = E[M | M']; or auto: the proxy
+# mapped (h), the shadows left as they are (the target's own pipeline, already on its scale).
+RECALIBRATE_NONE, RECALIBRATE_TARGET, RECALIBRATE_PROXY, RECALIBRATE_AUTO = "none", "target", "proxy", "auto"
+RECALIBRATIONS = (RECALIBRATE_AUTO, RECALIBRATE_NONE, RECALIBRATE_TARGET, RECALIBRATE_PROXY)
+# The predictions the injected game's scores compare the target's with (audit.baseline, docs/math.md §5.13): auto,
+# the shadow fits' where the canary table holds them, else the proxy's; both, each of the two, the confidence split
+# over them; the proxy's alone; or the shadows' alone (refused without them). Their names in score names.
+BASELINE_AUTO, BASELINE_BOTH, BASELINE_PROXY, BASELINE_SHADOWS = "auto", "both", "proxy", "shadows"
+BASELINES = (BASELINE_AUTO, BASELINE_BOTH, BASELINE_PROXY, BASELINE_SHADOWS)
 BASELINE_NAMES = {PROXY_PREDICTION: BASELINE_PROXY, SHADOW_PREDICTION: BASELINE_SHADOWS}
 GEOMETRIC, LINEAR = "geometric", "linear"  # audit.sweep: the guess counts c' of the sweep (docs/math.md §5.3)
 SWEEPS = (GEOMETRIC, LINEAR)

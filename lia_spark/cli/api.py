@@ -25,6 +25,7 @@ from lia_spark.names import (BASELINE_NAMES, COUNTERFACTUAL_LABEL, HIDDEN_BIT, L
 from lia_spark.present.headline import Headline
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config, load_config
+from lia_spark.run.model_sections import AuditConfig
 from lia_spark.studies.power import ChoiceBound, audit_arrays, counts_bound
 
 # The columns of a table to audit: the canary table of the train stage, or inject's sealed table joined with your
@@ -92,14 +93,13 @@ def audit_predictions(predictions: Any, *, claimed_epsilon: float = math.inf, se
                             score=bound.score, guesses=bound.guesses, baselines=baselines, headline=headline)
 
 
-def _baselines(frame: pd.DataFrame, baseline: str) -> tuple[str, ...]:
+def _baselines(frame: pd.DataFrame, section: AuditConfig) -> tuple[str, ...]:
     """The baseline columns of audit.baseline in a pandas table, as the audit stage resolves them."""
     present = tuple(column for column in BASELINE_COLUMNS if column in frame and frame[column].notna().any())
-    chosen = {names.BASELINE_AUTO: present, names.BASELINE_PROXY: (PROXY_PREDICTION,),
-              names.BASELINE_SHADOWS: (SHADOW_PREDICTION,)}[baseline]
+    chosen = section.baseline_columns(present)
     if not chosen or not set(chosen) <= set(present):
         wanted = " or ".join(chosen or BASELINE_COLUMNS)
-        raise ValueError(f"predictions: audit.baseline={baseline} needs a column {wanted} with values, got columns "
+        raise ValueError(f"predictions: audit.baseline={section.baseline} needs a column {wanted} with values, got columns "
                          f"{list(frame.columns)}")
     return chosen
 
@@ -121,7 +121,7 @@ def _audit_pandas(frame: pd.DataFrame, config: Config, *, seed: int,
     if config.audit.canaries > 0:
         raise ConfigError(f"audit.canaries: a pandas table is audited whole, got {config.audit.canaries}; sample "
                           "the table yourself, or pass a Spark DataFrame")
-    baselines = _baselines(frame, config.audit.baseline)
+    baselines = _baselines(frame, config.audit)
     rows = frame[frame[HIDDEN_BIT].notna() & frame[COUNTERFACTUAL_LABEL].notna()]
     found = injected.summarize_predictions(rows[TARGET_PREDICTION].to_numpy(np.float64),
                                            rows[baselines[0]].to_numpy(np.float64), expected=rows[ROW_ID].nunique())

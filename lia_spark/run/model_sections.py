@@ -158,9 +158,9 @@ class AuditConfig:
     membership_candidates: int = 20_000
     repetitions: int = 100
     scores: tuple[str, ...] = (names.LOG_RATIO, f"{names.DIFFERENCE_PREFIX}2")  # BENCHMARKS.md: audit power
-    recalibrate: str = names.RECALIBRATE_PROXY  # none | target (M onto M') | proxy (M' onto M): no label read
+    recalibrate: str = names.RECALIBRATE_AUTO  # auto (the proxy mapped, shadows not) | none | target | proxy
     shadows: int = 4  # injected design: label-blind shadow fits with fresh coins (even; 0 = none)
-    baseline: str = names.BASELINE_AUTO  # auto (proxy and shadows where fitted) | proxy | shadows
+    baseline: str = names.BASELINE_AUTO  # auto (the shadows where fitted, else the proxy) | both | proxy | shadows
     confidence: float = 0.95
     delta: float = 0.0
     tau: float = 0.0
@@ -187,6 +187,26 @@ class AuditConfig:
         draws its own membership coins, so neither design applies)."""
         return self.design if self.attack == names.LABEL_INFERENCE else names.MEMBERSHIP
 
+    def baseline_columns(self, available: tuple[str, ...]) -> tuple[str, ...]:
+        """The prediction columns audit.baseline compares the target's with, given the ``available`` baseline columns
+        of the canary table (proxy_prediction, shadow_prediction where fitted): auto the shadows' where available,
+        else the proxy's; both every available one; proxy or shadows that one (perhaps not available: the caller
+        says so)."""
+        if self.baseline == names.BASELINE_AUTO:
+            return (names.SHADOW_PREDICTION,) if names.SHADOW_PREDICTION in available else (names.PROXY_PREDICTION,)
+        if self.baseline == names.BASELINE_BOTH:
+            return tuple(column for column in (names.PROXY_PREDICTION, names.SHADOW_PREDICTION) if column in available)
+        return ({names.BASELINE_PROXY: names.PROXY_PREDICTION, names.BASELINE_SHADOWS: names.SHADOW_PREDICTION}
+                [self.baseline],)
+
+    def recalibration(self, baseline: str) -> str:
+        """audit.recalibrate for the scores against one baseline (``proxy`` or ``shadows``, docs/math.md §5.11): auto
+        maps the proxy onto the target's scale (h = E[M | M']) and leaves the shadows as they are (the target's own
+        pipeline fitted again, already on its scale)."""
+        if self.recalibrate != names.RECALIBRATE_AUTO:
+            return self.recalibrate
+        return names.RECALIBRATE_NONE if baseline == names.BASELINE_SHADOWS else names.RECALIBRATE_PROXY
+
     @property
     def given_target(self) -> str:
         """The field naming a target this project did not train (audit.model_uri, audit.predictions_path,
@@ -212,7 +232,8 @@ class AuditConfig:
             fail("audit.design", self.design, f"must be one of {', '.join(names.DESIGNS)}")
         if self.recalibrate not in names.RECALIBRATIONS:
             fail("audit.recalibrate", self.recalibrate, f"must be one of {', '.join(names.RECALIBRATIONS)}",
-                 "none (default); target maps M onto M'; proxy maps M' onto M (docs/math.md §5.11)")
+                 "auto (default) maps the proxy and not the shadows; target maps M onto the baseline; proxy maps "
+                 "the baseline onto M (docs/math.md §5.11)")
         if self.shadows < 0 or self.shadows % 2:
             fail("audit.shadows", self.shadows, "must be an even number >= 0 (0 = no shadow fits)",
                  "shadows come in pairs with complementary coins (docs/math.md §5.13)")

@@ -67,8 +67,8 @@ def audit_arrays(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: n
                  target: np.ndarray, baselines: dict[str, np.ndarray], section: AuditConfig, *, seed: int,
                  claimed_epsilon: float) -> ChoiceBound:
     """The injected audit of the canaries' columns under ``section``, the scores comparing the target's predictions
-    with each of ``baselines`` (name -> predictions: the proxy's, the shadows'): per baseline the map of
-    audit.recalibrate fitted on every canary; m = the informative canaries; the best pure binomial bound (delta = 0)
+    with each of ``baselines`` (name -> predictions: the proxy's, the shadows'): per baseline the map
+    audit.recalibrate names for it fitted on every canary; m = the informative canaries; the best pure binomial bound (delta = 0)
     over scores x baselines x the sweep, Bonferroni at ``section.confidence`` over all of them; and the ceiling at
     the claim."""
     label = np.asarray(label).astype(np.int8)
@@ -79,7 +79,7 @@ def audit_arrays(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: n
     for name, baseline in baselines.items():
         mapped_target, mapped_baseline = recalibrated(np.asarray(target, dtype=np.float64),
                                                       np.asarray(baseline, dtype=np.float64),
-                                                      mapped=section.recalibrate)
+                                                      mapped=section.recalibration(name))
         counts = injected.count_correct(np.asarray(row_ids, dtype=np.int64), label, counterfactual,
                                         np.asarray(hidden_bit).astype(np.int8), mapped_target, mapped_baseline,
                                         seed=seed, guesses=guesses, scores=section.scores)

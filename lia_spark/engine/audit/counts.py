@@ -89,11 +89,11 @@ def _candidate_keys(frame: pd.DataFrame, score: canary_scores.Score, *, design: 
     return np.abs(values), audit.candidate_ties_labels(row_ids, seed=seed)[0]
 
 
-def resolve_baselines(df: DataFrame, *, baseline: str, design: str) -> tuple[str, ...]:
-    """The prediction columns the scores compare the target's with (docs/math.md §5.13): under the injected design
-    with audit.baseline auto every baseline the canary table holds (``proxy_prediction``, and ``shadow_prediction``
-    where the train stage fitted shadows: the confidence is then split over both), with ``shadows`` the shadows' alone,
-    with ``proxy`` (and under the other designs) the proxy's.
+def resolve_baselines(df: DataFrame, *, section: AuditConfig) -> tuple[str, ...]:
+    """The prediction columns the scores compare the target's with (docs/math.md §5.13, ``section.baseline_columns``):
+    under the injected design with audit.baseline auto the shadows' (``shadow_prediction``) where the train stage
+    fitted them, else the proxy's; with ``both`` each of them (the confidence split over both); with ``shadows`` or
+    ``proxy`` that one; under the other designs the proxy's.
 
     Raises:
         ValueError: naming audit.baseline when it asks for shadows and the table has none, or under the
@@ -101,14 +101,14 @@ def resolve_baselines(df: DataFrame, *, baseline: str, design: str) -> tuple[str
     """
     has_shadows = (SHADOW_PREDICTION in df.columns
                    and df.where(F.col(SHADOW_PREDICTION).isNotNull()).limit(1).count() > 0)
-    if baseline == names.BASELINE_SHADOWS and (design != names.INJECTED or not has_shadows):
+    if section.baseline == names.BASELINE_SHADOWS and (section.design != names.INJECTED or not has_shadows):
         raise ValueError(f"audit.baseline: shadows needs a canary table with {SHADOW_PREDICTION} under "
                          f"audit.design={names.INJECTED} (the train stage fits audit.shadows shadows on the in-memory "
-                         f"path, every mechanism but pate), got audit.design={design} and "
+                         f"path, every mechanism but pate), got audit.design={section.design} and "
                          f"{'no' if not has_shadows else 'a'} {SHADOW_PREDICTION}; use audit.baseline=auto or proxy")
-    if design != names.INJECTED or not has_shadows or baseline == names.BASELINE_PROXY:
+    if section.design != names.INJECTED:
         return (PROXY_PREDICTION,)
-    return (SHADOW_PREDICTION,) if baseline == names.BASELINE_SHADOWS else (PROXY_PREDICTION, SHADOW_PREDICTION)
+    return section.baseline_columns((PROXY_PREDICTION, *((SHADOW_PREDICTION,) if has_shadows else ())))
 
 
 def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = names.OBSERVATIONAL,

@@ -172,19 +172,20 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
     """The counts of the label-inference audit of audit.design over the canary table (``canaries`` or
     :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column ``target`` (the
     target's, or the label-blind reference's) against each baseline of audit.baseline (:func:`resolve_baselines`:
-    one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated with
-    audit.recalibrate; injected: m = the informative canaries, R = 1; observational on the twin also the proxy's
-    measured error (:func:`proxy_error`)."""
+    one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated as audit.recalibrate
+    says for it (``AuditConfig.recalibration``); injected: m = the informative canaries, R = 1; observational on the
+    twin also the proxy's measured error (:func:`proxy_error`)."""
     data_rows = canaries is None or own_model(config)
     truth = truth_table(spark, config, data_rows=data_rows) if config.audit.design == names.OBSERVATIONAL else None
     if canaries is None:
         describe_jobs(spark, "audit: read canaries")
         canaries = spark.read.parquet(canary_path(config))
-    baselines = resolve_baselines(canaries, baseline=config.audit.baseline, design=config.audit.design)
+    baselines = resolve_baselines(canaries, section=config.audit)
     correct, maps, m, guesses, error = {}, {}, 0, np.zeros(0, dtype=np.int64), None
     for baseline in baselines:
+        mapped = config.audit.recalibration(BASELINE_NAMES[baseline])
         df, mapping = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries,
-                                      design=config.audit.design, target=target, recalibrate=config.audit.recalibrate,
+                                      design=config.audit.design, target=target, recalibrate=mapped,
                                       baseline=baseline)
         if config.audit.canaries > 0 or mapping is not None:
             df = df.persist(StorageLevel.MEMORY_AND_DISK)  # a sample's top-k and the map are full scans: run them once
@@ -199,7 +200,7 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
         suffix = "" if len(baselines) == 1 else f"@{BASELINE_NAMES[baseline]}"
         correct.update({f"{score}{suffix}": values for score, values in counts.items()})
         if mapping is not None:
-            maps[baseline] = {"mapped": config.audit.recalibrate, **mapping.summary()}
+            maps[baseline] = {"mapped": mapped, **mapping.summary()}
     return GameCounts(m, guesses, correct, maps, baselines, error)
 
 
