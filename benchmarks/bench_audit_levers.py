@@ -41,7 +41,7 @@ from benchmarks._report import publish  # noqa: E402
 from benchmarks.bench_audit_power import bound_text, shown_cells  # noqa: E402
 from lia_spark.kernels import criteo  # noqa: E402
 from lia_spark.names import (BASELINE_NAMES, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION,  # noqa: E402
-                             RECALIBRATE_NONE, RECALIBRATE_PROXY, ROW_ID, SHADOW_PREDICTION, TARGET_PREDICTION)
+                             RECALIBRATE_NONE, RECALIBRATE_TARGET, ROW_ID, SHADOW_PREDICTION, TARGET_PREDICTION)
 from lia_spark.run.model_sections import AuditConfig  # noqa: E402
 from lia_spark.studies import power  # noqa: E402
 
@@ -51,7 +51,8 @@ POOLED_RUNS = (2, 5)  # R; the seeds are pooled in consecutive disjoint groups o
 RUN_ID_SHIFT = 44  # pooled row ids: run index << 44 | row id (row ids are day << 40 | index)
 SHARES = (0.1, 0.25, 0.5)
 CRITERIA = ("rare categories", "proxy p", "shadows vs proxy", "random")
-BASELINES = (PROXY_PREDICTION, SHADOW_PREDICTION)  # the default audit.baseline auto with shadows
+# the default audit.baseline's columns where the train stage fitted shadows
+BASELINES = AuditConfig().baseline_columns((PROXY_PREDICTION, SHADOW_PREDICTION))
 
 
 def category_rarity(data_folder: Path) -> pd.Series:
@@ -134,11 +135,12 @@ def selection_rows(tables: dict[str, dict[int, tuple[pd.DataFrame, float]]], roo
 
 
 def pooled_bound(runs: list[tuple[pd.DataFrame, int]], claimed: float) -> power.ChoiceBound:
-    """The default audit of R runs' canaries in one game: each run's baselines mapped onto its own target's scale
-    (audit.recalibrate proxy), then the (canary, run) pairs pooled, row ids made distinct by the run's index."""
+    """The default audit of R runs' canaries in one game: each run's baselines mapped onto its own target's scale as
+    audit.recalibrate says for them, then the (canary, run) pairs pooled, row ids made distinct by the run's index."""
     section = AuditConfig()
-    if section.recalibrate != RECALIBRATE_PROXY:
-        raise ValueError(f"pooling maps the baselines per run; the default audit.recalibrate is {section.recalibrate}")
+    mapped = {column: section.recalibration(BASELINE_NAMES[column]) for column in BASELINES}
+    if RECALIBRATE_TARGET in mapped.values():
+        raise ValueError(f"pooling maps the baselines per run, not the targets; audit.recalibrate is {mapped}")
     parts: dict[str, list[np.ndarray]] = {}
     for index, (canaries, _) in enumerate(runs):
         target = canaries[TARGET_PREDICTION].to_numpy(np.float64)
@@ -146,7 +148,7 @@ def pooled_bound(runs: list[tuple[pd.DataFrame, int]], claimed: float) -> power.
                    "label": canaries[LABEL].to_numpy(), "counterfactual": canaries[COUNTERFACTUAL_LABEL].to_numpy(),
                    "hidden_bit": canaries[HIDDEN_BIT].to_numpy(), "target": target}
         columns.update({BASELINE_NAMES[column]: power.recalibrated(
-            target, canaries[column].to_numpy(np.float64), mapped=section.recalibrate)[1] for column in BASELINES})
+            target, canaries[column].to_numpy(np.float64), mapped=mapped[column])[1] for column in BASELINES})
         for name, values in columns.items():
             parts.setdefault(name, []).append(values)
     pooled = {name: np.concatenate(values) for name, values in parts.items()}

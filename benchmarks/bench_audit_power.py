@@ -17,6 +17,7 @@ study's section from there when its training runs are gone.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -30,7 +31,7 @@ import pandas as pd
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
-from lia_spark.names import PROXY_PREDICTION, SHADOW_PREDICTION  # noqa: E402
+from lia_spark.names import BASELINE_NAMES, PROXY_PREDICTION, SHADOW_PREDICTION  # noqa: E402
 from lia_spark.run.model_sections import AuditConfig  # noqa: E402
 from lia_spark.studies import power  # noqa: E402
 
@@ -53,7 +54,18 @@ RECALIBRATIONS = ("none", "target", "proxy")
 LARGE_SCORE_SETS = (("log_ratio",), ("difference_t2",), ("log_ratio", "difference_t2"))
 LARGE_RECALIBRATIONS = ("none", "proxy")
 SWEEPS = ("linear", "geometric")
-DEFAULT = power.choice_name(AuditConfig()) + " | proxy+shadows"  # audit.baseline auto with the default shadows
+
+
+def default_choice() -> str:
+    """The study's row that the audit's defaults compute where the train stage fitted shadows: the baselines of
+    audit.baseline, each under the one map audit.recalibrate names for it (a row has one recalibration)."""
+    section = AuditConfig()
+    baselines = [BASELINE_NAMES[column] for column in section.baseline_columns((PROXY_PREDICTION, SHADOW_PREDICTION))]
+    (mapped,) = {section.recalibration(name) for name in baselines}
+    return f"{power.choice_name(dataclasses.replace(section, recalibrate=mapped))} | {'+'.join(baselines)}"
+
+
+DEFAULT = default_choice()
 
 
 def study_name(rows: int, library: str, flip_share: float | None = None) -> str:

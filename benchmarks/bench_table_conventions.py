@@ -4,10 +4,11 @@ For every cell of one audit-table run (``<root>/seed<S>/table/cells/<cell>``, tr
 ``lia-spark audit-table``), without training anything:
 
 - **valid**: the cell's own audit (the audit's defaults: injected canaries, log ratio and difference t = 2 against
-  the proxy and the shadows, ``audit.recalibrate=proxy`` (M' mapped onto M), binomial bound, Bonferroni over
-  scores, baselines and sweep, 95%);
-- **the other recalibrations**: the same audit with ``audit.recalibrate=none`` and ``=target`` (M mapped onto M')
-  (docs/math.md §5.11: increasing fits on the canaries' predictions, no label read; still valid bounds);
+  the shadows where the train stage fitted them, else the proxy mapped onto M (``audit.recalibrate=auto``),
+  binomial bound, Bonferroni over scores and sweep, 95%);
+- **the other recalibrations**: the same audit with ``audit.recalibrate=proxy`` (the baseline mapped onto M, the
+  shadows too), ``=target`` (M mapped onto the baseline) and ``=none`` (docs/math.md §5.11: increasing fits on the
+  canaries' predictions, no label read; still valid bounds);
 - **paper way**: the audit ``table.paper_convention`` adds (:data:`lia_spark.studies.table.PAPER_AUDIT`: the
   observational game on 200k training rows, difference score t = 2, delta = 1e-5, GDP, best sweep point each at
   95%, 100 repetitions), labelled "paper convention, not a valid bound".
@@ -38,7 +39,7 @@ from benchmarks.bench_injected_table import cells  # noqa: E402
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.engine.runtime.registry import run_stage  # noqa: E402
 from lia_spark.engine.runtime.audit_table import paper_way_config  # noqa: E402
-from lia_spark.names import PATE, RECALIBRATE_NONE, RECALIBRATE_TARGET  # noqa: E402
+from lia_spark.names import PATE, RECALIBRATE_NONE, RECALIBRATE_PROXY, RECALIBRATE_TARGET  # noqa: E402
 from lia_spark.run import layout  # noqa: E402
 from lia_spark.run.config import load_config  # noqa: E402
 from lia_spark.studies import table  # noqa: E402
@@ -50,7 +51,11 @@ PATE_PUBLISHED_SECTION = "pate_published"
 PATE_PUBLISHED_RESULTS = Path(__file__).resolve().parent / "pate_published.json"
 
 
-ALTERNATIVES = (RECALIBRATE_NONE, RECALIBRATE_TARGET)  # beside the default audit.recalibrate=proxy
+ALTERNATIVES = (RECALIBRATE_PROXY, RECALIBRATE_TARGET, RECALIBRATE_NONE)  # beside the default audit.recalibrate
+# each alternative's column head and verdict words (a saved run shows the alternatives it measured)
+ALTERNATIVE_WORDS = {RECALIBRATE_PROXY: "the baseline onto M (`audit.recalibrate=proxy`)",
+                     RECALIBRATE_TARGET: "M onto the baseline (`audit.recalibrate=target`)",
+                     RECALIBRATE_NONE: "no recalibration (`audit.recalibrate=none`)"}
 
 
 def audit_cell(spark, base, record: dict, scratch: str) -> dict:
@@ -81,22 +86,24 @@ def audit_cell(spark, base, record: dict, scratch: str) -> dict:
 def render(rows: list[dict], *, root: str, seed: int, label: str = "") -> str:
     """The side-by-side table, the recalibration verdict and the remaining differences; ``label`` (kept in the
     saved JSON) says under which settings the numbers were measured when they are not the current ones."""
-    lines = ["| algorithm | claimed eps | valid eps_lb (default: M' onto M) | valid, no recalibration | valid, M onto "
-             "M' | paper way (not a valid bound) | published (paper convention) | test log-loss | published log-loss |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    modes = [key.removeprefix("eps_lb_recalibrate_") for key in rows[0] if key.startswith("eps_lb_recalibrate_")]
+    lines = ["| algorithm | claimed eps | valid eps_lb (default) | "
+             + "".join(f"valid, {ALTERNATIVE_WORDS[mode]} | " for mode in modes)
+             + "paper way (not a valid bound) | published (paper convention) | test log-loss | published log-loss |",
+             "|---|---|---|" + "---|" * len(modes) + "---|---|---|---|"]
     for row in rows:
         value, loss = table.published_text(row["algorithm"], row["claimed_epsilon"])
         lines.append(
             f"| {row['algorithm']} | {table.epsilon_text(row['claimed_epsilon'])} | {row['eps_lb']:.3f} | "
-            f"{row['eps_lb_recalibrate_none']:.3f} | {row['eps_lb_recalibrate_target']:.3f} | "
-            f"{table.mean_std_text(row['eps_lb_paper_way_mean'], row['eps_lb_paper_way_std'])} | "
+            + "".join(f"{row[f'eps_lb_recalibrate_{mode}']:.3f} | " for mode in modes)
+            + f"{table.mean_std_text(row['eps_lb_paper_way_mean'], row['eps_lb_paper_way_std'])} | "
             f"{value or '-'} | {row['test_log_loss']:.3f} | {loss or '-'} |")
     verdicts = []
-    for mode, words in ((RECALIBRATE_NONE, "No recalibration (`audit.recalibrate=none`)"),
-                        (RECALIBRATE_TARGET, "M onto M' (`audit.recalibrate=target`)")):
+    for mode in modes:
         gains = [row[f"eps_lb_recalibrate_{mode}"] - row["eps_lb"] for row in rows]
         higher = [(row, gain) for row, gain in zip(rows, gains) if gain > 1e-9]
-        verdicts.append(f"{words} against the default: higher in {len(higher)} of {len(rows)} cells"
+        verdicts.append(f"{ALTERNATIVE_WORDS[mode].capitalize()} against the default: higher in {len(higher)} of "
+                        f"{len(rows)} cells"
                         + (" (" + ", ".join(f"{r['cell']} {g:+.3f}" for r, g in higher) + ")" if higher else "")
                         + f", lower in {sum(g < -1e-9 for g in gains)} (largest loss {-min(gains):.3f}).")
     verdict = " ".join(verdicts) + (
@@ -111,12 +118,10 @@ def render(rows: list[dict], *, root: str, seed: int, label: str = "") -> str:
         *([label, ""] if label else []),
         f"The cells of `{root}/seed{seed}` (twin, 1M rows per day, XGBoost, injected design; the PATE cells "
         "trained with the protocol of docs/math.md §4.6), each audited three ways on the same canary table, no "
-        "training: its own valid audit under the audit's defaults (injected canaries, log ratio and difference "
-        "t = 2 against the proxy and the label-blind shadows the train stage fitted (none for PATE), the proxy "
-        "mapped onto the target's scale h(M') = E[M | M'] (`audit.recalibrate=proxy`), the geometric sweep, "
-        "binomial bound, Bonferroni over scores, baselines and sweep points, 95%; one training run = one bound); "
-        "the same audit without recalibration and with the other label-free map of docs/math.md §5.11 (still "
-        "valid), the target mapped onto the proxy's scale, g(M) = E[M' | M]; "
+        "training: its own valid audit under the audit's defaults of the run (one training run = one bound); the "
+        "same audit under the other "
+        "label-free maps of docs/math.md §5.11 (still valid): h(M') = E[M | M'] replaces the baseline, g(M) = "
+        "E[M' | M] the target, or none; "
         "and the audit `table.paper_convention=true` adds (the observational game on 200k training rows with their "
         "training labels, difference score t = 2, delta = 1e-5, GDP, the best sweep point each at 95%, 100 "
         "repetitions, mean +- std over them: paper convention, not a valid bound). Published: Kalemaj et al. 2025, "

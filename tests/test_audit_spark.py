@@ -1,6 +1,7 @@
 """The Spark audit stage: exact distributed counts equal the in-process kernel, whatever the partitioning."""
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -14,6 +15,7 @@ from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.kernels import audit, audit_sweep, hashing
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.model_sections import AuditConfig
+from lia_spark.studies import power
 
 
 def _table(m: int, seed: int) -> pd.DataFrame:
@@ -174,8 +176,6 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
     best = audit_sweep.evaluate_scores(kernel, guesses, canaries=len(informative)).best["eps_binomial_bonferroni"]
     assert result.summary.design == "injected" and result.repetitions == 1 and result.canaries == len(informative)
     # the default audit (recalibrated proxy, geometric sweep) is what the power study computes in process
-    from lia_spark.studies import power
-
     default = run_stage("audit", spark, config_from_dict({"run": {"output_dir": str(tmp_path / "default"),
                                                                    "seed": 42}, "audit": {"canary_path": path}}))
     studied = power.audit_choice(table, AuditConfig(), seed=42, claimed_epsilon=float("nan"))
@@ -201,8 +201,18 @@ def test_the_python_api_gives_the_audit_stages_bound_from_pandas_and_from_spark(
                                                          "audit": {"canary_path": path}}))
     by_pandas = lia_spark.audit_predictions(table, seed=7, claimed_epsilon=2.0)
     by_spark = lia_spark.audit_predictions(spark.createDataFrame(table).repartition(3), seed=7, claimed_epsilon=2.0)
-    assert staged.summary.baselines == by_pandas.baselines == by_spark.baselines == (
-        "proxy_prediction", "shadow_prediction")
+    # audit.baseline auto: the shadows alone where the table holds them, unmapped (audit.recalibrate auto)
+    assert staged.summary.baselines == by_pandas.baselines == by_spark.baselines == ("shadow_prediction",)
+    assert staged.summary.recalibration == {}
+    studied = power.audit_choice(table, AuditConfig(), seed=7, claimed_epsilon=math.nan,
+                                 baselines=("shadow_prediction",))
+    assert studied.eps_lb == staged.headline.eps_lb and studied.tests == staged.summary.tests
+    both = run_stage("audit", spark, config_from_dict({"run": {"output_dir": str(tmp_path / "both"), "seed": 7},
+                                                       "audit": {"canary_path": path, "baseline": "both"}}))
+    both_by_pandas = lia_spark.audit_predictions(table, seed=7, overrides=["audit.baseline=both"])
+    assert both.summary.baselines == both_by_pandas.baselines == ("proxy_prediction", "shadow_prediction")
+    assert set(both.summary.recalibration) == {"proxy_prediction"}  # the proxy mapped, the shadows not
+    assert both_by_pandas.eps_lb == both.headline.eps_lb and both.summary.tests == 2 * staged.summary.tests
     for audited in (by_pandas, by_spark):
         assert audited.eps_lb == staged.headline.eps_lb > 0 and audited.tests == staged.summary.tests
         assert audited.informative_canaries == staged.summary.canaries and audited.confidence == 0.95

@@ -216,3 +216,21 @@ def test_a_model_of_your_own_is_given_one_way_under_the_injected_design(override
 def test_the_claimed_epsilon_of_a_model_of_your_own(text, claim):
     stated = load_config(None, ["audit.model_uri=runs:/r/model", f"audit.claimed_epsilon={text}"]).audit.stated_claim
     assert (math.isnan(stated) and math.isnan(claim)) or stated == claim
+
+
+@pytest.mark.parametrize("baseline, recalibrate, available, expected", [
+    ("auto", "auto", ("proxy_prediction", "shadow_prediction"), {"shadow_prediction": "none"}),
+    ("auto", "auto", ("proxy_prediction",), {"proxy_prediction": "proxy"}),
+    ("both", "auto", ("proxy_prediction", "shadow_prediction"),
+     {"proxy_prediction": "proxy", "shadow_prediction": "none"}),
+    ("both", "target", ("proxy_prediction",), {"proxy_prediction": "target"}),
+    ("proxy", "none", ("proxy_prediction", "shadow_prediction"), {"proxy_prediction": "none"}),
+    ("shadows", "proxy", ("proxy_prediction", "shadow_prediction"), {"shadow_prediction": "proxy"}),
+])
+def test_the_audit_picks_its_baselines_and_their_maps(baseline, recalibrate, available, expected):
+    """audit.baseline auto: the shadows where the canary table holds them, else the proxy; audit.recalibrate auto:
+    the proxy mapped onto the target's scale, the shadows left as they are (docs/math.md §5.11, §5.13)."""
+    section = load_config(None, [f"audit.baseline={baseline}", f"audit.recalibrate={recalibrate}"]).audit
+    names = {"proxy_prediction": "proxy", "shadow_prediction": "shadows"}
+    chosen = section.baseline_columns(available)
+    assert {column: section.recalibration(names[column]) for column in chosen} == expected
