@@ -63,8 +63,11 @@ TRUE_LABEL = "true_label"  # the distributed path keeps y0 here while the mechan
 INJECTED_LABEL = "injected_label"  # PATE's teachers: the training label where injection changed it
 BAG_PROPORTION = "bag_proportion"  # a row's released bag proportion (the distributed bag target)
 INJECTED_COLUMNS = (COUNTERFACTUAL_LABEL, HIDDEN_BIT)  # y1 and b in the canary table (null off the canaries)
+# audit.runs > 1: per canary the coins b and the predictions of the extra training runs 1..R-1 (null without them)
+RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS = "run_hidden_bits", "run_target_predictions"
+RUN_COLUMNS = (RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS)
 CANARY_COLUMNS = (ROW_ID, LABEL, RELEASED_LABEL, TARGET_PREDICTION, PROXY_PREDICTION, *INJECTED_COLUMNS,
-                  REFERENCE_PREDICTION, SHADOW_PREDICTION)  # models/canaries: the target's training rows
+                  REFERENCE_PREDICTION, SHADOW_PREDICTION, *RUN_COLUMNS)  # models/canaries: the target's training rows
 MEMBERSHIP_COLUMNS = (ROW_ID, LABEL, MEMBER, TARGET_PREDICTION, PROXY_PREDICTION)  # models/membership
 AUDITED_COLUMNS = (ROW_ID, LABEL, TARGET_PREDICTION, PROXY_PREDICTION)  # what every audit design reads
 

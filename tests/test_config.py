@@ -100,6 +100,9 @@ INVALID = [
     ("audit.shadows=3", "audit.shadows", "3"),
     ("audit.shadows=-2", "audit.shadows", "-2"),
     ("audit.baseline=reference", "audit.baseline", "reference"),
+    ("audit.runs=0", "audit.runs", "0"),
+    ("audit.runs=2.5", "audit.runs", "2.5"),
+    ("audit.recalibrate=both", "audit.recalibrate", "both"),
     ("audit.bounds=[binomial, renyi]", "audit.bounds", "renyi"),
     ("audit.claimed_epsilon=1", "audit.claimed_epsilon", "states the claim of a target this project did not train"),
     ("audit.fail_on_finding=maybe", "audit.fail_on_finding", "'maybe'"),
@@ -205,6 +208,8 @@ def test_one_capability_table_decides_the_config_and_the_audit_table(library, ex
     (["audit.model_uri=runs:/r/model", "audit.claimed_epsilon=some"], "audit.claimed_epsilon", "some"),
     (["audit.predictions_path=/p/*.parquet"], "audit.predictions_path", "*"),
     (["audit.model_uri=runs:/r/model", "audit.fail_on_finding=true"], "audit.fail_on_finding", "claimed_epsilon"),
+    (["audit.model_uri=runs:/r/model", "audit.runs=2"], "audit.runs", "audit.model_uri gives one model"),
+    (["audit.design=observational", "audit.runs=3"], "audit.runs", "injected game"),
 ])
 def test_a_model_of_your_own_is_given_one_way_under_the_injected_design(overrides, field, shown):
     with pytest.raises(ConfigError, match=rf"^{re.escape(field)}: .*{re.escape(shown)}"):

@@ -228,3 +228,25 @@ def test_prediction_problems_name_what_is_wrong_and_pass_probabilities():
         problem = prediction_problem(summarize_predictions(predictions, proxy, expected=expected))
         assert problem is not None and expected_text in problem, (expected_text, problem)
 
+
+
+def test_extra_runs_draw_their_own_fair_coins_and_distinct_keys():
+    """audit.runs (docs/math.md §5.14): run r >= 1 draws fair coins of its own, independent of the target's, of the
+    other runs' and of the shadows' (agreement near 1/2), deterministic in (seed, run, row id); pooled keys are
+    distinct over (canary, run) pairs and run 0 keeps the row ids."""
+    row_ids = (np.int64(23) << 40) | np.arange(40_000, dtype=np.int64)
+    label = np.zeros(row_ids.size, dtype=np.int8)
+    _, target_coin = injected.injected_draws(row_ids, label, np.full(row_ids.size, 0.5), seed=9)
+    runs = [injected.run_coins(row_ids, seed=9, run=run) for run in (1, 2)]
+    shadow = injected.shadow_coins(row_ids, seed=9, shadow=0)
+    for coin in runs:
+        assert abs(coin.mean() - 0.5) < 0.01 and set(np.unique(coin)) == {0, 1}
+        for other in (target_coin, shadow):
+            assert abs((coin == other).mean() - 0.5) < 0.01
+    assert abs((runs[0] == runs[1]).mean() - 0.5) < 0.01
+    np.testing.assert_array_equal(runs[0], injected.run_coins(row_ids, seed=9, run=1))
+    assert injected.run_seed(9, 1) != injected.run_seed(9, 2) != injected.shadow_seed(9, 2)
+    keys = np.concatenate([injected.pooled_keys(row_ids, run) for run in range(3)])
+    assert np.unique(keys).size == keys.size and (injected.pooled_keys(row_ids, 0) == row_ids).all()
+    with pytest.raises(ValueError, match="run: the extra runs are numbered from 1"):
+        injected.run_coins(row_ids, seed=9, run=0)

@@ -22,6 +22,7 @@ from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.kernels import features, injected, label_mechanisms, mechanisms, membership, pate, synthetic, training
 from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
+from lia_spark.names import RUN_COLUMNS
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import load_config
 
@@ -52,12 +53,13 @@ def _config(parquet_path: str, out: str, *overrides: str):
 
 
 RR_SETTINGS = ("models.training_mechanism=rr", "models.epsilon=2.0")
+RUNS = ("audit.shadows=2", "audit.runs=2")  # two shadow fits and one extra training run beside each target
 
 
 @pytest.fixture(scope="module")
 def in_memory_run(spark, parquet_path, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("in_memory"))
-    config = _config(parquet_path, out, *RR_SETTINGS, "audit.shadows=4")
+    config = _config(parquet_path, out, *RR_SETTINGS, "audit.shadows=4", "audit.runs=3")
     return config, run_stage("train", spark, config)
 
 
@@ -68,7 +70,8 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     assert canaries.dtypes == [("row_id", "bigint"), ("label", "int"), ("released_label", "int"),
                                ("target_prediction", "double"), ("proxy_prediction", "double"),
                                ("counterfactual_label", "int"), ("hidden_bit", "int"),
-                               ("reference_prediction", "double"), ("shadow_prediction", "double")]
+                               ("reference_prediction", "double"), ("shadow_prediction", "double"),
+                               ("run_hidden_bits", "array<int>"), ("run_target_predictions", "array<double>")]
     local = canaries.toPandas()
     assert len(local) == result.rows["train_target"] and 0.75 < len(local) / ROWS_PER_DAY < 0.85
     assert local["row_id"].is_unique and np.all(local["row_id"].to_numpy() >> 40 == 1)
@@ -81,6 +84,13 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     # audit.shadows = 4 label-blind shadow fits (in memory): their baseline on every canary, not the target's
     assert local["shadow_prediction"].between(0, 1).all() and result.seconds["fit_shadows"] > 0
     assert not np.allclose(local["shadow_prediction"], local["target_prediction"])
+    # audit.runs = 3: two extra runs, each with its own coins (not the target's) and its own model
+    for run in (1, 2):
+        np.testing.assert_array_equal(local["run_hidden_bits"].map(lambda bits: bits[run - 1]),
+                                      injected.run_coins(local["row_id"].to_numpy(), seed=config.run.seed, run=run))
+    extra = np.stack(local["run_target_predictions"].to_numpy())
+    assert extra.shape == (len(local), 2) and ((extra > 0) & (extra < 1)).all() and result.seconds["fit_runs"] > 0
+    assert not np.allclose(extra[:, 0], local["target_prediction"]) and not np.allclose(extra[:, 0], extra[:, 1])
     trained = injected.training_labels(local["label"].to_numpy(), y1, coin)
     informative = (local["label"] != y1).mean()  # 2 p (1 - p)-like at a 25% click rate: about 0.3
     assert 0.15 < informative < 0.5 and abs((trained != local["label"]).mean() - informative / 2) < 0.03  # b = 1 on half
@@ -101,6 +111,34 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     again = run_stage("train", spark, config)
     assert again.skipped and again.test_metrics == result.test_metrics
     assert os.path.exists(os.path.join(out, "models", MARKER))
+
+
+def test_extra_training_runs_pool_into_one_game(spark, in_memory_run):
+    """audit.runs = 3 (docs/math.md §5.14): the audit plays every (canary, run) pair, m = 3 x the informative
+    canaries, and its bound is the pooled game computed in process (run r's pair keyed r << 48 | row_id, its coin
+    and prediction the run's, the canary's y0, y1 and shadow baseline)."""
+    from lia_spark.studies import power
+
+    config, _ = in_memory_run
+    local = pd.read_parquet(os.path.join(config.run.output_dir, "models", "canaries"))
+    audited = run_stage("audit", spark, config)
+    informative = int((local["label"] != local["counterfactual_label"]).sum())
+    assert audited.summary.canaries == 3 * informative and audited.headline.training_runs == 3
+    assert f"{3 * informative} informative canaries, 3 training runs pooled" in audited.headline.text()
+    pooled, runs = power.pooled_canaries(local)
+    assert runs == 3 and pooled["row_id"].is_unique and len(pooled) == 3 * len(local)
+    second = pooled[pooled["row_id"].to_numpy() >> 48 == 2]
+    second = second.set_index(second["row_id"].to_numpy() & ((1 << 48) - 1))
+    expected = local.set_index("row_id")["run_hidden_bits"].map(lambda bits: bits[1])
+    assert (second["hidden_bit"] == expected.loc[second.index]).all() and len(second) == len(local)
+    studied = power.audit_choice(pooled, config.audit, seed=config.run.seed, claimed_epsilon=2.0,
+                                 baselines=audited.summary.baselines)
+    assert audited.summary.baselines == ("shadow_prediction",) and studied.informative == 3 * informative
+    assert studied.eps_lb == audited.headline.eps_lb and studied.tests == audited.summary.tests
+    import lia_spark  # the Python API pools the table's runs too, in process and on the executors
+
+    for table in (local, spark.createDataFrame(local)):
+        assert lia_spark.audit_predictions(table, seed=config.run.seed).eps_lb == audited.headline.eps_lb
 
 
 def _assert_priors_are_the_proxy_predictions(out: str, result, days: tuple[int, ...] = (1,)) -> pd.DataFrame:
@@ -399,10 +437,11 @@ def _sample_matrix(spark, config):
 
 def test_targets_and_shadows_fitted_in_parallel_tasks_equal_the_fits_on_the_driver(spark, parquet_path, tmp_path,
                                                                                     caplog):
-    """``lia-spark audit-table`` fits its cells' targets and their shadow models ahead as parallel Spark tasks
-    (execution.fit_ahead); each cell's train stage takes its own and writes the same canary table, shadow baseline
-    included, as a train stage that fits everything on the driver (spark.parallel_fits=false) and as one that fits
-    its target and shadows in parallel tasks itself. Two settings with two shadows each, so six tasks; the bag
+    """``lia-spark audit-table`` fits its cells' targets, their shadow models and extra runs ahead as parallel Spark
+    tasks (execution.fit_ahead); each cell's train stage takes its own and writes the same canary table, shadow
+    baseline and extra runs included, as a train stage that fits everything on the driver (spark.parallel_fits=false)
+    and as one that fits them in parallel tasks itself. Two settings with two shadows and one extra run (audit.runs =
+    2) each, so eight tasks; the bag
     mechanism's table (released proportions, noise, proportion matching) is compared; the utility grid's test
     covers per-row label mechanisms in parallel tasks."""
     import logging
@@ -412,29 +451,33 @@ def test_targets_and_shadows_fitted_in_parallel_tasks_equal_the_fits_on_the_driv
     settings = [("llp_laplace", 1.0, 8), ("rr", 2.0, 1)]
     ahead = Preparation()
     with caplog.at_level(logging.INFO, logger="lia_spark.engine.models.parallel_fits"):
-        fit_ahead(spark, _config(parquet_path, str(tmp_path / "first"), "audit.shadows=2"), settings, ahead)
-    assert "audit-table: 6 fits in parallel tasks" in caplog.text
-    assert set(ahead.fits) == set(settings) and set(ahead.shadow_fits) == set(settings)
+        fit_ahead(spark, _config(parquet_path, str(tmp_path / "first"), *RUNS), settings, ahead)
+    assert "audit-table: 8 fits in parallel tasks" in caplog.text
+    assert set(ahead.fits) == set(ahead.shadow_fits) == set(ahead.run_fits) == set(settings)
     tables = []
     for name, preparation, (mechanism, epsilon, bag_size), where in (
             ("ahead", ahead, settings[0], "true"), ("driver", Preparation(), settings[0], "false"),
             ("tasks", Preparation(), settings[0], "true"), ("ahead", ahead, settings[1], "true")):
         out = str(tmp_path / f"{name}-{mechanism}")
-        config = _config(parquet_path, out, "audit.shadows=2", f"spark.parallel_fits={where}").with_target(
+        config = _config(parquet_path, out, *RUNS, f"spark.parallel_fits={where}").with_target(
             mechanism, epsilon, bag_size)
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="lia_spark.engine.models.parallel_fits"):
             run_stage("train", spark, config, preparation=preparation)
         fits_logged = [record.getMessage() for record in caplog.records if record.name.endswith("parallel_fits")]
-        expected = {"driver": "train: fit 3/3 shadow 1 done", "tasks": "train: 3 fits in parallel tasks"}
+        expected = {"driver": "train: fit 4/4 run 1 done", "tasks": "train: 4 fits in parallel tasks"}
         assert (fits_logged == [] if name == "ahead" else any(expected[name] in line for line in fits_logged)), (
             name, fits_logged)
         tables.append(spark.read.parquet(f"{out}/models/canaries").toPandas().sort_values("row_id")
                       .reset_index(drop=True))
     assert tables[0]["shadow_prediction"].between(0, 1).all()
+    assert tables[0]["run_target_predictions"].map(len).eq(1).all()
+    for table in tables:  # the runs' lists compared as columns
+        for column in RUN_COLUMNS:
+            table[column] = table.pop(column).map(lambda values: values[0])
     pd.testing.assert_frame_equal(tables[0], tables[1], check_exact=True)
     pd.testing.assert_frame_equal(tables[0], tables[2], check_exact=True)
-    assert ahead.fits == {} and ahead.shadow_fits == {}  # each cell took its own
+    assert ahead.fits == ahead.shadow_fits == ahead.run_fits == {}  # each cell took its own
 
 
 def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parquet_path, tmp_path, caplog):

@@ -26,7 +26,7 @@ from lia_spark.present.headline import Headline
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config, load_config
 from lia_spark.run.model_sections import AuditConfig
-from lia_spark.studies.power import ChoiceBound, audit_arrays, counts_bound
+from lia_spark.studies.power import ChoiceBound, audit_arrays, counts_bound, pooled_canaries
 
 # The columns of a table to audit: the canary table of the train stage, or inject's sealed table joined with your
 # model's predictions (docs/usage.md, "Audit your own model").
@@ -122,7 +122,8 @@ def _audit_pandas(frame: pd.DataFrame, config: Config, *, seed: int,
         raise ConfigError(f"audit.canaries: a pandas table is audited whole, got {config.audit.canaries}; sample "
                           "the table yourself, or pass a Spark DataFrame")
     baselines = _baselines(frame, config.audit)
-    rows = frame[frame[HIDDEN_BIT].notna() & frame[COUNTERFACTUAL_LABEL].notna()]
+    pooled, _ = pooled_canaries(frame)
+    rows = pooled[pooled[HIDDEN_BIT].notna() & pooled[COUNTERFACTUAL_LABEL].notna()]
     found = injected.summarize_predictions(rows[TARGET_PREDICTION].to_numpy(np.float64),
                                            rows[baselines[0]].to_numpy(np.float64), expected=rows[ROW_ID].nunique())
     _refuse(injected.prediction_problem(found))

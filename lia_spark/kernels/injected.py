@@ -34,6 +34,8 @@ from lia_spark.names import COUNTERFACTUALS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, P
 COUNTERFACTUAL_PURPOSE = "audit/injected/counterfactual"
 COIN_PURPOSE = "audit/injected/coin"
 SHADOW_PURPOSE = "audit/injected/shadow"
+RUN_PURPOSE = "audit/injected/run"
+RUN_KEY_SHIFT = 48  # pooled canary keys: run << 48 | row_id (row ids are day << 40 | position, day < 2^8)
 
 
 def injected_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, seed: int,
@@ -175,14 +177,40 @@ def shadow_seed(seed: int, shadow: int) -> int:
     return int(hashing.stream_key(seed, f"{SHADOW_PURPOSE}/{shadow}/mechanism")) >> 1
 
 
-def shadow_training_labels(true_label: np.ndarray, counterfactual_label: np.ndarray, row_ids: np.ndarray, *,
-                           seed: int, shadow: int) -> np.ndarray:
-    """The labels shadow fit ``shadow`` trains on: on each canary (``counterfactual_label`` >= 0) y^c with its y0 and
-    y1 and the shadow's own coin c (:func:`shadow_coins`), the true label elsewhere. Takes no coin of the target's."""
+def canary_training_labels(true_label: np.ndarray, counterfactual_label: np.ndarray, coin: np.ndarray) -> np.ndarray:
+    """The labels a fit with coins ``coin`` trains on: y^c on each canary (``counterfactual_label`` >= 0), the true
+    label elsewhere."""
     counterfactual_label = np.asarray(counterfactual_label)
-    coin = shadow_coins(row_ids, seed=seed, shadow=shadow)
     return np.where(counterfactual_label >= 0, training_labels(true_label, counterfactual_label, coin),
                     true_label).astype(np.int8)
+
+
+def shadow_training_labels(true_label: np.ndarray, counterfactual_label: np.ndarray, row_ids: np.ndarray, *,
+                           seed: int, shadow: int) -> np.ndarray:
+    """The labels shadow fit ``shadow`` trains on (:func:`canary_training_labels` with the shadow's own coins,
+    :func:`shadow_coins`). Takes no coin of the target's."""
+    return canary_training_labels(true_label, counterfactual_label, shadow_coins(row_ids, seed=seed, shadow=shadow))
+
+
+def run_coins(row_ids: np.ndarray, *, seed: int, run: int) -> np.ndarray:
+    """The coins b of extra training run ``run`` >= 1 of a pooled game (audit.runs, docs/math.md §5.14; run 0 is the
+    target with the coins of :func:`injected_draws`): fresh fair coins keyed on (seed, audit/injected/run/<run>/coin,
+    row_id), independent of every other run's and of the shadows' (other purposes)."""
+    if run < 1:
+        raise ValueError(f"run: the extra runs are numbered from 1 (run 0 is the target), got {run}")
+    return (hashing.hash_bits(seed, f"{RUN_PURPOSE}/{run}/coin", np.asarray(row_ids, dtype=np.int64))
+            >> np.uint64(63)).astype(np.int8)
+
+
+def run_seed(seed: int, run: int) -> int:
+    """The training mechanism's seed of extra run ``run`` (63 bits): its own randomness (RR flips, bags, noise)."""
+    return int(hashing.stream_key(seed, f"{RUN_PURPOSE}/{run}/mechanism")) >> 1
+
+
+def pooled_keys(row_ids: np.ndarray, run: int) -> np.ndarray:
+    """The canary keys of run ``run`` in a pooled game: run << 48 | row_id, distinct over (canary, run) pairs (run 0
+    keeps the row ids)."""
+    return np.asarray(row_ids, dtype=np.int64) | np.int64(run << RUN_KEY_SHIFT)
 
 
 def shadow_reference(predictions: np.ndarray) -> np.ndarray:

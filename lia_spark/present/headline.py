@@ -56,6 +56,7 @@ class Headline:
     eps_lb_by_tau: dict[str, float] = dataclasses.field(default_factory=dict)  # observational: bound at assumed taus
     ceiling: float = math.nan  # the largest bound this audit can certify at the claimed eps (docs/math.md §5.12)
     canaries: int = 0  # the m of the bound (informative canaries, canaries, or membership candidates)
+    training_runs: int = 1  # injected: the training runs pooled into the game (audit.runs, docs/math.md §5.14)
 
     @property
     def assumption(self) -> str:
@@ -86,8 +87,9 @@ class Headline:
         spread = (f"over {self.repetitions} repetitions {number_text(self.eps_lb_mean, '.3f')} +- "
                   f"{number_text(self.eps_lb_std, '.3f')}")
         if self.design == INJECTED:
+            runs = "one training run" if self.training_runs == 1 else f"{self.training_runs} training runs pooled"
             line = (f"{bound} (injected canaries, no assumption on the proxy; {tests}; {self.informative_canaries} "
-                    f"informative canaries, one training run) {target}")
+                    f"informative canaries, {runs}) {target}")
         elif self.design == MEMBERSHIP:
             line = f"{bound} (membership canaries, one training run; {tests}) {target}"
         elif not self.assumption:

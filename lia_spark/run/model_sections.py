@@ -160,6 +160,7 @@ class AuditConfig:
     scores: tuple[str, ...] = (names.LOG_RATIO, f"{names.DIFFERENCE_PREFIX}2")  # BENCHMARKS.md: audit power
     recalibrate: str = names.RECALIBRATE_AUTO  # auto (the proxy mapped, shadows not) | none | target | proxy
     shadows: int = 4  # injected design: label-blind shadow fits with fresh coins (even; 0 = none)
+    runs: int = 1  # injected design: training runs pooled into one game (R - 1 extra target fits, own coins each)
     baseline: str = names.BASELINE_AUTO  # auto (the shadows where fitted, else the proxy) | both | proxy | shadows
     confidence: float = 0.95
     delta: float = 0.0
@@ -237,6 +238,15 @@ class AuditConfig:
         if self.shadows < 0 or self.shadows % 2:
             fail("audit.shadows", self.shadows, "must be an even number >= 0 (0 = no shadow fits)",
                  "shadows come in pairs with complementary coins (docs/math.md §5.13)")
+        if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
+            fail("audit.runs", self.runs, "must be an integer >= 1 (1 = the target's own game)")
+        if self.runs > 1 and self.game != names.INJECTED:
+            fail("audit.runs", self.runs, f"above 1 pools training runs of the injected game (audit.design="
+                 f"{names.INJECTED}, audit.attack={names.LABEL_INFERENCE}; here {self.design}, {self.attack})",
+                 "use audit.runs=1")
+        if self.runs > 1 and self.given_target:
+            fail("audit.runs", self.runs, f"above 1 pools the train stage's own runs, and {self.given_target} gives "
+                 "one model", "use audit.runs=1")
         if self.baseline not in names.BASELINES:
             fail("audit.baseline", self.baseline, f"must be one of {', '.join(names.BASELINES)}")
         if self.baseline == names.BASELINE_SHADOWS and self.shadows == 0 and not self.canary_path:

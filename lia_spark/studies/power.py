@@ -17,8 +17,8 @@ import pandas as pd
 
 from lia_spark.kernels import audit, audit_sweep, injected, recalibration
 from lia_spark.names import (BASELINE_NAMES, BINOMIAL, BONFERRONI, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL,
-                             PROXY_PREDICTION, RECALIBRATE_NONE, RECALIBRATE_TARGET, ROW_ID, TARGET_PREDICTION,
-                             bound_key)
+                             PROXY_PREDICTION, RECALIBRATE_NONE, RECALIBRATE_TARGET, ROW_ID, RUN_COLUMNS,
+                             RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, TARGET_PREDICTION, bound_key)
 from lia_spark.run.model_sections import AuditConfig
 
 
@@ -48,6 +48,25 @@ class ChoiceBound:
     informative: int
     tests: int
     ceiling: float
+
+
+def pooled_canaries(canaries: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """``canaries`` with the extra training runs' (canary, run) pairs appended as canaries of their own, as the audit
+    stage pools them (audit.runs, docs/math.md §5.14; :func:`lia_spark.engine.audit.counts.pooled_runs`): run r's
+    pair keyed by :func:`lia_spark.kernels.injected.pooled_keys`, its coin and prediction the run's; and the number
+    of runs R (1 and the table unchanged without extra runs)."""
+    if RUN_TARGET_PREDICTIONS not in canaries or canaries[RUN_TARGET_PREDICTIONS].isna().all():
+        return canaries.drop(columns=[c for c in RUN_COLUMNS if c in canaries]), 1
+    base = canaries.drop(columns=list(RUN_COLUMNS))
+    with_runs = canaries[canaries[RUN_TARGET_PREDICTIONS].notna()]
+    runs = int(with_runs[RUN_TARGET_PREDICTIONS].map(len).max())
+    coins = np.stack(with_runs[RUN_HIDDEN_BITS].to_numpy())
+    predictions = np.stack(with_runs[RUN_TARGET_PREDICTIONS].to_numpy())
+    extra = [with_runs.drop(columns=list(RUN_COLUMNS)).assign(
+        **{ROW_ID: injected.pooled_keys(with_runs[ROW_ID].to_numpy(np.int64), run),
+           HIDDEN_BIT: coins[:, run - 1], TARGET_PREDICTION: predictions[:, run - 1]})
+        for run in range(1, runs + 1)]
+    return pd.concat([base, *extra], ignore_index=True), runs + 1
 
 
 def audit_choice(canaries: pd.DataFrame, section: AuditConfig, *, seed: int, claimed_epsilon: float,

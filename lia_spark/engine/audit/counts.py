@@ -38,7 +38,8 @@ from lia_spark import names
 from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels import audit, canary_scores, hashing, injected, recalibration
 from lia_spark.names import (AUDITED_COLUMNS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION, ROW_ID,
-                             SHADOW_PREDICTION, TARGET_PREDICTION)
+                             RUN_COLUMNS, RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION,
+                             TARGET_PREDICTION)
 from lia_spark.run.model_sections import AuditConfig
 
 logger = logging.getLogger(__name__)
@@ -109,6 +110,29 @@ def resolve_baselines(df: DataFrame, *, section: AuditConfig) -> tuple[str, ...]
     if section.design != names.INJECTED:
         return (PROXY_PREDICTION,)
     return section.baseline_columns((PROXY_PREDICTION, *((SHADOW_PREDICTION,) if has_shadows else ())))
+
+
+def pooled_runs(df: DataFrame) -> tuple[DataFrame, int]:
+    """The canary table with the extra training runs' (canary, run) pairs appended as canaries of their own
+    (audit.runs, docs/math.md §5.14): run r's pair keeps the canary's y0, y1 and baselines and takes the run's coin
+    and prediction (``run_hidden_bits[r-1]``, ``run_target_predictions[r-1]``), keyed r << 48 | row_id
+    (:func:`lia_spark.kernels.injected.pooled_keys`); and the number of runs R (1 and ``df`` unchanged without
+    extra runs)."""
+    if RUN_TARGET_PREDICTIONS not in df.columns:
+        return df, 1
+    extra = df.select(F.max(F.size(RUN_TARGET_PREDICTIONS)).alias("runs")).first()["runs"]
+    base = df.drop(*RUN_COLUMNS)
+    if not extra or extra < 1:
+        return base, 1
+    kept = [column for column in base.columns if column not in (ROW_ID, HIDDEN_BIT, TARGET_PREDICTION)]
+    runs = (df.where(F.col(RUN_TARGET_PREDICTIONS).isNotNull())
+            .select(ROW_ID, *kept, F.posexplode(F.arrays_zip(RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS)).alias(
+                "run", "drawn"))
+            .select(F.col(ROW_ID).bitwiseOR(F.shiftleft(F.col("run").cast("long") + 1,
+                                                       injected.RUN_KEY_SHIFT)).alias(ROW_ID),
+                    *kept, F.col(f"drawn.{RUN_HIDDEN_BITS}").alias(HIDDEN_BIT),
+                    F.col(f"drawn.{RUN_TARGET_PREDICTIONS}").alias(TARGET_PREDICTION)))
+    return base.unionByName(runs), int(extra) + 1
 
 
 def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = names.OBSERVATIONAL,

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark import names
-from lia_spark.engine.audit.counts import distributed_counts, resolve_baselines, select_canaries
+from lia_spark.engine.audit.counts import distributed_counts, pooled_runs, resolve_baselines, select_canaries
 from lia_spark.engine.audit.own_model import (check_predictions, given_model, own_model, own_model_canaries,
                                               target_description)
 from lia_spark.engine.runtime.outputs import copy_from_local, path_exists, reported_path
@@ -137,6 +137,7 @@ class GameCounts:
     recalibration: dict[str, dict[str, float]]
     baselines: tuple[str, ...]
     proxy_error: dict[str, float] | None = None  # observational on the twin: :func:`proxy_error`
+    runs: int = 1  # injected: the training runs pooled into the game (audit.runs; m counts every run's canaries)
 
 
 def truth_table(spark: SparkSession, config: Config, *, data_rows: bool) -> DataFrame | None:
@@ -180,6 +181,9 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
     if canaries is None:
         describe_jobs(spark, "audit: read canaries")
         canaries = spark.read.parquet(canary_path(config))
+    runs = 1
+    if config.audit.design == names.INJECTED and target == TARGET_PREDICTION:
+        canaries, runs = pooled_runs(canaries)
     baselines = resolve_baselines(canaries, section=config.audit)
     correct, maps, m, guesses, error = {}, {}, 0, np.zeros(0, dtype=np.int64), None
     for baseline in baselines:
@@ -201,7 +205,7 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
         correct.update({f"{score}{suffix}": values for score, values in counts.items()})
         if mapping is not None:
             maps[baseline] = {"mapped": mapped, **mapping.summary()}
-    return GameCounts(m, guesses, correct, maps, baselines, error)
+    return GameCounts(m, guesses, correct, maps, baselines, error, runs)
 
 
 def handed_table_counts(spark: SparkSession, config: Config, table: DataFrame, *, against: str) -> GameCounts:
@@ -286,11 +290,12 @@ def _audit(run: StageRun) -> AuditResult:
     output_path = reported_path(layout.output_path(config, layout.AUDIT))
     if section.attack == names.MEMBERSHIP:
         (m, guesses, correct), recalibration, baselines = membership_counts(spark, config), {}, (PROXY_PREDICTION,)
-        error = None
+        error, runs = None, 1
     else:
         counts = _label_inference(run)
         m, guesses, correct = counts.canaries, counts.guesses, counts.correct
         recalibration, baselines, error = counts.recalibration, counts.baselines, counts.proxy_error
+        runs = counts.runs
     design = section.game
     tau = section.tau if design == names.OBSERVATIONAL else 0.0  # injected coins assume nothing of the proxy
     repetitions = next(iter(correct.values())).shape[0]
@@ -303,7 +308,8 @@ def _audit(run: StageRun) -> AuditResult:
                      if design == names.OBSERVATIONAL else None)
     trained = None if section.given_target else run.upstream("canaries", TrainedTarget)
     headline = _headline(config, bounds, design=design, canaries=m, observational=observational, trained=trained,
-                         given=target_description(config, run.resolved.found) if own_model(config) else "")
+                         given=target_description(config, run.resolved.found) if own_model(config) else "",
+                         runs=runs)
     ceiling = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
                                   tests=bounds.tests, confidence=section.confidence, delta=section.delta,
                                   tau=tau if math.isnan(headline.measured_tau) else headline.measured_tau,
@@ -418,13 +424,14 @@ def _grid(canaries: int, section: AuditConfig) -> np.ndarray:
 
 
 def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, canaries: int,
-              observational: ObservationalChecks | None, trained: TrainedTarget | None, given: str) -> Headline:
+              observational: ObservationalChecks | None, trained: TrainedTarget | None, given: str,
+              runs: int = 1) -> Headline:
     """The first repetition's valid (Bonferroni over scores x sweep points) bound of :func:`headline_family`, with
     what it assumes: nothing (injected; observational at the proxy's measured worst-case error, ``proxy_tv``) or
     audit.tau, with tau*, the bound at a few assumed tau and the reference (observational), beside the claimed
     privacy of the target the train stage reports (``trained``, its result), or for a target this project did not
     train, ``given`` (its description; "an unknown mechanism" for a canary table of audit.canary_path) at
-    audit.claimed_epsilon (NaN when not stated)."""
+    audit.claimed_epsilon (NaN when not stated); ``runs`` the training runs pooled into the injected game."""
     family = headline_family(config.audit)
     valid = np.asarray(bounds.best[names.bound_key(family, names.BONFERRONI)], dtype=np.float64)
     mechanism, claimed = (trained.claimed_privacy() if trained is not None
@@ -443,7 +450,8 @@ def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, c
                     reference_eps_lb=reference.eps_lb if reference is not None else math.nan,
                     reference_tau_break_even=reference.tau_break_even if reference is not None else math.nan,
                     measured_tau=measured.max if measured is not None else math.nan,
-                    eps_lb_by_tau=dict(observational.eps_lb_by_tau) if observational is not None else {})
+                    eps_lb_by_tau=dict(observational.eps_lb_by_tau) if observational is not None else {},
+                    training_runs=runs)
 
 
 AUDIT = Stage(

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from lia_spark import names
-from lia_spark.engine.models.preparation import (Preparation, PreparedDays, ShadowJob, TargetJob, TargetRows,
+from lia_spark.engine.models.preparation import (Preparation, PreparedDays, RunJob, ShadowJob, TargetJob, TargetRows,
                                                  boosting_params, feature_spec, fit_job, found_votes,
                                                  in_memory_rows, model_features, prepare_days, preparation_key,
                                                  shared_pate_settings, target_job)
@@ -37,8 +37,8 @@ from lia_spark.kernels import features, injected, membership, training
 from lia_spark.kernels.mechanism_registry import label_mechanism
 from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
                              MEMBERSHIP, OBSERVATIONAL, PATE, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
-                             SHADOW_PREDICTION,
-                             ROW_ID, SPLIT, TARGET_PREDICTION, TRUE_LABEL, setting_key)
+                             ROW_ID, RUN_COLUMNS, RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION, SPLIT,
+                             TARGET_PREDICTION, TRUE_LABEL, setting_key)
 from lia_spark.names import DISTRIBUTED
 from lia_spark.run.capabilities import unsupported
 from lia_spark.run.config import Config
@@ -62,10 +62,12 @@ class TrainedModels:
 
 SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, {SPLIT} int, {RELEASED_LABEL} int, {TARGET_PREDICTION} double, "
                  f"{PROXY_PREDICTION} double, {MEMBER} int, {COUNTERFACTUAL_LABEL} int, {HIDDEN_BIT} int, "
-                 f"{REFERENCE_PREDICTION} double, {SHADOW_PREDICTION} double")
+                 f"{REFERENCE_PREDICTION} double, {SHADOW_PREDICTION} double, {RUN_HIDDEN_BITS} array<int>, "
+                 f"{RUN_TARGET_PREDICTIONS} array<double>")
 # member: null outside the membership candidates; counterfactual_label, hidden_bit: the injected design's y1 and b
 # on the canaries (null otherwise); reference_prediction: the observational design's label-blind reference;
-# shadow_prediction: the injected design's shadow baseline (null without shadow fits)
+# shadow_prediction: the injected design's shadow baseline (null without shadow fits); run_hidden_bits,
+# run_target_predictions: the coins and predictions of the extra training runs 1..R-1 (audit.runs; null without)
 
 
 def membership_candidates(data: training.ModelData, config: Config) -> tuple[training.ModelData, np.ndarray]:
@@ -153,6 +155,36 @@ def shadow_jobs(config: Config, job: TargetJob) -> list[ShadowJob]:
     return [ShadowJob(job, shadow, config.run.seed) for shadow in range(config.audit.shadows)]
 
 
+def fits_runs(config: Config) -> bool:
+    """True when the train stage fits audit.runs - 1 extra training runs for a pooled game: audit.runs > 1 under the
+    injected design on the in-memory path, every mechanism but PATE (as :func:`fits_shadows`)."""
+    m = config.models
+    return injects(config) and config.audit.runs > 1 and m.execution == "in_memory" and m.training_mechanism != PATE
+
+
+def run_jobs(config: Config, job: TargetJob) -> list[RunJob]:
+    """The extra training runs 1..audit.runs-1 of the target fit ``job`` (none unless :func:`fits_runs`)."""
+    if not fits_runs(config):
+        return []
+    return [RunJob(job, run, config.run.seed) for run in range(1, config.audit.runs)]
+
+
+def run_columns(data: training.ModelData, counterfactual_label: np.ndarray | None, runs: list[training.FittedModel],
+                seed: int) -> dict[str, list]:
+    """Per row of ``data`` the extra runs' coins b (:func:`lia_spark.kernels.injected.run_coins`) and predictions, run
+    1..R-1 in order, on the canaries (``counterfactual_label`` >= 0); None elsewhere and without runs."""
+    values = {name: [None] * data.labels.size for name in RUN_COLUMNS}
+    if not runs or counterfactual_label is None:
+        return values
+    canary = np.flatnonzero(counterfactual_label >= 0)
+    coins = np.stack([injected.run_coins(data.row_ids[canary], seed=seed, run=run)
+                      for run in range(1, len(runs) + 1)], axis=1).astype(np.int32)
+    predictions = np.stack([model.predict(data.features[canary]) for model in runs], axis=1)
+    for row, row_coins, row_predictions in zip(canary.tolist(), coins.tolist(), predictions.tolist()):
+        values[RUN_HIDDEN_BITS][row], values[RUN_TARGET_PREDICTIONS][row] = row_coins, row_predictions
+    return values
+
+
 def shadow_baseline(data: training.ModelData, shadows: list[training.FittedModel]) -> np.ndarray:
     """The shadow baseline on every row of ``data``: the mean logit of the shadow models' predictions
     (:func:`lia_spark.kernels.injected.shadow_reference`; :func:`lia_spark.engine.models.preparation.fit_shadow_job`
@@ -164,7 +196,7 @@ def shadow_baseline(data: training.ModelData, shadows: list[training.FittedModel
 
 
 def fitted_in_tasks(spark: SparkSession, config: Config, rows: TargetRows,
-                    jobs: list[tuple[str, TargetJob | ShadowJob]], *, purpose: str) -> list[Any]:
+                    jobs: list[tuple[str, TargetJob | ShadowJob | RunJob]], *, purpose: str) -> list[Any]:
     """:func:`lia_spark.engine.models.preparation.fit_job` of every job, as parallel Spark tasks with
     spark.parallel_fits (:func:`lia_spark.engine.models.parallel_fits.run_fits`), else one after another on the
     driver. A single job, or a fit that failed in its task, is fitted on the driver with every core, which raises
@@ -231,7 +263,7 @@ def fit_ahead(spark: SparkSession, config: Config, settings: list[tuple[str, flo
     m = config.models
     proxy_rows, target_rows = (in_memory_rows(spark, config, day) for day in (m.proxy_day, m.target_day))
     target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
-    jobs: list[tuple[str, TargetJob | ShadowJob]] = []
+    jobs: list[tuple[str, TargetJob | ShadowJob | RunJob]] = []
     for mechanism, epsilon, bag_size in settings:
         setting_config = config.with_target(mechanism, epsilon, bag_size)
         job = in_memory_job(spark, setting_config, target_rows, preparation, target)
@@ -239,18 +271,21 @@ def fit_ahead(spark: SparkSession, config: Config, settings: list[tuple[str, flo
             job = dataclasses.replace(job, pate=found_votes(job.pate, target.data, seed=job.seed))
         name = setting_key(mechanism, epsilon, bag_size)
         jobs += [(name, job), *((f"{name} shadow {shadow.shadow}", shadow)
-                               for shadow in shadow_jobs(setting_config, job))]
+                               for shadow in shadow_jobs(setting_config, job)),
+                 *((f"{name} run {extra.run}", extra) for extra in run_jobs(setting_config, job))]
     outcomes = run_fits(spark, target.rows, jobs, fit_job, purpose="audit-table")
     shadows: dict[tuple[str, float, int], list[training.FittedModel | None]] = {}
+    runs: dict[tuple[str, float, int], list[training.FittedModel | None]] = {}
     for (name, job), outcome in zip(jobs, outcomes):
         if outcome.failed:
             logger.warning("audit-table: the fit of %s failed in its task (%s); its cell fits it again", name,
                            outcome.error)
-        if isinstance(job, ShadowJob):
-            shadows.setdefault(job.target.key, []).append(outcome.value)
+        if isinstance(job, (ShadowJob, RunJob)):
+            (shadows if isinstance(job, ShadowJob) else runs).setdefault(job.target.key, []).append(outcome.value)
         elif not outcome.failed:
             preparation.fits[job.key] = outcome.value
     preparation.shadow_fits.update({key: models for key, models in shadows.items() if None not in models})
+    preparation.run_fits.update({key: models for key, models in runs.items() if None not in models})
 
 
 def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
@@ -263,25 +298,36 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
     key = (m.training_mechanism, m.epsilon, m.bag_size)
     fitted_ahead = not proxy_fitted and key in preparation.fits
     shadows_ahead = not proxy_fitted and key in preparation.shadow_fits
+    runs_ahead = not proxy_fitted and key in preparation.run_fits
     plan_work("model fits", proxy_fitted + (not fitted_ahead) + observes(config)
-              + (config.audit.shadows if fits_shadows(config) and not shadows_ahead else 0))
+              + (config.audit.shadows if fits_shadows(config) and not shadows_ahead else 0)
+              + (config.audit.runs - 1 if fits_runs(config) and not runs_ahead else 0))
     target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
     work_done(proxy_fitted)
     prepared, data, member, labels = target.prepared, target.data, target.member, target.labels
     started = time.monotonic()
     fit, shadows = preparation.fits.pop(key, None), preparation.shadow_fits.pop(key, None)
+    runs = preparation.run_fits.pop(key, None)
     if fit is not None:
         logger.info("train: target fitted ahead in a parallel Spark task")
-    needs_shadows = shadows is None and fits_shadows(config)
-    job = in_memory_job(spark, config, target_rows, preparation, target) if fit is None or needs_shadows else None
+    needs_shadows, needs_runs = shadows is None and fits_shadows(config), runs is None and fits_runs(config)
+    job = (in_memory_job(spark, config, target_rows, preparation, target)
+           if fit is None or needs_shadows or needs_runs else None)
+    shadow_list = shadow_jobs(config, job) if needs_shadows else []
+    run_list = run_jobs(config, job) if needs_runs else []
     jobs = [*([("target", job)] if fit is None else []),
-            *([(f"shadow {shadow.shadow}", shadow) for shadow in shadow_jobs(config, job)] if needs_shadows else [])]
+            *((f"shadow {shadow.shadow}", shadow) for shadow in shadow_list),
+            *((f"run {extra.run}", extra) for extra in run_list)]
     if jobs:
         fitted = fitted_in_tasks(spark, config, target.rows, jobs, purpose="train")
         fit = fitted.pop(0) if fit is None else fit
-        shadows = fitted if needs_shadows else shadows
-    for model in (fit.model, *(shadows or [])):
+        shadows = fitted[:len(shadow_list)] if needs_shadows else shadows
+        runs = fitted[len(shadow_list):] if needs_runs else runs
+    for model in (fit.model, *(shadows or []), *(runs or [])):
         model.predict_with_threads()  # a booster fitted in a task keeps its task's one thread
+    if runs:
+        logger.info("train: %d extra training runs for the pooled game (audit.runs), %.1f s of fitting", len(runs),
+                    sum(model.fit_seconds for model in runs))
     shadow = shadow_baseline(data, shadows or [])
     shadow_seconds = sum(model.fit_seconds for model in shadows or [])  # summed: they may run in parallel tasks
     if shadows:
@@ -297,11 +343,15 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
                            MEMBER: _nullable(member),
                            **{name: _nullable(None if labels is None else getattr(labels, name), data.labels.size)
                               for name in names.INJECTED_COLUMNS},
-                           REFERENCE_PREDICTION: _reference_in_memory(config, data), SHADOW_PREDICTION: shadow})
+                           REFERENCE_PREDICTION: _reference_in_memory(config, data), SHADOW_PREDICTION: shadow,
+                           **run_columns(data, None if labels is None else labels.counterfactual_label, runs or [],
+                                         config.run.seed)})
     models = {"proxy": prepared.proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
                                       if name != "proxy" or "proxy_reused" not in prepared.seconds},
-               "train_target": time.monotonic() - started, **({"fit_shadows": shadow_seconds} if shadow_seconds else {})}
+               "train_target": time.monotonic() - started,
+               **({"fit_shadows": shadow_seconds} if shadow_seconds else {}),
+               **({"fit_runs": sum(model.fit_seconds for model in runs)} if runs else {})}
     extra = {f"{name}@proxy_own_day": value for name, value in prepared.proxy_day_metrics.items()}
     return TrainedModels(spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra,
                          _model_specs(models, prepared.proxy_spec, prepared.target_spec), fit.report)
@@ -341,7 +391,9 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
     seconds.update({**fitted.seconds, **reference_seconds})
     scored = scored.select(ROW_ID, F.col(TRUE_LABEL).alias(LABEL), SPLIT, RELEASED_LABEL, TARGET_PREDICTION,
                            PROXY_PREDICTION, F.lit(None).cast("int").alias(MEMBER), *names.INJECTED_COLUMNS,
-                           REFERENCE_PREDICTION, F.lit(None).cast("double").alias(SHADOW_PREDICTION))
+                           REFERENCE_PREDICTION, F.lit(None).cast("double").alias(SHADOW_PREDICTION),
+                           F.lit(None).cast("array<int>").alias(RUN_HIDDEN_BITS),
+                           F.lit(None).cast("array<double>").alias(RUN_TARGET_PREDICTIONS))
     return TrainedModels(scored, models, seconds, {}, _model_specs(models, proxy_spec, target_spec), {})
 
 

@@ -197,6 +197,8 @@ class Preparation:
     # targets fitted ahead in parallel tasks, by (training mechanism, epsilon, bag size); taken by the train stage
     shadow_fits: dict[tuple[str, float, int], list[training.FittedModel]] = dataclasses.field(default_factory=dict)
     # their label-blind shadow models (audit.shadows each), fitted ahead beside them
+    run_fits: dict[tuple[str, float, int], list[training.FittedModel]] = dataclasses.field(default_factory=dict)
+    # and the models of their extra training runs (audit.runs - 1 each)
 
     def holds_days(self, key: str) -> bool:
         """True when the prepared days kept were prepared under ``key`` (:func:`prepare_days` will reuse them)."""
@@ -206,7 +208,7 @@ class Preparation:
         """True when what is kept was prepared under ``key``; otherwise forget it and start keeping ``key``."""
         if key == self.key:
             return True
-        self.key, self.days, self.pate, self.fits, self.shadow_fits = key, None, None, {}, {}
+        self.key, self.days, self.pate, self.fits, self.shadow_fits, self.run_fits = key, None, None, {}, {}, {}
         return False
 
 
@@ -332,24 +334,54 @@ class ShadowJob:
     run_seed: int
 
 
-def fit_shadow_job(rows: TargetRows, job: ShadowJob, threads: int) -> training.FittedModel:
-    """The shadow model of ``job``: the target's fit repeated on labels where each canary takes y^c with the shadow's
-    own coin c (:func:`lia_spark.kernels.injected.shadow_training_labels`) and the mechanism the shadow's own seed
-    (:func:`lia_spark.kernels.injected.shadow_seed`); no coin or draw of the target's is read (docs/math.md §5.13).
+@dataclasses.dataclass(frozen=True)
+class RunJob:
+    """Extra training run number ``run`` (>= 1) of a target fit, pooled into the audit's game (audit.runs; plain data,
+    so it pickles into a Spark task): the target's job, the run's index and the run seed its coins and mechanism
+    seed derive from."""
+
+    target: TargetJob
+    run: int
+    run_seed: int
+
+
+def _refit(rows: TargetRows, target: TargetJob, coin: np.ndarray, threads: int) -> training.TargetFit:
+    """The target's fit repeated on labels where each canary takes y^c with coin c
+    (:func:`lia_spark.kernels.injected.canary_training_labels`) and the mechanism ``target.seed``.
 
     Raises:
         ValueError: when ``rows`` carry no true and counterfactual labels (no injected design).
     """
     if rows.true_labels is None or rows.counterfactual_label is None:
-        raise ValueError("rows: shadow fits need the true and counterfactual labels of the injected design")
-    labels = injected.shadow_training_labels(rows.true_labels, rows.counterfactual_label, rows.data.row_ids,
-                                             seed=job.run_seed, shadow=job.shadow)
-    shadow_rows = dataclasses.replace(rows, data=dataclasses.replace(rows.data, labels=labels))
+        raise ValueError("rows: shadow fits and extra runs need the true and counterfactual labels of the injected "
+                         "design")
+    labels = injected.canary_training_labels(rows.true_labels, rows.counterfactual_label, coin)
+    return fit_target_job(dataclasses.replace(rows, data=dataclasses.replace(rows.data, labels=labels)), target,
+                          threads)
+
+
+def fit_shadow_job(rows: TargetRows, job: ShadowJob, threads: int) -> training.FittedModel:
+    """The shadow model of ``job``: the target's fit repeated with the shadow's own coins
+    (:func:`lia_spark.kernels.injected.shadow_coins`) and mechanism seed
+    (:func:`lia_spark.kernels.injected.shadow_seed`); no coin or draw of the target's is read (docs/math.md §5.13)."""
+    coin = injected.shadow_coins(rows.data.row_ids, seed=job.run_seed, shadow=job.shadow)
     target = dataclasses.replace(job.target, seed=injected.shadow_seed(job.run_seed, job.shadow))
-    return fit_target_job(shadow_rows, target, threads).model
+    return _refit(rows, target, coin, threads).model
 
 
-def fit_job(rows: TargetRows, job: TargetJob | ShadowJob, threads: int) -> training.TargetFit | training.FittedModel:
-    """:func:`fit_shadow_job` of a :class:`ShadowJob`, :func:`fit_target_job` of a :class:`TargetJob`: one body for
-    parallel tasks fitting targets and shadows together."""
-    return fit_shadow_job(rows, job, threads) if isinstance(job, ShadowJob) else fit_target_job(rows, job, threads)
+def fit_run_job(rows: TargetRows, job: RunJob, threads: int) -> training.FittedModel:
+    """The model of extra run ``job.run``: the target's fit repeated with the run's own fair coins
+    (:func:`lia_spark.kernels.injected.run_coins`) and mechanism seed (:func:`lia_spark.kernels.injected.run_seed`),
+    independent of the target's and of every other run's (docs/math.md §5.14)."""
+    coin = injected.run_coins(rows.data.row_ids, seed=job.run_seed, run=job.run)
+    target = dataclasses.replace(job.target, seed=injected.run_seed(job.run_seed, job.run))
+    return _refit(rows, target, coin, threads).model
+
+
+def fit_job(rows: TargetRows, job: TargetJob | ShadowJob | RunJob, threads: int
+            ) -> training.TargetFit | training.FittedModel:
+    """:func:`fit_shadow_job` of a :class:`ShadowJob`, :func:`fit_run_job` of a :class:`RunJob`,
+    :func:`fit_target_job` of a :class:`TargetJob`: one body for parallel tasks fitting them together."""
+    if isinstance(job, ShadowJob):
+        return fit_shadow_job(rows, job, threads)
+    return fit_run_job(rows, job, threads) if isinstance(job, RunJob) else fit_target_job(rows, job, threads)

@@ -15,6 +15,9 @@ from lia_spark.names import TRUE_PRIOR
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 
+# the canary table's columns a prior may be read from (one number per row: not the extra runs' lists)
+PRIOR_CANARY_COLUMNS = tuple(column for column in names.CANARY_COLUMNS if column not in names.RUN_COLUMNS)
+
 
 def _table_columns(spark: SparkSession, path: str) -> list[str] | None:
     """Columns of the Parquet table at ``path`` from its schema (file footers, no rows); None when it is missing
@@ -66,10 +69,10 @@ def check_prior_source(spark: SparkSession, config: Config, *, pending: Sequence
     else:
         if prior.step in pending:
             if (prior.path != layout.proxy_priors_path(config) and prior.step == "train"
-                    and prior.column not in names.CANARY_COLUMNS):
+                    and prior.column not in PRIOR_CANARY_COLUMNS):
                 raise ValueError(
-                    f"mechanisms.prior_column: the train stage's canary table {prior.path} has no column "
-                    f"{prior.column!r} (columns: {', '.join(names.CANARY_COLUMNS)}); use auto, eta, "
+                    f"mechanisms.prior_column: the train stage's canary table {prior.path} has no number column "
+                    f"{prior.column!r} (columns: {', '.join(PRIOR_CANARY_COLUMNS)}); use auto, eta, "
                     f"proxy_prediction or one of those, or set mechanisms.prior_path to a table with row_id and "
                     f"{prior.column}, got {wanted}")
             return  # the train stage writes models/priors whenever the resolved prior needs them

@@ -233,6 +233,6 @@ TRAIN = Stage(
             "models.n_estimators", "models.max_depth", "models.learning_rate", "models.early_stopping_rounds",
             "models.split", "models.hash_buckets", "models.categorical_encoding", "models.min_category_count",
             "models.num_workers", "pate.*", "audit.attack", "audit.membership_candidates",
-            "audit.design", "audit.counterfactual", "audit.flip_share", "audit.shadows"),
+            "audit.design", "audit.counterfactual", "audit.flip_share", "audit.shadows", "audit.runs"),
     outputs=lambda config: (layout.output_path(config, layout.MODELS),),
     inputs=lambda config: (Input("data", lambda c: c.parquet_path, "data.parquet_path", lambda c: "data"),))
