@@ -20,13 +20,13 @@ ranking does. Criteria:
 *Pooling training runs.* The canaries of R training runs (each with its own coins and mechanism draws) in one game:
 m grows R times. Valid because flipping one coin b_{i,r} changes one training label of one run, so the R runs
 together are eps-label-DP with respect to each coin, and the coins are independent: the one-run analysis applies to
-the pooled (canary, run) pairs. Each run's recalibration maps are fitted on its own canaries, then the pairs are
-pooled.
+the pooled (canary, run) pairs, keyed as ``audit.runs`` keys them (:func:`lia_spark.kernels.injected.pooled_keys`) and
+audited as the audit stage audits them (one recalibration map over every pair). Here the runs are the study's seeds,
+each on its own twin (the argument covers that too); ``audit.runs`` trains them on one.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -39,16 +39,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
 from benchmarks.bench_audit_power import bound_text, shown_cells  # noqa: E402
-from lia_spark.kernels import criteo  # noqa: E402
-from lia_spark.names import (BASELINE_NAMES, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION,  # noqa: E402
-                             RECALIBRATE_NONE, RECALIBRATE_TARGET, ROW_ID, SHADOW_PREDICTION, TARGET_PREDICTION)
+from lia_spark.kernels import criteo, injected  # noqa: E402
+from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION,  # noqa: E402
+                             ROW_ID, SHADOW_PREDICTION, TARGET_PREDICTION)
 from lia_spark.run.model_sections import AuditConfig  # noqa: E402
 from lia_spark.studies import power  # noqa: E402
 
 SELECTION_SECTION, POOLING_SECTION = "canary_selection", "pooled_runs"
 AFTER_SECTION = "audit_power_flips"
 POOLED_RUNS = (2, 5)  # R; the seeds are pooled in consecutive disjoint groups of R
-RUN_ID_SHIFT = 44  # pooled row ids: run index << 44 | row id (row ids are day << 40 | index)
 SHARES = (0.1, 0.25, 0.5)
 CRITERIA = ("rare categories", "proxy p", "shadows vs proxy", "random")
 # the default audit.baseline's columns where the train stage fitted shadows
@@ -135,28 +134,11 @@ def selection_rows(tables: dict[str, dict[int, tuple[pd.DataFrame, float]]], roo
 
 
 def pooled_bound(runs: list[tuple[pd.DataFrame, int]], claimed: float) -> power.ChoiceBound:
-    """The default audit of R runs' canaries in one game: each run's baselines mapped onto its own target's scale as
-    audit.recalibrate says for them, then the (canary, run) pairs pooled, row ids made distinct by the run's index."""
-    section = AuditConfig()
-    mapped = {column: section.recalibration(BASELINE_NAMES[column]) for column in BASELINES}
-    if RECALIBRATE_TARGET in mapped.values():
-        raise ValueError(f"pooling maps the baselines per run, not the targets; audit.recalibrate is {mapped}")
-    parts: dict[str, list[np.ndarray]] = {}
-    for index, (canaries, _) in enumerate(runs):
-        target = canaries[TARGET_PREDICTION].to_numpy(np.float64)
-        columns = {"row_id": canaries[ROW_ID].to_numpy(np.int64) | (index << RUN_ID_SHIFT),
-                   "label": canaries[LABEL].to_numpy(), "counterfactual": canaries[COUNTERFACTUAL_LABEL].to_numpy(),
-                   "hidden_bit": canaries[HIDDEN_BIT].to_numpy(), "target": target}
-        columns.update({BASELINE_NAMES[column]: power.recalibrated(
-            target, canaries[column].to_numpy(np.float64), mapped=mapped[column])[1] for column in BASELINES})
-        for name, values in columns.items():
-            parts.setdefault(name, []).append(values)
-    pooled = {name: np.concatenate(values) for name, values in parts.items()}
-    return power.audit_arrays(pooled["row_id"], pooled["label"], pooled["counterfactual"], pooled["hidden_bit"],
-                              pooled["target"], {BASELINE_NAMES[column]: pooled[BASELINE_NAMES[column]]
-                                                 for column in BASELINES},
-                              dataclasses.replace(section, recalibrate=RECALIBRATE_NONE), seed=runs[0][1],
-                              claimed_epsilon=claimed)
+    """The default audit of R runs' canaries in one game, as the audit stage plays ``audit.runs``: run r's canaries
+    keyed by :func:`lia_spark.kernels.injected.pooled_keys`, every pair audited together."""
+    pooled = pd.concat([canaries.assign(**{ROW_ID: injected.pooled_keys(canaries[ROW_ID].to_numpy(np.int64), index)})
+                        for index, (canaries, _) in enumerate(runs)], ignore_index=True)
+    return power.audit_choice(pooled, AuditConfig(), seed=runs[0][1], claimed_epsilon=claimed, baselines=BASELINES)
 
 
 def pooling_rows(tables: dict[str, dict[int, tuple[pd.DataFrame, float]]]) -> list[dict]:
@@ -224,8 +206,8 @@ def render_pooling(frame: pd.DataFrame, root: Path) -> str:
     lines, cells = table_start(
         frame, f"## Pooling training runs in one game (`benchmarks/bench_audit_levers.py`, {root.name})",
         "Issue 38's lever `audit.runs`: the canaries of R independent training runs audited as one game with the "
-        "default audit (each run's baselines recalibrated on its own canaries; docs/math.md §5.14 for why the pooled "
-        "bound is valid), R = 1 being each run alone. Runs = the power study's seeds, pooled in consecutive disjoint "
+        "default audit (as `audit.runs` plays them; docs/math.md §5.14 for why the pooled bound is valid), R = 1 "
+        "being each run alone. Runs = the power study's seeds, pooled in consecutive disjoint "
         "groups; eps_lb mean +- std over the groups (one group: std 0).", ["runs pooled (R)", "groups"])
     for runs, rows in frame.groupby("runs"):
         lines.append(f"| {runs} | {rows.groupby('cell')['seeds'].nunique().max()} | {cell_bounds(rows, cells)} |")
