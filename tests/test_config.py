@@ -208,7 +208,9 @@ def test_one_capability_table_decides_the_config_and_the_audit_table(library, ex
     (["audit.model_uri=runs:/r/model", "audit.claimed_epsilon=some"], "audit.claimed_epsilon", "some"),
     (["audit.predictions_path=/p/*.parquet"], "audit.predictions_path", "*"),
     (["audit.model_uri=runs:/r/model", "audit.fail_on_finding=true"], "audit.fail_on_finding", "claimed_epsilon"),
-    (["audit.model_uri=runs:/r/model", "audit.runs=2"], "audit.runs", "audit.model_uri gives one model"),
+    (["audit.model_uri=runs:/r/model", "audit.runs=2"], "audit.runs", "audit.model_uri gives the audited target"),
+    (["models.execution=distributed", "audit.runs=2"], "audit.runs", "models.execution=distributed"),
+    (["models.training_mechanism=pate", "audit.runs=2"], "audit.runs", "models.training_mechanism=pate"),
     (["audit.design=observational", "audit.runs=3"], "audit.runs", "injected game"),
 ])
 def test_a_model_of_your_own_is_given_one_way_under_the_injected_design(overrides, field, shown):

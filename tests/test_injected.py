@@ -250,3 +250,14 @@ def test_extra_runs_draw_their_own_fair_coins_and_distinct_keys():
     assert np.unique(keys).size == keys.size and (injected.pooled_keys(row_ids, 0) == row_ids).all()
     with pytest.raises(ValueError, match="run: the extra runs are numbered from 1"):
         injected.run_coins(row_ids, seed=9, run=0)
+
+
+def test_pooling_refuses_uneven_run_lists_and_row_ids_beyond_the_key_range():
+    """Pooled keys run << 48 | row_id are distinct only for row ids in [0, 2^48) and runs of equal count
+    (lia_spark.kernels.injected.pooling_problem, both audit paths)."""
+    assert injected.pooling_problem(shortest=2, longest=2, lowest_row_id=0, highest_row_id=(1 << 48) - 1) is None
+    assert "got 1 to 2" in injected.pooling_problem(shortest=1, longest=2, lowest_row_id=0, highest_row_id=5)
+    assert "row_id must lie in [0, 2^48)" in injected.pooling_problem(shortest=2, longest=2, lowest_row_id=-1,
+                                                                      highest_row_id=5)
+    assert "row_id must lie" in injected.pooling_problem(shortest=2, longest=2, lowest_row_id=0,
+                                                         highest_row_id=1 << 48)

@@ -138,7 +138,14 @@ def test_extra_training_runs_pool_into_one_game(spark, in_memory_run):
     import lia_spark  # the Python API pools the table's runs too, in process and on the executors
 
     for table in (local, spark.createDataFrame(local)):
-        assert lia_spark.audit_predictions(table, seed=config.run.seed).eps_lb == audited.headline.eps_lb
+        found = lia_spark.audit_predictions(table, seed=config.run.seed)
+        assert found.eps_lb == audited.headline.eps_lb and found.training_runs == 3
+        assert "3 training runs pooled" in found.summary() and audited.headline.tags()["audit.training_runs"] == "3"
+    broken = local.assign(run_target_predictions=local["run_target_predictions"].map(lambda values: values[:1]))
+    with pytest.raises(ValueError, match="must list the same number of runs on every canary, got 1 to 2"):
+        lia_spark.audit_predictions(broken)
+    with pytest.raises(Exception, match="must list the same number of runs on every canary, got 1 to 2"):
+        lia_spark.audit_predictions(spark.createDataFrame(broken))
 
 
 def _assert_priors_are_the_proxy_predictions(out: str, result, days: tuple[int, ...] = (1,)) -> pd.DataFrame:

@@ -267,3 +267,37 @@ def test_the_shadow_baseline_reads_no_coin_of_the_target(mechanism):
     assert shadow_jobs(no_shadows, target_job(no_shadows)) == [] and np.isnan(shadow_baseline(data, [])).all()
     with pytest.raises(ValueError, match="counterfactual"):
         fit_shadow_job(TargetRows(data), jobs[0], 0)
+
+
+@pytest.mark.parametrize("mechanism", ["none", "rr"])
+def test_an_extra_run_trains_on_its_own_coins_and_reads_none_of_the_target(mechanism):
+    """docs/math.md §5.14: extra run r (audit.runs) is the target's fit on y^{b_r} with the run's own coins and
+    mechanism seed (bit-identical to fitting those labels directly), and reads no coin of the target's."""
+    import dataclasses
+
+    from lia_spark.engine.models.execution import run_jobs
+    from lia_spark.engine.models.preparation import TargetRows, fit_run_job, fit_target_job, target_job
+    from lia_spark.kernels import injected
+    from lia_spark.run.config import load_config
+
+    data = _data(6_000, intercept=-1.5, seed=8)
+    config = load_config(None, ["models.n_estimators=20", "models.max_depth=3", f"models.training_mechanism={mechanism}",
+                                "models.epsilon=2.0", "audit.runs=3"])
+    canary = data.split == training.SPLIT_TRAIN
+    labels = injected.inject(data.row_ids, data.labels, np.full(data.labels.size, 0.3), canary, seed=config.run.seed)
+    jobs = run_jobs(config, target_job(config))
+    assert [job.run for job in jobs] == [1, 2]
+    found = []
+    for training_labels in (labels.training, data.labels):  # the target's y^b, or any other labels: not read
+        rows = TargetRows(dataclasses.replace(data, labels=training_labels), None, true_labels=data.labels,
+                          counterfactual_label=labels.counterfactual_label)
+        found.append([fit_run_job(rows, job, 0).predict(data.features) for job in jobs])
+    np.testing.assert_array_equal(found[0], found[1])
+    coin = injected.run_coins(data.row_ids, seed=config.run.seed, run=1)
+    own = injected.canary_training_labels(data.labels, labels.counterfactual_label, coin)
+    direct = fit_target_job(TargetRows(dataclasses.replace(data, labels=own)), dataclasses.replace(
+        jobs[0].target, seed=injected.run_seed(config.run.seed, 1)), 0).model.predict(data.features)
+    np.testing.assert_array_equal(found[0][0], direct)
+    assert not np.array_equal(found[0][0], found[0][1])
+    no_runs = dataclasses.replace(config, audit=dataclasses.replace(config.audit, runs=1))
+    assert run_jobs(no_runs, target_job(no_runs)) == []

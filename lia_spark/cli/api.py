@@ -49,6 +49,7 @@ class PredictionsAudit:
     guesses: int
     baselines: tuple[str, ...]
     headline: Headline
+    training_runs: int = 1  # the runs the table holds, pooled into the game (docs/math.md §5.14)
 
     def summary(self) -> str:
         """The headline the audit stage prints: the bound first, its confidence, delta and the claimed eps."""
@@ -81,16 +82,19 @@ def audit_predictions(predictions: Any, *, claimed_epsilon: float = math.inf, se
                           f"{section.delta:g}; `lia-spark audit` gives the GDP bound at delta > 0")
     seed = config.run.seed if seed is None else seed
     if isinstance(predictions, pd.DataFrame):
-        bound, baselines = _audit_pandas(predictions, config, seed=seed, claimed_epsilon=claimed_epsilon)
+        bound, baselines, runs = _audit_pandas(predictions, config, seed=seed, claimed_epsilon=claimed_epsilon)
     else:
-        bound, baselines = _audit_spark(predictions, config, seed=seed, claimed_epsilon=claimed_epsilon, spark=spark)
+        bound, baselines, runs = _audit_spark(predictions, config, seed=seed, claimed_epsilon=claimed_epsilon,
+                                              spark=spark)
     headline = Headline(eps_lb=bound.eps_lb, eps_lb_mean=bound.eps_lb, eps_lb_std=0.0, repetitions=1,
                         confidence=section.confidence, tests=bound.tests, delta=0.0, mechanism=target,
                         claimed_epsilon=claimed_epsilon, design=names.INJECTED,
-                        informative_canaries=bound.informative, ceiling=bound.ceiling, canaries=bound.informative)
+                        informative_canaries=bound.informative, ceiling=bound.ceiling, canaries=bound.informative,
+                        training_runs=runs)
     return PredictionsAudit(eps_lb=bound.eps_lb, confidence=section.confidence, claimed_epsilon=claimed_epsilon,
                             ceiling=bound.ceiling, informative_canaries=bound.informative, tests=bound.tests,
-                            score=bound.score, guesses=bound.guesses, baselines=baselines, headline=headline)
+                            score=bound.score, guesses=bound.guesses, baselines=baselines, headline=headline,
+                            training_runs=runs)
 
 
 def _baselines(frame: pd.DataFrame, section: AuditConfig) -> tuple[str, ...]:
@@ -116,13 +120,13 @@ def _refuse(problem: str | None) -> None:
 
 
 def _audit_pandas(frame: pd.DataFrame, config: Config, *, seed: int,
-                  claimed_epsilon: float) -> tuple[ChoiceBound, tuple[str, ...]]:
+                  claimed_epsilon: float) -> tuple[ChoiceBound, tuple[str, ...], int]:
     _check_columns(list(frame.columns))
     if config.audit.canaries > 0:
         raise ConfigError(f"audit.canaries: a pandas table is audited whole, got {config.audit.canaries}; sample "
                           "the table yourself, or pass a Spark DataFrame")
     baselines = _baselines(frame, config.audit)
-    pooled, _ = pooled_canaries(frame)
+    pooled, runs = pooled_canaries(frame)
     rows = pooled[pooled[HIDDEN_BIT].notna() & pooled[COUNTERFACTUAL_LABEL].notna()]
     found = injected.summarize_predictions(rows[TARGET_PREDICTION].to_numpy(np.float64),
                                            rows[baselines[0]].to_numpy(np.float64), expected=rows[ROW_ID].nunique())
@@ -131,21 +135,22 @@ def _audit_pandas(frame: pd.DataFrame, config: Config, *, seed: int,
                          rows[HIDDEN_BIT].to_numpy(), rows[TARGET_PREDICTION].to_numpy(np.float64),
                          {BASELINE_NAMES[column]: rows[column].to_numpy(np.float64) for column in baselines},
                          config.audit, seed=seed, claimed_epsilon=claimed_epsilon)
-    return bound, baselines
+    return bound, baselines, runs
 
 
 def _audit_spark(frame: Any, config: Config, *, seed: int, claimed_epsilon: float,
-                 spark: Any) -> tuple[ChoiceBound, tuple[str, ...]]:
+                 spark: Any) -> tuple[ChoiceBound, tuple[str, ...], int]:
     from lia_spark.engine.audit.stage import handed_table_counts
 
     _check_columns(frame.columns)
-    against = next((column for column in BASELINE_COLUMNS if column in frame.columns), PROXY_PREDICTION)
+    against = (config.audit.baseline_columns(tuple(c for c in BASELINE_COLUMNS if c in frame.columns))
+               or (PROXY_PREDICTION,))[0]
     counted = handed_table_counts(spark if spark is not None else frame.sparkSession,
                                   dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed)), frame,
                                   against=against)
     bound = counts_bound(counted.correct, counted.guesses, counted.canaries, config.audit,
                          claimed_epsilon=claimed_epsilon, choice="api")
-    return bound, counted.baselines
+    return bound, counted.baselines, counted.runs
 
 
 def run_command(command: str = "pipeline", conf: str | os.PathLike | None = None, *, overrides: Sequence[str] = (),

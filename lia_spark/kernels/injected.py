@@ -20,7 +20,8 @@ the row id) and abstains elsewhere. Because b_i is a fair coin independent of th
 coin, and flipping it changes one training label, an eps-label-DP training algorithm bounds each guess's success
 probability by e^eps / (1 + e^eps) given all earlier guesses, whatever the data distribution and the proxy: the
 bounds of docs/math.md §6 apply with tau = 0, m = the number of informative canaries, and one training run gives
-one bound (R = 1).
+one bound (one game). With audit.runs = R the target is trained R times with independent coins and the game runs
+over the R m (canary, run) pairs (docs/math.md §5.14; :func:`run_coins`, :func:`pooled_keys`).
 """
 from __future__ import annotations
 
@@ -205,6 +206,19 @@ def run_coins(row_ids: np.ndarray, *, seed: int, run: int) -> np.ndarray:
 def run_seed(seed: int, run: int) -> int:
     """The training mechanism's seed of extra run ``run`` (63 bits): its own randomness (RR flips, bags, noise)."""
     return int(hashing.stream_key(seed, f"{RUN_PURPOSE}/{run}/mechanism")) >> 1
+
+
+def pooling_problem(*, shortest: int, longest: int, lowest_row_id: int, highest_row_id: int) -> str | None:
+    """What forbids pooling a canary table's extra runs (None when nothing does): run lists of different lengths (the
+    coins' and predictions' of every canary, ``shortest``..``longest`` entries), or row ids outside [0, 2^48) whose
+    pooled keys (:func:`pooled_keys`) could collide."""
+    if shortest != longest:
+        return (f"run_hidden_bits and run_target_predictions must list the same number of runs on every canary, got "
+                f"{shortest} to {longest}")
+    if lowest_row_id < 0 or highest_row_id >= 1 << RUN_KEY_SHIFT:
+        return (f"row_id must lie in [0, 2^{RUN_KEY_SHIFT}) for the runs' pooled keys, got {lowest_row_id} to "
+                f"{highest_row_id}")
+    return None
 
 
 def pooled_keys(row_ids: np.ndarray, run: int) -> np.ndarray:

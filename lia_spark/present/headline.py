@@ -140,11 +140,13 @@ class Headline:
     def tags(self) -> dict[str, str]:
         """MLflow tags ``audit.eps_lb`` (the bound, or "none without an assumption on the proxy"),
         ``audit.claimed_eps``, ``audit.mechanism``, ``audit.design``, ``audit.assumption`` (observational),
-        ``audit.finding`` and ``audit.headline``."""
+        ``audit.finding``, ``audit.headline`` and, injected, ``audit.training_runs`` (the runs pooled)."""
         tags = {"audit.eps_lb": "none without an assumption on the proxy" if self.assumption else f"{self.eps_lb:.6g}",
                 "audit.claimed_eps": _eps(self.claimed_epsilon), "audit.mechanism": self.mechanism,
                 "audit.design": self.design, "audit.finding": str(self.is_finding).lower(),
                 "audit.headline": self.text()}
+        if self.design == INJECTED:
+            tags["audit.training_runs"] = str(self.training_runs)
         if self.design == OBSERVATIONAL:
             tags["audit.assumption"] = self.assumption or (f"none: the proxy's measured worst-case TV error is "
                                                            f"{_tau(self.measured_tau)}")

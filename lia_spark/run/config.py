@@ -241,12 +241,17 @@ def config_from_dict(values: Mapping[str, Any]) -> Config:
 
 def _check_capabilities(config: Config) -> None:
     """The target's mechanism and the utility grid's LLP settings against the capability table
-    (:func:`lia_spark.run.capabilities.unsupported`): library, execution path and audit game."""
+    (:func:`lia_spark.run.capabilities.unsupported`): library, execution path and audit game; audit.runs against
+    the execution path and the mechanism."""
     models = config.models
     found = refusal(models.training_mechanism, library=models.library, execution=models.execution,
                     game=config.audit.game)
     if found is not None:
         fail(found.field, getattr(models, found.field.split(".")[1]), found.reason, found.fix)
+    if config.audit.runs > 1 and (models.execution != IN_MEMORY or models.training_mechanism == names.PATE):
+        fail("audit.runs", config.audit.runs, f"above 1 refits the target on the in-memory path, every mechanism but "
+             f"{names.PATE} (whose teachers would be fitted again per run); here models.execution={models.execution}, "
+             f"models.training_mechanism={models.training_mechanism}", "use audit.runs=1")
     grid = refusal(names.LLP, library=models.library, execution=IN_MEMORY)
     if config.utility.bag_sizes and grid is not None:
         fail("utility.bag_sizes", list(config.utility.bag_sizes), f"the utility grid's llp settings: {grid.reason}",

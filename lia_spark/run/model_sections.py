@@ -245,8 +245,9 @@ class AuditConfig:
                  f"{names.INJECTED}, audit.attack={names.LABEL_INFERENCE}; here {self.design}, {self.attack})",
                  "use audit.runs=1")
         if self.runs > 1 and self.given_target:
-            fail("audit.runs", self.runs, f"above 1 pools the train stage's own runs, and {self.given_target} gives "
-                 "one model", "use audit.runs=1")
+            fail("audit.runs", self.runs, f"above 1 sets how many runs the train stage fits, and {self.given_target} "
+                 "gives the audited target instead (a canary table's own runs are pooled as it holds them)",
+                 "use audit.runs=1")
         if self.baseline not in names.BASELINES:
             fail("audit.baseline", self.baseline, f"must be one of {', '.join(names.BASELINES)}")
         if self.baseline == names.BASELINE_SHADOWS and self.shadows == 0 and not self.canary_path:

@@ -17,8 +17,9 @@ import pandas as pd
 
 from lia_spark.kernels import audit, audit_sweep, injected, recalibration
 from lia_spark.names import (BASELINE_NAMES, BINOMIAL, BONFERRONI, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL,
-                             PROXY_PREDICTION, RECALIBRATE_NONE, RECALIBRATE_TARGET, ROW_ID, RUN_COLUMNS,
-                             RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, TARGET_PREDICTION, bound_key)
+                             PROXY_PREDICTION, RECALIBRATE_NONE, RECALIBRATE_TARGET, REFERENCE_PREDICTION,
+                             RELEASED_LABEL, ROW_ID, RUN_COLUMNS, RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS,
+                             TARGET_PREDICTION, bound_key)
 from lia_spark.run.model_sections import AuditConfig
 
 
@@ -53,18 +54,30 @@ class ChoiceBound:
 def pooled_canaries(canaries: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """``canaries`` with the extra training runs' (canary, run) pairs appended as canaries of their own, as the audit
     stage pools them (audit.runs, docs/math.md §5.14; :func:`lia_spark.engine.audit.counts.pooled_runs`): run r's
-    pair keyed by :func:`lia_spark.kernels.injected.pooled_keys`, its coin and prediction the run's; and the number
-    of runs R (1 and the table unchanged without extra runs)."""
+    pair keyed by :func:`lia_spark.kernels.injected.pooled_keys`, its coin and prediction the run's (released label
+    and reference null); and the number of runs R (1 and the table without the run columns when it holds none).
+
+    Raises:
+        ValueError: naming the predictions when the run lists differ in length or a row id is out of range.
+    """
     if RUN_TARGET_PREDICTIONS not in canaries or canaries[RUN_TARGET_PREDICTIONS].isna().all():
         return canaries.drop(columns=[c for c in RUN_COLUMNS if c in canaries]), 1
     base = canaries.drop(columns=list(RUN_COLUMNS))
     with_runs = canaries[canaries[RUN_TARGET_PREDICTIONS].notna()]
-    runs = int(with_runs[RUN_TARGET_PREDICTIONS].map(len).max())
+    sizes = pd.concat([with_runs[RUN_TARGET_PREDICTIONS].map(len),
+                       with_runs[RUN_HIDDEN_BITS].map(lambda bits: -1 if bits is None else len(bits))])
+    problem = injected.pooling_problem(shortest=int(sizes.min()), longest=int(sizes.max()),
+                                       lowest_row_id=int(with_runs[ROW_ID].min()),
+                                       highest_row_id=int(with_runs[ROW_ID].max()))
+    if problem is not None:
+        raise ValueError(f"predictions: {problem}")
+    runs = int(sizes.max())
     coins = np.stack(with_runs[RUN_HIDDEN_BITS].to_numpy())
     predictions = np.stack(with_runs[RUN_TARGET_PREDICTIONS].to_numpy())
+    run_only = {column: None for column in (RELEASED_LABEL, REFERENCE_PREDICTION) if column in base}
     extra = [with_runs.drop(columns=list(RUN_COLUMNS)).assign(
         **{ROW_ID: injected.pooled_keys(with_runs[ROW_ID].to_numpy(np.int64), run),
-           HIDDEN_BIT: coins[:, run - 1], TARGET_PREDICTION: predictions[:, run - 1]})
+           HIDDEN_BIT: coins[:, run - 1], TARGET_PREDICTION: predictions[:, run - 1], **run_only})
         for run in range(1, runs + 1)]
     return pd.concat([base, *extra], ignore_index=True), runs + 1
 

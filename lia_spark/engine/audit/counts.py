@@ -115,24 +115,40 @@ def resolve_baselines(df: DataFrame, *, section: AuditConfig) -> tuple[str, ...]
 def pooled_runs(df: DataFrame) -> tuple[DataFrame, int]:
     """The canary table with the extra training runs' (canary, run) pairs appended as canaries of their own
     (audit.runs, docs/math.md §5.14): run r's pair keeps the canary's y0, y1 and baselines and takes the run's coin
-    and prediction (``run_hidden_bits[r-1]``, ``run_target_predictions[r-1]``), keyed r << 48 | row_id
-    (:func:`lia_spark.kernels.injected.pooled_keys`); and the number of runs R (1 and ``df`` unchanged without
-    extra runs)."""
+    and prediction (``run_hidden_bits[r-1]``, ``run_target_predictions[r-1]``; its released label and reference
+    are run 0's, so null), keyed r << 48 | row_id (:func:`lia_spark.kernels.injected.pooled_keys`); and the number
+    of runs R (1 and ``df`` without the run columns when it holds no extra runs).
+
+    Raises:
+        ValueError: naming the canary table when the run lists differ in length or a row id is out of range
+            (:func:`lia_spark.kernels.injected.pooling_problem`).
+    """
     if RUN_TARGET_PREDICTIONS not in df.columns:
         return df, 1
-    extra = df.select(F.max(F.size(RUN_TARGET_PREDICTIONS)).alias("runs")).first()["runs"]
+    with_runs = df.where(F.col(RUN_TARGET_PREDICTIONS).isNotNull())
+    sizes = [F.size(RUN_TARGET_PREDICTIONS), F.coalesce(F.size(RUN_HIDDEN_BITS), F.lit(-1))]
+    found = with_runs.agg(F.least(*(F.min(size) for size in sizes)).alias("shortest"),
+                          F.greatest(*(F.max(size) for size in sizes)).alias("longest"),
+                          F.min(ROW_ID).alias("lowest"), F.max(ROW_ID).alias("highest")).first()
     base = df.drop(*RUN_COLUMNS)
-    if not extra or extra < 1:
+    if found["longest"] is None or found["longest"] < 1:
         return base, 1
-    kept = [column for column in base.columns if column not in (ROW_ID, HIDDEN_BIT, TARGET_PREDICTION)]
-    runs = (df.where(F.col(RUN_TARGET_PREDICTIONS).isNotNull())
+    problem = injected.pooling_problem(shortest=found["shortest"], longest=found["longest"],
+                                       lowest_row_id=found["lowest"], highest_row_id=found["highest"])
+    if problem is not None:
+        raise ValueError(f"canary table: {problem}")
+    run_only = [column for column in (names.RELEASED_LABEL, names.REFERENCE_PREDICTION) if column in base.columns]
+    kept = [column for column in base.columns if column not in (ROW_ID, HIDDEN_BIT, TARGET_PREDICTION, *run_only)]
+    types = dict(base.dtypes)
+    runs = (with_runs
             .select(ROW_ID, *kept, F.posexplode(F.arrays_zip(RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS)).alias(
                 "run", "drawn"))
             .select(F.col(ROW_ID).bitwiseOR(F.shiftleft(F.col("run").cast("long") + 1,
                                                        injected.RUN_KEY_SHIFT)).alias(ROW_ID),
                     *kept, F.col(f"drawn.{RUN_HIDDEN_BITS}").alias(HIDDEN_BIT),
-                    F.col(f"drawn.{RUN_TARGET_PREDICTIONS}").alias(TARGET_PREDICTION)))
-    return base.unionByName(runs), int(extra) + 1
+                    F.col(f"drawn.{RUN_TARGET_PREDICTIONS}").alias(TARGET_PREDICTION),
+                    *(F.lit(None).cast(types[column]).alias(column) for column in run_only)))
+    return base.unionByName(runs), int(found["longest"]) + 1
 
 
 def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = names.OBSERVATIONAL,
@@ -345,7 +361,7 @@ def distributed_counts(df: DataFrame, *, section: AuditConfig, seed: int, guesse
         seed: the run seed.
         guesses: guess counts to evaluate; default the sweep of ``section``.
         design: observational (section.repetitions games drawn by the audit) or injected (the one game drawn
-            before training: R = 1, the rows of ``df`` are the informative canaries).
+            before training: one game, the rows of ``df`` are the informative canaries).
 
     Returns:
         (m, guesses (k,), score name -> correct (R, k) int64), the scores in the order of ``section.scores``.

@@ -174,7 +174,7 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
     :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column ``target`` (the
     target's, or the label-blind reference's) against each baseline of audit.baseline (:func:`resolve_baselines`:
     one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated as audit.recalibrate
-    says for it (``AuditConfig.recalibration``); injected: m = the informative canaries, R = 1; observational on the
+    says for it (``AuditConfig.recalibration``); injected: m = the informative canaries (of every pooled run), one game; observational on the
     twin also the proxy's measured error (:func:`proxy_error`)."""
     data_rows = canaries is None or own_model(config)
     truth = truth_table(spark, config, data_rows=data_rows) if config.audit.design == names.OBSERVATIONAL else None
@@ -210,15 +210,16 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
 
 def handed_table_counts(spark: SparkSession, config: Config, table: DataFrame, *, against: str) -> GameCounts:
     """:func:`label_inference_counts` of a canary table handed over from Python (``lia_spark.audit_predictions``),
-    its canaries' ``target_prediction`` checked first as a model's are (:func:`check_predictions`, beside the baseline
-    column ``against``).
+    its runs pooled (:func:`pooled_runs`) and every pair's ``target_prediction`` checked first as a model's are
+    (:func:`check_predictions`, beside the baseline column ``against``).
 
     Raises:
         ValueError: naming ``predictions`` and what is wrong with them.
     """
-    canaries = table.where(F.col(names.HIDDEN_BIT).isNotNull() & F.col(names.COUNTERFACTUAL_LABEL).isNotNull())
+    pooled, runs = pooled_runs(table)  # every run's predictions checked, as the pandas path checks them
+    canaries = pooled.where(F.col(names.HIDDEN_BIT).isNotNull() & F.col(names.COUNTERFACTUAL_LABEL).isNotNull())
     check_predictions(canaries, canaries.select(ROW_ID).distinct().count(), "predictions", "the table", against)
-    return label_inference_counts(spark, config, table)
+    return dataclasses.replace(label_inference_counts(spark, config, pooled), runs=runs)
 
 
 def reference_counts(spark: SparkSession, config: Config) -> GameCounts | None:

@@ -256,9 +256,9 @@ def in_memory_job(spark: SparkSession, config: Config, target_rows: DataFrame, p
 def fit_ahead(spark: SparkSession, config: Config, settings: list[tuple[str, float, int]],
               preparation: Preparation) -> None:
     """Fit the in-memory targets of ``settings`` (training mechanism, epsilon, bag size; everything else from
-    ``config``) and their shadow models (:func:`shadow_jobs`) as parallel Spark tasks
-    (:func:`lia_spark.engine.models.parallel_fits.run_fits`) and keep them in ``preparation.fits`` and
-    ``preparation.shadow_fits``, where the train stage of each setting takes its own. A failed fit is left out (its
+    ``config``), their shadow models (:func:`shadow_jobs`) and extra runs (:func:`run_jobs`) as parallel Spark tasks
+    (:func:`lia_spark.engine.models.parallel_fits.run_fits`) and keep them in ``preparation.fits``,
+    ``preparation.shadow_fits`` and ``preparation.run_fits``, where the train stage of each setting takes its own. A failed fit is left out (its
     train stage fits it again and reports the error)."""
     m = config.models
     proxy_rows, target_rows = (in_memory_rows(spark, config, day) for day in (m.proxy_day, m.target_day))
@@ -308,6 +308,9 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
     started = time.monotonic()
     fit, shadows = preparation.fits.pop(key, None), preparation.shadow_fits.pop(key, None)
     runs = preparation.run_fits.pop(key, None)
+    if config.audit.runs > 1 and injects(config) and not fits_runs(config):
+        logger.warning("train: audit.runs=%d does not apply to %s (its teachers would be fitted again per run): one "
+                       "training run, the headline says so", config.audit.runs, m.training_mechanism)
     if fit is not None:
         logger.info("train: target fitted ahead in a parallel Spark task")
     needs_shadows, needs_runs = shadows is None and fits_shadows(config), runs is None and fits_runs(config)
