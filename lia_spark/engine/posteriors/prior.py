@@ -71,9 +71,9 @@ def check_prior_source(spark: SparkSession, config: Config, *, pending: Sequence
             if (prior.path != layout.proxy_priors_path(config) and prior.step == "train"
                     and prior.column not in PRIOR_CANARY_COLUMNS):
                 raise ValueError(
-                    f"mechanisms.prior_column: the train stage's canary table {prior.path} has no number column "
-                    f"{prior.column!r} (columns: {', '.join(PRIOR_CANARY_COLUMNS)}); use auto, eta, "
-                    f"proxy_prediction or one of those, or set mechanisms.prior_path to a table with row_id and "
+                    f"mechanisms.prior_column: the train stage's canary table {prior.path} has no column "
+                    f"{prior.column!r} to read a prior from (columns: {', '.join(PRIOR_CANARY_COLUMNS)}); use auto, "
+                    f"eta, proxy_prediction or one of those, or set mechanisms.prior_path to a table with row_id and "
                     f"{prior.column}, got {wanted}")
             return  # the train stage writes models/priors whenever the resolved prior needs them
         columns = _table_columns(spark, prior.path)  # stage outputs appear only when committed whole
