@@ -290,7 +290,37 @@ def _null_values(reps: list[dict], model: str, design: str, *, first_only: bool 
     return found
 
 
-def render(payload: dict) -> str:
+def paired_lines(payload: dict, previous: dict) -> list[str]:
+    """The injected audit of this run against ``previous`` (a run of the same settings but its audit's, so the same
+    data draws, nulls and positives): per positive the mean eps_lb of each, their paired difference (mean +- standard
+    error over the draws) and how many draws each wins; per null the false-positive counts."""
+    settings = {key: value for key, value in payload["meta"]["settings"].items() if key not in ("audit", "minutes")}
+    earlier = {key: value for key, value in previous["meta"]["settings"].items() if key not in ("audit", "minutes")}
+    if settings != earlier or len(previous["repetitions"]) != len(payload["repetitions"]):
+        raise SystemExit("--previous: the runs differ in more than their audit settings; a paired comparison needs "
+                         "the same data draws")
+    reps, old = payload["repetitions"], previous["repetitions"]
+    lines = [f"Paired against the previous defaults' run of the same draws (`{previous['meta']['settings']['audit']}`"
+             f"; raw values in `{previous['meta']['output']}`): the same twins, proxies, targets and coins, only the "
+             f"audit differs. Positives, mean eps_lb over the draws:", "",
+             "| eps | previous | now | now - previous (mean +- s.e.) | draws now higher | draws now lower |",
+             "|---|---|---|---|---|---|"]
+    for name in (*[table.epsilon_text(e) for e in payload["meta"]["settings"]["epsilons"]], "inf"):
+        now = np.array([rep["positives"][name]["injected"][0] for rep in reps])
+        before = np.array([rep["positives"][name]["injected"][0] for rep in old])
+        gain = now - before
+        lines.append(f"| {'non-private' if name == 'inf' else name} | {before.mean():.3f} | {now.mean():.3f} | "
+                     f"{gain.mean():+.3f} +- {gain.std(ddof=1) / math.sqrt(gain.size):.3f} | {int((gain > 0).sum())} | "
+                     f"{int((gain < 0).sum())} |")
+    positives = ", ".join(
+        f"{name} {sum(sum(v > 0 for v in rep['nulls'][name]['injected']) for rep in old if name in rep['nulls'])} -> "
+        f"{sum(sum(v > 0 for v in rep['nulls'][name]['injected']) for rep in reps if name in rep['nulls'])}"
+        for name in NULLS)
+    lines += ["", f"Nulls, audits with eps_lb > 0 (previous -> now): {positives}."]
+    return lines
+
+
+def render(payload: dict, previous: dict | None = None) -> str:
     meta, reps = payload["meta"], payload["repetitions"]
     s = meta["settings"]
     n = len(reps)
@@ -329,12 +359,13 @@ def render(payload: dict) -> str:
         f"draw at the per-test confidence 1 - 0.05/k, then the target's best bound at tau*.")
     lines.append("")
     resumed_text = f", resumed {meta['resumed']} time(s)" if meta.get("resumed") else ""
+    where = f"as parallel Spark tasks on {meta['spark']}" if meta.get("spark") else "in one process"
     lines.append(
         f"{n} data draws (repetitions). Game draws: the observational designs play {g} games per data draw on every "
         f"target (their targets never depend on the game); the injected design plays one per trained positive "
         f"target, and {g} coin/counterfactual draws per data draw on the label-blind nulls (their predictions do "
         f"not depend on the coins; the first draw is the one the positives trained on). Wall time "
-        f"{meta['wall_seconds'] / 60:.1f} min in one process{resumed_text} (seed {s['seed']}; mean per repetition "
+        f"{meta['wall_seconds'] / 60:.1f} min {where}{resumed_text} (seed {s['seed']}; mean per repetition "
         f"{np.mean([r['seconds']['total'] for r in reps]):.0f} s). Proxy test AUC "
         f"{np.mean([r['proxy_test']['auc'] for r in reps]):.3f} against eta's "
         f"{np.mean([r['eta_test']['auc'] for r in reps]):.3f}; mean |M' - eta| over canaries "
@@ -422,6 +453,9 @@ def render(payload: dict) -> str:
                      f"{_stats([r['flip']['inf']['utility_injected']['log_loss'] for r in flips])} | "
                      f"{_stats([r['flip']['inf']['injected'] for r in flips])} | "
                      f"{_stats([r['flip']['4']['injected'] for r in flips])} |")
+    if previous is not None:
+        lines.append("")
+        lines.extend(paired_lines(payload, previous))
     lines.append("")
     lines.extend(findings(reps, s))
     if invalid:
@@ -567,6 +601,8 @@ def main(argv=None) -> int:
     parser.add_argument("--output", default="runs/bench_injected_validity/draws.json")
     parser.add_argument("--render", action="store_true", help="write the BENCHMARKS.md section")
     parser.add_argument("--from-output", action="store_true", help="only re-render from --output")
+    parser.add_argument("--previous", metavar="JSON", default="",
+                        help="a run of the same settings under other audit settings: render the paired comparison")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in --output (its settings; --repetitions and --minutes from here)")
     parser.add_argument("--proxy-rows", type=int, default=200_000)
@@ -601,8 +637,8 @@ def main(argv=None) -> int:
                             click_rate=args.click_rate, seed=args.seed, minutes=args.minutes, shadows=args.shadows,
                             audit=DEFAULT_AUDIT_TEXT)
         shown = " ".join(arg for arg in (argv if argv is not None else sys.argv[1:]))
-        payload = {"meta": {"settings": dataclasses.asdict(settings), "arguments": shown, "output": args.output},
-                   "repetitions": []}
+        payload = {"meta": {"settings": dataclasses.asdict(settings), "arguments": shown, "output": args.output,
+                            **({"spark": args.spark} if args.spark else {})}, "repetitions": []}
         if args.resume:
             payload, settings = resumed(args.output, settings)
         os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
@@ -629,7 +665,11 @@ def main(argv=None) -> int:
                         rep["seconds"]["total"], {k: round(v) for k, v in rep["seconds"].items()},
                         {k: (round(a, 2), round(b, 2)) for k, (a, b) in nulls.items()},
                         {k: round(v["injected"][0], 2) for k, v in rep["positives"].items()})
-    markdown = render(payload)
+    previous = None
+    if args.previous:
+        with open(args.previous, encoding="utf-8") as handle:
+            previous = json.load(handle)
+    markdown = render(payload, previous)
     publish(SECTION, markdown, render=args.render, after=AFTER_SECTION)
     return 0
 
