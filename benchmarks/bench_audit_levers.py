@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._report import publish  # noqa: E402
 from benchmarks.bench_audit_power import bound_text, shown_cells  # noqa: E402
 from lia_spark.kernels import criteo, injected  # noqa: E402
-from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION,  # noqa: E402
+from lia_spark.names import (BASELINE_NAMES, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION,  # noqa: E402
                              ROW_ID, SHADOW_PREDICTION, TARGET_PREDICTION)
 from lia_spark.run.model_sections import AuditConfig  # noqa: E402
 from lia_spark.studies import power  # noqa: E402
@@ -181,8 +181,9 @@ def cell_bounds(rows: pd.DataFrame, cells: list[str]) -> str:
 def render_selection(frame: pd.DataFrame, root: Path) -> str:
     lines, cells = table_start(
         frame, f"## Choosing the audited canaries (`benchmarks/bench_audit_levers.py`, {root.name})",
-        "Issue 38's lever: the default audit (docs/math.md §5.9, scores log_ratio + difference_t2, recalibrate proxy, "
-        "geometric sweep, baselines proxy and shadows) on a share q of the informative canaries, those a coin-free "
+        f"Issue 38's lever: the default audit (docs/math.md §5.9; scores | recalibrate | sweep: "
+        f"{power.choice_name(AuditConfig())}; baselines {' + '.join(BASELINE_NAMES[c] for c in BASELINES)}) on a "
+        "share q of the informative canaries, those a coin-free "
         "criterion ranks first (the script's docstring defines them; validity: docs/math.md §5.14), against all of "
         f"them; the canary tables of the power study's seeded runs (`run.seed` = {seeds_text(frame)}), no training. "
         "eps_lb mean +- std over the seeds; every row is a valid bound.", ["criterion", "q"])

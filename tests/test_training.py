@@ -281,8 +281,8 @@ def test_an_extra_run_trains_on_its_own_coins_and_reads_none_of_the_target(mecha
     from lia_spark.run.config import load_config
 
     data = _data(6_000, intercept=-1.5, seed=8)
-    config = load_config(None, ["models.n_estimators=20", "models.max_depth=3", f"models.training_mechanism={mechanism}",
-                                "models.epsilon=2.0", "audit.runs=3"])
+    config = load_config(None, ["models.n_estimators=20", "models.max_depth=3", "models.epsilon=2.0",
+                                f"models.training_mechanism={mechanism}", "audit.runs=3"])
     canary = data.split == training.SPLIT_TRAIN
     labels = injected.inject(data.row_ids, data.labels, np.full(data.labels.size, 0.3), canary, seed=config.run.seed)
     jobs = run_jobs(config, target_job(config))

@@ -103,8 +103,8 @@ def _baselines(frame: pd.DataFrame, section: AuditConfig) -> tuple[str, ...]:
     chosen = section.baseline_columns(present)
     if not chosen or not set(chosen) <= set(present):
         wanted = " or ".join(chosen or BASELINE_COLUMNS)
-        raise ValueError(f"predictions: audit.baseline={section.baseline} needs a column {wanted} with values, got columns "
-                         f"{list(frame.columns)}")
+        raise ValueError(f"predictions: audit.baseline={section.baseline} needs a column {wanted} with values, got "
+                         f"columns {list(frame.columns)}")
     return chosen
 
 

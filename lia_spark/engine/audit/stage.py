@@ -174,8 +174,8 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
     :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column ``target`` (the
     target's, or the label-blind reference's) against each baseline of audit.baseline (:func:`resolve_baselines`:
     one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated as audit.recalibrate
-    says for it (``AuditConfig.recalibration``); injected: m = the informative canaries (of every pooled run), one game; observational on the
-    twin also the proxy's measured error (:func:`proxy_error`)."""
+    says for it (``AuditConfig.recalibration``); injected: m = the informative canaries (of every pooled run), one
+    game; observational on the twin also the proxy's measured error (:func:`proxy_error`)."""
     data_rows = canaries is None or own_model(config)
     truth = truth_table(spark, config, data_rows=data_rows) if config.audit.design == names.OBSERVATIONAL else None
     if canaries is None:

@@ -140,12 +140,16 @@ def _reference_in_memory(config: Config, data: training.ModelData) -> np.ndarray
     return reference.predict(data.features)
 
 
-def fits_shadows(config: Config) -> bool:
-    """True when the train stage fits audit.shadows label-blind shadows: the injected design on the in-memory path
-    for every mechanism but PATE (whose teachers would be fitted again per shadow)."""
+def refits_target(config: Config) -> bool:
+    """True when the train stage can fit the target again with other coins (shadows, extra runs): the injected
+    design on the in-memory path for every mechanism but PATE (whose teachers would be fitted again per fit)."""
     m = config.models
-    return (injects(config) and config.audit.shadows > 0 and m.execution == "in_memory"
-            and m.training_mechanism != PATE)
+    return injects(config) and m.execution == "in_memory" and m.training_mechanism != PATE
+
+
+def fits_shadows(config: Config) -> bool:
+    """True when the train stage fits audit.shadows label-blind shadows (:func:`refits_target`)."""
+    return refits_target(config) and config.audit.shadows > 0
 
 
 def shadow_jobs(config: Config, job: TargetJob) -> list[ShadowJob]:
@@ -156,10 +160,8 @@ def shadow_jobs(config: Config, job: TargetJob) -> list[ShadowJob]:
 
 
 def fits_runs(config: Config) -> bool:
-    """True when the train stage fits audit.runs - 1 extra training runs for a pooled game: audit.runs > 1 under the
-    injected design on the in-memory path, every mechanism but PATE (as :func:`fits_shadows`)."""
-    m = config.models
-    return injects(config) and config.audit.runs > 1 and m.execution == "in_memory" and m.training_mechanism != PATE
+    """True when the train stage fits audit.runs - 1 extra training runs for a pooled game (:func:`refits_target`)."""
+    return refits_target(config) and config.audit.runs > 1
 
 
 def run_jobs(config: Config, job: TargetJob) -> list[RunJob]:
@@ -258,8 +260,8 @@ def fit_ahead(spark: SparkSession, config: Config, settings: list[tuple[str, flo
     """Fit the in-memory targets of ``settings`` (training mechanism, epsilon, bag size; everything else from
     ``config``), their shadow models (:func:`shadow_jobs`) and extra runs (:func:`run_jobs`) as parallel Spark tasks
     (:func:`lia_spark.engine.models.parallel_fits.run_fits`) and keep them in ``preparation.fits``,
-    ``preparation.shadow_fits`` and ``preparation.run_fits``, where the train stage of each setting takes its own. A failed fit is left out (its
-    train stage fits it again and reports the error)."""
+    ``preparation.shadow_fits`` and ``preparation.run_fits``, where the train stage of each setting takes its own. A
+    failed fit is left out (its train stage fits it again and reports the error)."""
     m = config.models
     proxy_rows, target_rows = (in_memory_rows(spark, config, day) for day in (m.proxy_day, m.target_day))
     target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
@@ -308,7 +310,7 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
     started = time.monotonic()
     fit, shadows = preparation.fits.pop(key, None), preparation.shadow_fits.pop(key, None)
     runs = preparation.run_fits.pop(key, None)
-    if config.audit.runs > 1 and injects(config) and not fits_runs(config):
+    if config.audit.runs > 1 and injects(config) and not refits_target(config):
         logger.warning("train: audit.runs=%d does not apply to %s (its teachers would be fitted again per run): one "
                        "training run, the headline says so", config.audit.runs, m.training_mechanism)
     if fit is not None:
@@ -328,9 +330,10 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
         runs = fitted[len(shadow_list):] if needs_runs else runs
     for model in (fit.model, *(shadows or []), *(runs or [])):
         model.predict_with_threads()  # a booster fitted in a task keeps its task's one thread
+    run_seconds = sum(model.fit_seconds for model in runs or [])
     if runs:
         logger.info("train: %d extra training runs for the pooled game (audit.runs), %.1f s of fitting", len(runs),
-                    sum(model.fit_seconds for model in runs))
+                    run_seconds)
     shadow = shadow_baseline(data, shadows or [])
     shadow_seconds = sum(model.fit_seconds for model in shadows or [])  # summed: they may run in parallel tasks
     if shadows:
@@ -354,7 +357,7 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
                                       if name != "proxy" or "proxy_reused" not in prepared.seconds},
                "train_target": time.monotonic() - started,
                **({"fit_shadows": shadow_seconds} if shadow_seconds else {}),
-               **({"fit_runs": sum(model.fit_seconds for model in runs)} if runs else {})}
+               **({"fit_runs": run_seconds} if runs else {})}
     extra = {f"{name}@proxy_own_day": value for name, value in prepared.proxy_day_metrics.items()}
     return TrainedModels(spark.createDataFrame(scored, SCORED_SCHEMA), models, seconds, extra,
                          _model_specs(models, prepared.proxy_spec, prepared.target_spec), fit.report)
