@@ -13,15 +13,18 @@ import os
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from json_support import check_result
 from lia_spark.engine.models.feature_frames import check_days_present, released_day_field, released_days
 from lia_spark.engine.posteriors.reading import input_parts, load_input, local_path, side_row_counts, side_rows
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, summarize_digest
-from lia_spark.engine.posteriors.units import (ARROW_SIDE_SCHEMA, bagged_units, file_blobs, frame_blobs,
-                                               partition_codes, posterior_input, shuffled_units, unpacked)
-from lia_spark.engine.posteriors.writing import UNIT_ROWS, check_result_files, posterior_rows, write_posteriors
+from lia_spark.engine.posteriors.units import (ARROW_SIDE_SCHEMA, UnitSpill, bagged_units, file_blobs, frame_blobs,
+                                               partition_codes, posterior_input, row_units, shuffled_units,
+                                               spill_units, unpacked)
+from lia_spark.engine.posteriors.writing import (UNIT_ROWS, check_result_files, posterior_rows, write_posteriors,
+                                                 write_spilled_posteriors)
 from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.kernels import advantage, hashing, mechanisms, posteriors
 from lia_spark.kernels.criteo import STORAGE_DDL, make_row_id
@@ -282,8 +285,6 @@ def test_rows_without_prior_are_counted_and_repeated_rows_fail(stage):
 
 def test_bagged_units_pair_sides_in_key_order_from_any_batches():
     """Pure unit assembly: data and prior rows in any order and batch cuts, some rows without a partner."""
-    import pyarrow as pa
-
     rng = np.random.default_rng(5)
     ids = rng.choice(1 << 40, size=400, replace=False).astype(np.int64)
     labels, priors = rng.integers(0, 2, ids.size), rng.uniform(0.01, 0.99, ids.size)
@@ -332,7 +333,6 @@ def test_each_unit_is_shuffled_whole_to_its_own_partition(stage, unit_bits):
                                        unit_bits=unit_bits), unit_bits=unit_bits)
 
     def placement(batches):
-        import pyarrow as pa
         from pyspark import TaskContext
 
         for batch in unpacked(batches):
@@ -435,8 +435,6 @@ def test_max_leakage_rows_and_summary(stage, tmp_path):
 
 def _side_rows_of(blobs) -> pd.DataFrame:
     """Every (row_id, value) packed in a blob frame, in row id then value order."""
-    import pyarrow as pa
-
     batches = [pa.RecordBatch.from_pandas(blobs.toPandas(), preserve_index=False)]
     table = pa.Table.from_batches(list(unpacked(iter(batches))), ARROW_SIDE_SCHEMA)
     return table.to_pandas().sort_values(["row_id", "value"], ignore_index=True)
@@ -469,10 +467,64 @@ def test_pyarrow_reader_packs_what_spark_reads(stage):
     assert released_days(spark, missing_day) == (0, 5), "a list is read off the config, checked after reuse"
 
 
+@pytest.mark.parametrize("unit_bits", [0, 3])
+def test_spilled_units_give_the_files_and_digest_of_the_shuffle(stage, tmp_path, unit_bits):
+    """Local parts through the spill folder (the stage's path for local inputs and outputs): each unit's rows in
+    the files are exactly the unit's side rows, and the pass writes the same files, row for row, and the same
+    digest as the blob shuffle; a failed attempt's leftover is removed."""
+    import pyarrow.parquet as pq
+
+    spark = stage["spark"]
+    parts = [*input_parts(f"{stage['out']}/data", side="label", column="label", days=[1], rows_per_part=5000),
+             *input_parts(str(stage["out"] / "truth"), side="prior", column="eta", days=[1])]
+    settings = [Setting("rr", 2.0, 1), Setting("llp", math.nan, 8), Setting("llp_geometric", 1.0, 64)]
+    folder = tmp_path / "spill"
+    folder.mkdir()
+    (folder / ".part-00000.units.attempt").write_bytes(b"partial")
+    spill = spill_units(spark, parts, folder=str(folder), seed=SEED, unit_bits=unit_bits)
+    assert sorted(os.listdir(folder)) == [f"part-{p:05d}.units" for p in range(len(parts))]
+    side = _side_rows_of(file_blobs(spark, parts, seed=SEED, unit_bits=unit_bits))
+    units = row_units(side["row_id"].to_numpy(), seed=SEED, unit_bits=unit_bits)
+    for unit in range(1 << unit_bits):
+        table = pa.Table.from_batches(list(spill.unit_rows(unit)), ARROW_SIDE_SCHEMA)
+        got = table.to_pandas().sort_values(["row_id", "value"], ignore_index=True)
+        pd.testing.assert_frame_equal(got, side[units == unit].reset_index(drop=True), check_exact=True)
+    through_spark = write_posteriors(file_blobs(spark, parts, seed=SEED, unit_bits=unit_bits),
+                                     output_dir=str(tmp_path / "shuffled"), settings=settings, seed=SEED,
+                                     unit_bits=unit_bits, sample_fraction=0.1)
+    through_files = write_spilled_posteriors(spark, spill, output_dir=str(tmp_path / "spilled"), settings=settings,
+                                             seed=SEED, sample_fraction=0.1)
+    keys = [*SETTING_KEY, "bin"]
+    pd.testing.assert_frame_equal(through_files.sort_values(keys, ignore_index=True),
+                                  through_spark.sort_values(keys, ignore_index=True), check_exact=True)
+    for name in ("rows", "_plot_sample"):
+        files = sorted(os.listdir(tmp_path / "shuffled" / name))
+        assert sorted(os.listdir(tmp_path / "spilled" / name)) == files and len(files) == 1 << unit_bits
+        for file in files:
+            pd.testing.assert_frame_equal(pq.read_table(tmp_path / "spilled" / name / file).to_pandas(),
+                                          pq.read_table(tmp_path / "shuffled" / name / file).to_pandas(),
+                                          check_exact=True)
+
+
+def test_spill_files_a_task_cannot_see_fail_naming_the_output_folder(tmp_path):
+    """A unit task that does not see a part's file, or finds it cut short, fails naming run.output_dir."""
+    spill = UnitSpill(str(tmp_path), parts=2, unit_bits=1)
+    rows = (np.arange(10, dtype=np.int64), np.linspace(0.0, 1.0, 10))
+    assert spill.write(0, iter([rows, rows]), seed=SEED) == 20
+    with pytest.raises(OSError, match=r"run.output_dir: the task of bagging unit 0 does not see .*part-00001.units"):
+        list(spill.unit_rows(0))
+    assert spill.write(1, iter([rows]), seed=SEED) == 10
+    got = pd.concat(batch.to_pandas() for unit in (0, 1) for batch in spill.unit_rows(unit))
+    assert sorted(got["row_id"]) == sorted([*range(10)] * 3)
+    with open(spill.path(1), "r+b") as file:
+        file.truncate(os.path.getsize(spill.path(1)) - 8)
+    with pytest.raises(OSError, match=r"run.output_dir: .*part-00001.units is shorter than its footer says"):
+        list(spill.unit_rows(1))
+
+
 def test_input_parts_hold_whole_row_groups_of_the_day(spark, tmp_path):
     """Parts of whole row groups; row groups whose day statistics exclude the day are skipped, single-day ones
     are counted from the footer, mixed ones by reading the day column (a Spark job)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     ids = np.arange(1000)
@@ -502,7 +554,6 @@ def test_input_parts_hold_whole_row_groups_of_the_day(spark, tmp_path):
 
 def test_bad_rows_in_local_files_fail_naming_the_row(stage, tmp_path):
     """The pyarrow reader checks as Spark's path does: labels 0/1, priors in [0, 1], no null row ids."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     cases = [("label", "label", pa.array([0, 2, 1], pa.int32()), "label: must be 0 or 1, got 2 at row_id 2"),

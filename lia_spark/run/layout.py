@@ -22,6 +22,7 @@ SUMMARY = "summary"  # inside posteriors/
 SUMMARY_CSV = "summary.csv"  # inside posteriors/
 PLOTS = "plots"  # inside posteriors/ and audit/
 PLOT_SAMPLE = "_plot_sample"  # inside the posteriors staging folder only (removed before the commit)
+UNIT_SPILL = "_unit_rows"  # inside the posteriors staging folder only: the input rows by bagging unit
 UTILITY = "utility"
 AUDIT = "audit"
 REPORT = "report"

@@ -8,8 +8,10 @@ comes from one read of the input and one shuffle:
 - :mod:`~lia_spark.engine.posteriors.reading`: the days' data rows (row_id, label) and prior rows
   (row_id, prior; :mod:`~lia_spark.engine.posteriors.prior` says which table and column), read by pyarrow
   in Python tasks for local Parquet inputs, by Spark for any other.
-- :mod:`~lia_spark.engine.posteriors.units`: rows packed by bagging unit into Arrow blobs (units, and so bags, are
-  drawn over all released rows, whatever their day), one shuffle puts each unit whole on its own partition.
+- :mod:`~lia_spark.engine.posteriors.units`: rows grouped by bagging unit (units, and so bags, are drawn over all
+  released rows, whatever their day), each unit brought whole to one task: through a folder when the input and
+  the output folder are local (the reading tasks write files by unit, the unit tasks read them), else packed into
+  Arrow blobs and shuffled by Spark.
 - :mod:`~lia_spark.engine.posteriors.writing`: one pass per unit runs every setting on chunks of whole bags and
   writes the per-row results (the workers themselves for a local output folder, Spark's writer for a remote
   one), returning only a digest per setting and histogram bin of |I|.
@@ -43,8 +45,8 @@ from lia_spark.engine.models.feature_frames import check_days_present, released_
 from lia_spark.engine.runtime.outputs import copy_from_local, delete_path, local_folder, reported_path
 from lia_spark.engine.posteriors.prior import check_prior_source
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plot_sample, summarize_digest
-from lia_spark.engine.posteriors.units import posterior_input
-from lia_spark.engine.posteriors.writing import spark_write_posteriors, write_posteriors
+from lia_spark.engine.posteriors.units import PosteriorInput, posterior_input, spill_units
+from lia_spark.engine.posteriors.writing import spark_write_posteriors, write_posteriors, write_spilled_posteriors
 from lia_spark.engine.models.priors import prior_source, resolve_prior
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
@@ -138,6 +140,24 @@ def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | Da
     return summary, [os.path.relpath(path, folder) for path in written]
 
 
+def _worker_written(spark: SparkSession, source: PosteriorInput, folder: str, *, sample_fraction: float,
+                    grid: dict[str, Any]) -> pd.DataFrame:
+    """The pass with rows written by the workers into the local ``folder``: local input parts go through a spill
+    folder beside them (:func:`spill_units`, removed after the pass), any other input through Spark's shuffle."""
+    if not source.parts:
+        return write_posteriors(source.blobs, output_dir=folder, sample_fraction=sample_fraction, **grid)
+    spill_folder = os.path.join(folder, layout.UNIT_SPILL)
+    try:
+        describe_jobs(spark, "posteriors: read the input into files by bagging unit")
+        spill = spill_units(spark, source.parts, folder=spill_folder, seed=grid["seed"], unit_bits=grid["unit_bits"])
+        describe_jobs(spark, "posteriors: bag, release, posteriors per unit; write per-row results")
+        return write_spilled_posteriors(spark, spill, output_dir=folder, settings=grid["settings"], seed=grid["seed"],
+                                        bags_per_group=grid["bags_per_group"], sample_fraction=sample_fraction,
+                                        max_leakage=grid["max_leakage"])
+    finally:
+        shutil.rmtree(spill_folder, ignore_errors=True)
+
+
 def _released_days(spark: SparkSession, config: Config) -> Resolved:
     """The released days (:func:`~lia_spark.engine.models.feature_frames.released_days`) enter the fingerprint; the prior's table
     is checked first, schemas only, before the data table's days are read."""
@@ -168,7 +188,7 @@ def _posteriors(run: StageRun) -> PosteriorsResult:
             "bags_per_group": section.bags_per_group, "max_leakage": section.max_leakage}
     sample_fraction = min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1))
     if local_staging is not None:  # the Python workers write the rows and the plot sample themselves
-        digest = write_posteriors(source.blobs, output_dir=local_staging, sample_fraction=sample_fraction, **grid)
+        digest = _worker_written(spark, source, local_staging, sample_fraction=sample_fraction, grid=grid)
         logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
         sample_dir = os.path.join(local_staging, layout.PLOT_SAMPLE)
         summary, plots = _summary_and_plots(spark, digest, os.path.join(local_staging, layout.ROWS),

@@ -1,16 +1,23 @@
 """Packing the posteriors stage's input by bagging unit, and the one shuffle that puts each unit on a partition.
 
 Each row gets the bagging key ``xxhash64(stream, row_id)`` and its unit (the key's top bits,
-:func:`lia_spark.kernels.mechanisms.bagging_units`); data rows carry -1 - label, prior rows the prior, and the rows of
-each unit are packed into one Arrow IPC blob tagged with a per-unit partition code (:class:`UnitPacker`). Hash
-partitioning on the codes puts each unit whole into its own partition (:func:`shuffled_units`: no range
-sampling, no Spark sort, few large values instead of many rows), where :func:`bagged_units` pairs each label
-with its prior in the unit's random order.
+:func:`lia_spark.kernels.mechanisms.bagging_units`); data rows carry -1 - label, prior rows the prior. Two ways to
+bring each unit whole to one task, where :func:`bagged_units` pairs each label with its prior in the unit's random
+order:
+
+- through Spark: the rows of each unit are packed into one Arrow IPC blob tagged with a per-unit partition code
+  (:class:`UnitPacker`), and hash partitioning on the codes puts each unit into its own partition
+  (:func:`shuffled_units`: no range sampling, no Spark sort, few large values instead of many rows);
+- through a folder, when the input and the output folder are local paths every task sees (:func:`spill_units`):
+  the reading tasks write their rows ordered by unit to one file each (:class:`UnitSpill`) and the task of unit u
+  reads its rows from every file; no row passes through the JVM.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import tempfile
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -49,6 +56,16 @@ def partition_codes(partitions: int) -> list[int]:
     raise RuntimeError(f"partitions: no hash code found for all of {partitions} partitions")
 
 
+def row_units(row_ids: np.ndarray, *, seed: int, unit_bits: int) -> np.ndarray:
+    """The bagging unit of each row: the top ``unit_bits`` bits of its bagging key."""
+    return mechanisms.bagging_units(mechanisms.bagging_keys(row_ids, seed=seed), unit_bits=unit_bits)
+
+
+def unit_order(units: np.ndarray, *, unit_bits: int) -> np.ndarray:
+    """The stable order that groups rows by unit (a radix sort for up to 2^16 units)."""
+    return np.argsort(units.astype(np.uint16) if unit_bits <= 16 else units, kind="stable")
+
+
 @dataclasses.dataclass(frozen=True)
 class UnitPacker:
     """Packs side rows (row_id, value) by bagging unit: one Arrow IPC stream (a *blob*) per unit, tagged with
@@ -66,8 +83,8 @@ class UnitPacker:
 
     def blobs(self, row_ids: np.ndarray, values: np.ndarray) -> pa.RecordBatch:
         """:data:`BLOB_SCHEMA` batch: one (code, blob) per unit present in the rows."""
-        units = mechanisms.bagging_units(mechanisms.bagging_keys(row_ids, seed=self.seed), unit_bits=self.unit_bits)
-        order = np.argsort(units.astype(np.uint16) if self.unit_bits <= 16 else units, kind="stable")  # radix
+        units = row_units(row_ids, seed=self.seed, unit_bits=self.unit_bits)
+        order = unit_order(units, unit_bits=self.unit_bits)
         units, row_ids, values = units[order], row_ids[order], values[order]
         starts = np.flatnonzero(np.r_[True, units[1:] != units[:-1]]) if units.size else np.zeros(0, np.int64)
         sink, offsets = pa.BufferOutputStream(), [0]
@@ -116,6 +133,127 @@ def file_blobs(spark: SparkSession, parts: Sequence[InputPart], *, seed: int, un
     return spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(body, BLOB_SCHEMA)
 
 
+@dataclasses.dataclass(frozen=True)
+class UnitSpill:
+    """The side rows (row_id, value) of the input parts by bagging unit, in a local ``folder`` every task and the
+    driver see alike: one file per part (``part-<p>.units``, committed by rename), a segment per batch read,
+    each the batch's row ids then its values, both grouped by unit; a footer gives, per segment, its first byte,
+    its rows and the 2^unit_bits + 1 row offsets of its units, then the number of segments. The task of unit u
+    reads just the unit's bytes of every file (:meth:`unit_rows`)."""
+
+    folder: str
+    parts: int
+    unit_bits: int
+
+    def path(self, part: int) -> str:
+        return os.path.join(self.folder, f"part-{part:05d}.units")
+
+    @property
+    def _entry_bytes(self) -> int:
+        """Footer bytes per segment: first byte, rows and the units' row offsets (int64 each)."""
+        return 8 * ((1 << self.unit_bits) + 3)
+
+    def write(self, part: int, batches: Iterator[tuple[np.ndarray, np.ndarray]], *, seed: int) -> int:
+        """Write part ``part``'s side rows (batches of row ids and values) under a hidden name, renamed when
+        complete (a retried attempt writes identical bytes); returns the rows written."""
+        os.makedirs(self.folder, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".part-{part:05d}.")
+        footer, at, rows = [], 0, 0
+        with os.fdopen(descriptor, "wb") as file:
+            for row_ids, values in batches:
+                units = row_units(row_ids, seed=seed, unit_bits=self.unit_bits)
+                order = unit_order(units, unit_bits=self.unit_bits)
+                counts = np.bincount(units, minlength=1 << self.unit_bits)
+                footer.append(np.concatenate([[at, row_ids.size, 0], np.cumsum(counts)]).astype(np.int64))
+                file.write(np.ascontiguousarray(row_ids[order], dtype=np.int64).tobytes())
+                file.write(np.ascontiguousarray(values[order], dtype=np.float64).tobytes())
+                at += 16 * row_ids.size
+                rows += row_ids.size
+            for entry in footer:
+                file.write(entry.tobytes())
+            file.write(np.int64(len(footer)).tobytes())
+        os.replace(temporary, self.path(part))
+        return rows
+
+    def unit_rows(self, unit: int) -> Iterator[pa.RecordBatch]:
+        """The rows of bagging unit ``unit`` in every part's file, as (row_id, value) batches.
+
+        Raises:
+            OSError: naming run.output_dir when a part's file is missing or short (a task that does not see
+                the folder the others wrote).
+        """
+        for part in range(self.parts):
+            try:
+                descriptor = os.open(self.path(part), os.O_RDONLY)
+            except FileNotFoundError:
+                raise OSError(f"run.output_dir: the task of bagging unit {unit} does not see {self.path(part)}, "
+                              f"which a reading task wrote; posteriors needs an output_dir at the same path on "
+                              f"every node (local mode or a shared mount)") from None
+            try:
+                yield from self._segment_rows(descriptor, part, unit)
+            finally:
+                os.close(descriptor)
+
+    def _segment_rows(self, descriptor: int, part: int, unit: int) -> Iterator[pa.RecordBatch]:
+        size = os.fstat(descriptor).st_size
+        segments = int(np.frombuffer(self._read(descriptor, size - 8, 8, part), np.int64)[0])
+        footer_start = size - 8 - segments * self._entry_bytes
+        for segment in range(segments):
+            entry = footer_start + segment * self._entry_bytes
+            first_byte, rows = np.frombuffer(self._read(descriptor, entry, 16, part), np.int64)
+            low, high = np.frombuffer(self._read(descriptor, entry + 16 + 8 * unit, 16, part), np.int64)
+            if high > low:
+                count = int(high - low)
+                row_ids = np.frombuffer(self._read(descriptor, int(first_byte + 8 * low), 8 * count, part), np.int64)
+                values = np.frombuffer(self._read(descriptor, int(first_byte + 8 * (rows + low)), 8 * count, part),
+                                       np.float64)
+                yield pa.RecordBatch.from_arrays([pa.array(row_ids), pa.array(values)], schema=ARROW_SIDE_SCHEMA)
+
+    def _read(self, descriptor: int, offset: int, length: int, part: int) -> bytes:
+        data = os.pread(descriptor, length, offset) if offset >= 0 else b""
+        if len(data) != length:
+            raise OSError(f"run.output_dir: {self.path(part)} is shorter than its footer says (a partly written "
+                          f"or foreign file)")
+        return data
+
+    def unit_batches(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """mapInArrow side of a pass over ``spark.range(2^unit_bits)``: the rows of each unit id in ``batches``."""
+        for batch in batches:
+            for unit in batch.column("id").to_numpy():
+                yield from self.unit_rows(int(unit))
+
+
+def _spilled_parts(batches: Iterator[pa.RecordBatch], *, spill: UnitSpill, parts: Sequence[InputPart], seed: int
+                   ) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body over part indices: pyarrow reads each part, :meth:`UnitSpill.write` writes its file."""
+    for batch in batches:
+        indices = batch.column("id").to_numpy()
+        written = [spill.write(int(index), parts[index].side_rows(), seed=seed) for index in indices]
+        yield pa.RecordBatch.from_arrays([pa.array(indices), pa.array(written, pa.int64())], names=["part", "rows"])
+
+
+def spill_units(spark: SparkSession, parts: Sequence[InputPart], *, folder: str, seed: int, unit_bits: int
+                ) -> UnitSpill:
+    """The local Parquet ``parts`` read by pyarrow in Python tasks, one task per part, their rows written by unit
+    to ``folder`` (:class:`UnitSpill`); the driver checks it sees every file.
+
+    Raises:
+        OSError: naming run.output_dir when the driver does not see a file a task wrote.
+    """
+    spill = UnitSpill(folder, len(parts), unit_bits)
+    body = functools.partial(_spilled_parts, spill=spill, parts=tuple(parts), seed=seed)
+    spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(body, "part long, rows long").collect()
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        if name.startswith("."):  # a failed attempt's leftover
+            os.remove(os.path.join(folder, name))
+    missing = [spill.path(part) for part in range(len(parts)) if not os.path.exists(spill.path(part))]
+    if missing:
+        raise OSError(f"run.output_dir: the reading tasks wrote {missing[0]}, but the driver does not see it; "
+                      f"posteriors needs an output_dir at the same path on every node (local mode or a shared "
+                      f"mount)")
+    return spill
+
+
 def unpacked(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The (row_id, value) batches inside the blobs of :data:`BLOB_SCHEMA` batches."""
     for batch in batches:
@@ -144,13 +282,15 @@ def bagged_units(batches: Iterator[pa.RecordBatch], *, seed: int, unit_bits: int
 @dataclasses.dataclass(frozen=True)
 class PosteriorInput:
     """The released days' input packed by bagging unit (``blobs``, read by ``reader``: "pyarrow" or "spark"), the
-    counts of its data rows and prior rows and the bagging unit bits."""
+    counts of its data rows and prior rows, the bagging unit bits and, for local inputs, the ``parts`` pyarrow
+    reads (:func:`spill_units` can shuffle them through a folder instead of Spark)."""
 
     blobs: DataFrame
     reader: str
     data_rows: int
     prior_rows: int
     unit_bits: int
+    parts: tuple[InputPart, ...] = ()
 
 
 def posterior_input(spark: SparkSession, config: Config, days: Sequence[int]) -> PosteriorInput:
@@ -166,6 +306,7 @@ def posterior_input(spark: SparkSession, config: Config, days: Sequence[int]) ->
     describe_jobs(spark, "posteriors: count rows and priors")
     section, seed = config.mechanisms, config.run.seed
     data_path, prior_path = local_path(config.parquet_path), local_path(prior_source(config))
+    parts: list[InputPart] = []
     if data_path is None or prior_path is None:
         data, priors = load_input(spark, config, days)
         data_rows, prior_rows = data.count(), priors.count()
@@ -180,4 +321,5 @@ def posterior_input(spark: SparkSession, config: Config, days: Sequence[int]) ->
         if count == 0:
             raise ValueError(f"mechanisms.days: {path} holds no rows of the released days, got {list(days)}")
     unit_bits = mechanisms.bagging_unit_bits(min(data_rows, prior_rows), section.rows_per_bagging_unit)
-    return PosteriorInput(packed(seed=seed, unit_bits=unit_bits), reader, data_rows, prior_rows, unit_bits)
+    return PosteriorInput(packed(seed=seed, unit_bits=unit_bits), reader, data_rows, prior_rows, unit_bits,
+                          tuple(parts))

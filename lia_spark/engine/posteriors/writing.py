@@ -1,7 +1,8 @@
-"""Writing the posteriors stage's per-row results and their digest: one pass over the shuffled units.
+"""Writing the posteriors stage's per-row results and their digest: one pass over the bagging units.
 
-One ``mapInArrow`` pass per unit: the worker pairs each label with its prior in the unit's random order
-(:func:`lia_spark.engine.posteriors.units.bagged_units`) and runs every setting on chunks of whole bags
+One ``mapInArrow`` pass, one task per unit (its rows shuffled by Spark, or read from the spill folder of
+:func:`lia_spark.engine.posteriors.units.spill_units`): the worker pairs each label with its prior in the unit's random
+order (:func:`lia_spark.engine.posteriors.units.bagged_units`) and runs every setting on chunks of whole bags
 (:func:`lia_spark.kernels.posterior_grid.chunk_posteriors`). Memory is one unit (about mechanisms.rows_per_bagging_unit
 rows) plus one Parquet row group. For a local output folder the workers write the rows themselves (pyarrow, one
 file per partition, committed by rename, :func:`write_posteriors`) with a plot sample, and return only a digest:
@@ -22,12 +23,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
-from lia_spark.engine.posteriors.units import bagged_units, shuffled_units, unpacked
+from lia_spark.engine.posteriors.units import UnitSpill, bagged_units, shuffled_units, unpacked
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import advantage
 from lia_spark.kernels.posterior_grid import (DigestAccumulator, Setting, SettingRows, UnitChunk, chunk_posteriors,
@@ -95,17 +96,21 @@ def setting_batches(chunk: UnitChunk, settings: Sequence[Setting], seed: int, *,
 
 @dataclasses.dataclass(frozen=True)
 class PassPlan:
-    """What the one-shuffle pass needs in its Python workers (pickled with the mapInArrow body)."""
+    """What the one-shuffle pass needs in its Python workers (pickled with the mapInArrow body): with a ``spill``
+    the pass runs over unit ids and reads each unit's rows from the spill's files, else over shuffled blobs."""
 
     settings: tuple[Setting, ...]
     seed: int
     unit_bits: int
     chunk_rows: int
     max_leakage: bool = False
+    spill: UnitSpill | None = None
 
     def chunks(self, batches: Iterator[pa.RecordBatch]) -> Iterator[UnitChunk]:
-        """Chunks of whole bags from a shuffled partition of blobs (:func:`shuffled_units`)."""
-        units = bagged_units(unpacked(batches), seed=self.seed, unit_bits=self.unit_bits)
+        """Chunks of whole bags from a shuffled partition of blobs (:func:`shuffled_units`) or, with a spill, from
+        the units whose ids the partition holds."""
+        side_rows = self.spill.unit_batches(batches) if self.spill is not None else unpacked(batches)
+        units = bagged_units(side_rows, seed=self.seed, unit_bits=self.unit_bits)
         return unit_chunks(units, chunk_rows=self.chunk_rows)
 
 
@@ -241,14 +246,21 @@ def _digest_only(batches: Iterator[pa.RecordBatch], *, plan: PassPlan) -> Iterat
     yield from _digest_batches(digests)
 
 
-def _one_pass(blobs: DataFrame, *, settings: Sequence[Setting], seed: int, unit_bits: int, bags_per_group: int,
-              max_leakage: bool = False) -> tuple[DataFrame, PassPlan]:
-    """(:func:`shuffled_units` of the blobs, the plan of the pass over them)."""
+def _plan(*, settings: Sequence[Setting], seed: int, unit_bits: int, bags_per_group: int, max_leakage: bool,
+          spill: UnitSpill | None = None) -> PassPlan:
+    """The plan of the pass: chunks of whole bags of every size in ``settings``."""
     if not settings:
         raise ValueError(f"settings: must hold at least one setting, got {settings!r}")
     chunk_rows = rows_per_call([s.bag_size for s in settings], settings=len(settings), bags_per_group=bags_per_group)
-    plan = PassPlan(settings=tuple(settings), seed=seed, unit_bits=unit_bits, chunk_rows=chunk_rows,
-                    max_leakage=max_leakage)
+    return PassPlan(settings=tuple(settings), seed=seed, unit_bits=unit_bits, chunk_rows=chunk_rows,
+                    max_leakage=max_leakage, spill=spill)
+
+
+def _one_pass(blobs: DataFrame, *, settings: Sequence[Setting], seed: int, unit_bits: int, bags_per_group: int,
+              max_leakage: bool = False) -> tuple[DataFrame, PassPlan]:
+    """(:func:`shuffled_units` of the blobs, the plan of the pass over them)."""
+    plan = _plan(settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group,
+                 max_leakage=max_leakage)
     return shuffled_units(blobs, unit_bits=unit_bits), plan
 
 
@@ -293,7 +305,27 @@ def write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Se
     """
     ordered, plan = _one_pass(blobs, settings=settings, seed=seed, unit_bits=unit_bits, bags_per_group=bags_per_group,
                               max_leakage=max_leakage)
-    codec = ARROW_CODECS.get(blobs.sparkSession.conf.get("spark.sql.parquet.compression.codec", "zstd"), "zstd")
+    return _worker_written(ordered, plan, output_dir=output_dir, sample_fraction=sample_fraction)
+
+
+def write_spilled_posteriors(spark: SparkSession, spill: UnitSpill, *, output_dir: str, settings: Sequence[Setting],
+                             seed: int, bags_per_group: int = 0, sample_fraction: float = 1.0,
+                             max_leakage: bool = False) -> pd.DataFrame:
+    """:func:`write_posteriors` of the rows in ``spill`` (:func:`lia_spark.engine.posteriors.units.spill_units`,
+    written with the same seed): one task per bagging unit reads the unit's rows from the spill's files, so the
+    rows never pass through Spark's shuffle. The same files and digest as :func:`write_posteriors` of the same
+    rows' blobs."""
+    plan = _plan(settings=settings, seed=seed, unit_bits=spill.unit_bits, bags_per_group=bags_per_group,
+                 max_leakage=max_leakage, spill=spill)
+    units = 1 << spill.unit_bits
+    return _worker_written(spark.range(units, numPartitions=units), plan, output_dir=output_dir,
+                           sample_fraction=sample_fraction)
+
+
+def _worker_written(ordered: DataFrame, plan: PassPlan, *, output_dir: str, sample_fraction: float) -> pd.DataFrame:
+    """The pass of ``plan`` over ``ordered`` (one partition per unit), rows and plot sample written by the
+    workers under ``output_dir``; returns the digest totals after checking the driver sees every row."""
+    codec = ARROW_CODECS.get(ordered.sparkSession.conf.get("spark.sql.parquet.compression.codec", "zstd"), "zstd")
     files = ResultFiles(rows_dir=os.path.join(output_dir, layout.ROWS),
                         sample_dir=os.path.join(output_dir, layout.PLOT_SAMPLE), sample_fraction=sample_fraction,
                         codec=codec)
@@ -301,7 +333,7 @@ def write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Se
                                                DIGEST_SCHEMA))
     _committed_rows(files.sample_dir)
     check_result_files(files.rows_dir, expected=int(digest.loc[digest["mechanism"] == UNIT_ROWS, "rows"].sum())
-                       * len(settings))
+                       * len(plan.settings))
     return digest
 
 
