@@ -90,7 +90,8 @@ def audit_choice(summary: dict) -> str:
 
 
 def collect(root: str, seed: int, rows_per_day: int) -> dict:
-    """The complete cells of the run at ``root`` (kept in :data:`RESULTS`), or the kept ones when the run is gone."""
+    """The complete cells of the run at ``root`` (kept in :data:`RESULTS`), or the kept ones when the run is gone.
+    Kept cells audited under another choice of the audit become the first of the ``earlier`` grids."""
     found = cells(root, seed)
     kept = json.loads(RESULTS.read_text(encoding="utf-8")) if RESULTS.exists() else {}
     if found.empty:
@@ -102,9 +103,31 @@ def collect(root: str, seed: int, rows_per_day: int) -> dict:
                "audit": audit_choice(json.loads(first.read_text(encoding="utf-8"))),
                "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "cells": found.loc[:, list(KEPT_FIELDS)].to_dict(orient="records"),
-               "previous": kept.get("previous", {})}
+               "earlier": kept.get("earlier", [])}
+    if kept.get("cells") and kept["audit"] != results["audit"]:
+        results["earlier"] = [{"audit": kept["audit"], "measured": kept["measured"], "cells": kept["cells"]},
+                              *results["earlier"]]
     RESULTS.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     return results
+
+
+def same_targets(cells_now: list[dict], cells_then: list[dict]) -> bool:
+    """Whether two grids audited the same trained targets: every cell with the same test metrics and canaries."""
+    then = {cell["cell"]: cell for cell in cells_then}
+    return all(cell["cell"] in then and all(then[cell["cell"]].get(name) == cell[name]
+                                             for name in ("test_auc", "test_log_loss", "canaries"))
+               for cell in cells_now)
+
+
+def paired_line(cells_now: list[dict], cells_then: list[dict]) -> str:
+    """Today's bound minus the earlier one over the cells with a finite claim or a positive bound either way."""
+    then = {cell["cell"]: cell["eps_lb_mean"] for cell in cells_then}
+    gains = np.array([cell["eps_lb_mean"] - then[cell["cell"]] for cell in cells_now
+                      if cell["eps_lb_mean"] > 0 or then[cell["cell"]] > 0])
+    return (f"Same targets, so the difference is the audit's alone: today's default is higher in "
+            f"{int((gains > 1e-9).sum())} of {gains.size} cells with a positive bound either way, lower in "
+            f"{int((gains < -1e-9).sum())}; mean difference {gains.mean():+.3f}, largest gain {gains.max():+.3f}, "
+            f"largest loss {gains.min():+.3f}.")
 
 
 def grid_table(values: dict[str, dict[str, str]], extras: dict[str, list[str]], extra_names: list[str]) -> str:
@@ -135,7 +158,7 @@ def _span(values: pd.Series, style: str) -> str:
 
 
 def render(results: dict) -> str:
-    """The grid under today's defaults (bound / ceiling per cell), the same grid under the previous defaults."""
+    """The grid under today's defaults (bound / ceiling per cell), then the same grid under earlier defaults."""
     frame = pd.DataFrame(results["cells"])
     bounds: dict[str, dict[str, str]] = {}
     utility: dict[str, list[str]] = {}
@@ -143,8 +166,6 @@ def render(results: dict) -> str:
         bounds[algorithm] = {table.epsilon_text(row.claimed_epsilon): f"{row.eps_lb_mean:.3f} / {row.ceiling:.2f}"
                              for row in rows.itertuples()}
         utility[algorithm] = [_span(rows["test_auc"], "{:.3f}"), _span(rows["canaries"], "{:,.0f}")]
-    previous = {algorithm: {column: f"{value:.3f}" for column, value in row.items()}
-                for algorithm, row in results.get("previous", {}).items()}
     parts = [
         "## Table 2 with injected canaries (`benchmarks/bench_injected_table.py`)",
         f"Twin at {results['rows_per_day']:,} rows per day, XGBoost in memory (the paper's 1M-row day sample, <= 200 "
@@ -159,12 +180,19 @@ def render(results: dict) -> str:
         _findings_line(frame) + (f" {GRID_CELLS - len(frame)} of the {GRID_CELLS} cells had not finished when this "
                                  "was written (a re-run of the command reuses the finished ones)."
                                  if len(frame) < GRID_CELLS else "")]
-    if previous:
-        parts += ["### The same grid under the audit's previous defaults (2026-11-25)",
-                  "log_ratio against the proxy, no recalibration, the linear 101-point sweep, no shadow fits; the "
-                  "same command and seed on the code of that day (valid bounds, recorded before the defaults "
-                  "changed):",
-                  grid_table(previous, {}, [])]
+    for earlier in results.get("earlier", []):
+        values: dict[str, dict[str, str]] = {}
+        for cell in earlier["cells"]:
+            values.setdefault(cell["algorithm"], {})[table.epsilon_text(cell["claimed_epsilon"])] = (
+                f"{cell['eps_lb_mean']:.3f}")
+        same = same_targets(results["cells"], earlier["cells"])
+        parts += [f"### The same grid under the audit's defaults of {earlier['measured']}",
+                  f"{earlier['audit']}; " + ("the same trained targets as above, audited then (valid bounds):"
+                                             if same else "the same command and seed on the code of that day "
+                                             "(other trained targets; valid bounds):"),
+                  grid_table(values, {}, [])]
+        if same:
+            parts.append(paired_line(results["cells"], earlier["cells"]))
     parts.append(f"The grid's cells were read from its run on {results['measured']}.")
     return "\n\n".join(parts)
 
