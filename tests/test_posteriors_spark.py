@@ -446,6 +446,7 @@ def test_pyarrow_reader_packs_what_spark_reads(stage):
     spark, config = stage["spark"], stage["config"]
     source = posterior_input(spark, config, [1])
     assert source.reader == "pyarrow" and source.data_rows == source.prior_rows == ROWS and source.unit_bits == 0
+    assert {part.side for part in source.parts} == {"label", "prior"}  # the stage spills them (no Spark shuffle)
     data, priors = load_input(spark, config, [1])
     expected = _side_rows_of(frame_blobs(data, priors, seed=SEED, unit_bits=3))
     assert len(expected) == 2 * ROWS
@@ -479,9 +480,11 @@ def test_spilled_units_give_the_files_and_digest_of_the_shuffle(stage, tmp_path,
              *input_parts(str(stage["out"] / "truth"), side="prior", column="eta", days=[1])]
     settings = [Setting("rr", 2.0, 1), Setting("llp", math.nan, 8), Setting("llp_geometric", 1.0, 64)]
     folder = tmp_path / "spill"
-    folder.mkdir()
+    with pytest.raises(RuntimeError, match=f"data.parquet_path: the input changed .* counted as {2 * ROWS + 1}, "
+                                           f"the reading tasks read {2 * ROWS}"):
+        spill_units(spark, parts, folder=str(folder), seed=SEED, unit_bits=unit_bits, expected_rows=2 * ROWS + 1)
     (folder / ".part-00000.units.attempt").write_bytes(b"partial")
-    spill = spill_units(spark, parts, folder=str(folder), seed=SEED, unit_bits=unit_bits)
+    spill = spill_units(spark, parts, folder=str(folder), seed=SEED, unit_bits=unit_bits, expected_rows=2 * ROWS)
     assert sorted(os.listdir(folder)) == [f"part-{p:05d}.units" for p in range(len(parts))]
     side = _side_rows_of(file_blobs(spark, parts, seed=SEED, unit_bits=unit_bits))
     units = row_units(side["row_id"].to_numpy(), seed=SEED, unit_bits=unit_bits)
@@ -493,7 +496,7 @@ def test_spilled_units_give_the_files_and_digest_of_the_shuffle(stage, tmp_path,
                                      output_dir=str(tmp_path / "shuffled"), settings=settings, seed=SEED,
                                      unit_bits=unit_bits, sample_fraction=0.1)
     through_files = write_spilled_posteriors(spark, spill, output_dir=str(tmp_path / "spilled"), settings=settings,
-                                             seed=SEED, sample_fraction=0.1)
+                                             sample_fraction=0.1)
     keys = [*SETTING_KEY, "bin"]
     pd.testing.assert_frame_equal(through_files.sort_values(keys, ignore_index=True),
                                   through_spark.sort_values(keys, ignore_index=True), check_exact=True)
@@ -506,20 +509,35 @@ def test_spilled_units_give_the_files_and_digest_of_the_shuffle(stage, tmp_path,
                                           check_exact=True)
 
 
-def test_spill_files_a_task_cannot_see_fail_naming_the_output_folder(tmp_path):
-    """A unit task that does not see a part's file, or finds it cut short, fails naming run.output_dir."""
-    spill = UnitSpill(str(tmp_path), parts=2, unit_bits=1)
-    rows = (np.arange(10, dtype=np.int64), np.linspace(0.0, 1.0, 10))
-    assert spill.write(0, iter([rows, rows]), seed=SEED) == 20
+def test_spill_files_hold_each_units_rows_and_fail_naming_the_output_folder(tmp_path):
+    """Pure spill files: every unit reads back exactly its rows from files of several different segments (empty
+    ones too); a file a task cannot see, a cut one or one of other units fails naming run.output_dir."""
+    rng = np.random.default_rng(8)
+    batches = [(rng.choice(1 << 40, size=size, replace=False).astype(np.int64), rng.random(size))
+               for size in (300, 0, 41, 1)]
+    spill = UnitSpill(str(tmp_path), parts=2, unit_bits=2, seed=SEED)
+    assert spill.write(0, iter(batches[:3])) == 341
     with pytest.raises(OSError, match=r"run.output_dir: the task of bagging unit 0 does not see .*part-00001.units"):
         list(spill.unit_rows(0))
-    assert spill.write(1, iter([rows]), seed=SEED) == 10
-    got = pd.concat(batch.to_pandas() for unit in (0, 1) for batch in spill.unit_rows(unit))
-    assert sorted(got["row_id"]) == sorted([*range(10)] * 3)
-    with open(spill.path(1), "r+b") as file:
-        file.truncate(os.path.getsize(spill.path(1)) - 8)
-    with pytest.raises(OSError, match=r"run.output_dir: .*part-00001.units is shorter than its footer says"):
-        list(spill.unit_rows(1))
+    assert spill.write(1, iter(batches[3:])) == 1
+    row_ids = np.concatenate([ids for ids, _ in batches])
+    values = np.concatenate([value for _, value in batches])
+    units = row_units(row_ids, seed=SEED, unit_bits=2)
+    assert np.bincount(units, minlength=4).min() > 0
+    for unit in range(4):
+        got = pa.Table.from_batches(list(spill.unit_rows(unit)), ARROW_SIDE_SCHEMA).to_pandas()
+        expected = pd.DataFrame({"row_id": row_ids[units == unit], "value": values[units == unit]})
+        pd.testing.assert_frame_equal(got.sort_values("row_id", ignore_index=True),
+                                      expected.sort_values("row_id", ignore_index=True), check_exact=True)
+    other_units = UnitSpill(str(tmp_path), parts=2, unit_bits=3, seed=SEED)
+    with pytest.raises(OSError, match=r"run.output_dir: .*part-00000.units is not a complete spill file of 8"):
+        list(other_units.unit_rows(0))
+    size = os.path.getsize(spill.path(0))
+    for cut in (size - 8, size - 30, 5):
+        with open(spill.path(0), "r+b") as file:
+            file.truncate(cut)
+        with pytest.raises(OSError, match=r"run.output_dir: .*part-00000.units is not a complete spill file of 4"):
+            list(spill.unit_rows(1))
 
 
 def test_input_parts_hold_whole_row_groups_of_the_day(spark, tmp_path):

@@ -3,7 +3,7 @@ docs/math.md §2, posteriors per docs/math.md §3.
 
 Data movement only; the math is in :mod:`lia_spark.kernels.posterior_grid` (with :mod:`lia_spark.kernels.mechanisms`,
 :mod:`lia_spark.kernels.posteriors` and :mod:`lia_spark.kernels.advantage`). The whole (mechanism x epsilon x bag size) grid
-comes from one read of the input and one shuffle:
+comes from one read of the input and one pass over the bagging units:
 
 - :mod:`~lia_spark.engine.posteriors.reading`: the days' data rows (row_id, label) and prior rows
   (row_id, prior; :mod:`~lia_spark.engine.posteriors.prior` says which table and column), read by pyarrow
@@ -143,19 +143,25 @@ def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | Da
 def _worker_written(spark: SparkSession, source: PosteriorInput, folder: str, *, sample_fraction: float,
                     grid: dict[str, Any]) -> pd.DataFrame:
     """The pass with rows written by the workers into the local ``folder``: local input parts go through a spill
-    folder beside them (:func:`spill_units`, removed after the pass), any other input through Spark's shuffle."""
+    folder inside it (:func:`spill_units`, removed after the pass), any other input through Spark's shuffle."""
     if not source.parts:
+        logger.info("posteriors: bagging units brought to their tasks by Spark's shuffle")
         return write_posteriors(source.blobs, output_dir=folder, sample_fraction=sample_fraction, **grid)
     spill_folder = os.path.join(folder, layout.UNIT_SPILL)
+    logger.info("posteriors: bagging units brought to their tasks through %s", spill_folder)
     try:
         describe_jobs(spark, "posteriors: read the input into files by bagging unit")
-        spill = spill_units(spark, source.parts, folder=spill_folder, seed=grid["seed"], unit_bits=grid["unit_bits"])
+        spill = spill_units(spark, source.parts, folder=spill_folder, seed=grid["seed"], unit_bits=grid["unit_bits"],
+                            expected_rows=source.data_rows + source.prior_rows)
         describe_jobs(spark, "posteriors: bag, release, posteriors per unit; write per-row results")
-        return write_spilled_posteriors(spark, spill, output_dir=folder, settings=grid["settings"], seed=grid["seed"],
-                                        bags_per_group=grid["bags_per_group"], sample_fraction=sample_fraction,
-                                        max_leakage=grid["max_leakage"])
-    finally:
+        digest = write_spilled_posteriors(spark, spill, output_dir=folder, settings=grid["settings"],
+                                          bags_per_group=grid["bags_per_group"], sample_fraction=sample_fraction,
+                                          max_leakage=grid["max_leakage"])
+    except BaseException:
         shutil.rmtree(spill_folder, ignore_errors=True)
+        raise
+    shutil.rmtree(spill_folder)
+    return digest
 
 
 def _released_days(spark: SparkSession, config: Config) -> Resolved:

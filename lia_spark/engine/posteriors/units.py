@@ -1,4 +1,4 @@
-"""Packing the posteriors stage's input by bagging unit, and the one shuffle that puts each unit on a partition.
+"""Grouping the posteriors stage's input by bagging unit, and bringing each unit whole to one task.
 
 Each row gets the bagging key ``xxhash64(stream, row_id)`` and its unit (the key's top bits,
 :func:`lia_spark.kernels.mechanisms.bagging_units`); data rows carry -1 - label, prior rows the prior. Two ways to
@@ -14,11 +14,12 @@ order:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
-import tempfile
-from typing import Iterator, Sequence
+import uuid
+from typing import Iterator, NoReturn, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -133,54 +134,61 @@ def file_blobs(spark: SparkSession, parts: Sequence[InputPart], *, seed: int, un
     return spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(body, BLOB_SCHEMA)
 
 
+SPILL_MAGIC = 0x4C49415350494C4C  # "LIASPILL": the trailer's first word in every spill file
+
+
 @dataclasses.dataclass(frozen=True)
 class UnitSpill:
-    """The side rows (row_id, value) of the input parts by bagging unit, in a local ``folder`` every task and the
-    driver see alike: one file per part (``part-<p>.units``, committed by rename), a segment per batch read,
-    each the batch's row ids then its values, both grouped by unit; a footer gives, per segment, its first byte,
-    its rows and the 2^unit_bits + 1 row offsets of its units, then the number of segments. The task of unit u
-    reads just the unit's bytes of every file (:meth:`unit_rows`)."""
+    """The side rows (row_id, value) of the input parts by bagging unit (keys of ``seed``), in a local ``folder``
+    every task and the driver see alike: one file per part (``part-<p>.units``, committed by rename), a segment per
+    batch read, in which each unit's row ids are followed by its values. A footer holds each segment's first byte
+    and rows, then the row offsets of the units in every segment, unit-major ((2^unit_bits + 1) x segments), so the
+    task of unit u reads its two offset rows in one call; a trailer holds :data:`SPILL_MAGIC`, unit_bits and the
+    number of segments. The task of unit u reads just the unit's bytes of every file (:meth:`unit_rows`)."""
 
     folder: str
     parts: int
     unit_bits: int
+    seed: int
 
     def path(self, part: int) -> str:
+        """The committed file of part ``part``."""
         return os.path.join(self.folder, f"part-{part:05d}.units")
 
-    @property
-    def _entry_bytes(self) -> int:
-        """Footer bytes per segment: first byte, rows and the units' row offsets (int64 each)."""
-        return 8 * ((1 << self.unit_bits) + 3)
-
-    def write(self, part: int, batches: Iterator[tuple[np.ndarray, np.ndarray]], *, seed: int) -> int:
+    def write(self, part: int, batches: Iterator[tuple[np.ndarray, np.ndarray]]) -> int:
         """Write part ``part``'s side rows (batches of row ids and values) under a hidden name, renamed when
         complete (a retried attempt writes identical bytes); returns the rows written."""
         os.makedirs(self.folder, exist_ok=True)
-        descriptor, temporary = tempfile.mkstemp(dir=self.folder, prefix=f".part-{part:05d}.")
-        footer, at, rows = [], 0, 0
-        with os.fdopen(descriptor, "wb") as file:
+        temporary = os.path.join(self.folder, f".part-{part:05d}.units.{uuid.uuid4().hex}")
+        first_bytes, segment_rows, offsets = [], [], []
+        with open(temporary, "xb") as file:
             for row_ids, values in batches:
-                units = row_units(row_ids, seed=seed, unit_bits=self.unit_bits)
+                units = row_units(row_ids, seed=self.seed, unit_bits=self.unit_bits)
                 order = unit_order(units, unit_bits=self.unit_bits)
-                counts = np.bincount(units, minlength=1 << self.unit_bits)
-                footer.append(np.concatenate([[at, row_ids.size, 0], np.cumsum(counts)]).astype(np.int64))
-                file.write(np.ascontiguousarray(row_ids[order], dtype=np.int64).tobytes())
-                file.write(np.ascontiguousarray(values[order], dtype=np.float64).tobytes())
-                at += 16 * row_ids.size
-                rows += row_ids.size
-            for entry in footer:
-                file.write(entry.tobytes())
-            file.write(np.int64(len(footer)).tobytes())
+                ends = np.cumsum(np.bincount(units, minlength=1 << self.unit_bits))
+                starts = ends - np.bincount(units, minlength=1 << self.unit_bits)
+                words = np.empty(2 * row_ids.size, dtype=np.int64)  # unit u: its ids, then its values
+                position = np.arange(row_ids.size)
+                sorted_units = units[order]
+                words[position + starts[sorted_units]] = row_ids[order]
+                words[position + ends[sorted_units]] = values[order].view(np.int64)
+                first_bytes.append(file.tell())
+                segment_rows.append(row_ids.size)
+                offsets.append(np.r_[0, ends])
+                file.write(words.tobytes())
+            segments = len(first_bytes)
+            unit_major = np.array(offsets, dtype=np.int64).reshape(segments, (1 << self.unit_bits) + 1).T
+            for words in (first_bytes, segment_rows, unit_major, [SPILL_MAGIC, self.unit_bits, segments]):
+                file.write(np.ascontiguousarray(words, dtype=np.int64).tobytes())
         os.replace(temporary, self.path(part))
-        return rows
+        return int(sum(segment_rows))
 
     def unit_rows(self, unit: int) -> Iterator[pa.RecordBatch]:
-        """The rows of bagging unit ``unit`` in every part's file, as (row_id, value) batches.
+        """The rows of bagging unit ``unit`` in every part's file, one (row_id, value) batch per file.
 
         Raises:
-            OSError: naming run.output_dir when a part's file is missing or short (a task that does not see
-                the folder the others wrote).
+            OSError: naming run.output_dir when a part's file is missing, short or not a spill file of these
+                units (a task that does not see the folder the others wrote).
         """
         for part in range(self.parts):
             try:
@@ -190,31 +198,46 @@ class UnitSpill:
                               f"which a reading task wrote; posteriors needs an output_dir at the same path on "
                               f"every node (local mode or a shared mount)") from None
             try:
-                yield from self._segment_rows(descriptor, part, unit)
+                row_ids, values = self._part_rows(descriptor, part, unit)
             finally:
                 os.close(descriptor)
-
-    def _segment_rows(self, descriptor: int, part: int, unit: int) -> Iterator[pa.RecordBatch]:
-        size = os.fstat(descriptor).st_size
-        segments = int(np.frombuffer(self._read(descriptor, size - 8, 8, part), np.int64)[0])
-        footer_start = size - 8 - segments * self._entry_bytes
-        for segment in range(segments):
-            entry = footer_start + segment * self._entry_bytes
-            first_byte, rows = np.frombuffer(self._read(descriptor, entry, 16, part), np.int64)
-            low, high = np.frombuffer(self._read(descriptor, entry + 16 + 8 * unit, 16, part), np.int64)
-            if high > low:
-                count = int(high - low)
-                row_ids = np.frombuffer(self._read(descriptor, int(first_byte + 8 * low), 8 * count, part), np.int64)
-                values = np.frombuffer(self._read(descriptor, int(first_byte + 8 * (rows + low)), 8 * count, part),
-                                       np.float64)
+            if row_ids.size:
                 yield pa.RecordBatch.from_arrays([pa.array(row_ids), pa.array(values)], schema=ARROW_SIDE_SCHEMA)
 
-    def _read(self, descriptor: int, offset: int, length: int, part: int) -> bytes:
-        data = os.pread(descriptor, length, offset) if offset >= 0 else b""
-        if len(data) != length:
-            raise OSError(f"run.output_dir: {self.path(part)} is shorter than its footer says (a partly written "
-                          f"or foreign file)")
-        return data
+    def _part_rows(self, descriptor: int, part: int, unit: int) -> tuple[np.ndarray, np.ndarray]:
+        """(row ids, values) of ``unit`` in one part's file."""
+        size = os.fstat(descriptor).st_size
+        magic, unit_bits, segments = (int(word) for word in self._words(descriptor, size - 24, 3, part))
+        footer_start = size - 24 - 8 * segments * ((1 << self.unit_bits) + 3)
+        if magic != SPILL_MAGIC or unit_bits != self.unit_bits or segments < 0 or footer_start < 0:
+            self._broken(part)
+        placement = self._words(descriptor, footer_start, 2 * segments, part)
+        first_bytes, segment_rows = placement[:segments], placement[segments:]
+        if not np.array_equal(first_bytes, np.r_[0, np.cumsum(16 * segment_rows)][:segments]) or (
+                segments and first_bytes[-1] + 16 * segment_rows[-1] != footer_start):
+            self._broken(part)
+        low, high = self._words(descriptor, footer_start + 16 * segments + 8 * unit * segments, 2 * segments,
+                                part).reshape(2, segments)
+        row_ids, values = [], []
+        for segment in np.flatnonzero(high > low):
+            count = int(high[segment] - low[segment])
+            words = self._words(descriptor, int(first_bytes[segment] + 16 * low[segment]), 2 * count, part)
+            row_ids.append(words[:count])
+            values.append(words[count:].view(np.float64))
+        if not row_ids:
+            return np.zeros(0, np.int64), np.zeros(0, np.float64)
+        return np.concatenate(row_ids), np.concatenate(values)
+
+    def _words(self, descriptor: int, offset: int, count: int, part: int) -> np.ndarray:
+        """``count`` int64 words at byte ``offset`` of part ``part``'s file."""
+        data = os.pread(descriptor, 8 * count, offset) if offset >= 0 else b""
+        if len(data) != 8 * count:
+            self._broken(part)
+        return np.frombuffer(data, np.int64)
+
+    def _broken(self, part: int) -> NoReturn:
+        raise OSError(f"run.output_dir: {self.path(part)} is not a complete spill file of {1 << self.unit_bits} "
+                      f"bagging units (partly written, or written by another run)")
 
     def unit_batches(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """mapInArrow side of a pass over ``spark.range(2^unit_bits)``: the rows of each unit id in ``batches``."""
@@ -223,34 +246,42 @@ class UnitSpill:
                 yield from self.unit_rows(int(unit))
 
 
-def _spilled_parts(batches: Iterator[pa.RecordBatch], *, spill: UnitSpill, parts: Sequence[InputPart], seed: int
+def _spilled_parts(batches: Iterator[pa.RecordBatch], *, spill: UnitSpill, parts: Sequence[InputPart]
                    ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body over part indices: pyarrow reads each part, :meth:`UnitSpill.write` writes its file."""
     for batch in batches:
         indices = batch.column("id").to_numpy()
-        written = [spill.write(int(index), parts[index].side_rows(), seed=seed) for index in indices]
+        written = [spill.write(int(index), parts[index].side_rows()) for index in indices]
         yield pa.RecordBatch.from_arrays([pa.array(indices), pa.array(written, pa.int64())], names=["part", "rows"])
 
 
-def spill_units(spark: SparkSession, parts: Sequence[InputPart], *, folder: str, seed: int, unit_bits: int
-                ) -> UnitSpill:
+def spill_units(spark: SparkSession, parts: Sequence[InputPart], *, folder: str, seed: int, unit_bits: int,
+                expected_rows: int) -> UnitSpill:
     """The local Parquet ``parts`` read by pyarrow in Python tasks, one task per part, their rows written by unit
-    to ``folder`` (:class:`UnitSpill`); the driver checks it sees every file.
+    to ``folder`` (:class:`UnitSpill`); the driver checks it sees every file and that the tasks wrote the
+    ``expected_rows`` the parts were counted to hold.
 
     Raises:
         OSError: naming run.output_dir when the driver does not see a file a task wrote.
+        RuntimeError: naming data.parquet_path when the tasks read another number of rows than was counted
+            (the input changed while the stage ran).
     """
-    spill = UnitSpill(folder, len(parts), unit_bits)
-    body = functools.partial(_spilled_parts, spill=spill, parts=tuple(parts), seed=seed)
-    spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(body, "part long, rows long").collect()
+    spill = UnitSpill(folder, len(parts), unit_bits, seed)
+    body = functools.partial(_spilled_parts, spill=spill, parts=tuple(parts))
+    written = spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(
+        body, "part long, rows long").toArrow().column("rows").to_numpy().sum()
     for name in os.listdir(folder) if os.path.isdir(folder) else []:
         if name.startswith("."):  # a failed attempt's leftover
-            os.remove(os.path.join(folder, name))
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, name))
     missing = [spill.path(part) for part in range(len(parts)) if not os.path.exists(spill.path(part))]
     if missing:
         raise OSError(f"run.output_dir: the reading tasks wrote {missing[0]}, but the driver does not see it; "
                       f"posteriors needs an output_dir at the same path on every node (local mode or a shared "
                       f"mount)")
+    if written != expected_rows:
+        raise RuntimeError(f"data.parquet_path: the input changed while the posteriors stage ran: its data and "
+                           f"prior rows were counted as {expected_rows}, the reading tasks read {written}")
     return spill
 
 

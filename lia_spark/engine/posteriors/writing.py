@@ -96,7 +96,7 @@ def setting_batches(chunk: UnitChunk, settings: Sequence[Setting], seed: int, *,
 
 @dataclasses.dataclass(frozen=True)
 class PassPlan:
-    """What the one-shuffle pass needs in its Python workers (pickled with the mapInArrow body): with a ``spill``
+    """What the pass over the units needs in its Python workers (pickled with the mapInArrow body): with a ``spill``
     the pass runs over unit ids and reads each unit's rows from the spill's files, else over shuffled blobs."""
 
     settings: tuple[Setting, ...]
@@ -309,13 +309,13 @@ def write_posteriors(blobs: DataFrame, *, output_dir: str, settings: Sequence[Se
 
 
 def write_spilled_posteriors(spark: SparkSession, spill: UnitSpill, *, output_dir: str, settings: Sequence[Setting],
-                             seed: int, bags_per_group: int = 0, sample_fraction: float = 1.0,
+                             bags_per_group: int = 0, sample_fraction: float = 1.0,
                              max_leakage: bool = False) -> pd.DataFrame:
-    """:func:`write_posteriors` of the rows in ``spill`` (:func:`lia_spark.engine.posteriors.units.spill_units`,
-    written with the same seed): one task per bagging unit reads the unit's rows from the spill's files, so the
-    rows never pass through Spark's shuffle. The same files and digest as :func:`write_posteriors` of the same
-    rows' blobs."""
-    plan = _plan(settings=settings, seed=seed, unit_bits=spill.unit_bits, bags_per_group=bags_per_group,
+    """:func:`write_posteriors` of the rows in ``spill`` (:func:`lia_spark.engine.posteriors.units.spill_units`; the
+    run seed is the spill's): one task per bagging unit reads the unit's rows from the spill's files, so the rows
+    never pass through Spark's shuffle. The same files and digest as :func:`write_posteriors` of the same rows'
+    blobs."""
+    plan = _plan(settings=settings, seed=spill.seed, unit_bits=spill.unit_bits, bags_per_group=bags_per_group,
                  max_leakage=max_leakage, spill=spill)
     units = 1 << spill.unit_bits
     return _worker_written(spark.range(units, numPartitions=units), plan, output_dir=output_dir,
