@@ -134,6 +134,7 @@ def file_blobs(spark: SparkSession, parts: Sequence[InputPart], *, seed: int, un
     return spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(body, BLOB_SCHEMA)
 
 
+SHARED_FOLDER = "posteriors needs an output_dir at the same path on every node (local mode or a shared mount)"
 SPILL_MAGIC = 0x4C49415350494C4C  # "LIASPILL": the trailer's first word in every spill file
 
 
@@ -165,8 +166,9 @@ class UnitSpill:
             for row_ids, values in batches:
                 units = row_units(row_ids, seed=self.seed, unit_bits=self.unit_bits)
                 order = unit_order(units, unit_bits=self.unit_bits)
-                ends = np.cumsum(np.bincount(units, minlength=1 << self.unit_bits))
-                starts = ends - np.bincount(units, minlength=1 << self.unit_bits)
+                counts = np.bincount(units, minlength=1 << self.unit_bits)
+                ends = np.cumsum(counts)
+                starts = ends - counts
                 words = np.empty(2 * row_ids.size, dtype=np.int64)  # unit u: its ids, then its values
                 position = np.arange(row_ids.size)
                 sorted_units = units[order]
@@ -195,8 +197,7 @@ class UnitSpill:
                 descriptor = os.open(self.path(part), os.O_RDONLY)
             except FileNotFoundError:
                 raise OSError(f"run.output_dir: the task of bagging unit {unit} does not see {self.path(part)}, "
-                              f"which a reading task wrote; posteriors needs an output_dir at the same path on "
-                              f"every node (local mode or a shared mount)") from None
+                              f"which a reading task wrote; {SHARED_FOLDER}") from None
             try:
                 row_ids, values = self._part_rows(descriptor, part, unit)
             finally:
@@ -255,6 +256,17 @@ def _spilled_parts(batches: Iterator[pa.RecordBatch], *, spill: UnitSpill, parts
         yield pa.RecordBatch.from_arrays([pa.array(indices), pa.array(written, pa.int64())], names=["part", "rows"])
 
 
+def remove_attempt_leftovers(folder: str) -> list[str]:
+    """Remove the hidden files failed task attempts left in ``folder`` (tolerating an attempt that renames its file
+    meanwhile); returns the names of the other files, sorted."""
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    for name in names:
+        if name.startswith("."):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(folder, name))
+    return [name for name in names if not name.startswith(".")]
+
+
 def spill_units(spark: SparkSession, parts: Sequence[InputPart], *, folder: str, seed: int, unit_bits: int,
                 expected_rows: int) -> UnitSpill:
     """The local Parquet ``parts`` read by pyarrow in Python tasks, one task per part, their rows written by unit
@@ -270,15 +282,11 @@ def spill_units(spark: SparkSession, parts: Sequence[InputPart], *, folder: str,
     body = functools.partial(_spilled_parts, spill=spill, parts=tuple(parts))
     written = spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(
         body, "part long, rows long").toArrow().column("rows").to_numpy().sum()
-    for name in os.listdir(folder) if os.path.isdir(folder) else []:
-        if name.startswith("."):  # a failed attempt's leftover
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(folder, name))
+    remove_attempt_leftovers(folder)
     missing = [spill.path(part) for part in range(len(parts)) if not os.path.exists(spill.path(part))]
     if missing:
         raise OSError(f"run.output_dir: the reading tasks wrote {missing[0]}, but the driver does not see it; "
-                      f"posteriors needs an output_dir at the same path on every node (local mode or a shared "
-                      f"mount)")
+                      f"{SHARED_FOLDER}")
     if written != expected_rows:
         raise RuntimeError(f"data.parquet_path: the input changed while the posteriors stage ran: its data and "
                            f"prior rows were counted as {expected_rows}, the reading tasks read {written}")

@@ -28,7 +28,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
-from lia_spark.engine.posteriors.units import UnitSpill, bagged_units, shuffled_units, unpacked
+from lia_spark.engine.posteriors.units import (SHARED_FOLDER, UnitSpill, bagged_units, remove_attempt_leftovers,
+                                               shuffled_units, unpacked)
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import advantage
 from lia_spark.kernels.posterior_grid import (DigestAccumulator, Setting, SettingRows, UnitChunk, chunk_posteriors,
@@ -379,8 +380,7 @@ def check_result_files(directory: str, *, expected: int) -> None:
     found = _committed_rows(directory)
     if found != expected:
         raise OSError(f"run.output_dir: the Python workers wrote {expected} result rows to {directory}, but the "
-                      f"driver sees {found}; posteriors needs an output_dir at the same path on every node (local "
-                      f"mode or a shared mount)")
+                      f"driver sees {found}; {SHARED_FOLDER}")
 
 
 def _committed_rows(directory: str) -> int:
@@ -388,8 +388,5 @@ def _committed_rows(directory: str) -> int:
     are removed."""
     import pyarrow.parquet as pq
 
-    names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
-    for name in (name for name in names if name.startswith(".")):
-        os.remove(os.path.join(directory, name))
-    return sum(pq.ParquetFile(os.path.join(directory, name)).metadata.num_rows for name in names
-               if not name.startswith("."))
+    return sum(pq.ParquetFile(os.path.join(directory, name)).metadata.num_rows
+               for name in remove_attempt_leftovers(directory))
