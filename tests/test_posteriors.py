@@ -307,20 +307,45 @@ def test_property_permutation_equivariance_within_bag(batch, random):
         _assert_llr_close(permuted.multiplicative_advantage, base.multiplicative_advantage[perm], 1e-11)
 
 
+def _mixed_extreme_bag(k: int, seed: int, share_tiny: float = 0.3125) -> np.ndarray:
+    """Priors 1e-9 (share ``share_tiny``) and 1 - 1e-9, then 10% of rows redrawn uniform in (0.01, 0.99)."""
+    rng = np.random.default_rng(seed)
+    priors = np.where(rng.random(k) < share_tiny, 1e-9, 1 - 1e-9)
+    priors[rng.random(k) < 0.1] = rng.uniform(0.01, 0.99)
+    return priors
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(32, 400), st.floats(0, 1), st.floats(0, 1), st.sampled_from([0.01, 0.3, 3.0, 50.0]),
        st.integers(0, 2**32 - 1))
 def test_property_noisy_releases_respect_epsilon_with_extreme_priors(k, share_tiny, position, eps, seed):
     """LLP+Lap and LLP+Geom are eps-label-DP, so |I_i| <= eps for every release (tolerance 1e-9 eps);
     bags mix priors 1e-9, 1 - 1e-9 and uniform ones, where a badly scaled kernel returns inf or NaN."""
-    rng = np.random.default_rng(seed)
-    priors = np.where(rng.random(k) < share_tiny, 1e-9, 1 - 1e-9)
-    priors[rng.random(k) < 0.1] = rng.uniform(0.01, 0.99)
+    priors = _mixed_extreme_bag(k, seed, share_tiny)
     z = int(round(position * k))
     for res in (posteriors.llp_laplace(priors, position + 0.3 / k, epsilon=eps),
                 posteriors.llp_geometric(priors, z, epsilon=eps)):
         assert np.all(np.abs(res.multiplicative_advantage) <= eps * (1 + 1e-9))
         assert np.all((res.posterior >= 0) & (res.posterior <= 1))
+
+
+@pytest.mark.parametrize("k, seed, sum_scale_release, eps, sign", [
+    (1024, 13, 512, 0.1, -1.0),     # ~680 labels are 1 for sure: the release sits ~170 sums below their mass
+    (1024, 13, 102, 0.1, -1.0),
+    (334, 71, 308, 0.01, 1.0),      # ~250 labels are 1 for sure: the release sits ~60 sums above
+])
+def test_releases_far_from_the_sums_mass_give_exactly_plus_minus_epsilon(k, seed, sum_scale_release, eps, sign):
+    """When every likely sum of the other labels lies on one side of the release, w(b + 1) / w(b) = e^(sign eps)
+    wherever P_{-i}(b) is not astronomically small, so I_i = sign eps and post_i = sigmoid(logit eta_i + sign eps)
+    exactly (closed form). Tolerance 1e-13 absolute on I, 1e-13 relative on the posterior. A tilt aimed at the
+    release rather than at the joint's mode once lost the sums beyond a trimmed end: I off by 2e-9 at eps 0.1."""
+    priors = _mixed_extreme_bag(k, seed)
+    logit = np.log(priors) - np.log1p(-priors)
+    closed_form = 1.0 / (1.0 + np.exp(-(logit + sign * eps)))
+    for res in (posteriors.llp_geometric(priors, sum_scale_release, epsilon=eps),
+                posteriors.llp_laplace(priors, (sum_scale_release + 0.3) / k, epsilon=eps)):
+        np.testing.assert_allclose(res.multiplicative_advantage, sign * eps, rtol=0, atol=1e-13)
+        np.testing.assert_allclose(res.posterior, closed_form, rtol=1e-13)
 
 
 @pytest.mark.parametrize("call, message", [

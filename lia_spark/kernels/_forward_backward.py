@@ -26,7 +26,8 @@ provably stays inside float64 skip the tilt (u = 0).
 
 Both message families are log-concave in j (Poisson-binomial pmfs, and their convolutions with the
 log-concave w), so entries below 1e-290 sit only at the ends of the support; they are trimmed, which
-keeps subnormals out of the loops and changes results far below float64 rounding. Forward messages
+keeps subnormals out of the loops and changes L_y by less than 1e-108 relative, because noisy releases
+are retilted until the normalized joint at its mode is >= e^-400 (docs/math.md §3.5). Forward messages
 are only computed on the sums that can still reach the support of w (for LLP: j in [s - (k - t), s]),
 which makes LLP O(k min(s, k - s)) per bag. For noisy releases with k >= 32 the support of w is cut to
 the sums b whose tilted joint P'(b) w'(b) is within e^-140 of its maximum (relative effect < 1e-25,
@@ -49,7 +50,7 @@ LAPLACE = 1
 GEOMETRIC = 2
 
 _NO_TILT_LOG_FLOOR = -600.0    # untilted products above e^-600 cannot underflow: skip the tilt
-_MODE_LOG_FLOOR = -250.0       # retilt unless the tilted pmf keeps P'(m) >= e^-250 at the joint mode m
+_JOINT_LOG_FLOOR = -400.0      # retilt unless the normalized tilted joint keeps J_n(m) >= e^-400 at its mode m
 _RESCALE_BELOW = 1e-100        # rescale backward messages whose maximum falls below this
 _TRIM = 1e-290                 # message entries below this are dropped (only ever at the support ends)
 _MAX_RETILTS = 40
@@ -185,11 +186,22 @@ def _noisy_weights(value, epsilon, k, u, logw):
 
 
 @njit(error_model="numpy")
+def _max_log(logw, lo, hi):
+    """max of logw[lo..hi]."""
+    top = -np.inf
+    for b in range(lo, hi + 1):
+        top = max(top, logw[b])
+    return top
+
+
+@njit(error_model="numpy")
 def _joint_window(k, forward, flo, fhi, logw, window):
     """Locate the mode m of the tilted joint J(b) = P'(b) w'(b) (log-concave in b; logw holds log w').
 
-    Writes into ``window`` the interval of b with J(b) >= e^-140 J(m) and returns log P'(m); a tilt
-    whose P'(m) is tiny misplaces the forward messages and is redone with target m.
+    Writes into ``window`` the interval of b with J(b) >= e^-140 J(m) and returns log J_n(m), the joint at
+    its mode with w' normalized to maximum 1 on the window: every entry the messages drop (< 1e-290) is that
+    small against it. A window that reaches a trimmed end of the forward support (a sum b whose P'(b) fell
+    below 1e-290 although w'(b) may be huge) returns -inf: the tilt is misplaced and is redone with target m.
     """
     best = -np.inf
     best_b = flo[k]
@@ -207,7 +219,9 @@ def _joint_window(k, forward, flo, fhi, logw, window):
     window[0] = lo
     window[1] = hi
     window[2] = best_b
-    return math.log(forward[k, best_b])
+    if (lo == flo[k] and lo > 0) or (hi == fhi[k] and hi < k):
+        return -np.inf
+    return best - _max_log(logw, lo, hi)
 
 
 @njit(error_model="numpy")
@@ -249,7 +263,7 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
         _noisy_weights(value, epsilon, k, u, logw)
         if not tilted and k < _WINDOW_MIN_K:
             break
-        if _joint_window(k, forward, flo, fhi, logw, window) > _MODE_LOG_FLOOR:
+        if _joint_window(k, forward, flo, fhi, logw, window) >= _JOINT_LOG_FLOOR:
             break
         if not tilted:
             _logits(priors, k, logits)
@@ -269,9 +283,7 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
             blo = window[0]
             bhi = window[1]
         # w' is normalized on the kept sums only: outside them it may be huge where P' is negligible
-        top = -np.inf
-        for b in range(blo, bhi + 1):
-            top = max(top, logw[b])
+        top = _max_log(logw, blo, bhi)
         for b in range(blo, bhi + 1):
             back[b] = math.exp(logw[b] - top)
         while blo < bhi and back[blo] < _TRIM:
