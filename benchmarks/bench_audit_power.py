@@ -158,10 +158,16 @@ def cell_rows(folder: Path, seed: int, choices: tuple[AuditConfig, ...], known: 
     return rows
 
 
+def spread_text(values: pd.Series, digits: int) -> str:
+    """``mean +- std`` (sample std over the seeds or groups), or the value alone for one run (no spread to show; the
+    tables' seeds row says so)."""
+    mean, std = power.mean_std(values)
+    return f"{mean:.{digits}f} +- {std:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
+
+
 def bound_text(frame: pd.DataFrame) -> str:
-    """eps_lb of ``frame``'s rows as ``mean +- std`` (sample std over the seeds or groups)."""
-    mean, std = power.mean_std(frame["eps_lb"])
-    return f"{mean:.3f} +- {std:.3f}"
+    """eps_lb of ``frame``'s rows as :func:`spread_text`."""
+    return spread_text(frame["eps_lb"], 3)
 
 
 def shown_cells(frame: pd.DataFrame) -> list[str]:
@@ -223,8 +229,8 @@ def utility_table(frame: pd.DataFrame, cells: list[str]) -> str:
         if rows.empty:
             continue
         share = rows["informative"] / rows["canaries"]
-        lines.append(f"| {cell} | {share.mean():.4f} | {rows['test_auc'].mean():.4f} +- {rows['test_auc'].std():.4f} "
-                     f"| {rows['test_log_loss'].mean():.4f} +- {rows['test_log_loss'].std():.4f} |")
+        lines.append(f"| {cell} | {share.mean():.4f} | {spread_text(rows['test_auc'], 4)} "
+                     f"| {spread_text(rows['test_log_loss'], 4)} |")
     return "\n".join(lines)
 
 
@@ -283,10 +289,13 @@ def study_section(label: str, frame: pd.DataFrame) -> str:
     cells = shown_cells(frame)
     finite = frame[np.isfinite(frame["claimed_epsilon"])]
     above = finite[finite["eps_lb"] > finite["claimed_epsilon"]]
+    seeds = frame["seed"].nunique()
+    spread = (":" if seeds > 1 else ". With one training run per cell so far there is no spread: any value below "
+              "the best counts as worse, and the ranking is one draw, not a finding.")
     return "\n\n".join([
         f"### {label}", choice_table(frame, cells),
         "Strongest choices that are never meaningfully worse (a cell's mean more than one std of the best choice "
-        "below the best counts as worse):", "\n".join(decision_lines(frame[frame["cell"].isin(cells)])),
+        f"below the best counts as worse){spread}", "\n".join(decision_lines(frame[frame["cell"].isin(cells)])),
         "Utility and informative share per cell (default counterfactual: y1 ~ M'(x)):", utility_table(frame, cells),
         f"Bounds above their claimed eps: {len(above)} of {len(finite)} (cell, seed, choice) audits."])
 
