@@ -21,14 +21,19 @@ def machine_line() -> str:
 
 def write_section(name: str, markdown: str, *, after: str | None = None) -> None:
     """Replace the section delimited by ``<!-- begin:name -->`` / ``<!-- end:name -->``; a new section goes right
-    after the section called ``after`` when there is one, else at the end of the file."""
+    after the section called ``after`` when there is one, else at the end of the file. A section whose text is
+    unchanged (re-rendered from kept results) keeps the machine line of the run that measured it."""
     begin, end = f"<!-- begin:{name} -->", f"<!-- end:{name} -->"
-    block = f"{begin}\n{markdown.strip()}\n\n{machine_line()}\n{end}"
+    body = markdown.strip()
+    block = f"{begin}\n{body}\n\n{machine_line()}\n{end}"
     text = BENCHMARKS_FILE.read_text(encoding="utf-8") if BENCHMARKS_FILE.exists() else HEADER
     anchor = f"<!-- end:{after} -->" if after else None
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
-        text = head + block + rest.split(end, 1)[1]
+        old_block, tail = rest.split(end, 1)
+        if old_block.strip().rpartition("\n\n")[0] == body:
+            return
+        text = head + block + tail
     elif anchor and anchor in text:
         head, rest = text.split(anchor, 1)
         text = head + anchor + "\n\n" + block + rest
