@@ -259,24 +259,25 @@ def analyse(folder: Path, seeds: list[int], choices: tuple[AuditConfig, ...]) ->
             name.rsplit(" | ", 1)[0] for name in known["choice"]}):
         known = pd.DataFrame()  # another grid of choices: analyse again
     rows = [row for seed in seeds for row in cell_rows(folder, seed, choices, known)]
-    if not known.empty:  # cells analysed before whose training runs were deleted since (they take gigabytes)
+    if not known.empty:  # cells analysed before whose training runs were deleted since (they take gigabytes), and
+        # the seeds this call did not ask for (a run of one seed must not drop the others' analysed rows)
         deleted = np.array([not (folder / f"seed{seed}" / "table" / "cells" / cell / "models").is_dir()
                             for seed, cell in zip(known["seed"], known["cell"])])
-        gone = known[deleted & known["seed"].isin(seeds).to_numpy()]
-        rows += gone.to_dict("records")
+        requested = known["seed"].isin(seeds).to_numpy()
+        rows += known[(deleted & requested) | ~requested].to_dict("records")
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame.to_json(folder / "power.json", orient="records", indent=0)
     return frame
 
 
-def header(args: argparse.Namespace) -> str:
+def header() -> str:
     """The section's title and method; each study follows in its own section (:func:`study_section`)."""
     return "\n\n".join([
         "## Power of the valid audit (`benchmarks/bench_audit_power.py`)",
         "Injected design (docs/math.md §5.9), twin, `conf/audit_table.yaml` (<= 200 trees, depth 6), one training run "
-        f"per cell and seed (`run.seed` = {', '.join(map(str, args.seeds))}), each cell's canary table then audited "
-        "under every choice of `audit.scores`, `audit.recalibrate` and `audit.sweep` with the stage's own computation "
+        "per cell and seed (`run.seed` = 1, 2, ...; each table's last row counts a cell's seeds), each cell's canary "
+        "table then audited under every choice of `audit.scores`, `audit.recalibrate` and `audit.sweep` with the stage's own computation "
         "(`lia_spark.studies.power.audit_choice`): pure binomial bound, 95%, Bonferroni over scores x sweep points, "
         "m = the informative canaries. Every choice is a valid bound; a cell is the mean +- std of eps_lb over the "
         "seeds. Linear sweep: c' = 1%, ..., 100% of m plus 0.1% (101 tests per score); geometric: c' = m 10^(-j/4) "
@@ -317,13 +318,15 @@ def study_results(root: str, rows: int, library: str, share: float | None, seeds
     """One study's rows: analysed from its run folder (and then kept in :data:`RESULTS_FILE`) when it exists, else
     the kept rows of its seeds (empty when neither exists)."""
     name, folder = study_name(rows, library, share), study_root(root, rows, library, share)
+    stored = kept.get(name, pd.DataFrame())
     if folder.is_dir():
         frame = analyse(folder, seeds, grid)
         if not frame.empty:
+            if not stored.empty and set(stored["choice"]) == set(frame["choice"]):  # seeds analysed elsewhere
+                frame = pd.concat([frame, stored[~stored["seed"].isin(frame["seed"])]], ignore_index=True)
             keep_results(name, frame)
         return frame
-    frame = kept.get(name, pd.DataFrame())
-    return frame[frame["seed"].isin(seeds)] if not frame.empty else frame
+    return stored[stored["seed"].isin(seeds)] if not stored.empty else stored
 
 
 def main(argv=None) -> int:
@@ -350,7 +353,7 @@ def main(argv=None) -> int:
                         subprocess.run(command, cwd=REPO, check=True)
     kept = kept_results()
     full_grid = power.choice_grid(SCORE_SETS, RECALIBRATIONS, SWEEPS)
-    publish(SECTION, header(args), render=args.render, after=AFTER_SECTION)
+    publish(SECTION, header(), render=args.render, after=AFTER_SECTION)
     previous, frames = SECTION, {}
     for rows, library, share, seeds in plan:
         grid = ((AuditConfig(),) if share is not None else full_grid if rows < LARGE_ROWS
