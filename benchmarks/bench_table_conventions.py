@@ -102,7 +102,8 @@ def render(rows: list[dict], *, root: str, seed: int, label: str = "") -> str:
     for mode in modes:
         gains = [row[f"eps_lb_recalibrate_{mode}"] - row["eps_lb"] for row in rows]
         higher = [(row, gain) for row, gain in zip(rows, gains) if gain > 1e-9]
-        verdicts.append(f"{ALTERNATIVE_WORDS[mode][:1].upper() + ALTERNATIVE_WORDS[mode][1:]} against the default: higher in {len(higher)} of "
+        words = ALTERNATIVE_WORDS[mode]  # capitalized by hand: str.capitalize() would lower-case the "M" inside
+        verdicts.append(f"{words[:1].upper() + words[1:]} against the default: higher in {len(higher)} of "
                         f"{len(rows)} cells"
                         + (" (" + ", ".join(f"{r['cell']} {g:+.3f}" for r, g in higher) + ")" if higher else "")
                         + f", lower in {sum(g < -1e-9 for g in gains)} (largest loss {-min(gains):.3f}).")
