@@ -18,20 +18,22 @@ w by w'(b) = w(b) theta^-b; then L_y = const * theta^y L'_y, so the log-likeliho
 
     I_i = log L_1(i) - log L_0(i) = log L'_1(i) - log L'_0(i) + u,
 
-and the posterior is e'_i L'_1 / (e'_i L'_1 + (1 - e'_i) L'_0). theta is chosen so that the tilted
-mean of S sits at the mode of P(S = b) w(b), where the tilted pmf carries mass >= ~1/(k+1); the
-forward messages are probability vectors (no scaling needed) and the backward messages are rescaled
-to maximum 1 whenever they shrink (the scale cancels in the ratio). Bags whose untilted dynamic range
-provably stays inside float64 skip the tilt (u = 0).
+and the posterior is e'_i L'_1 / (e'_i L'_1 + (1 - e'_i) L'_0) = sigmoid(logit e_i + I_i) (the second
+form where e'_i L'_1 < 1e-300 may have lost precision). theta is chosen so that the tilted mean of S sits
+at the mode of P(S = b) w(b) (for noisy releases the theta nearest 1 that does), where the tilted pmf
+carries mass >= ~1/(k+1); the forward messages are probability vectors (no scaling needed) and the
+backward messages are rescaled to maximum 1 whenever they shrink (the scale cancels in the ratio).
+Bags whose untilted dynamic range provably stays inside float64 skip the tilt (u = 0).
 
 Both message families are log-concave in j (Poisson-binomial pmfs, and their convolutions with the
 log-concave w), so entries below 1e-290 sit only at the ends of the support; they are trimmed, which
-keeps subnormals out of the loops and changes L_y by less than 1e-108 relative, because noisy releases
-are retilted until the normalized joint at its mode is >= e^-400 (docs/math.md §3.5). Forward messages
-are only computed on the sums that can still reach the support of w (for LLP: j in [s - (k - t), s]),
-which makes LLP O(k min(s, k - s)) per bag. For noisy releases with k >= 32 the support of w is cut to
-the sums b whose tilted joint P'(b) w'(b) is within e^-140 of its maximum (relative effect < 1e-25,
-bound in _bag), so the cost follows the spread of the posterior of S rather than k.
+keeps subnormals out of the loops and changes L_y by less than 2e-112 relative, because noisy releases
+are retilted until the normalized joint at its mode m keeps J_n(m) e^(-|u| - eps) >= e^-400
+(docs/math.md §3.5). Forward messages are only computed on the sums that can still reach the support
+of w (for LLP: j in [s - (k - t), s]), which makes LLP O(k min(s, k - s)) per bag.
+For noisy releases with k >= 32 the support of w is cut to the sums b whose tilted joint P'(b) w'(b)
+is within e^(-140 - 2 eps) of its maximum, plus one sum on each side (relative effect on L_y below
+2 (k + 1) e^-140, docs/math.md §3.5), so the cost follows the spread of the posterior of S, not k.
 Inner loops index slices from 0 (nonnegative indices let LLVM vectorize them without numba's
 negative-index wraparound).
 """
@@ -50,11 +52,11 @@ LAPLACE = 1
 GEOMETRIC = 2
 
 _NO_TILT_LOG_FLOOR = -600.0    # untilted products above e^-600 cannot underflow: skip the tilt
-_JOINT_LOG_FLOOR = -400.0      # retilt unless the normalized tilted joint keeps J_n(m) >= e^-400 at its mode m
+_JOINT_LOG_FLOOR = -400.0      # retilt unless J_n(m) e^(-|u| - eps) >= e^-400 (J_n: normalized joint, m its mode)
 _RESCALE_BELOW = 1e-100        # rescale backward messages whose maximum falls below this
 _TRIM = 1e-290                 # message entries below this are dropped (only ever at the support ends)
 _MAX_RETILTS = 40
-_WINDOW_LOG = 140.0            # noisy releases: keep the sums b with J(b) >= e^-140 max_b J(b)
+_WINDOW_LOG = 140.0            # noisy releases: keep the sums b with J(b) >= e^(-140 - 2 eps) max_b J(b)
 _WINDOW_MIN_K = 32             # below this the window does not pay for its k + 1 logarithms
 
 
@@ -80,29 +82,34 @@ def _max(x: np.ndarray, lo: int, hi: int) -> float:
 
 
 @njit(error_model="numpy")
-def _solve_tilt(logits: np.ndarray, k: int, target: float) -> float:
-    """u with sum_i sigmoid(logit_i + u) ~= target (safeguarded Newton; +-0.01 is plenty)."""
-    lo_logit = logits[0]
-    hi_logit = logits[0]
+def _tilt_root(logits: np.ndarray, k: int, aim: float, lo: float, hi: float, side: float) -> float:
+    """u with |sum_i sigmoid(logit_i + u) - aim| < 0.01, the root bracketed by [lo, hi]: safeguarded Newton
+    from base - mean(logit_i), base = logit(aim / k) (exact when all priors are equal).
+
+    side = +1 (-1) asks for the fitting u nearest 0 from above (below) 0: where every tilted prior is near 0 or 1
+    a wide plateau of u fits (tilted variance V = sum_i p_i (1 - p_i) < 1 there), and only its end nearest 0 is
+    taken (mean short of aim, V >= 0.001); elsewhere V >= 1 and the fitting u are within ~0.02 of each other.
+    side = 0 takes any fitting u."""
     mean_logit = 0.0
     for i in range(k):
-        lo_logit = min(lo_logit, logits[i])
-        hi_logit = max(hi_logit, logits[i])
         mean_logit += logits[i]
-    mean_logit /= k
-    base = math.log(target / (k - target))
-    lo = base - hi_logit
-    hi = base - lo_logit
-    u = min(max(base - mean_logit, lo), hi)
-    for _ in range(100):
-        g = -target
+    u = min(max(math.log(aim / (k - aim)) - mean_logit / k, lo), hi)
+    for _ in range(200):
+        g = -aim
         dg = 0.0
         for i in range(k):
             p = 1.0 / (1.0 + math.exp(-(logits[i] + u)))
             g += p
             dg += p * (1.0 - p)
         if abs(g) < 0.01:
-            break
+            if side == 0.0 or dg >= 1.0 or (side * g <= 0.0 and dg >= 0.001):
+                break
+            if side > 0.0:  # on the plateau or beyond it: towards 0
+                hi = u
+            else:
+                lo = u
+            u = 0.5 * (lo + hi)
+            continue
         if g > 0.0:
             hi = u
         else:
@@ -110,6 +117,46 @@ def _solve_tilt(logits: np.ndarray, k: int, target: float) -> float:
         step = u - g / dg if dg > 0.0 else 0.5 * (lo + hi)
         u = step if lo < step < hi else 0.5 * (lo + hi)
     return u
+
+
+@njit(error_model="numpy")
+def _root_bracket(logits: np.ndarray, k: int, aim: float) -> tuple:
+    """[logit(aim / k) - max logit_i, logit(aim / k) - min logit_i]: there every tilted prior is <= (>=) aim / k."""
+    base = math.log(aim / (k - aim))
+    lo_logit = logits[0]
+    hi_logit = logits[0]
+    for i in range(k):
+        lo_logit = min(lo_logit, logits[i])
+        hi_logit = max(hi_logit, logits[i])
+    return base - hi_logit, base - lo_logit
+
+
+@njit(error_model="numpy")
+def _llp_tilt(logits: np.ndarray, k: int, bag_sum: int) -> float:
+    """u with the tilted mean within 0.01 of s (clipped to [1/2, k - 1/2]), from the start of _tilt_root.
+    LLP's I_i is unbounded, so the tilt sits between the rows' log-odds rather than near 0."""
+    aim = min(max(float(bag_sum), 0.5), k - 0.5)
+    lo, hi = _root_bracket(logits, k, aim)
+    return _tilt_root(logits, k, aim, lo, hi, 0.0)
+
+
+@njit(error_model="numpy")
+def _noisy_tilt(priors: np.ndarray, logits: np.ndarray, k: int, target: float) -> float:
+    """A u near 0 with the tilted mean sum_i sigmoid(logit_i + u) within 0.01 of the target (clipped to
+    [1/2, k - 1/2]): 0 when the untilted mean fits (for targets within 1/2 of an end, any mean within 1/2 of
+    it, where P'(end) >= 1/2 already), else the fitting u nearest 0 on the side that moves the mean. Where
+    every prior is near 0 or 1 a wide range of u fits, and one far from 0 makes w' = w e^(-u b) needlessly
+    steep and the likelihoods L'_y of some rows tiny (docs/math.md §3.5)."""
+    aim = min(max(target, 0.5), k - 0.5)
+    mean = 0.0
+    for i in range(k):
+        mean += priors[i]
+    if abs(mean - aim) < 0.01 or (target <= 0.5 and mean <= 0.5) or (target >= k - 0.5 and mean >= k - 0.5):
+        return 0.0
+    lo, hi = _root_bracket(logits, k, aim)
+    if mean < aim:
+        return _tilt_root(logits, k, aim, max(lo, 0.0), hi, 1.0)
+    return _tilt_root(logits, k, aim, lo, min(hi, 0.0), -1.0)
 
 
 @njit(error_model="numpy")
@@ -169,8 +216,11 @@ def _log_min_product(priors, k):
     total = 0.0
     product = 1.0
     for i in range(k):
-        e = priors[i]
-        product *= min(e, 1.0 - e)
+        factor = min(priors[i], 1.0 - priors[i])
+        if factor < 1e-100:  # a product of it could underflow to 0
+            total += math.log(factor)
+            continue
+        product *= factor  # >= 1e-300: normal
         if product < 1e-200:
             total += math.log(product)
             product = 1.0
@@ -195,12 +245,12 @@ def _max_log(logw, lo, hi):
 
 
 @njit(error_model="numpy")
-def _joint_window(k, forward, flo, fhi, logw, window):
+def _joint_window(k, epsilon, forward, flo, fhi, logw, window):
     """Locate the mode m of the tilted joint J(b) = P'(b) w'(b) (log-concave in b; logw holds log w').
 
-    Writes into ``window`` the interval of b with J(b) >= e^-140 J(m) and returns log J_n(m), the joint at
-    its mode with w' normalized to maximum 1 on the window: every entry the messages drop (< 1e-290) is that
-    small against it. A window that reaches a trimmed end of the forward support (a sum b whose P'(b) fell
+    Writes into ``window`` the interval of b with J(b) >= e^(-140 - 2 eps) J(m) and returns log J_n(m), the
+    joint at its mode with w' normalized to maximum 1 on the window: every entry the messages drop (< 1e-290)
+    is that small against it. A window that reaches a trimmed end of the forward support (a sum b whose P'(b) fell
     below 1e-290 although w'(b) may be huge) returns -inf: the tilt is misplaced and is redone with target m.
     """
     best = -np.inf
@@ -210,11 +260,12 @@ def _joint_window(k, forward, flo, fhi, logw, window):
         if joint > best:
             best = joint
             best_b = b
+    floor = best - _WINDOW_LOG - 2.0 * epsilon
     lo = best_b
     hi = best_b
-    while lo > flo[k] and math.log(forward[k, lo - 1]) + logw[lo - 1] >= best - _WINDOW_LOG:
+    while lo > flo[k] and math.log(forward[k, lo - 1]) + logw[lo - 1] >= floor:
         lo -= 1
-    while hi < fhi[k] and math.log(forward[k, hi + 1]) + logw[hi + 1] >= best - _WINDOW_LOG:
+    while hi < fhi[k] and math.log(forward[k, hi + 1]) + logw[hi + 1] >= floor:
         hi += 1
     window[0] = lo
     window[1] = hi
@@ -249,13 +300,13 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
     tilted = _log_min_product(priors, k) - log_range < _NO_TILT_LOG_FLOOR
     if tilted:
         _logits(priors, k, logits)
-        u = _solve_tilt(logits, k, min(max(value, 0.5), k - 0.5))
+        u = _llp_tilt(logits, k, int(value)) if mechanism == LLP else _noisy_tilt(priors, logits, k, value)
     wlo = 0
     whi = k
     if mechanism == LLP:
         wlo = int(value)
         whi = wlo
-    for _ in range(_MAX_RETILTS):
+    for retilt in range(_MAX_RETILTS):
         _tilted_priors(logits, priors, k, u, ep, qp)
         _forward(ep, qp, k, wlo, whi, forward, flo, fhi)
         if mechanism == LLP:
@@ -263,12 +314,18 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
         _noisy_weights(value, epsilon, k, u, logw)
         if not tilted and k < _WINDOW_MIN_K:
             break
-        if _joint_window(k, forward, flo, fhi, logw, window) >= _JOINT_LOG_FLOOR:
+        # L'_1 / L'_0 = e^(I - u), so both are >= J_n(m) e^(-|u| - eps): that is what the trimming needs
+        log_joint_mode = _joint_window(k, epsilon, forward, flo, fhi, logw, window)
+        window_fits = log_joint_mode - abs(u) - epsilon >= _JOINT_LOG_FLOOR
+        if window_fits or retilt == _MAX_RETILTS - 1:
             break
         if not tilted:
             _logits(priors, k, logits)
             tilted = True
-        u = _solve_tilt(logits, k, min(max(window[2], 0.5), k - 0.5))
+        retarget = _noisy_tilt(priors, logits, k, float(window[2]))
+        if retarget == u:  # the same tilt again: nothing left to gain
+            break
+        u = retarget
 
     if mechanism == LLP:
         back[wlo] = 1.0
@@ -278,10 +335,10 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
         blo = 0
         bhi = k
         if tilted or k >= _WINDOW_MIN_K:
-            # J_1(b) <= J(b) / e'_i and e'_i L_1 >= post_i sum_b J(b) (same for y = 0), so the dropped
-            # sums change L_y by at most (k + 1) e^-140 / post_i, below 1e-25 for posteriors above 1e-33
-            blo = window[0]
-            bhi = window[1]
+            # the window plus one sum on each side: item i's L_y lives on the other labels' sums shifted by y,
+            # and every term outside it is below 2 e^-140 L_y (docs/math.md §3.5)
+            blo = max(window[0] - 1, 0)
+            bhi = min(window[1] + 1, k)
         # w' is normalized on the kept sums only: outside them it may be huge where P' is negligible
         top = _max_log(logw, blo, bhi)
         for b in range(blo, bhi + 1):
@@ -312,7 +369,10 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
         else:
             llr[i] = math.log(l1 / l0) + u
             a1 = ep[i] * l1
-            post[i] = a1 / (a1 + qp[i] * l0)
+            if a1 >= 1e-300 or not tilted:  # untilted: a1 >= e^-600 (the no-tilt test)
+                post[i] = a1 / (a1 + qp[i] * l0)
+            else:  # a tiny e'_i: e'_i L'_1 may have lost precision below the normal range; the same value
+                post[i] = 1.0 / (1.0 + math.exp(-(logits[i] + llr[i])))  # sigmoid(logit e_i + I_i)
         if i == 0:
             break
         # B_{i+1}(j) = q B_{i+2}(j) + e B_{i+2}(j + 1) for j in [0, i] (sum of the first i items),
