@@ -84,7 +84,7 @@ def best_time(fn, repeats: int) -> float:
 
 def compile_time() -> float:
     """First call in a fresh interpreter (numba cache hit if __pycache__ holds the compiled kernel)."""
-    code = ("import time; t = time.perf_counter(); from lia_spark import posteriors; "
+    code = ("import time; t = time.perf_counter(); from lia_spark.kernels import posteriors; "
             "posteriors.llp([0.3, 0.6], 1); print(time.perf_counter() - t)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "NUMBA_NUM_THREADS": "1"})
