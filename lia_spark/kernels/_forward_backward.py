@@ -19,20 +19,21 @@ w by w'(b) = w(b) theta^-b; then L_y = const * theta^y L'_y, so the log-likeliho
     I_i = log L_1(i) - log L_0(i) = log L'_1(i) - log L'_0(i) + u,
 
 and the posterior is e'_i L'_1 / (e'_i L'_1 + (1 - e'_i) L'_0) = sigmoid(logit e_i + I_i) (the second
-form where e'_i L'_1 < 1e-300 may have lost precision). theta is chosen so that the tilted mean of S sits
-at the mode of P(S = b) w(b) (for noisy releases the theta nearest 1 that does), where the tilted pmf
-carries mass >= ~1/(k+1); the forward messages are probability vectors (no scaling needed) and the
+form where e'_i L'_1 < 1e-300 may have lost precision). theta is chosen so that the tilted mean of S
+sits at the released sum (for noisy releases the theta nearest 1 that does), and for noisy releases
+re-chosen at the mode of P(S = b) w(b) while the checks of docs/math.md §3.5 fail; there the tilted pmf
+carries mass >= ~1/(k+1), the forward messages are probability vectors (no scaling needed) and the
 backward messages are rescaled to maximum 1 whenever they shrink (the scale cancels in the ratio).
 Bags whose untilted dynamic range provably stays inside float64 skip the tilt (u = 0).
 
 Both message families are log-concave in j (Poisson-binomial pmfs, and their convolutions with the
 log-concave w), so entries below 1e-290 sit only at the ends of the support; they are trimmed, which
-keeps subnormals out of the loops and changes L_y by less than 2e-112 relative, because noisy releases
-are retilted until the normalized joint at its mode m keeps J_n(m) e^(-|u| - eps) >= e^-400
-(docs/math.md §3.5). Forward messages are only computed on the sums that can still reach the support
-of w (for LLP: j in [s - (k - t), s]), which makes LLP O(k min(s, k - s)) per bag.
-For noisy releases with k >= 32 the support of w is cut to the sums b whose tilted joint P'(b) w'(b)
-is within e^(-140 - 2 eps) of its maximum, plus one sum on each side (relative effect on L_y below
+keeps subnormals out of the loops and changes L_y by less than 2e-112 relative once the normalized
+joint at the mode m keeps J_n(m) e^(-|u| - eps) >= e^-400 (the retilting rule, docs/math.md §3.5).
+Forward messages are only computed on the sums that can still reach the support of w (for LLP: j in
+[s - (k - t), s]), which makes LLP O(k min(s, k - s)) per bag. For noisy releases with k >= 32 (or
+tilted) the support of w is cut to the sums b whose tilted joint P'(b) w'(b) is within
+e^(-140 - 2 eps) of its maximum, plus one sum on each side (relative effect on L_y below
 2 (k + 1) e^-140, docs/math.md §3.5), so the cost follows the spread of the posterior of S, not k.
 Inner loops index slices from 0 (nonnegative indices let LLVM vectorize them without numba's
 negative-index wraparound).
@@ -87,9 +88,9 @@ def _tilt_root(logits: np.ndarray, k: int, aim: float, lo: float, hi: float, sid
     from base - mean(logit_i), base = logit(aim / k) (exact when all priors are equal).
 
     side = +1 (-1) asks for the fitting u nearest 0 from above (below) 0: where every tilted prior is near 0 or 1
-    a wide plateau of u fits (tilted variance V = sum_i p_i (1 - p_i) < 1 there), and only its end nearest 0 is
-    taken (mean short of aim, V >= 0.001); elsewhere V >= 1 and the fitting u are within ~0.02 of each other.
-    side = 0 takes any fitting u."""
+    a wide plateau of u fits (tilted variance V = sum_i p_i (1 - p_i) < 1 there), and only a u within 1 of its end
+    nearest 0 is taken (mean short of aim, the bisection towards 0 narrowed to [lo, hi] with hi - lo < 1: lo never
+    fits); elsewhere V >= 1 and the fitting u are within ~0.02 of each other. side = 0 takes any fitting u."""
     mean_logit = 0.0
     for i in range(k):
         mean_logit += logits[i]
@@ -102,7 +103,7 @@ def _tilt_root(logits: np.ndarray, k: int, aim: float, lo: float, hi: float, sid
             g += p
             dg += p * (1.0 - p)
         if abs(g) < 0.01:
-            if side == 0.0 or dg >= 1.0 or (side * g <= 0.0 and dg >= 0.001):
+            if side == 0.0 or dg >= 1.0 or (side * g <= 0.0 and hi - lo < 1.0):
                 break
             if side > 0.0:  # on the plateau or beyond it: towards 0
                 hi = u
@@ -228,11 +229,12 @@ def _log_min_product(priors, k):
 
 
 @njit(error_model="numpy")
-def _noisy_weights(value, epsilon, k, u, logw):
-    """log w'(b) = -eps |value - b| - b u into logw[0..k] (Laplace: value = k alpha, the density up to a
-    constant; geometric: value = z, inside the clipped ends)."""
+def _noisy_weights(value, epsilon, k, u, center, logw):
+    """log w'(b) = -eps |value - b| - (b - center) u into logw[0..k] (Laplace: value = k alpha, the density up
+    to a constant; geometric: value = z, inside the clipped ends). The constant center u keeps the sums near
+    the tilt's target small: -b u alone carries an error of ulp(k |u|), 7e-12 at k = 2000, u = 30."""
     for b in range(k + 1):
-        logw[b] = -epsilon * abs(value - b) - b * u
+        logw[b] = -epsilon * abs(value - b) - (b - center) * u
 
 
 @njit(error_model="numpy")
@@ -249,9 +251,11 @@ def _joint_window(k, epsilon, forward, flo, fhi, logw, window):
     """Locate the mode m of the tilted joint J(b) = P'(b) w'(b) (log-concave in b; logw holds log w').
 
     Writes into ``window`` the interval of b with J(b) >= e^(-140 - 2 eps) J(m) and returns log J_n(m), the
-    joint at its mode with w' normalized to maximum 1 on the window: every entry the messages drop (< 1e-290)
-    is that small against it. A window that reaches a trimmed end of the forward support (a sum b whose P'(b) fell
-    below 1e-290 although w'(b) may be huge) returns -inf: the tilt is misplaced and is redone with target m.
+    joint at its mode with w' normalized to maximum 1 on the window widened by one sum each side (the backward
+    messages' normalization): every entry the messages drop (< 1e-290) is that small against it. Where the
+    window reaches a trimmed end of the forward support, the sums beyond have P'(b) <= k (k + 2) 1e-290 (all the
+    mass trimming dropped) but w'(b) may be huge: unless that bounds J(b) below the window's floor at the first
+    of them (log-concavity then bounds the rest), returns -inf: the tilt is misplaced and is redone at m.
     """
     best = -np.inf
     best_b = flo[k]
@@ -270,9 +274,12 @@ def _joint_window(k, epsilon, forward, flo, fhi, logw, window):
     window[0] = lo
     window[1] = hi
     window[2] = best_b
-    if (lo == flo[k] and lo > 0) or (hi == fhi[k] and hi < k):
+    log_beyond = math.log(_TRIM * k * (k + 2.0))
+    if lo == flo[k] and lo > 0 and log_beyond + logw[lo - 1] >= floor:
         return -np.inf
-    return best - _max_log(logw, lo, hi)
+    if hi == fhi[k] and hi < k and log_beyond + logw[hi + 1] >= floor:
+        return -np.inf
+    return best - _max_log(logw, max(lo - 1, 0), min(hi + 1, k))
 
 
 @njit(error_model="numpy")
@@ -297,6 +304,7 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
     else:  # max_b - min_b of eps |value - b| over b = 0..k
         log_range = epsilon * (max(value, k - value) - abs(value - round(value)))
     u = 0.0
+    center = float(round(min(max(value, 0.0), k)))  # the tilt's target sum: log w' is kept small near it
     tilted = _log_min_product(priors, k) - log_range < _NO_TILT_LOG_FLOOR
     if tilted:
         _logits(priors, k, logits)
@@ -311,7 +319,7 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
         _forward(ep, qp, k, wlo, whi, forward, flo, fhi)
         if mechanism == LLP:
             break
-        _noisy_weights(value, epsilon, k, u, logw)
+        _noisy_weights(value, epsilon, k, u, center, logw)
         if not tilted and k < _WINDOW_MIN_K:
             break
         # L'_1 / L'_0 = e^(I - u), so both are >= J_n(m) e^(-|u| - eps): that is what the trimming needs
@@ -326,6 +334,7 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
         if retarget == u:  # the same tilt again: nothing left to gain
             break
         u = retarget
+        center = float(window[2])
 
     if mechanism == LLP:
         back[wlo] = 1.0
