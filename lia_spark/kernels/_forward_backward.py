@@ -250,9 +250,9 @@ def _max_log(logw, lo, hi):
 def _joint_window(k, epsilon, forward, flo, fhi, logw, window):
     """Locate the mode m of the tilted joint J(b) = P'(b) w'(b) (log-concave in b; logw holds log w').
 
-    Writes into ``window`` the interval of b with J(b) >= e^(-140 - 2 eps) J(m) and returns log J_n(m), the
-    joint at its mode with w' normalized to maximum 1 on the window widened by one sum each side (the backward
-    messages' normalization): every entry the messages drop (< 1e-290) is that small against it. Where the
+    Writes into ``window`` the interval of b with J(b) >= e^(-140 - 2 eps) J(m) widened by one sum each side
+    (the sums the backward messages keep: item i's L_y lives on the other labels' sums shifted by y) and the
+    mode, and returns log J_n(m), the joint at its mode with w' normalized to maximum 1 on those sums: every entry the messages drop (< 1e-290) is that small against it. Where the
     window reaches a trimmed end of the forward support, the sums beyond have P'(b) <= k (k + 2) 1e-290 (all the
     mass trimming dropped) but w'(b) may be huge: unless that bounds J(b) below the window's floor at the first
     of them (log-concavity then bounds the rest), returns -inf: the tilt is misplaced and is redone at m.
@@ -271,15 +271,15 @@ def _joint_window(k, epsilon, forward, flo, fhi, logw, window):
         lo -= 1
     while hi < fhi[k] and math.log(forward[k, hi + 1]) + logw[hi + 1] >= floor:
         hi += 1
-    window[0] = lo
-    window[1] = hi
+    window[0] = max(lo - 1, 0)
+    window[1] = min(hi + 1, k)
     window[2] = best_b
     log_beyond = math.log(_TRIM * k * (k + 2.0))
     if lo == flo[k] and lo > 0 and log_beyond + logw[lo - 1] >= floor:
         return -np.inf
     if hi == fhi[k] and hi < k and log_beyond + logw[hi + 1] >= floor:
         return -np.inf
-    return best - _max_log(logw, max(lo - 1, 0), min(hi + 1, k))
+    return best - _max_log(logw, window[0], window[1])
 
 
 @njit(error_model="numpy")
@@ -344,10 +344,9 @@ def _bag(priors, mechanism, value, epsilon, forward, flo, fhi, logits, ep, qp, l
         blo = 0
         bhi = k
         if tilted or k >= _WINDOW_MIN_K:
-            # the window plus one sum on each side: item i's L_y lives on the other labels' sums shifted by y,
-            # and every term outside it is below 2 e^-140 L_y (docs/math.md §3.5)
-            blo = max(window[0] - 1, 0)
-            bhi = min(window[1] + 1, k)
+            # the widened window: every term outside it is below 2 e^-140 L_y (docs/math.md §3.5)
+            blo = window[0]
+            bhi = window[1]
         # w' is normalized on the kept sums only: outside them it may be huge where P' is negligible
         top = _max_log(logw, blo, bhi)
         for b in range(blo, bhi + 1):
