@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
+import jvm_support
 from lia_spark.run.sections import SparkConfig
 
-# Before any JVM starts: the tests' JVMs compile with C1 only (tests/spark_conf/spark-defaults.conf says why).
-os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).with_name("spark_conf")))
+# Before any JVM starts: the tests' JVM options (tests/jvm_support.py says why), unless the user set their own.
+JVM_OPTIONS_OURS = "SPARK_SUBMIT_OPTS" not in os.environ
+os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm_support.submit_options(None))
+JVM_MARKERS = ("spark", "e2e", "slow")  # the tests that start a JVM
 
 SHUFFLE_PARTITIONS = 4
 SESSION_SETTINGS: dict[str, str] = {}  # what the shared session had when the fixture handed it out
@@ -53,3 +55,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
+
+
+def pytest_collection_finish(session):
+    """When the selected tests start JVMs, they share a class-data sharing archive (built once per environment)."""
+    if not JVM_OPTIONS_OURS or not any(item.get_closest_marker(marker) for item in session.items
+                                       for marker in JVM_MARKERS):
+        return
+    archive, why_not = jvm_support.class_archive()
+    os.environ["SPARK_SUBMIT_OPTS"] = jvm_support.submit_options(archive)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if why_not and reporter is not None:
+        reporter.write_line(f"tests: JVMs start without a class-data sharing archive: {why_not}")
