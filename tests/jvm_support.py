@@ -2,7 +2,7 @@
 archive of the classes a Spark JVM loads. Not a production setting: the product's JVMs live long at scale, where the
 C2 compiler and the parallel collector pay.
 
-The end-to-end tier starts about a hundred short JVMs on small data (the CLI's sessions, spark-submit drivers,
+The end-to-end tier starts dozens of short JVMs on small data (the CLI's sessions, spark-submit drivers,
 local-cluster executors, Connect servers) and is CPU-bound on their start-up. C1 alone and the serial collector cut
 a 5k-rows pipeline from 148 to 95 CPU-seconds; the archive (the JVM maps the parsed and verified classes instead of
 loading ~10k classes from Spark's jars) cut a local session's start and first job from 13.4 to 8.0 s wall and 8.7 to
@@ -12,8 +12,9 @@ loading ~10k classes from Spark's jars) cut a local session's start and first jo
 The options reach every JVM through ``SPARK_SUBMIT_OPTS``, which spark-class gives the spark-submit JVM (the driver
 in client mode, the CLI's session, a Connect server); its ``-Dspark.executor.extraJavaOptions`` enters the driver's
 SparkConf and so the executors' command lines. The archive is built once per Python environment and Spark
-installation (``python tests/jvm_support.py ARCHIVE`` runs a small workload in a JVM that writes it at exit), the
-first time a selection of tests holds one that starts a JVM. Spark's conf directory leads the JVM's class path and
+installation (``python tests/jvm_support.py`` runs a small workload in a JVM started with
+``-XX:ArchiveClassesAtExit``, which writes it as it exits), the first time a selection of tests holds one that
+starts a JVM. Spark's conf directory leads the JVM's class path and
 the JVM neither writes nor maps an archive whose class path holds a non-empty directory, so with a non-empty
 ``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``) the tests run without it; a JVM that cannot map it starts without it,
 silently (``-Xlog:cds*=off``).
