@@ -252,10 +252,11 @@ def _joint_window(k, epsilon, forward, flo, fhi, logw, window):
 
     Writes into ``window`` the interval of b with J(b) >= e^(-140 - 2 eps) J(m) widened by one sum each side
     (the sums the backward messages keep: item i's L_y lives on the other labels' sums shifted by y) and the
-    mode, and returns log J_n(m), the joint at its mode with w' normalized to maximum 1 on those sums: every entry the messages drop (< 1e-290) is that small against it. Where the
-    window reaches a trimmed end of the forward support, the sums beyond have P'(b) <= k (k + 2) 1e-290 (all the
-    mass trimming dropped) but w'(b) may be huge: unless that bounds J(b) below the window's floor at the first
-    of them (log-concavity then bounds the rest), returns -inf: the tilt is misplaced and is redone at m.
+    mode, and returns log J_n(m), the joint at its mode with w' normalized to maximum 1 on those sums: every entry
+    the messages drop (< 1e-290) is that small against it. Where the window reaches a trimmed end of the forward
+    support, the sums beyond have P'(b) <= k (k + 2) 1e-290 (all the mass trimming dropped) but w'(b) may be huge:
+    unless that bounds J(b) below the window's floor at the first of them (log-concavity then bounds the rest),
+    returns -inf: the tilt is misplaced and is redone at m.
     """
     best = -np.inf
     best_b = flo[k]
