@@ -58,10 +58,14 @@ def _java() -> Path | None:
 
 def _archive_key(java: Path, spark_home: Path) -> str:
     """What an archive depends on: the JVM binary, the jars on the class path, the options and this workload."""
-    parts = [str(java), str(java.stat().st_size), str(java.stat().st_mtime_ns), str(spark_home.resolve()),
-             COMPILER_AND_COLLECTOR, hashlib.sha256(Path(__file__).read_bytes()).hexdigest()]
+    def identity(path: Path) -> list[str]:
+        status = path.stat()
+        return [str(path), str(status.st_size), str(status.st_mtime_ns)]
+
+    parts = [*identity(java), str(spark_home.resolve()), COMPILER_AND_COLLECTOR,
+             hashlib.sha256(Path(__file__).read_bytes()).hexdigest()]
     for jar in sorted((spark_home / "jars").glob("*.jar")):
-        parts += [jar.name, str(jar.stat().st_size), str(jar.stat().st_mtime_ns)]
+        parts += identity(jar)
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
