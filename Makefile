@@ -29,20 +29,26 @@ demo: $(STAMP)
 # e2e or slow.
 FAST := not e2e and not slow
 
+# Each tier runs in TEST_WORKERS parallel pytest processes (pytest-xdist; 0: in this process), a test file per
+# worker at a time, so a file's module fixtures (a packed environment, a pipeline run) are built once. One test
+# keeps ~1.3 of 2 cores busy (JVM start-ups, subprocesses, single-threaded Python), two use the rest.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: test-unit test-spark
 
 test-unit: $(STAMP)
-	$(PY) -m pytest -q tests -m "not spark and $(FAST)"
+	$(PYTEST) tests -m "not spark and $(FAST)"
 
 test-spark: $(STAMP)
-	$(PY) -m pytest -q tests -m "spark and $(FAST)"
+	$(PYTEST) tests -m "spark and $(FAST)"
 
 # Pyflakes' checks (unused or undefined names, imports): the mistakes that break code no test reaches.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --select F lia_spark jobs tests benchmarks notebooks
 
 test-e2e: $(STAMP)
-	$(PY) -m pytest -q tests -m "not ($(FAST))"
+	$(PYTEST) tests -m "not ($(FAST))"
 
 test-all: test test-e2e
 

@@ -56,8 +56,8 @@ setup(
         "xgboost": [XGBOOST_CPU],
         "tracking": [MLFLOW],  # the local sqlite store (the default tracking URI) and `mlflow server`
         "spark": ["pyspark[connect]>=4.0,<5", XGBOOST_CPU, MLFLOW],  # a machine without Spark: what a cluster brings
-        "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "psutil>=5.9",
-                "jsonschema>=4.18", "ruff>=0.5"],
+        "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "pytest-xdist>=3.5",
+                "psutil>=5.9", "jsonschema>=4.18", "ruff>=0.5"],
     },
     entry_points={"console_scripts": ["lia-spark=lia_spark.cli.main:main"]},
     cmdclass={"build_py": BuildWithConfigs},

@@ -10,9 +10,10 @@ import pytest
 import jvm_support
 from lia_spark.run.sections import SparkConfig
 
-# Before any JVM starts: the tests' JVM options (tests/jvm_support.py says why), unless the user set their own.
-JVM_OPTIONS_OURS = "SPARK_SUBMIT_OPTS" not in os.environ
-os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm_support.submit_options(None))
+# Before any JVM starts: the tests' JVM options (tests/jvm_support.py says why), unless the user set their own
+# (parallel test workers inherit the controller's: ours).
+JVM_OPTIONS_OURS = os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm_support.submit_options(None)) == \
+    jvm_support.submit_options(None)
 JVM_MARKERS = ("spark", "e2e", "slow")  # the tests that start a JVM
 
 SHUFFLE_PARTITIONS = 4

@@ -14,13 +14,15 @@ in client mode, the CLI's session, a Connect server); its ``-Dspark.executor.ext
 SparkConf and so the executors' command lines. The archive is built once per Python environment and Spark
 installation (``python tests/jvm_support.py`` runs a small workload in a JVM started with
 ``-XX:ArchiveClassesAtExit``, which writes it as it exits), the first time a selection of tests holds one that
-starts a JVM. Spark's conf directory leads the JVM's class path and
+starts a JVM (parallel test workers take a lock: one builds it, the others wait and map it). Spark's conf
+directory leads the JVM's class path and
 the JVM neither writes nor maps an archive whose class path holds a non-empty directory, so with a non-empty
 ``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``) the tests run without it; a JVM that cannot map it starts without it,
 silently (``-Xlog:cds*=off``).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -78,16 +80,21 @@ def class_archive() -> tuple[Path | None, str]:
     if conf.is_dir() and any(conf.iterdir()):
         return None, f"the JVM's class path holds the non-empty Spark conf directory {conf}"
     archive = ARCHIVE_FOLDER / f"spark-classes-{_archive_key(java, spark_home)}.jsa"
-    if archive.is_file():
-        return archive, ""
     if any(character.isspace() or character in "'\"" for character in str(archive)):
         return None, f"its path {archive} holds a space or a quote"
+    ARCHIVE_FOLDER.mkdir(exist_ok=True)
+    with open(ARCHIVE_FOLDER / "build.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes: the other workers then find the archive
+        return (archive, "") if archive.is_file() else _build_archive(archive)
+
+
+def _build_archive(archive: Path) -> tuple[Path | None, str]:
+    """Write ``archive`` by running this module's workload in a JVM that dumps the classes it loaded as it exits."""
     building = archive.with_suffix(f".{os.getpid()}.building")
     log = archive.with_suffix(".log")
     environment = {**os.environ, "SPARK_SUBMIT_OPTS": f"{COMPILER_AND_COLLECTOR} -XX:ArchiveClassesAtExit={building}",
                    "PYSPARK_PYTHON": sys.executable}
     try:
-        ARCHIVE_FOLDER.mkdir(exist_ok=True)
         with open(log, "w", encoding="utf-8") as output:
             subprocess.run([sys.executable, __file__], env=environment, stdout=output, stderr=subprocess.STDOUT,
                            timeout=ARCHIVE_BUILD_SECONDS, check=True)
