@@ -12,8 +12,8 @@ from lia_spark.run.sections import SparkConfig
 
 # Before any JVM starts: the tests' JVM options (tests/jvm_support.py says why), unless the user set their own
 # (parallel test workers inherit the controller's: ours).
-JVM_OPTIONS_OURS = os.environ.setdefault("SPARK_SUBMIT_OPTS", jvm_support.submit_options(None)) == \
-    jvm_support.submit_options(None)
+JVM_OPTIONS_BASE = jvm_support.submit_options(None)  # without the class archive
+JVM_OPTIONS_OURS = os.environ.setdefault("SPARK_SUBMIT_OPTS", JVM_OPTIONS_BASE) == JVM_OPTIONS_BASE
 JVM_MARKERS = ("spark", "e2e", "slow")  # the tests that start a JVM
 
 SHUFFLE_PARTITIONS = 4

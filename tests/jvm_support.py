@@ -15,10 +15,9 @@ SparkConf and so the executors' command lines. The archive is built once per Pyt
 installation (``python tests/jvm_support.py`` runs a small workload in a JVM started with
 ``-XX:ArchiveClassesAtExit``, which writes it as it exits), the first time a selection of tests holds one that
 starts a JVM (parallel test workers take a lock: one builds it, the others wait and map it). Spark's conf
-directory leads the JVM's class path and
-the JVM neither writes nor maps an archive whose class path holds a non-empty directory, so with a non-empty
-``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``) the tests run without it; a JVM that cannot map it starts without it,
-silently (``-Xlog:cds*=off``).
+directory leads the JVM's class path and the JVM neither writes nor maps an archive whose class path holds a
+non-empty directory, so with a non-empty ``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``) the tests run without it; a
+JVM that cannot map it starts without it, silently (``-Xlog:cds*=off``).
 """
 from __future__ import annotations
 
@@ -82,8 +81,12 @@ def class_archive() -> tuple[Path | None, str]:
     archive = ARCHIVE_FOLDER / f"spark-classes-{_archive_key(java, spark_home)}.jsa"
     if any(character.isspace() or character in "'\"" for character in str(archive)):
         return None, f"its path {archive} holds a space or a quote"
-    ARCHIVE_FOLDER.mkdir(exist_ok=True)
-    with open(ARCHIVE_FOLDER / "build.lock", "w", encoding="utf-8") as lock:
+    try:
+        ARCHIVE_FOLDER.mkdir(exist_ok=True)
+        lock = open(ARCHIVE_FOLDER / "build.lock", "w", encoding="utf-8")
+    except OSError as error:
+        return None, f"its folder cannot be written: {error}"
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes: the other workers then find the archive
         return (archive, "") if archive.is_file() else _build_archive(archive)
 
