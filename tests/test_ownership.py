@@ -240,13 +240,14 @@ def test_a_signal_inside_a_spark_call_stops_code_that_goes_on_after_failures_and
         while spark.sparkContext.statusTracker().getActiveJobsIds() and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not spark.sparkContext.statusTracker().getActiveJobsIds(), "the job was cancelled"
-        assert spark.range(3).count() == 3  # the session still answers
     finally:
         finished.set()
         signaller.join()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        interrupts.received.clear()
+        interrupts.received.clear()  # the command has unwound: jobs are no longer cancelled
+    time.sleep(2 * cli.CANCEL_REPEAT_SECONDS)
+    assert spark.range(3).count() == 3  # the session still answers
 
 
 def test_the_wait_after_a_cancel_ends_once_the_killed_tasks_ended(spark):
@@ -270,6 +271,33 @@ def test_the_wait_after_a_cancel_ends_once_the_killed_tasks_ended(spark):
     session.wait_for_killed_tasks(timeout_seconds=60)
     assert session._task_sets_in(root) == 0
     assert time.monotonic() - started < 30
+
+
+def test_a_signal_inside_a_jvm_call_that_runs_no_job_cancels_the_jobs_started_after_it(spark):
+    """SIGTERM comes while the main thread waits inside a py4j call that runs no job (the JVM sleeps 3 s): the
+    handler may not raise there and finds no job to cancel, so until the command unwinds a thread cancels every job
+    it starts - the next one fails within seconds, not after its 120 s - and ``interrupts.check()`` (which job_main
+    asks once the command ends) stops the command. Before, such a signal was lost: the command ran on, exit 0."""
+    previous = cli._stop_on_signals()
+    signaller = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        signaller.start()
+        spark.sparkContext._jvm.java.lang.Thread.sleep(3000)
+        assert interrupts.received == [signal.SIGTERM]
+        started = time.monotonic()
+        with pytest.raises(Exception, match="cancel"):
+            _sleeping_job(spark).collect()
+        assert time.monotonic() - started < 30
+        with pytest.raises(interrupts.Terminated):
+            interrupts.check()
+    finally:
+        signaller.cancel()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        interrupts.received.clear()  # the command has unwound: jobs are no longer cancelled
+    session.wait_for_killed_tasks(timeout_seconds=60)
+    time.sleep(2 * cli.CANCEL_REPEAT_SECONDS)
+    assert spark.range(3).count() == 3  # the session still answers
 
 
 @pytest.mark.e2e

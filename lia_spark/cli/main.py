@@ -24,6 +24,7 @@ from lia_spark import __version__
 from lia_spark.run.checks import ConfigError
 from lia_spark.cli.command_help import COMMAND_HELP
 from lia_spark.run.config import Config, load_config
+from lia_spark.run import interrupts
 from lia_spark.run.interrupts import SIGNAL_EXITS, Terminated
 from lia_spark.run.interrupts import received as received_signals
 from lia_spark.run.json_output import strict_json
@@ -168,6 +169,8 @@ def config_yaml(config: Config) -> str:
 
 
 CANCEL_WAIT_SECONDS = 15.0  # how long a signal waits for Spark to cancel the running jobs before unwinding
+CANCEL_REPEAT_SECONDS = 0.5  # after a signal that could not unwind at once: how often later jobs are cancelled
+_unwound = threading.Event()  # set once a command stopped by a signal has unwound, or has ended (job_main)
 
 
 def _stop(signum: int, frame: Any) -> None:
@@ -179,15 +182,34 @@ def _stop(signum: int, frame: Any) -> None:
     the connection one answer behind (every later call, the clean-up's included, would read the previous call's
     answer); the call ends with the jobs' cancellation instead, in step with the JVM, and that error unwinds:
     job_main reports the signal, not the error, and code that goes on after a failure (a failing audit-table cell,
-    a best-effort MLflow call) or starts a stage asks ``interrupts.check()`` first."""
+    a best-effort MLflow call) or starts a stage asks ``interrupts.check()`` first. A call that runs no job
+    (a file listing) or whose job starts just after the cancel ends normally, though: until the command has unwound,
+    a thread cancels every job it starts (:func:`_cancel_until_unwound`), and a command that ends all the same
+    exits as stopped (job_main)."""
     received_signals.append(signum)
     if "pyspark" in sys.modules:  # a session may run: no import of pyspark before that
         canceller = threading.Thread(target=_cancel_spark_jobs, name="lia-spark-cancel", daemon=True)
         canceller.start()
         canceller.join(CANCEL_WAIT_SECONDS)
         if _inside_py4j(frame):
+            if len(received_signals) == 1:  # one such thread per command
+                _start_cancelling_later()
             return
     raise SIGNAL_EXITS[signum][1]()
+
+
+def _start_cancelling_later() -> None:
+    """Start :func:`_cancel_until_unwound` with a new event: the one job_main sets once the command has unwound."""
+    global _unwound
+    _unwound = threading.Event()
+    threading.Thread(target=_cancel_until_unwound, args=(_unwound,), name="lia-spark-cancel-later", daemon=True).start()
+
+
+def _cancel_until_unwound(unwound: threading.Event) -> None:
+    """Every CANCEL_REPEAT_SECONDS until ``unwound`` is set (or the recorded signals are cleared), cancel the jobs a
+    stopped command starts before its error unwinds it."""
+    while not unwound.wait(CANCEL_REPEAT_SECONDS) and received_signals:
+        _cancel_spark_jobs()
 
 
 def _inside_py4j(frame: Any) -> bool:
@@ -230,6 +252,7 @@ def _stop_on_signals() -> dict[int, Any]:
 
 def _interrupted(name: str, error: BaseException) -> int:
     """Log how ``name`` was stopped, print the one line and return 130 (SIGINT) or 143 (SIGTERM)."""
+    _unwound.set()
     signum = received_signals[0] if received_signals else signal.SIGINT
     logger.warning("%s: interrupted by %s", name, signal.Signals(signum).name, exc_info=error)
     if "pyspark" in sys.modules:  # as in _stop: no session ran before pyspark was imported
@@ -256,11 +279,13 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
         spark = start_spark(config.spark)
         _stop_on_signals()  # again: the SparkContext installs its own SIGINT handler
         result, seconds, path = execute_command(name, spark, config)
+        interrupts.check()  # a signal that came inside a py4j call no later job answered still stops the command
     except (KeyboardInterrupt, Terminated) as interrupt:
         return _interrupted(name, interrupt)
     except Exception as error:  # noqa: BLE001 - the command reports any failure as one clear line
         return _interrupted(name, error) if received_signals else report_failure(name, error)
     finally:
+        _unwound.set()
         for signum, handler in previous.items():  # a caller in this process (a test, a notebook) gets its own back
             signal.signal(signum, handler)
     if args.json:
