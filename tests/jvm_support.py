@@ -17,7 +17,8 @@ installation (``python tests/jvm_support.py`` runs a small workload in a JVM sta
 starts a JVM (parallel test workers take a lock: one builds it, the others wait and map it). Spark's conf
 directory leads the JVM's class path and the JVM neither writes nor maps an archive whose class path holds a
 non-empty directory, so with a non-empty ``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``) the tests run without it; a
-JVM that cannot map it starts without it, silently (``-Xlog:cds*=off``).
+JVM that cannot map it starts without it, silently (``-Xlog:cds*=off``). ``LIA_TESTS_CLASS_ARCHIVE=off`` runs them
+without it too: the oldest-MLflow tier (one session, a few commands) saves less than the build's ~30 s.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from pathlib import Path
 COMPILER_AND_COLLECTOR = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 ARCHIVE_FOLDER = Path(sys.prefix) / "lia-spark-test-jvm"  # inside the environment whose pyspark it serves
 ARCHIVE_BUILD_SECONDS = 600
+ARCHIVE_SWITCH = "LIA_TESTS_CLASS_ARCHIVE"  # "off": no archive
 
 
 def submit_options(archive: Path | None) -> str:
@@ -72,6 +74,8 @@ def _archive_key(java: Path, spark_home: Path) -> str:
 
 def class_archive() -> tuple[Path | None, str]:
     """The archive for this environment's Spark, built if missing, and a line saying why there is none (or "")."""
+    if os.environ.get(ARCHIVE_SWITCH, "on") == "off":
+        return None, f"{ARCHIVE_SWITCH}=off"
     java, spark_home = _java(), _spark_home()
     if java is None:
         return None, "no java found"
