@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from xdist.scheduler import LoadFileScheduling
 
 import jvm_support
 from lia_spark.run.sections import SparkConfig
@@ -52,24 +53,48 @@ def _shared_session_settings_kept():
         assert not changed, f"the test left the shared session with {changed}; put back {SESSION_SETTINGS}"
 
 
-# The test files of the JVM tiers that take longest (worker-seconds on 2 cores, stop 67: e2e tier first, then the Spark
-# tier), run first: parallel workers take files in collection order, and a long file started last leaves the other
-# worker idle at the end (fresh-clone CI, with the oldest-MLflow tier's change beside it: e2e tier 1036 -> 823 s,
-# Spark tier 299 -> 249 s).
-LONGEST_FILES_FIRST = ("test_spark_submit.py", "test_failures.py", "test_reuse_spark.py", "test_own_model.py",
-                       "test_audit_table.py", "test_train_spark.py", "test_ownership.py", "test_posteriors_spark.py",
-                       "test_spark_connect.py")
+# The test files of the JVM tiers that take longest, run first (worker-seconds on 2 cores: e2e tier test_spark_submit
+# ~420, the TINY_RUN_FILES ~250 - placed by their first file here -, test_failures 170, test_reuse_spark 145,
+# test_own_model 130, test_ownership 110, test_audit_table 100; Spark tier test_train_spark 105, test_posteriors_spark
+# 90, test_ownership 85, test_audit_spark 55): parallel workers take files in collection order (the Makefile's
+# --no-loadscope-reorder: else pytest-xdist orders them by their number of tests), and a long file started last
+# leaves the other worker idle at the end.
+LONGEST_FILES_FIRST = ("test_spark_submit.py", "test_spark_connect.py", "test_failures.py", "test_reuse_spark.py",
+                       "test_own_model.py", "test_ownership.py", "test_audit_table.py", "test_train_spark.py",
+                       "test_posteriors_spark.py", "test_audit_spark.py")
+# The files that share pipeline_support.tiny_run (one pipeline, ~25 s of two cores, cached per process) run in one
+# worker, as if they were one file (TinyRunSharing); with them spread over both, each worker ran the pipeline.
+TINY_RUN_FILES = ("test_spark_connect.py", "test_tracking.py", "test_pipeline.py", "test_notebooks.py",
+                  "test_report_browser.py")
+
+
+class TinyRunSharing(LoadFileScheduling):
+    """pytest-xdist's ``--dist loadfile`` (a file's tests in one worker, files handed out in collection order), the
+    TINY_RUN_FILES one unit of work."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return "tiny-run" if Path(path).name in TINY_RUN_FILES else path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """TinyRunSharing for the Makefile's ``--dist loadfile``; pytest-xdist's own scheduler for any other."""
+    return TinyRunSharing(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def pytest_collection_modifyitems(config, items):
     """Mark every test whose fixtures include ``spark`` (the closure: also through module fixtures) as ``spark``;
     put the files of LONGEST_FILES_FIRST first (in that order; a file's tests keep theirs)."""
+    missing = [name for name in {*LONGEST_FILES_FIRST, *TINY_RUN_FILES} if not Path(__file__).with_name(name).is_file()]
+    unlisted = {item.path.name for item in items if hasattr(getattr(item, "module", None), "tiny_run")} - {
+        *TINY_RUN_FILES}
+    if missing or unlisted:
+        raise pytest.UsageError(f"tests/conftest.py: LONGEST_FILES_FIRST or TINY_RUN_FILES name files that do not "
+                                f"exist: {sorted(missing)}; files using tiny_run missing from TINY_RUN_FILES: "
+                                f"{sorted(unlisted)}")
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-    missing = [name for name in LONGEST_FILES_FIRST if not Path(__file__).with_name(name).is_file()]
-    if missing:
-        raise pytest.UsageError(f"tests/conftest.py: LONGEST_FILES_FIRST names test files that do not exist: {missing}")
     rank = {name: position for position, name in enumerate(LONGEST_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep collection order
 

@@ -1,20 +1,24 @@
-"""One tiny end-to-end pipeline run shared by test_pipeline, test_tracking, test_notebooks and test_spark_submit.
+"""One tiny end-to-end pipeline run shared by tests/conftest.py's TINY_RUN_FILES, and spark-submit helpers.
 
-The run is cached in this module (imported once per test session), so the expensive stages run once;
-later tests re-use its outputs (which also exercises the pipeline's resume path).
+The run is cached in this module (imported once per test process: the TINY_RUN_FILES run in one worker), so the
+expensive stages run once; later tests re-use its outputs (which also exercises the pipeline's resume path).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lia_spark.run.config import Config, config_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+SPARK_SUBMIT = str(Path(PYTHON).with_name("spark-submit"))
 OWN_TRAINER = REPO / "tests" / "own_trainer.py"  # a privacy team's trainer that never imports lia_spark
 EXPERIMENT = "lia-spark-tests"
 
@@ -126,3 +130,33 @@ def run_notebook(notebook: str, env: dict[str, str], cwd: Path) -> subprocess.Co
                                capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr[-3000:]
     return completed
+
+
+def submit(args: list[str], cwd: Path, *, python: Path | str = PYTHON, driver_python: Path | str = PYTHON,
+           expect: int = 0) -> subprocess.CompletedProcess:
+    """spark-submit with these executor and driver Pythons; ``python``'s folder first on PATH (a stray ``python``
+    of the cluster is the one that lacks lia_spark)."""
+    try:
+        completed = subprocess.run([SPARK_SUBMIT, *args], env=submit_env(python, driver_python), cwd=cwd,
+                                   capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as expired:  # its output so far says where it stopped
+        stderr = expired.stderr.decode(errors="replace") if isinstance(expired.stderr, bytes) else expired.stderr
+        pytest.fail(f"spark-submit still ran after 600 s; the end of its stderr:\n{(stderr or '')[-6000:]}")
+    assert completed.returncode == expect, completed.stderr[-4000:]
+    return completed
+
+
+def submit_env(python: Path | str, driver_python: Path | str) -> dict[str, str]:
+    """spark-submit's environment: executor and driver Pythons, the loopback address, ``python``'s folder first."""
+    return {**os.environ, "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": str(driver_python),
+            "SPARK_LOCAL_IP": "127.0.0.1", "PATH": f"{Path(python).parent}:{os.environ['PATH']}"}
+
+
+def result_document(stdout: str, mounts: dict[str, Path] | None = None) -> dict:
+    """The job's full result: the strict JSON file named on stdout ("full result (JSON): <path>"), a mounted
+    Hadoop path read through its local folder."""
+    (line,) = [line for line in stdout.splitlines() if "full result (JSON): " in line]
+    path = line.split("full result (JSON): ", 1)[1]
+    for prefix, folder in (mounts or {}).items():
+        path = path.replace(prefix, str(folder))
+    return json.loads(Path(path).read_text(encoding="utf-8"))

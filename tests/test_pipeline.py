@@ -16,7 +16,7 @@ from lia_spark.cli.main import main
 from lia_spark.cli.main import COMMAND_NAMES
 from lia_spark.run.config import Config
 from lia_spark.run.sections import PIPELINE_STAGES
-from pipeline_support import REPO, tiny_run
+from pipeline_support import REPO, result_document, submit, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -178,3 +178,21 @@ def test_unwritable_output_folder_fails_in_seconds_before_any_stage(spark, tmp_p
     with pytest.raises(PermissionError, match=r"run.output_dir: cannot write to .*a-file/out"):
         run_pipeline(spark, config)
     assert time.monotonic() - started < 30
+
+
+def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):
+    """jobs/pipeline.py under spark-submit on a local master, into the finished run's folder: every stage is
+    reused but the report."""
+    conf = run.conf_file(tmp_path / "conf.yaml", tracking={"enabled": False})
+    completed = submit(["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=3",
+                        str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path)
+    result = result_document(completed.stdout)
+    assert result["spark_master"] == "local[2]"
+    assert [s["status"] for s in result["steps"]] == ["reused"] * (len(PIPELINE_STAGES) - 1) + ["ran"]
+    # logs on stderr although spark-submit's launcher merges the Python driver's stderr into its stdout
+    assert "session on local[2] (3 shuffle partitions)" in completed.stderr
+    assert " INFO lia_spark" not in completed.stdout
+    *_, report, headline = completed.stdout.rstrip().splitlines()  # tracking disabled: no MLflow line
+    assert report.startswith("report: ") and headline.startswith("audit: eps >= ")
+    assert "at 95% (injected canaries, no assumption on the proxy; binomial bound, Bonferroni over" in headline
+    assert "for a target trained with none at claimed eps = inf" in headline

@@ -21,18 +21,10 @@ from lia_spark.engine.runtime.pipeline import run_pipeline
 from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.run.config import load_config
 from lia_spark.run.sections import PIPELINE_STAGES
-from pipeline_support import (OWN_TRAINER, PYTHON, REPO, executor_jvms, python_without_package, tiny_run,
-                              write_conf)
+from pipeline_support import (OWN_TRAINER, PYTHON, REPO, SPARK_SUBMIT, executor_jvms, python_without_package,
+                              result_document, submit, submit_env, write_conf)
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
-
-SPARK_SUBMIT = str(Path(PYTHON).with_name("spark-submit"))
-
-
-@pytest.fixture(scope="module")
-def run(spark, tmp_path_factory):
-    return tiny_run(spark, tmp_path_factory)
-
 
 def _make(target: str, *variables: str) -> Path:
     """Run ``make <target> [NAME=value ...]`` in the checkout, as the README does; the path it prints last."""
@@ -64,39 +56,10 @@ def cluster_python(tmp_path_factory) -> Path:
     return python_without_package(tmp_path_factory.mktemp("cluster-python"))
 
 
-def _submit(args: list[str], cwd: Path, *, python: Path | str = PYTHON, driver_python: Path | str = PYTHON,
-            expect: int = 0) -> subprocess.CompletedProcess:
-    """spark-submit with these executor and driver Pythons; ``python``'s folder first on PATH (a stray ``python``
-    of the cluster is the one that lacks lia_spark)."""
-    try:
-        completed = subprocess.run([SPARK_SUBMIT, *args], env=_submit_env(python, driver_python), cwd=cwd,
-                                   capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired as expired:  # its output so far says where it stopped
-        stderr = expired.stderr.decode(errors="replace") if isinstance(expired.stderr, bytes) else expired.stderr
-        pytest.fail(f"spark-submit still ran after 600 s; the end of its stderr:\n{(stderr or '')[-6000:]}")
-    assert completed.returncode == expect, completed.stderr[-4000:]
-    return completed
-
-
-def _submit_env(python: Path | str, driver_python: Path | str) -> dict[str, str]:
-    return {**os.environ, "PYSPARK_PYTHON": str(python), "PYSPARK_DRIVER_PYTHON": str(driver_python),
-            "SPARK_LOCAL_IP": "127.0.0.1", "PATH": f"{Path(python).parent}:{os.environ['PATH']}"}
-
-
 def _failure_line(stderr: str) -> str:
     """The one failure line a command prints on stderr."""
     (line,) = [line for line in stderr.splitlines() if line.startswith("lia-spark: ")]
     return line
-
-
-def _result(stdout: str, mounts: dict[str, Path] | None = None) -> dict:
-    """The job's full result: the strict JSON file named on stdout ("full result (JSON): <path>"), a mounted
-    Hadoop path read through its local folder."""
-    (line,) = [line for line in stdout.splitlines() if "full result (JSON): " in line]
-    path = line.split("full result (JSON): ", 1)[1]
-    for prefix, folder in (mounts or {}).items():
-        path = path.replace(prefix, str(folder))
-    return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
 def test_wheel_holds_the_package(wheel):
@@ -161,22 +124,6 @@ def test_cli_without_pyspark_fails_in_one_line_naming_the_extra(monkeypatch, cap
     assert len(error.splitlines()) == 1 and f"dist/lia_spark-{__version__}-py3-none-any.whl[spark]" in error, error
 
 
-def test_spark_submit_pipeline_on_local_master_reuses_outputs(run, tmp_path):
-    conf = run.conf_file(tmp_path / "conf.yaml", tracking={"enabled": False})
-    completed = _submit(["--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=3",
-                         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path)
-    result = _result(completed.stdout)
-    assert result["spark_master"] == "local[2]"
-    assert [s["status"] for s in result["steps"]] == ["reused"] * (len(PIPELINE_STAGES) - 1) + ["ran"]
-    # logs on stderr although spark-submit's launcher merges the Python driver's stderr into its stdout
-    assert "session on local[2] (3 shuffle partitions)" in completed.stderr
-    assert " INFO lia_spark" not in completed.stdout
-    *_, report, headline = completed.stdout.rstrip().splitlines()  # tracking disabled: no MLflow line
-    assert report.startswith("report: ") and headline.startswith("audit: eps >= ")
-    assert "at 95% (injected canaries, no assumption on the proxy; binomial bound, Bonferroni over" in headline
-    assert "for a target trained with none at claimed eps = inf" in headline
-
-
 def test_wheel_leaves_a_runtimes_xgboost_and_mlflow_alone(requirements):
     """xgboost-cpu (the CPU build, another distribution with the same import name) only in extras, so installing the
     wheel on a runtime with xgboost keeps it; MLflow's client alone (mlflow-skinny, in every MLflow install) from 2.21
@@ -195,14 +142,14 @@ def test_zip_is_the_wheels_files(wheel, zip_archive):
     assert sorted(zipfile.ZipFile(zip_archive).namelist()) == sorted(zipfile.ZipFile(wheel).namelist())
 
 
-def test_an_executor_without_the_package_stops_the_job_in_seconds_naming_the_fix(run, cluster_python, tmp_path):
+def test_an_executor_without_the_package_stops_the_job_in_seconds_naming_the_fix(cluster_python, tmp_path):
     """No --py-files: the executors' Python cannot import lia_spark. The up-front check stops the job before any
     stage with exit 2 and one line naming that Python and both ways to ship the package."""
-    conf = run.conf_file(tmp_path / "conf.yaml", tracking={"enabled": False}, run={"output_dir": str(tmp_path / "out")})
+    conf = write_conf(tmp_path / "conf.yaml", tmp_path / "out", "", tracking={"enabled": False})
     started = time.monotonic()
-    completed = _submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.memory=1g",
-                         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path,
-                        python=cluster_python, expect=2)
+    completed = submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.memory=1g",
+                        str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path,
+                       python=cluster_python, expect=2)
     line = _failure_line(completed.stderr)
     assert f"({cluster_python}, Python " in line and "cannot import lia_spark" in line, line
     assert f"--py-files dist/lia_spark-{__version__}.zip" in line and "--archives dist/lia_spark-env.tar.gz" in line
@@ -210,33 +157,33 @@ def test_an_executor_without_the_package_stops_the_job_in_seconds_naming_the_fix
     assert time.monotonic() - started < 120 and not (tmp_path / "out" / "data").exists()
 
 
-def test_executors_never_granted_end_the_command_after_executor_start_seconds(run, tmp_path):
+def test_executors_never_granted_end_the_command_after_executor_start_seconds(tmp_path):
     """Executors asking more cores than the cluster's one worker has are never granted (Spark itself only warns
     and waits): the command stops after spark.executor_start_seconds with exit 1 and a line saying what to check."""
-    conf = run.conf_file(tmp_path / "conf.yaml", tracking={"enabled": False}, run={"output_dir": str(tmp_path / "out")},
-                         spark={"executor_start_seconds": 10})
+    conf = write_conf(tmp_path / "conf.yaml", tmp_path / "out", "", tracking={"enabled": False},
+                      spark={"executor_start_seconds": 10})
     started = time.monotonic()
-    completed = _submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.cores=2",
-                         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path, expect=1)
+    completed = submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.cores=2",
+                        str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path, expect=1)
     line = _failure_line(completed.stderr)
     assert "spark executors: none ran the first task within spark.executor_start_seconds = 10 s" in line, line
     assert "spark.executor.cores" in line and time.monotonic() - started < 90
     assert not (tmp_path / "out" / "data").exists()
 
 
-def test_executors_lost_as_they_start_end_the_command_with_their_reasons(run, tmp_path):
+def test_executors_lost_as_they_start_end_the_command_with_their_reasons(tmp_path):
     """Executors that die as they start (here SIGKILLed once their log says they registered with the driver, before
     their Python workers have imported the packages, as a full disk unpacking --archives or an OOM killer would) are
     relaunched by Spark for ever: the command stops once the first loss is spark.executor_start_seconds (at most
     60 s) old, with exit 1 and a line quoting Spark's reasons."""
     import psutil
 
-    conf = run.conf_file(tmp_path / "conf.yaml", tracking={"enabled": False}, run={"output_dir": str(tmp_path / "out")},
-                         spark={"executor_start_seconds": 15})
+    conf = write_conf(tmp_path / "conf.yaml", tmp_path / "out", "", tracking={"enabled": False},
+                      spark={"executor_start_seconds": 15})
     started = time.monotonic()
     launcher = subprocess.Popen([SPARK_SUBMIT, "--master", "local-cluster[2,1,1024]", "--conf", "spark.executor.memory=1g",
                                  str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], cwd=tmp_path,
-                                env=_submit_env(PYTHON, PYTHON), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=submit_env(PYTHON, PYTHON), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     killed: set[int] = set()
 
@@ -288,12 +235,12 @@ def test_readme_zip_command_on_local_cluster_with_a_remote_output_folder(cluster
     conf = write_conf(tmp_path / "conf.yaml", tmp_path / "unused", tracking_uri, synthetic={"rows_per_day": 3000},
                       spark={"master": "local[1]", "shuffle_partitions": 4}, audit={"shadows": 0})
     master = "local-cluster[2,1,1024]"
-    completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--conf",
-                         f"spark.hadoop.fs.viewfs.mounttable.readme.link./lia=file://{mounted}", "--py-files",
-                         str(zip_archive), str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf),
-                         "run.output_dir=viewfs://readme/lia/run1"], tmp_path, python=cluster_python,
-                        driver_python=cluster_python)
-    result = _result(completed.stdout, {"viewfs://readme/lia": mounted})
+    completed = submit(["--master", master, "--conf", "spark.executor.memory=1g", "--conf",
+                        f"spark.hadoop.fs.viewfs.mounttable.readme.link./lia=file://{mounted}", "--py-files",
+                        str(zip_archive), str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf),
+                        "run.output_dir=viewfs://readme/lia/run1"], tmp_path, python=cluster_python,
+                       driver_python=cluster_python)
+    result = result_document(completed.stdout, {"viewfs://readme/lia": mounted})
     assert {s["step"]: s["status"] for s in result["steps"]} == {step: "ran" for step in PIPELINE_STAGES}
     summary_starts = ("pipeline: done in ", "lia-spark pipeline ", "report: ", "MLflow: ", "audit: ")
     others = [line for line in completed.stdout.splitlines() if not line.startswith(summary_starts)]
@@ -319,13 +266,13 @@ def test_readme_packed_environment_command_on_local_cluster(spark, packed_enviro
                       spark={"master": "local[1]", "shuffle_partitions": 4},
                       mechanisms={"rows_per_bagging_unit": 256})  # 4 bagging units = 4 tasks over 2 executors
     master = "local-cluster[2,1,1024]"
-    completed = _submit(["--master", master, "--conf", "spark.executor.memory=1g", "--archives",
-                         f"{packed_environment}#environment", str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)],
-                        tmp_path, python="./environment/bin/python")
+    completed = submit(["--master", master, "--conf", "spark.executor.memory=1g", "--archives",
+                        f"{packed_environment}#environment", str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)],
+                       tmp_path, python="./environment/bin/python")
     probe = [line for line in completed.stderr.splitlines() if "executors: " in line]
     pythons = re.findall(r"(\S+) \(Python [0-9.]+\)", probe[0].split("executors: ", 1)[1].split(" import ")[0])
     assert len(probe) == 1 and pythons and all(path.endswith("/environment/bin/python") for path in pythons), probe
-    result = _result(completed.stdout)
+    result = result_document(completed.stdout)
     assert result["spark_master"] == master
     assert {s["step"]: s["status"] for s in result["steps"]} == {
         step: "ran" if step in ("data", "posteriors") else "skipped" for step in PIPELINE_STAGES}
@@ -359,10 +306,10 @@ def test_a_model_of_your_own_audited_from_the_packed_environment(spark, packed_e
                               "--epsilon", "1", "--flip-epsilon", "8", "--tsv", str(folder / "criteo" / "day_1")],
                              capture_output=True, text=True, check=True, cwd=tmp_path)
     uri = trained.stdout.strip().splitlines()[-1]
-    audited = _submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.memory=1g", "--conf", mount,
-                       "--archives", f"{packed_environment}#environment", str(REPO / "jobs" / "audit.py"), "--conf",
-                       str(conf), output, f"audit.model_uri={uri}", "audit.claimed_epsilon=1",
-                       "audit.fail_on_finding=true"], tmp_path, python="./environment/bin/python", expect=3)
+    audited = submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.memory=1g", "--conf", mount,
+                      "--archives", f"{packed_environment}#environment", str(REPO / "jobs" / "audit.py"), "--conf",
+                      str(conf), output, f"audit.model_uri={uri}", "audit.claimed_epsilon=1",
+                      "audit.fail_on_finding=true"], tmp_path, python="./environment/bin/python", expect=3)
     lines = audited.stdout.splitlines()
     assert "FINDING" in lines[-1] and f"model {uri}" in audited.stdout, audited.stdout
     assert [line for line in lines if not line.startswith(("audit: ", "MLflow: ", "lia-spark audit "))] == [], lines
