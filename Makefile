@@ -7,7 +7,8 @@ VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' lia_spark/__init__.
 WHEEL := dist/lia_spark-$(VERSION)-py3-none-any.whl
 ENV_EXTRAS ?= xgboost,catboost
 
-.PHONY: demo test test-unit test-spark test-e2e test-all mlflow-oldest-pins test-mlflow-oldest lint install bench wheel zip env clean
+.PHONY: demo test test-unit test-spark test-e2e test-all mlflow-oldest-pins test-mlflow-oldest lint install bench \
+	wheel zip env clean
 
 # pip byte-compiles what it installs (~25 s of CPU per venv), and that stays: where PYTHONDONTWRITEBYTECODE is set (as
 # on the CI machines) Python writes no .pyc itself, so every test process would compile its imports anew (the CLI's:

@@ -73,7 +73,7 @@ class TinyRunSharing(LoadFileScheduling):
     TINY_RUN_FILES one unit of work."""
 
     def _split_scope(self, nodeid: str) -> str:
-        path = nodeid.split("::", 1)[0]
+        path = super()._split_scope(nodeid)
         return "tiny-run" if Path(path).name in TINY_RUN_FILES else path
 
 

@@ -18,7 +18,7 @@ import pytest
 from lia_spark.engine.runtime.lock import LOCK_FILE, LockHolder, lock_path, run_lock
 from lia_spark.cli.main import main
 from lia_spark.run.failures import failure_line, resource_problem
-from pipeline_support import REPO, conf_file, executor_jvms
+from pipeline_support import PYTHON, REPO, SPARK_SUBMIT, conf_file, executor_jvms, submit_env
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -412,10 +412,9 @@ def test_an_executor_lost_mid_posteriors_and_mid_audit_leaves_the_results_of_a_c
                                                                  "rows_per_bagging_unit": 2048},
                  tracking={"enabled": False})
     launcher = subprocess.Popen(
-        [str(Path(sys.executable).with_name("spark-submit")), "--master", "local-cluster[2,1,1024]", "--conf",
-         "spark.executor.memory=1g", str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], cwd=tmp_path,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-             "SPARK_LOCAL_IP": "127.0.0.1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [SPARK_SUBMIT, "--master", "local-cluster[2,1,1024]", "--conf", "spark.executor.memory=1g",
+         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], cwd=tmp_path, env=submit_env(PYTHON, PYTHON),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(launcher.stderr), daemon=True)
     reader.start()
