@@ -190,6 +190,18 @@ def _run_until(conf: Path, started_line: str, *extra: str) -> tuple[subprocess.P
     return process, log
 
 
+def _processes_writing(path: Path) -> list[str]:
+    """The command lines of the processes other than this one holding ``path`` open (Linux's /proc)."""
+    holders = []
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit() or int(process.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):  # a process that ended, or one of another user
+            if any(os.readlink(fd) == str(path) for fd in (process / "fd").iterdir()):
+                holders.append((process / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200])
+    return holders
+
+
 def _sleeping_job(spark):
     """One stage of two tasks that each sleep 120 s in their Python worker (until cancelled)."""
     def sleep_in_a_task(frames):  # local: pickled by value (the workers cannot import this test module)
@@ -310,7 +322,10 @@ def test_ctrl_c_and_sigterm_end_with_their_code_and_the_same_command_resumes(tmp
     time.sleep(2)
     process.send_signal(signum)
     assert process.wait(timeout=60) == code
-    last = log.read_text(encoding="utf-8").strip().splitlines()[-1]
+    assert _processes_writing(log) == [], "Spark's processes ended before the last line: none can print after it"
+    printed = log.read_text(encoding="utf-8")
+    assert "posteriors failed" not in printed, "the stopped stage is interrupted, not failed (nor its Java stack shown)"
+    last = printed.strip().splitlines()[-1]
     assert last == (f"lia-spark: interrupted ({signal.Signals(signum).name}); the lock is released, finished stages "
                     "are kept and the same command resumes")
     assert sorted(path.name for path in out.iterdir() if not path.name.startswith(".")) == [

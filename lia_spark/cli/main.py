@@ -231,15 +231,17 @@ def _cancel_spark_jobs() -> None:
         logger.warning("could not cancel the running Spark jobs: %s", error)
 
 
-def _wait_for_killed_tasks() -> None:
-    """Let the cancelled jobs' tasks end first, so Spark's lines about them come before the command's last line; a
-    failure is logged (the command ends anyway)."""
-    from lia_spark.engine.spark.session import wait_for_killed_tasks
+def _end_spark_output() -> None:
+    """Let the cancelled jobs' tasks end, then Spark itself (its context; the JVM when this process launched it), so
+    what Spark prints about them comes before the command's last line; a failure is logged (the command ends
+    anyway)."""
+    from lia_spark.engine.spark.session import end_spark_output, wait_for_killed_tasks
 
     try:
         wait_for_killed_tasks()
+        end_spark_output()
     except Exception as error:  # noqa: BLE001 - the signal, not this, decides how the command ends
-        logger.warning("could not wait for the cancelled Spark tasks: %s", error)
+        logger.warning("could not end Spark's cancelled work: %s", error)
 
 
 def _stop_on_signals() -> dict[int, Any]:
@@ -254,9 +256,10 @@ def _interrupted(name: str, error: BaseException) -> int:
     """Log how ``name`` was stopped, print the one line and return 130 (SIGINT) or 143 (SIGTERM)."""
     _unwound.set()
     signum = received_signals[0] if received_signals else signal.SIGINT
-    logger.warning("%s: interrupted by %s", name, signal.Signals(signum).name, exc_info=error)
+    logger.warning("%s: interrupted by %s", name, signal.Signals(signum).name)
+    logger.debug("%s: where the signal stopped it", name, exc_info=error)  # Spark's cancellation, when it came first
     if "pyspark" in sys.modules:  # as in _stop: no session ran before pyspark was imported
-        _wait_for_killed_tasks()
+        _end_spark_output()
     print(f"lia-spark: interrupted ({signal.Signals(signum).name}); the lock is released, finished stages are kept "
           "and the same command resumes", file=console_stderr())
     return SIGNAL_EXITS[signum][0]

@@ -23,6 +23,7 @@ from lia_spark.engine.runtime.registry import (committed_result, fields_not_behi
                                               sealed_fingerprint, step_stage)
 from lia_spark.engine.models.feature_frames import target_day_rows
 from lia_spark.run.config import Config
+from lia_spark.run import interrupts
 from lia_spark.run.limits import check_training_rows
 from lia_spark.run.sections import PIPELINE_STAGES
 from lia_spark.tracking.session import TRACK_LATER, tracking_session
@@ -184,6 +185,7 @@ def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str
             result = run_stage(stage.name, spark, config, **stage.accepted(
                 {"steps": tuple(outcomes.values()), "mlflow_location": mlflow_location}))
     except Exception as error:
+        interrupts.check()  # unless a signal stopped the command: the step's error is then the cancellation
         seconds = time.monotonic() - started
         logger.error("pipeline: %s failed after %.1f s: %s", step, seconds, error)
         return StageOutcome(step, stage.name, "failed", seconds, error=f"{type(error).__name__}: {error}",

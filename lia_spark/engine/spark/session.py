@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import stat
+import subprocess
 import sys
 import time
 import warnings
@@ -129,6 +130,30 @@ def wait_for_killed_tasks(timeout_seconds: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_seconds
     while _task_sets_in(root) and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+def end_spark_output(timeout_seconds: float = 30.0) -> None:
+    """Stop this process's classic SparkContext, which ends its Python worker daemon, and end the JVM too when
+    pyspark launched it for this process, waiting at most ``timeout_seconds`` for it to exit: what Spark's
+    processes print is then printed before the command's last line. (A worker the daemon forked for a task
+    connection that a cancellation closed prints a BrokenPipeError traceback, which the JVM copies to this
+    process's stderr.) A spark-submit launcher's JVM outlives its driver, so only its context stops; over Spark
+    Connect nothing does (the server's processes print on the server)."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        return
+    launched = getattr(SparkContext._gateway, "proc", None)
+    context.stop()
+    if launched is None:
+        return
+    launched.stdin.close()  # pyspark's gateway exits when its stdin closes
+    try:
+        launched.wait(timeout=timeout_seconds)
+    except subprocess.TimeoutExpired:
+        logger.warning("the Spark JVM (pid %d) had not exited %.0f s after its stdin closed", launched.pid,
+                       timeout_seconds)
 
 
 def _task_sets_in(pool: Any) -> int:
