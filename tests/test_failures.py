@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from lia_spark.engine.runtime.lock import LOCK_FILE, LockHolder, lock_path, run_lock
 from lia_spark.cli.main import main
 from lia_spark.run.failures import failure_line, resource_problem
+from mlflow_support import free_port, start_mlflow_server, stop_mlflow_server
 from pipeline_support import PYTHON, REPO, SPARK_SUBMIT, conf_file, executor_jvms, submit_env
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -251,33 +251,6 @@ def test_a_full_disk_is_a_resource_error_naming_the_path(spark):
     assert code == 1 and "no space left on the device (" in line and "(org.apache.hadoop.fs.FSError" in line
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _start_server(root: Path, port: int) -> subprocess.Popen:
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--default-artifact-root", str(root / "artifacts"),
-         "--workers", "1"], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return server
-        except OSError:
-            time.sleep(0.5)
-    server.kill()
-    raise RuntimeError("mlflow server did not start")
-
-
-def _stop(server: subprocess.Popen) -> None:
-    server.terminate()
-    server.wait(timeout=30)
-
-
 def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(data_run, tmp_path, capsys, caplog,
                                                                                  monkeypatch):
     import logging
@@ -286,19 +259,20 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
 
     for variable in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
         monkeypatch.delenv(variable, raising=False)  # the product's own budget (tracking.request_*) applies
-    port, root = _free_port(), tmp_path / "mlflow"
+    port, root = free_port(), tmp_path / "mlflow"
     root.mkdir()
     uri = f"http://127.0.0.1:{port}"
     conf = _conf(tmp_path / "conf.yaml", data_run / "out", run={"stages": ["data", "report"], "name": "lost"},
                  tracking={"enabled": True, "tracking_uri": uri, "experiment": "faults", "log_models": False})
-    server = _start_server(root, port)
+    server = start_mlflow_server(port, f"sqlite:///{root / 'mlflow.db'}", "--default-artifact-root",
+                                 str(root / "artifacts"))
 
     class StopServerAfterData(logging.Handler):
         """Stops the tracking server as soon as the data step has finished (before the pipeline logs it)."""
 
         def emit(self, record: logging.LogRecord) -> None:
             if record.getMessage().startswith("pipeline: data reused") and server.poll() is None:
-                _stop(server)
+                stop_mlflow_server(server)
 
     hook = StopServerAfterData()
     caplog.set_level(logging.INFO, logger="lia_spark.engine.runtime.pipeline")
@@ -309,7 +283,7 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
     finally:
         logging.getLogger("lia_spark.engine.runtime.pipeline").removeHandler(hook)
         if server.poll() is None:
-            _stop(server)
+            stop_mlflow_server(server)
     seconds = time.monotonic() - started
     output = capsys.readouterr().out
     assert "warning: not logged to MLflow: stage data, stage report" in output and "lia-spark track --conf" in output
@@ -322,7 +296,8 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
     assert result["not_logged"][:2] == ["stage data", "stage report"]
     assert (data_run / "out" / "report" / "report.html").exists()
 
-    server = _start_server(root, port)
+    server = start_mlflow_server(port, f"sqlite:///{root / 'mlflow.db'}", "--default-artifact-root",
+                                 str(root / "artifacts"))
     try:
         assert main(["track", "--conf", str(conf)]) == 0
         client = mlflow.MlflowClient(uri)
@@ -335,7 +310,7 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
         assert stages["data"].data.metrics["seconds"] == 0.0 and stages["data"].info.status == "FINISHED"
         assert client.get_run(tracked["mlflow_run_id"]).info.status == "FINISHED"
     finally:
-        _stop(server)
+        stop_mlflow_server(server)
 
 
 FAULTY_POSTERIORS = """

@@ -6,13 +6,9 @@ import dataclasses
 import importlib.metadata
 import json
 import math
-import os
 import re
-import signal
-import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import mlflow
@@ -27,8 +23,8 @@ from lia_spark.cli.main import job_main
 from lia_spark.run.sections import TrackingConfig
 from lia_spark.tracking.mlflow_runs import DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, data_fingerprint, flatten
 from lia_spark.tracking.store import TrackingError, check_tracking_store, resolve_tracking_uri
-from mlflow_support import logged_models
-from pipeline_support import PYTHON, REPO, tiny_run
+from mlflow_support import free_port, logged_models, start_mlflow_server, stop_mlflow_server
+from pipeline_support import REPO, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -58,12 +54,6 @@ def _same(a: float, b: float) -> bool:
 def _tree(client, run_id: str) -> list:
     """The run and every run below it."""
     return [client.get_run(run_id), *(run for child in _children(client, run_id) for run in _tree(client, child.info.run_id))]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_flatten_and_fingerprint():
@@ -286,7 +276,7 @@ def test_one_setting_key_names_runs_metrics_and_report(run, client):
 
 
 def test_unreachable_server_fails_fast_before_any_stage(spark, tmp_path, capsys):
-    uri = f"http://127.0.0.1:{_free_port()}"
+    uri = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
     with pytest.raises(TrackingError, match="unreachable"):
         check_tracking_store(uri, timeout_seconds=2.0)
@@ -300,24 +290,11 @@ def test_unreachable_server_fails_fast_before_any_stage(spark, tmp_path, capsys)
 
 
 def test_real_mlflow_server_receives_a_pipeline_run(spark, run, tmp_path, capsys):
-    port = _free_port()
+    port = free_port()
     uri = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [str(Path(PYTHON).with_name("mlflow")), "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
-         str(tmp_path / "artifacts"), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = start_mlflow_server(port, f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
+                                 str(tmp_path / "artifacts"))
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not come up"
-            time.sleep(1)
         config = dataclasses.replace(run.config, tracking=dataclasses.replace(
             run.config.tracking, tracking_uri=uri, experiment="served", log_models=False))
         result = run_pipeline(spark, config)
@@ -331,25 +308,7 @@ def test_real_mlflow_server_receives_a_pipeline_run(spark, run, tmp_path, capsys
             "report/report.html"]
         assert "View run" not in capsys.readouterr().out  # MLflow's URL lines stay off stdout: the summary names it
     finally:
-        _stop_group(server)
-
-
-def _stop_group(process: subprocess.Popen) -> None:
-    """SIGTERM the server's process group (server, gunicorn/uvicorn workers), SIGKILL what is left after 20 s."""
-    for sig, grace in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            process.poll()
-            try:
-                os.killpg(process.pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.2)
-    process.wait(timeout=10)
+        stop_mlflow_server(server)
 
 
 def test_catboost_model_file_is_logged_with_signature_and_predicts_like_the_file(tmp_path):
