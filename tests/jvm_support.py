@@ -14,7 +14,8 @@ in client mode, the CLI's session, a Connect server); its ``-Dspark.executor.ext
 SparkConf and so the executors' command lines. The archive is built once per Python environment and Spark
 installation (``python tests/jvm_support.py`` runs a small workload in a JVM started with
 ``-XX:ArchiveClassesAtExit``, which writes it as it exits), the first time a selection of tests holds one that
-starts a JVM (parallel test workers take a lock: one builds it, the others wait and map it). Spark's conf
+starts a JVM (parallel test workers take a lock: one builds it, the others start their JVMs without it meanwhile,
+as waiting would leave their cores idle for the ~30 s of the build). Spark's conf
 directory leads the JVM's class path and the JVM neither writes nor maps an archive whose class path holds a
 non-empty directory, so with a non-empty ``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``) the tests run without it; a
 JVM that cannot map it starts without it, silently (``-Xlog:cds*=off``). ``LIA_TESTS_CLASS_ARCHIVE=off`` runs them
@@ -85,13 +86,18 @@ def class_archive() -> tuple[Path | None, str]:
     archive = ARCHIVE_FOLDER / f"spark-classes-{_archive_key(java, spark_home)}.jsa"
     if any(character.isspace() or character in "'\"" for character in str(archive)):
         return None, f"its path {archive} holds a space or a quote"
+    if archive.is_file():  # complete: a build renames it into place
+        return archive, ""
     try:
         ARCHIVE_FOLDER.mkdir(exist_ok=True)
         lock = open(ARCHIVE_FOLDER / "build.lock", "w", encoding="utf-8")
     except OSError as error:
         return None, f"its folder cannot be written: {error}"
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes: the other workers then find the archive
+    with lock:  # the lock is released when the file closes
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # waiting (~30 s) would leave this worker's core idle: it goes on without it
+            return None, "another test worker is building it"
         return (archive, "") if archive.is_file() else _build_archive(archive)
 
 
