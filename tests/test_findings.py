@@ -95,6 +95,21 @@ def test_tradeoff_points_are_labelled_with_their_eps_or_k(tmp_path, monkeypatch)
     assert sorted(texts) == ["eps=2", "eps=4", "k=8"]
 
 
+def test_a_tradeoff_with_every_setting_hidden_says_so_without_a_legend_warning(tmp_path, monkeypatch):
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    table = pd.DataFrame(UTILITY).assign(mean_additive_advantage=math.inf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warned "No artists with labels found to put in legend"
+        charts.plot_tradeoff(table, advantage="mean_additive_advantage", path=str(tmp_path / "t.png"))
+    axis = figures[0].axes[0]
+    assert axis.get_legend() is None and f"{len(table)} settings with unbounded value" in axis.get_xlabel()
+
+
 def _label_boxes(axis) -> tuple[list, object]:
     """Each point label's own text box (without its leader line) and the legend's, in the pixels of one drawing."""
     from matplotlib.text import Text

@@ -48,7 +48,8 @@ def plot_tradeoff(table: pd.DataFrame, *, advantage: str, path: str, title: str 
     axis.set_ylabel("target test AUC")
     axis.set_title(title or f"Privacy-utility tradeoff: AUC vs {ADVANTAGES[advantage]}")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=7, ncol=2)
+    if len(shown):  # every setting hidden (the x label says why): no curve to name
+        axis.legend(fontsize=7, ncol=2)
     figure.tight_layout()
     labelled = shown[np.isfinite(shown["auc"].astype(float))]  # a failed fit has no point
     points = list(zip(labelled[advantage].astype(float), labelled["auc"].astype(float)))
