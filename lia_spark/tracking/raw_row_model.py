@@ -3,8 +3,8 @@
 (nothing pickled), with lia_spark's code on the path (the model's ``code_paths``). The model encodes raw Criteo rows
 (I1..I13, C1..C26 as the data table stores them, or as text as Criteo files write them) with the saved feature
 encoding (:func:`lia_spark.kernels.features.encode_features`) and returns the saved xgboost or catboost model's click
-probability, post-processed as the run did (:class:`lia_spark.kernels.model_output.OutputTransform`). Only MLflow and
-numpy are imported when the file runs.
+probability, post-processed as the run did (:class:`lia_spark.kernels.model_output.OutputTransform`). Only MLflow,
+numpy and pandas are imported when the file runs.
 """
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 import mlflow.models
 import mlflow.pyfunc
 import numpy as np
+import pandas as pd
 
 
 class RawRowModel(mlflow.pyfunc.PythonModel):
@@ -25,8 +26,9 @@ class RawRowModel(mlflow.pyfunc.PythonModel):
         self.output = model_output.load_output_transform(context.artifacts["output"])
         self.model = load_model_file(Path(context.artifacts["model"]))
 
-    def predict(self, context, model_input, params=None):  # noqa: ANN001,ANN201 - hints would become a schema
-
+    def predict(self, context: Any, model_input: pd.DataFrame, params: Any = None) -> np.ndarray:
+        """P(y = 1 | x) of each row of ``model_input``. (A DataFrame hint is one MLflow infers no schema from: the
+        logged signature stays the one of the input example; without a hint MLflow warns on each load.)"""
         from lia_spark.kernels import features
 
         encoded = features.encode_features(model_input, self.spec)
