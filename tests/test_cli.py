@@ -60,3 +60,14 @@ def test_a_reader_that_closes_stdout_early_gets_no_traceback():
     process.stdout.close()  # the reader is gone before the first write
     _, error = process.communicate(timeout=60)
     assert process.returncode == 0 and error == b"", error.decode()
+
+
+def test_the_commands_log_keeps_warnings_that_repeat_a_reported_error_out():
+    """pyspark's "toPandas attempted Arrow optimization" warning quotes the Java stack of an error the command then
+    reports itself; other warnings still reach the log."""
+    script = ("import warnings\nfrom lia_spark.cli.main import configure_logging\nconfigure_logging()\n"
+              "warnings.warn(\"toPandas attempted Arrow optimization because ... Caused by: ...\", UserWarning)\n"
+              "warnings.warn(\"a warning of its own\", UserWarning)\n")
+    completed = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                               check=True)
+    assert "a warning of its own" in completed.stderr and "toPandas" not in completed.stderr, completed.stderr

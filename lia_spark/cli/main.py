@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from typing import Any, Mapping, Sequence, TextIO
 
 import yaml
@@ -89,6 +90,9 @@ def console_stderr() -> TextIO:
 # its stdout (stdout carries lia-spark's summary only); their records go to lia-spark's log. Unless the user chose.
 # (MLflow's "View run ... at" URL lines are turned off by lia_spark.tracking.session for every launcher.)
 MLFLOW_CONSOLE = {"MLFLOW_CONFIGURE_LOGGING": "false"}
+# pyspark's warning when toPandas fails mid-computation quotes the whole Java stack of the error, which then reaches
+# the command anyway (its one line; the traceback in the log): ~80 more lines on the console when Ctrl-C cancels one.
+REPEATED_WARNINGS = (r"toPandas attempted Arrow optimization",)
 QUIET_LOGGERS = {"py4j": logging.WARNING, "alembic": logging.WARNING, "sqlalchemy.engine": logging.WARNING,
                  "huey": logging.WARNING, "urllib3.connectionpool": logging.ERROR}
 
@@ -97,7 +101,8 @@ def configure_logging(level: int = logging.INFO) -> None:
     """Timestamped logs at ``level`` (INFO by default; DEBUG for lia_spark only) for lia_spark, MLflow and Python's
     warnings on :func:`console_stderr` (MLflow's own handler off: :data:`MLFLOW_CONSOLE`); Spark's own logs stay at
     WARN, MLflow's database migrations at WARNING; urllib3's per-attempt "Retrying" lines (MLflow's HTTP calls) are
-    left out: a tracking call that fails after its retries gets one lia_spark warning naming the server."""
+    left out: a tracking call that fails after its retries gets one lia_spark warning naming the server; so are
+    warnings that repeat an error the command reports (:data:`REPEATED_WARNINGS`)."""
     for name, value in MLFLOW_CONSOLE.items():
         os.environ.setdefault(name, value)
     logging.basicConfig(level=max(level, logging.INFO), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -105,6 +110,8 @@ def configure_logging(level: int = logging.INFO) -> None:
     logging.getLogger().setLevel(max(level, logging.INFO))
     logging.getLogger("lia_spark").setLevel(level)
     logging.captureWarnings(True)  # Python warnings (MLflow's, pandas') as log records, on the same stream
+    for message in REPEATED_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
     for name, level in QUIET_LOGGERS.items():
         logging.getLogger(name).setLevel(level)
 
