@@ -7,8 +7,8 @@ VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' lia_spark/__init__.
 WHEEL := dist/lia_spark-$(VERSION)-py3-none-any.whl
 ENV_EXTRAS ?= xgboost,catboost
 
-.PHONY: demo test test-unit test-spark test-e2e test-all mlflow-oldest-pins test-mlflow-oldest lint install bench \
-	wheel zip env clean
+.PHONY: demo test test-unit test-spark test-e2e test-all mlflow-oldest-pins mlflow-oldest-install test-mlflow-oldest \
+	lint install bench wheel zip env clean
 
 # pip byte-compiles what it installs (~25 s of CPU per venv), and that stays: where PYTHONDONTWRITEBYTECODE is set (as
 # on the CI machines) Python writes no .pyc itself, so every test process would compile its imports anew (the CLI's:
@@ -70,7 +70,8 @@ OLDEST_PINS := 'mlflow==$(MLFLOW_OLDEST)' 'pyspark[connect]>=4.0,<4.1' 'protobuf
 
 # That venv with the pinned packages only: they need nothing of this checkout (.ci/run installs them in the
 # background while the main venv installs; pyspark 4.0 builds from its source distribution, about a minute of one
-# core). The editable install comes after, in the foreground: each writes this checkout's lia_spark.egg-info.
+# core). The editable install (mlflow-oldest-install) comes after, in the foreground: it writes this checkout's
+# lia_spark.egg-info, as the main venv's install and the e2e tier's `make wheel` do.
 mlflow-oldest-pins: $(OLDEST_PINNED)
 
 $(OLDEST_PINNED): Makefile
@@ -78,6 +79,8 @@ $(OLDEST_PINNED): Makefile
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(OLDEST_VENV)/bin/python -m pip install --quiet $(OLDEST_PINS)
 	touch $(OLDEST_PINNED)
+
+mlflow-oldest-install: $(OLDEST_STAMP)
 
 $(OLDEST_STAMP): setup.py $(OLDEST_PINNED)
 	bash .ci/ensure-java

@@ -264,8 +264,8 @@ def test_readme_packed_environment_command_on_local_cluster(spark, packed_enviro
     conf = write_conf(tmp_path / "conf.yaml", out, "", run={"output_dir": str(out), "stages": ["data", "posteriors"]},
                       synthetic={"rows_per_day": 2000}, tracking={"enabled": False},
                       spark={"master": "local[1]", "shuffle_partitions": 4},
-                      mechanisms={"rows_per_bagging_unit": 256})  # 4 bagging units = 4 tasks over 2 executors
-    master = "local-cluster[2,1,1024]"
+                      mechanisms={"rows_per_bagging_unit": 256})  # 4 bagging units = 4 tasks
+    master = "local-cluster[1,1,1024]"  # one executor: each unpacks the 321-MB environment (the zip test has two)
     completed = submit(["--master", master, "--conf", "spark.executor.memory=1g", "--archives",
                         f"{packed_environment}#environment", str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)],
                        tmp_path, python="./environment/bin/python")
