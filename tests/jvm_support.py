@@ -15,10 +15,10 @@ SparkConf and so the executors' command lines. The archive is built once per Pyt
 installation (``python tests/jvm_support.py`` runs a small workload in a JVM started with
 ``-XX:ArchiveClassesAtExit``, which writes it as it exits), the first time a selection of tests holds one that
 starts a JVM (parallel test workers take a lock: one builds it, the others start their JVMs without it meanwhile,
-as waiting would leave their cores idle for the ~30 s of the build). Spark's conf
-directory leads the JVM's class path and the JVM neither writes nor maps an archive whose class path holds a
-non-empty directory, so with a non-empty ``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``) the tests run without it; a
-JVM that cannot map it starts without it, silently (``-Xlog:cds*=off``). ``LIA_TESTS_CLASS_ARCHIVE=off`` runs them
+as waiting would leave their cores idle for the ~30 s of the build). Spark's conf directory leads the JVM's class
+path and the JVM neither writes nor maps an archive whose class path holds a non-empty directory, so with a
+non-empty ``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``) the tests run without it; a JVM that cannot map it starts
+without it, silently (``-Xlog:cds*=off``). ``LIA_TESTS_CLASS_ARCHIVE=off`` runs them
 without it too: the oldest-MLflow tier (one session, a few commands) saves less than the build's ~30 s.
 """
 from __future__ import annotations

@@ -5,12 +5,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import socket
 
 import mlflow
 import numpy as np
 import pytest
-from mlflow_support import logged_models
+from mlflow_support import free_port, logged_models
 
 from lia_spark.run.config import config_from_dict
 from lia_spark.tracking.mlflow_runs import PipelineTracker
@@ -28,12 +27,6 @@ def tracker(tmp_path):
     yield tracker
     while mlflow.active_run() is not None:
         mlflow.end_run()
-
-
-def _closed_port_uri() -> str:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{probe.getsockname()[1]}"
 
 
 def _fail(message: str) -> None:
@@ -68,7 +61,7 @@ def test_a_call_failing_while_the_store_answers_leaves_tracking_on(tracker, capl
 
 
 def test_a_store_that_stops_answering_stops_tracking_naming_the_server(tracker, caplog):
-    tracker.tracking_uri = _closed_port_uri()  # the server went away
+    tracker.tracking_uri = f"http://127.0.0.1:{free_port()}"  # the server went away
     assert not store_answers(tracker.tracking_uri, timeout_seconds=2)
     with caplog.at_level(logging.WARNING, logger="lia_spark"):
         tracker.best_effort("stage train", functools.partial(_fail, "Connection refused"))
@@ -119,8 +112,9 @@ def test_the_session_checks_the_store_before_the_command_and_is_silent_when_off(
     from lia_spark.tracking.store import TrackingError
 
     ran = []
+    closed = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(TrackingError):
-        with tracking_session(_session_config(tmp_path, tracking_uri=_closed_port_uri(), timeout_seconds=1)):
+        with tracking_session(_session_config(tmp_path, tracking_uri=closed, timeout_seconds=1)):
             ran.append("the command")
     assert ran == []
     with tracking_session(_session_config(tmp_path, enabled=False)) as tracker:
