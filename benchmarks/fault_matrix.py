@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/fault_matrix.py [--root /tmp/lia-faults] [--keep] [--only NAME ...]
 
 Every case runs the real command line (``python -m lia_spark.cli.main``, its own Spark session) on a small twin in
-a fresh folder below ``--root`` and prints one row: case | expected | observed | ok. The exit code is the number of
+a fresh folder below ``--root`` and prints one row: case | expected | observed | ok | seconds (the case's wall time:
+how fast a refusal comes is reported here, never asserted by the tests). The exit code is the number of
 cases whose observation differs from the expectation, so a re-run after any change is one command. Cases that need
 what this machine cannot give (a tmpfs mount for a full disk) say "skipped" and why. Takes about 6 minutes on 2 cores.
 """
@@ -274,7 +275,7 @@ def main() -> int:
     args = parser.parse_args()
     root = Path(args.root or tempfile.mkdtemp(prefix="lia-faults-"))
     root.mkdir(parents=True, exist_ok=True)
-    print("| case | expected | observed | ok |\n|---|---|---|---|", flush=True)
+    print("| case | expected | observed | ok | seconds |\n|---|---|---|---|---|", flush=True)
     wrong = 0
     for case in CASES:
         if args.only and case.name not in args.only:
@@ -282,12 +283,14 @@ def main() -> int:
         folder = root / case.name
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir()
+        started = time.monotonic()
         try:
             seen, ok = case.run(folder)
         except Exception as error:  # noqa: BLE001 - a case that breaks is a row, not the end of the matrix
             seen, ok = f"the case itself failed: {type(error).__name__}: {error}", False
         wrong += not ok
-        print(f"| {case.name} | {case.expected} | {seen.replace('|', '/')} | {'yes' if ok else 'NO'} |", flush=True)
+        print(f"| {case.name} | {case.expected} | {seen.replace('|', '/')} | {'yes' if ok else 'NO'} | "
+              f"{time.monotonic() - started:.1f} |", flush=True)
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return wrong

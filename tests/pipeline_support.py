@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,28 @@ PYTHON = sys.executable
 SPARK_SUBMIT = str(Path(PYTHON).with_name("spark-submit"))
 OWN_TRAINER = REPO / "tests" / "own_trainer.py"  # a privacy team's trainer that never imports lia_spark
 EXPERIMENT = "lia-spark-tests"
+HANG_GUARD_SECONDS = 1800  # a wait for a process's line gives up only here: a guard against hangs, not a timing
+# a stage's first log line: in the pipeline, or as a command of its own (whose "stage pipeline: started" is none)
+STAGE_STARTED = re.compile(r"pipeline: \S+ \(\S+\) started|stage (?!pipeline:)\S+: started")
+
+
+def spark_jobs(spark) -> int:
+    """How many jobs this session's scheduler has been given so far (DAGScheduler.numTotalJobs)."""
+    return int(spark.sparkContext._jsc.sc().dagScheduler().numTotalJobs())
+
+
+def work_jobs(spark, first: int) -> list[str]:
+    """The description (its call site where it has none) of every job from job number ``first`` on but the
+    executor check's (``PROBE_GROUP``), oldest first: a command refused before any work ran none."""
+    from lia_spark.engine.spark.deployment import PROBE_GROUP
+
+    context = spark.sparkContext._jsc.sc()
+    context.listenerBus().waitUntilEmpty()  # the status store learns of jobs from the listener bus
+    listed = context.statusStore().jobsList(None)
+    jobs = sorted((listed.apply(index) for index in range(listed.size())), key=lambda job: job.jobId())
+    return [str(job.description().get()) if job.description().isDefined() else str(job.name())
+            for job in jobs if job.jobId() >= first
+            and not (job.jobGroup().isDefined() and job.jobGroup().get() == PROBE_GROUP)]
 
 
 def tiny_values(output_dir: Path, tracking_uri: str) -> dict:

@@ -21,8 +21,8 @@ from lia_spark.engine.runtime.pipeline import run_pipeline
 from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.run.config import load_config
 from lia_spark.run.sections import PIPELINE_STAGES
-from pipeline_support import (OWN_TRAINER, PYTHON, REPO, SPARK_SUBMIT, executor_jvms, python_without_package,
-                              result_document, submit, submit_env, write_conf)
+from pipeline_support import (OWN_TRAINER, PYTHON, REPO, SPARK_SUBMIT, STAGE_STARTED, executor_jvms,
+                              python_without_package, result_document, submit, submit_env, write_conf)
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -146,7 +146,6 @@ def test_an_executor_without_the_package_stops_the_job_in_seconds_naming_the_fix
     """No --py-files: the executors' Python cannot import lia_spark. The up-front check stops the job before any
     stage with exit 2 and one line naming that Python and both ways to ship the package."""
     conf = write_conf(tmp_path / "conf.yaml", tmp_path / "out", "", tracking={"enabled": False})
-    started = time.monotonic()
     completed = submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.memory=1g",
                         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path,
                        python=cluster_python, expect=2)
@@ -154,7 +153,7 @@ def test_an_executor_without_the_package_stops_the_job_in_seconds_naming_the_fix
     assert f"({cluster_python}, Python " in line and "cannot import lia_spark" in line, line
     assert f"--py-files dist/lia_spark-{__version__}.zip" in line and "--archives dist/lia_spark-env.tar.gz" in line
     assert "spark.ship_package=true" in line, line
-    assert time.monotonic() - started < 120 and not (tmp_path / "out" / "data").exists()
+    assert not STAGE_STARTED.search(completed.stderr) and not (tmp_path / "out" / "data").exists()
 
 
 def test_executors_never_granted_end_the_command_after_executor_start_seconds(tmp_path):
@@ -162,13 +161,12 @@ def test_executors_never_granted_end_the_command_after_executor_start_seconds(tm
     and waits): the command stops after spark.executor_start_seconds with exit 1 and a line saying what to check."""
     conf = write_conf(tmp_path / "conf.yaml", tmp_path / "out", "", tracking={"enabled": False},
                       spark={"executor_start_seconds": 10})
-    started = time.monotonic()
     completed = submit(["--master", "local-cluster[1,1,1024]", "--conf", "spark.executor.cores=2",
                         str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], tmp_path, expect=1)
     line = _failure_line(completed.stderr)
     assert "spark executors: none ran the first task within spark.executor_start_seconds = 10 s" in line, line
-    assert "spark.executor.cores" in line and time.monotonic() - started < 90
-    assert not (tmp_path / "out" / "data").exists()
+    assert "spark.executor.cores" in line
+    assert not STAGE_STARTED.search(completed.stderr) and not (tmp_path / "out" / "data").exists()
 
 
 def test_executors_lost_as_they_start_end_the_command_with_their_reasons(tmp_path):
@@ -180,7 +178,6 @@ def test_executors_lost_as_they_start_end_the_command_with_their_reasons(tmp_pat
 
     conf = write_conf(tmp_path / "conf.yaml", tmp_path / "out", "", tracking={"enabled": False},
                       spark={"executor_start_seconds": 15})
-    started = time.monotonic()
     launcher = subprocess.Popen([SPARK_SUBMIT, "--master", "local-cluster[2,1,1024]", "--conf", "spark.executor.memory=1g",
                                  str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], cwd=tmp_path,
                                 env=submit_env(PYTHON, PYTHON), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -209,7 +206,7 @@ def test_executors_lost_as_they_start_end_the_command_with_their_reasons(tmp_pat
     assert re.search(r"spark executors: \d+ were lost before any ran the first task \(Command exited with code 137",
                      line), line
     assert "the executor logs" in line and "--archives" in line and len(killed) >= 2
-    assert time.monotonic() - started < 150 and not (tmp_path / "out" / "data").exists()
+    assert not STAGE_STARTED.search(stderr) and not (tmp_path / "out" / "data").exists()
 
 
 def _tracked_runs(tracking_uri: str, parent: str) -> dict[str, str]:
