@@ -143,6 +143,20 @@ def test_a_changed_file_of_a_committed_output_recomputes_its_stage_with_one_warn
     assert json.loads((out / "results" / "pipeline.json").read_text())["steps"][1]["status"] == "reused"
 
 
+def test_a_changed_file_of_a_committed_input_stops_the_stage_that_reads_it_before_any_work(trained, tmp_path,
+                                                                                            capsys):
+    """Only the audit runs, so nothing recomputes the train stage's folder it reads: a file changed there (same
+    size) stops it with one line naming the file and run.force=true, before it reads anything."""
+    out = tmp_path / "out"
+    shutil.copytree(trained / "out", out)
+    metrics = out / "models" / "metrics.json"
+    metrics.write_text(metrics.read_text(encoding="utf-8").replace("0", "1", 1), encoding="utf-8")  # same size
+    assert main(["audit", "--conf", str(_conf(tmp_path / "conf.yaml", out))]) == 1
+    line = _line(capsys)
+    assert line.startswith(f"lia-spark: {metrics}: damaged (content changed): the audit stage's input no longer"), line
+    assert "run.force=true" in line and not (out / "audit").exists()
+
+
 @pytest.mark.parametrize("overrides, field", [
     (["models.training_mechanism=pate", "pate.teachers=100000"], "pate.teachers"),
     (["models.training_mechanism=pate", "pate.queries=100000000"], "pate.queries"),

@@ -156,18 +156,28 @@ def _size(count: float) -> str:
     return ""
 
 
+RECOMPUTE_FIX = ("recompute the stage that wrote it: the command that ran it, with run.force=true (e.g. `lia-spark run "
+                 "--conf <your conf> run.force=true`), or write your own table again")
+
+
+class DamagedInputError(RuntimeError):
+    """A committed output a stage would read no longer holds the files its marker lists (message: the file first,
+    then :data:`RECOMPUTE_FIX`)."""
+
+
 def damaged_file(error: BaseException) -> str | None:
-    """The line for a Parquet file whose bytes changed after they were written (a page CRC or Hadoop's ``.crc``
-    checksum does not match, or the file no longer decodes), naming the file and the fix; None otherwise."""
+    """The line for a file whose bytes changed after they were written (a Parquet page CRC or Hadoop's ``.crc``
+    checksum does not match, or the file no longer decodes; or :class:`DamagedInputError`), naming the file and the
+    fix; None otherwise."""
+    if isinstance(error, DamagedInputError):
+        return _first_line(str(error))
     texts = [str(error), *_java_messages(error)]
     found = next((match for text in texts for match in [_DAMAGED_FILE.search(text)] if match), None)
     if found is None or not any(needle in text for text in texts for needle in _DAMAGE_SIGNS):
         return None
     path = found.group(1).rstrip(".")
     reason = next(_first_line(text) for text in reversed(texts) if any(needle in text for needle in _DAMAGE_SIGNS))
-    return (f"{path}: damaged, its bytes changed after they were written ({reason}), got {path!r}; recompute the "
-            "stage that wrote it: the command that ran it, with run.force=true (e.g. `lia-spark run --conf <your conf> "
-            "run.force=true`), or write your own table again")
+    return f"{path}: damaged, its bytes changed after they were written ({reason}), got {path!r}; {RECOMPUTE_FIX}"
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:

@@ -83,16 +83,24 @@ def listing_fingerprint(spark: SparkSession, path: str) -> str:
     return hashlib.sha256(json.dumps(sorted(files.list_files(path))).encode("utf-8")).hexdigest()
 
 
-def output_fingerprint(spark: SparkSession, path: str) -> str:
-    """Fingerprint of an input table: its verified marker's (or, for a table inside a committed stage folder such
-    as ``models/canaries``, the folder's), else :func:`listing_fingerprint`."""
+def committed_folder(spark: SparkSession, path: str) -> tuple[str, dict[str, Any]] | None:
+    """(folder, its verified marker) of the committed output holding the table ``path``: ``path`` itself, or for a
+    table inside a committed stage folder such as ``models/canaries``, the folder; None when neither is committed
+    with a trusted marker."""
     trimmed = path.rstrip("/")
     for folder in (trimmed, trimmed.rsplit("/", 1)[0]):
         marker = read_marker(spark, folder)
         verified = verified_marker(marker)[0] if marker is not None else None
         if verified is not None:
-            return marker_fingerprint(verified)
-    return listing_fingerprint(spark, trimmed)
+            return folder, verified
+    return None
+
+
+def output_fingerprint(spark: SparkSession, path: str) -> str:
+    """Fingerprint of an input table: its committed folder's marker's (:func:`committed_folder`), else
+    :func:`listing_fingerprint`."""
+    found = committed_folder(spark, path)
+    return marker_fingerprint(found[1]) if found is not None else listing_fingerprint(spark, path.rstrip("/"))
 
 
 def reusable_output(spark: SparkSession, paths: Sequence[str], fingerprint: Fingerprint, *, force: bool

@@ -19,9 +19,9 @@ from lia_spark.engine.generate.stage import GENERATE
 from lia_spark.engine.ingest.stage import INGEST
 from lia_spark.engine.inject.stage import INJECT
 from lia_spark.engine.logloss.stage import LOGLOSS
-from lia_spark.engine.runtime.outputs import (CLAIM_SUFFIX, claim_path, committed_output, delete_path,
-                                     foreign_entries, foreign_error, path_exists, read_marker, reusable_output,
-                                     swept_leftover)
+from lia_spark.engine.runtime.outputs import (CLAIM_SUFFIX, claim_path, committed_folder, committed_output,
+                                              damaged_files, delete_path, foreign_entries, foreign_error, path_exists,
+                                              read_marker, reusable_output, swept_leftover)
 from lia_spark.engine.posteriors.stage import POSTERIORS
 from lia_spark.engine.runtime.progress import reporting_progress
 from lia_spark.engine.spark.session import describe_jobs
@@ -31,6 +31,7 @@ from lia_spark.engine.train.stage import TRAIN
 from lia_spark.engine.utility.stage import UTILITY
 from lia_spark.run import interrupts
 from lia_spark.run.config import Config
+from lia_spark.run.failures import RECOMPUTE_FIX, DamagedInputError
 from lia_spark.run.fingerprint import expand_fields, marker_fingerprint, verified_marker
 
 logger = logging.getLogger(__name__)
@@ -146,10 +147,14 @@ def refuse_foreign(spark: SparkSession, config: Config, stages: list[Stage]) -> 
 
 
 def check_inputs(spark: SparkSession, stage: Stage, config: Config) -> None:
-    """Fail in seconds, naming the field and the command that writes it, when a required input does not exist."""
+    """Fail in seconds, naming the field and the command that writes it, when a required input does not exist; and
+    before any byte of a committed input is read, check its folder against its marker (:func:`verify_input`)."""
     for item in stage.inputs(config):
         path = item.path(config)
-        if not item.required or path_exists(spark, path):
+        if path_exists(spark, path):
+            verify_input(spark, stage, path)
+            continue
+        if not item.required:
             continue
         producer = item.producer(config)
         writer = step_stage(producer, config) if producer else None
@@ -158,6 +163,24 @@ def check_inputs(spark: SparkSession, stage: Stage, config: Config) -> None:
                else f"set {item.field} to an existing table")
         raise ValueError(f"{item.field}: the {stage.name} stage reads the {item.role} table, but {path} does not "
                          f"exist; {fix}, got {path!r}")
+
+
+def verify_input(spark: SparkSession, stage: Stage, path: str) -> None:
+    """Check that the committed folder holding the input table ``path`` (:func:`lia_spark.engine.runtime.outputs.
+    committed_folder`) still holds the files its marker lists, with their sizes and, for files that are not Parquet,
+    their SHA-256 (Parquet pages carry CRCs, verified as they are read). A table no lia_spark run committed (a
+    user's) has nothing to check.
+
+    Raises:
+        DamagedInputError: naming the first damaged file, how it differs, and the fix.
+    """
+    found = committed_folder(spark, path)
+    damaged = damaged_files(spark, *found) if found is not None else []
+    if damaged:
+        name, _, how = damaged[0].partition(": ")
+        more = f"; {len(damaged) - 1} more files differ" if len(damaged) > 1 else ""
+        raise DamagedInputError(f"{found[0].rstrip('/')}/{name}: damaged ({how}{more}): the {stage.name} stage's "
+                                f"input no longer holds the files its marker lists; {RECOMPUTE_FIX}")
 
 
 def _reusable_result(spark: SparkSession, stage: Stage, config: Config, fingerprint: Any, *, reuse: bool) -> Any:
