@@ -32,7 +32,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["lia_spark", "lia_spark.*"]),
-    package_data={"lia_spark.run": ["json_schemas/*.schema.json"]},  # the JSON Schemas of the outputs
+    # the JSON Schemas of the outputs; py.typed: the package's type hints are its API's (PEP 561)
+    package_data={"lia_spark": ["py.typed"], "lia_spark.run": ["json_schemas/*.schema.json"]},
     # pyspark and xgboost are extras: a Databricks cluster or a spark-submit image provides its own, which a plain
     # `pip install lia-spark` must not replace (xgboost-cpu, the CPU build, installs under another name beside a
     # runtime's xgboost and overwrites its files). MLflow: the client (mlflow-skinny, which a runtime's full mlflow

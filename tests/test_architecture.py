@@ -28,6 +28,17 @@ def test_the_package_root_imports_only_the_python_api_and_only_lazily():
     assert top_level == [] and [f"{node.module}.{alias.name}" for node in inner for alias in node.names] == [LAZY_API]
 
 
+def test_the_package_root_exports_its_api_and_lists_it():
+    import lia_spark
+    from lia_spark.cli import api
+
+    assert lia_spark.__all__ == ["__version__", *lia_spark.API]
+    assert set(lia_spark.API) <= set(dir(lia_spark))
+    assert all(getattr(lia_spark, name) is getattr(api, name) for name in lia_spark.API)
+    with pytest.raises(AttributeError, match="no attribute 'run_commands'"):
+        lia_spark.run_commands  # noqa: B018 - a typo is an AttributeError, as on any module
+
+
 def _imported_roots(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     roots = set()

@@ -65,7 +65,8 @@ def _failure_line(stderr: str) -> str:
 def test_wheel_holds_the_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     for module in ("lia_spark/engine/runtime/pipeline.py", "lia_spark/tracking/mlflow_runs.py", "lia_spark/present/report.py",
-                   "lia_spark/engine/runtime/registry.py", "lia_spark/kernels/hashing.py"):
+                   "lia_spark/engine/runtime/registry.py", "lia_spark/kernels/hashing.py",
+                   "lia_spark/py.typed"):  # PEP 561: type checkers read the API's hints from the installed wheel
         assert module in names
     configs = sorted((REPO / "conf").glob("*.yaml"))
     assert configs and all(zipfile.ZipFile(wheel).read(f"lia_spark/conf/{path.name}") == path.read_bytes()

@@ -6,19 +6,26 @@
   command's result (e.g. :class:`lia_spark.engine.runtime.pipeline.PipelineResult`, whose ``console_summary()`` is
   what the command line prints).
 
-Both are exported by the package: ``lia_spark.audit_predictions``, ``lia_spark.run_command``.
+- :func:`configure_logging`: the command line's log lines (progress every run.progress_seconds, the stages' starts
+  and ends, warnings) on stderr, at INFO (``logging.DEBUG`` for lia_spark's debug lines, ``logging.WARNING`` for
+  warnings only). Without it the API logs nothing unless your own logging configuration shows the ``lia_spark``
+  logger.
+
+All three are exported by the package (``lia_spark.__all__``): ``lia_spark.audit_predictions``,
+``lia_spark.run_command``, ``lia_spark.configure_logging``.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence, Union, overload
 
 import numpy as np
 import pandas as pd
 
 from lia_spark import names
+from lia_spark.cli.main import configure_logging as configure_logging  # re-exported: lia_spark.configure_logging
 from lia_spark.kernels import injected
 from lia_spark.names import (BASELINE_NAMES, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION, ROW_ID,
                              SHADOW_PREDICTION, TARGET_PREDICTION)
@@ -27,6 +34,21 @@ from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config, load_config
 from lia_spark.run.model_sections import AuditConfig
 from lia_spark.studies.power import ChoiceBound, audit_arrays, counts_bound, pooled_canaries
+
+if TYPE_CHECKING:  # the engine imports pyspark: at run time it is imported by the command, not by this module
+    from lia_spark.engine.audit.stage import AuditResult
+    from lia_spark.engine.generate.stage import GenerateResult
+    from lia_spark.engine.ingest.stage import IngestResult
+    from lia_spark.engine.inject.stage import InjectResult
+    from lia_spark.engine.logloss.stage import LoglossResult
+    from lia_spark.engine.posteriors.stage import PosteriorsResult
+    from lia_spark.engine.runtime.audit_table import TableResult
+    from lia_spark.engine.runtime.pipeline import PipelineResult
+    from lia_spark.engine.runtime.stage import StageResult
+    from lia_spark.engine.train.stage import TrainResult
+    from lia_spark.engine.utility.stage import UtilityResult
+
+CommandResult = Union["StageResult", "PipelineResult", "TableResult"]
 
 # The columns of a table to audit: the canary table of the train stage, or inject's sealed table joined with your
 # model's predictions (docs/usage.md, "Audit your own model").
@@ -153,13 +175,53 @@ def _audit_spark(frame: Any, config: Config, *, seed: int, claimed_epsilon: floa
     return bound, counted.baselines, counted.runs
 
 
-def run_command(command: str = "pipeline", conf: str | os.PathLike | None = None, *, overrides: Sequence[str] = (),
-                spark: Any = None) -> Any:
+Conf = Union[str, "os.PathLike[str]", None]
+
+
+@overload
+def run_command(command: Literal["pipeline", "run", "track"] = ..., conf: Conf = ..., *,
+                overrides: Sequence[str] = ..., spark: Any = ...) -> PipelineResult: ...
+@overload
+def run_command(command: Literal["generate"], conf: Conf = ..., *, overrides: Sequence[str] = ...,
+                spark: Any = ...) -> GenerateResult: ...
+@overload
+def run_command(command: Literal["ingest"], conf: Conf = ..., *, overrides: Sequence[str] = ...,
+                spark: Any = ...) -> IngestResult: ...
+@overload
+def run_command(command: Literal["train"], conf: Conf = ..., *, overrides: Sequence[str] = ...,
+                spark: Any = ...) -> TrainResult: ...
+@overload
+def run_command(command: Literal["posteriors"], conf: Conf = ..., *, overrides: Sequence[str] = ...,
+                spark: Any = ...) -> PosteriorsResult: ...
+@overload
+def run_command(command: Literal["utility"], conf: Conf = ..., *, overrides: Sequence[str] = ...,
+                spark: Any = ...) -> UtilityResult: ...
+@overload
+def run_command(command: Literal["audit"], conf: Conf = ..., *, overrides: Sequence[str] = ...,
+                spark: Any = ...) -> AuditResult: ...
+@overload
+def run_command(command: Literal["inject"], conf: Conf = ..., *, overrides: Sequence[str] = ...,
+                spark: Any = ...) -> InjectResult: ...
+@overload
+def run_command(command: Literal["audit-table"], conf: Conf = ..., *, overrides: Sequence[str] = ...,
+                spark: Any = ...) -> TableResult: ...
+@overload
+def run_command(command: Literal["logloss-attack"], conf: Conf = ..., *, overrides: Sequence[str] = ...,
+                spark: Any = ...) -> LoglossResult: ...
+@overload
+def run_command(command: str, conf: Conf = ..., *, overrides: Sequence[str] = ...,
+                spark: Any = ...) -> CommandResult: ...
+
+
+def run_command(command: str = "pipeline", conf: Conf = None, *, overrides: Sequence[str] = (),
+                spark: Any = None) -> CommandResult:
     """Run ``lia-spark <command>`` (``pipeline`` = ``lia-spark run``; ``audit``, ``audit-table``, any stage) on the
     config ``conf`` (a file, or a packaged name such as ``"demo"``) with ``overrides``, holding the output folder's
     run lock, and write ``<run.output_dir>/results/<command>.json`` as the command line does; return the command's
-    typed result. ``spark``: the session to use (default: a session from the config's spark section, its executors
-    checked first). Exceptions propagate (the command line turns them into one line and an exit code)."""
+    typed result (each command's type: the overloads above). ``spark``: the session to use (default: a session from
+    the config's spark section, its executors checked first). Progress is logged on the ``lia_spark`` logger:
+    :func:`lia_spark.configure_logging` shows it as the command line does. Exceptions propagate (the command line
+    turns them into one line and an exit code)."""
     from lia_spark.cli.main import execute_command
 
     config = load_config(conf, overrides)

@@ -22,6 +22,7 @@ from lia_spark.engine.spark.session import job_group, master_name
 from lia_spark.engine.runtime.registry import (committed_result, fields_not_behind, refuse_foreign, run_stage,
                                               sealed_fingerprint, step_stage)
 from lia_spark.engine.models.feature_frames import target_day_rows
+from lia_spark.present.headline import Headline
 from lia_spark.run.config import Config
 from lia_spark.run import interrupts
 from lia_spark.run.limits import check_training_rows
@@ -103,7 +104,7 @@ class PipelineResult:
                 "steps": [outcome.to_dict() for outcome in self.steps]}
 
     @property
-    def headline(self) -> Any:
+    def headline(self) -> Headline | None:
         """The audit step's headline (:class:`lia_spark.present.headline.Headline`), None when it did not run."""
         return next((o.result.headline for o in self.steps if o.result is not None and o.result.headline is not None),
                     None)

@@ -12,7 +12,7 @@ result (:meth:`StageRun.upstream`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
 
 from pyspark.sql import SparkSession
 
@@ -20,6 +20,9 @@ from lia_spark.engine.runtime.outputs import marker_fields, output_fingerprint
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.fingerprint import Fingerprint, stage_parameters
+
+if TYPE_CHECKING:
+    from lia_spark.present.headline import Headline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,7 +232,7 @@ class StageResult:
         return []
 
     @property
-    def headline(self) -> Any:
+    def headline(self) -> Headline | None:
         """The run's headline (:class:`lia_spark.present.headline.Headline`) when this result has one, else None."""
         return None
 
