@@ -344,12 +344,14 @@ def test_ctrl_c_and_sigterm_end_with_their_code_and_the_same_command_resumes(tmp
     out = tmp_path / "out"
     conf = _conf(tmp_path / "conf.yaml", out, run={"stages": ["data", "train", "posteriors"]},
                  synthetic={"rows_per_day": 20000, "days": 2})  # posteriors: ~30 s, the signal comes 2 s in
-    process, log = _run_until(conf, "pipeline: posteriors (posteriors) started")
+    process, log = _run_until(conf, "pipeline: posteriors (posteriors) started", "run.progress_seconds=1")
     time.sleep(2)
     process.send_signal(signum)
     assert process.wait(timeout=60) == code
     assert _processes_writing(log) == [], "Spark's processes ended before the last line: none can print after it"
     printed = log.read_text(encoding="utf-8")
+    # no silence from the command's start: the JVM's start alone takes more than a second
+    assert "pipeline: starting the Spark session (spark.master=local[2]), " in printed
     assert "posteriors failed" not in printed, "the stopped stage is interrupted, not failed (nor its Java stack shown)"
     last = printed.strip().splitlines()[-1]
     assert last == (f"lia-spark: interrupted ({signal.Signals(signum).name}); the lock is released, finished stages "

@@ -26,6 +26,7 @@ from lia_spark.run.checks import ConfigError
 from lia_spark.cli.command_help import COMMAND_HELP
 from lia_spark.run.config import Config, load_config
 from lia_spark.run import interrupts
+from lia_spark.run.activity import doing, heartbeat
 from lia_spark.run.interrupts import SIGNAL_EXITS, Terminated
 from lia_spark.run.interrupts import received as received_signals
 from lia_spark.run.json_output import strict_json
@@ -286,9 +287,10 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
         config = load_config(args.conf, args.overrides)
         from lia_spark.engine.spark.deployment import start_spark
 
-        spark = start_spark(config.spark)
-        _stop_on_signals()  # again: the SparkContext installs its own SIGINT handler
-        result, seconds, path = execute_command(name, spark, config)
+        with heartbeat(name, config.run.progress_seconds):  # no silence longer than that from here on
+            spark = start_spark(config.spark)
+            _stop_on_signals()  # again: the SparkContext installs its own SIGINT handler
+            result, seconds, path = execute_command(name, spark, config)
         interrupts.check()  # a signal that came inside a py4j call no later job answered still stops the command
     except (KeyboardInterrupt, Terminated) as interrupt:
         return _interrupted(name, interrupt)
@@ -324,10 +326,12 @@ def execute_command(name: str, spark: Any, config: Config) -> tuple[Any, float, 
     if name not in COMMANDS:
         raise ConfigError(f"command: must be one of run, {', '.join(COMMANDS)}, got {name!r}")
     with run_lock(spark, config.run.output_dir, command=f"lia-spark {name}", max_age_hours=config.run.stale_lock_hours):
-        remove_leftovers(spark, config)  # holding the lock: staging folders are an interrupted attempt's
+        with doing("looking for what interrupted runs left in the output folder"):
+            remove_leftovers(spark, config)  # holding the lock: staging folders are an interrupted attempt's
         started = time.monotonic()
         logger.info("stage %s: started", name)
-        result = COMMANDS[name](spark, config)
+        with doing(f"running {name}"):
+            result = COMMANDS[name](spark, config)
         seconds = time.monotonic() - started
         logger.info("stage %s: finished in %.1f s", name, seconds)
         path = result_path(config, name)

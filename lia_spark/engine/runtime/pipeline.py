@@ -25,6 +25,7 @@ from lia_spark.engine.models.feature_frames import target_day_rows
 from lia_spark.present.headline import Headline
 from lia_spark.run.config import Config
 from lia_spark.run import interrupts
+from lia_spark.run.activity import doing
 from lia_spark.run.limits import check_training_rows
 from lia_spark.run.sections import PIPELINE_STAGES
 from lia_spark.tracking.session import TRACK_LATER, tracking_session
@@ -230,10 +231,12 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
         RuntimeError: a stage failed (its message names the stage; earlier outputs stay committed).
     """
     with tracking_session(config) as tracker:
-        check_before_stages(spark, config)
+        with doing("checking the selected steps against the outputs and the data"):
+            check_before_stages(spark, config)
         result = PipelineResult(config.run.name, config.run.output_dir, master_name(spark),
                                 not_logged=tracker.not_logged)
-        result.mlflow_run_id = tracker.start(fields_not_behind(config, config.run.stages))
+        with doing(f"starting the MLflow run ({tracker.tracking_uri})"):
+            result.mlflow_run_id = tracker.start(fields_not_behind(config, config.run.stages))
         result.tracking_uri = tracker.tracking_uri
         result.mlflow_location = tracker.location()
         outcomes: dict[str, StageOutcome] = {}
@@ -244,7 +247,9 @@ def run_pipeline(spark: SparkSession, config: Config) -> PipelineResult:
             outcomes[step] = outcome
             result.steps.append(outcome)
             if outcome.status in ("ran", "reused", "failed"):
-                tracker.best_effort(f"stage {step}", functools.partial(log_outcome, spark, config, tracker, outcome))
+                with doing(f"logging step {step} to MLflow"):
+                    tracker.best_effort(f"stage {step}",
+                                        functools.partial(log_outcome, spark, config, tracker, outcome))
             if outcome.result is not None and outcome.result.page():
                 result.report_path = outcome.result.page()
             if outcome.status == "failed":  # the MLflow run ends FAILED

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.spark.session import described_jobs, status_tracker
+from lia_spark.run.activity import duration_text
 
 if TYPE_CHECKING:
     from pyspark import StatusTracker
@@ -53,16 +54,6 @@ class StageProgress:
     tasks: int
     completed: int
     running: int | None = None
-
-
-def duration_text(seconds: float) -> str:
-    """``45 s``, ``1 min 30 s``, ``2 h 05 min``."""
-    whole = int(round(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60} s"
-    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
 def progress_line(label: str, stages: list[StageProgress], *, elapsed: float, rates: dict[int, float],

@@ -17,6 +17,7 @@ from pyspark.sql import Row, SparkSession
 
 from lia_spark.engine.spark.session import (add_python_file, cancel_job_group, default_parallelism, get_spark,
                                             is_connect, job_group, lost_executors)
+from lia_spark.run.activity import doing
 from lia_spark.run.checks import ConfigError
 from lia_spark import __version__
 from lia_spark.run.environment import package_zip
@@ -196,13 +197,15 @@ def start_spark(config: SparkConfig) -> SparkSession:
             executors' Python and what it cannot import.
         ExecutorsUnavailable: no executor ran the check within ``spark.executor_start_seconds``, or they were lost.
     """
+    field, value = ("spark.remote", config.remote) if config.remote else ("spark.master", config.master)
     try:
-        session = get_spark(config)
+        with doing(f"starting the Spark session ({field}={value})"):
+            session = get_spark(config)
     except Exception as error:  # noqa: BLE001 - the JVM's failures arrive as many exception types
         reason = error_first_line(error)
-        field, value = ("spark.remote", config.remote) if config.remote else ("spark.master", config.master)
         raise ConfigError(f"{field}: cannot start a Spark session ({reason}), got {value!r}; check "
                           f"{field}, spark.driver_memory, spark.extra and JAVA_HOME") from error
-    check_executors(session, min(default_parallelism(session), 64), config.executor_start_seconds,
-                    ship=config.ship_package)
+    tasks = min(default_parallelism(session), 64)
+    with doing(f"checking that the executors import lia_spark ({tasks} one-row tasks)"):
+        check_executors(session, tasks, config.executor_start_seconds, ship=config.ship_package)
     return session
