@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.spark.session import is_connect
-from lia_spark.run.checks import is_remote_path
+from lia_spark.run.checks import is_remote_path, unwrapped_file_uri
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Entry:
 def local_folder(path: str) -> str | None:
     """``path`` as a plain local path (plain, or a ``file:`` URI unwrapped), None on any other file system."""
     if path.startswith("file:"):
-        return "/" + path[len("file:"):].lstrip("/")
+        return unwrapped_file_uri(path)
     return None if is_remote_path(path) else path
 
 
