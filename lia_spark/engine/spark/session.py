@@ -52,8 +52,8 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
 
     An active session is returned as it is but for Parquet's page checksums, written into every page and verified
     on every read (:func:`checksummed_parquet`). Otherwise settings given by ``spark-submit`` (``--master``,
-    ``--conf``) win over this config's local defaults, which win over Spark's own. A ``sc://`` server keeps its own settings: only
-    ``spark.extra`` is sent to it.
+    ``--conf``) win over this config's local defaults, which win over Spark's own. A ``sc://`` server keeps its own
+    settings: only ``spark.extra`` is sent to it.
     """
     config = config or SparkConfig()
     active = SparkSession.getActiveSession()
