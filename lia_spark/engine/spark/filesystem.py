@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 import shutil
-from typing import Any
+from typing import Any, Iterator
 
 from pyspark.sql import SparkSession
 
@@ -138,6 +138,17 @@ class HadoopFiles:
         finally:
             stream.close()
 
+    def read_chunks(self, path: str, size: int = 1 << 20) -> Iterator[bytes]:
+        """The bytes of file ``path`` in order, at most ``size`` at a time (``InputStream.readNBytes``: Py4J hands
+        the returned Java array over as bytes)."""
+        filesystem, hadoop_path = self._resolve(path)
+        stream = filesystem.open(hadoop_path)
+        try:
+            while chunk := bytes(stream.readNBytes(size)):
+                yield chunk
+        finally:
+            stream.close()
+
     def digest(self, path: str) -> str:
         """SHA-256 (hex) of file ``path``, streamed inside the JVM (the bytes never reach Python)."""
         filesystem, hadoop_path = self._resolve(path)
@@ -240,6 +251,12 @@ class LocalFiles:
         with open(self._local(path), "rb") as stream:
             stream.seek(offset)
             return stream.read(count)
+
+    def read_chunks(self, path: str, size: int = 1 << 20) -> Iterator[bytes]:
+        """The bytes of file ``path`` in order, at most ``size`` at a time."""
+        with open(self._local(path), "rb") as stream:
+            while chunk := stream.read(size):
+                yield chunk
 
     def digest(self, path: str) -> str:
         """SHA-256 (hex) of file ``path``."""
