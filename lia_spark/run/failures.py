@@ -195,7 +195,8 @@ def damaged_file(error: BaseException) -> str | None:
     found = next((match for text in texts for match in [_DAMAGED_FILE.search(text)] if match), None)
     if found is None or not any(needle in text for text in texts for needle in _DAMAGE_SIGNS):
         return None
-    reason = next(_first_line(text) for text in reversed(texts) if any(needle in text for needle in _DAMAGE_SIGNS))
+    reason = next(line.strip().removeprefix("Caused by: ") for text in reversed(texts) for line in text.splitlines()
+                  if any(needle in line for needle in _DAMAGE_SIGNS))  # innermost first: the reader's own words
     return damaged_line(found.group(1).rstrip("."), reason)
 
 
