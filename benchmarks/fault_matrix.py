@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import os
 import shutil
@@ -27,10 +28,14 @@ from typing import Callable
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+from parquet_pages import flip_in_column  # noqa: E402 - the tests' page locator, beside this file's repository
+
 SMALL = {"run": {"name": "faults", "stages": ["data", "train"]}, "spark": {"master": "local[2]"},
          "synthetic": {"rows_per_day": 2000, "days": 2},
          "models": {"n_estimators": 5, "early_stopping_rounds": 0, "hash_buckets": 1024},
          "tracking": {"enabled": False}}
+SMALL_GRID = {"epsilons": [2.0], "bag_sizes": [8]}  # the posteriors stage's grid in the cases that run it
 
 
 @dataclasses.dataclass
@@ -242,6 +247,58 @@ def leftovers(folder: Path) -> tuple[str, bool]:
             outcome.code == 0 and swept and kept)
 
 
+
+def flipped_page(folder: Path, table: str, column: str, *, crc: str, stage: str, after: str) -> tuple[str, bool]:
+    """A run up to stage ``after``; then one bit flipped inside ``column``'s page of a committed ``table`` file (its
+    size kept, Hadoop's .crc recomputed or removed: only the page's own CRC can tell) and ``run.stages=[stage]``."""
+    stages = ["data", "train", "posteriors"]
+    config = conf(folder, run={"stages": stages[:stages.index(after) + 1]}, mechanisms=SMALL_GRID,
+                  utility={"epsilons": [4.0], "bag_sizes": [8]})
+    if lia(config).code != 0:
+        raise RuntimeError("the setup run failed")
+    damaged = sorted((folder / "out" / table).rglob("*.parquet"))[-1]
+    flip_in_column(damaged, column, crc=crc)
+    output = folder / "out" / stage / "_LIA_COMPLETE"
+    before = output.read_bytes() if output.exists() else b""
+    outcome = lia(config, f"run.stages=[{stage}]")
+    unused = (output.read_bytes() if output.exists() else b"") == before
+    return (observed(outcome, f", {stage} output unchanged: {unused}"),
+            outcome.code == 1 and outcome.line.startswith(f"lia-spark: {damaged}: damaged") and
+            f"in the table {damaged.parent.parent if damaged.parent.name.startswith('day=') else damaged.parent};"
+            in outcome.line and "run.force=true" in outcome.line and unused)
+
+
+def gzip_day(folder: Path, change: Callable[[bytes], bytes], *, warns: bool = False) -> tuple[str, bool]:
+    """The twin's day 1 as a Criteo gzip file changed by ``change`` (its bytes -> new bytes), ingested; the rows of
+    day 1 must be the lines ``gzip -dc`` prints, with one trailing-garbage WARNING naming the file if ``warns``,
+    else none."""
+    twin = conf(folder, run={"stages": ["data"]}, synthetic={"write_tsv": True, "gzip": True})
+    if lia(twin).code != 0:
+        raise RuntimeError("the setup run failed")
+    days = folder / "criteo"
+    shutil.copytree(folder / "out" / "criteo", days)
+    day = days / "day_1.gz"
+    day.write_bytes(change(day.read_bytes()))
+    expected = subprocess.run(["gzip", "-dc", str(day)], capture_output=True, check=False).stdout.count(b"\n")
+    outcome = lia(conf(folder, run={"stages": ["data"], "output_dir": str(folder / "ingested")},
+                       data={"source": "criteo", "criteo_paths": [str(days)]}))
+    result = json.loads((folder / "ingested" / "results" / "pipeline.json").read_text(encoding="utf-8"))
+    rows = result["steps"][0]["result"]["rows_per_day"].get("1") if outcome.code == 0 else None
+    warnings = [line.split(": ", 2)[-1] for line in outcome.stderr.splitlines() if " WARNING " in line]
+    garbage = next((line for line in warnings if "trailing garbage ignored" in line), "")
+    seen = f"exit {outcome.code}; day 1: {rows} rows, gzip -dc: {expected} lines" + (
+        f"; {garbage[:110]}" if garbage else f"; {len(warnings)} warnings")
+    warned = [line for line in warnings if "trailing garbage ignored" in line]
+    named = all(str(day) in line and "byte(s) after the last" in line for line in warned)
+    return seen, outcome.code == 0 and rows == expected and len(warned) == int(warns) and named
+
+
+def two_members(data: bytes) -> bytes:
+    """The text of a gzip file as two members (its first third, then the rest)."""
+    text = gzip.decompress(data)
+    return gzip.compress(text[: len(text) // 3]) + gzip.compress(text[len(text) // 3:])
+
+
 CASES = (
     Case("foreign_output_dir", "exit 2 naming run.output_dir, every file kept", foreign_output_dir),
     Case("foreign_data_path", "exit 2 naming data.parquet_path, every file kept", foreign_data_path),
@@ -264,6 +321,19 @@ CASES = (
     Case("stale_lock", "exit 1 with the command that removes it; lock kept", stale_lock),
     Case("wrong_value", "exit 2 naming models.target_day", wrong_value),
     Case("leftovers", "exit 0; claimed staging swept, unclaimed look-alike kept", leftovers),
+    # issue 71: verified reads
+    Case("flipped_label_page_posteriors", "exit 1 naming the file, its table and run.force=true; not used",
+         lambda folder: flipped_page(folder, "data", "label", crc="recompute", stage="posteriors", after="train")),
+    Case("flipped_row_id_page_posteriors", "exit 1 naming the file, its table and run.force=true; not used",
+         lambda folder: flipped_page(folder, "data", "row_id", crc="remove", stage="posteriors", after="train")),
+    Case("flipped_posteriors_page_utility", "exit 1 naming the file, its table and run.force=true; not used",
+         lambda folder: flipped_page(folder, "posteriors/summary", "mean_additive_advantage", crc="recompute",
+                                     stage="utility", after="posteriors")),
+    Case("gzip_zero_padding", "exit 0; every line gzip -d gives, no warning",
+         lambda folder: gzip_day(folder, lambda data: data + b"\0" * 512)),
+    Case("gzip_trailing_garbage", "exit 0; every line gzip -d gives, a WARNING naming the file and its bytes",
+         lambda folder: gzip_day(folder, lambda data: data + b"trailing garbage\n" * 3, warns=True)),
+    Case("gzip_two_members", "exit 0; every line gzip -d gives", lambda folder: gzip_day(folder, two_members)),
 )
 
 

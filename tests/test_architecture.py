@@ -187,7 +187,8 @@ def test_the_cli_lists_the_registry_commands():
 
 
 ENGINE = "lia_spark.engine"
-RUNTIME_CONTRACT = tuple(f"{ENGINE}.runtime.{name}" for name in ("stage", "outputs", "lock", "progress"))
+RUNTIME_CONTRACT = tuple(f"{ENGINE}.runtime.{name}"
+                         for name in ("stage", "outputs", "parquet_reads", "lock", "progress"))
 ORCHESTRATORS = tuple(f"{ENGINE}.runtime.{name}" for name in ("registry", "pipeline", "commands", "audit_table"))
 
 

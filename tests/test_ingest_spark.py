@@ -136,7 +136,8 @@ def test_row_ids_do_not_depend_on_partitioning(spark, tmp_path, days, fmt, split
         assert lines.select("_metadata.file_block_start").distinct().count() >= 4  # really split into blocks
         config = _config(tmp_path, [root / fmt], name="split", split_gzip=split_gzip)
         if fmt == "gz" and split_gzip:  # the copy that the scans read is cut into blocks too
-            copies = decompressed_copies(spark, list_sources(spark, [str(root / "gz")]), str(tmp_path / "copies"))
+            sources = list_sources(spark, [str(root / "gz")])
+            copies = decompressed_copies(spark, sources, str(tmp_path / "copies")).copies
             copy = spark.read.text(copies[0])
             assert copy.select("_metadata.file_block_start").distinct().count() >= 4 and copy.count() == 3000
         result = run_stage("ingest", spark, config)
@@ -320,7 +321,7 @@ def test_isal_and_spark_decode_the_same_lines_of_multi_member_damaged_and_odd_li
     sources = criteo_files.list_sources(spark, [str(folder)])
     lines = {}
     for name, decode in (("isal", criteo_files._decoded_by_isal), ("spark", criteo_files._decoded_by_spark)):
-        copies = decode(spark, list(enumerate(sources)), str(tmp_path / name))
+        copies = decode(spark, list(enumerate(sources)), str(tmp_path / name)).copies
         frame = criteo_files.read_lines(spark, sources, copies).select("file_index", "line").toPandas()
         lines[name] = {index: sorted(group["line"].map(bytes)) for index, group in frame.groupby("file_index")}
     assert lines["isal"][0] == lines["spark"][0] and len(lines["isal"][0]) == 3001  # a lone CR ends no line

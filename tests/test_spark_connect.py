@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from lia_spark.run.json_output import strict_json
-from pipeline_support import OWN_TRAINER, PYTHON, python_without_package, tiny_run
+from pipeline_support import OWN_TRAINER, PYTHON, REPO, python_without_package, tiny_run
+
+TESTS = REPO / "tests"  # the child imports parquet_pages from here
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -52,6 +54,18 @@ trained = subprocess.run([sys.executable, sys.argv[2], injected.export_path, "--
 uri = trained.stdout.strip().splitlines()[-1]
 audited = run_stage("audit", spark, load_config(sys.argv[1], [f"audit.model_uri={uri}", "audit.claimed_epsilon=1"]))
 print("own model:", audited.headline.text())
+sys.path.insert(0, sys.argv[3])
+import pathlib, shutil
+from parquet_pages import flip_in_column
+from lia_spark.run.failures import failure_line
+print("checksums:", spark.conf.get("parquet.page.write-checksum.enabled"),
+      spark.conf.get("parquet.page.verify-checksum.enabled"))
+damaged = shutil.copytree(own.parquet_path, own.run.output_dir + "/damaged")
+flip_in_column(sorted(pathlib.Path(damaged).rglob("*.parquet"))[-1], "label", crc="recompute")
+try:
+    spark.read.parquet(damaged).collect()
+except Exception as error:
+    print("damaged: exit %d: %s" % failure_line(error)[::-1])
 sys.exit(code)
 """
 
@@ -83,7 +97,7 @@ def test_pipeline_over_spark_connect_without_lia_spark_on_the_server_matches_the
                          tracking={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
     env = {**os.environ, "PYSPARK_PYTHON": str(server_python), "PYSPARK_DRIVER_PYTHON": PYTHON,
            "SPARK_LOCAL_IP": "127.0.0.1", "MPLBACKEND": "Agg"}
-    completed = subprocess.run([PYTHON, "-c", CHILD, str(conf), str(OWN_TRAINER)], env=env,
+    completed = subprocess.run([PYTHON, "-c", CHILD, str(conf), str(OWN_TRAINER), str(TESTS)], env=env,
                                cwd=tmp_path, capture_output=True, text=True, timeout=840)
     assert completed.returncode == 0, completed.stderr[-4000:]
     assert "without: 2" in completed.stdout, completed.stderr[-4000:]
@@ -102,6 +116,11 @@ def test_pipeline_over_spark_connect_without_lia_spark_on_the_server_matches_the
     assert counted == {"train", "utility"}, completed.stderr[-4000:]
     own = next(line for line in completed.stdout.splitlines() if line.startswith("own model: "))
     assert "its own mechanism (model runs:/" in own and "FINDING" in own, own  # a broken RR, scored over Connect
+    # Parquet's page CRCs are written and verified over Connect too: a flipped label page is refused in one line
+    assert "checksums: true true" in completed.stdout, completed.stdout[-2000:]
+    damaged = next(line for line in completed.stdout.splitlines() if line.startswith("damaged: "))
+    assert damaged.startswith(f"damaged: exit 1: {out}/damaged/day=1/part-") and ": damaged, its bytes changed" in \
+        damaged and f"in the table {out}/damaged;" in damaged and "run.force=true" in damaged, damaged
 
     connect = json.loads(Path(out / "results" / "pipeline.json").read_text(encoding="utf-8"))
     classic = json.loads(strict_json(run.result).replace(run.config.run.output_dir, str(out)))

@@ -163,11 +163,12 @@ def _audit_pandas(frame: pd.DataFrame, config: Config, *, seed: int,
 def _audit_spark(frame: Any, config: Config, *, seed: int, claimed_epsilon: float,
                  spark: Any) -> tuple[ChoiceBound, tuple[str, ...], int]:
     from lia_spark.engine.audit.stage import handed_table_counts
+    from lia_spark.engine.spark.session import checksummed_parquet
 
     _check_columns(frame.columns)
     against = (config.audit.baseline_columns(tuple(c for c in BASELINE_COLUMNS if c in frame.columns))
                or (PROXY_PREDICTION,))[0]
-    counted = handed_table_counts(spark if spark is not None else frame.sparkSession,
+    counted = handed_table_counts(checksummed_parquet(spark if spark is not None else frame.sparkSession),
                                   dataclasses.replace(config, run=dataclasses.replace(config.run, seed=seed)), frame,
                                   against=against)
     bound = counts_bound(counted.correct, counted.guesses, counted.canaries, config.audit,
@@ -219,15 +220,17 @@ def run_command(command: str = "pipeline", conf: Conf = None, *, overrides: Sequ
     config ``conf`` (a file, or a packaged name such as ``"demo"``) with ``overrides``, holding the output folder's
     run lock, and write ``<run.output_dir>/results/<command>.json`` as the command line does; return the command's
     typed result (each command's type: the overloads above). ``spark``: the session to use (default: a session from
-    the config's spark section, its executors checked first). Progress is logged on the ``lia_spark`` logger:
+    the config's spark section, its executors checked first; either way Parquet's page CRCs written and verified on
+    it, :func:`lia_spark.engine.spark.session.checksummed_parquet`). Progress is logged on the ``lia_spark`` logger:
     :func:`lia_spark.configure_logging` shows it as the command line does. Exceptions propagate (the command line
     turns them into one line and an exit code)."""
     from lia_spark.cli.main import execute_command
+    from lia_spark.engine.spark.session import checksummed_parquet
 
     config = load_config(conf, overrides)
     if spark is None:
         from lia_spark.engine.spark.deployment import start_spark
 
         spark = start_spark(config.spark)
-    result, _, _ = execute_command(command, spark, config)
+    result, _, _ = execute_command(command, checksummed_parquet(spark), config)
     return result

@@ -35,3 +35,8 @@ def fail_glob(field: str, path: str) -> None:
 def is_remote_path(path: str) -> bool:
     """True for a URI (``scheme://...`` or ``dbfs:...``) rather than a plain local path."""
     return "://" in path or path.startswith("dbfs:")
+
+
+def unwrapped_file_uri(path: str) -> str:
+    """``path`` with a ``file:`` URI unwrapped to the plain local path; any other path as it is."""
+    return "/" + path[len("file:"):].lstrip("/") if path.startswith("file:") else path

@@ -9,7 +9,8 @@ Commands print this line on stderr (the traceback goes to the log). One rule dec
 - 1, a runtime failure: a full disk or a refused write, raised by Python (``OSError`` ENOSPC / EACCES / EPERM /
   EROFS) or by Hadoop inside a Spark call (``FSError``, ``AccessControlException``, ``AccessDeniedException``,
   "Permission denied", "No space left on device", "Mkdirs failed"), is a resource error naming the path; a Parquet
-  file whose bytes changed since they were written (page CRC, Hadoop checksum) names the file and run.force; anything
+  file whose bytes changed since they were written (page CRC, Hadoop checksum; read by Spark, or by pyarrow on the
+  driver or in a Spark Python worker: :class:`DamagedFileError`) names the file, its table and run.force; anything
   else is reported by the first line of the outermost error that names a config field, else of its innermost cause.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import shutil
 from typing import Iterator, Sequence
 
 from lia_spark import __version__
-from lia_spark.run.checks import ConfigError
+from lia_spark.run.checks import ConfigError, unwrapped_file_uri
 from lia_spark.run.config import Config
 
 CONFIG_SECTIONS = frozenset(field.name for field in dataclasses.fields(Config))
@@ -48,6 +49,9 @@ MODULE_FIXES = {"lia_spark": SHIP_PACKAGE,
                 "xgboost": "install it: `pip install 'lia-spark[xgboost]'` (its CPU build) or any xgboost >= 2.1",
                 "catboost": "install it: `pip install 'lia-spark[catboost]'`, or set models.library=xgboost"}
 _DAMAGED_FILE = re.compile(r"(?:Encountered error while reading file|Checksum error:) (\S+\.parquet)")
+DAMAGED_FIX = ("recompute the stage that wrote it: the command that ran it, with run.force=true (e.g. `lia-spark run "
+               "--conf <your conf> run.force=true`), or write your own table again")
+_WORKER_DAMAGE = re.compile(rf"DamagedFileError: (.+?{re.escape(DAMAGED_FIX)})")  # a Python worker's, in its traceback
 _DAMAGE_SIGNS = ("CRC checksum verification failed", "ChecksumException", "could not verify page integrity",
                  "is not a Parquet file", "ParquetDecodingException", "Can not read value at")
 _FIELD = re.compile(r"\s*[a-z_]+\.[a-z_]+[^\s:]*: ")  # "section.key: what is wrong ..."
@@ -156,28 +160,45 @@ def _size(count: float) -> str:
     return ""
 
 
-RECOMPUTE_FIX = ("recompute the stage that wrote it: the command that ran it, with run.force=true (e.g. `lia-spark run "
-                 "--conf <your conf> run.force=true`), or write your own table again")
+class DamagedFileError(RuntimeError):
+    """A committed file whose bytes no longer hold what was written: a Parquet file read by pyarrow (a page CRC that
+    does not match, bytes that do not decode; its message is :func:`damaged_line`), or a file of a stage's input
+    folder that differs from what the folder's marker lists (its message names the file, then :data:`DAMAGED_FIX`)."""
 
 
-class DamagedInputError(RuntimeError):
-    """A committed output a stage would read no longer holds the files its marker lists (message: the file first,
-    then :data:`RECOMPUTE_FIX`)."""
+def damaged_line(path: str, reason: str) -> str:
+    """The line for the Parquet file ``path`` whose bytes changed after they were written (``reason``: what the
+    reader saw), naming the file (a local one by its plain path), its table (the folder above its partition folders)
+    and the fix."""
+    path = unwrapped_file_uri(path)
+    return (f"{path}: damaged, its bytes changed after they were written ({reason}), got {path!r} in the table "
+            f"{parquet_table(path)}; {DAMAGED_FIX}")
+
+
+def parquet_table(path: str) -> str:
+    """The table (folder) a Parquet file belongs to: its folder without the partition folders (``day=1``)."""
+    folder = path.rstrip("/").rsplit("/", 1)[0]
+    while "=" in folder.rsplit("/", 1)[-1]:
+        folder = folder.rsplit("/", 1)[0]
+    return folder
 
 
 def damaged_file(error: BaseException) -> str | None:
-    """The line for a file whose bytes changed after they were written (a Parquet page CRC or Hadoop's ``.crc``
-    checksum does not match, or the file no longer decodes; or :class:`DamagedInputError`), naming the file and the
-    fix; None otherwise."""
-    if isinstance(error, DamagedInputError):
-        return _first_line(str(error))
+    """The line for a Parquet file whose bytes changed after they were written (a page CRC or Hadoop's ``.crc``
+    checksum does not match, or the file no longer decodes), read by Spark or by pyarrow (:class:`DamagedFileError`,
+    on the driver or as the text of a Python worker's error), naming the file and the fix; None otherwise."""
+    if isinstance(error, DamagedFileError):
+        return str(error)
     texts = [str(error), *_java_messages(error)]
+    worker = next((match.group(1) for text in texts for match in [_WORKER_DAMAGE.search(text)] if match), None)
+    if worker is not None:
+        return worker
     found = next((match for text in texts for match in [_DAMAGED_FILE.search(text)] if match), None)
     if found is None or not any(needle in text for text in texts for needle in _DAMAGE_SIGNS):
         return None
-    path = found.group(1).rstrip(".")
-    reason = next(_first_line(text) for text in reversed(texts) if any(needle in text for needle in _DAMAGE_SIGNS))
-    return f"{path}: damaged, its bytes changed after they were written ({reason}), got {path!r}; {RECOMPUTE_FIX}"
+    reason = next(line.strip().removeprefix("Caused by: ") for text in reversed(texts) for line in text.splitlines()
+                  if any(needle in line for needle in _DAMAGE_SIGNS))  # innermost first: the reader's own words
+    return damaged_line(found.group(1).rstrip("."), reason)
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:

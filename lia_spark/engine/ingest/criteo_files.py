@@ -19,7 +19,8 @@ from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark import names
-from lia_spark.engine.spark.filesystem import files_for, local_folder
+from lia_spark.engine.ingest.gzip_members import GzipDecode, decode_members
+from lia_spark.engine.spark.filesystem import LocalFiles, files_for, local_folder
 from lia_spark.kernels import criteo
 
 logger = logging.getLogger(__name__)
@@ -46,8 +47,7 @@ _COPY_PREFIX = "gunzipped-file-"  # step 0's copy of source file i: <data.parque
 COPY_FILE = "part-00000"  # the decoded text inside a copy folder written by ISA-L
 
 _DECOMPRESS_THREADS = 64  # concurrent Spark jobs of step 0 (one task each)
-_DECODE_CHUNK = 1 << 20  # compressed bytes per read of ISA-L's decoder
-_GZIP_WBITS = 31  # zlib's window bits for a gzip header and trailer
+_DECODE_CHUNK = 1 << 20  # compressed bytes per read of the gzip decoder
 
 @dataclasses.dataclass(frozen=True)
 class SourceFile:
@@ -106,46 +106,49 @@ def gzip_trailer_size(spark: SparkSession, source: SourceFile) -> int | None:
     return int.from_bytes(trailer, "little")
 
 
-def decompressed_copies(spark: SparkSession, sources: list[SourceFile], folder: str) -> dict[int, str]:
-    """Step 0: file index -> a plain text copy of each non-empty .gz source, one task per file, the files
-    concurrently; lines decoded before any damage are kept, as in a direct read. Local files (the executors see the
-    driver's paths: local runs, /dbfs or /Volumes mounts) are decoded by ISA-L (:func:`decode_gzip_file`, about twice
-    Spark's decode rate); other file systems by Spark's own gzip codec."""
+@dataclasses.dataclass(frozen=True)
+class Decompressed:
+    """Step 0's plain text copies (file index -> copy folder) and, for the files ISA-L decoded, how each decoded
+    (:class:`~lia_spark.engine.ingest.gzip_members.GzipDecode`; Spark's codec tells nothing of the kind)."""
+
+    copies: dict[int, str]
+    decodes: dict[int, GzipDecode]
+
+
+def decompressed_copies(spark: SparkSession, sources: list[SourceFile], folder: str) -> Decompressed:
+    """Step 0: a plain text copy of each non-empty .gz source, one task per file, the files concurrently; lines
+    decoded before any damage are kept, as in a direct read. Local files (the executors see the driver's paths: local
+    runs, /dbfs or /Volumes mounts) are decoded by ISA-L (:func:`decode_gzip_file`, about twice Spark's decode rate),
+    as ``gzip -d`` decodes them; other file systems by Spark's own gzip codec."""
     gzip_sources = [(index, source) for index, source in enumerate(sources) if source.gzip and source.size > 0]
     if not gzip_sources:
-        return {}
+        return Decompressed({}, {})
     if all(local_folder(path) is not None for path in [folder] + [source.path for _, source in gzip_sources]):
         return _decoded_by_isal(spark, gzip_sources, folder)
     return _decoded_by_spark(spark, gzip_sources, folder)
 
 
-def decode_gzip_file(source: str, copy: str) -> tuple[int, str]:
-    """Decode the gzip file ``source`` into ``copy`` (local paths) with ISA-L, every member of a multi-member file;
-    at damage (truncation, corrupt data, not gzip) keep what was decoded before it. Returns the decoded bytes and
-    the damage ("" for none: the size check of the scan then judges the file)."""
-    from isal import isal_zlib
-
-    written, damage = 0, ""
+def decode_gzip_file(source: str, copy: str) -> GzipDecode:
+    """Decode the gzip file ``source`` into ``copy`` (local paths) as ``gzip -d`` does
+    (:func:`~lia_spark.engine.ingest.gzip_members.decode_members`: every member, trailing zeros and garbage
+    ignored, at damage what was decoded before it kept)."""
     os.makedirs(os.path.dirname(copy), exist_ok=True)
-    with open(source, "rb") as stream, open(copy, "wb") as out:
-        decoder, pending = isal_zlib.decompressobj(_GZIP_WBITS), b""
-        try:
-            while compressed := pending or stream.read(_DECODE_CHUNK):
-                decoded = decoder.decompress(compressed, _DECODE_CHUNK * 8)  # memory stays bounded
-                pending = decoder.unconsumed_tail
-                out.write(decoded)
-                written += len(decoded)
-                if decoder.eof and decoder.unused_data:  # the next member of a multi-member file
-                    decoder, pending = isal_zlib.decompressobj(_GZIP_WBITS), decoder.unused_data
-            if not decoder.eof:
-                damage = "the file ends inside a gzip member (truncated)"
-        except isal_zlib.error as error:
-            damage = f"corrupt gzip data: {error}"
-    return written, damage
+    with open(copy, "wb") as out:
+        return decode_members(LocalFiles().read_chunks(source, _DECODE_CHUNK), out.write)
 
 
-def _decoded_by_isal(spark: SparkSession, gzip_sources: list[tuple[int, SourceFile]],
-                     folder: str) -> dict[int, str]:
+def walked_gzip(spark: SparkSession, source: SourceFile) -> GzipDecode:
+    """How the gzip file ``source`` decodes (:func:`decode_members`, the text counted, not kept), read on the
+    driver: for a file Spark's codec decoded, whose trailer does not tell."""
+    files = LocalFiles() if local_folder(source.path) is not None else files_for(spark, source.path)
+    return decode_members(files.read_chunks(source.path, _DECODE_CHUNK))
+
+
+_DECODE_COLUMNS = "file_index long, bytes long, members long, trailing long, trailing_zeros boolean, damage string, " \
+                  "seconds double"
+
+
+def _decoded_by_isal(spark: SparkSession, gzip_sources: list[tuple[int, SourceFile]], folder: str) -> Decompressed:
     """:func:`decompressed_copies` for local files: one Spark task per file runs :func:`decode_gzip_file`."""
     copies = {index: f"{folder}/{_COPY_PREFIX}{index}" for index, _ in gzip_sources}
     work = [(index, os.path.abspath(local_folder(source.path)),
@@ -157,18 +160,21 @@ def _decoded_by_isal(spark: SparkSession, gzip_sources: list[tuple[int, SourceFi
             for position in frame["id"].tolist():
                 index, source, copy = work[position]
                 started = time.monotonic()
-                written, damage = decode_gzip_file(source, copy)
-                yield pd.DataFrame({"file_index": [index], "bytes": [written], "seconds": [time.monotonic() - started],
-                                    "damage": [damage]})
+                decoded = decode_gzip_file(source, copy)
+                yield pd.DataFrame({"file_index": [index], "bytes": [decoded.decoded], "members": [decoded.members],
+                                    "trailing": [decoded.trailing], "trailing_zeros": [decoded.trailing_zeros],
+                                    "damage": [decoded.damage], "seconds": [time.monotonic() - started]})
 
-    decoded = (spark.range(len(work), numPartitions=len(work))
-               .mapInPandas(decode, "file_index long, bytes long, seconds double, damage string").collect())
-    for row in sorted(decoded, key=lambda row: row["file_index"]):
-        source = gzip_sources[[index for index, _ in gzip_sources].index(row["file_index"])][1]
-        logger.info("ingest: %s decoded by ISA-L: %.1f MB in %.1f s (%.0f MB/s)%s", source.path, row["bytes"] / 1e6,
-                    row["seconds"], row["bytes"] / 1e6 / max(row["seconds"], 1e-9),
+    rows = spark.range(len(work), numPartitions=len(work)).mapInPandas(decode, _DECODE_COLUMNS).collect()
+    paths = dict(gzip_sources)
+    decodes = {}
+    for row in sorted(rows, key=lambda row: row["file_index"]):
+        decodes[row["file_index"]] = GzipDecode(row["bytes"], row["members"], row["trailing"], row["trailing_zeros"],
+                                                row["damage"])
+        logger.info("ingest: %s decoded by ISA-L: %.1f MB in %.1f s (%.0f MB/s)%s", paths[row["file_index"]].path,
+                    row["bytes"] / 1e6, row["seconds"], row["bytes"] / 1e6 / max(row["seconds"], 1e-9),
                     f"; decoding stopped at damage: {row['damage']}" if row["damage"] else "")
-    return copies
+    return Decompressed(copies, decodes)
 
 
 def _text_reader(spark: SparkSession) -> DataFrameReader:
@@ -179,7 +185,7 @@ def _text_reader(spark: SparkSession) -> DataFrameReader:
 
 
 def _decoded_by_spark(spark: SparkSession, gzip_sources: list[tuple[int, SourceFile]],
-                      folder: str) -> dict[int, str]:
+                      folder: str) -> Decompressed:
     """:func:`decompressed_copies` on any Hadoop file system: Spark's gzip codec decodes each file in one task."""
 
     def decompress(item: tuple[int, SourceFile]) -> tuple[int, str]:
@@ -191,7 +197,7 @@ def _decoded_by_spark(spark: SparkSession, gzip_sources: list[tuple[int, SourceF
         return index, copy
 
     with ThreadPoolExecutor(max_workers=min(len(gzip_sources), _DECOMPRESS_THREADS)) as pool:
-        return dict(pool.map(decompress, gzip_sources))
+        return Decompressed(dict(pool.map(decompress, gzip_sources)), {})
 
 
 def read_lines(spark: SparkSession, sources: list[SourceFile], copies: dict[int, str]) -> DataFrame:

@@ -17,9 +17,11 @@ steps 1 and 3 are one job whose tasks read their own byte ranges of the text and
 1. *scan*: per file block (``_metadata.file_block_start``) count lines and bytes, count malformed lines
    per reason, and emit the malformed lines with their index inside the block (a small, cached output);
 2. on the driver: turn the per-block line counts into the first line index of every block (cumulative
-   sums in block order); check every file's decoded size against its size (plain) or gzip trailer
-   (ISIZE; a multi-member gzip whose ISIZE disagrees is re-read strictly once); write the quarantine;
-   enforce ``data.max_malformed_share``;
+   sums in block order); check every file's decoded size against its size (plain) or against how it decodes as
+   ``gzip -d`` decodes it (:mod:`lia_spark.engine.ingest.gzip_members`: every member, trailing zeros ignored,
+   trailing garbage ignored with a warning; told by step 0's ISA-L decode, else by the gzip trailer's ISIZE, a
+   strict re-read by Spark, or a walk of the file on the driver); write the quarantine; enforce
+   ``data.max_malformed_share``;
 3. *parse*: number each line as block first line + its index inside the block, so
    ``row_id = make_row_id(day, position in the file/day)`` never depends on partitioning, and write
    the valid rows partitioned by day; the written row counts per day are checked against step 1.
@@ -47,9 +49,10 @@ from pyspark.sql import functions as F
 
 from lia_spark import names
 from lia_spark.engine.ingest import local_files
-from lia_spark.engine.ingest.criteo_files import (GZIP_MODULUS, SCAN_DDL, SourceFile, decompressed_copies,
-                                                  gzip_trailer_size, list_sources, parse_partition_fn, read_lines,
-                                                  scan_partition)
+from lia_spark.engine.ingest.criteo_files import (GZIP_MODULUS, SCAN_DDL, Decompressed, SourceFile,
+                                                  decompressed_copies, gzip_trailer_size, list_sources,
+                                                  parse_partition_fn, read_lines, scan_partition, walked_gzip)
+from lia_spark.engine.ingest.gzip_members import GzipDecode
 from lia_spark.engine.runtime.outputs import committed_output, scratch_folder
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Resolved, Stage, StageResult, StageRun
@@ -178,28 +181,43 @@ def _collect_scan(scanned: DataFrame, n_files: int) -> list[_FileScan]:
 def _reads_cleanly(spark: SparkSession, source: SourceFile, lines: int) -> bool:
     """Whether Spark decodes the whole file without error (corrupt files not ignored) into ``lines`` lines."""
     try:
-        return spark.read.format("text").option("ignoreCorruptFiles", "false").load(source.path).count() == lines
-    except Exception as error:  # noqa: BLE001 - any read failure of this one file means it is damaged
-        logger.warning("ingest: %s cannot be read to the end: %s", source.path, str(error).splitlines()[0])
+        return spark.read.format("text").option("ignoreCorruptFiles", "false").option("lineSep", "\n").load(
+            source.path).count() == lines
+    except Exception as error:  # noqa: BLE001 - any read failure of this one file: it is walked
+        logger.info("ingest: %s cannot be read to the end by Spark's codec: %s", source.path,
+                    str(error).splitlines()[0])
         return False
 
 
-def _file_status(spark: SparkSession, source: SourceFile, scan: _FileScan) -> str:
-    """ok | empty | truncated_gzip | size_mismatch, from the decoded bytes vs the file size or gzip ISIZE.
-
-    ISIZE covers only the last member of a multi-member gzip (e.g. concatenated parts), so a gzip
-    whose ISIZE disagrees is re-read once without ignoring corrupt files to tell the two apart.
-    """
+def _file_status(spark: SparkSession, source: SourceFile, scan: _FileScan, decode: GzipDecode | None) -> str:
+    """ok | empty | truncated_gzip | size_mismatch: a plain file's lines against its size; a gzip file's against
+    how it decodes as ``gzip -d`` decodes it (``decode``: step 0's ISA-L decode, else :func:`_read_whole_by_spark`
+    or :func:`walked_gzip`): every member decoded to its end (trailing zeros and garbage ignored, garbage with a
+    warning) into the bytes the scan read."""
     if source.size == 0:
         return "empty"
-    if source.gzip:
-        isize = gzip_trailer_size(spark, source)
-        intact = (isize is not None and criteo.decoded_size_matches(
-            isize, line_bytes=scan.line_bytes, lines=scan.lines, modulus=GZIP_MODULUS)
-        ) or _reads_cleanly(spark, source, scan.lines)
-        return "ok" if intact else TRUNCATED_GZIP
-    intact = criteo.decoded_size_matches(source.size, line_bytes=scan.line_bytes, lines=scan.lines)
-    return "ok" if intact else SIZE_MISMATCH
+    if not source.gzip:
+        intact = criteo.decoded_size_matches(source.size, line_bytes=scan.line_bytes, lines=scan.lines)
+        return "ok" if intact else SIZE_MISMATCH
+    if decode is None and _read_whole_by_spark(spark, source, scan):
+        return "ok"
+    decode = decode or walked_gzip(spark, source)
+    warning = decode.garbage_warning(source.path)
+    if warning:
+        logger.warning("ingest: %s", warning)
+    intact = not decode.damage and criteo.decoded_size_matches(decode.decoded, line_bytes=scan.line_bytes,
+                                                               lines=scan.lines)
+    return "ok" if intact else TRUNCATED_GZIP
+
+
+def _read_whole_by_spark(spark: SparkSession, source: SourceFile, scan: _FileScan) -> bool:
+    """Whether Spark's codec read the whole gzip file into the scan's lines: its trailer's ISIZE (the last member's
+    size mod 2^32) fits them, or a strict re-read gives as many (a multi-member file); else the file is walked on
+    the driver (:func:`walked_gzip`: its members, trailing bytes, damage)."""
+    isize = gzip_trailer_size(spark, source)
+    fits = isize is not None and criteo.decoded_size_matches(isize, line_bytes=scan.line_bytes, lines=scan.lines,
+                                                             modulus=GZIP_MODULUS)
+    return fits or _reads_cleanly(spark, source, scan.lines)
 
 
 def _block_offsets(scans: list[_FileScan]) -> dict[tuple[int, int], int]:
@@ -403,12 +421,13 @@ def _check_chunk_lines(sources: list[SourceFile], scans: list[_FileScan], counte
 def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str) -> IngestResult:
     """Steps 0-3 of the module docstring (see :func:`_ingest`)."""
     spark, config, started = run.spark, run.config, run.started
-    copies = {}
+    decompressed = Decompressed({}, {})
     if config.data.split_gzip:
         describe_jobs(spark, "ingest: decompress gzip files once (one task per file)")
-        copies = decompressed_copies(spark, sources, copies_folder)
-        if copies:
-            logger.info("ingest: %d gzip file(s) decompressed in %.1f s", len(copies), time.monotonic() - started)
+        decompressed = decompressed_copies(spark, sources, copies_folder)
+    copies = decompressed.copies
+    if copies:
+        logger.info("ingest: %d gzip file(s) decompressed in %.1f s", len(copies), time.monotonic() - started)
     by_tasks = config.data.task_io and local_files.applies(sources, copies, run.staging)
     if by_tasks:
         scanned, file_days, chunk_lines = _scanned_and_written(run, sources, copies)
@@ -423,7 +442,8 @@ def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str
             _check_chunk_lines(sources, scans, chunk_lines)
         else:
             file_days = _file_days(sources, [scan.lines for scan in scans], config.data.kaggle_days)
-        statuses = [_file_status(spark, source, scan) for source, scan in zip(sources, scans)]
+        statuses = [_file_status(spark, source, scan, decompressed.decodes.get(index))
+                    for index, (source, scan) in enumerate(zip(sources, scans))]
         offsets = _block_offsets(scans)
         malformed = _malformed_lines(spark, scanned, sources, scans, offsets)
         rows_per_day = _valid_rows_per_day(sources, scans, file_days, malformed)

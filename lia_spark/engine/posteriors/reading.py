@@ -19,6 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark.engine.models.priors import resolve_prior
+from lia_spark.engine.runtime.parquet_reads import named_damage, verified_batches
 from lia_spark.engine.spark.session import default_parallelism
 from lia_spark.run.config import Config
 
@@ -79,11 +80,10 @@ class InputPart:
     def _batches(self, columns: list[str]) -> Iterator[pa.RecordBatch]:
         """The part's rows of its days, ``columns`` only, in batches of at most :data:`INPUT_BATCH_ROWS` rows."""
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         read = columns + (["day"] if self.days is not None and "day" not in columns else [])
-        for batch in pq.ParquetFile(self.path).iter_batches(batch_size=INPUT_BATCH_ROWS, columns=read,
-                                                            row_groups=list(self.row_groups), use_threads=False):
+        for batch in verified_batches(self.path, columns=read, row_groups=self.row_groups,
+                                      batch_size=INPUT_BATCH_ROWS):
             if self.days is None:
                 yield batch
             else:
@@ -134,7 +134,8 @@ def input_parts(path: str, *, side: str, column: str, days: Sequence[int], rows_
         fragments = list(dataset.get_fragments(filter=ds.field("day").isin(list(days))))
     parts = []
     for fragment in fragments:
-        metadata = fragment.metadata
+        with named_damage(fragment.path):
+            metadata = fragment.metadata
         day_counts = [_day_row_count_from_statistics(metadata, group, days) if in_files else None
                       for group in range(metadata.num_row_groups)]
         kept = [group for group, count in enumerate(day_counts) if count != 0]  # 0: statistics exclude the days

@@ -43,6 +43,7 @@ from pyspark.sql import functions as F
 
 from lia_spark.engine.models.feature_frames import check_days_present, released_day_field, released_days
 from lia_spark.engine.runtime.outputs import copy_from_local, delete_path, local_folder, reported_path
+from lia_spark.engine.runtime.parquet_reads import verified_frame
 from lia_spark.engine.posteriors.prior import check_prior_source
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plot_sample, summarize_digest
 from lia_spark.engine.posteriors.units import PosteriorInput, posterior_input, spill_units
@@ -198,7 +199,7 @@ def _posteriors(run: StageRun) -> PosteriorsResult:
         logger.info("posteriors: rows written after %.1f s", time.monotonic() - started)
         sample_dir = os.path.join(local_staging, layout.PLOT_SAMPLE)
         summary, plots = _summary_and_plots(spark, digest, os.path.join(local_staging, layout.ROWS),
-                                            functools.partial(pd.read_parquet, sample_dir), folder=local_staging,
+                                            functools.partial(verified_frame, sample_dir), folder=local_staging,
                                             staging=staging)
         shutil.rmtree(sample_dir)
     else:  # a remote folder: Spark writes the rows and reads them back; CSV and plots are copied

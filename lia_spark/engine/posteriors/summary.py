@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, UNIT_ROWS
+from lia_spark.engine.runtime.parquet_reads import verified_row_groups
 from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels import advantage, hashing, leakage
 from lia_spark.kernels.posterior_grid import PLOT_SAMPLE_PURPOSE, Setting, plot_sample_threshold
@@ -148,13 +149,10 @@ def _rows_in_ranges(spark: SparkSession, rows: str | DataFrame, ranges: dict[tup
 def _file_rows_in_ranges(batches: Iterator[pa.RecordBatch], *, files: Sequence[str],
                          ranges: dict[tuple, list[tuple[int, float, float]]]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body over file indices: :func:`_in_ranges` of each row group of each file."""
-    import pyarrow.parquet as pq
-
     for batch in batches:
         for file_index in batch.column("id").to_numpy():
-            parquet = pq.ParquetFile(files[file_index], read_dictionary=["mechanism"])
-            for group in range(parquet.num_row_groups):
-                table = parquet.read_row_group(group, columns=[*SETTING_KEY, "I"])
+            for table in verified_row_groups(files[file_index], columns=[*SETTING_KEY, "I"],
+                                             read_dictionary=["mechanism"]):
                 yield from _in_ranges(table.column("mechanism").combine_chunks(), table.column("epsilon").to_numpy(),
                                       table.column("bag_size").to_numpy(), table.column("I").to_numpy(), ranges)
 

@@ -140,14 +140,16 @@ def _digest_batches(digests: DigestAccumulator) -> Iterator[pa.RecordBatch]:
 
 class RowGroupWriter:
     """Parquet file of result rows written batch by batch (pyarrow), in row groups of about
-    :data:`ROWS_PER_ROW_GROUP` rows; dictionary encoding only for the few-valued setting columns."""
+    :data:`ROWS_PER_ROW_GROUP` rows; dictionary encoding only for the few-valued setting columns; every page with
+    its CRC (verified by every read)."""
 
     def __init__(self, path: str, schema: pa.Schema, codec: str) -> None:
         import pyarrow.parquet as pq
 
         dictionary = [name for name in SETTING_KEY if name in schema.names]
         self.schema = schema
-        self.writer = pq.ParquetWriter(path, schema, compression=codec, use_dictionary=dictionary)
+        self.writer = pq.ParquetWriter(path, schema, compression=codec, use_dictionary=dictionary,
+                                      write_page_checksum=True)
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
 

@@ -31,7 +31,7 @@ from lia_spark.engine.train.stage import TRAIN
 from lia_spark.engine.utility.stage import UTILITY
 from lia_spark.run import interrupts
 from lia_spark.run.config import Config
-from lia_spark.run.failures import RECOMPUTE_FIX, DamagedInputError
+from lia_spark.run.failures import DAMAGED_FIX, DamagedFileError
 from lia_spark.run.fingerprint import expand_fields, marker_fingerprint, verified_marker
 
 logger = logging.getLogger(__name__)
@@ -172,15 +172,15 @@ def verify_input(spark: SparkSession, stage: Stage, path: str) -> None:
     user's) has nothing to check.
 
     Raises:
-        DamagedInputError: naming the first damaged file, how it differs, and the fix.
+        DamagedFileError: naming the first damaged file, how it differs, and the fix.
     """
     found = committed_folder(spark, path)
     damaged = damaged_files(spark, *found) if found is not None else []
     if damaged:
         name, _, how = damaged[0].partition(": ")
         more = f"; {len(damaged) - 1} more files differ" if len(damaged) > 1 else ""
-        raise DamagedInputError(f"{found[0].rstrip('/')}/{name}: damaged ({how}{more}): the {stage.name} stage's "
-                                f"input no longer holds the files its marker lists; {RECOMPUTE_FIX}")
+        raise DamagedFileError(f"{found[0].rstrip('/')}/{name}: damaged ({how}{more}): the {stage.name} stage's "
+                                f"input no longer holds the files its marker lists; {DAMAGED_FIX}")
 
 
 def _reusable_result(spark: SparkSession, stage: Stage, config: Config, fingerprint: Any, *, reuse: bool) -> Any:

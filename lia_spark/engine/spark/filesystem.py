@@ -13,12 +13,12 @@ import hashlib
 import os
 import re
 import shutil
-from typing import Any
+from typing import Any, Iterator
 
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.spark.session import is_connect
-from lia_spark.run.checks import is_remote_path
+from lia_spark.run.checks import is_remote_path, unwrapped_file_uri
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Entry:
 def local_folder(path: str) -> str | None:
     """``path`` as a plain local path (plain, or a ``file:`` URI unwrapped), None on any other file system."""
     if path.startswith("file:"):
-        return "/" + path[len("file:"):].lstrip("/")
+        return unwrapped_file_uri(path)
     return None if is_remote_path(path) else path
 
 
@@ -135,6 +135,17 @@ class HadoopFiles:
         try:
             stream.seek(offset)
             return bytes(stream.read() & 0xFF for _ in range(count))
+        finally:
+            stream.close()
+
+    def read_chunks(self, path: str, size: int = 1 << 20) -> Iterator[bytes]:
+        """The bytes of file ``path`` in order, at most ``size`` at a time (``InputStream.readNBytes``: Py4J hands
+        the returned Java array over as bytes)."""
+        filesystem, hadoop_path = self._resolve(path)
+        stream = filesystem.open(hadoop_path)
+        try:
+            while chunk := bytes(stream.readNBytes(size)):
+                yield chunk
         finally:
             stream.close()
 
@@ -240,6 +251,12 @@ class LocalFiles:
         with open(self._local(path), "rb") as stream:
             stream.seek(offset)
             return stream.read(count)
+
+    def read_chunks(self, path: str, size: int = 1 << 20) -> Iterator[bytes]:
+        """The bytes of file ``path`` in order, at most ``size`` at a time."""
+        with open(self._local(path), "rb") as stream:
+            while chunk := stream.read(size):
+                yield chunk
 
     def digest(self, path: str) -> str:
         """SHA-256 (hex) of file ``path``."""

@@ -50,15 +50,15 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     """The active SparkSession (Databricks, pyspark shell, spark-submit) or a new one: over Spark Connect when
     ``spark.remote`` is set, else a local one.
 
-    An active session is returned as it is but for one setting: Parquet page checksums are verified on every read
-    (:func:`verifying_reads`). Otherwise settings given by ``spark-submit`` (``--master``, ``--conf``) win over this
-    config's local defaults, which win over Spark's own. A ``sc://`` server keeps its own settings: only
-    ``spark.extra`` is sent to it.
+    An active session is returned as it is but for Parquet's page checksums, written into every page and verified
+    on every read (:func:`checksummed_parquet`). Otherwise settings given by ``spark-submit`` (``--master``,
+    ``--conf``) win over this config's local defaults, which win over Spark's own. A ``sc://`` server keeps its own
+    settings: only ``spark.extra`` is sent to it.
     """
     config = config or SparkConfig()
     active = SparkSession.getActiveSession()
     if active is not None:
-        return verifying_reads(active)
+        return checksummed_parquet(active)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -74,7 +74,7 @@ def get_spark(config: SparkConfig | None = None) -> SparkSession:
     for key, value in settings.items():
         builder = builder.config(key, value)
     with _started_servers_settings_quiet(remote, settings):
-        session = verifying_reads(builder.getOrCreate())
+        session = checksummed_parquet(builder.getOrCreate())
     logger.info("Spark %s session on %s (%s shuffle partitions)", session.version, master_name(session),
                 session.conf.get("spark.sql.shuffle.partitions"))
     return session
@@ -93,11 +93,16 @@ def _started_servers_settings_quiet(remote: str, settings: dict[str, str]) -> It
         yield
 
 
-def verifying_reads(spark: SparkSession) -> SparkSession:
-    """``spark`` with Parquet's page CRCs checked on every read (``parquet.page.verify-checksum.enabled``, a session
-    setting Spark passes to the Parquet reader; Parquet writes the CRCs by default): a damaged page of a committed
-    output fails the read, naming the file, instead of feeding wrong values to the next stage."""
-    spark.conf.set("parquet.page.verify-checksum.enabled", "true")
+PARQUET_CHECKSUMS = {"parquet.page.write-checksum.enabled": "true", "parquet.page.verify-checksum.enabled": "true"}
+
+
+def checksummed_parquet(spark: SparkSession) -> SparkSession:
+    """``spark`` with a CRC written into every Parquet page and checked on every read (:data:`PARQUET_CHECKSUMS`:
+    session settings Spark passes to parquet-mr's writer and reader, on classic sessions and over Spark Connect; the
+    writer's is parquet-mr's default, set so that a cluster's own default cannot drop it): a damaged page of a
+    committed output fails the read, naming the file, instead of feeding wrong values to the next stage."""
+    for key, value in PARQUET_CHECKSUMS.items():
+        spark.conf.set(key, value)
     return spark
 
 
