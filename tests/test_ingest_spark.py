@@ -250,7 +250,8 @@ def test_share_above_limit_fails_without_data_output(spark, tmp_path):
     path = _write(tmp_path / "day_2", lines)
     config = _config(tmp_path, [path], max_malformed_share=0.01)
     share = len(reasons) / len(lines)
-    message = rf"malformed share {100 * share:.4f}% .*max_malformed_share=1\.0000%"
+    message = (rf"^data\.max_malformed_share: {100 * share:.4f}% of the input lines are malformed .*"
+               r"got 0\.01 \(1\.0000%\)")
     with pytest.raises(MalformedShareError, match=message):
         run_stage("ingest", spark, config)
     assert not Path(config.parquet_path).exists()
