@@ -2,8 +2,10 @@
 
 Load order: the dataclass defaults (mirrored in ``conf/defaults.yaml``), then the user's ``--conf FILE`` (or a
 packaged config by name, :mod:`lia_spark.run.packaged_configs`), then ``section.key=value`` overrides (values parsed
-as YAML). Every invalid value raises :class:`ConfigError` naming the field (``section.key``) and the offending value;
-unknown keys are errors too, so typos never pass silently.
+as YAML). Files and overrides are read within the limits of :mod:`lia_spark.run.config_text` (UTF-8, bounded
+aliases). Every invalid value raises :class:`ConfigError` naming the field (``section.key``) and the offending value;
+unknown keys are errors too, so typos never pass silently, and numbers a float64 or an int64 cannot hold never pass
+as infinity or reach Spark.
 """
 from __future__ import annotations
 
