@@ -15,6 +15,7 @@ import dataclasses
 import gzip
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -297,6 +298,122 @@ def two_members(data: bytes) -> bytes:
     """The text of a gzip file as two members (its first third, then the rest)."""
     text = gzip.decompress(data)
     return gzip.compress(text[: len(text) // 3]) + gzip.compress(text[len(text) // 3:])
+# issue 71: bad input
+ALIAS_BOMB = "".join(f"    {name}: &{name} [{', '.join([f'*{previous}'] * 9)}]\n"
+                     for previous, name in zip("abcdefg", "bcdefgh"))
+
+
+def alias_bomb(folder: Path) -> tuple[str, bool]:
+    config = conf(folder)
+    values = yaml.safe_load(config.read_text(encoding="utf-8"))
+    del values["spark"]
+    text = yaml.safe_dump(values) + ("spark:\n  master: local[2]\n  extra:\n"
+                                     f"    a: &a [{', '.join(['lol'] * 9)}]\n" + ALIAS_BOMB)
+    config.write_text(text, encoding="utf-8")
+    outcome = lia(config)
+    return observed(outcome), outcome.code == 2 and outcome.line.startswith("lia-spark: spark.extra: ") and \
+        str(config) in outcome.line and "100,000" in outcome.line
+
+
+def not_utf8(folder: Path) -> tuple[str, bool]:
+    config = conf(folder)
+    config.write_bytes(("# réglages du test\n" + config.read_text(encoding="utf-8")).encode("cp1252"))
+    outcome = lia(config)
+    return observed(outcome), outcome.code == 2 and outcome.line.startswith(f"lia-spark: --conf: {config} is not "
+                                                                            "UTF-8") and \
+        "byte offset" in outcome.line and "Windows-1252" in outcome.line and "iconv -f WINDOWS-1252" in outcome.line
+
+
+def out_of_range(folder: Path, override: str) -> tuple[str, bool]:
+    field, value = override.split("=", 1)
+    outcome = lia(conf(folder), override)
+    return observed(outcome), outcome.code == 2 and outcome.line.startswith(f"lia-spark: {field}: ") and \
+        value[:20] in outcome.line
+
+
+def criteo_days(folder: Path, labels: dict[int, list[int]], malformed: int = 0) -> Path:
+    """Criteo day files ``day_<d>`` with these labels (I1 tells the label a little), the first ``malformed`` lines of
+    day 0 cut short."""
+    generator = random.Random(7)
+    files = folder / "criteo"
+    files.mkdir()
+    for day, day_labels in labels.items():
+        lines = ["\t".join([str(label), *(str(generator.randrange(50) + 20 * label) for _ in range(13)),
+                            *(f"{generator.randrange(40):08x}" for _ in range(26))]) for label in day_labels]
+        if day == 0:
+            lines[:malformed] = ["garbage\tline"] * malformed
+        (files / f"day_{day}").write_text("".join(f"{line}\n" for line in lines), encoding="ascii")
+    return files
+
+
+def mixed_labels(rows: int = 2000, seed: int = 0) -> list[int]:
+    """Labels with about 30% of 1s."""
+    generator = random.Random(seed)
+    return [int(generator.random() < 0.3) for _ in range(rows)]
+
+
+def criteo_run(folder: Path, files: Path, *overrides: str) -> Outcome:
+    return lia(conf(folder), "data.source=criteo", f"data.criteo_paths=[{files}]", *overrides)
+
+
+def malformed_share(folder: Path) -> tuple[str, bool]:
+    outcome = criteo_run(folder, criteo_days(folder, {0: mixed_labels(), 1: mixed_labels(seed=1)}, malformed=100))
+    return observed(outcome), outcome.code == 2 and outcome.line.startswith(
+        "lia-spark: data.max_malformed_share: 2.5000% of the input lines are malformed") and \
+        "got 0.001" in outcome.line and str(folder / "out" / "quarantine") in outcome.line
+
+
+def one_class_day(folder: Path, day: int, label: int, field: str) -> tuple[str, bool]:
+    labels = {0: mixed_labels(), 1: mixed_labels(seed=1)}
+    labels[day] = [label] * 2000
+    outcome = criteo_run(folder, criteo_days(folder, labels))
+    return observed(outcome), outcome.code == 2 and outcome.line.startswith(
+        f"lia-spark: {field}: day {day} holds one class only") and not (folder / "out" / "models").exists()
+
+
+def one_class_test_split(folder: Path) -> tuple[str, bool]:
+    from lia_spark.kernels import criteo, features
+    from lia_spark.run.config import Config
+
+    ids = criteo.make_row_id([1] * 2000, list(range(2000)))
+    test = features.split_codes(ids, seed=Config().run.seed, shares=Config().models.split) == 2
+    labels = [0 if is_test else label for is_test, label in zip(test.tolist(), mixed_labels(seed=1))]
+    outcome = criteo_run(folder, criteo_days(folder, {0: mixed_labels(), 1: labels}))
+    warnings = [line.split(": ", 2)[-1] for line in outcome.stderr.splitlines()
+                if " WARNING " in line and "holds one class only" in line]
+    metrics = json.loads((folder / "out" / "models" / "metrics.json").read_text(encoding="utf-8")) \
+        if outcome.code == 0 else {"test_metrics": {}}
+    auc = metrics["test_metrics"].get("auc@target", "missing")
+    return (f"exit {outcome.code}; {len(warnings)} warning(s): {warnings[0][:110] if warnings else ''}...; "
+            f"auc@target {auc}", outcome.code == 0 and len(warnings) == 1 and "test split of day 1" in warnings[0]
+            and "undefined" in warnings[0] and auc is None)
+
+
+HOLD_EXCLUSIVE = """
+import sqlite3, sys
+database = sqlite3.connect(sys.argv[1], isolation_level=None)
+database.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.read()
+database.execute("ROLLBACK")
+"""
+
+
+def locked_store(folder: Path) -> tuple[str, bool]:
+    database = folder / "mlflow.db"
+    subprocess.run([sys.executable, "-c", "import mlflow, sys; mlflow.MlflowClient(sys.argv[1]).search_experiments()",
+                    f"sqlite:///{database}"], check=True, capture_output=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(database)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        holder.stdout.readline()
+        outcome = lia(conf(folder), "tracking.enabled=true", f"tracking.tracking_uri=sqlite:///{database}")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    return observed(outcome), outcome.code == 1 and outcome.line.startswith(
+        f"lia-spark: tracking.tracking_uri: {database}: another process holds a write lock") and \
+        "tracking.timeout_seconds" in outcome.line and "mlflow server" in outcome.line
 
 
 CASES = (
@@ -334,6 +451,25 @@ CASES = (
     Case("gzip_trailing_garbage", "exit 0; every line gzip -d gives, a WARNING naming the file and its bytes",
          lambda folder: gzip_day(folder, lambda data: data + b"trailing garbage\n" * 3, warns=True)),
     Case("gzip_two_members", "exit 0; every line gzip -d gives", lambda folder: gzip_day(folder, two_members)),
+    # issue 71: bad input
+    Case("yaml_alias_bomb", "exit 2 naming spark.extra, the file and the limit, at once", alias_bomb),
+    Case("config_not_utf8", "exit 2 naming the file, the byte offset, Windows-1252 and iconv", not_utf8),
+    Case("epsilon_1e400", "exit 2 naming models.epsilon and 1e400 (not inf)",
+         lambda folder: out_of_range(folder, "models.epsilon=1e400")),
+    Case("rows_per_day_beyond_int64", "exit 2 naming synthetic.rows_per_day, before Spark",
+         lambda folder: out_of_range(folder, "synthetic.rows_per_day=99999999999999999999999")),
+    Case("rows_per_day_beyond_row_ids", "exit 2 naming synthetic.rows_per_day and 2^40",
+         lambda folder: out_of_range(folder, f"synthetic.rows_per_day={(1 << 40) + 1}")),
+    Case("malformed_share", "exit 2 naming data.max_malformed_share, the share, the limit, the quarantine",
+         malformed_share),
+    Case("one_class_target_day", "exit 2 naming models.target_day, its day and class counts; no model fitted",
+         lambda folder: one_class_day(folder, 1, 1, "models.target_day")),
+    Case("one_class_proxy_day", "exit 2 naming models.proxy_day, its day and class counts; no model fitted",
+         lambda folder: one_class_day(folder, 0, 0, "models.proxy_day")),
+    Case("one_class_test_split", "exit 0; one WARNING naming day 1, AUC undefined; auc@target null",
+         one_class_test_split),
+    Case("locked_sqlite_store", "exit 1 naming the store's path, the write lock and the fix, after 10 s",
+         locked_store),
 )
 
 

@@ -27,6 +27,7 @@ from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.kernels import criteo
 from lia_spark.run.config import config_from_dict
+from lia_spark.run.failures import USAGE_EXIT, failure_line
 
 
 def _random_rows(rng: np.random.Generator, n: int) -> pd.DataFrame:
@@ -251,9 +252,12 @@ def test_share_above_limit_fails_without_data_output(spark, tmp_path):
     path = _write(tmp_path / "day_2", lines)
     config = _config(tmp_path, [path], max_malformed_share=0.01)
     share = len(reasons) / len(lines)
-    message = rf"malformed share {100 * share:.4f}% .*max_malformed_share=1\.0000%"
-    with pytest.raises(MalformedShareError, match=message):
+    message = (rf"^data\.max_malformed_share: {100 * share:.4f}% of the input lines are malformed .*"
+               r"got 0\.01 \(1\.0000%\)")
+    with pytest.raises(MalformedShareError, match=message) as raised:
         run_stage("ingest", spark, config)
+    assert failure_line(raised.value) == (str(raised.value), USAGE_EXIT)  # the input is wrong: exit 2
+    assert str(config.quarantine_path) in str(raised.value)
     assert not Path(config.parquet_path).exists()
     assert _marker(config.quarantine_path) is not None
     assert spark.read.schema(QUARANTINE_DDL).parquet(config.quarantine_path).count() == len(reasons)

@@ -376,7 +376,7 @@ def show_config(argv: Sequence[str]) -> int:
     try:
         config = config_from_args(arguments, _parser("lia-spark config", "Print the resolved config (defaults <- "
                                                      "--conf file <- overrides) as YAML."))
-    except ConfigError as error:
+    except Exception as error:  # noqa: BLE001 - as job_main: one line, the exit code of lia_spark.run.failures
         return report_failure("config", error)
     print(config_yaml(config), end="")
     return 0

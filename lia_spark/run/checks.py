@@ -4,6 +4,8 @@ and the loader (:mod:`lia_spark.run.config`).
 """
 from __future__ import annotations
 
+import math
+import re
 import typing
 from typing import Any, Sequence
 
@@ -15,6 +17,68 @@ class ConfigError(ValueError):
 def fail(field: str, value: Any, requirement: str, fix: str = "") -> typing.NoReturn:
     """Raise "<field>: <requirement>, got <value>[; <fix>]"."""
     raise ConfigError(f"{field}: {requirement}, got {value!r}" + (f"; {fix}" if fix else ""))
+
+
+INT64 = (-(1 << 63), (1 << 63) - 1)  # what an integer field holds (Spark's long, numpy's int64)
+JAVA_INT_MAX = (1 << 31) - 1  # a count Spark takes as a Java int (partitions, batch rows, workers)
+SHOWN_DIGITS = 40  # a longer literal is shown by its first digits and its length
+
+
+def shown(text: str) -> str:
+    """A literal as an error shows it: as written, or its first digits and length when longer than
+    :data:`SHOWN_DIGITS` characters."""
+    return text if len(text) <= SHOWN_DIGITS else f"{text[:20]}... ({len(text):,} characters)"
+
+
+def fail_out_of_range(field: str, text: str, requirement: str, fix: str) -> typing.NoReturn:
+    """Raise "<field>: <requirement>, got <text>; <fix>" for a number literal its type cannot hold (shown as
+    written, :func:`shown`)."""
+    raise ConfigError(f"{field}: {requirement}, got {shown(text)}; {fix}")
+
+
+def fail_float_overflow(field: str, text: str) -> typing.NoReturn:
+    """Refuse a number written finite that a float64 cannot hold (it would silently become infinity)."""
+    fail_out_of_range(field, text, "must be a number a float64 holds (|x| < 1.8e308); written finite it would "
+                      "silently become infinity", "write a smaller number, or inf where the field allows infinity")
+
+
+def fail_int_range(field: str, value: int | str) -> typing.NoReturn:
+    """Refuse an integer outside the int64 range (Spark's long, numpy's int64)."""
+    fail_out_of_range(field, str(value), "must be an integer in [-2^63, 2^63) (a 64-bit integer)",
+                      "write a smaller number")
+
+
+def is_infinity_literal(text: str) -> bool:
+    """Whether ``text`` spells infinity (``inf``, ``.inf``, ``infinity``, either sign, any case)."""
+    return text.strip().lower().lstrip("+-") in ("inf", ".inf", "infinity")
+
+
+_NUMBER_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def number_from_text(field: str, text: str, requirement: str = "must be a number (e.g. 0.5, 1e-5, inf)") -> float:
+    """A number written as text: ``1e-5``, ``1E-5``, ``.5``, ``5.`` (YAML 1.1 reads these as strings), ``inf``,
+    ``.inf``, ``infinity`` (either sign).
+
+    Raises:
+        ConfigError: naming ``field``: not a number (``requirement``), or a finite literal beyond float64
+            (:func:`fail_float_overflow`).
+    """
+    stripped = text.strip().lower()
+    if is_infinity_literal(stripped):
+        return -math.inf if stripped.startswith("-") else math.inf
+    if not _NUMBER_TEXT.fullmatch(stripped):
+        fail(field, text, requirement)
+    value = float(stripped)
+    if math.isinf(value):
+        fail_float_overflow(field, text.strip())
+    return value
+
+
+def fail_above(field: str, value: int, most: int, reason: str) -> None:
+    """Fail naming ``field`` when ``value`` exceeds ``most`` (``reason``: why that is the most it can mean)."""
+    if value > most:
+        fail(field, value, f"must be at most {most:,} ({reason})")
 
 
 def fail_repeats(field: str, values: Sequence[Any]) -> None:

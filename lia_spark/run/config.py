@@ -2,8 +2,10 @@
 
 Load order: the dataclass defaults (mirrored in ``conf/defaults.yaml``), then the user's ``--conf FILE`` (or a
 packaged config by name, :mod:`lia_spark.run.packaged_configs`), then ``section.key=value`` overrides (values parsed
-as YAML). Every invalid value raises :class:`ConfigError` naming the field (``section.key``) and the offending value;
-unknown keys are errors too, so typos never pass silently.
+as YAML). Files and overrides are read within the limits of :mod:`lia_spark.run.config_text` (UTF-8, bounded
+aliases). Every invalid value raises :class:`ConfigError` naming the field (``section.key``) and the offending value;
+unknown keys are errors too, so typos never pass silently, and numbers a float64 or an int64 cannot hold never pass
+as infinity or reach Spark.
 """
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import collections.abc
 import dataclasses
 import math
 import os
-import re
 import types
 import typing
 from typing import Any, Mapping, Sequence
@@ -21,7 +22,9 @@ import yaml
 from lia_spark import names
 from lia_spark.names import IN_MEMORY
 from lia_spark.run.capabilities import refusal
-from lia_spark.run.checks import ConfigError, fail
+from lia_spark.run.checks import (INT64, ConfigError, fail, fail_float_overflow, fail_int_range,
+                                   number_from_text)
+from lia_spark.run.config_text import DuplicateKeyError, OverflowedNumber, decoded, load_yaml
 from lia_spark.run.model_sections import AuditConfig, ModelsConfig, PateConfig, UtilityConfig
 from lia_spark.run.packaged_configs import config_source
 from lia_spark.run.sections import (DataConfig, LoglossConfig, MechanismsConfig, RunConfig, SparkConfig,
@@ -84,21 +87,6 @@ class Config:
         }
 
 
-_FLOAT_TEXT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-
-
-def _float_text(field: str, text: str) -> float:
-    """A number written as text: ``1e-5``, ``1E-5``, ``.5``, ``5.`` (YAML 1.1 reads these as strings), ``inf``,
-    ``.inf``, ``infinity`` (either sign)."""
-    stripped = text.strip().lower()
-    unsigned = stripped.lstrip("+-")
-    if unsigned in ("inf", ".inf", "infinity"):
-        return -math.inf if stripped.startswith("-") else math.inf
-    if not _FLOAT_TEXT.fullmatch(stripped):
-        fail(field, text, "must be a number (e.g. 0.5, 1e-5, inf)")
-    return float(stripped)
-
-
 def _coerce(field: str, value: Any, annotation: Any) -> Any:
     """Convert a YAML value to the field's declared type, or fail naming the field."""
     origin = typing.get_origin(annotation)
@@ -127,20 +115,39 @@ def _coerce(field: str, value: Any, annotation: Any) -> Any:
             fail(field, value, "must be true or false")
         return value
     if annotation is int:
+        if isinstance(value, OverflowedNumber) and value.integer:
+            fail_int_range(field, value.text)
         if isinstance(value, bool) or not isinstance(value, int):
             fail(field, value, "must be an integer")
+        if not INT64[0] <= value <= INT64[1]:
+            fail_int_range(field, value)
         return value
     if annotation is float:
-        if isinstance(value, str):
-            value = _float_text(field, value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            fail(field, value, "must be a number")
-        return float(value)
+        return _number(field, value)
     if annotation is str:
         if not isinstance(value, str):
             fail(field, value, "must be a string")
         return value
     raise TypeError(f"unsupported config type {annotation!r} for {field}")
+
+
+def _number(field: str, value: Any) -> float:
+    """A float field's value: a YAML number or a number written as text (:func:`lia_spark.run.checks.number_from_text`);
+    a literal float64 cannot hold (:class:`lia_spark.run.config_text.OverflowedNumber`, an integer beyond 1.8e308)
+    is refused, never read as infinity."""
+    if isinstance(value, OverflowedNumber):
+        fail_float_overflow(field, value.text)
+    if isinstance(value, str):
+        value = number_from_text(field, value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        fail(field, value, "must be a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        fail_float_overflow(field, str(value))
+    if math.isnan(number):
+        fail(field, value, "must be a number")
+    return number
 
 
 def _build_section(name: str, cls: type, values: Mapping[str, Any]) -> Any:
@@ -168,27 +175,10 @@ def _merge(base: dict[str, Any], update: Mapping[str, Any], origin: str) -> dict
     return merged
 
 
-class DuplicateKeyError(yaml.MarkedYAMLError):
-    """A YAML mapping names one key twice (plain YAML keeps the last value silently)."""
-
-
-class UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a mapping with a repeated key."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                raise DuplicateKeyError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def _read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     source = config_source(path)
     try:
-        content = yaml.load(source.read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506 - a safe loader
+        content = load_yaml(decoded(source.read_bytes(), str(path)), where=str(path))
     except DuplicateKeyError as error:
         raise ConfigError(f"--conf: {error.problem} in {path} (line {error.problem_mark.line + 1}), got the key "
                           "twice; keep one of them") from error
@@ -202,13 +192,22 @@ def _read_yaml(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:
-    """Split ``section.key=value`` into its parts; the value is parsed as YAML (``[1, 2]``, ``inf``, ``true``)."""
+    """Split ``section.key=value`` into its parts; the value is parsed as YAML (``[1, 2]``, ``inf``, ``true``) within
+    the limits of :func:`lia_spark.run.config_text.load_yaml`."""
     if "=" not in text or "." not in text.split("=", 1)[0]:
         raise ConfigError(f"override: must look like section.key=value, got {text!r}")
     dotted, raw = text.split("=", 1)
     section, key = dotted.strip().split(".", 1)
+    field = f"{section}.{key}"
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{field}: the value is not UTF-8 text (the terminal passed bytes of another encoding), "
+                          f"got {raw!r}; set the terminal's locale to UTF-8 (e.g. LANG=C.UTF-8)") from None
+    try:
+        value = load_yaml(raw, where="the override", field=field) if raw.strip() else ""
+    except DuplicateKeyError as error:
+        raise ConfigError(f"{field}: {error.problem} in the value, got {raw!r}; keep one of them") from error
     except yaml.YAMLError as error:
         raise ConfigError(f"{dotted}: value is not valid YAML ({error}), got {raw!r}") from error
     return section, key, value

@@ -60,7 +60,7 @@ _JAVA_PATH = re.compile(r"((?:file|hdfs|s3a?|abfss?|gs|dbfs):/+[^\s:,)'\"]+|(?<!
 
 def failure_line(error: BaseException) -> tuple[str, int]:
     """The one line a command prints for ``error`` (without the ``lia-spark:`` prefix) and its exit code."""
-    chain = list(_causes(error))
+    chain = list(causes(error))
     usage = next((cause for cause in chain if isinstance(cause, ConfigError) or _names_config(cause)), None)
     if usage is not None:
         return _first_line(str(usage)), USAGE_EXIT
@@ -121,7 +121,7 @@ def is_no_space(error: BaseException) -> bool:
     left on device")."""
     return any((isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT))
                or any("No space left on device" in text for text in _java_messages(cause) or [str(cause)])
-               for cause in _causes(error))
+               for cause in causes(error))
 
 
 def _resource_line(path: str | None, problem: tuple[str, str], cause: str, notes: Sequence[str]) -> str:
@@ -201,7 +201,7 @@ def damaged_file(error: BaseException) -> str | None:
     return damaged_line(found.group(1).rstrip("."), reason)
 
 
-def _causes(error: BaseException) -> Iterator[BaseException]:
+def causes(error: BaseException) -> Iterator[BaseException]:
     """``error`` and its causes (explicit ``from`` or implicit context), outermost first."""
     seen: set[int] = set()
     current: BaseException | None = error

@@ -12,7 +12,9 @@ from lia_spark import names
 from lia_spark.kernels import pate
 from lia_spark.kernels.mechanism_registry import TRAINING_MECHANISMS, UTILITY_EXTRA_MECHANISMS
 from lia_spark.names import EXECUTIONS, IN_MEMORY, LIBRARIES, XGBOOST
-from lia_spark.run.checks import fail, fail_glob, fail_repeats
+from lia_spark.kernels.criteo import MAX_DAY
+from lia_spark.kernels.injected import RUN_KEY_SHIFT
+from lia_spark.run.checks import JAVA_INT_MAX, fail, fail_above, fail_glob, fail_repeats, number_from_text
 
 NOT_STATED = "none"  # audit.claimed_epsilon of a target whose claim is not stated
 
@@ -47,6 +49,8 @@ class ModelsConfig:
             fail("models.execution", self.execution, f"must be one of {', '.join(EXECUTIONS)}")
         if self.proxy_day < 0 or self.target_day < 0:
             fail("models.proxy_day/target_day", (self.proxy_day, self.target_day), "must be >= 0")
+        fail_above("models.proxy_day", self.proxy_day, MAX_DAY, f"row ids hold days 0 to {MAX_DAY}")
+        fail_above("models.target_day", self.target_day, MAX_DAY, f"row ids hold days 0 to {MAX_DAY}")
         if self.proxy_day == self.target_day:
             fail("models.target_day", self.target_day, "must differ from models.proxy_day")
         if self.training_mechanism not in TRAINING_MECHANISMS:
@@ -75,6 +79,7 @@ class ModelsConfig:
             fail("models.sample_rows_per_day", self.sample_rows_per_day, "must be >= 0 (0 = the whole day)")
         if self.num_workers < 0:
             fail("models.num_workers", self.num_workers, "must be >= 0 (0 = Spark's default parallelism)")
+        fail_above("models.num_workers", self.num_workers, JAVA_INT_MAX, "Spark counts its tasks in a Java int")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,8 +226,9 @@ class AuditConfig:
         """audit.claimed_epsilon as a number (inf: no privacy claimed), NaN when not stated."""
         value = self.claimed_epsilon
         if isinstance(value, str):
-            text = value.strip().lower()
-            return math.nan if text == NOT_STATED else math.inf if text in ("inf", ".inf", "infinity") else float(text)
+            if value.strip().lower() == NOT_STATED:
+                return math.nan
+            return number_from_text("audit.claimed_epsilon", value, f"must be a number >= 0, inf or {NOT_STATED}")
         return float(value)
 
     def validate(self) -> None:
@@ -240,6 +246,8 @@ class AuditConfig:
                  "shadows come in pairs with complementary coins (docs/math.md §5.13)")
         if isinstance(self.runs, bool) or not isinstance(self.runs, int) or self.runs < 1:
             fail("audit.runs", self.runs, "must be an integer >= 1 (1 = the target's own game)")
+        fail_above("audit.runs", self.runs, 1 << (63 - RUN_KEY_SHIFT), f"2^{63 - RUN_KEY_SHIFT}: a pooled canary's "
+                   f"key is run << {RUN_KEY_SHIFT} | row_id, a 64-bit integer")
         if self.runs > 1 and self.game != names.INJECTED:
             fail("audit.runs", self.runs, f"above 1 pools training runs of the injected game (audit.design="
                  f"{names.INJECTED}, audit.attack={names.LABEL_INFERENCE}; here {self.design}, {self.attack})",
@@ -301,10 +309,7 @@ class AuditConfig:
 
     def _validate_given_target(self) -> None:
         """A target this project did not train: one way to give it, the injected design's game, a sensible claim."""
-        try:
-            claim = self.stated_claim
-        except ValueError:
-            fail("audit.claimed_epsilon", self.claimed_epsilon, f"must be a number >= 0, inf or {NOT_STATED}")
+        claim = self.stated_claim
         if claim < 0:
             fail("audit.claimed_epsilon", self.claimed_epsilon, f"must be a number >= 0, inf or {NOT_STATED}")
         if self.model_uri and self.predictions_path:

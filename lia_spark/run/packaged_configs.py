@@ -27,6 +27,8 @@ class ConfigText(Protocol):
 
     def read_text(self, encoding: str = ...) -> str: ...
 
+    def read_bytes(self) -> bytes: ...
+
 
 def packaged_config(name: str) -> ConfigText | None:
     """The packaged config ``name`` (:data:`PACKAGED_CONFIGS`, with or without ``.yaml``): the wheel's copy, else the

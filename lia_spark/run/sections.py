@@ -13,7 +13,8 @@ from typing import Mapping
 from lia_spark import names
 from lia_spark.kernels.mechanism_registry import BAG_TRAINING_MECHANISMS, TRAINING_MECHANISMS
 from lia_spark.names import POSTERIOR_MECHANISMS
-from lia_spark.run.checks import fail, fail_glob, fail_repeats, is_remote_path
+from lia_spark.kernels.criteo import MAX_DAY, POSITION_BITS
+from lia_spark.run.checks import JAVA_INT_MAX, fail, fail_above, fail_glob, fail_repeats, is_remote_path
 
 
 PIPELINE_STAGES = ("data", "train", "posteriors", "utility", "audit", "report")
@@ -86,8 +87,12 @@ class SparkConfig:
                   "use local[N], local[N,F], yarn, spark://host:port or k8s://...")
         if self.shuffle_partitions < 0:
             fail("spark.shuffle_partitions", self.shuffle_partitions, "must be >= 0 (0 = 4 x cores)")
+        fail_above("spark.shuffle_partitions", self.shuffle_partitions, JAVA_INT_MAX, "Spark counts partitions in "
+                   "a Java int")
         if self.arrow_batch_rows < 1:
             fail("spark.arrow_batch_rows", self.arrow_batch_rows, "must be >= 1")
+        fail_above("spark.arrow_batch_rows", self.arrow_batch_rows, JAVA_INT_MAX, "Spark counts a batch's rows in "
+                   "a Java int")
         if not 0.0 < self.executor_start_seconds < math.inf:
             fail("spark.executor_start_seconds", self.executor_start_seconds, "must be finite and > 0",
                  "use the seconds a command may wait for its first executors (default 900)")
@@ -122,6 +127,7 @@ class DataConfig:
             fail("data.max_malformed_share", self.max_malformed_share, "must be in [0, 1]")
         if self.kaggle_days < 1:
             fail("data.kaggle_days", self.kaggle_days, "must be >= 1")
+        fail_above("data.kaggle_days", self.kaggle_days, MAX_DAY + 1, f"row ids hold days 0 to {MAX_DAY}")
         fail_glob("data.parquet_path", self.parquet_path)
         fail_glob("data.quarantine_path", self.quarantine_path)
 
@@ -140,12 +146,15 @@ class SyntheticConfig:
     def validate(self) -> None:
         if self.rows_per_day < 1:
             fail("synthetic.rows_per_day", self.rows_per_day, "must be >= 1")
+        fail_above("synthetic.rows_per_day", self.rows_per_day, 1 << POSITION_BITS, f"2^{POSITION_BITS}: row ids "
+                   f"are day << {POSITION_BITS} | position, so a day holds at most 2^{POSITION_BITS} rows")
         if not 1 <= self.days <= 24:
             fail("synthetic.days", self.days, "must be in [1, 24]")
         if not 0.0 < self.click_rate < 1.0:
             fail("synthetic.click_rate", self.click_rate, "must be in (0, 1)")
         if self.partitions < 0:
             fail("synthetic.partitions", self.partitions, "must be >= 0 (0 = automatic)")
+        fail_above("synthetic.partitions", self.partitions, JAVA_INT_MAX, "Spark counts partitions in a Java int")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +192,7 @@ class MechanismsConfig:
             for day in self.days:
                 if day < 0:
                     fail("mechanisms.days", day, "must be >= 0")
+                fail_above("mechanisms.days", day, MAX_DAY, f"row ids hold days 0 to {MAX_DAY}")
             fail_repeats("mechanisms.days", self.days)
         if not self.prior_column.strip():
             fail("mechanisms.prior_column", self.prior_column,
@@ -303,6 +313,7 @@ class LoglossConfig:
     def validate(self) -> None:
         if self.day < 0:
             fail("logloss.day", self.day, "must be >= 0")
+        fail_above("logloss.day", self.day, MAX_DAY, f"row ids hold days 0 to {MAX_DAY}")
         if not self.attacks:
             fail("logloss.attacks", self.attacks, "must list at least one attack")
         for attack in self.attacks:

@@ -32,8 +32,8 @@ from lia_spark.run.failures import error_first_line
 from lia_spark.run.json_output import json_safe
 
 from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
-from lia_spark.tracking.store import (TrackingError, budget_requests, check_tracking_store, resolve_tracking_uri,
-                                     no_retries, sqlite_path, store_answers)
+from lia_spark.tracking.store import (MLFLOW_WAIT, TrackingError, budget_requests, check_tracking_store, is_locked_store,
+                                     locked_store_line, no_retries, resolve_tracking_uri, sqlite_path, store_answers)
 
 logger = logging.getLogger(__name__)
 
@@ -148,8 +148,11 @@ class PipelineTracker:
                                what, error_first_line(error), self.tracking_uri)
                 self._return_to_parent()
                 return
+            database = sqlite_path(self.tracking_uri)
+            cause = (locked_store_line(database, MLFLOW_WAIT) if database is not None and is_locked_store(error)
+                     else error_first_line(error))
             logger.warning("tracking: %s not logged to %s, which no longer answers; tracking stops for this run and "
-                           "the stages go on (%s)", what, self.tracking_uri, error_first_line(error))
+                           "the stages go on (%s)", what, self.tracking_uri, cause)
             self.stopped = True
             _abandon_runs()
 
@@ -178,9 +181,9 @@ class PipelineTracker:
         import mlflow
 
         mlflow.set_tracking_uri(self.tracking_uri)
-        client = mlflow.MlflowClient(self.tracking_uri)
         name = self.config.tracking.experiment
         try:
+            client = mlflow.MlflowClient(self.tracking_uri)
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
                 database = sqlite_path(self.tracking_uri)
@@ -191,7 +194,12 @@ class PipelineTracker:
             mlflow.set_experiment(experiment_id=self.experiment_id)
             run = mlflow.start_run(experiment_id=self.experiment_id, run_name=self.run_name,
                                    nested=mlflow.active_run() is not None, tags={KIND_TAG: "pipeline"})
-        except mlflow.exceptions.MlflowException as error:
+        except Exception as error:  # noqa: BLE001 - MLflow's errors, and sqlalchemy's from a sqlite store
+            database = sqlite_path(self.tracking_uri)
+            if database is not None and is_locked_store(error):  # locked after the up-front check
+                raise TrackingError(locked_store_line(database, MLFLOW_WAIT)) from error
+            if not isinstance(error, mlflow.exceptions.MlflowException):
+                raise
             raise TrackingError(f"tracking: cannot start a run in experiment {name!r} at "
                                 f"{self.tracking_uri}: {error}") from error
         self.run_id = run.info.run_id

@@ -7,11 +7,13 @@ import contextlib
 import importlib.util
 import logging
 import os
+import sqlite3
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Iterator
 
+from lia_spark.run.failures import causes
 from lia_spark.run.sections import TrackingConfig
 
 logger = logging.getLogger(__name__)
@@ -81,7 +83,8 @@ def check_tracking_store(uri: str, *, timeout_seconds: float) -> None:
     """Fail fast, before any stage runs, when the store behind ``uri`` is unusable.
 
     HTTP(S) servers must answer ``GET /health`` within ``timeout_seconds``; a sqlite database needs the full mlflow
-    (:data:`DATABASE_STORE_MODULES`) and its folder is created and must be writable; other schemes (``databricks``)
+    (:data:`DATABASE_STORE_MODULES`), its folder is created and must be writable, and no other process may hold
+    its write lock for longer than ``timeout_seconds`` (:func:`check_sqlite_lock`); other schemes (``databricks``)
     are checked by MLflow itself.
 
     Raises:
@@ -114,6 +117,49 @@ def check_tracking_store(uri: str, *, timeout_seconds: float) -> None:
             raise TrackingError(f"tracking.tracking_uri: cannot create the folder of {uri} ({error})") from error
         if not os.access(database.parent, os.W_OK):
             raise TrackingError(f"tracking.tracking_uri: folder of {uri} is not writable")
+        check_sqlite_lock(database, timeout_seconds=timeout_seconds)
+
+
+LOCKED = "database is locked"  # sqlite's message (through sqlalchemy too) when a write lock outlasts the busy wait
+
+
+MLFLOW_WAIT = "MLflow's own busy wait"  # how long a call after the up-front check waits for a sqlite lock
+
+
+def locked_store_line(database: Path, waited: str) -> str:
+    """The failure line of a sqlite store another process holds a write lock on: its path, how long it ``waited``,
+    the fix."""
+    return (f"tracking.tracking_uri: {database}: another process holds a write lock on this sqlite MLflow store "
+            f"(still held after {waited}), got 'sqlite:///{database}'; wait "
+            "for that process to finish (another run or `mlflow` command writing to it) and run again, or give "
+            "concurrent runs their own tracking.tracking_uri (a sqlite file each, or one MLflow server: `mlflow "
+            "server`, which serializes its writers)")
+
+
+def check_sqlite_lock(database: Path, *, timeout_seconds: float) -> None:
+    """Wait at most ``timeout_seconds`` for a write lock on the sqlite store ``database`` (``BEGIN IMMEDIATE``,
+    released at once); nothing to check when the file does not exist yet (MLflow creates it).
+
+    Raises:
+        TrackingError: another process still holds its write lock (:func:`locked_store_line`).
+    """
+    if not database.is_file():
+        return
+    connection = sqlite3.connect(database, timeout=timeout_seconds, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute("ROLLBACK")
+    except sqlite3.OperationalError as error:
+        if LOCKED not in str(error):
+            raise
+        raise TrackingError(locked_store_line(database, f"{timeout_seconds:g} s, tracking.timeout_seconds")) from error
+    finally:
+        connection.close()
+
+
+def is_locked_store(error: BaseException) -> bool:
+    """Whether ``error`` or a cause of it is sqlite's "database is locked"."""
+    return any(LOCKED in str(cause) for cause in causes(error))
 
 
 def store_answers(uri: str, *, timeout_seconds: float) -> bool:

@@ -471,9 +471,11 @@ def _ingest_sources(run: StageRun, sources: list[SourceFile], copies_folder: str
     if result.malformed_share > limit:
         describe_jobs(spark, None)
         raise MalformedShareError(
-            f"malformed share {result.malformed_share:.4%} ({result.malformed_rows} of {result.input_lines} lines) "
-            f"exceeds data.max_malformed_share={limit:.4%}; data not written to {config.parquet_path}, "
-            f"malformed lines are in {config.quarantine_path} ({result.malformed_by_reason})")
+            f"data.max_malformed_share: {result.malformed_share:.4%} of the input lines are malformed "
+            f"({result.malformed_rows:,} of {result.input_lines:,}: {result.malformed_by_reason}), more than the "
+            f"limit, got {limit:g} ({limit:.4%}); data not written to {config.parquet_path}; the malformed lines "
+            f"(file, line number, raw text) are in {config.quarantine_path}: fix or drop them, or raise "
+            "data.max_malformed_share")
     if by_tasks:
         local_files.remove_unfinished(run.staging)
         result = _verified(result, started, local_files.rows_per_day(run.staging))

@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark.engine.models.execution import distributed_proxy, injected_frame
+from lia_spark.engine.models.classes import check_two_classes
 from lia_spark.engine.models.feature_frames import check_days_present, read_day
 from lia_spark.engine.models.preparation import fit_proxy, in_memory_rows, sampled_day
 from lia_spark.engine.models.priors import proxy_scores
@@ -172,6 +173,7 @@ def _inject(run: StageRun) -> InjectResult:
 
 def _days_present(spark: SparkSession, config: Config) -> None:
     check_days_present(spark, config, ("models.proxy_day", "models.target_day"))
+    check_two_classes(spark, config)  # the proxy learns from its day, the export's trainer from the target day
 
 
 INJECT = Stage(

@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark.engine.models import feature_frames
+from lia_spark.engine.models.classes import check_training_labels, class_counts, warn_undefined_auc
 from lia_spark.engine.runtime.outputs import output_fingerprint
 from lia_spark.engine.models.pate_teachers import spark_votes
 from lia_spark.engine.spark.session import describe_jobs
@@ -222,6 +223,8 @@ def fit_proxy(spark: SparkSession, config: Config, proxy_rows: DataFrame
     started = time.monotonic()
     data = collect_model_data(model_features(proxy_rows, spec, config), spec, config.models.library)
     seconds = {"collect_proxy": time.monotonic() - started}
+    check_training_labels(data.labels[data.split == training.SPLIT_TRAIN], field="models.proxy_day",
+                          day=config.models.proxy_day)
     describe_jobs(spark, f"train: fitting the proxy ({config.models.library}) on "
                          f"{int((data.split == training.SPLIT_TRAIN).sum()):,} rows on the driver")
     proxy = training.fit_model(data, data.labels, data.split == training.SPLIT_TRAIN,
@@ -229,6 +232,8 @@ def fit_proxy(spark: SparkSession, config: Config, proxy_rows: DataFrame
     logger.info("proxy fitted on %d rows in %.1f s", int((data.split == training.SPLIT_TRAIN).sum()),
                 proxy.fit_seconds)
     test = data.split == training.SPLIT_TEST
+    warn_undefined_auc("proxy", *class_counts(data.labels[test]), field="models.proxy_day",
+                       day=config.models.proxy_day, scored="the proxy on its own day")
     return proxy, spec, training.binary_metrics(data.labels[test], proxy.predict(data.rows(test))), seconds
 
 
@@ -248,6 +253,8 @@ def prepare_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     del with_proxy_features
     target_spec = feature_spec(target_rows, config)
     data = collect_model_data(model_features(target_rows, target_spec, config), target_spec, m.library)
+    check_training_labels(data.labels[data.split == training.SPLIT_TRAIN], field="models.target_day",
+                          day=m.target_day)
     seconds["collect_target"] = time.monotonic() - started
     preparation.days = PreparedDays(proxy=proxy, proxy_spec=proxy_spec, target_spec=target_spec,
                                     proxy_day_metrics=proxy_day_metrics, proxy_prediction=proxy_prediction,

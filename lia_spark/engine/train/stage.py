@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import tempfile
 import time
@@ -30,6 +31,7 @@ from pyspark.sql import functions as F
 
 from lia_spark import names
 from lia_spark.engine.models import feature_frames
+from lia_spark.engine.models.classes import check_two_classes, warn_undefined_auc
 from lia_spark.engine.train import metrics
 from lia_spark.engine.models.execution import distributed, in_memory, injects
 from lia_spark.engine.models.preparation import Preparation, in_memory_rows
@@ -116,12 +118,18 @@ def _injection_counts(scored: DataFrame) -> dict[str, int]:
     return {"informative_canaries": int(found["informative_canaries"] or 0)}
 
 
-def _test_metrics(scored: DataFrame) -> dict[str, float]:
-    """AUC and log-loss of target and proxy on the test split, on the executors (:mod:`lia_spark.engine.train.metrics`)."""
+def _test_metrics(scored: DataFrame, target_day: int) -> dict[str, float]:
+    """AUC and log-loss of target and proxy on the test split, on the executors (:mod:`lia_spark.engine.train.metrics`);
+    an undefined AUC (a test split of one class) is warned about once, naming the day."""
     test = scored.where(F.col(SPLIT) == training.SPLIT_TEST)
-    return {f"{name}@{model}": value for model in ("target", "proxy")
-            for name, value in metrics.binary_metrics(test, label=LABEL,
-                                                            prediction=f"{model}_prediction").items()}
+    found = {f"{name}@{model}": value for model in ("target", "proxy")
+             for name, value in metrics.binary_metrics(test, label=LABEL,
+                                                       prediction=f"{model}_prediction").items()}
+    if math.isnan(found["auc@target"]):
+        counts = {int(row[LABEL]): int(row["count"]) for row in test.groupBy(LABEL).count().collect()}
+        warn_undefined_auc("train", counts.get(1, 0), counts.get(0, 0), field="models.target_day", day=target_day,
+                           scored="the target and the proxy")
+    return found
 
 
 def _save_models(spark: SparkSession, models: dict[str, Any], specs: dict[str, features.FeatureSpec],
@@ -158,11 +166,13 @@ def _priors_fields(spark: SparkSession, config: Config) -> Resolved:
 
 
 def _days_present(spark: SparkSession, config: Config) -> None:
-    """The train stage's checks before any fit: the days it reads are in the data, and the target day holds the
+    """The train stage's checks before any fit: the days it reads are in the data, the days its models learn from
+    hold both labels (:func:`lia_spark.engine.models.classes.check_two_classes`), and the target day holds the
     rows its training mechanism needs (:func:`lia_spark.run.limits.check_training_rows`)."""
     feature_frames.check_days_present(spark, config, ("models.proxy_day", "models.target_day",
                                                       *(feature_frames.released_day_field(config)
                                                         if needs_proxy_priors(config) else ())))
+    check_two_classes(spark, config)
     check_training_rows(config, lambda: feature_frames.target_day_rows(spark, config, generating=False),
                         source="counted in the data")
 
@@ -204,7 +214,7 @@ def _train(run: StageRun) -> TrainResult:
             .assign(name=lambda f: f[SPLIT].map(SPLIT_NAMES))[["name", "count"]].itertuples(index=False)}
     if injects(config):
         rows.update(_injection_counts(scored))
-    test_metrics = {**_test_metrics(scored), **trained.extra_metrics}
+    test_metrics = {**_test_metrics(scored, m.target_day), **trained.extra_metrics}
     if prior_days:
         prior_started = time.monotonic()
         rows["priors"] = write_proxy_priors(spark, config, trained.models["proxy"], trained.specs["proxy"],

@@ -24,6 +24,9 @@ from lia_spark.engine.models.preparation import (TargetJob, TargetRows, collect_
                                        found_votes, in_memory_rows, model_features, pate_settings, target_job,
                                        training_seed)
 from lia_spark.engine.runtime.outputs import MARKER, copy_from_local, path_exists
+from lia_spark.engine.models.classes import (check_training_labels, check_two_classes, class_counts,
+                                             warn_undefined_auc)
+from lia_spark.engine.models.feature_frames import check_days_present
 from lia_spark.engine.models.parallel_fits import run_fits
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Input, Stage, StageResult, StageRun
@@ -165,6 +168,10 @@ def _utility(run: StageRun) -> UtilityResult:
     describe_jobs(spark, "utility: target-day features")
     spec = feature_spec(target_rows, config)
     data = collect_model_data(model_features(target_rows, spec, config), spec, config.models.library)
+    check_training_labels(data.labels[data.split == training.SPLIT_TRAIN], field="models.target_day",
+                          day=config.models.target_day)
+    warn_undefined_auc("utility", *class_counts(data.labels[data.split == training.SPLIT_TEST]),
+                       field="models.target_day", day=config.models.target_day, scored="every setting")
     extras, left_out = extra_mechanisms(config, training_rows=int(np.sum(data.split == training.SPLIT_TRAIN)))
     grid = utility.utility_grid(epsilons=config.utility.epsilons, bag_sizes=config.utility.bag_sizes,
                                 extra_mechanisms=extras)
@@ -212,8 +219,14 @@ def _utility(run: StageRun) -> UtilityResult:
                          failed=failed, fits_where=outcomes[0].where if outcomes else "")
 
 
+def _target_day_learnable(spark: SparkSession, config: Config) -> None:
+    """Before any fit: the target day is in the data and holds both labels."""
+    check_days_present(spark, config, ("models.target_day",))
+    check_two_classes(spark, config, ("models.target_day",))
+
+
 UTILITY = Stage(
-    name="utility", step="utility", result=UtilityResult, compute=_utility,
+    name="utility", step="utility", result=UtilityResult, compute=_utility, check=_target_day_learnable,
     fields=("run.seed", "models.library", "models.sample_rows_per_day", "models.target_day", "models.n_estimators",
             "models.max_depth", "models.learning_rate", "models.early_stopping_rounds", "models.split",
             "models.hash_buckets", "models.categorical_encoding", "models.min_category_count", "utility.*",
