@@ -48,6 +48,10 @@ MAX_BAG_SIZE = 4096
 
 # Columns of the tables the stages write and read (docs/layout.md).
 ROW_ID = "row_id"  # the stable id of a Criteo row: day and position in its day (docs/math.md §1.1)
+# row_id = day * 2^40 + position of the line in its source file: stable under any partitioning.
+POSITION_BITS = 40
+MAX_DAY = 24
+RUN_KEY_SHIFT = 48  # pooled canary keys: run << 48 | row_id (row ids are day << 40 | position, day < 2^8)
 LABEL = "label"  # the click label y (the true label y0 in the canary table)
 DAY = "day"
 SPLIT = "split"  # 0 train, 1 validation, 2 test, 3 left out (membership non-members)

@@ -18,16 +18,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lia_spark.kernels import _criteo_lines
-from lia_spark.names import DAY, LABEL, ROW_ID
+from lia_spark.names import DAY, LABEL, MAX_DAY, POSITION_BITS, ROW_ID
 
 INT_COLUMNS = tuple(f"I{j}" for j in range(1, 14))
 CAT_COLUMNS = tuple(f"C{j}" for j in range(1, 27))
 FEATURE_COLUMNS = INT_COLUMNS + CAT_COLUMNS
 TSV_COLUMNS = (LABEL,) + FEATURE_COLUMNS
-
-# row_id = day * 2^40 + position of the line in its source file: stable under any partitioning.
-POSITION_BITS = 40
-MAX_DAY = 24
 
 STORAGE_DDL = ", ".join(
     [f"{ROW_ID} long", f"{DAY} int", f"{LABEL} int"]

@@ -30,13 +30,12 @@ import dataclasses
 import numpy as np
 
 from lia_spark.kernels import audit, canary_scores, hashing
-from lia_spark.names import COUNTERFACTUALS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, PROXY_DRAW
+from lia_spark.names import COUNTERFACTUALS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, PROXY_DRAW, RUN_KEY_SHIFT
 
 COUNTERFACTUAL_PURPOSE = "audit/injected/counterfactual"
 COIN_PURPOSE = "audit/injected/coin"
 SHADOW_PURPOSE = "audit/injected/shadow"
 RUN_PURPOSE = "audit/injected/run"
-RUN_KEY_SHIFT = 48  # pooled canary keys: run << 48 | row_id (row ids are day << 40 | position, day < 2^8)
 
 
 def injected_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, seed: int,

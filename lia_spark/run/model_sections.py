@@ -11,9 +11,7 @@ from typing import Any
 from lia_spark import names
 from lia_spark.kernels import pate
 from lia_spark.kernels.mechanism_registry import TRAINING_MECHANISMS, UTILITY_EXTRA_MECHANISMS
-from lia_spark.names import EXECUTIONS, IN_MEMORY, LIBRARIES, XGBOOST
-from lia_spark.kernels.criteo import MAX_DAY
-from lia_spark.kernels.injected import RUN_KEY_SHIFT
+from lia_spark.names import EXECUTIONS, IN_MEMORY, LIBRARIES, MAX_DAY, RUN_KEY_SHIFT, XGBOOST
 from lia_spark.run.checks import JAVA_INT_MAX, fail, fail_above, fail_glob, fail_repeats, number_from_text
 
 NOT_STATED = "none"  # audit.claimed_epsilon of a target whose claim is not stated

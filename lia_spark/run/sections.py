@@ -12,8 +12,7 @@ from typing import Mapping
 
 from lia_spark import names
 from lia_spark.kernels.mechanism_registry import BAG_TRAINING_MECHANISMS, TRAINING_MECHANISMS
-from lia_spark.names import POSTERIOR_MECHANISMS
-from lia_spark.kernels.criteo import MAX_DAY, POSITION_BITS
+from lia_spark.names import MAX_DAY, POSITION_BITS, POSTERIOR_MECHANISMS
 from lia_spark.run.checks import JAVA_INT_MAX, fail, fail_above, fail_glob, fail_repeats, is_remote_path
 
 
