@@ -32,8 +32,9 @@ from lia_spark.run.failures import error_first_line
 from lia_spark.run.json_output import json_safe
 
 from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
-from lia_spark.tracking.store import (MLFLOW_WAIT, TrackingError, budget_requests, check_tracking_store, is_locked_store,
-                                     locked_store_line, no_retries, resolve_tracking_uri, sqlite_path, store_answers)
+from lia_spark.tracking.store import (MLFLOW_WAIT, TrackingError, budget_requests, check_tracking_store,
+                                     is_locked_store, locked_store_line, logging_kept, no_retries, resolve_tracking_uri,
+                                     sqlite_path, store_answers)
 
 logger = logging.getLogger(__name__)
 
@@ -183,8 +184,9 @@ class PipelineTracker:
         mlflow.set_tracking_uri(self.tracking_uri)
         name = self.config.tracking.experiment
         try:
-            client = mlflow.MlflowClient(self.tracking_uri)
-            experiment = client.get_experiment_by_name(name)
+            with logging_kept():  # the client creates the store (MLflow 2: its migrations reconfigure logging)
+                client = mlflow.MlflowClient(self.tracking_uri)
+                experiment = client.get_experiment_by_name(name)
             if experiment is None:
                 database = sqlite_path(self.tracking_uri)
                 location = (database.parent / "mlruns").resolve().as_uri() if database is not None else None

@@ -174,3 +174,30 @@ def store_answers(uri: str, *, timeout_seconds: float) -> bool:
         logger.debug("tracking: store %s does not answer", uri, exc_info=True)
         return False
     return True
+
+
+@contextlib.contextmanager
+def logging_kept() -> Iterator[None]:
+    """The process's logging configuration as it was before the block, whatever MLflow does inside it.
+
+    MLflow 2 creates (or upgrades) a sqlite store's tables with alembic, whose ``env.py`` runs
+    ``logging.config.fileConfig``: the root logger's handlers become alembic's console handler (another format, on
+    stderr, so lia-spark's own lines changed format mid-run) and each of the ~30 migrations logs an INFO line. Inside
+    the block no record below WARNING is logged (unless lia_spark's logger shows DEBUG, ``--verbose``); at its end
+    every logger's level, handlers, propagation and state are restored."""
+    manager = logging.Logger.manager
+    loggers = [logging.getLogger(), *(found for found in manager.loggerDict.values()
+                                      if isinstance(found, logging.Logger))]
+    saved = [(found, found.level, list(found.handlers), found.propagate, found.disabled) for found in loggers]
+    disabled = manager.disable
+    if not logging.getLogger("lia_spark").isEnabledFor(logging.DEBUG):
+        logging.disable(logging.INFO)
+    try:
+        yield
+    finally:
+        logging.disable(disabled)
+        for found, level, handlers, propagate, was_disabled in saved:
+            found.setLevel(level)
+            found.handlers[:] = handlers
+            found.propagate, found.disabled = propagate, was_disabled
+
