@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.spark.session import is_connect
-from lia_spark.run.checks import is_remote_path
+from lia_spark.run.checks import local_path as local_folder  # the name the engine's modules use
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,13 +29,6 @@ class Entry:
     path: str
     size: int
     is_folder: bool
-
-
-def local_folder(path: str) -> str | None:
-    """``path`` as a plain local path (plain, or a ``file:`` URI unwrapped), None on any other file system."""
-    if path.startswith("file:"):
-        return "/" + path[len("file:"):].lstrip("/")
-    return None if is_remote_path(path) else path
 
 
 def file_errors() -> tuple[type[BaseException], ...]:
