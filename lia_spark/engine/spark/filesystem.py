@@ -5,15 +5,23 @@ A Spark Connect client has no JVM, so it cannot reach Hadoop's FileSystem. Over 
 be one the driver process sees as local files and the Spark server writes at the same path: a local folder when
 the server runs on this machine, and on Databricks a Unity Catalog volume (``/Volumes/<catalog>/<schema>/
 <volume>/...``) or a workspace folder, which Databricks mounts into the driver's file system.
+
+One operation needs more than Hadoop's API offers on a local disk, so on a local file system (a plain path or a
+``file:`` URI, also when Hadoop's local file system serves it: the driver sees the same files) it uses the
+operating system's own: :func:`exchange_local` swaps two folders in one step (a committed output is replaced
+without a moment of absence).
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import errno
+import functools
 import hashlib
 import os
 import re
 import shutil
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import SparkSession
 
@@ -29,6 +37,39 @@ class Entry:
     path: str
     size: int
     is_folder: bool
+
+
+_AT_FDCWD = -100  # renameat2: paths relative to the working directory (linux/fcntl.h)
+_RENAME_EXCHANGE = 2  # renameat2: swap the two paths atomically (linux/fs.h)
+_NO_EXCHANGE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)  # the file system (FUSE, ...) or kernel lacks it
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """glibc's ``renameat2`` (Linux, glibc >= 2.28), None elsewhere."""
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), "renameat2")
+    except (OSError, AttributeError):
+        return None
+
+
+def exchange_local(first: str, second: str) -> bool:
+    """Swap the local paths ``first`` and ``second`` (both exist) in one atomic step: Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``, so whoever opens either path finds one whole folder, never none. False (nothing changed)
+    where the system or the file system cannot (another OS, an old kernel or glibc, some FUSE mounts).
+
+    Raises:
+        OSError: the swap failed for another reason (a path missing, no permission), with the system's errno.
+    """
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _NO_EXCHANGE:
+        return False
+    raise OSError(code, os.strerror(code), first, None, second)
 
 
 def file_errors() -> tuple[type[BaseException], ...]:
@@ -70,6 +111,14 @@ class HadoopFiles:
                              f"({reason.splitlines()[0]}); use a scheme whose connector the cluster has (s3a://, "
                              "abfss://, gs://, hdfs://, dbfs:/) or add the connector's jars") from None
 
+    def _local(self, path: str) -> str | None:
+        """The absolute local path of ``path`` when Hadoop's local file system serves it (as the JVM resolves it:
+        a relative path is relative to the JVM's working directory), else None."""
+        filesystem, hadoop_path = self._resolve(path)
+        if str(filesystem.getScheme()) != "file":
+            return None
+        return str(filesystem.makeQualified(hadoop_path).toUri().getPath())
+
     def exists(self, path: str) -> bool:
         filesystem, hadoop_path = self._resolve(path)
         return bool(filesystem.exists(hadoop_path))
@@ -95,6 +144,12 @@ class HadoopFiles:
     def rename(self, source: str, target: str) -> bool:
         filesystem, source_path = self._resolve(source)
         return bool(filesystem.rename(source_path, self._resolve(target)[1]))
+
+    def exchange(self, first: str, second: str) -> bool:
+        """Swap the existing paths ``first`` and ``second`` atomically (:func:`exchange_local`) when Hadoop's local
+        file system serves them; False (nothing changed) on any other file system, which has no such operation."""
+        local_first, local_second = self._local(first), self._local(second)
+        return local_first is not None and local_second is not None and exchange_local(local_first, local_second)
 
     def read_text(self, path: str) -> str:
         filesystem, hadoop_path = self._resolve(path)
@@ -212,6 +267,11 @@ class LocalFiles:
     def rename(self, source: str, target: str) -> bool:
         os.rename(self._local(source), self._local(target))
         return True
+
+    def exchange(self, first: str, second: str) -> bool:
+        """Swap the existing paths ``first`` and ``second`` atomically (:func:`exchange_local`); False (nothing
+        changed) where this system cannot."""
+        return exchange_local(self._local(first), self._local(second))
 
     def read_text(self, path: str) -> str:
         with open(self._local(path), encoding="utf-8") as stream:
