@@ -1,9 +1,10 @@
-"""The processes of tests/test_commit.py: a reader polling a committed folder and a commit killed at one of its
-steps. Each is this file run as a script with its own Python (and, but the reader, its own Spark
-session):
+"""The processes of tests/test_commit.py: a reader polling a committed folder, a commit killed at one of its steps,
+and a contender for a run lock. Each is this file run as a script with its own Python (and, but the reader, its
+own Spark session):
 
     python tests/commit_support.py read FOLDER STOP_FILE          polls FOLDER until STOP_FILE exists, prints counts
     python tests/commit_support.py commit FOLDER GENERATION STEP [TABLE=LOCAL_URI]
+    python tests/commit_support.py lock                            takes locks as stdin says ("take FOLDER", "release")
     python tests/commit_support.py cli STEP COMMAND [ARGUMENTS]    lia-spark COMMAND, SIGKILLed at STEP of a commit
 
 ``commit`` commits generation GENERATION of a small folder (:func:`commit_generation`) through
@@ -180,6 +181,28 @@ def session(mounts: list[str]) -> Any:
     return builder.getOrCreate()
 
 
+def contend(spark: Any) -> None:
+    """Take run locks as stdin says, one line each way: ``take FOLDER`` -> ``won`` (holding it) or ``lost
+    <message>``; ``release`` -> ``released`` (the lock, if held, deleted)."""
+    from lia_spark.engine.runtime.lock import RunLockError, run_lock
+
+    def say(text: str) -> None:
+        sys.stdout.write(text.replace("\n", " ") + "\n")
+        sys.stdout.flush()
+
+    say("ready")
+    while line := sys.stdin.readline():
+        folder = line.strip().partition(" ")[2]
+        try:
+            with run_lock(spark, folder, command="lia-spark race", max_age_hours=1.0):
+                say("won")
+                sys.stdin.readline()
+        except RunLockError as error:
+            say(f"lost {error}")
+            sys.stdin.readline()
+        say("released")
+
+
 def main(arguments: list[str]) -> None:
     command = arguments[0]
     if command == "read":
@@ -192,6 +215,8 @@ def main(arguments: list[str]) -> None:
         _install(step)
         commit_generation(spark, final, generation)
         print("committed without being killed", flush=True)
+    elif command == "lock":
+        contend(session([]))
     elif command == "cli":
         from lia_spark.cli.main import main as cli
 

@@ -1,5 +1,5 @@
-"""A committed output is replaced without ever being absent, and a kill at any step of a commit leaves one committed copy
-after the next run's start-up.
+"""A committed output is replaced without ever being absent, a kill at any step of a commit leaves one committed copy
+after the next run's start-up, and of two runs racing for an output folder's lock exactly one takes it.
 
 The processes that read, commit and race are tests/commit_support.py run as scripts: a commit is killed (SIGKILL,
 its own) at one step by wrapping the file system function of that step in its process, never by a hook in the
@@ -14,15 +14,17 @@ import errno
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import commit_support
 from commit_support import commit_generation, folder_state
-from lia_spark.engine.runtime.lock import run_lock
+from lia_spark.engine.runtime.lock import LOCK_FILE, LockHolder, RunLockError, run_lock
 from lia_spark.engine.runtime.registry import remove_leftovers
 from lia_spark.engine.spark import filesystem
 from lia_spark.engine.spark.filesystem import exchange_local
@@ -31,6 +33,7 @@ from test_remote_outputs import mount
 
 SUPPORT = Path(commit_support.__file__)
 COMMITS = 150  # re-runs while the reader polls
+RACES = 50
 
 
 def _start(*arguments: str, **options) -> subprocess.Popen:
@@ -134,3 +137,63 @@ def test_the_swap_exchanges_two_folders_and_names_a_missing_one(tmp_path):
     assert os.listdir(first) == ["second.txt"] and os.listdir(second) == ["first.txt"]
     with pytest.raises(FileNotFoundError, match="missing"):
         exchange_local(str(first), str(tmp_path / "missing"))
+
+
+def test_two_runs_racing_for_a_fresh_folders_lock_never_both_take_it(tmp_path):
+    """Two processes, each with its Spark session, are released together (one line on each one's stdin) to take
+    the lock of the same fresh folder, RACES times; the winner holds it until both have answered."""
+    contenders = [_start("lock", stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(2)]
+    winners, lost = [], []
+    try:
+        assert [process.stdout.readline().strip() for process in contenders] == ["ready", "ready"]
+        for race in range(RACES):
+            for process in contenders:
+                process.stdin.write(f"take {tmp_path / f'race-{race}' / 'out'}\n")
+            for process in contenders:
+                process.stdin.flush()
+            answers = [process.stdout.readline().strip() for process in contenders]
+            winners.append(answers.count("won"))
+            lost += [answer for answer in answers if answer != "won"]
+            for process in contenders:
+                process.stdin.write("release\n")
+                process.stdin.flush()
+            assert [process.stdout.readline().strip() for process in contenders] == ["released", "released"]
+    finally:
+        for process in contenders:
+            process.stdin.close()
+            process.wait(timeout=60)
+            _end_group(process)
+    print(f"{RACES} races: {winners.count(1)} with one winner, {winners.count(2)} with two, {winners.count(0)} "
+          "with none")
+    assert winners == [1] * RACES
+    assert all(line.startswith("lost run.output_dir: another run holds") and "lia-spark race" in line
+               for line in lost), lost[:3]
+
+
+def test_a_lock_dated_in_the_future_is_suspicious_and_names_the_command_that_removes_it(spark, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = out / LOCK_FILE
+    ahead = LockHolder("another-host", 4242, "lia-spark run", time.time() + 10 * 365.25 * 86400)
+    lock.write_text(ahead.to_json(), encoding="utf-8")
+    with pytest.raises(RunLockError, match=r"^run.output_dir: suspicious lock .* in the future") as refused:
+        with run_lock(spark, str(out), command="lia-spark test", max_age_hours=24.0):
+            pass
+    assert f"remove it with `rm {lock}`" in str(refused.value) and "wait for it" not in str(refused.value)
+    assert lock.read_text(encoding="utf-8") == ahead.to_json(), "the lock is kept"
+    skewed = LockHolder("another-host", 4242, "lia-spark run", time.time() + 60)  # a clock a minute ahead
+    lock.write_text(skewed.to_json(), encoding="utf-8")
+    with pytest.raises(RunLockError, match="another run holds .* wait for it to finish"):
+        with run_lock(spark, str(out), command="lia-spark test", max_age_hours=24.0):
+            pass
+
+
+def test_a_lock_removed_by_hand_beside_its_checksum_file_is_taken_again(spark, tmp_path):
+    """`rm _LIA_LOCK`, as the stale lock's message says, leaves Hadoop's ``._LIA_LOCK.crc``; the next lock,
+    written by the exclusive create, must not be read against it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f".{LOCK_FILE}.crc").write_bytes(b"crc\x00\x00\x02\x00\x12\x34\x56\x78")
+    with run_lock(spark, str(out), command="lia-spark test", max_age_hours=1.0) as holder:
+        assert holder.host == socket.gethostname() and (out / LOCK_FILE).exists()
+    assert not (out / LOCK_FILE).exists()

@@ -6,13 +6,15 @@ be one the driver process sees as local files and the Spark server writes at the
 the server runs on this machine, and on Databricks a Unity Catalog volume (``/Volumes/<catalog>/<schema>/
 <volume>/...``) or a workspace folder, which Databricks mounts into the driver's file system.
 
-One operation needs more than Hadoop's API offers on a local disk, so on a local file system (a plain path or a
-``file:`` URI, also when Hadoop's local file system serves it: the driver sees the same files) it uses the
+Two operations need more than Hadoop's API offers on a local disk, so on a local file system (a plain path or a
+``file:`` URI, also when Hadoop's local file system serves it: the driver sees the same files) they use the
 operating system's own: :func:`exchange_local` swaps two folders in one step (a committed output is replaced
-without a moment of absence).
+without a moment of absence), and an exclusive create (``O_EXCL``) makes the run lock (Hadoop's local
+``create(overwrite=false)`` is a check, then a write).
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import errno
@@ -70,6 +72,19 @@ def exchange_local(first: str, second: str) -> bool:
     if code in _NO_EXCHANGE:
         return False
     raise OSError(code, os.strerror(code), first, None, second)
+
+
+def create_local(path: str, text: str) -> bool:
+    """Create the local file ``path`` holding ``text``, atomically only if it does not exist yet (``O_EXCL``); False
+    (nothing written) when it exists."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+        stream.write(text)
+    return True
 
 
 def file_errors() -> tuple[type[BaseException], ...]:
@@ -160,11 +175,19 @@ class HadoopFiles:
             stream.close()
 
     def write_text(self, path: str, text: str, *, overwrite: bool = True) -> bool:
-        """Write ``text`` to ``path``; False (nothing written) when it exists and ``overwrite`` is false (an
-        atomic check-and-create on HDFS and on object stores with conditional writes)."""
+        """Write ``text`` to ``path``; False (nothing written) when it exists and ``overwrite`` is false: an atomic
+        check-and-create on a local disk (:func:`create_local`), on HDFS and on object stores with conditional
+        writes (the file system's own ``create(path, overwrite=false)``)."""
         from py4j.protocol import Py4JJavaError
 
         filesystem, hadoop_path = self._resolve(path)
+        local = None if overwrite else self._local(path)
+        if local is not None:
+            created = create_local(local, text)
+            if created:  # the checksum file of an earlier file of this name (removed by hand) would fail its reads
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.crc"))
+            return created
         try:
             stream = filesystem.create(hadoop_path, overwrite)
         except Py4JJavaError as error:
@@ -279,14 +302,13 @@ class LocalFiles:
 
     def write_text(self, path: str, text: str, *, overwrite: bool = True) -> bool:
         """Write ``text`` to ``path``; False (nothing written) when it exists and ``overwrite`` is false (an
-        atomic check-and-create: ``O_EXCL``)."""
+        atomic check-and-create: :func:`create_local`)."""
         local = self._local(path)
+        if not overwrite:
+            return create_local(local, text)
         os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
-        try:
-            with open(local, "w" if overwrite else "x", encoding="utf-8") as stream:
-                stream.write(text)
-        except FileExistsError:
-            return False
+        with open(local, "w", encoding="utf-8") as stream:
+            stream.write(text)
         return True
 
     def read_bytes(self, path: str, offset: int, count: int) -> bytes:
