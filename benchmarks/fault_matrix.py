@@ -70,21 +70,35 @@ def conf(folder: Path, **changes: dict) -> Path:
     return path
 
 
-def lia(config: Path, *arguments: str, command: str = "run", signal_after: tuple[str, int] | None = None) -> Outcome:
+def lia(config: Path, *arguments: str, command: str = "run", signal_after: tuple[str, int] | None = None,
+        through: tuple[str, ...] = ()) -> Outcome:
     """Run ``lia-spark <command> --conf config arguments``; with ``signal_after`` = (log text, signal), send the
-    signal 2 s after the text appears on stderr."""
-    log = config.parent.with_name(f"{config.parent.name}-stderr-{time.monotonic_ns()}.txt")  # beside the case's folder
+    signal 2 s after the text appears on stderr; ``through``: the script (and its arguments) that runs the command
+    line instead of ``-m lia_spark.cli.main``."""
     started = time.monotonic()
+    process, log = launch(config, *arguments, command=command, through=through)
+    if signal_after is not None:
+        text, signum = signal_after
+        while text not in log.read_text(encoding="utf-8") and process.poll() is None:
+            time.sleep(0.5)
+        time.sleep(2)
+        process.send_signal(signum)
+    return finished(process, log, started)
+
+
+def launch(config: Path, *arguments: str, command: str = "run", through: tuple[str, ...] = ()
+           ) -> tuple[subprocess.Popen, Path]:
+    """Start ``lia-spark <command> --conf config arguments`` (see :func:`lia`): the process and its stderr file."""
+    log = config.parent.with_name(f"{config.parent.name}-stderr-{time.monotonic_ns()}.txt")  # beside the case's folder
     with log.open("w") as stderr:
-        process = subprocess.Popen([sys.executable, "-m", "lia_spark.cli.main", command, "--conf", str(config),
-                                    *arguments], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
-        if signal_after is not None:
-            text, signum = signal_after
-            while text not in log.read_text(encoding="utf-8") and process.poll() is None:
-                time.sleep(0.5)
-            time.sleep(2)
-            process.send_signal(signum)
-        code = process.wait(timeout=1800)
+        process = subprocess.Popen([sys.executable, *(through or ("-m", "lia_spark.cli.main")), command, "--conf",
+                                    str(config), *arguments], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
+    return process, log
+
+
+def finished(process: subprocess.Popen, log: Path, started: float) -> Outcome:
+    """The outcome of a command :func:`launch` started at ``started`` (monotonic seconds), once it ends."""
+    code = process.wait(timeout=1800)
     output = log.read_text(encoding="utf-8")
     lines = output.strip().splitlines()
     return Outcome(code, time.monotonic() - started, lines[-1] if lines else "", output)
@@ -414,6 +428,101 @@ def locked_store(folder: Path) -> tuple[str, bool]:
     return observed(outcome), outcome.code == 1 and outcome.line.startswith(
         f"lia-spark: tracking.tracking_uri: {database}: another process holds a write lock") and \
         "tracking.timeout_seconds" in outcome.line and "mlflow server" in outcome.line
+# issue 71: commit, overlap, lock
+COMMIT_SUPPORT = REPO / "tests" / "commit_support.py"  # a reader of committed folders, commits killed at a step
+sys.path.insert(0, str(COMMIT_SUPPORT.parent))
+from commit_support import MARKER, folder_state  # noqa: E402 - tests/ holds the reader the tests use too
+
+
+def reader_during_reruns(folder: Path) -> tuple[str, bool]:
+    config = trained(folder)
+    models, stop = folder / "out" / "models", folder / "stop"
+    reader = subprocess.Popen([sys.executable, str(COMMIT_SUPPORT), "read", str(models), str(stop)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        reader.stdout.readline()  # "polling"
+        outcomes = [lia(config, "run.force=true", f"models.n_estimators={trees}", command="train")
+                    for trees in (6, 7, 8)]
+        stop.touch()
+        counts = json.loads(reader.stdout.readline())
+    finally:
+        stop.touch()
+        reader.wait(timeout=60)
+    return (f"exits {[outcome.code for outcome in outcomes]}; {counts['polls']} polls of models/ saw "
+            f"{counts['versions']} commits, {counts['absent'] + counts['marker_absent']} absent, {counts['mixed']} "
+            f"mixed", all(outcome.code == 0 for outcome in outcomes) and counts["versions"] == 4
+            and counts["absent"] == counts["marker_absent"] == counts["mixed"] == 0)
+
+
+def _viewfs(folder: Path) -> tuple[str, dict]:
+    """``viewfs://<table>/lia``, a Hadoop file system other than the local one mounting ``folder/mounted`` (no
+    atomic swap: a commit renames through a moved-aside folder), and the spark section that mounts it."""
+    table = f"faults{os.getpid()}{time.monotonic_ns() % 10**6}"
+    (folder / "mounted").mkdir()
+    return (f"viewfs://{table}/lia", {"extra": {f"spark.hadoop.fs.viewfs.mounttable.{table}.link./lia":
+                                                (folder / "mounted").as_uri()}})
+
+
+def killed_commits(folder: Path, steps: dict[str, str], *, remote: bool) -> tuple[str, bool]:
+    """``lia-spark train run.force=true`` SIGKILLed at each step of its commit of models/ (tests/commit_support.py
+    wraps the file system function of the step), then, the killed run's lock removed as the stale lock's message
+    says (case stale_lock), the same command without the kill; ``steps``: step -> which models/ stands at its path
+    when the kill comes (old, new or none)."""
+    out = folder / "mounted" / "out" if remote else folder / "out"
+    uri, spark = _viewfs(folder) if remote else ("", {})
+    config = conf(folder, run={"output_dir": f"{uri}/out" if remote else str(out)}, spark=spark)
+    if lia(config).code != 0:
+        raise RuntimeError("the setup run failed")
+    seen, ok = [], True
+    for trees, (step, expected) in enumerate(steps.items(), start=6):
+        marker = out / "models" / MARKER
+        before = marker.read_bytes()
+        killed = lia(config, "run.force=true", f"models.n_estimators={trees}", command="train",
+                     through=(str(COMMIT_SUPPORT), "cli", step))
+        standing = "none" if not marker.exists() else "new" if marker.read_bytes() != before else "old"
+        (out / "_LIA_LOCK").unlink()
+        resumed = lia(config, f"models.n_estimators={trees}", command="train")
+        left = sorted(path.name for path in out.iterdir() if not path.name.startswith(".")
+                      and ("._" in path.name or path.name.endswith((".lia-claim", "_LIA_LOCK"))))
+        state = folder_state(out / "models")[0]
+        seen.append(f"{step}: {standing} at the kill, resumed exit {resumed.code}, models {state}, left {left}")
+        ok &= killed.code == -signal.SIGKILL and standing == expected and resumed.code == 0 and state == "ok" \
+            and left == []
+    return "; ".join(seen), ok
+
+
+def overlapping(folder: Path, fields: tuple[str, str], *overrides: str) -> tuple[str, bool]:
+    """A trained folder, then ``lia-spark run`` with ``overrides`` that place two paths at one (``{out}``: the
+    output folder, ``{raw}``: a Criteo day file's folder); it must stop naming both ``fields``, the first first."""
+    config = trained(folder)
+    (folder / "raw").mkdir()
+    (folder / "raw" / "day_0").write_text("1" + "\t" * 39 + "\n", encoding="utf-8")
+    before = listing(folder / "out")
+    outcome = lia(config, *(item.format(out=folder / "out", raw=folder / "raw") for item in overrides))
+    kept = listing(folder / "out") == before
+    named = outcome.line.startswith(f"lia-spark: {fields[0]}:") and fields[1] in outcome.line
+    return observed(outcome, f", every file kept: {kept}"), outcome.code == 2 and kept and named
+
+def racing_runs(folder: Path) -> tuple[str, bool]:
+    config = conf(folder)
+    started = time.monotonic()
+    launched = [launch(config) for _ in range(2)]
+    outcomes = sorted((finished(process, log, started) for process, log in launched), key=lambda item: item.code)
+    loser = outcomes[1]
+    return (f"exits {[outcome.code for outcome in outcomes]}: {loser.line[:140]}",
+            [outcome.code for outcome in outcomes] == [0, 1] and "another run holds" in loser.line
+            and "pid " in loser.line)
+
+
+def future_lock(folder: Path) -> tuple[str, bool]:
+    config = conf(folder)
+    (folder / "out").mkdir()
+    holder = {"host": "another-host", "pid": 4242, "command": "lia-spark run",
+              "started": time.time() + 10 * 365.25 * 86400}
+    (folder / "out" / "_LIA_LOCK").write_text(json.dumps(holder), encoding="utf-8")
+    outcome = lia(config)
+    return observed(outcome), outcome.code == 1 and "suspicious lock" in outcome.line and "`rm " in outcome.line \
+        and "wait for it" not in outcome.line and (folder / "out" / "_LIA_LOCK").exists()
 
 
 CASES = (
@@ -470,6 +579,23 @@ CASES = (
          one_class_test_split),
     Case("locked_sqlite_store", "exit 1 naming the store's path, the write lock and the fix, after 10 s",
          locked_store),
+    # issue 71: commit, overlap, lock
+    Case("reader_during_reruns", "3 re-runs: the reader sees 4 commits of models/, 0 absent, 0 mixed",
+         reader_during_reruns),
+    Case("killed_commit_local", "at each step one models/ stands; the same command resumes, nothing left",
+         lambda folder: killed_commits(folder, {"before-exchange": "old", "after-exchange": "new",
+                                                "during-deletion": "new"}, remote=False)),
+    Case("killed_commit_renames", "at each step (viewfs) one models/ stands after the resume, nothing left",
+         lambda folder: killed_commits(folder, {"before-aside": "old", "after-aside": "none", "after-rename": "new",
+                                                "during-deletion": "new"}, remote=True)),
+    Case("quarantine_at_data", "exit 2 naming data.quarantine_path and data.parquet_path, every file kept",
+         lambda folder: overlapping(folder, ("data.quarantine_path", "data.parquet_path"), "data.source=criteo",
+                                    "data.criteo_paths=[{raw}]", "data.quarantine_path={out}/data")),
+    Case("data_at_models", "exit 2 naming data.parquet_path and run.output_dir, every file kept",
+         lambda folder: overlapping(folder, ("data.parquet_path", "run.output_dir"),
+                                    "data.parquet_path={out}/models")),
+    Case("racing_runs", "one exit 0, one exit 1 naming the holder", racing_runs),
+    Case("future_lock", "exit 1: suspicious, with the command that removes it; lock kept", future_lock),
 )
 
 

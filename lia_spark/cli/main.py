@@ -25,7 +25,7 @@ from lia_spark import __version__
 from lia_spark.run.checks import ConfigError
 from lia_spark.cli.command_help import COMMAND_HELP
 from lia_spark.run.config import Config, load_config
-from lia_spark.run import interrupts
+from lia_spark.run import interrupts, layout
 from lia_spark.run.activity import doing, heartbeat
 from lia_spark.run.interrupts import SIGNAL_EXITS, Terminated
 from lia_spark.run.interrupts import received as received_signals
@@ -163,7 +163,7 @@ def notebook_display(frame: Any, namespace: Mapping[str, Any]) -> None:
 
 def result_path(config: Config, command: str) -> str:
     """``<run.output_dir>/results/<command>.json``: the full result of the last run of a command."""
-    return f"{config.run.output_dir.rstrip('/')}/results/{command}.json"
+    return layout.output_path(config, layout.RESULTS, f"{command}.json")
 
 
 def config_yaml(config: Config) -> str:
@@ -315,7 +315,9 @@ def execute_command(name: str, spark: Any, config: Config) -> tuple[Any, float, 
     ``<run.output_dir>/results/<name>.json``: (result, seconds, that path).
 
     Raises:
-        ConfigError: an unknown command; any failure of the command itself propagates.
+        ConfigError: an unknown command, or paths of the config that overlap
+            (:func:`lia_spark.run.layout.check_paths_apart`), before the lock is taken; any failure of the command
+            itself propagates.
     """
     from lia_spark.engine.runtime.commands import COMMANDS
     from lia_spark.engine.runtime.lock import run_lock
@@ -325,6 +327,7 @@ def execute_command(name: str, spark: Any, config: Config) -> tuple[Any, float, 
     name = "pipeline" if name == "run" else name
     if name not in COMMANDS:
         raise ConfigError(f"command: must be one of run, {', '.join(COMMANDS)}, got {name!r}")
+    layout.check_paths_apart(config)
     with run_lock(spark, config.run.output_dir, command=f"lia-spark {name}", max_age_hours=config.run.stale_lock_hours):
         with doing("looking for what interrupted runs left in the output folder"):
             remove_leftovers(spark, config)  # holding the lock: staging folders are an interrupted attempt's

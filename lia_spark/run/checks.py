@@ -5,6 +5,8 @@ and the loader (:mod:`lia_spark.run.config`).
 from __future__ import annotations
 
 import math
+import os
+import posixpath
 import re
 import typing
 from typing import Any, Sequence
@@ -104,3 +106,37 @@ def is_remote_path(path: str) -> bool:
 def unwrapped_file_uri(path: str) -> str:
     """``path`` with a ``file:`` URI unwrapped to the plain local path; any other path as it is."""
     return "/" + path[len("file:"):].lstrip("/") if path.startswith("file:") else path
+
+
+def local_path(path: str) -> str | None:
+    """``path`` as a plain local path (plain, or a ``file:`` URI unwrapped), None on any other file system."""
+    if path.startswith("file:"):
+        return unwrapped_file_uri(path)
+    return None if is_remote_path(path) else path
+
+
+def resolved_path(path: str) -> str:
+    """One spelling per place, to compare paths: a local path (plain or ``file:``) absolute, with symlinks, ``.``,
+    ``..`` and trailing slashes resolved (``os.path.realpath``; relative to the working directory); a URI with its
+    scheme in lower case and ``.``, ``..``, repeated and trailing slashes of its path resolved."""
+    local = local_path(path)
+    if local is not None:
+        return os.path.realpath(local)
+    scheme, _, rest = path.partition(":")
+    authority = ""
+    if rest.startswith("//"):
+        authority, _, rest = rest[2:].partition("/")
+        authority = f"//{authority}"
+    return f"{scheme.lower()}:{authority}{posixpath.normpath('/' + rest.lstrip('/'))}"
+
+
+def path_relation(first: str, second: str) -> str:
+    """How the resolved paths (:func:`resolved_path`) ``first`` and ``second`` are placed: "the same as", "inside"
+    (``first`` lies below ``second``), "around" (``second`` lies below ``first``) or "" (apart)."""
+    if first == second:
+        return "the same as"
+    if first.startswith(second.rstrip("/") + "/"):
+        return "inside"
+    if second.startswith(first.rstrip("/") + "/"):
+        return "around"
+    return ""

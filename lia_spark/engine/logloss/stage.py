@@ -43,6 +43,7 @@ from lia_spark.kernels import logloss
 from lia_spark.kernels.criteo import POSITION_BITS
 from lia_spark.names import DAY, LABEL, ROW_ID
 from lia_spark.present import logloss_plots
+from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.json_output import strict_json
 from lia_spark.run.sections import LoglossConfig
@@ -242,7 +243,7 @@ def _attack_and_write(run: StageRun) -> LoglossResult:
 
 def logloss_path(config: Config) -> str:
     """``<out>/logloss``."""
-    return os.path.join(config.run.output_dir, "logloss")
+    return layout.output_path(config, layout.LOGLOSS)
 
 
 LOGLOSS = Stage(

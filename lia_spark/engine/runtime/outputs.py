@@ -1,5 +1,6 @@
-"""Atomic stage outputs: write to a temporary sibling path, then commit by rename plus a marker file; and what
-tells lia_spark's folders from anybody else's.
+"""Atomic stage outputs: write to a temporary sibling path with a marker file, then commit it in place of the old
+output (:func:`replace_folder`: a committed output is never absent, a kill at any moment leaves one committed
+copy); and what tells lia_spark's folders from anybody else's.
 
 A folder is *complete* only when it holds ``_LIA_COMPLETE`` (JSON with the stage's counts and
 parameters, and every file's size and, for files that are not Parquet, SHA-256). Readers and resumable pipelines
@@ -39,6 +40,8 @@ logger = logging.getLogger(__name__)
 MARKER = "_LIA_COMPLETE"
 FILES_KEY = "lia_files"  # in the marker: relative file name -> [size in bytes, SHA-256 hex or "" for Parquet]
 CLAIM_SUFFIX = ".lia-claim"  # <path>.lia-claim: <path> is a staging or scratch folder a lia_spark run made
+REPLACES_KEY = "replaces"  # in a claim: the committed folder the claimed one is, moved aside while it is replaced
+ASIDE_INFIX = "._old-"  # <output>._old-<12 hex>: a committed output moved aside while its successor takes its place
 DIGESTED_SIZE = 64 * 2**20  # files that are not Parquet and at most this large get a SHA-256 in the marker
 
 
@@ -172,10 +175,53 @@ def committed_output(spark: SparkSession, path: str, metadata: dict[str, Any] | 
         payload = {**metadata, FILES_KEY: written_files(spark, staging)}
         content = sealed_marker(payload, fingerprint) if fingerprint is not None else payload
         files.write_text(f"{staging}/{MARKER}", json.dumps(content, sort_keys=True, default=str))
-        files.delete(final)
         files.make_parent_folders(final)
-        if not files.rename(staging, final):
-            raise OSError(f"could not commit {staging} to {final}")
+        replace_folder(spark, staging, final)
+
+
+def replace_folder(spark: SparkSession, staging: str, final: str) -> None:
+    """Put the complete folder ``staging`` (claimed by this run) at ``final``, in place of what is there.
+
+    Where the file system swaps two folders atomically (a local disk: :func:`lia_spark.engine.spark.filesystem.
+    exchange_local`) ``final`` never stops being a whole folder, the old or the new, and the old one, now at
+    ``staging`` and still claimed, is deleted (a kill before that leaves it to the next run's sweep). Elsewhere
+    (HDFS, object stores; a local file system without the swap) the old folder is first renamed to a claimed
+    sibling :data:`ASIDE_INFIX` whose claim names ``final``, then ``staging`` to ``final``, then the sibling is
+    deleted: ``final`` is absent between the two renames, and a kill there leaves the sibling, which the next run
+    moves back (:func:`clear_leftover`).
+    """
+    files = files_for(spark, final)
+    if not files.exists(final):
+        _renamed(files, staging, final)
+    elif files.exchange(staging, final):  # the old output now sits at ``staging``, still claimed
+        files.delete(staging)
+    else:
+        _replaced_through_aside(spark, staging, final)
+
+
+def _renamed(files: Any, source: str, target: str) -> None:
+    """Rename ``source`` to ``target`` (absent), or raise OSError naming both."""
+    if not files.rename(source, target):
+        raise OSError(f"could not rename {source} to {target}")
+
+
+def _replaced_through_aside(spark: SparkSession, staging: str, final: str) -> None:
+    """:func:`replace_folder` by two renames: ``final`` to a claimed sibling, ``staging`` to ``final``; on a failure
+    of the second the old folder is renamed back (and, should that fail too, its claim stays for the next run)."""
+    files = files_for(spark, final)
+    aside = f"{final}{ASIDE_INFIX}{uuid.uuid4().hex[:12]}"
+    files.write_text(claim_path(aside), json.dumps(_claim_record(aside, replaces=final), sort_keys=True))
+    if not files.rename(final, aside):
+        files.delete(claim_path(aside))
+        raise OSError(f"could not move {final} aside to {aside} to replace it")
+    try:
+        _renamed(files, staging, final)
+    except BaseException:
+        _renamed(files, aside, final)
+        files.delete(claim_path(aside))
+        raise
+    files.delete(aside)
+    files.delete(claim_path(aside))
 
 
 def foreign_entries(spark: SparkSession, path: str) -> list[str]:
@@ -203,15 +249,21 @@ def claim_path(path: str) -> str:
     return f"{path.rstrip('/')}{CLAIM_SUFFIX}"
 
 
+def _claim_record(path: str, **extra: str) -> dict[str, Any]:
+    """What a claim of ``path`` records: the path, this host, this process and now, and ``extra``
+    (:data:`REPLACES_KEY`)."""
+    return {"path": path.rstrip("/"), "host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
+            **extra}
+
+
 @contextlib.contextmanager
 def claimed(spark: SparkSession, path: str) -> Iterator[str]:
     """Record ``path`` as this run's (``<path>.lia-claim``: host, process id, start time) for the ``with`` block, so
     an interrupted run's folder can be swept later and nobody else's ever is (:func:`swept_leftover`). On an
     exception ``path`` is deleted; at the end the claim is removed (the folder was committed, deleted or is
     scratch the caller removes)."""
-    record = {"path": path.rstrip("/"), "host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
     files = files_for(spark, path)
-    files.write_text(claim_path(path), json.dumps(record, sort_keys=True))
+    files.write_text(claim_path(path), json.dumps(_claim_record(path), sort_keys=True))
     try:
         yield path
     except BaseException as error:
@@ -235,20 +287,50 @@ def scratch_folder(spark: SparkSession, path: str) -> Iterator[str]:
         files_for(spark, path).delete(path)
 
 
+def _read_claim(spark: SparkSession, claim: str) -> dict[str, Any]:
+    """The record of claim file ``claim`` ({} when it cannot be read as a JSON object)."""
+    try:
+        record = json.loads(read_text(spark, claim))
+    except (json.JSONDecodeError, UnicodeDecodeError, *file_errors()):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def swept_leftover(spark: SparkSession, claim: str) -> str:
     """The folder claim file ``claim`` records, when it is an interrupted run's: its recording process no longer
     runs on this host, or it ran on another host (whose runs a holder of the output folder's lock excludes); ""
     while the recording process still runs, or when the claim is not a lia_spark claim of its sibling."""
+    record = _read_claim(spark, claim)
     try:
-        record = json.loads(read_text(spark, claim))
         path, host, pid = str(record["path"]), str(record["host"]), int(record["pid"])
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, *file_errors()):
+    except (KeyError, TypeError, ValueError):
         return ""
     if path.rsplit("/", 1)[-1] != claim.rstrip("/").rsplit("/", 1)[-1][:-len(CLAIM_SUFFIX)]:
         return ""
     if host == socket.gethostname() and pid != os.getpid() and process_exists(pid):
         return ""
     return claim[:-len(CLAIM_SUFFIX)]
+
+
+def clear_leftover(spark: SparkSession, path: str) -> None:
+    """Remove the interrupted run's folder ``path`` (:func:`swept_leftover`) and its claim, logging it; but a
+    committed output an interrupted commit had moved aside (its claim names the folder it replaces,
+    :func:`replace_folder`) is moved back when that folder is absent, and kept (with a warning) when something
+    other than a committed output stands there."""
+    files = files_for(spark, path)
+    replaces = str(_read_claim(spark, claim_path(path)).get(REPLACES_KEY, ""))
+    if replaces and files.exists(path) and not files.exists(replaces):
+        logger.warning("restoring %s from %s, where an interrupted run had moved it aside to replace it", replaces,
+                       path)
+        _renamed(files, path, replaces)
+    elif replaces and files.exists(path) and not is_complete(spark, replaces):
+        logger.warning("keeping %s, a committed output an interrupted run had moved aside: %s is not a committed "
+                       "output; compare the two and remove one", path, replaces)
+        return
+    else:
+        logger.warning("removing %s, left by an interrupted run", path)
+        files.delete(path)
+    files.delete(claim_path(path))
 
 
 def process_exists(pid: int) -> bool:

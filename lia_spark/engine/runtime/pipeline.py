@@ -26,6 +26,7 @@ from lia_spark.present.headline import Headline
 from lia_spark.run.config import Config
 from lia_spark.run import interrupts
 from lia_spark.run.activity import doing
+from lia_spark.run.layout import check_paths_apart
 from lia_spark.run.limits import check_training_rows
 from lia_spark.run.sections import PIPELINE_STAGES
 from lia_spark.tracking.session import TRACK_LATER, tracking_session
@@ -132,7 +133,8 @@ def _row_counts(metrics: dict[str, float]) -> str:
 
 
 def check_before_stages(spark: SparkSession, config: Config) -> None:
-    """Fail in seconds, before any stage runs, on what would fail later: a target the target day's rows cannot
+    """Fail in seconds, before any stage runs, on what would fail later: two paths of the config that overlap
+    (:func:`lia_spark.run.layout.check_paths_apart`), a target the target day's rows cannot
     hold (:func:`lia_spark.run.limits.check_training_rows`, from synthetic.rows_per_day or the data's count), a
     folder a selected step would replace
     that holds somebody else's files (:func:`lia_spark.engine.runtime.registry.refuse_foreign`), an output folder that cannot
@@ -146,6 +148,7 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
         ValueError: naming the field (data.criteo_paths, run.stages, audit.canary_path, mechanisms.prior_*; a
             :class:`lia_spark.engine.runtime.outputs.ForeignFilesError` names run.output_dir or data.*_path).
     """
+    check_paths_apart(config)
     selected = set(config.run.stages)
     refuse_foreign(spark, config, [step_stage(step, config) for step in PIPELINE_STAGES if step in selected])
     for step in PIPELINE_STAGES:

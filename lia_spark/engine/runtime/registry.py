@@ -3,7 +3,7 @@
 ``run_stage``: fingerprint (the declared fields, the values the stage resolves from the data, the code version and
 the fingerprints of its input tables) -> reuse of a complete output with the same fingerprint (unless run.force)
 -> the stage's cheap checks and its required inputs -> ``compute`` inside a committed output (a temporary
-folder renamed into place on success, with the result as its sealed marker) -> the result.
+folder put in the old one's place on success, with the result as its sealed marker) -> the result.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from lia_spark.engine.generate.stage import GENERATE
 from lia_spark.engine.ingest.stage import INGEST
 from lia_spark.engine.inject.stage import INJECT
 from lia_spark.engine.logloss.stage import LOGLOSS
-from lia_spark.engine.runtime.outputs import (CLAIM_SUFFIX, claim_path, committed_folder, committed_output,
-                                              damaged_files, delete_path, foreign_entries, foreign_error, path_exists,
-                                              read_marker, reusable_output, swept_leftover)
+from lia_spark.engine.runtime.outputs import (CLAIM_SUFFIX, clear_leftover, committed_folder, committed_output,
+                                              damaged_files, foreign_entries, foreign_error, path_exists, read_marker,
+                                              reusable_output, swept_leftover)
 from lia_spark.engine.posteriors.stage import POSTERIORS
 from lia_spark.engine.runtime.progress import reporting_progress
 from lia_spark.engine.spark.session import describe_jobs
@@ -107,13 +107,12 @@ def leftovers(spark: SparkSession, config: Config) -> list[str]:
 
 
 def remove_leftovers(spark: SparkSession, config: Config) -> list[str]:
-    """Delete :func:`leftovers` (and their claims) and return them. Only for a caller holding the output folder's
-    run lock (:func:`lia_spark.engine.runtime.lock.run_lock`)."""
+    """Clear :func:`leftovers` (deleted with their claims; a committed output an interrupted commit moved aside is
+    moved back where its folder is absent: :func:`lia_spark.engine.runtime.outputs.clear_leftover`) and return
+    them. Only for a caller holding the output folder's run lock (:func:`lia_spark.engine.runtime.lock.run_lock`)."""
     removed = leftovers(spark, config)
     for path in removed:
-        logger.warning("removing %s, left by an interrupted run", path)
-        delete_path(spark, path)
-        delete_path(spark, claim_path(path))
+        clear_leftover(spark, path)
     return removed
 
 

@@ -5,20 +5,30 @@ A Spark Connect client has no JVM, so it cannot reach Hadoop's FileSystem. Over 
 be one the driver process sees as local files and the Spark server writes at the same path: a local folder when
 the server runs on this machine, and on Databricks a Unity Catalog volume (``/Volumes/<catalog>/<schema>/
 <volume>/...``) or a workspace folder, which Databricks mounts into the driver's file system.
+
+Two operations need more than Hadoop's API offers on a local disk, so on a local file system (a plain path or a
+``file:`` URI, also when Hadoop's local file system serves it: the driver sees the same files) they use the
+operating system's own: :func:`exchange_local` swaps two folders in one step (a committed output is replaced
+without a moment of absence), and an exclusive create (``O_EXCL``) makes the run lock (Hadoop's local
+``create(overwrite=false)`` is a check, then a write).
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
+import errno
+import functools
 import hashlib
 import os
 import re
 import shutil
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.spark.session import is_connect
-from lia_spark.run.checks import is_remote_path, unwrapped_file_uri
+from lia_spark.run.checks import local_path as local_folder  # the name the engine's modules use
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,11 +41,50 @@ class Entry:
     is_folder: bool
 
 
-def local_folder(path: str) -> str | None:
-    """``path`` as a plain local path (plain, or a ``file:`` URI unwrapped), None on any other file system."""
-    if path.startswith("file:"):
-        return unwrapped_file_uri(path)
-    return None if is_remote_path(path) else path
+_AT_FDCWD = -100  # renameat2: paths relative to the working directory (linux/fcntl.h)
+_RENAME_EXCHANGE = 2  # renameat2: swap the two paths atomically (linux/fs.h)
+_NO_EXCHANGE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)  # the file system (FUSE, ...) or kernel lacks it
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """glibc's ``renameat2`` (Linux, glibc >= 2.28), None elsewhere."""
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), "renameat2")
+    except (OSError, AttributeError):
+        return None
+
+
+def exchange_local(first: str, second: str) -> bool:
+    """Swap the local paths ``first`` and ``second`` (both exist) in one atomic step: Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``, so whoever opens either path finds one whole folder, never none. False (nothing changed)
+    where the system or the file system cannot (another OS, an old kernel or glibc, some FUSE mounts).
+
+    Raises:
+        OSError: the swap failed for another reason (a path missing, no permission), with the system's errno.
+    """
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in _NO_EXCHANGE:
+        return False
+    raise OSError(code, os.strerror(code), first, None, second)
+
+
+def create_local(path: str, text: str) -> bool:
+    """Create the local file ``path`` holding ``text``, atomically only if it does not exist yet (``O_EXCL``); False
+    (nothing written) when it exists."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(descriptor, "w", encoding="utf-8") as stream:
+        stream.write(text)
+    return True
 
 
 def file_errors() -> tuple[type[BaseException], ...]:
@@ -77,6 +126,14 @@ class HadoopFiles:
                              f"({reason.splitlines()[0]}); use a scheme whose connector the cluster has (s3a://, "
                              "abfss://, gs://, hdfs://, dbfs:/) or add the connector's jars") from None
 
+    def _local(self, path: str) -> str | None:
+        """The absolute local path of ``path`` when Hadoop's local file system serves it (as the JVM resolves it:
+        a relative path is relative to the JVM's working directory), else None."""
+        filesystem, hadoop_path = self._resolve(path)
+        if str(filesystem.getScheme()) != "file":
+            return None
+        return str(filesystem.makeQualified(hadoop_path).toUri().getPath())
+
     def exists(self, path: str) -> bool:
         filesystem, hadoop_path = self._resolve(path)
         return bool(filesystem.exists(hadoop_path))
@@ -103,6 +160,12 @@ class HadoopFiles:
         filesystem, source_path = self._resolve(source)
         return bool(filesystem.rename(source_path, self._resolve(target)[1]))
 
+    def exchange(self, first: str, second: str) -> bool:
+        """Swap the existing paths ``first`` and ``second`` atomically (:func:`exchange_local`) when Hadoop's local
+        file system serves them; False (nothing changed) on any other file system, which has no such operation."""
+        local_first, local_second = self._local(first), self._local(second)
+        return local_first is not None and local_second is not None and exchange_local(local_first, local_second)
+
     def read_text(self, path: str) -> str:
         filesystem, hadoop_path = self._resolve(path)
         stream = filesystem.open(hadoop_path)
@@ -112,11 +175,19 @@ class HadoopFiles:
             stream.close()
 
     def write_text(self, path: str, text: str, *, overwrite: bool = True) -> bool:
-        """Write ``text`` to ``path``; False (nothing written) when it exists and ``overwrite`` is false (an
-        atomic check-and-create on HDFS and on object stores with conditional writes)."""
+        """Write ``text`` to ``path``; False (nothing written) when it exists and ``overwrite`` is false: an atomic
+        check-and-create on a local disk (:func:`create_local`), on HDFS and on object stores with conditional
+        writes (the file system's own ``create(path, overwrite=false)``)."""
         from py4j.protocol import Py4JJavaError
 
         filesystem, hadoop_path = self._resolve(path)
+        local = None if overwrite else self._local(path)
+        if local is not None:
+            created = create_local(local, text)
+            if created:  # the checksum file of an earlier file of this name (removed by hand) would fail its reads
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(os.path.dirname(local), f".{os.path.basename(local)}.crc"))
+            return created
         try:
             stream = filesystem.create(hadoop_path, overwrite)
         except Py4JJavaError as error:
@@ -231,20 +302,24 @@ class LocalFiles:
         os.rename(self._local(source), self._local(target))
         return True
 
+    def exchange(self, first: str, second: str) -> bool:
+        """Swap the existing paths ``first`` and ``second`` atomically (:func:`exchange_local`); False (nothing
+        changed) where this system cannot."""
+        return exchange_local(self._local(first), self._local(second))
+
     def read_text(self, path: str) -> str:
         with open(self._local(path), encoding="utf-8") as stream:
             return stream.read()
 
     def write_text(self, path: str, text: str, *, overwrite: bool = True) -> bool:
         """Write ``text`` to ``path``; False (nothing written) when it exists and ``overwrite`` is false (an
-        atomic check-and-create: ``O_EXCL``)."""
+        atomic check-and-create: :func:`create_local`)."""
         local = self._local(path)
+        if not overwrite:
+            return create_local(local, text)
         os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
-        try:
-            with open(local, "w" if overwrite else "x", encoding="utf-8") as stream:
-                stream.write(text)
-        except FileExistsError:
-            return False
+        with open(local, "w", encoding="utf-8") as stream:
+            stream.write(text)
         return True
 
     def read_bytes(self, path: str, offset: int, count: int) -> bytes:
