@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from key_support import key_file
 from lia_spark.run.config import Config, config_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +27,8 @@ EXPERIMENT = "lia-spark-tests"
 def tiny_values(output_dir: Path, tracking_uri: str) -> dict:
     """Config sections of the tiny run: 2 days x 20k rows, 4 mechanism settings, 10 trees, 5 PATE teachers,
     3 repetitions, the default audit.shadows (the other e2e configs set 0: shadow fits cost more than the rest of a
-    small train stage, and this run and test_train_spark's in-memory run cover them)."""
+    small train stage, and this run and test_train_spark's in-memory run cover them), and a fixed audit key beside the
+    output folder (audit.key_path), so its numbers are the same in every session."""
     return {
         "run": {"name": "tiny", "output_dir": str(output_dir)},
         "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},
@@ -34,7 +36,7 @@ def tiny_values(output_dir: Path, tracking_uri: str) -> dict:
         "mechanisms": {"epsilons": [2.0], "bag_sizes": [8]},
         "models": {"n_estimators": 10, "early_stopping_rounds": 0, "hash_buckets": 1024},
         "utility": {"epsilons": [4.0, "inf"], "bag_sizes": [8]}, "pate": {"teachers": 5, "queries": 1000},
-        "audit": {"repetitions": 3},
+        "audit": {"repetitions": 3, "key_path": key_file(output_dir.parent / f"{output_dir.name}.audit_key")},
         "tracking": {"tracking_uri": tracking_uri, "experiment": EXPERIMENT},
     }
 

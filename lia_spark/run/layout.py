@@ -33,6 +33,7 @@ SEALED = "sealed"  # inside inject/: the canaries' true labels, counterfactuals 
 INJECT_MANIFEST = "manifest.json"  # inside inject/
 EXPORT_TSV = "criteo"  # inside inject/: the export as a Criteo day file (audit.export_tsv)
 TABLE_CELLS = "cells"  # inside table/
+AUDIT_KEY = "audit_key"  # the audit's secret key (owner-only file), unless audit.key_path places it elsewhere
 
 
 def under(folder: str, *names: str) -> str:
@@ -77,6 +78,12 @@ def proxy_priors_path(config: Config) -> str:
 def posterior_summary_path(config: Config) -> str:
     """``<out>/posteriors/summary``: one Parquet row per mechanism setting (posteriors stage)."""
     return output_path(config, POSTERIORS, SUMMARY)
+
+
+def audit_key_path(config: Config) -> str:
+    """The audit key's file: audit.key_path, else ``<out>/audit_key`` (beside the stage folders, so no commit of a
+    stage replaces it and a re-run of the same folder finds it)."""
+    return config.audit.key_path or output_path(config, AUDIT_KEY)
 
 
 def table_cell_path(config: Config, cell_name: str) -> str:
