@@ -27,8 +27,7 @@ EXPERIMENT = "lia-spark-tests"
 def tiny_values(output_dir: Path, tracking_uri: str) -> dict:
     """Config sections of the tiny run: 2 days x 20k rows, 4 mechanism settings, 10 trees, 5 PATE teachers,
     3 repetitions, the default audit.shadows (the other e2e configs set 0: shadow fits cost more than the rest of a
-    small train stage, and this run and test_train_spark's in-memory run cover them), and a fixed audit key beside the
-    output folder (audit.key_path), so its numbers are the same in every session."""
+    small train stage, and this run and test_train_spark's in-memory run cover them)."""
     return {
         "run": {"name": "tiny", "output_dir": str(output_dir)},
         "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},
@@ -36,7 +35,7 @@ def tiny_values(output_dir: Path, tracking_uri: str) -> dict:
         "mechanisms": {"epsilons": [2.0], "bag_sizes": [8]},
         "models": {"n_estimators": 10, "early_stopping_rounds": 0, "hash_buckets": 1024},
         "utility": {"epsilons": [4.0, "inf"], "bag_sizes": [8]}, "pate": {"teachers": 5, "queries": 1000},
-        "audit": {"repetitions": 3, "key_path": key_file(output_dir.parent / f"{output_dir.name}.audit_key")},
+        "audit": {"repetitions": 3},
         "tracking": {"tracking_uri": tracking_uri, "experiment": EXPERIMENT},
     }
 
@@ -56,9 +55,16 @@ class TinyRun:
         return write_conf(path, Path(self.config.run.output_dir), self.tracking_uri, **changes)
 
 
+def with_tiny_key(values: dict, output_dir: Path) -> dict:
+    """``values`` with the tiny run's fixed audit key beside its output folder (audit.key_path, created on first use),
+    so its numbers are the same in every session and the jobs that re-use its outputs draw its coins."""
+    key = key_file(output_dir.parent / f"{output_dir.name}.audit_key")
+    return {**values, "audit": {**values["audit"], "key_path": key}}
+
+
 def write_conf(path: Path, output_dir: Path, tracking_uri: str, **changes: dict) -> Path:
-    """The tiny config with per-section ``changes`` as a YAML file."""
-    return conf_file(path, tiny_values(output_dir, tracking_uri), **changes)
+    """The tiny config (with its audit key) with per-section ``changes`` as a YAML file."""
+    return conf_file(path, with_tiny_key(tiny_values(output_dir, tracking_uri), output_dir), **changes)
 
 
 def conf_file(path: Path, values: dict, **changes: dict) -> Path:
@@ -82,7 +88,7 @@ def tiny_run(spark, tmp_path_factory) -> TinyRun:
 
         root = tmp_path_factory.mktemp("tiny-pipeline")
         uri = f"sqlite:///{root / 'mlflow.db'}"
-        config = config_from_dict(tiny_values(root / "out", uri))
+        config = config_from_dict(with_tiny_key(tiny_values(root / "out", uri), root / "out"))
         result = run_pipeline(spark, config)
         # Read now: later tests (notebooks, re-runs) rewrite the report in the same output folder.
         report_text = Path(result.report_path).read_text(encoding="utf-8")

@@ -21,7 +21,8 @@ import pytest
 from scipy import stats
 
 from key_support import key_file, stored_key
-from lia_spark.engine.models.audit_key import AuditKeyError, kept, stage_key, stored_key as read_key
+from lia_spark.engine.models.audit_key import (AuditKeyError, kept, new_local_key_file, stage_key,
+                                               stored_key as read_key)
 from lia_spark.engine.models.preparation import TRAINING_LABELS_PURPOSE
 from lia_spark.engine.spark.filesystem import files_for
 from lia_spark.kernels import hashing, injected, label_mechanisms
@@ -95,6 +96,18 @@ def test_the_key_file_is_owner_only_written_once_and_read_back(spark, tmp_path):
     given = load_config(None, [f"run.output_dir={tmp_path / 'other'}", f"audit.key_path={path}"])
     key_file(path)
     assert stage_key(spark, given) == stored_key(given) and not (tmp_path / "other").exists()
+
+
+def test_without_hard_links_the_key_file_is_still_created_exclusively_and_owner_only(tmp_path, monkeypatch):
+    """Some mounted file systems have no hard links: the key file itself is then created with O_EXCL."""
+    def no_links(source, target):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    key, path = AuditKey.drawn(), tmp_path / "audit_key"
+    assert new_local_key_file(str(path), key) and not new_local_key_file(str(path), AuditKey.drawn())
+    assert hashing.parsed_key(path.read_text()) == key and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [entry.name for entry in tmp_path.iterdir()] == ["audit_key"]
 
 
 def test_hadoop_writes_the_key_owner_only_and_never_over_another(spark, tmp_path):

@@ -15,6 +15,7 @@ not redraw the key; deleting the file does. Local files (and every file over Spa
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -154,36 +155,45 @@ def key_values(key: AuditKey) -> dict[str, str]:
     return {KEY_IDENTIFIER: key.identifier}
 
 
+def _write_exclusive(path: str, text: str) -> None:
+    """Create file ``path`` (O_EXCL, mode 0600) holding ``text``, flushed to disk.
+
+    Raises:
+        FileExistsError: ``path`` exists (nothing written).
+    """
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="ascii") as stream:
+        stream.write(text)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
 def new_local_key_file(path: str, key: AuditKey) -> bool:
-    """Create the driver's file ``path`` holding ``key`` (:func:`lia_spark.kernels.hashing.key_text`), mode 0600, unless
-    it exists (False, nothing written): a temporary sibling made with O_EXCL, written whole, then hard-linked to
-    ``path`` (which fails if it exists); where the file system has no hard links, ``path`` itself is created with
-    O_EXCL."""
+    """Create the driver's file ``path`` holding ``key`` (:func:`lia_spark.kernels.hashing.key_text`), mode 0600,
+    unless it exists (False, nothing written): a temporary sibling made with O_EXCL, written whole, then hard-linked
+    to ``path`` (which fails if it exists), so no reader ever sees a partial key; where the file system has no hard
+    links, ``path`` itself is created with O_EXCL."""
     text = key_text(key)
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     temporary = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
-    for target in (temporary, path):
-        try:
-            descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            return False
-        with os.fdopen(descriptor, "w", encoding="ascii") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        if target == path:
-            return True
+    try:
+        _write_exclusive(temporary, text)
         try:
             os.link(temporary, path)
             return True
         except FileExistsError:
             return False
-        except OSError:  # no hard links here (some mounted file systems): create the file itself exclusively
-            continue
-        finally:
+        except OSError:  # no hard links here (some mounted file systems): create the file itself below
+            pass
+    finally:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
-    return False
+    try:
+        _write_exclusive(path, text)
+    except FileExistsError:
+        return False
+    return True
 
 
 def kept(spark: SparkSession, config: Config, key: AuditKey) -> None:
