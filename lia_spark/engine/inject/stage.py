@@ -13,11 +13,11 @@ committed atomically:
   and the table keeps the data's columns, so no column, order or file tells the trainer which labels changed.
 - ``sealed`` (Parquet: row_id, label = y0, counterfactual_label = y1, hidden_bit = b, proxy_prediction): what the
   audit of the model trained on the export plays its game against (audit.model_uri, audit.predictions_path).
-  It must never reach the trainer; nor must the key file, from which the coins can be recomputed (run.seed may:
-  only the day's sample and the model split are drawn from it, which the export shows anyway).
+  It must never reach the trainer; nor must the key file, from which the coins can be recomputed (run.seed may
+  reach it: only the day's sample and the model split are drawn from it, which the export shows anyway).
 - ``criteo/day_N[.gz]`` (audit.export_tsv, audit.export_gzip): the export as a Criteo day file, the same rows and
   labels, one line per row in row_id order (line k is the export's row with the k-th smallest row_id).
-- ``manifest.json``: the fingerprint (which holds the key's identifier, not the key), the row counts and the
+- ``manifest.json``: the fingerprint (a digest covering the key's identifier, never the key), the row counts and the
   informative share (nothing derived from the coins).
 """
 from __future__ import annotations
