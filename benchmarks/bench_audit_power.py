@@ -30,6 +30,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks._keys import seeded_key_file  # noqa: E402
 from benchmarks._report import publish  # noqa: E402
 from lia_spark.names import BASELINE_NAMES, PROXY_PREDICTION, SHADOW_PREDICTION  # noqa: E402
 from lia_spark.run.model_sections import AuditConfig  # noqa: E402
@@ -100,6 +101,7 @@ def seed_commands(folder: Path, seed: int, rows: int, library: str, flip_share: 
     flip = [] if flip_share is None else ["audit.counterfactual=flip", f"audit.flip_share={flip_share:g}"]
     return [[str(REPO / ".venv" / "bin" / "lia-spark"), "audit-table", "--conf", "conf/audit_table.yaml",
              f"synthetic.rows_per_day={rows}", f"run.seed={seed}", f"run.output_dir={folder}/seed{seed}",
+             f"audit.key_path={folder}/seed{seed}.audit_key",  # the seed's own key (benchmarks/_keys.py)
              f"table.mechanisms=[{','.join(mechanisms)}]", f"table.epsilons=[{','.join(map(str, epsilons))}]",
              f"models.library={library}", "tracking.enabled=false", *flip,
              *(["utility.bag_sizes=[]"] if library == "catboost" else [])]  # no LLP in catboost; unused by the table
@@ -348,6 +350,7 @@ def main(argv=None) -> int:
             for seed in seeds:
                 if analysed(folder, seed):
                     continue
+                seeded_key_file(folder / f"seed{seed}.audit_key", seed)
                 for command in seed_commands(folder, seed, rows, library, share):
                     if not group_done(folder, seed, command):
                         subprocess.run(command, cwd=REPO, check=True)

@@ -26,6 +26,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks._keys import seeded_key_file  # noqa: E402
 from benchmarks._report import publish  # noqa: E402
 from lia_spark.present.audit_summary import AuditSummary  # noqa: E402
 from lia_spark.studies import table  # noqa: E402
@@ -46,7 +47,7 @@ def seed_command(root: str, seed: int, rows_per_day: int) -> list[str]:
     """The audit-table command of one seed's whole grid (shell words)."""
     return [str(REPO / ".venv" / "bin" / "lia-spark"), "audit-table", "--conf", "conf/audit_table.yaml",
             f"synthetic.rows_per_day={rows_per_day}", f"run.seed={seed}", f"run.output_dir={root}/seed{seed}",
-            GRID_MECHANISMS, "tracking.enabled=false"]
+            f"audit.key_path={root}/seed{seed}.audit_key", GRID_MECHANISMS, "tracking.enabled=false"]
 
 
 def shown_command(root: str, seed: int, rows_per_day: int) -> str:
@@ -206,6 +207,7 @@ def main(argv=None) -> int:
     parser.add_argument("--render", action="store_true", help="write the BENCHMARKS.md section")
     args = parser.parse_args(argv)
     if args.run and not (Path(args.root) / f"seed{args.seed}" / "table" / "cells.csv").exists():
+        seeded_key_file(Path(args.root) / f"seed{args.seed}.audit_key", args.seed)  # the seed's own coins
         subprocess.run(seed_command(args.root, args.seed, args.rows_per_day), cwd=REPO, check=True)
     publish(SECTION, render(collect(args.root, args.seed, args.rows_per_day)), render=args.render,
             after=AFTER_SECTION)

@@ -176,7 +176,7 @@ def repetition(r: int, s: Settings) -> dict:
     game = {"ids": ids, "label": y0, "proxy": proxy, "seed": seed + 1, "draws": s.game_draws,
             "guesses": guesses, "m": len(ids)}
     inj_seeds = [seed + 2 + 10 * g for g in range(s.game_draws)]
-    draws = [injected.injected_draws(ids, y0, proxy, seed=q) for q in inj_seeds]
+    draws = [injected.injected_draws(ids, y0, proxy, key=q) for q in inj_seeds]
     out["informative_share"] = float(np.mean(y0 != draws[0][0]))
 
     y1, coin = draws[0]
@@ -196,7 +196,7 @@ def repetition(r: int, s: Settings) -> dict:
     shadow_baselines = {}
     for epsilon in (*s.epsilons, math.inf):
         shadow_baselines[epsilon] = (None if s.shadows == 0 else injected.shadow_reference(np.asarray([
-            fit_target(injected.shadow_training_labels(y0, y1, ids, seed=inj_seeds[0], shadow=k), epsilon,
+            fit_target(injected.shadow_training_labels(y0, y1, ids, key=inj_seeds[0], shadow=k), epsilon,
                        injected.shadow_seed(inj_seeds[0], k))[0] for k in range(s.shadows)])))
     out["seconds"]["shadows"] = time.monotonic() - tic
 
@@ -253,7 +253,7 @@ def repetition(r: int, s: Settings) -> dict:
 
     if r < s.flip_repetitions:
         tic = time.monotonic()
-        y1f, coinf = injected.injected_draws(ids, y0, proxy, seed=inj_seeds[0], counterfactual=UNIFORM_FLIP,
+        y1f, coinf = injected.injected_draws(ids, y0, proxy, key=inj_seeds[0], counterfactual=UNIFORM_FLIP,
                                              flip_share=out["informative_share"])
         out["flip"] = {"informative_share": float(np.mean(y0 != y1f))}
         for epsilon in FLIP_EPSILONS:

@@ -38,6 +38,7 @@ import pandas as pd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks._keys import seeded_key_file  # noqa: E402
 from benchmarks._report import publish  # noqa: E402
 from lia_spark.cli.main import config_yaml  # noqa: E402
 from lia_spark.engine.runtime.registry import run_stage  # noqa: E402
@@ -53,12 +54,14 @@ KINDS = ("honest", "broken", "label_blind", "lia_spark")
 
 
 def _config(root: Path, *, seed: int, rows: int, audit: dict | None = None, models: dict | None = None):
+    """The run of ``seed`` in ``root``, its coins keyed on the seed's own audit key (benchmarks/_keys.py)."""
+    key = seeded_key_file(root / f"seed{seed}.audit_key", seed)
     return config_from_dict({
         "run": {"name": "own-bench", "output_dir": str(root / "out"), "seed": seed},
         "synthetic": {"rows_per_day": rows, "days": 2},
         "models": {"sample_rows_per_day": 0, "hash_buckets": 1024, **(models or {})},
         "tracking": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "own-bench"},
-        "audit": audit or {}})
+        "audit": {"key_path": key, **(audit or {})}})
 
 
 def _train(config, root: Path, name: str, *arguments: str) -> tuple[str, Path]:

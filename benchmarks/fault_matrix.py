@@ -523,6 +523,62 @@ def future_lock(folder: Path) -> tuple[str, bool]:
     outcome = lia(config)
     return observed(outcome), outcome.code == 1 and "suspicious lock" in outcome.line and "`rm " in outcome.line \
         and "wait for it" not in outcome.line and (folder / "out" / "_LIA_LOCK").exists()
+def tracked_run(folder: Path) -> tuple[Path, Outcome]:
+    """A finished data + train run in ``folder/out`` tracked in an MLflow sqlite store in ``folder``: (its audit key
+    file, its outcome)."""
+    config = conf(folder, tracking={"enabled": True, "tracking_uri": f"sqlite:///{folder / 'mlflow.db'}",
+                                    "experiment": "faults"})
+    outcome = lia(config)
+    if outcome.code != 0:
+        raise RuntimeError(f"the setup run failed: {outcome.line}")
+    return folder / "out" / "audit_key", outcome
+
+
+def audit_key_private(folder: Path) -> tuple[str, bool]:
+    key, outcome = tracked_run(folder)
+    mode = key.stat().st_mode & 0o777
+    secret = key.read_text(encoding="ascii").strip()
+    stored = [folder / "mlflow.db", *(path for path in (folder / "mlruns").rglob("*") if path.is_file())]
+    found = [str(path.relative_to(folder)) for path in stored
+             if secret.encode() in path.read_bytes().lower() or bytes.fromhex(secret) in path.read_bytes()]
+    printed = secret in outcome.stderr
+    return (f"exit {outcome.code}; {key.name} mode {mode:04o}; in {len(stored)} files of the store: {found or 'none'}; "
+            f"in the log: {printed}", outcome.code == 0 and mode == 0o600 and not found and not printed and
+            len(stored) > 3)
+
+
+def audit_key_group_readable(folder: Path) -> tuple[str, bool]:
+    config = trained(folder)
+    key = folder / "out" / "audit_key"
+    key.chmod(0o640)
+    outcome = lia(config)
+    return (observed(outcome), outcome.code == 2 and outcome.line.startswith("lia-spark: audit.key_path:")
+            and str(key) in outcome.line and "chmod 600" in outcome.line)
+
+
+def audit_key_damaged(folder: Path) -> tuple[str, bool]:
+    config = trained(folder)
+    key = folder / "out" / "audit_key"
+    secret = key.read_text(encoding="ascii").strip()
+    key.write_text(secret[:40] + "\n", encoding="ascii")
+    outcome = lia(config)
+    return (observed(outcome), outcome.code == 2 and outcome.line.startswith("lia-spark: audit.key_path:")
+            and str(key) in outcome.line and "damaged" in outcome.line and secret[:40] not in outcome.stderr)
+
+
+def audit_key_forced_then_deleted(folder: Path) -> tuple[str, bool]:
+    config = trained(folder)
+    key = folder / "out" / "audit_key"
+    before = key.read_bytes()
+    forced = lia(config, "run.force=true")
+    kept = key.read_bytes() == before
+    key.unlink()
+    redrawn = lia(config)
+    change = next((line.split("other settings: ", 1)[-1] for line in redrawn.stderr.splitlines()
+                   if "train: recomputing" in line), "no recomputation")
+    return (f"run.force=true: exit {forced.code}, key kept: {kept}; key deleted: exit {redrawn.code}, train: {change}",
+            forced.code == 0 and kept and redrawn.code == 0 and change.startswith("audit.key_identifier")
+            and key.read_bytes() != before)
 
 
 CASES = (
@@ -596,6 +652,14 @@ CASES = (
                                     "data.parquet_path={out}/models")),
     Case("racing_runs", "one exit 0, one exit 1 naming the holder", racing_runs),
     Case("future_lock", "exit 1: suspicious, with the command that removes it; lock kept", future_lock),
+    # issue 71: audit key
+    Case("audit_key_private", "exit 0; audit_key mode 0600; the key in no file of the MLflow store nor the log",
+         audit_key_private),
+    Case("audit_key_group_readable", "exit 2 naming audit.key_path and the file, chmod 600 as the fix",
+         audit_key_group_readable),
+    Case("audit_key_damaged", "exit 2 naming audit.key_path and the file; the key not printed", audit_key_damaged),
+    Case("audit_key_forced_then_deleted", "run.force=true keeps the key; deleted: a new key, train recomputed "
+         "naming audit.key_identifier", audit_key_forced_then_deleted),
 )
 
 

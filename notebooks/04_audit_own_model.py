@@ -5,8 +5,8 @@
 # MAGIC trainer, its model in MLflow), with no assumption on the proxy (docs/usage.md, "Audit your own model"):
 # MAGIC
 # MAGIC 1. `inject` writes the target day's rows with every label replaced by y^b (a counterfactual y1 on a fair coin
-# MAGIC    b) to `<run.output_dir>/inject/export`; the coins stay in `inject/sealed`, which your trainer must never
-# MAGIC    read (nor `run.seed`);
+# MAGIC    b) to `<run.output_dir>/inject/export`; the coins stay in `inject/sealed` and are keyed on the audit key
+# MAGIC    `<run.output_dir>/audit_key` (or `audit.key_path`), which your trainer must never read;
 # MAGIC 2. your trainer trains on the export and logs a model whose pyfunc returns P(y = 1) per row;
 # MAGIC 3. the audit scores the exported rows with that model on the executors and guesses the coins.
 # MAGIC

@@ -53,13 +53,14 @@ def _shared_session_settings_kept():
         assert not changed, f"the test left the shared session with {changed}; put back {SESSION_SETTINGS}"
 
 
-# The test files of the JVM tiers that take longest, run first (worker-seconds on 2 cores: e2e tier test_spark_submit
-# ~420, the TINY_RUN_FILES ~250 - placed by their first file here -, test_failures 170, test_reuse_spark 145,
-# test_own_model 130, test_ownership 110, test_audit_table 100; Spark tier test_train_spark 105, test_posteriors_spark
-# 90, test_ownership 85, test_audit_spark 55): parallel workers take files in collection order (the Makefile's
-# --no-loadscope-reorder: else pytest-xdist orders them by their number of tests), and a long file started last
-# leaves the other worker idle at the end.
-LONGEST_FILES_FIRST = ("test_spark_submit.py", "test_spark_connect.py", "test_failures.py", "test_reuse_spark.py",
+# The test files of the JVM tiers that take longest, run first (worker-seconds on 2 cores: e2e tier test_audit_key
+# ~460 on a loaded machine, test_spark_submit ~420, the TINY_RUN_FILES ~250 - placed by their first file here -,
+# test_failures 170, test_reuse_spark 145, test_own_model 130, test_ownership 110, test_audit_table 100; Spark tier
+# test_train_spark 105, test_posteriors_spark 90, test_ownership 85, test_audit_spark 55): parallel workers take
+# files in collection order (the Makefile's --no-loadscope-reorder: else pytest-xdist orders them by their number of
+# tests), and a long file started last leaves the other worker idle at the end.
+LONGEST_FILES_FIRST = ("test_audit_key.py", "test_spark_submit.py", "test_spark_connect.py", "test_failures.py",
+                       "test_reuse_spark.py",
                        "test_own_model.py", "test_ownership.py", "test_audit_table.py", "test_train_spark.py",
                        "test_posteriors_spark.py", "test_audit_spark.py")
 # The files that share pipeline_support.tiny_run (one pipeline, ~25 s of two cores, cached per process) run in one

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from key_support import key_file
 from lia_spark.run.config import Config, config_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,9 +78,16 @@ class TinyRun:
         return write_conf(path, Path(self.config.run.output_dir), self.tracking_uri, **changes)
 
 
+def with_tiny_key(values: dict, output_dir: Path) -> dict:
+    """``values`` with the tiny run's fixed audit key beside its output folder (audit.key_path, created on first use),
+    so its numbers are the same in every session and the jobs that re-use its outputs draw its coins."""
+    key = key_file(output_dir.parent / f"{output_dir.name}.audit_key")
+    return {**values, "audit": {**values["audit"], "key_path": key}}
+
+
 def write_conf(path: Path, output_dir: Path, tracking_uri: str, **changes: dict) -> Path:
-    """The tiny config with per-section ``changes`` as a YAML file."""
-    return conf_file(path, tiny_values(output_dir, tracking_uri), **changes)
+    """The tiny config (with its audit key) with per-section ``changes`` as a YAML file."""
+    return conf_file(path, with_tiny_key(tiny_values(output_dir, tracking_uri), output_dir), **changes)
 
 
 def conf_file(path: Path, values: dict, **changes: dict) -> Path:
@@ -103,7 +111,7 @@ def tiny_run(spark, tmp_path_factory) -> TinyRun:
 
         root = tmp_path_factory.mktemp("tiny-pipeline")
         uri = f"sqlite:///{root / 'mlflow.db'}"
-        config = config_from_dict(tiny_values(root / "out", uri))
+        config = config_from_dict(with_tiny_key(tiny_values(root / "out", uri), root / "out"))
         result = run_pipeline(spark, config)
         # Read now: later tests (notebooks, re-runs) rewrite the report in the same output folder.
         report_text = Path(result.report_path).read_text(encoding="utf-8")

@@ -136,7 +136,7 @@ def _injected_table(m: int, seed: int) -> pd.DataFrame:
 
     table = _table(m, seed)
     y1, coin = injected.injected_draws(table["row_id"].to_numpy(), table["label"].to_numpy(),
-                                       table["proxy_prediction"].to_numpy(), seed=seed)
+                                       table["proxy_prediction"].to_numpy(), key=seed)
     trained = injected.training_labels(table["label"].to_numpy(), y1, coin)
     rng = np.random.default_rng(seed)
     target = np.clip(table["proxy_prediction"] + 0.3 * (2 * trained - 1) * rng.random(m), 0.001, 0.999)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from key_support import key_file
 from lia_spark.engine.runtime.lock import LOCK_FILE, LockHolder, lock_path, run_lock
 from lia_spark.cli.main import main
 from lia_spark.run.failures import failure_line, resource_problem
@@ -381,7 +382,8 @@ def _kill_an_executor_when(started: str, lines: list[str], launcher: subprocess.
 def test_an_executor_lost_mid_posteriors_and_mid_audit_leaves_the_results_of_a_clean_run(spark, tmp_path):
     """local-cluster with two executor JVMs: one is killed (SIGKILL, as a lost node) a second into the posteriors
     stage, another a second into the audit stage. Spark reruns their tasks and the lost shuffle output elsewhere;
-    every output equals a clean local run's, and no staging folder is left."""
+    every output equals a clean local run's (one audit key for both: audit.key_path), and no staging folder is
+    left."""
     import threading
 
     import pandas as pd
@@ -392,7 +394,7 @@ def test_an_executor_lost_mid_posteriors_and_mid_audit_leaves_the_results_of_a_c
     conf = _conf(tmp_path / "conf.yaml", tmp_path / "lost", run={"stages": ["data", "train", "posteriors", "audit"]},
                  synthetic={"rows_per_day": 20_000}, mechanisms={"epsilons": [2.0], "bag_sizes": [8],
                                                                  "rows_per_bagging_unit": 2048},
-                 tracking={"enabled": False})
+                 audit={**SMALL["audit"], "key_path": key_file(tmp_path / "audit_key")}, tracking={"enabled": False})
     launcher = subprocess.Popen(
         [SPARK_SUBMIT, "--master", "local-cluster[2,1,1024]", "--conf", "spark.executor.memory=1g",
          str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], cwd=tmp_path, env=submit_env(PYTHON, PYTHON),

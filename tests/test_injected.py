@@ -19,30 +19,30 @@ def _world(m: int, *, seed: int):
 
 def test_draws_are_keyed_on_the_row_id_and_have_their_distribution():
     row_ids, label, _, proxy = _world(50_000, seed=1)
-    y1, coin = injected.injected_draws(row_ids, label, proxy, seed=7)
+    y1, coin = injected.injected_draws(row_ids, label, proxy, key=7)
     assert abs(coin.mean() - 0.5) < 0.01  # sd 0.0022
     assert abs(y1.mean() - proxy.mean()) < 0.01  # y1 ~ Bernoulli(M'(x))
-    flat, _ = injected.injected_draws(row_ids, label, np.full(len(row_ids), 0.3), seed=7)
+    flat, _ = injected.injected_draws(row_ids, label, np.full(len(row_ids), 0.3), key=7)
     assert abs(np.corrcoef(flat, label)[0, 1]) < 0.02  # given M'(x), y1 does not look at y0 (sd 0.0045)
     order = np.random.default_rng(2).permutation(len(row_ids))  # another partitioning: same draws per row
-    y1_again, coin_again = injected.injected_draws(row_ids[order], label[order], proxy[order], seed=7)
+    y1_again, coin_again = injected.injected_draws(row_ids[order], label[order], proxy[order], key=7)
     np.testing.assert_array_equal(y1_again, y1[order])
     np.testing.assert_array_equal(coin_again, coin[order])
-    halves = [injected.injected_draws(row_ids[part], label[part], proxy[part], seed=7)
+    halves = [injected.injected_draws(row_ids[part], label[part], proxy[part], key=7)
               for part in (slice(0, 20_000), slice(20_000, None))]
     np.testing.assert_array_equal(np.concatenate([h[1] for h in halves]), coin)
-    other, _ = injected.injected_draws(row_ids, label, proxy, seed=8)
+    other, _ = injected.injected_draws(row_ids, label, proxy, key=8)
     assert (other != y1).any()
 
 
 def test_flip_counterfactual_flips_a_share_of_the_labels():
     row_ids, label, _, proxy = _world(40_000, seed=3)
-    y1, _ = injected.injected_draws(row_ids, label, proxy, seed=1, counterfactual="flip", flip_share=0.1)
+    y1, _ = injected.injected_draws(row_ids, label, proxy, key=1, counterfactual="flip", flip_share=0.1)
     assert abs((y1 != label).mean() - 0.1) < 0.006  # sd 0.0015
     with pytest.raises(ValueError, match="flip_share"):
-        injected.injected_draws(row_ids, label, proxy, seed=1, counterfactual="flip", flip_share=1.5)
+        injected.injected_draws(row_ids, label, proxy, key=1, counterfactual="flip", flip_share=1.5)
     with pytest.raises(ValueError, match="counterfactual"):
-        injected.injected_draws(row_ids, label, proxy, seed=1, counterfactual="other")
+        injected.injected_draws(row_ids, label, proxy, key=1, counterfactual="other")
 
 
 def test_training_labels_are_the_shown_label():
@@ -70,7 +70,7 @@ def _naive_counts(row_ids, label, y1, coin, target, proxy, *, seed, guesses, sco
 @pytest.mark.parametrize("score", ["log_ratio", "difference_t2"])
 def test_counts_equal_a_naive_per_canary_implementation(score):
     row_ids, label, eta, proxy = _world(3_000, seed=5)
-    y1, coin = injected.injected_draws(row_ids, label, proxy, seed=11)
+    y1, coin = injected.injected_draws(row_ids, label, proxy, key=11)
     trained = injected.training_labels(label, y1, coin)
     target = np.clip(0.7 * proxy + 0.3 * trained, 1e-6, 1 - 1e-6)  # a model that memorised its training labels
     target[:50] = proxy[:50]  # |s| = 0: ties broken by the hash
@@ -113,7 +113,7 @@ def test_a_label_blind_target_certifies_zero_in_at_least_95_percent_of_draws():
                                                    guesses=everyone, scores=["log_ratio"])
             observational_positives += float(audit_sweep.evaluate_scores(
                 observed, everyone, canaries=len(row_ids), families=("binomial",)).best["eps_binomial_bonferroni"][0]) > 0
-        y1, coin = injected.injected_draws(row_ids, label, proxy, seed=draw)
+        y1, coin = injected.injected_draws(row_ids, label, proxy, key=draw)
         informative = int((label != y1).sum())
         guesses = audit.guess_grid(informative)
         counts = injected.count_correct(row_ids, label, y1, coin, eta, proxy, seed=draw, guesses=guesses,
@@ -131,7 +131,7 @@ def test_a_memorising_target_is_bounded_by_its_randomized_response_epsilon():
 
     epsilon = 2.0
     row_ids, label, eta, proxy = _world(60_000, seed=9)
-    y1, coin = injected.injected_draws(row_ids, label, proxy, seed=3)
+    y1, coin = injected.injected_draws(row_ids, label, proxy, key=3)
     released = label_mechanisms.randomized_response(injected.training_labels(label, y1, coin), row_ids,
                                                     epsilon=epsilon, seed=4)
     keep = 1.0 / (1.0 + np.exp(-epsilon))  # P(released = shown)
@@ -148,24 +148,24 @@ def test_a_memorising_target_is_bounded_by_its_randomized_response_epsilon():
 
 def test_shadow_coins_are_paired_fresh_and_keyed_on_the_row_id():
     row_ids, label, _, proxy = _world(20_000, seed=3)
-    _, coin = injected.injected_draws(row_ids, label, proxy, seed=11)
-    first, second, third = (injected.shadow_coins(row_ids, seed=11, shadow=k) for k in (0, 1, 2))
+    _, coin = injected.injected_draws(row_ids, label, proxy, key=11)
+    first, second, third = (injected.shadow_coins(row_ids, key=11, shadow=k) for k in (0, 1, 2))
     np.testing.assert_array_equal(first + second, 1)  # a pair: each canary trains on y0 in exactly one of the two
     assert abs(first.mean() - 0.5) < 0.02 and abs(third.mean() - 0.5) < 0.02
     for shadow in (first, third):  # fresh: neither the target's coins nor the other pair's
         assert abs(np.mean(shadow == coin) - 0.5) < 0.02
     assert abs(np.mean(first == third) - 0.5) < 0.02
     order = np.random.default_rng(0).permutation(len(row_ids))
-    np.testing.assert_array_equal(injected.shadow_coins(row_ids[order], seed=11, shadow=2), third[order])
+    np.testing.assert_array_equal(injected.shadow_coins(row_ids[order], key=11, shadow=2), third[order])
     assert len({injected.shadow_seed(11, k) for k in range(8)} | {11}) == 9
 
 
 def test_shadow_labels_take_y0_and_y1_but_no_coin_of_the_target():
     row_ids, label, _, proxy = _world(5_000, seed=4)
-    y1, _ = injected.injected_draws(row_ids, label, proxy, seed=5)
+    y1, _ = injected.injected_draws(row_ids, label, proxy, key=5)
     canary = np.arange(len(row_ids)) % 3 != 0
     counterfactual = np.where(canary, y1, -1)
-    labels = [injected.shadow_training_labels(label, counterfactual, row_ids, seed=5, shadow=k) for k in range(4)]
+    labels = [injected.shadow_training_labels(label, counterfactual, row_ids, key=5, shadow=k) for k in range(4)]
     np.testing.assert_array_equal(labels[0][~canary], label[~canary])  # off the canaries: the true label
     both = (labels[0] + labels[1])[canary]
     np.testing.assert_array_equal(both, label[canary] + y1[canary])  # the pair trains once on y0, once on y1
@@ -187,7 +187,7 @@ def test_the_scores_read_neither_the_coin_nor_the_released_label():
     from lia_spark.kernels.canary_scores import resolve_scores
 
     row_ids, label, _, proxy = _world(4_000, seed=6)
-    y1, coin = injected.injected_draws(row_ids, label, proxy, seed=2)
+    y1, coin = injected.injected_draws(row_ids, label, proxy, key=2)
     trained = injected.training_labels(label, y1, coin)
     target = np.clip(proxy + 0.2 * (2 * trained - 1), 0.01, 0.99)
     frame = pd.DataFrame({"row_id": row_ids, "label": label, "target_prediction": target, "proxy_prediction": proxy,
@@ -236,20 +236,20 @@ def test_extra_runs_draw_their_own_fair_coins_and_distinct_keys():
     distinct over (canary, run) pairs and run 0 keeps the row ids."""
     row_ids = (np.int64(23) << 40) | np.arange(40_000, dtype=np.int64)
     label = np.zeros(row_ids.size, dtype=np.int8)
-    _, target_coin = injected.injected_draws(row_ids, label, np.full(row_ids.size, 0.5), seed=9)
-    runs = [injected.run_coins(row_ids, seed=9, run=run) for run in (1, 2)]
-    shadow = injected.shadow_coins(row_ids, seed=9, shadow=0)
+    _, target_coin = injected.injected_draws(row_ids, label, np.full(row_ids.size, 0.5), key=9)
+    runs = [injected.run_coins(row_ids, key=9, run=run) for run in (1, 2)]
+    shadow = injected.shadow_coins(row_ids, key=9, shadow=0)
     for coin in runs:
         assert abs(coin.mean() - 0.5) < 0.01 and set(np.unique(coin)) == {0, 1}
         for other in (target_coin, shadow):
             assert abs((coin == other).mean() - 0.5) < 0.01
     assert abs((runs[0] == runs[1]).mean() - 0.5) < 0.01
-    np.testing.assert_array_equal(runs[0], injected.run_coins(row_ids, seed=9, run=1))
+    np.testing.assert_array_equal(runs[0], injected.run_coins(row_ids, key=9, run=1))
     assert injected.run_seed(9, 1) != injected.run_seed(9, 2) != injected.shadow_seed(9, 2)
     keys = np.concatenate([injected.pooled_keys(row_ids, run) for run in range(3)])
     assert np.unique(keys).size == keys.size and (injected.pooled_keys(row_ids, 0) == row_ids).all()
     with pytest.raises(ValueError, match="run: the extra runs are numbered from 1"):
-        injected.run_coins(row_ids, seed=9, run=0)
+        injected.run_coins(row_ids, key=9, run=0)
 
 
 def test_pooling_refuses_uneven_run_lists_and_row_ids_beyond_the_key_range():

@@ -61,6 +61,7 @@ def test_the_data_table_at_the_models_folder_is_refused_naming_both(tmp_path):
      "report folder"),
     ({"synthetic": {"write_tsv": True}, "data": {"parquet_path": "{out}/criteo"}}, "data.parquet_path",
      "be the same path as", "criteo folder"),
+    ({"audit": {"key_path": "{out}/models/audit_key"}}, "audit.key_path", "lie inside", "models folder"),
 ])
 def test_an_input_or_output_inside_another_output_is_refused(tmp_path, sections, field, relation, other):
     values = {section: {key: value.format(out=tmp_path / "out", root=tmp_path) if isinstance(value, str) else value

@@ -30,7 +30,7 @@ def _best_bounds(scores_of, *, repetitions: int, candidates: int) -> np.ndarray:
     correct = []
     for repetition in range(repetitions):
         ids = np.arange(candidates, dtype=np.int64) + repetition * candidates
-        member = membership.membership(ids, seed=repetition)
+        member = membership.membership(ids, key=repetition)
         correct.append(membership.correct_guesses(scores_of(member, repetition), member, ids, guesses, seed=1))
     sweep = audit_sweep.evaluate_sweep(np.array(correct), guesses, canaries=candidates, families=(BINOMIAL,),
                                  table_families=(), conventions=(BONFERRONI,))

@@ -24,17 +24,20 @@ from lia_spark.run import layout
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.json_output import strict_json
 from lia_spark.run.schemas import schema_for, validate
+from key_support import key_file
 from pipeline_support import OWN_TRAINER, conf_file, run_notebook
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
 
 def _values(root: Path, seed: int = 1) -> dict:
+    """The own-model run of ``seed`` in ``root``, with a fixed audit key of that seed (audit.key_path)."""
+    key = key_file(root / "audit_key", label=f"own model {seed}")
     return {"run": {"name": "own", "output_dir": str(root / "out"), "seed": seed},
             "spark": {"master": "local[2]", "driver_memory": "2g", "shuffle_partitions": 4},
             "synthetic": {"rows_per_day": 20_000, "days": 2},
             "models": {"n_estimators": 10, "early_stopping_rounds": 0, "hash_buckets": 1024},
-            "audit": {"export_tsv": True, "export_gzip": True},
+            "audit": {"export_tsv": True, "export_gzip": True, "key_path": key},
             "tracking": {"tracking_uri": f"sqlite:///{root / 'mlflow.db'}", "experiment": "own"}}
 
 

@@ -15,6 +15,7 @@ from json_support import check_file, check_result
 from lia_spark.engine.train import metrics
 from lia_spark.engine.models.bags import row_bag_proportions
 from lia_spark.engine.models.feature_frames import read_day
+from key_support import key_file, stored_key
 from lia_spark.engine.models.execution import membership_candidates
 from lia_spark.engine.models.preparation import (Preparation, TargetJob, boosting_params, byte_size, check_driver_fits,
                                        prepare_days, training_seed)
@@ -46,10 +47,12 @@ def parquet_path(spark, tmp_path_factory):
 
 
 def _config(parquet_path: str, out: str, *overrides: str):
-    """Small fits; no shadow fits (audit.shadows) but where a test asks for them (the in-memory run's)."""
+    """Small fits; no shadow fits (audit.shadows) but where a test asks for them (the in-memory run's); one fixed audit
+    key beside the data (audit.key_path), so runs in different folders draw the same coins and compare."""
+    key = key_file(os.path.join(os.path.dirname(parquet_path), "audit_key"), label="lia-spark tests: train stage")
     return load_config(None, [f"run.output_dir={out}", f"data.parquet_path={parquet_path}", "models.n_estimators=25",
                               "models.max_depth=4", "models.learning_rate=0.3", "models.min_category_count=3",
-                              "audit.shadows=0", *overrides])
+                              "audit.shadows=0", f"audit.key_path={key}", *overrides])
 
 
 RR_SETTINGS = ("models.training_mechanism=rr", "models.epsilon=2.0")
@@ -75,9 +78,9 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     local = canaries.toPandas()
     assert len(local) == result.rows["train_target"] and 0.75 < len(local) / ROWS_PER_DAY < 0.85
     assert local["row_id"].is_unique and np.all(local["row_id"].to_numpy() >> 40 == 1)
-    # the injected design (default): y1 ~ M'(x) and b keyed on (seed, purpose, row_id); RR released y^b
+    # the injected design (default): y1 ~ M'(x) and b keyed on (the audit key, purpose, row_id); RR released y^b
     y1, coin = injected.injected_draws(local["row_id"].to_numpy(), local["label"].to_numpy(),
-                                       local["proxy_prediction"].to_numpy(), seed=config.run.seed)
+                                       local["proxy_prediction"].to_numpy(), key=stored_key(config))
     np.testing.assert_array_equal(local["counterfactual_label"], y1)
     np.testing.assert_array_equal(local["hidden_bit"], coin)
     assert local["reference_prediction"].isna().all()
@@ -87,7 +90,7 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     # audit.runs = 3: two extra runs, each with its own coins (not the target's) and its own model
     for run in (1, 2):
         np.testing.assert_array_equal(local["run_hidden_bits"].map(lambda bits: bits[run - 1]),
-                                      injected.run_coins(local["row_id"].to_numpy(), seed=config.run.seed, run=run))
+                                      injected.run_coins(local["row_id"].to_numpy(), key=stored_key(config), run=run))
     extra = np.stack(local["run_target_predictions"].to_numpy())
     assert extra.shape == (len(local), 2) and ((extra > 0) & (extra < 1)).all() and result.seconds["fit_runs"] > 0
     assert not np.allclose(extra[:, 0], local["target_prediction"]) and not np.allclose(extra[:, 0], extra[:, 1])
@@ -223,11 +226,12 @@ def test_distributed_matches_in_memory_auc(spark, parquet_path, tmp_path, in_mem
     config = _config(parquet_path, str(tmp_path), *RR_SETTINGS)
     for canaries in (released, expected):  # each path: y1 from its own proxy, b, and RR applied to y^b, per row id
         ids, label = canaries["row_id"].to_numpy(), canaries["label"].to_numpy()
-        y1, coin = injected.injected_draws(ids, label, canaries["proxy_prediction"].to_numpy(), seed=config.run.seed)
+        key = stored_key(config)
+        y1, coin = injected.injected_draws(ids, label, canaries["proxy_prediction"].to_numpy(), key=key)
         np.testing.assert_array_equal(canaries["counterfactual_label"], y1)
         np.testing.assert_array_equal(canaries["hidden_bit"], coin)
         np.testing.assert_array_equal(canaries["released_label"], label_mechanisms.randomized_response(
-            injected.training_labels(label, y1, coin), ids, epsilon=2.0, seed=training_seed(config)))
+            injected.training_labels(label, y1, coin), ids, epsilon=2.0, seed=training_seed(config, key)))
     a, b = in_memory.metrics()["auc_test_target"], distributed.metrics()["auc_test_target"]
     # The same mechanism on labels injected from each path's own proxy, same features and hyper-parameters;
     # histogram and partition details differ: AUCs agree to 0.03 (~1.5 standard errors of AUC on ~800 test rows).
@@ -314,7 +318,7 @@ def test_cells_of_one_process_share_the_proxy_and_match_a_fresh_process(spark, p
     second = _config(parquet_path, str(tmp_path / "second"), *pate_fields, "models.epsilon=1.0")
     shared = run_stage("train", spark, second, preparation=preparation)
     assert "proxy_reused" in shared.seconds and "collect_proxy" not in shared.seconds
-    assert preparation.pate.votes.fits == 1
+    assert [settings.votes.fits for settings in preparation.pate.values()] == [1]  # one key: one set of teachers
     fresh = run_stage("train", spark, dataclasses.replace(
         second, run=dataclasses.replace(second.run, output_dir=str(tmp_path / "fresh"))))
     assert "collect_proxy" in fresh.seconds  # not shared: a fresh preparation
@@ -350,7 +354,7 @@ def test_membership_attack_leaves_out_the_non_members_and_audits_them(spark, par
     assert list(candidates.columns) == ["row_id", "label", "member", "target_prediction", "proxy_prediction"]
     ids, member = candidates["row_id"].to_numpy(np.int64), candidates["member"].to_numpy(np.int8)
     assert len(candidates) == 600 and candidates["row_id"].is_unique
-    np.testing.assert_array_equal(member, membership.membership(ids, seed=config.run.seed))
+    np.testing.assert_array_equal(member, membership.membership(ids, key=stored_key(config)))
     canary_ids = set(pd.read_parquet(os.path.join(out, "models", "canaries"))["row_id"])
     assert canary_ids.isdisjoint(ids[member == 0]) and canary_ids.issuperset(ids[member == 1])
     assert result.rows["left_out_target"] == (member == 0).sum() and 250 < (member == 0).sum() < 350
@@ -379,8 +383,10 @@ def test_pate_teachers_on_spark_do_not_see_the_membership_non_members(spark, par
     m = config.models
     prepared = prepare_days(spark, config, read_day(spark, parquet_path, m.proxy_day),
                             read_day(spark, parquet_path, m.target_day), Preparation())
-    data, member = membership_candidates(prepared.target_data, config)
-    reference = training.train_pate(data, epsilon=math.inf, seed=training_seed(config), params=boosting_params(config),
+    key = stored_key(config)
+    data, member = membership_candidates(prepared.target_data, config, key)
+    reference = training.train_pate(data, epsilon=math.inf, seed=training_seed(config, key),
+                                    params=boosting_params(config),
                                     settings=pate.PateSettings(teachers=4, queries=300, student_labels=pate.SAMPLED))
     students = ~np.isnan(reference.released_labels)
     released = pd.read_parquet(os.path.join(config.run.output_dir, "models", "canaries")).set_index("row_id")
@@ -458,7 +464,8 @@ def test_targets_and_shadows_fitted_in_parallel_tasks_equal_the_fits_on_the_driv
     settings = [("llp_laplace", 1.0, 8), ("rr", 2.0, 1)]
     ahead = Preparation()
     with caplog.at_level(logging.INFO, logger="lia_spark.engine.models.parallel_fits"):
-        fit_ahead(spark, _config(parquet_path, str(tmp_path / "first"), *RUNS), settings, ahead)
+        first = _config(parquet_path, str(tmp_path / "first"), *RUNS)
+        fit_ahead(spark, [(first.with_target(*setting), stored_key(first)) for setting in settings], ahead)
     assert "audit-table: 8 fits in parallel tasks" in caplog.text
     assert set(ahead.fits) == set(ahead.shadow_fits) == set(ahead.run_fits) == set(settings)
     tables = []

@@ -240,20 +240,21 @@ def test_the_shadow_baseline_reads_no_coin_of_the_target(mechanism):
 
     from lia_spark.engine.models.execution import shadow_baseline, shadow_jobs
     from lia_spark.engine.models.preparation import TargetRows, fit_shadow_job, target_job
-    from lia_spark.kernels import injected
+    from lia_spark.kernels import hashing, injected
     from lia_spark.run.config import load_config
 
     data = _data(6_000, intercept=-1.5, seed=8)
     config = load_config(None, ["models.n_estimators=20", "models.max_depth=3", f"models.training_mechanism={mechanism}",
                                 "models.epsilon=2.0", "audit.shadows=2"])
     canary = data.split == training.SPLIT_TRAIN
-    labels = injected.inject(data.row_ids, data.labels, np.full(data.labels.size, 0.3), canary, seed=config.run.seed)
+    key = hashing.AuditKey(bytes(range(32)))
+    labels = injected.inject(data.row_ids, data.labels, np.full(data.labels.size, 0.3), canary, key=key)
     coins = np.where(canary, np.random.default_rng(1).permutation(labels.hidden_bit), -1).astype(np.int8)
     other = injected.InjectedLabels(
         training=np.where(canary, injected.training_labels(data.labels, labels.counterfactual_label, coins),
                           data.labels).astype(np.int8), counterfactual_label=labels.counterfactual_label,
         hidden_bit=coins)
-    jobs = shadow_jobs(config, target_job(config))
+    jobs = shadow_jobs(config, target_job(config, key=key), key)
     assert [job.shadow for job in jobs] == [0, 1]
     found = []
     for injection in (labels, other):
@@ -264,7 +265,8 @@ def test_the_shadow_baseline_reads_no_coin_of_the_target(mechanism):
     np.testing.assert_array_equal(found[0], found[1])
     assert np.all((found[0] > 0) & (found[0] < 1))
     no_shadows = dataclasses.replace(config, audit=dataclasses.replace(config.audit, shadows=0))
-    assert shadow_jobs(no_shadows, target_job(no_shadows)) == [] and np.isnan(shadow_baseline(data, [])).all()
+    assert shadow_jobs(no_shadows, target_job(no_shadows, key=key), key) == []
+    assert np.isnan(shadow_baseline(data, [])).all()
     with pytest.raises(ValueError, match="counterfactual"):
         fit_shadow_job(TargetRows(data), jobs[0], 0)
 
@@ -277,15 +279,16 @@ def test_an_extra_run_trains_on_its_own_coins_and_reads_none_of_the_target(mecha
 
     from lia_spark.engine.models.execution import run_jobs
     from lia_spark.engine.models.preparation import TargetRows, fit_run_job, fit_target_job, target_job
-    from lia_spark.kernels import injected
+    from lia_spark.kernels import hashing, injected
     from lia_spark.run.config import load_config
 
     data = _data(6_000, intercept=-1.5, seed=8)
     config = load_config(None, ["models.n_estimators=20", "models.max_depth=3", "models.epsilon=2.0",
                                 f"models.training_mechanism={mechanism}", "audit.runs=3"])
     canary = data.split == training.SPLIT_TRAIN
-    labels = injected.inject(data.row_ids, data.labels, np.full(data.labels.size, 0.3), canary, seed=config.run.seed)
-    jobs = run_jobs(config, target_job(config))
+    key = hashing.AuditKey(bytes(range(32)))
+    labels = injected.inject(data.row_ids, data.labels, np.full(data.labels.size, 0.3), canary, key=key)
+    jobs = run_jobs(config, target_job(config, key=key), key)
     assert [job.run for job in jobs] == [1, 2]
     found = []
     for training_labels in (labels.training, data.labels):  # the target's y^b, or any other labels: not read
@@ -293,11 +296,11 @@ def test_an_extra_run_trains_on_its_own_coins_and_reads_none_of_the_target(mecha
                           counterfactual_label=labels.counterfactual_label)
         found.append([fit_run_job(rows, job, 0).predict(data.features) for job in jobs])
     np.testing.assert_array_equal(found[0], found[1])
-    coin = injected.run_coins(data.row_ids, seed=config.run.seed, run=1)
+    coin = injected.run_coins(data.row_ids, key=key, run=1)
     own = injected.canary_training_labels(data.labels, labels.counterfactual_label, coin)
     direct = fit_target_job(TargetRows(dataclasses.replace(data, labels=own)), dataclasses.replace(
-        jobs[0].target, seed=injected.run_seed(config.run.seed, 1)), 0).model.predict(data.features)
+        jobs[0].target, seed=injected.run_seed(key, 1)), 0).model.predict(data.features)
     np.testing.assert_array_equal(found[0][0], direct)
     assert not np.array_equal(found[0][0], found[0][1])
     no_runs = dataclasses.replace(config, audit=dataclasses.replace(config.audit, runs=1))
-    assert run_jobs(no_runs, target_job(no_runs)) == []
+    assert run_jobs(no_runs, target_job(no_runs, key=key), key) == []

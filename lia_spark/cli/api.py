@@ -85,9 +85,10 @@ def audit_predictions(predictions: Any, *, claimed_epsilon: float = math.inf, se
     counterfactual_label (y1), hidden_bit (the coin b; the model trained on y^b), target_prediction (the model's
     P(y = 1 | x)) and proxy_prediction and / or shadow_prediction (the baselines; audit.baseline chooses). Rows without
     a coin or a counterfactual are not canaries. The audit's settings are the config's audit section (``conf``, then
-    ``overrides``, e.g. ``["audit.scores=[log_ratio]"]``); ``seed`` defaults to run.seed, the seed the coins were
-    drawn with. A pandas table is audited in this process; a Spark table on the executors (nothing proportional to
-    its rows reaches the driver), ``spark`` its session (default: the table's).
+    ``overrides``, e.g. ``["audit.scores=[log_ratio]"]``); ``seed`` (default run.seed) breaks ties between equal
+    scores (the coins are the table's; they were drawn from the audit key). A pandas table is audited in this
+    process; a Spark table on the executors (nothing proportional to its rows reaches the driver), ``spark`` its
+    session (default: the table's).
 
     Raises:
         ConfigError: a bad setting, a design other than injected, audit.delta > 0, or audit.canaries > 0 with a

@@ -6,7 +6,10 @@ with full avalanche; a draw is
 
     h = mix(mix(row_id XOR key(seed, purpose)) + counter * GOLDEN),   u = (h >> 11 + 0.5) / 2^53
 
-so u lies strictly inside (0, 1) and takes 2^53 equally spaced values.
+so u lies strictly inside (0, 1) and takes 2^53 equally spaced values. The seed is an integer (public: logged with
+the run), or an :class:`AuditKey`, 256 secret random bits, whose stream key of a purpose is the keyed BLAKE2b
+digest blake2b(purpose, key=K) (64 bits): a pseudorandom function of the purpose, so neither the key nor the
+stream of one purpose can be found from the stream of another (docs/math.md §1.3, §5.9).
 
 :func:`xxhash64_long` is XXH64 of one 8-byte word, bit-for-bit Spark's ``xxhash64`` on a long column, so a
 key can be computed inside Spark SQL (no Python round trip) and by the kernels alike; :func:`spark_hash_int`
@@ -14,7 +17,10 @@ is Spark's Murmur3 ``hash`` of an int, which places rows under hash partitioning
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
+import secrets
 
 import numpy as np
 from scipy.special import ndtri
@@ -40,21 +46,97 @@ def mix64(words: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def stream_key(seed: int, purpose: str) -> np.uint64:
-    """64-bit key of one random stream: the seed mixed with a stable digest of the purpose name."""
+AUDIT_KEY_BYTES = 32  # 256 bits
+_IDENTIFIER_PURPOSE = b"lia-spark/audit-key/identifier"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class AuditKey:
+    """The audit's secret: ``AUDIT_KEY_BYTES`` random bytes keying the draws the attacker guesses (the injected
+    canaries' coins and counterfactuals, the shadows' and extra runs' coins, the training mechanism's randomness).
+    Its repr shows only :attr:`identifier`, so no log line, traceback or query plan that prints it reveals it.
+
+    Raises:
+        ValueError: unless ``secret`` is exactly ``AUDIT_KEY_BYTES`` bytes.
+    """
+
+    secret: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.secret, bytes) or len(self.secret) != AUDIT_KEY_BYTES:
+            raise ValueError(f"an audit key is {AUDIT_KEY_BYTES} bytes, got "
+                             f"{len(self.secret) if isinstance(self.secret, bytes) else type(self.secret).__name__}")
+
+    @classmethod
+    def drawn(cls) -> "AuditKey":
+        """A fresh key from the operating system's cryptographic random source (:func:`secrets.token_bytes`)."""
+        return cls(secrets.token_bytes(AUDIT_KEY_BYTES))
+
+    @property
+    def identifier(self) -> str:
+        """16 hex digits naming the key without revealing it: blake2b(constant, key=K), a pseudorandom function of
+        the key (what fingerprints and log lines show)."""
+        return hashlib.blake2b(_IDENTIFIER_PURPOSE, key=self.secret, digest_size=8).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"AuditKey(identifier={self.identifier})"
+
+
+Seed = int | AuditKey  # what keys a stream: a public integer seed, or the secret audit key
+_KEY_TEXT = re.compile(rf"[0-9a-fA-F]{{{2 * AUDIT_KEY_BYTES}}}")
+
+
+def key_text(key: AuditKey) -> str:
+    """The key file's content: the key as 64 lowercase hex digits and a newline."""
+    return key.secret.hex() + "\n"
+
+
+def looks_like_key(text: str) -> bool:
+    """True when ``text`` (surrounding whitespace aside) is 64 hex digits, the form of :func:`key_text`."""
+    return _KEY_TEXT.fullmatch(text.strip()) is not None
+
+
+def parsed_key(text: str) -> AuditKey:
+    """The key a key file's ``text`` holds (:func:`key_text`; surrounding whitespace allowed).
+
+    Raises:
+        ValueError: saying what the text holds instead (its length and whether it is hex), never the text itself.
+    """
+    if not looks_like_key(text):
+        stripped = text.strip()
+        kind = "hex digits" if re.fullmatch(r"[0-9a-fA-F]*", stripped) else "characters, not all hex digits"
+        raise ValueError(f"holds {len(stripped)} {kind}, not the {2 * AUDIT_KEY_BYTES} hex digits of a "
+                         f"{8 * AUDIT_KEY_BYTES}-bit key")
+    return AuditKey(bytes.fromhex(text.strip()))
+
+
+def stream_key(seed: Seed, purpose: str) -> np.uint64:
+    """64-bit key of one random stream: for an integer seed, the seed mixed with a stable digest of the purpose
+    name; for an :class:`AuditKey` K, blake2b(purpose, key=K) (64 bits)."""
+    if isinstance(seed, AuditKey):
+        keyed = hashlib.blake2b(purpose.encode("utf-8"), key=seed.secret, digest_size=8).digest()
+        return np.uint64(int.from_bytes(keyed, "little"))
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an integer, got seed={seed!r}")
+        raise TypeError(f"seed must be an integer or an audit key, got seed={seed!r}")
     digest = int.from_bytes(hashlib.blake2b(purpose.encode("utf-8"), digest_size=8).digest(), "little")
     seed_word = mix64(np.array([int(seed) & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))[0]
     return mix64(np.array([int(seed_word) ^ digest], dtype=np.uint64))[0]
 
 
 def signed_stream_key(seed: int, purpose: str) -> int:
-    """:func:`stream_key` read as a signed 64-bit integer (the form Spark SQL literals take)."""
+    """:func:`stream_key` read as a signed 64-bit integer (the form Spark SQL literals take).
+
+    Raises:
+        TypeError: for an :class:`AuditKey`, whose streams never become a literal of a query plan (plans reach
+            Spark's UI and event log).
+    """
+    if isinstance(seed, AuditKey):
+        raise TypeError("an audit key's stream never becomes a Spark SQL literal (query plans reach Spark's UI and "
+                        "event log); draw with it on the executors inside a Python function instead")
     return int(np.uint64(stream_key(seed, purpose)).view(np.int64))
 
 
-def hash_bits(seed: int, purpose: str, row_ids: np.ndarray, counter: int = 0) -> np.ndarray:
+def hash_bits(seed: Seed, purpose: str, row_ids: np.ndarray, counter: int = 0) -> np.ndarray:
     """Uniform 64-bit words, one per row id, for draw number ``counter`` of the stream (seed, purpose)."""
     ids = np.asarray(row_ids).astype(np.int64, copy=False).view(np.uint64)
     with np.errstate(over="ignore"):
@@ -62,7 +144,7 @@ def hash_bits(seed: int, purpose: str, row_ids: np.ndarray, counter: int = 0) ->
         return mix64(mix64(ids ^ stream_key(seed, purpose)) + offset)
 
 
-def smallest_hashes(seed: int, purpose: str, row_ids: np.ndarray, count: int) -> np.ndarray:
+def smallest_hashes(seed: Seed, purpose: str, row_ids: np.ndarray, count: int) -> np.ndarray:
     """True on the ``count`` rows of ``row_ids`` with the smallest :func:`hash_bits` (a seeded sample of fixed
     size that does not depend on the row order)."""
     chosen = np.zeros(np.size(row_ids), dtype=bool)
@@ -70,18 +152,18 @@ def smallest_hashes(seed: int, purpose: str, row_ids: np.ndarray, count: int) ->
     return chosen
 
 
-def uniform(seed: int, purpose: str, row_ids: np.ndarray, counter: int = 0) -> np.ndarray:
+def uniform(seed: Seed, purpose: str, row_ids: np.ndarray, counter: int = 0) -> np.ndarray:
     """Uniform(0, 1) doubles, strictly inside the interval: u = (top 53 bits + 1/2) / 2^53."""
     bits = hash_bits(seed, purpose, row_ids, counter) >> np.uint64(11)
     return (bits.astype(np.float64) + 0.5) * _TWO_POW_MINUS_53
 
 
-def standard_normal(seed: int, purpose: str, row_ids: np.ndarray, counter: int = 0) -> np.ndarray:
+def standard_normal(seed: Seed, purpose: str, row_ids: np.ndarray, counter: int = 0) -> np.ndarray:
     """Standard normal draws by inversion, Phi^{-1}(u); finite because u never reaches 0 or 1."""
     return ndtri(uniform(seed, purpose, row_ids, counter))
 
 
-def bernoulli(seed: int, purpose: str, row_ids: np.ndarray, probability, counter: int = 0) -> np.ndarray:
+def bernoulli(seed: Seed, purpose: str, row_ids: np.ndarray, probability, counter: int = 0) -> np.ndarray:
     """Bernoulli(p) draws as int8: 1{u < p}, p broadcast against the row ids."""
     return (uniform(seed, purpose, row_ids, counter) < np.asarray(probability)).astype(np.int8)
 

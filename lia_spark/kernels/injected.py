@@ -2,8 +2,9 @@
 Nasr and Jagielski, "Privacy Auditing with One (1) Training Run", 2023, with label canaries).
 
 Before the target is trained, every canary i (a training row with features x_i and true label y0_i) gets a
-counterfactual label y1_i and a fair coin b_i, both keyed on (seed, purpose, row_id) through
-:mod:`lia_spark.kernels.hashing`:
+counterfactual label y1_i and a fair coin b_i, both keyed on (K, purpose, row_id) through
+:mod:`lia_spark.kernels.hashing`, K the audit's secret key (:class:`lia_spark.kernels.hashing.AuditKey`; a study of
+its own may pass an integer seed):
 
     proxy: y1_i ~ Bernoulli(M'(x_i))        flip: y1_i = 1 - y0_i with probability ``flip_share``, else y0_i
     b_i ~ Bernoulli(1/2),                   training label y^b_i = y0_i if b_i = 0 else y1_i
@@ -21,7 +22,8 @@ coin, and flipping it changes one training label, an eps-label-DP training algor
 probability by e^eps / (1 + e^eps) given all earlier guesses, whatever the data distribution and the proxy: the
 bounds of docs/math.md §6 apply with tau = 0, m = the number of informative canaries, and one training run gives
 one bound (one game). With audit.runs = R the target is trained R times with independent coins and the game runs
-over the R m (canary, run) pairs (docs/math.md §5.14; :func:`run_coins`, :func:`pooled_keys`).
+over the R m (canary, run) pairs (docs/math.md §5.14; :func:`run_coins`, :func:`pooled_keys`). The bound needs
+the coins kept from the trainer: whoever holds K recomputes every draw of this module (docs/math.md §5.9).
 """
 from __future__ import annotations
 
@@ -38,9 +40,9 @@ SHADOW_PURPOSE = "audit/injected/shadow"
 RUN_PURPOSE = "audit/injected/run"
 
 
-def injected_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, seed: int,
+def injected_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *, key: hashing.Seed,
                    counterfactual: str = PROXY_DRAW, flip_share: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """(y1, b) of each canary as int8 arrays, keyed on (seed, purpose, row_id) (module docstring).
+    """(y1, b) of each canary as int8 arrays, keyed on (key, purpose, row_id) (module docstring).
 
     Args:
         row_ids, label, proxy: the canaries' row ids, true labels y0 and proxy predictions M'(x) in [0, 1].
@@ -60,10 +62,10 @@ def injected_draws(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, *,
         raise ValueError(f"row_ids, label and proxy must have equal lengths, got {len(row_ids)}, {len(label)}, "
                          f"{len(proxy)}")
     if counterfactual == PROXY_DRAW:
-        y1 = hashing.bernoulli(seed, COUNTERFACTUAL_PURPOSE, row_ids, proxy)
+        y1 = hashing.bernoulli(key, COUNTERFACTUAL_PURPOSE, row_ids, proxy)
     else:
-        y1 = np.where(hashing.bernoulli(seed, COUNTERFACTUAL_PURPOSE, row_ids, flip_share) == 1, 1 - label, label)
-    coin = (hashing.hash_bits(seed, COIN_PURPOSE, row_ids) >> np.uint64(63)).astype(np.int8)
+        y1 = np.where(hashing.bernoulli(key, COUNTERFACTUAL_PURPOSE, row_ids, flip_share) == 1, 1 - label, label)
+    coin = (hashing.hash_bits(key, COIN_PURPOSE, row_ids) >> np.uint64(63)).astype(np.int8)
     return y1.astype(np.int8), coin
 
 
@@ -82,13 +84,13 @@ class InjectedLabels:
     hidden_bit: np.ndarray
 
 
-def inject(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, canary: np.ndarray, *, seed: int,
+def inject(row_ids: np.ndarray, label: np.ndarray, proxy: np.ndarray, canary: np.ndarray, *, key: hashing.Seed,
            counterfactual: str = PROXY_DRAW, flip_share: float = 0.0) -> InjectedLabels:
     """Draw (y1, b) on the rows where ``canary`` is true (:func:`injected_draws`) and return the labels to train on
     (y^b there, the true label elsewhere) with y1 and b (-1 off the canaries)."""
     canary = np.asarray(canary, dtype=bool)
     label = np.asarray(label).astype(np.int8)
-    y1, coin = injected_draws(row_ids, label, proxy, seed=seed, counterfactual=counterfactual, flip_share=flip_share)
+    y1, coin = injected_draws(row_ids, label, proxy, key=key, counterfactual=counterfactual, flip_share=flip_share)
     return InjectedLabels(training=np.where(canary, training_labels(label, y1, coin), label).astype(np.int8),
                           counterfactual_label=np.where(canary, y1, -1).astype(np.int8),
                           hidden_bit=np.where(canary, coin, -1).astype(np.int8))
@@ -161,20 +163,20 @@ def count_correct(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: 
     return {name: audit.sorted_counts(candidates, guesses[None, :], repetitions=1) for name, candidates in found.items()}
 
 
-def shadow_coins(row_ids: np.ndarray, *, seed: int, shadow: int) -> np.ndarray:
-    """The coins of shadow fit ``shadow`` (int8): fresh fair coins keyed on (seed, audit/injected/shadow/<pair>/coin,
+def shadow_coins(row_ids: np.ndarray, *, key: hashing.Seed, shadow: int) -> np.ndarray:
+    """The coins of shadow fit ``shadow`` (int8): fresh fair coins keyed on (key, audit/injected/shadow/<pair>/coin,
     row_id), pair = shadow // 2, the odd shadow of a pair taking the complement, so every canary trains on y0 in
     exactly half of an even number of shadows. Independent of the target's coins (another purpose)."""
     pair = shadow // 2
-    coin = (hashing.hash_bits(seed, f"{SHADOW_PURPOSE}/{pair}/coin", np.asarray(row_ids, dtype=np.int64))
+    coin = (hashing.hash_bits(key, f"{SHADOW_PURPOSE}/{pair}/coin", np.asarray(row_ids, dtype=np.int64))
             >> np.uint64(63)).astype(np.int8)
     return coin if shadow % 2 == 0 else (1 - coin).astype(np.int8)
 
 
-def shadow_seed(seed: int, shadow: int) -> int:
+def shadow_seed(key: hashing.Seed, shadow: int) -> int:
     """The training mechanism's seed of shadow fit ``shadow`` (63 bits): fresh mechanism randomness (its RR flips,
     bags, noise), independent of the target's, which the attacker must not know."""
-    return int(hashing.stream_key(seed, f"{SHADOW_PURPOSE}/{shadow}/mechanism")) >> 1
+    return int(hashing.stream_key(key, f"{SHADOW_PURPOSE}/{shadow}/mechanism")) >> 1
 
 
 def canary_training_labels(true_label: np.ndarray, counterfactual_label: np.ndarray, coin: np.ndarray) -> np.ndarray:
@@ -186,25 +188,25 @@ def canary_training_labels(true_label: np.ndarray, counterfactual_label: np.ndar
 
 
 def shadow_training_labels(true_label: np.ndarray, counterfactual_label: np.ndarray, row_ids: np.ndarray, *,
-                           seed: int, shadow: int) -> np.ndarray:
+                           key: hashing.Seed, shadow: int) -> np.ndarray:
     """The labels shadow fit ``shadow`` trains on (:func:`canary_training_labels` with the shadow's own coins,
     :func:`shadow_coins`). Takes no coin of the target's."""
-    return canary_training_labels(true_label, counterfactual_label, shadow_coins(row_ids, seed=seed, shadow=shadow))
+    return canary_training_labels(true_label, counterfactual_label, shadow_coins(row_ids, key=key, shadow=shadow))
 
 
-def run_coins(row_ids: np.ndarray, *, seed: int, run: int) -> np.ndarray:
+def run_coins(row_ids: np.ndarray, *, key: hashing.Seed, run: int) -> np.ndarray:
     """The coins b of extra training run ``run`` >= 1 of a pooled game (audit.runs, docs/math.md §5.14; run 0 is the
-    target with the coins of :func:`injected_draws`): fresh fair coins keyed on (seed, audit/injected/run/<run>/coin,
+    target with the coins of :func:`injected_draws`): fresh fair coins keyed on (key, audit/injected/run/<run>/coin,
     row_id), independent of every other run's and of the shadows' (other purposes)."""
     if run < 1:
         raise ValueError(f"run: the extra runs are numbered from 1 (run 0 is the target), got {run}")
-    return (hashing.hash_bits(seed, f"{RUN_PURPOSE}/{run}/coin", np.asarray(row_ids, dtype=np.int64))
+    return (hashing.hash_bits(key, f"{RUN_PURPOSE}/{run}/coin", np.asarray(row_ids, dtype=np.int64))
             >> np.uint64(63)).astype(np.int8)
 
 
-def run_seed(seed: int, run: int) -> int:
+def run_seed(key: hashing.Seed, run: int) -> int:
     """The training mechanism's seed of extra run ``run`` (63 bits): its own randomness (RR flips, bags, noise)."""
-    return int(hashing.stream_key(seed, f"{RUN_PURPOSE}/{run}/mechanism")) >> 1
+    return int(hashing.stream_key(key, f"{RUN_PURPOSE}/{run}/mechanism")) >> 1
 
 
 def pooling_problem(*, shortest: int, longest: int, lowest_row_id: int, highest_row_id: int) -> str | None:

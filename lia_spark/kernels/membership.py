@@ -1,11 +1,13 @@
 """Membership-inference baseline audit (docs/math.md §5.8; [KMB+25] sec. 6.5, [WGC+22], [SNJ23]).
 
-Pure (numpy): 2m candidate rows (the training rows with the smallest hash of (seed, row_id)), each a member of the target's training set with probability 1/2 by a hash of
-(seed, row_id); the calibrated score s = loss(M', x, y) - loss(M, x, y) with log-loss, which is the audit's
-log-ratio score log M(x)[y] - log M'(x)[y] at the true label (:func:`lia_spark.kernels.canary_scores.label_scores`). The
-attacker orders the candidates by s (ties by a row-id hash), guesses "member" on the ceil(c'/2) highest and
-"non-member" on the floor(c'/2) lowest and abstains elsewhere; the counts go through the same bounds, sweep and
-conventions as the label-inference audit (:func:`lia_spark.kernels.audit_sweep.evaluate_sweep`, m = 2m candidates).
+Pure (numpy): 2m candidate rows (the training rows with the smallest hash of (K, row_id)), each a member of the
+target's training set with probability 1/2 by a hash of (K, row_id), K the audit's secret key
+(:class:`lia_spark.kernels.hashing.AuditKey`; a study may pass an integer seed); the calibrated score
+s = loss(M', x, y) - loss(M, x, y) with log-loss, which is the audit's log-ratio score log M(x)[y] - log M'(x)[y] at
+the true label (:func:`lia_spark.kernels.canary_scores.label_scores`). The attacker orders the candidates by s (ties
+by a row-id hash), guesses "member" on the ceil(c'/2) highest and "non-member" on the floor(c'/2) lowest and
+abstains elsewhere; the counts go through the same bounds, sweep and conventions as the label-inference audit
+(:func:`lia_spark.kernels.audit_sweep.evaluate_sweep`, m = 2m candidates).
 """
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from lia_spark.names import LOG_RATIO
 MEMBER_PURPOSE, CANDIDATE_PURPOSE = "audit/membership", "audit/membership-candidate"
 
 
-def candidate_mask(row_ids: np.ndarray, *, candidates: int, seed: int) -> np.ndarray:
-    """True on the 2m = ``candidates`` rows of ``row_ids`` with the smallest hash (seed, row_id).
+def candidate_mask(row_ids: np.ndarray, *, candidates: int, key: hashing.Seed) -> np.ndarray:
+    """True on the 2m = ``candidates`` rows of ``row_ids`` with the smallest hash (key, row_id).
 
     Raises:
         ValueError: unless 2 <= candidates < len(row_ids) (the target needs rows beyond the candidates).
@@ -27,12 +29,12 @@ def candidate_mask(row_ids: np.ndarray, *, candidates: int, seed: int) -> np.nda
     if not 2 <= candidates < row_ids.size:
         raise ValueError(f"audit.membership_candidates must be in [2, {row_ids.size}) (the target's training rows), "
                          f"got {candidates}")
-    return hashing.smallest_hashes(seed, CANDIDATE_PURPOSE, row_ids, candidates)
+    return hashing.smallest_hashes(key, CANDIDATE_PURPOSE, row_ids, candidates)
 
 
-def membership(row_ids: np.ndarray, *, seed: int) -> np.ndarray:
-    """True where the candidate is included in the target's training set: Bernoulli(1/2) by (seed, row_id)."""
-    return hashing.bernoulli(seed, MEMBER_PURPOSE, np.asarray(row_ids, dtype=np.int64), 0.5).astype(bool)
+def membership(row_ids: np.ndarray, *, key: hashing.Seed) -> np.ndarray:
+    """True where the candidate is included in the target's training set: Bernoulli(1/2) by (key, row_id)."""
+    return hashing.bernoulli(key, MEMBER_PURPOSE, np.asarray(row_ids, dtype=np.int64), 0.5).astype(bool)
 
 
 def membership_scores(label: np.ndarray, target: np.ndarray, proxy: np.ndarray) -> np.ndarray:

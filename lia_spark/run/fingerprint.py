@@ -34,7 +34,10 @@ UNREAD_FIELDS: tuple[str, ...] = ("run.name", "run.output_dir", "run.force", "ru
                                   # fingerprinted by the models.* fields the cell sets
                                   "table.*",
                                   # what the command's exit code makes of a finding, not what the audit computes
-                                  "audit.fail_on_finding")
+                                  "audit.fail_on_finding",
+                                  # where the audit key lives: the key itself enters as its identifier
+                                  # (lia_spark.engine.models.audit_key.key_values)
+                                  "audit.key_path")
 
 
 def expand_fields(patterns: tuple[str, ...], config: Mapping[str, Mapping[str, Any]]) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ EXPORT_TSV = "criteo"  # inside inject/: the export as a Criteo day file (audit.
 TABLE_CELLS = "cells"  # inside table/
 LOGLOSS = "logloss"
 RESULTS = "results"  # <command>.json of every command
+AUDIT_KEY = "audit_key"  # the audit's secret key (an owner-only file), unless audit.key_path places it elsewhere
 
 
 def under(folder: str, *names: str) -> str:
@@ -86,6 +87,12 @@ def posterior_summary_path(config: Config) -> str:
     return output_path(config, POSTERIORS, SUMMARY)
 
 
+def audit_key_path(config: Config) -> str:
+    """The audit key's file: audit.key_path, else ``<out>/audit_key`` (beside the stage folders, so no commit of a
+    stage replaces it and a re-run of the same folder finds it)."""
+    return config.audit.key_path or output_path(config, AUDIT_KEY)
+
+
 def table_cell_path(config: Config, cell_name: str) -> str:
     """``<out>/table/cells/<cell>``: one audit-table cell's own run.output_dir (its models/ and audit/)."""
     return output_path(config, TABLE, TABLE_CELLS, cell_name)
@@ -128,6 +135,7 @@ def placed_paths(config: Config) -> tuple[PlacedPath, ...]:
         folder(TRUTH, TRUTH, written=synthetic),
         folder(CRITEO_TSV, CRITEO_TSV, written=synthetic and config.synthetic.write_tsv),
         *(folder(name, name) for name in (MODELS, POSTERIORS, UTILITY, AUDIT, REPORT, LOGLOSS, INJECT, TABLE, RESULTS)),
+        PlacedPath("audit.key_path", "audit key file", audit_key_path(config), chosen=bool(audit.key_path)),
         *(PlacedPath("data.criteo_paths", "Criteo input", "" if synthetic else path, INPUT, True)
           for path in data.criteo_paths),
         PlacedPath("audit.predictions_path", "predictions table", audit.predictions_path, INPUT, True),

@@ -9,10 +9,10 @@ import math
 from typing import Any
 
 from lia_spark import names
-from lia_spark.kernels import pate
+from lia_spark.kernels import hashing, pate
 from lia_spark.kernels.mechanism_registry import TRAINING_MECHANISMS, UTILITY_EXTRA_MECHANISMS
 from lia_spark.names import EXECUTIONS, IN_MEMORY, LIBRARIES, MAX_DAY, RUN_KEY_SHIFT, XGBOOST
-from lia_spark.run.checks import JAVA_INT_MAX, fail, fail_above, fail_glob, fail_repeats, number_from_text
+from lia_spark.run.checks import JAVA_INT_MAX, ConfigError, fail, fail_above, fail_glob, fail_repeats, number_from_text
 
 NOT_STATED = "none"  # audit.claimed_epsilon of a target whose claim is not stated
 
@@ -184,6 +184,7 @@ class AuditConfig:
     fail_on_finding: bool = False  # true: a FINDING (eps_lb above the claimed eps) exits with code 3
     export_tsv: bool = False  # inject: also write the export as a Criteo day file (inject/criteo/day_N)
     export_gzip: bool = False  # inject: gzip that file (day_N.gz)
+    key_path: str = ""  # the audit key's file (read if it exists, else created there); "" = <run.output_dir>/audit_key
 
     @property
     def game(self) -> str:
@@ -304,6 +305,11 @@ class AuditConfig:
         fail_repeats("audit.bounds", self.bounds)
         fail_repeats("audit.table_bounds", self.table_bounds)
         fail_glob("audit.canary_path", self.canary_path)
+        if hashing.looks_like_key(self.key_path):
+            raise ConfigError("audit.key_path: names the file that holds the audit key, and this value looks like a "
+                              "key itself (64 hex digits, not repeated here), which would be logged with the config "
+                              "(MLflow params, config.yaml); write the key to a file only you can read (chmod 600) "
+                              "and set audit.key_path to that file's path")
 
     def _validate_given_target(self) -> None:
         """A target this project did not train: one way to give it, the injected design's game, a sensible claim."""

@@ -2,19 +2,23 @@
 
 The proxy M' is fitted on models.proxy_day (true labels, as the train stage fits it) and scores the target day's
 rows (models.target_day: on the in-memory path its seeded sample of models.sample_rows_per_day, as the train stage's
-target; on the distributed path the whole day) on the executors. Every one of those
-rows is a canary: it gets a counterfactual label y1 and a fair coin b keyed on (seed, purpose, row id), exactly
-the train stage's draws (:func:`lia_spark.kernels.injected.inject`), and its label becomes y^b. Outputs under
-``<run.output_dir>/inject``, committed atomically:
+target; on the distributed path the whole day) on the executors. Every one of those rows is a canary: it gets a
+counterfactual label y1 and a fair coin b keyed on (K, purpose, row id), K the audit key
+(:mod:`lia_spark.engine.models.audit_key`: drawn at random the first time and kept in the key file, audit.key_path or
+``<run.output_dir>/audit_key``, never in these outputs), exactly the train stage's draws
+(:func:`lia_spark.kernels.injected.inject`), and its label becomes y^b. Outputs under ``<run.output_dir>/inject``,
+committed atomically:
 
 - ``export`` (Parquet): the rows with the data table's columns, the label replaced by y^b. Every row is a canary
   and the table keeps the data's columns, so no column, order or file tells the trainer which labels changed.
 - ``sealed`` (Parquet: row_id, label = y0, counterfactual_label = y1, hidden_bit = b, proxy_prediction): what the
   audit of the model trained on the export plays its game against (audit.model_uri, audit.predictions_path).
-  It must never reach the trainer; nor must run.seed, from which the coins can be recomputed.
+  It must never reach the trainer; nor must the key file, from which the coins can be recomputed (run.seed may
+  reach it: only the day's sample and the model split are drawn from it, which the export shows anyway).
 - ``criteo/day_N[.gz]`` (audit.export_tsv, audit.export_gzip): the export as a Criteo day file, the same rows and
   labels, one line per row in row_id order (line k is the export's row with the k-th smallest row_id).
-- ``manifest.json``: the fingerprint, the row counts and the informative share (nothing derived from the coins).
+- ``manifest.json``: the fingerprint (a digest covering the key's identifier, never the key), the row counts and the
+  informative share (nothing derived from the coins).
 """
 from __future__ import annotations
 
@@ -29,13 +33,14 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lia_spark.engine.models.audit_key import key_values, stage_key
 from lia_spark.engine.models.execution import distributed_proxy, injected_frame
 from lia_spark.engine.models.classes import check_two_classes
 from lia_spark.engine.models.feature_frames import check_days_present, read_day
 from lia_spark.engine.models.preparation import fit_proxy, in_memory_rows, sampled_day
 from lia_spark.engine.models.priors import proxy_scores
 from lia_spark.engine.runtime.outputs import delete_path, reported_path, write_text
-from lia_spark.engine.runtime.stage import Input, Stage, StageResult, StageRun
+from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.engine.spark.filesystem import files_for, text_parts
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels.criteo import FEATURE_COLUMNS, format_lines
@@ -44,7 +49,6 @@ from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, IN_MEMORY, LABEL,
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.json_output import strict_json
-from lia_spark.run.sections import RunConfig
 
 logger = logging.getLogger(__name__)
 
@@ -128,17 +132,14 @@ def _write_criteo_day(run: StageRun, export: DataFrame) -> str:
 def _inject(run: StageRun) -> InjectResult:
     """Fit the proxy, draw y1 and b on every row of the target day's sample, write the export, the sealed table and
     the manifest into ``run.staging``."""
-    spark, config = run.spark, run.config
+    spark, config, key = run.spark, run.config, run.resolved.found
     m = config.models
-    if config.run.seed == RunConfig().seed:
-        logger.warning("inject: run.seed is the default %d, printed in lia-spark's own defaults: anyone holding the "
-                       "export can recompute its coins from the row ids; set a secret run.seed and keep it from the "
-                       "trainer", config.run.seed)
     proxy, spec, proxy_metrics, seconds = _proxy(run)
     rows, total = _target_rows(spark, config)
     started = time.monotonic()
     with proxy_scores(spark, config, proxy, spec, rows) as scores:
-        drawn = injected_frame(rows.join(scores, ROW_ID), config, canaries=lambda part: np.ones(len(part), dtype=bool))
+        drawn = injected_frame(rows.join(scores, ROW_ID), config, key,
+                               canaries=lambda part: np.ones(len(part), dtype=bool))
         drawn = drawn.persist(StorageLevel.MEMORY_AND_DISK)  # every row a canary; each write reads it
         try:
             describe_jobs(spark, "inject: write the export")
@@ -176,8 +177,15 @@ def _days_present(spark: SparkSession, config: Config) -> None:
     check_two_classes(spark, config)  # the proxy learns from its day, the export's trainer from the target day
 
 
+def _audit_key(spark: SparkSession, config: Config) -> Resolved:
+    """The audit key the coins are drawn from (:func:`lia_spark.engine.models.audit_key.stage_key`), its identifier in
+    the fingerprint: another key recomputes the export."""
+    key = stage_key(spark, config)
+    return Resolved(key_values(key), found=key)
+
+
 INJECT = Stage(
-    name="inject", step="", result=InjectResult, compute=_inject, check=_days_present,
+    name="inject", step="", result=InjectResult, compute=_inject, check=_days_present, resolved=_audit_key,
     fields=("run.seed", "models.library", "models.execution", "models.sample_rows_per_day", "models.proxy_day",
             "models.target_day", "models.n_estimators", "models.max_depth", "models.learning_rate",
             "models.early_stopping_rounds", "models.split", "models.hash_buckets", "models.categorical_encoding",

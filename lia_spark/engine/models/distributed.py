@@ -19,6 +19,7 @@ from lia_spark.engine.models.bags import row_bag_proportions
 from lia_spark.engine.models.preparation import training_seed
 from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels import features, label_mechanisms, model_output, training
+from lia_spark.kernels.hashing import AuditKey
 from lia_spark.kernels.mechanism_registry import LabelRelease, label_mechanism, release_rr, release_rr_with_prior
 from lia_spark.names import BAG_PROPORTION, LABEL, PROXY_PRIOR, RELEASED_LABEL, ROW_ID, SPLIT, TARGET_PREDICTION
 from lia_spark.run.config import Config
@@ -115,10 +116,13 @@ class DistributedTarget:
     seconds: dict[str, float]
 
 
-def label_target(spark: SparkSession, config: Config, target: DataFrame, columns: list[str]) -> DistributedTarget:
-    """The target on labels released by a label-level mechanism (and lp_2st's stage 1), fitted by xgboost.spark;
-    ``target`` scored with ``released_label`` and ``target_prediction`` (noise-corrected for the debiased ones)."""
-    m, seed = config.models, training_seed(config)
+def label_target(spark: SparkSession, config: Config, target: DataFrame, columns: list[str],
+                 key: AuditKey | None) -> DistributedTarget:
+    """The target on labels released by a label-level mechanism (and lp_2st's stage 1), fitted by xgboost.spark, the
+    mechanism seeded by :func:`lia_spark.engine.models.preparation.training_seed` (from the audit ``key`` when there is
+    one; the seed reaches the executors in Python closures only); ``target`` scored with ``released_label`` and
+    ``target_prediction`` (noise-corrected for the debiased ones)."""
+    m, seed = config.models, training_seed(config, key)
     eps, mechanism = m.epsilon, label_mechanism(m.training_mechanism)
     models, seconds = {}, {}
     if mechanism.releases_true_labels(eps):
@@ -152,7 +156,8 @@ def label_target(spark: SparkSession, config: Config, target: DataFrame, columns
     return DistributedTarget(predicted(models["target"], released, TARGET_PREDICTION), models, seconds)
 
 
-def bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: list[str]) -> DistributedTarget:
+def bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: list[str],
+               key: AuditKey | None) -> DistributedTarget:
     """The target on bag proportions (docs/math.md §4.7): the training and the validation rows each bagged and
     released on the executors (:func:`lia_spark.engine.models.bags.row_bag_proportions`, the in-memory path's bags), a
     squared-error regression of each row's released proportion, its predictions debiased to P(y=1|x)
@@ -161,7 +166,7 @@ def bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: 
     describe_jobs(spark, f"train: bag proportions ({m.training_mechanism}, k={m.bag_size})")
     proportions = functools.reduce(DataFrame.unionByName, [
         row_bag_proportions(target.where(F.col(SPLIT) == split), mechanism=m.training_mechanism, epsilon=m.epsilon,
-                            bag_size=m.bag_size, seed=training_seed(config))
+                            bag_size=m.bag_size, seed=training_seed(config, key))
         for split in (training.SPLIT_TRAIN, training.SPLIT_VALID)])
     released = target.join(proportions, ROW_ID, "left").cache()
     training_rows = released.where(F.col(SPLIT) == training.SPLIT_TRAIN)

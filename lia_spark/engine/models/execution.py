@@ -5,10 +5,12 @@ by proxy and target (with the injected design's y1 and b, the membership bit and
 models, their timings and their feature encodings.
 
 Audit designs (audit.design): ``injected`` (default, with audit.attack=label_inference) draws per canary
-(training row) a counterfactual label y1 and a fair coin b before training (:func:`lia_spark.kernels.injected.inject`) and
-trains the target (its mechanism included) on y^b; ``observational`` trains on the true labels and fits a
-label-blind reference (the target's library and hyper-parameters, true labels, on the target day's rows outside
-the canaries) whose predictions on the canaries the audit scores beside the target's.
+(training row) a counterfactual label y1 and a fair coin b before training (:func:`lia_spark.kernels.injected.inject`)
+and trains the target (its mechanism included) on y^b, every draw keyed on the audit key (the ``key`` argument,
+:mod:`lia_spark.engine.models.audit_key`; shipped to executors inside Python closures only, never in a query plan);
+``observational`` trains on the true labels and fits a label-blind reference (the target's library and
+hyper-parameters, true labels, on the target day's rows outside the canaries) whose predictions on the canaries the
+audit scores beside the target's.
 """
 from __future__ import annotations
 
@@ -28,12 +30,14 @@ from lia_spark.engine.models.preparation import (Preparation, PreparedDays, RunJ
                                                  boosting_params, feature_spec, fit_job, found_votes,
                                                  in_memory_rows, model_features, prepare_days, preparation_key,
                                                  shared_pate_settings, target_job)
+from lia_spark.engine.models.audit_key import kept
 from lia_spark.engine.models.parallel_fits import run_fits
 from lia_spark.engine.runtime.progress import plan_work, work_done
 from lia_spark.engine.spark.session import describe_jobs, is_connect
 from lia_spark.engine.models.distributed import (SparkModel, bag_target, fitted_rows, label_target, predicted,
                                                  spark_booster)
 from lia_spark.kernels import features, injected, membership, training
+from lia_spark.kernels.hashing import AuditKey
 from lia_spark.kernels.mechanism_registry import label_mechanism
 from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
                              MEMBERSHIP, OBSERVATIONAL, PATE, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
@@ -70,18 +74,20 @@ SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, {SPLIT} int, {RELEASED_LABEL} int
 # run_target_predictions: the coins and predictions of the extra training runs 1..R-1 (audit.runs; null without)
 
 
-def membership_candidates(data: training.ModelData, config: Config) -> tuple[training.ModelData, np.ndarray]:
+def membership_candidates(data: training.ModelData, config: Config,
+                          key: AuditKey | None) -> tuple[training.ModelData, np.ndarray]:
     """With audit.attack=membership: the target day's rows with the candidates left out of the target's training
     rows moved to split :data:`lia_spark.kernels.training.SPLIT_LEFT_OUT`, and per row 1 (member) / 0 (left out) on the
-    audit.membership_candidates candidates, -1 elsewhere (docs/math.md §5.8). Otherwise ``data`` and all -1."""
+    audit.membership_candidates candidates, -1 elsewhere (docs/math.md §5.8), drawn with the audit key. Otherwise
+    ``data`` and all -1."""
     member = np.full(data.row_ids.size, -1, dtype=np.int32)
     if config.audit.attack != MEMBERSHIP:
         return data, member
     train = data.split == training.SPLIT_TRAIN
     candidates = np.zeros(data.row_ids.size, dtype=bool)
     candidates[train] = membership.candidate_mask(data.row_ids[train], candidates=config.audit.membership_candidates,
-                                                  seed=config.run.seed)
-    member[candidates] = membership.membership(data.row_ids[candidates], seed=config.run.seed)
+                                                  key=key)
+    member[candidates] = membership.membership(data.row_ids[candidates], key=key)
     split = np.where(member == 0, training.SPLIT_LEFT_OUT, data.split).astype(data.split.dtype)
     return dataclasses.replace(data, split=split), member
 
@@ -96,14 +102,14 @@ def observes(config: Config) -> bool:
     return config.audit.game == OBSERVATIONAL
 
 
-def injection(config: Config, data: training.ModelData,
-              proxy_prediction: np.ndarray) -> injected.InjectedLabels | None:
+def injection(config: Config, data: training.ModelData, proxy_prediction: np.ndarray,
+              key: AuditKey | None) -> injected.InjectedLabels | None:
     """The injected design's labels of the target day's rows (:func:`lia_spark.kernels.injected.inject` on the training
-    rows, the canaries), or None when the target trains on the true labels."""
+    rows, the canaries, keyed on the audit key), or None when the target trains on the true labels."""
     if not injects(config):
         return None
     labels = injected.inject(data.row_ids, data.labels, proxy_prediction, data.split == training.SPLIT_TRAIN,
-                             seed=config.run.seed, counterfactual=config.audit.counterfactual,
+                             key=key, counterfactual=config.audit.counterfactual,
                              flip_share=config.audit.flip_share)
     logger.info("train: injected design: %d of %d canaries informative (y1 != y0)",
                 int(((labels.counterfactual_label >= 0) & (labels.counterfactual_label != data.labels)).sum()),
@@ -152,11 +158,12 @@ def fits_shadows(config: Config) -> bool:
     return refits_target(config) and config.audit.shadows > 0
 
 
-def shadow_jobs(config: Config, job: TargetJob) -> list[ShadowJob]:
-    """The audit.shadows label-blind shadow fits of the target fit ``job`` (none unless :func:`fits_shadows`)."""
+def shadow_jobs(config: Config, job: TargetJob, key: AuditKey | None) -> list[ShadowJob]:
+    """The audit.shadows label-blind shadow fits of the target fit ``job``, their coins keyed on the audit key (none
+    unless :func:`fits_shadows`)."""
     if not fits_shadows(config):
         return []
-    return [ShadowJob(job, shadow, config.run.seed) for shadow in range(config.audit.shadows)]
+    return [ShadowJob(job, shadow, key) for shadow in range(config.audit.shadows)]
 
 
 def fits_runs(config: Config) -> bool:
@@ -164,22 +171,23 @@ def fits_runs(config: Config) -> bool:
     return refits_target(config) and config.audit.runs > 1
 
 
-def run_jobs(config: Config, job: TargetJob) -> list[RunJob]:
-    """The extra training runs 1..audit.runs-1 of the target fit ``job`` (none unless :func:`fits_runs`)."""
+def run_jobs(config: Config, job: TargetJob, key: AuditKey | None) -> list[RunJob]:
+    """The extra training runs 1..audit.runs-1 of the target fit ``job``, their coins keyed on the audit key (none
+    unless :func:`fits_runs`)."""
     if not fits_runs(config):
         return []
-    return [RunJob(job, run, config.run.seed) for run in range(1, config.audit.runs)]
+    return [RunJob(job, run, key) for run in range(1, config.audit.runs)]
 
 
 def run_columns(data: training.ModelData, counterfactual_label: np.ndarray | None, runs: list[training.FittedModel],
-                seed: int) -> dict[str, list]:
+                key: AuditKey | None) -> dict[str, list]:
     """Per row of ``data`` the extra runs' coins b (:func:`lia_spark.kernels.injected.run_coins`) and predictions, run
     1..R-1 in order, on the canaries (``counterfactual_label`` >= 0); None elsewhere and without runs."""
     values = {name: [None] * data.labels.size for name in RUN_COLUMNS}
     if not runs or counterfactual_label is None:
         return values
     canary = np.flatnonzero(counterfactual_label >= 0)
-    coins = np.stack([injected.run_coins(data.row_ids[canary], seed=seed, run=run)
+    coins = np.stack([injected.run_coins(data.row_ids[canary], key=key, run=run)
                       for run in range(1, len(runs) + 1)], axis=1).astype(np.int32)
     predictions = np.stack([model.predict(data.features[canary]) for model in runs], axis=1)
     for row, row_coins, row_predictions in zip(canary.tolist(), coins.tolist(), predictions.tolist()):
@@ -230,12 +238,14 @@ class InMemoryTarget:
 
 
 def in_memory_target(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
-                     preparation: Preparation) -> InMemoryTarget:
+                     preparation: Preparation, key: AuditKey | None) -> InMemoryTarget:
     """Everything the in-memory target fit reads (:func:`lia_spark.engine.models.preparation.prepare_days`, the membership
-    candidates, the injected labels): the same for every training mechanism of one preparation."""
+    candidates, the injected labels): the same for every training mechanism of one preparation and audit key."""
     prepared = prepare_days(spark, config, proxy_rows, target_rows, preparation)
-    data, member = membership_candidates(prepared.target_data, config)
-    labels = injection(config, data, prepared.proxy_prediction)
+    if key is not None:
+        kept(spark, config, key)
+    data, member = membership_candidates(prepared.target_data, config, key)
+    labels = injection(config, data, prepared.proxy_prediction, key)
     if labels is None:
         return InMemoryTarget(prepared, data, member, labels, TargetRows(data, prepared.proxy_prediction))
     rows = TargetRows(dataclasses.replace(data, labels=labels.training), prepared.proxy_prediction,
@@ -244,41 +254,51 @@ def in_memory_target(spark: SparkSession, config: Config, proxy_rows: DataFrame,
 
 
 def in_memory_job(spark: SparkSession, config: Config, target_rows: DataFrame, preparation: Preparation,
-                  target: InMemoryTarget) -> TargetJob:
-    """The target fit of ``config`` on ``target``; PATE's settings share the preparation's teachers (fitted here on
-    the executors when they are not yet)."""
+                  target: InMemoryTarget, key: AuditKey | None) -> TargetJob:
+    """The target fit of ``config`` on ``target`` (its mechanism seeded from the audit key where there is one); PATE's
+    settings share the preparation's teachers of that key (fitted here on the executors when they are not yet)."""
     if config.models.training_mechanism != PATE:
-        return target_job(config)
+        return target_job(config, key=key)
     labels, data = target.labels, target.data
     pate_labels = None if labels is None else _changed_labels(spark, data, labels)
-    return target_job(config, pate_settings=shared_pate_settings(
-        config, target_rows, preparation, left_out=data.row_ids[target.member == 0], training_labels=pate_labels))
+    return target_job(config, key=key, pate_settings=shared_pate_settings(
+        config, target_rows, preparation, left_out=data.row_ids[target.member == 0], training_labels=pate_labels,
+        key=key))
 
 
-def fit_ahead(spark: SparkSession, config: Config, settings: list[tuple[str, float, int]],
-              preparation: Preparation) -> None:
-    """Fit the in-memory targets of ``settings`` (training mechanism, epsilon, bag size; everything else from
-    ``config``), their shadow models (:func:`shadow_jobs`) and extra runs (:func:`run_jobs`) as parallel Spark tasks
+def fit_cell_job(rows: tuple[TargetRows, ...], job: tuple[int, TargetJob | ShadowJob | RunJob], threads: int
+                 ) -> training.TargetFit | training.FittedModel:
+    """:func:`lia_spark.engine.models.preparation.fit_job` of job ``job[1]`` on the rows of cell ``job[0]`` (each cell
+    of :func:`fit_ahead` trains on the labels its own audit key drew)."""
+    cell, work = job
+    return fit_job(rows[cell], work, threads)
+
+
+def fit_ahead(spark: SparkSession, cells: list[tuple[Config, AuditKey | None]], preparation: Preparation) -> None:
+    """Fit the in-memory targets of ``cells`` (each a config that differs from the others only in the training
+    mechanism, epsilon, bag size and output folder, with its audit key: every cell draws its own coins), their shadow
+    models (:func:`shadow_jobs`) and extra runs (:func:`run_jobs`) as parallel Spark tasks
     (:func:`lia_spark.engine.models.parallel_fits.run_fits`) and keep them in ``preparation.fits``,
     ``preparation.shadow_fits`` and ``preparation.run_fits``, where the train stage of each setting takes its own. A
     failed fit is left out (its train stage fits it again and reports the error)."""
-    m = config.models
-    proxy_rows, target_rows = (in_memory_rows(spark, config, day) for day in (m.proxy_day, m.target_day))
-    target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
-    jobs: list[tuple[str, TargetJob | ShadowJob | RunJob]] = []
-    for mechanism, epsilon, bag_size in settings:
-        setting_config = config.with_target(mechanism, epsilon, bag_size)
-        job = in_memory_job(spark, setting_config, target_rows, preparation, target)
+    m = cells[0][0].models
+    proxy_rows, target_rows = (in_memory_rows(spark, cells[0][0], day) for day in (m.proxy_day, m.target_day))
+    rows: list[TargetRows] = []
+    jobs: list[tuple[str, tuple[int, TargetJob | ShadowJob | RunJob]]] = []
+    for index, (cell, key) in enumerate(cells):
+        target = in_memory_target(spark, cell, proxy_rows, target_rows, preparation, key)
+        rows.append(target.rows)
+        job = in_memory_job(spark, cell, target_rows, preparation, target, key)
         if job.pate is not None:
             job = dataclasses.replace(job, pate=found_votes(job.pate, target.data, seed=job.seed))
-        name = setting_key(mechanism, epsilon, bag_size)
-        jobs += [(name, job), *((f"{name} shadow {shadow.shadow}", shadow)
-                               for shadow in shadow_jobs(setting_config, job)),
-                 *((f"{name} run {extra.run}", extra) for extra in run_jobs(setting_config, job))]
-    outcomes = run_fits(spark, target.rows, jobs, fit_job, purpose="audit-table")
+        name = setting_key(*job.key)
+        jobs += [(name, (index, job)), *((f"{name} shadow {shadow.shadow}", (index, shadow))
+                                        for shadow in shadow_jobs(cell, job, key)),
+                 *((f"{name} run {extra.run}", (index, extra)) for extra in run_jobs(cell, job, key))]
+    outcomes = run_fits(spark, tuple(rows), jobs, fit_cell_job, purpose="audit-table")
     shadows: dict[tuple[str, float, int], list[training.FittedModel | None]] = {}
     runs: dict[tuple[str, float, int], list[training.FittedModel | None]] = {}
-    for (name, job), outcome in zip(jobs, outcomes):
+    for (name, (_, job)), outcome in zip(jobs, outcomes):
         if outcome.failed:
             logger.warning("audit-table: the fit of %s failed in its task (%s); its cell fits it again", name,
                            outcome.error)
@@ -291,35 +311,36 @@ def fit_ahead(spark: SparkSession, config: Config, settings: list[tuple[str, flo
 
 
 def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
-              preparation: Preparation) -> TrainedModels:
-    """Proxy and target fitted on the driver from the collected (sampled) days; the proxy and the target day's
-    features come from ``preparation`` when it kept them (:func:`lia_spark.engine.models.preparation.prepare_days`), the target
-    too when :func:`fit_ahead` fitted it."""
+              preparation: Preparation, key: AuditKey | None) -> TrainedModels:
+    """Proxy and target fitted on the driver from the collected (sampled) days, the game's draws keyed on ``key``
+    (the audit key; None under the observational design); the proxy and the target day's features come from
+    ``preparation`` when it kept them (:func:`lia_spark.engine.models.preparation.prepare_days`), the target too when
+    :func:`fit_ahead` fitted it."""
     m = config.models
     proxy_fitted = not preparation.holds_days(preparation_key(spark, config))
-    key = (m.training_mechanism, m.epsilon, m.bag_size)
-    fitted_ahead = not proxy_fitted and key in preparation.fits
-    shadows_ahead = not proxy_fitted and key in preparation.shadow_fits
-    runs_ahead = not proxy_fitted and key in preparation.run_fits
+    setting = (m.training_mechanism, m.epsilon, m.bag_size)
+    fitted_ahead = not proxy_fitted and setting in preparation.fits
+    shadows_ahead = not proxy_fitted and setting in preparation.shadow_fits
+    runs_ahead = not proxy_fitted and setting in preparation.run_fits
     plan_work("model fits", proxy_fitted + (not fitted_ahead) + observes(config)
               + (config.audit.shadows if fits_shadows(config) and not shadows_ahead else 0)
               + (config.audit.runs - 1 if fits_runs(config) and not runs_ahead else 0))
-    target = in_memory_target(spark, config, proxy_rows, target_rows, preparation)
+    target = in_memory_target(spark, config, proxy_rows, target_rows, preparation, key)
     work_done(proxy_fitted)
     prepared, data, member, labels = target.prepared, target.data, target.member, target.labels
     started = time.monotonic()
-    fit, shadows = preparation.fits.pop(key, None), preparation.shadow_fits.pop(key, None)
-    runs = preparation.run_fits.pop(key, None)
+    fit, shadows = preparation.fits.pop(setting, None), preparation.shadow_fits.pop(setting, None)
+    runs = preparation.run_fits.pop(setting, None)
     if config.audit.runs > 1 and injects(config) and not refits_target(config):
         logger.warning("train: audit.runs=%d does not apply to %s (its teachers would be fitted again per run): one "
                        "training run, the headline says so", config.audit.runs, m.training_mechanism)
     if fit is not None:
         logger.info("train: target fitted ahead in a parallel Spark task")
     needs_shadows, needs_runs = shadows is None and fits_shadows(config), runs is None and fits_runs(config)
-    job = (in_memory_job(spark, config, target_rows, preparation, target)
+    job = (in_memory_job(spark, config, target_rows, preparation, target, key)
            if fit is None or needs_shadows or needs_runs else None)
-    shadow_list = shadow_jobs(config, job) if needs_shadows else []
-    run_list = run_jobs(config, job) if needs_runs else []
+    shadow_list = shadow_jobs(config, job, key) if needs_shadows else []
+    run_list = run_jobs(config, job, key) if needs_runs else []
     jobs = [*([("target", job)] if fit is None else []),
             *((f"shadow {shadow.shadow}", shadow) for shadow in shadow_list),
             *((f"run {extra.run}", extra) for extra in run_list)]
@@ -351,7 +372,7 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
                               for name in names.INJECTED_COLUMNS},
                            REFERENCE_PREDICTION: _reference_in_memory(config, data), SHADOW_PREDICTION: shadow,
                            **run_columns(data, None if labels is None else labels.counterfactual_label, runs or [],
-                                         config.run.seed)})
+                                         key)})
     models = {"proxy": prepared.proxy, "target": fit.model, **({"stage1": fit.stage1} if fit.stage1 else {})}
     seconds = {**prepared.seconds, **{f"fit_{name}": model.fit_seconds for name, model in models.items()
                                       if name != "proxy" or "proxy_reused" not in prepared.seconds},
@@ -364,8 +385,9 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
 
 
 def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
-                preparation: Preparation) -> TrainedModels:
-    """Proxy and target fitted by xgboost.spark on the executors (nothing to share: ``preparation`` is unused)."""
+                preparation: Preparation, key: AuditKey | None) -> TrainedModels:
+    """Proxy and target fitted by xgboost.spark on the executors, the game's draws keyed on ``key`` (nothing to share:
+    ``preparation`` is unused)."""
     m, seconds = config.models, {}
     if is_connect(spark):
         raise ValueError("models.execution: distributed (xgboost.spark) needs a classic Spark session, and this one "
@@ -387,10 +409,10 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
               .join(proxy_on_target.select(ROW_ID, LABEL, SPLIT, PROXY_PREDICTION), ROW_ID)
               .withColumn("is_valid", F.col(SPLIT) == 1))
     no_injection = (F.lit(None).cast("int").alias(column) for column in names.INJECTED_COLUMNS)
-    target = (injected_frame(target, config) if injects(config)
+    target = (injected_frame(target, config, key) if injects(config)
               else target.select("*", F.col(LABEL).alias(TRUE_LABEL), *no_injection)).cache()
     fit_target = bag_target if mechanism.bag_release else label_target
-    fitted = fit_target(spark, config, target, columns)
+    fitted = fit_target(spark, config, target, columns, key)
     work_done(target_fits)
     models: dict[str, Any] = {"proxy": proxy, **fitted.models}
     scored, reference_seconds = _reference_distributed(spark, config, target, columns, fitted.scored)
@@ -420,12 +442,15 @@ def training_split(part: pd.DataFrame) -> np.ndarray:
     return part[SPLIT].to_numpy() == training.SPLIT_TRAIN
 
 
-def injected_frame(frame: DataFrame, config: Config, *,
+def injected_frame(frame: DataFrame, config: Config, key: AuditKey, *,
                    canaries: Callable[[pd.DataFrame], np.ndarray] = training_split) -> DataFrame:
     """``frame`` (row_id, label, proxy_prediction, ...) with the true label moved to ``true_label``, the label column
-    holding y^b on the rows ``canaries`` selects in each batch (:func:`lia_spark.kernels.injected.inject`, on the
-    executors; the mechanisms then read it as they read any label), and the canaries' y1 and b (null elsewhere)."""
+    holding y^b on the rows ``canaries`` selects in each batch (:func:`lia_spark.kernels.injected.inject` keyed on the
+    audit key, on the executors: the key travels in the Python function's closure, never in the plan; the mechanisms
+    then read the label as they read any label), and the canaries' y1 and b (null elsewhere). The key file is
+    written first (:func:`lia_spark.engine.models.audit_key.kept`)."""
     a = config.audit
+    kept(frame.sparkSession, config, key)
     schema = StructType(frame.schema.fields + [StructField(TRUE_LABEL, IntegerType())]
                         + [StructField(name, IntegerType()) for name in names.INJECTED_COLUMNS])
 
@@ -433,7 +458,7 @@ def injected_frame(frame: DataFrame, config: Config, *,
         for part in frames:
             labels = injected.inject(part[ROW_ID].to_numpy(np.int64), part[LABEL].to_numpy(np.int8),
                                      part[PROXY_PREDICTION].to_numpy(np.float64),
-                                     canaries(part), seed=config.run.seed,
+                                     canaries(part), key=key,
                                      counterfactual=a.counterfactual, flip_share=a.flip_share)
             yield part.assign(**{TRUE_LABEL: part[LABEL].astype(np.int32), LABEL: labels.training.astype(np.int32),
                                  COUNTERFACTUAL_LABEL: _nullable(labels.counterfactual_label),

@@ -27,9 +27,14 @@ from lia_spark.run.config import Config
 
 logger = logging.getLogger(__name__)
 
-def training_seed(config: Config) -> int:
-    """Seed of the training-label mechanisms, derived from the run seed (63 bits)."""
-    return int(hashing.stream_key(config.run.seed, "models/training-labels")) >> 1
+TRAINING_LABELS_PURPOSE = "models/training-labels"
+
+
+def training_seed(config: Config, key: hashing.AuditKey | None = None) -> int:
+    """Seed of the training-label mechanisms (63 bits): derived from the audit key where the train stage plays a game
+    whose draws the attacker must not know (the mechanism's RR flips, bags and noise are among them: whoever knew
+    them could decode the training labels from the model, docs/math.md §5.9), else from run.seed."""
+    return int(hashing.stream_key(config.run.seed if key is None else key, TRAINING_LABELS_PURPOSE)) >> 1
 
 
 def pate_settings(config: Config, target_rows: DataFrame, spec: features.FeatureSpec, *,
@@ -178,7 +183,8 @@ class PreparedDays:
 
 def preparation_key(spark: SparkSession, config: Config) -> str:
     """Data fingerprint, seed, every models field except the training mechanism of the target, and the audit fields
-    that set the training labels of PATE's teachers (the injected design's draws)."""
+    that set the training labels of PATE's teachers (the injected design's draws; the audit key is the key of
+    :attr:`Preparation.pate`)."""
     models = dataclasses.replace(config.models, training_mechanism="none", epsilon=math.inf, bag_size=1)
     design = (config.audit.attack, config.audit.design, config.audit.counterfactual, config.audit.flip_share)
     return repr((output_fingerprint(spark, config.parquet_path), config.run.seed, models, config.pate, design))
@@ -188,12 +194,13 @@ def preparation_key(spark: SparkSession, config: Config) -> str:
 class Preparation:
     """What consecutive trainings that differ only in the target's training mechanism share (the cells of
     ``lia-spark audit-table``): the prepared days (:func:`prepare_days`) and PATE's settings with its teachers'
-    votes (:func:`shared_pate_settings`), kept for one :func:`preparation_key` at a time (everything in them is
-    deterministic in it). The caller owns it; a fresh one shares nothing."""
+    votes (:func:`shared_pate_settings`, by the identifier of the audit key that drew their training labels; "" for
+    none), kept for one :func:`preparation_key` at a time (everything in them is deterministic in it and the key). The
+    caller owns it; a fresh one shares nothing."""
 
     key: str = ""
     days: PreparedDays | None = None
-    pate: pate.PateSettings | None = None
+    pate: dict[str, pate.PateSettings] = dataclasses.field(default_factory=dict)
     fits: dict[tuple[str, float, int], training.TargetFit] = dataclasses.field(default_factory=dict)
     # targets fitted ahead in parallel tasks, by (training mechanism, epsilon, bag size); taken by the train stage
     shadow_fits: dict[tuple[str, float, int], list[training.FittedModel]] = dataclasses.field(default_factory=dict)
@@ -209,7 +216,7 @@ class Preparation:
         """True when what is kept was prepared under ``key``; otherwise forget it and start keeping ``key``."""
         if key == self.key:
             return True
-        self.key, self.days, self.pate, self.fits, self.shadow_fits, self.run_fits = key, None, None, {}, {}, {}
+        self.key, self.days, self.pate, self.fits, self.shadow_fits, self.run_fits = key, None, {}, {}, {}, {}
         return False
 
 
@@ -263,18 +270,21 @@ def prepare_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
 
 
 def shared_pate_settings(config: Config, target_rows: DataFrame, preparation: Preparation, *,
-                         left_out: np.ndarray, training_labels: DataFrame | None) -> pate.PateSettings:
-    """:func:`pate_settings` whose teachers are fitted once per preparation: the votes do not depend on epsilon, so
-    the PATE cells of ``lia-spark audit-table`` (one preparation) share them (:class:`lia_spark.kernels.pate.ReusedVotes`).
-    The membership baseline's teachers leave out its non-members and are fitted for their own run."""
+                         left_out: np.ndarray, training_labels: DataFrame | None,
+                         key: hashing.AuditKey | None) -> pate.PateSettings:
+    """:func:`pate_settings` whose teachers are fitted once per preparation and audit key (which drew their injected
+    training labels): the votes do not depend on epsilon, so the PATE cells of ``lia-spark audit-table`` (one
+    preparation) that share a key (audit.key_path) share them (:class:`lia_spark.kernels.pate.ReusedVotes`). The
+    membership baseline's teachers leave out its non-members and are fitted for their own run."""
     if left_out.size:
         return pate_settings(config, target_rows, preparation.days.target_spec, left_out=left_out)
-    if preparation.pate is None:
-        preparation.pate = pate_settings(config, target_rows, preparation.days.target_spec,
-                                         training_labels=training_labels)
-    else:
+    drawn_by = "" if key is None else key.identifier
+    if drawn_by in preparation.pate:
         logger.info("train: PATE's teachers' votes reused from the previous PATE cell of this process")
-    return preparation.pate
+    else:
+        preparation.pate[drawn_by] = pate_settings(config, target_rows, preparation.days.target_spec,
+                                                   training_labels=training_labels)
+    return preparation.pate[drawn_by]
 
 
 def found_votes(settings: pate.PateSettings, data: training.ModelData, *, seed: int) -> pate.PateSettings:
@@ -316,10 +326,11 @@ class TargetJob:
         return self.mechanism, self.epsilon, self.bag_size
 
 
-def target_job(config: Config, *, pate_settings: pate.PateSettings | None = None) -> TargetJob:
-    """The target fit the models section asks for."""
+def target_job(config: Config, *, key: hashing.AuditKey | None = None,
+               pate_settings: pate.PateSettings | None = None) -> TargetJob:
+    """The target fit the models section asks for, its mechanism seeded by :func:`training_seed`."""
     m = config.models
-    return TargetJob(m.training_mechanism, m.epsilon, m.bag_size, seed=training_seed(config),
+    return TargetJob(m.training_mechanism, m.epsilon, m.bag_size, seed=training_seed(config, key),
                      params=boosting_params(config), pate=pate_settings)
 
 
@@ -333,23 +344,23 @@ def fit_target_job(rows: TargetRows, job: TargetJob, threads: int) -> training.T
 
 @dataclasses.dataclass(frozen=True)
 class ShadowJob:
-    """Label-blind shadow fit number ``shadow`` of a target fit (plain data, so it pickles into a Spark task): the
-    target's job, the shadow's index and the run seed its coins and mechanism seed derive from."""
+    """Label-blind shadow fit number ``shadow`` of a target fit (plain data, so it pickles into a Spark task's closure):
+    the target's job, the shadow's index and the audit key its coins and mechanism seed derive from."""
 
     target: TargetJob
     shadow: int
-    run_seed: int
+    key: hashing.Seed
 
 
 @dataclasses.dataclass(frozen=True)
 class RunJob:
     """Extra training run number ``run`` (>= 1) of a target fit, pooled into the audit's game (audit.runs; plain data,
-    so it pickles into a Spark task): the target's job, the run's index and the run seed its coins and mechanism
-    seed derive from."""
+    so it pickles into a Spark task's closure): the target's job, the run's index and the audit key its coins and
+    mechanism seed derive from."""
 
     target: TargetJob
     run: int
-    run_seed: int
+    key: hashing.Seed
 
 
 def _refit(rows: TargetRows, target: TargetJob, coin: np.ndarray, threads: int) -> training.TargetFit:
@@ -371,8 +382,8 @@ def fit_shadow_job(rows: TargetRows, job: ShadowJob, threads: int) -> training.F
     """The shadow model of ``job``: the target's fit repeated with the shadow's own coins
     (:func:`lia_spark.kernels.injected.shadow_coins`) and mechanism seed
     (:func:`lia_spark.kernels.injected.shadow_seed`); no coin or draw of the target's is read (docs/math.md §5.13)."""
-    coin = injected.shadow_coins(rows.data.row_ids, seed=job.run_seed, shadow=job.shadow)
-    target = dataclasses.replace(job.target, seed=injected.shadow_seed(job.run_seed, job.shadow))
+    coin = injected.shadow_coins(rows.data.row_ids, key=job.key, shadow=job.shadow)
+    target = dataclasses.replace(job.target, seed=injected.shadow_seed(job.key, job.shadow))
     return _refit(rows, target, coin, threads).model
 
 
@@ -380,8 +391,8 @@ def fit_run_job(rows: TargetRows, job: RunJob, threads: int) -> training.FittedM
     """The model of extra run ``job.run``: the target's fit repeated with the run's own fair coins
     (:func:`lia_spark.kernels.injected.run_coins`) and mechanism seed (:func:`lia_spark.kernels.injected.run_seed`),
     independent of the target's and of every other run's (docs/math.md §5.14)."""
-    coin = injected.run_coins(rows.data.row_ids, seed=job.run_seed, run=job.run)
-    target = dataclasses.replace(job.target, seed=injected.run_seed(job.run_seed, job.run))
+    coin = injected.run_coins(rows.data.row_ids, key=job.key, run=job.run)
+    target = dataclasses.replace(job.target, seed=injected.run_seed(job.key, job.run))
     return _refit(rows, target, coin, threads).model
 
 

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 import pandas as pd
 from pyspark.sql import SparkSession
 
+from lia_spark.engine.models.audit_key import draws_from_key, stage_key
 from lia_spark.engine.models.execution import fit_ahead
 from lia_spark.engine.models.preparation import Preparation
 from lia_spark.engine.runtime.outputs import check_writable, copy_from_local, local_copies, local_folder, path_exists
@@ -235,8 +236,9 @@ def _run_cell(spark: SparkSession, config: Config, cell: table.Cell, preparation
 
 def _fit_ahead(spark: SparkSession, config: Config, cells: list[table.Cell], preparation: Preparation) -> None:
     """With spark.parallel_fits and in-memory training: the targets of the cells whose train stage will compute,
-    fitted as parallel Spark tasks before the cells run (:func:`lia_spark.engine.models.execution.fit_ahead`); each cell's
-    train stage then takes its own."""
+    fitted as parallel Spark tasks before the cells run (:func:`lia_spark.engine.models.execution.fit_ahead`), each on
+    the coins of its own audit key (in its own folder, or audit.key_path); each cell's train stage then takes its
+    own."""
     if not config.spark.parallel_fits or config.models.execution != "in_memory":
         return
     pending = [cell for cell in cells if not would_reuse(spark, "train", cell_config(config, cell))]
@@ -246,8 +248,9 @@ def _fit_ahead(spark: SparkSession, config: Config, cells: list[table.Cell], pre
     try:
         with (job_group(spark, "lia-spark-table-fits", f"{config.run.name}: audit-table targets in parallel"),
               reporting_progress(spark, "audit-table: targets", config.run.progress_seconds)):
-            fit_ahead(spark, cell_config(config, pending[0]),
-                      [(cell.mechanism, cell.epsilon, cell.bag_size) for cell in pending], preparation)
+            configs = [cell_config(config, cell) for cell in pending]
+            fit_ahead(spark, [(conf, stage_key(spark, conf) if draws_from_key(conf) else None) for conf in configs],
+                      preparation)
     except Exception as error:  # noqa: BLE001 - the cells then fit their own targets and record their own errors
         interrupts.check()
         logger.warning("audit-table: fitting the targets ahead failed (%s: %s); each cell fits its own",

@@ -23,6 +23,7 @@ import hashlib
 import os
 import re
 import shutil
+import uuid
 from typing import Any, Callable, Iterator
 
 from pyspark.sql import SparkSession
@@ -256,6 +257,44 @@ class HadoopFiles:
         filesystem, source = self._resolve(path)
         filesystem.copyToLocalFile(False, source, self._jvm.org.apache.hadoop.fs.Path(f"file://{local_path}"), True)
 
+    def local_path(self, path: str) -> str | None:
+        """The driver's own path of ``path`` when Hadoop resolves it to the local file system (a plain path without
+        another default file system, a ``file:`` URI), else None."""
+        filesystem, hadoop_path = self._resolve(path)
+        if str(filesystem.getScheme()) != "file":
+            return None
+        return str(filesystem.makeQualified(hadoop_path).toUri().getPath())
+
+    def create_private(self, path: str, text: str) -> bool:
+        """Create file ``path`` holding ``text`` with owner-only permissions (FsPermission 600), unless it exists
+        (False, nothing written): written whole under a temporary sibling name, then renamed to ``path``, which
+        Hadoop refuses when ``path`` exists (atomic on HDFS). Object stores ignore the permission."""
+        filesystem, hadoop_path = self._resolve(path)
+        if filesystem.exists(hadoop_path):
+            return False
+        fs = self._jvm.org.apache.hadoop.fs
+        permission = fs.permission.FsPermission("600")
+        temporary = fs.Path(f"{path.rstrip('/')}.{uuid.uuid4().hex[:12]}.tmp")
+        filesystem.mkdirs(hadoop_path.getParent())
+        stream = filesystem.createFile(temporary).permission(permission).overwrite(False).build()
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+        moved = False
+        try:
+            filesystem.setPermission(temporary, permission)
+            moved = bool(filesystem.rename(temporary, hadoop_path))
+        finally:
+            if not moved:
+                filesystem.delete(temporary, False)
+        return moved
+
+    def permission(self, path: str) -> tuple[str, int]:
+        """(the scheme of ``path``'s file system, its permission bits, e.g. 0o600) as Hadoop reports them."""
+        filesystem, hadoop_path = self._resolve(path)
+        return str(filesystem.getScheme()), int(filesystem.getFileStatus(hadoop_path).getPermission().toShort())
+
     def concatenate(self, sources: list[str], target: str) -> None:
         """Write the bytes of ``sources`` one after another to ``target`` (the bytes stay in the JVM)."""
         filesystem, target_path = self._resolve(target)
@@ -373,6 +412,10 @@ class LocalFiles:
             shutil.copytree(source, local_path)
         else:
             shutil.copyfile(source, local_path)
+
+    def local_path(self, path: str) -> str:
+        """``path`` as a path of the driver's files (every path this class reaches is one)."""
+        return self._local(path)
 
     def concatenate(self, sources: list[str], target: str) -> None:
         """Write the bytes of ``sources`` one after another to ``target``."""

@@ -12,6 +12,11 @@ scored on the executors by :func:`lia_spark.engine.models.priors.write_proxy_pri
 rows (:func:`lia_spark.engine.models.execution.membership_candidates`) and ``membership`` (row_id, label, member,
 target_prediction, proxy_prediction of the candidates) is written for the audit stage.
 
+The game's draws (the injected coins and counterfactuals, the shadows' and extra runs' coins, the membership
+baseline's members, the target's mechanism randomness) come from the audit key (docs/math.md §5.9;
+:mod:`lia_spark.engine.models.audit_key`), drawn and written beside the stage's folder the first time, never in its
+outputs; the fingerprint holds the key's identifier.
+
 The fitting itself (two execution paths, the audit designs' injection and reference) is in
 :mod:`lia_spark.engine.models.execution`; the model building it shares with the utility stage and the audit table in
 :mod:`lia_spark.engine.models.preparation`.
@@ -33,6 +38,7 @@ from lia_spark import names
 from lia_spark.engine.models import feature_frames
 from lia_spark.engine.models.classes import check_two_classes, warn_undefined_auc
 from lia_spark.engine.train import metrics
+from lia_spark.engine.models.audit_key import draws_from_key, key_values, stage_key, stored_key
 from lia_spark.engine.models.execution import distributed, in_memory, injects
 from lia_spark.engine.models.preparation import Preparation, in_memory_rows
 from lia_spark.engine.runtime.outputs import copy_from_local, write_text
@@ -40,6 +46,7 @@ from lia_spark.engine.models.priors import needs_proxy_priors, write_proxy_prior
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.kernels import features, model_output, training
+from lia_spark.kernels.hashing import AuditKey
 from lia_spark.kernels.mechanism_registry import label_mechanism
 from lia_spark.names import (COUNTERFACTUAL_LABEL, LABEL, LABEL_INFERENCE, MEMBER,
                              MEMBERSHIP, PROXY_PREDICTION, ROW_ID, SPLIT, TARGET_PREDICTION)
@@ -159,10 +166,23 @@ def _prior_days(spark: SparkSession, config: Config) -> tuple[int, ...]:
     return feature_frames.released_days(spark, config) if needs_proxy_priors(config) else ()
 
 
-def _priors_fields(spark: SparkSession, config: Config) -> Resolved:
+@dataclasses.dataclass(frozen=True)
+class TrainFound:
+    """What the train stage's fingerprint looked up and its computation reuses: the released days whose proxy priors
+    it writes, and the audit key its game draws from (None under the observational design)."""
+
+    prior_days: tuple[int, ...]
+    key: AuditKey | None
+
+
+def _resolved(spark: SparkSession, config: Config) -> Resolved:
+    """The priors' days and fields when train writes the priors, and the audit key's identifier when the target's
+    training labels are drawn from it (:func:`lia_spark.engine.models.audit_key.stage_key`): another key recomputes
+    the stage."""
     days = _prior_days(spark, config)
-    return Resolved({"mechanisms.days": days, "mechanisms.prior_column": config.mechanisms.prior_column}
-                    if days else {}, found=days)
+    key = stage_key(spark, config) if draws_from_key(config) else None
+    values = {"mechanisms.days": days, "mechanisms.prior_column": config.mechanisms.prior_column} if days else {}
+    return Resolved({**values, **(key_values(key) if key is not None else {})}, found=TrainFound(days, key))
 
 
 def _days_present(spark: SparkSession, config: Config) -> None:
@@ -175,6 +195,13 @@ def _days_present(spark: SparkSession, config: Config) -> None:
     check_two_classes(spark, config)
     check_training_rows(config, lambda: feature_frames.target_day_rows(spark, config, generating=False),
                         source="counted in the data")
+
+
+def _key_usable(spark: SparkSession, config: Config) -> None:
+    """Before any stage of the pipeline runs: the audit key file, when there is one and the game draws from it, can be
+    used (:func:`lia_spark.engine.models.audit_key.stored_key` raises naming audit.key_path otherwise)."""
+    if draws_from_key(config):
+        stored_key(spark, config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +217,8 @@ def _train(run: StageRun) -> TrainResult:
     """Train proxy and target models; write canaries, test predictions, models and metrics into ``run.staging``
     (:class:`TrainOptions`)."""
     spark, config, m = run.spark, run.config, run.config.models
-    out, prior_days = layout.output_path(config, layout.MODELS), run.resolved.found
+    out, found = layout.output_path(config, layout.MODELS), run.resolved.found
+    prior_days, key = found.prior_days, found.key
     logger.info("train: %s/%s, proxy day %d, target day %d, mechanism %s (eps=%s, k=%d)", m.library, m.execution,
                 m.proxy_day, m.target_day, m.training_mechanism, m.epsilon, m.bag_size)
     if m.execution == "in_memory":
@@ -200,7 +228,7 @@ def _train(run: StageRun) -> TrainResult:
         proxy_rows, target_rows = (feature_frames.read_day(spark, config.parquet_path, day)
                                    for day in (m.proxy_day, m.target_day))
         fit = distributed
-    trained = fit(spark, config, proxy_rows, target_rows, run.options.preparation or Preparation())
+    trained = fit(spark, config, proxy_rows, target_rows, run.options.preparation or Preparation(), key)
     scored, seconds = trained.scored.cache(), dict(trained.seconds)
     describe_jobs(spark, "train: write canaries and test predictions")
     scored.where(F.col(SPLIT) == training.SPLIT_TRAIN).select(*names.CANARY_COLUMNS).write.parquet(
@@ -236,8 +264,8 @@ def _train(run: StageRun) -> TrainResult:
 
 
 TRAIN = Stage(
-    name="train", step="train", result=TrainResult, compute=_train, resolved=_priors_fields, check=_days_present,
-    options=TrainOptions,
+    name="train", step="train", result=TrainResult, compute=_train, resolved=_resolved, check=_days_present,
+    options=TrainOptions, upfront=_key_usable,
     fields=("run.seed", "data.source", "models.library", "models.execution", "models.sample_rows_per_day",
             "models.proxy_day", "models.target_day", "models.training_mechanism", "models.epsilon", "models.bag_size",
             "models.n_estimators", "models.max_depth", "models.learning_rate", "models.early_stopping_rounds",
