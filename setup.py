@@ -63,8 +63,9 @@ setup(
         "tracking": [MLFLOW],  # the local sqlite store (the default tracking URI) and `mlflow server`
         # a machine without Spark: what a cluster brings (Spark 3.5 LTS or 4.x; Spark Connect needs 4.x)
         "spark": [PYSPARK, XGBOOST_CPU, MLFLOW],
+        # lightgbm: the tests log its classifiers (audit.model_uri reads the flavours of lia_spark.tracking.model_scoring)
         "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "pytest-xdist>=3.5",
-                "psutil>=5.9", "jsonschema>=4.18", "ruff>=0.5"],
+                "psutil>=5.9", "jsonschema>=4.18", "ruff>=0.5", "lightgbm>=4"],
     },
     entry_points={"console_scripts": ["lia-spark=lia_spark.cli.main:main"]},
     cmdclass={"build_py": BuildWithConfigs},
