@@ -64,14 +64,17 @@ def conf(folder: Path, **changes: dict) -> Path:
     return path
 
 
-def lia(config: Path, *arguments: str, command: str = "run", signal_after: tuple[str, int] | None = None) -> Outcome:
+def lia(config: Path, *arguments: str, command: str = "run", signal_after: tuple[str, int] | None = None,
+        path_first: Path | None = None) -> Outcome:
     """Run ``lia-spark <command> --conf config arguments``; with ``signal_after`` = (log text, signal), send the
-    signal 2 s after the text appears on stderr."""
+    signal 2 s after the text appears on stderr; with ``path_first``, that folder first on PYTHONPATH."""
     log = config.parent.with_name(f"{config.parent.name}-stderr-{time.monotonic_ns()}.txt")  # beside the case's folder
     started = time.monotonic()
     with log.open("w") as stderr:
+        environment = None if path_first is None else {
+            **os.environ, "PYTHONPATH": os.pathsep.join([str(path_first), *filter(None, [os.environ.get("PYTHONPATH")])])}
         process = subprocess.Popen([sys.executable, "-m", "lia_spark.cli.main", command, "--conf", str(config),
-                                    *arguments], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
+                                    *arguments], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, env=environment)
         if signal_after is not None:
             text, signum = signal_after
             while text not in log.read_text(encoding="utf-8") and process.poll() is None:
@@ -242,6 +245,29 @@ def leftovers(folder: Path) -> tuple[str, bool]:
             outcome.code == 0 and swept and kept)
 
 
+def _stale_pyspark(folder: Path, version: str) -> Path:
+    """A Spark distribution's python/ folder of pyspark ``version`` (put first on PYTHONPATH, as its spark-submit
+    does): a package that fails to import, so a refusal shows nothing of it was imported."""
+    package = folder / "spark-python" / "pyspark"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('imported before the version check')\n")
+    (package / "version.py").write_text(f"__version__: str = '{version}'\n")
+    return package.parent
+
+
+def stale_pyspark(folder: Path) -> tuple[str, bool]:
+    outcome = lia(conf(folder), path_first=_stale_pyspark(folder, "3.4.1"))
+    return observed(outcome), (outcome.code == 2 and outcome.line.startswith("lia-spark: pyspark: lia-spark runs with "
+                               "pyspark >= 3.5, < 5, got 3.4.1;") and not (folder / "out").exists()
+                               and "imported before" not in outcome.stderr)
+
+
+def connect_on_spark_35(folder: Path) -> tuple[str, bool]:
+    outcome = lia(conf(folder), "spark.remote=sc://localhost:15002", path_first=_stale_pyspark(folder, "3.5.9"))
+    return observed(outcome), (outcome.code == 2 and outcome.line.startswith("lia-spark: spark.remote: a Spark "
+                               "Connect session needs pyspark >= 4.0") and not (folder / "out").exists())
+
+
 CASES = (
     Case("foreign_output_dir", "exit 2 naming run.output_dir, every file kept", foreign_output_dir),
     Case("foreign_data_path", "exit 2 naming data.parquet_path, every file kept", foreign_data_path),
@@ -264,6 +290,10 @@ CASES = (
     Case("stale_lock", "exit 1 with the command that removes it; lock kept", stale_lock),
     Case("wrong_value", "exit 2 naming models.target_day", wrong_value),
     Case("leftovers", "exit 0; claimed staging swept, unclaimed look-alike kept", leftovers),
+    # issue 72, Spark 3.5 and 4.x (the SQLAlchemy 2.1 + MLflow 2 refusal needs MLflow < 3.9: make test-oldest)
+    Case("stale_pyspark", "exit 2 naming pyspark 3.4.1 and the fix, before pyspark is imported", stale_pyspark),
+    Case("connect_on_spark_35", "exit 2 naming spark.remote and pyspark 3.5.9, before Spark starts",
+         connect_on_spark_35),
 )
 
 
