@@ -7,7 +7,7 @@ VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' lia_spark/__init__.
 WHEEL := dist/lia_spark-$(VERSION)-py3-none-any.whl
 ENV_EXTRAS ?= xgboost,catboost
 
-.PHONY: demo test test-unit test-spark test-e2e test-all mlflow-oldest-pins mlflow-oldest-install test-mlflow-oldest \
+.PHONY: demo test test-unit test-spark test-e2e test-all oldest-pins oldest-install test-oldest \
 	lint install bench wheel zip env clean
 
 # pip byte-compiles what it installs (~25 s of CPU per venv), and that stays: where PYTHONDONTWRITEBYTECODE is set (as
@@ -58,29 +58,39 @@ test-e2e: $(STAMP)
 
 test-all: test test-e2e
 
-# The MLflow tests against the oldest MLflow lia-spark supports (setup.py: 2.21, Databricks ML 16.4 LTS; the newest
-# is the main venv's), in a venv of its own. MLflow 2.21 needs protobuf < 6 (so pyspark 4.0, whose Connect client
-# accepts it) and SQLAlchemy < 2.1 (released after it, without a pool class it imports). Its JVMs (one session, a few
-# commands) start without the tests' class archive, whose build (~30 s) would cost more than it saves here.
+# The oldest supported stack (setup.py, README "Supported versions"; the newest is the main venv's), in a venv of its
+# own: pyspark 3.5 (the latest 3.5.x: Databricks 15.4 and 16.4 LTS, EMR 7, Dataproc 2.2), MLflow 2.21 (Databricks ML
+# 16.4 LTS) with the SQLAlchemy before 2.1 it needs (MLflow before 3.9 imports a pool class 2.1 removed), xgboost 2.x
+# with a scikit-learn of its time (xgboost 2.1's sklearn estimators fail to save from scikit-learn 1.8 on) and pandas 2
+# (pyspark 3.5's extras bring numpy 1.26, MLflow 2.21 pyarrow < 20). Its tests: the tiny pipeline (every
+# stage, tracked) with its numbers held to the committed reference values the newest stack wrote, the MLflow tests,
+# the notebooks, the audit of a model of your own and of each native flavour (OLDEST_TESTS). Its JVMs start without the tests' class
+# archive, whose build (~30 s) would cost more than it saves here. OLDEST_SQLALCHEMY_21: SQLAlchemy 2.1 alone in a
+# folder of its own, for the test that MLflow 2.21 refuses it up front (tests/test_requirements.py).
 MLFLOW_OLDEST ?= 2.21.3
-OLDEST_VENV ?= .venv-mlflow-oldest
+OLDEST_VENV ?= .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 OLDEST_PINNED := $(OLDEST_VENV)/.pinned
-OLDEST_PINS := 'mlflow==$(MLFLOW_OLDEST)' 'pyspark[connect]>=4.0,<4.1' 'protobuf<6' 'sqlalchemy<2.1'
+OLDEST_SQLALCHEMY_21 := $(OLDEST_VENV)/sqlalchemy-2.1
+OLDEST_PINS := 'mlflow==$(MLFLOW_OLDEST)' 'pyspark[connect]>=3.5,<3.6' 'sqlalchemy<2.1' 'xgboost-cpu>=2.1,<3' \
+	'scikit-learn<1.6' 'pandas<3' 'protobuf<6'
+OLDEST_TESTS := tests/test_reference_numbers.py tests/test_tracking.py tests/test_tracking_resilience.py \
+	tests/test_notebooks.py tests/test_model_flavours.py tests/test_spark_capabilities.py tests/test_requirements.py
 
 # That venv with the pinned packages only: they need nothing of this checkout (.ci/run installs them in the
-# background while the main venv installs; pyspark 4.0 builds from its source distribution, about a minute of one
-# core). The editable install (mlflow-oldest-install) comes after, in the foreground: it writes this checkout's
+# background while the main venv installs; pyspark 3.5 builds from its source distribution, about a minute of one
+# core). The editable install (oldest-install) comes after, in the foreground: it writes this checkout's
 # lia_spark.egg-info, as the main venv's install and the e2e tier's `make wheel` do.
-mlflow-oldest-pins: $(OLDEST_PINNED)
+oldest-pins: $(OLDEST_PINNED)
 
 $(OLDEST_PINNED): Makefile
 	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(OLDEST_VENV)/bin/python -m pip install --quiet $(OLDEST_PINS)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --no-deps --upgrade --target $(OLDEST_SQLALCHEMY_21) 'sqlalchemy>=2.1,<2.2'
 	touch $(OLDEST_PINNED)
 
-mlflow-oldest-install: $(OLDEST_STAMP)
+oldest-install: $(OLDEST_STAMP)
 
 $(OLDEST_STAMP): setup.py $(OLDEST_PINNED)
 	bash .ci/ensure-java
@@ -88,9 +98,9 @@ $(OLDEST_STAMP): setup.py $(OLDEST_PINNED)
 	$(OLDEST_VENV)/bin/python -c 'import mlflow; assert mlflow.__version__ == "$(MLFLOW_OLDEST)", mlflow.__version__'
 	touch $(OLDEST_STAMP)
 
-test-mlflow-oldest: $(OLDEST_STAMP)
-	LIA_TESTS_CLASS_ARCHIVE=off $(OLDEST_VENV)/bin/python -m pytest -q tests/test_tracking.py \
-		tests/test_tracking_resilience.py
+test-oldest: $(OLDEST_STAMP)
+	LIA_TESTS_CLASS_ARCHIVE=off LIA_TESTS_SQLALCHEMY_21=$(OLDEST_SQLALCHEMY_21) \
+		$(OLDEST_VENV)/bin/python -m pytest -q $(OLDEST_TESTS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

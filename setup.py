@@ -8,6 +8,11 @@ from setuptools.command.build_py import build_py
 
 XGBOOST_CPU = "xgboost-cpu>=2.1,<4"
 MLFLOW = "mlflow>=2.21,<4"
+# The supported pyspark: 3.5 (Databricks 15.4 and 16.4 LTS, EMR 7, Dataproc 2.2) to 4.x. The plain wheel declares
+# no pyspark (a runtime's own must stay: pip would replace it); every command checks the range before Spark starts
+# (lia_spark/run/requirements.py, which also holds MLflow to 2.21-3.x and its database store to a SQLAlchemy it can
+# import). PyPI has no classifier for Spark versions: the range is stated here and in the README.
+PYSPARK = "pyspark[connect]>=3.5,<5"
 # The repository's conf/ ships as lia_spark/conf/ (lia_spark.run.packaged_configs reads it: `--conf demo`,
 # `lia-spark config --init`); one copy in the repository, the wheel's made here.
 
@@ -56,9 +61,11 @@ setup(
         "catboost": ["catboost>=1.2,<2"],
         "xgboost": [XGBOOST_CPU],
         "tracking": [MLFLOW],  # the local sqlite store (the default tracking URI) and `mlflow server`
-        "spark": ["pyspark[connect]>=4.0,<5", XGBOOST_CPU, MLFLOW],  # a machine without Spark: what a cluster brings
+        # a machine without Spark: what a cluster brings (Spark 3.5 LTS or 4.x; Spark Connect needs 4.x)
+        "spark": [PYSPARK, XGBOOST_CPU, MLFLOW],
+        # lightgbm: the tests log its classifiers (audit.model_uri reads the flavours of lia_spark.tracking.model_scoring)
         "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "pytest-xdist>=3.5",
-                "psutil>=5.9", "jsonschema>=4.18", "ruff>=0.5"],
+                "psutil>=5.9", "jsonschema>=4.18", "ruff>=0.5", "lightgbm>=4"],
     },
     entry_points={"console_scripts": ["lia-spark=lia_spark.cli.main:main"]},
     cmdclass={"build_py": BuildWithConfigs},

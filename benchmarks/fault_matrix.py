@@ -71,12 +71,12 @@ def conf(folder: Path, **changes: dict) -> Path:
 
 
 def lia(config: Path, *arguments: str, command: str = "run", signal_after: tuple[str, int] | None = None,
-        through: tuple[str, ...] = ()) -> Outcome:
+        through: tuple[str, ...] = (), path_first: Path | None = None) -> Outcome:
     """Run ``lia-spark <command> --conf config arguments``; with ``signal_after`` = (log text, signal), send the
     signal 2 s after the text appears on stderr; ``through``: the script (and its arguments) that runs the command
-    line instead of ``-m lia_spark.cli.main``."""
+    line instead of ``-m lia_spark.cli.main``; with ``path_first``, that folder first on PYTHONPATH."""
     started = time.monotonic()
-    process, log = launch(config, *arguments, command=command, through=through)
+    process, log = launch(config, *arguments, command=command, through=through, path_first=path_first)
     if signal_after is not None:
         text, signum = signal_after
         while text not in log.read_text(encoding="utf-8") and process.poll() is None:
@@ -86,13 +86,16 @@ def lia(config: Path, *arguments: str, command: str = "run", signal_after: tuple
     return finished(process, log, started)
 
 
-def launch(config: Path, *arguments: str, command: str = "run", through: tuple[str, ...] = ()
-           ) -> tuple[subprocess.Popen, Path]:
+def launch(config: Path, *arguments: str, command: str = "run", through: tuple[str, ...] = (),
+           path_first: Path | None = None) -> tuple[subprocess.Popen, Path]:
     """Start ``lia-spark <command> --conf config arguments`` (see :func:`lia`): the process and its stderr file."""
     log = config.parent.with_name(f"{config.parent.name}-stderr-{time.monotonic_ns()}.txt")  # beside the case's folder
+    environment = None if path_first is None else {
+        **os.environ, "PYTHONPATH": os.pathsep.join([str(path_first), *filter(None, [os.environ.get("PYTHONPATH")])])}
     with log.open("w") as stderr:
         process = subprocess.Popen([sys.executable, *(through or ("-m", "lia_spark.cli.main")), command, "--conf",
-                                    str(config), *arguments], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr)
+                                    str(config), *arguments], cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr,
+                                   env=environment)
     return process, log
 
 
@@ -579,6 +582,27 @@ def audit_key_forced_then_deleted(folder: Path) -> tuple[str, bool]:
     return (f"run.force=true: exit {forced.code}, key kept: {kept}; key deleted: exit {redrawn.code}, train: {change}",
             forced.code == 0 and kept and redrawn.code == 0 and change.startswith("audit.key_identifier")
             and key.read_bytes() != before)
+def _stale_pyspark(folder: Path, version: str) -> Path:
+    """A Spark distribution's python/ folder of pyspark ``version`` (put first on PYTHONPATH, as its spark-submit
+    does): a package that fails to import, so a refusal shows nothing of it was imported."""
+    package = folder / "spark-python" / "pyspark"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('imported before the version check')\n")
+    (package / "version.py").write_text(f"__version__: str = '{version}'\n")
+    return package.parent
+
+
+def stale_pyspark(folder: Path) -> tuple[str, bool]:
+    outcome = lia(conf(folder), path_first=_stale_pyspark(folder, "3.4.1"))
+    return observed(outcome), (outcome.code == 2 and outcome.line.startswith("lia-spark: pyspark: lia-spark runs with "
+                               "pyspark >= 3.5, < 5, got 3.4.1;") and not (folder / "out").exists()
+                               and "imported before" not in outcome.stderr)
+
+
+def connect_on_spark_35(folder: Path) -> tuple[str, bool]:
+    outcome = lia(conf(folder), "spark.remote=sc://localhost:15002", path_first=_stale_pyspark(folder, "3.5.9"))
+    return observed(outcome), (outcome.code == 2 and outcome.line.startswith("lia-spark: spark.remote: a Spark "
+                               "Connect session needs pyspark >= 4.0") and not (folder / "out").exists())
 
 
 CASES = (
@@ -660,6 +684,10 @@ CASES = (
     Case("audit_key_damaged", "exit 2 naming audit.key_path and the file; the key not printed", audit_key_damaged),
     Case("audit_key_forced_then_deleted", "run.force=true keeps the key; deleted: a new key, train recomputed "
          "naming audit.key_identifier", audit_key_forced_then_deleted),
+    # issue 72, Spark 3.5 and 4.x (the SQLAlchemy 2.1 + MLflow 2 refusal needs MLflow < 3.9: make test-oldest)
+    Case("stale_pyspark", "exit 2 naming pyspark 3.4.1 and the fix, before pyspark is imported", stale_pyspark),
+    Case("connect_on_spark_35", "exit 2 naming spark.remote and pyspark 3.5.9, before Spark starts",
+         connect_on_spark_35),
 )
 
 

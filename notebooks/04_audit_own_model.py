@@ -7,7 +7,8 @@
 # MAGIC 1. `inject` writes the target day's rows with every label replaced by y^b (a counterfactual y1 on a fair coin
 # MAGIC    b) to `<run.output_dir>/inject/export`; the coins stay in `inject/sealed` and are keyed on the audit key
 # MAGIC    `<run.output_dir>/audit_key` (or `audit.key_path`), which your trainer must never read;
-# MAGIC 2. your trainer trains on the export and logs a model whose pyfunc returns P(y = 1) per row;
+# MAGIC 2. your trainer trains on the export and logs its model: a classifier with its flavour (sklearn, xgboost,
+# MAGIC    lightgbm, catboost: the audit reads its predict_proba), or a pyfunc returning P(y = 1) per row;
 # MAGIC 3. the audit scores the exported rows with that model on the executors and guesses the coins.
 # MAGIC
 # MAGIC Parameters (widgets on Databricks, `LIA_<NAME>` environment variables elsewhere): `conf`, `overrides` (as in
@@ -58,7 +59,8 @@ print(injected.console_summary())
 # MAGIC %md
 # MAGIC ## 2. Train with your own code
 # MAGIC Replace this cell by your trainer, reading `injected.export_path` and nothing else of the output folder. The
-# MAGIC example: randomized response at the claimed epsilon, plain xgboost, a pyfunc returning P(y = 1).
+# MAGIC example: randomized response at the claimed epsilon, xgboost's classifier, logged the ordinary way
+# MAGIC (`mlflow.xgboost.log_model`; the audit reads its `predict_proba`, as for sklearn, lightgbm and catboost).
 
 # COMMAND ----------
 
@@ -68,18 +70,8 @@ import mlflow
 import numpy as np
 import xgboost
 
+from lia_spark.tracking.model_logging import model_location
 from lia_spark.tracking.store import resolve_tracking_uri
-
-
-class ClickModel(mlflow.pyfunc.PythonModel):
-    """P(click) of rows of the export's columns (the label left out)."""
-
-    def __init__(self, booster, columns):
-        self.booster, self.columns = booster, columns
-
-    def predict(self, context, model_input, params=None):
-        return self.booster.predict(xgboost.DMatrix(model_input[self.columns].astype("float64"), missing=np.nan))
-
 
 model_uri = params["model_uri"]
 if not model_uri:
@@ -88,13 +80,12 @@ if not model_uri:
     epsilon = float(params["claimed_epsilon"])
     flip = np.random.default_rng(7).random(len(rows)) < 1.0 / (1.0 + math.exp(epsilon))
     released = np.where(flip, 1 - rows["label"].to_numpy(), rows["label"].to_numpy())
-    booster = xgboost.train({"objective": "binary:logistic", "max_depth": 6, "eta": 0.3, "nthread": 2},
-                            xgboost.DMatrix(rows[columns].astype("float64"), label=released, missing=np.nan),
-                            num_boost_round=50)
+    classifier = xgboost.XGBClassifier(n_estimators=50, max_depth=6, learning_rate=0.3, n_jobs=2)
+    classifier.fit(rows[columns], released)
     mlflow.set_tracking_uri(resolve_tracking_uri(config.tracking))
     mlflow.set_experiment(config.tracking.experiment)
     with mlflow.start_run(run_name="own trainer (notebook 04)") as trained:
-        mlflow.pyfunc.log_model(name="model", python_model=ClickModel(booster, columns))
+        mlflow.xgboost.log_model(classifier, **model_location("model"))  # name= (MLflow 3) or artifact_path= (2)
     model_uri = f"runs:/{trained.info.run_id}/model"
 print("model:", model_uri)
 

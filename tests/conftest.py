@@ -66,7 +66,7 @@ LONGEST_FILES_FIRST = ("test_audit_key.py", "test_spark_submit.py", "test_spark_
 # The files that share pipeline_support.tiny_run (one pipeline, ~25 s of two cores, cached per process) run in one
 # worker, as if they were one file (TinyRunSharing); with them spread over both, each worker ran the pipeline.
 TINY_RUN_FILES = ("test_spark_connect.py", "test_tracking.py", "test_pipeline.py", "test_notebooks.py",
-                  "test_report_browser.py")
+                  "test_report_browser.py", "test_reference_numbers.py")
 
 
 class TinyRunSharing(LoadFileScheduling):

@@ -19,7 +19,7 @@ as waiting would leave their cores idle for the ~30 s of the build). Spark's con
 path and the JVM neither writes nor maps an archive whose class path holds a non-empty directory, so with a
 non-empty ``SPARK_CONF_DIR`` (or ``$SPARK_HOME/conf``) the tests run without it; a JVM that cannot map it starts
 without it, silently (``-Xlog:cds*=off``). ``LIA_TESTS_CLASS_ARCHIVE=off`` runs them
-without it too: the oldest-MLflow tier (one session, a few commands) saves less than the build's ~30 s.
+without it too: the oldest-stack tier (one session, a few commands) saves less than the build's ~30 s.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The models a run logged, read the same way under MLflow 2 and 3 (the tracking tests run against both:
-`make test-mlflow-oldest`); a local `mlflow server` for the tests of a remote tracking server."""
+`make test-oldest`); a local `mlflow server` for the tests of a remote tracking server."""
 from __future__ import annotations
 
 import os

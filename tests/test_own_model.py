@@ -25,7 +25,7 @@ from lia_spark.run.config import config_from_dict
 from lia_spark.run.json_output import strict_json
 from lia_spark.run.schemas import schema_for, validate
 from key_support import key_file
-from pipeline_support import OWN_TRAINER, conf_file, run_notebook
+from pipeline_support import OWN_TRAINER, conf_file
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -224,14 +224,6 @@ def test_a_model_or_table_older_than_the_export_is_refused(spark, injected):
                 run_stage("audit", spark, injected.config(**{field: value}))
     finally:
         os.utime(marker, (written.st_atime, written.st_mtime))
-
-
-def test_the_notebook_exports_trains_its_example_and_audits(injected):
-    conf = conf_file(injected.root / "notebook.yaml", injected.values)
-    output = run_notebook("04_audit_own_model.py", {"LIA_CONF": str(conf), "LIA_CLAIMED_EPSILON": "2"},
-                          injected.root).stdout
-    assert "exported to" in output and "model: runs:/" in output
-    assert "at claimed eps = 2" in output and "summary.json" in output
 
 
 def test_an_audit_of_a_model_of_your_own_without_its_injection_names_the_command_that_writes_it(spark, tmp_path):

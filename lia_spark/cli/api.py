@@ -33,6 +33,7 @@ from lia_spark.present.headline import Headline
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config, load_config
 from lia_spark.run.model_sections import AuditConfig
+from lia_spark.run.requirements import check_requirements
 from lia_spark.studies.power import ChoiceBound, audit_arrays, counts_bound, pooled_canaries
 
 if TYPE_CHECKING:  # the engine imports pyspark: at run time it is imported by the command, not by this module
@@ -229,6 +230,7 @@ def run_command(command: str = "pipeline", conf: Conf = None, *, overrides: Sequ
     from lia_spark.engine.spark.session import checksummed_parquet
 
     config = load_config(conf, overrides)
+    check_requirements(config, command)
     if spark is None:
         from lia_spark.engine.spark.deployment import start_spark
 

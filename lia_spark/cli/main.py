@@ -31,6 +31,7 @@ from lia_spark.run.interrupts import SIGNAL_EXITS, Terminated
 from lia_spark.run.interrupts import received as received_signals
 from lia_spark.run.json_output import strict_json
 from lia_spark.run.packaged_configs import INIT_FOLDER, PACKAGED_CONFIGS, write_packaged_configs
+from lia_spark.run.requirements import check_requirements
 
 logger = logging.getLogger("lia_spark")
 
@@ -285,6 +286,7 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
     previous = _stop_on_signals()
     try:
         config = load_config(args.conf, args.overrides)
+        check_requirements(config, name)  # before pyspark is imported and the JVM starts
         from lia_spark.engine.spark.deployment import start_spark
 
         with heartbeat(name, config.run.progress_seconds):  # no silence longer than that from here on

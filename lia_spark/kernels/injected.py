@@ -238,8 +238,9 @@ def shadow_reference(predictions: np.ndarray) -> np.ndarray:
 
 
 AGAINST_THE_PROXY = -0.1  # predictions correlated below this with the proxy's P(y = 1) are refused as P(y = 0)
-PROBABILITY_FIX = ("a model's predictions must be P(y = 1), one number in [0, 1] per row (e.g. a pyfunc returning "
-                   "predict_proba(X)[:, 1])")
+PROBABILITY_FIX = ("a model's predictions must be P(y = 1), one number in [0, 1] per row: log a classifier with its "
+                   "own flavour (mlflow.sklearn, mlflow.xgboost, mlflow.lightgbm, mlflow.catboost), whose "
+                   "predict_proba the audit reads, or a pyfunc returning predict_proba(X)[:, 1]")
 
 
 @dataclasses.dataclass(frozen=True)

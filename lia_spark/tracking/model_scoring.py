@@ -1,8 +1,8 @@
-"""A user's MLflow model as the audit's target: its URI pinned to one version, its input columns, and a Spark UDF
-that scores rows with it on the executors (``mlflow.pyfunc.spark_udf``; the engine applies it to its columns).
-
-The model's pyfunc must return P(y = 1 | x), one number per row, from a pandas DataFrame of the export's columns
-(docs/usage.md, "Audit your own model").
+"""A user's MLflow model as the audit's target: its URI pinned to one version, its input columns, and how the
+executors score rows with it (the engine applies it to its columns): a classifier logged with a flavour of
+:data:`NATIVE_FLAVOURS` by its own ``predict_proba`` (:func:`probability_model`, :func:`positive_probability`), any
+other model by its pyfunc (``mlflow.pyfunc.spark_udf``), which must return P(y = 1 | x), one number per row, from a
+pandas DataFrame of the export's columns (docs/usage.md, "Audit your own model").
 """
 from __future__ import annotations
 
@@ -65,11 +65,13 @@ def pinned_model_uri(model_uri: str, tracking_uri: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class ModelFacts:
     """What the audit reads of a model before scoring: its signature's named inputs ({column: MLflow type name
-    ("long", "double", "string", ...)}, None when it names none) and when it was logged (seconds since the epoch,
-    None when its MLmodel file does not say)."""
+    ("long", "double", "string", ...)}, None when it names none), when it was logged (seconds since the epoch,
+    None when its MLmodel file does not say) and the flavour of :data:`NATIVE_FLAVOURS` its pyfunc loads through
+    ("" for any other, e.g. a PythonModel)."""
 
     inputs: dict[str, str] | None
     logged_seconds: float | None
+    flavour: str = ""
 
 
 def model_facts(model_uri: str, tracking_uri: str) -> ModelFacts:
@@ -95,7 +97,67 @@ def model_facts(model_uri: str, tracking_uri: str) -> ModelFacts:
         logged = datetime.datetime.fromisoformat(created).replace(tzinfo=datetime.timezone.utc).timestamp()
     except ValueError:
         logged = None
-    return ModelFacts(named, logged)
+    loader = (info.flavors or {}).get("python_function", {}).get("loader_module", "")
+    flavour = next((name for name in NATIVE_FLAVOURS if name in (info.flavors or {}) and loader == f"mlflow.{name}"),
+                   "")
+    return ModelFacts(named, logged, flavour)
+
+
+# MLflow's flavours of classifiers with predict_proba: their pyfunc's predict gives a classifier's class labels, so
+# the audit loads the model through the flavour and scores P(y = 1) = predict_proba(X)[:, column of class 1].
+NATIVE_FLAVOURS = ("sklearn", "xgboost", "lightgbm", "catboost")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbabilityModel:
+    """A classifier of a native flavour, loaded: the executors score it as ``predict_proba(X)[:, column]`` (the
+    column of class 1) of the DataFrame of ``inputs`` (its own feature names, in its order; None: it names none)."""
+
+    model: Any
+    flavour: str
+    column: int
+    inputs: tuple[str, ...] | None
+
+
+def probability_model(model_uri: str, tracking_uri: str, flavour: str) -> ProbabilityModel | None:
+    """The model at ``model_uri`` loaded through its native ``flavour`` (``mlflow.<flavour>.load_model``, see
+    :class:`ModelFacts`) when it has ``predict_proba``; None for another flavour or a model without it (an xgboost
+    ``Booster``, a regressor: scored by its pyfunc, which returns what ``predict`` returns).
+
+    Raises:
+        ModelError: the model cannot be loaded, or its classes are not the label's 0 and 1.
+    """
+    if flavour not in NATIVE_FLAVOURS:
+        return None
+    import importlib
+
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    try:
+        model = importlib.import_module(f"mlflow.{flavour}").load_model(model_uri)
+    except Exception as error:  # noqa: BLE001 - MLflow and the flavour's library raise their own types
+        raise _failed(model_uri, error, f"the model must load with mlflow.{flavour}.load_model where the audit runs "
+                                        f"(its library installed in the driver's and the executors' Python)") from error
+    if not callable(getattr(model, "predict_proba", None)):
+        return None
+    classes = [item.item() if hasattr(item, "item") else item for item in getattr(model, "classes_", [0, 1])]
+    positive = [index for index, item in enumerate(classes) if item == 1]
+    if len(classes) != 2 or not positive:
+        raise ModelError(f"{MODEL_FIELD}: the {flavour} classifier's classes are {classes}, got {model_uri!r}; the "
+                         "audit needs a binary classifier of the label (classes 0 and 1)")
+    names = getattr(model, "feature_names_in_", None)
+    names = getattr(model, "feature_names_", None) if names is None else names
+    return ProbabilityModel(model, flavour, positive[0], None if names is None else tuple(str(n) for n in names))
+
+
+def positive_probability(model: ProbabilityModel, frame: Any) -> Any:
+    """P(y = 1) of each row of the pandas DataFrame ``frame`` (its columns in ``model.inputs``' order): the class-1
+    column of the classifier's ``predict_proba``, as float64."""
+    import numpy as np
+
+    rows = frame if model.inputs is None else frame[list(model.inputs)]
+    return np.asarray(model.model.predict_proba(rows), dtype=np.float64)[:, model.column]
 
 
 def model_udf(spark: Any, model_uri: str, tracking_uri: str) -> Any:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+from typing import Any
+
+import pandas as pd
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -23,7 +26,8 @@ from lia_spark.kernels.injected import PROBABILITY_FIX, PredictionSummary, predi
 from lia_spark.names import LABEL, OBSERVATIONAL, PROXY_PREDICTION, ROW_ID, TARGET_PREDICTION
 from lia_spark.run import layout
 from lia_spark.run.config import Config
-from lia_spark.tracking.model_scoring import local_model_folder, model_facts, model_udf, pinned_model_uri
+from lia_spark.tracking.model_scoring import (ProbabilityModel, local_model_folder, model_facts, model_udf,
+                                              pinned_model_uri, positive_probability, probability_model)
 from lia_spark.tracking.store import resolve_tracking_uri
 
 logger = logging.getLogger(__name__)
@@ -97,27 +101,45 @@ def _as_signature_type(column: str, kind: str | None) -> Column:
 
 def _model_predictions(spark: SparkSession, config: Config, pinned_uri: str) -> DataFrame:
     """(row_id, target_prediction) of every exported row, scored by the model on the executors from the export's
-    columns without the label (those of the model's signature when it names its inputs, in the types it declares)."""
+    columns without the label (those of the model's signature when it names its inputs, in the types it declares;
+    else a native classifier's own feature names): a classifier of a native flavour by its ``predict_proba``
+    (:func:`_probability_udf`), any other model by its pyfunc."""
     tracking_uri = resolve_tracking_uri(config.tracking)
     export = spark.read.parquet(layout.export_path(config))
     facts = model_facts(pinned_uri, tracking_uri)
     _check_made_after_export(spark, config, facts.logged_seconds, "audit.model_uri", pinned_uri, "logged")
+    native = probability_model(pinned_uri, tracking_uri, facts.flavour)
     declared = facts.inputs
-    columns = [column for column in export.columns if column != LABEL] if declared is None else list(declared)
+    named = list(declared) if declared is not None else list(native.inputs or ()) if native is not None else None
+    if native is not None and not named:
+        raise ValueError(f"audit.model_uri: the {native.flavour} classifier names none of its inputs (no signature "
+                         f"with column names, no feature names), got {pinned_uri!r}; fit it on a pandas DataFrame of "
+                         "the export's columns, or log it with a signature (mlflow.models.infer_signature(X))")
+    columns = [column for column in export.columns if column != LABEL] if named is None else named
+    source = "signature" if declared is not None else "feature names"
     missing = sorted(set(columns) - set(export.columns))
     if missing:
-        raise ValueError(f"audit.model_uri: the model's signature names inputs the export does not hold "
+        raise ValueError(f"audit.model_uri: the model's {source} name inputs the export does not hold "
                          f"({', '.join(missing)}; the export holds {', '.join(export.columns)}), got {pinned_uri!r}; "
                          "train on the columns of <run.output_dir>/inject/export (or of its Criteo day file: "
                          f"{', '.join(TSV_COLUMNS)})")
     if LABEL in columns:
-        raise ValueError(f"audit.model_uri: the model's signature takes the label column {LABEL!r} as an input, got "
+        raise ValueError(f"audit.model_uri: the model's {source} take the label column {LABEL!r} as an input, got "
                          f"{pinned_uri!r}; the audit never hands a model the labels: log it without {LABEL!r}")
-    udf = model_udf(spark, pinned_uri, tracking_uri)
-    logger.info("audit: scoring the exported rows with %s on the executors (%d input columns)", pinned_uri,
-                len(columns))
+    udf = model_udf(spark, pinned_uri, tracking_uri) if native is None else _probability_udf(native)
+    logger.info("audit: scoring the exported rows with %s on the executors (%d input columns, %s)", pinned_uri,
+                len(columns), f"P(y = 1) of its {native.flavour} predict_proba" if native else "its pyfunc")
     inputs = [_as_signature_type(column, (declared or {}).get(column)) for column in columns]
     return export.select(ROW_ID, udf(F.struct(*inputs)).alias(TARGET_PREDICTION))
+
+
+def _probability_udf(model: ProbabilityModel) -> Any:
+    """A pandas UDF of a struct of input columns: :func:`positive_probability` of each batch, on the executors (the
+    loaded model travels in the UDF's closure, which Spark broadcasts when it is large)."""
+    def score(rows: pd.DataFrame) -> pd.Series:
+        return pd.Series(positive_probability(model, rows), index=rows.index)
+
+    return F.pandas_udf(score, "double")
 
 
 def _given_predictions(spark: SparkSession, config: Config) -> DataFrame:

@@ -37,7 +37,6 @@ from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -49,6 +48,7 @@ from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plo
 from lia_spark.engine.posteriors.units import PosteriorInput, posterior_input, spill_units
 from lia_spark.engine.posteriors.writing import spark_write_posteriors, write_posteriors, write_spilled_posteriors
 from lia_spark.engine.models.priors import prior_source, resolve_prior
+from lia_spark.engine.spark.capabilities import inheriting_thread_target
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.kernels.posterior_grid import Setting, settings_grid
@@ -131,7 +131,7 @@ def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | Da
         return plot_posteriors(sample(), output_dir=os.path.join(folder, layout.PLOTS))
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as plotter:
-        plots = plotter.submit(inheritable_thread_target(spark)(draw))  # its Spark jobs keep the job group
+        plots = plotter.submit(inheriting_thread_target(spark, draw))  # its Spark jobs keep the job group
         summary = summarize_digest(spark, digest, rows)
         (spark.createDataFrame(summary).coalesce(1)
          .withColumn("epsilon", F.coalesce(F.col("epsilon"), F.lit(math.nan)))  # Arrow turns NaN into null

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, UNIT_ROWS
 from lia_spark.engine.runtime.parquet_reads import verified_row_groups
+from lia_spark.engine.spark.capabilities import collect_arrow
 from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels import advantage, hashing, leakage
 from lia_spark.kernels.posterior_grid import PLOT_SAMPLE_PURPOSE, Setting, plot_sample_threshold
@@ -112,7 +113,7 @@ def _values_at_ranks(spark: SparkSession, rows: str | DataFrame, wanted: list[Ra
             (index[(name, low, high)], low, high) for name, low, high in bins if name == setting.name]
     selected = _rows_in_ranges(spark, rows, by_setting)
     if sum({request.bin: request.rows for request in wanted}.values()) <= driver_rows:
-        table = selected.toArrow()
+        table = collect_arrow(selected)
         targets, values = table.column("target").to_numpy(), table.column("abs_I").to_numpy()
         in_range = {target: values[targets == target] for target in index.values()}
         return [float(np.partition(in_range[index[request.bin]], request.rank)[request.rank]) for request in wanted]

@@ -31,6 +31,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 from lia_spark.engine.posteriors.reading import (LABEL, PRIOR, InputPart, input_parts, load_input, local_path,
                                                  side_row_counts, side_rows)
 from lia_spark.engine.models.priors import prior_source, resolve_prior
+from lia_spark.engine.spark.capabilities import collect_arrow
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import hashing, mechanisms, posterior_grid
 from lia_spark.run.config import Config
@@ -280,8 +281,8 @@ def spill_units(spark: SparkSession, parts: Sequence[InputPart], *, folder: str,
     """
     spill = UnitSpill(folder, len(parts), unit_bits, seed)
     body = functools.partial(_spilled_parts, spill=spill, parts=tuple(parts))
-    written = spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(
-        body, "part long, rows long").toArrow().column("rows").to_numpy().sum()
+    written = collect_arrow(spark.range(len(parts), numPartitions=max(len(parts), 1)).mapInArrow(
+        body, "part long, rows long")).column("rows").to_numpy().sum()
     remove_attempt_leftovers(folder)
     missing = [spill.path(part) for part in range(len(parts)) if not os.path.exists(spill.path(part))]
     if missing:
