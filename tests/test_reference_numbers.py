@@ -13,7 +13,7 @@ import pytest
 
 from lia_spark.cli.main import main
 from lia_spark.run.json_output import strict_json
-from pipeline_support import OWN_TRAINER, conf_file, run_notebook, tiny_run, tiny_values
+from pipeline_support import OWN_TRAINER, conf_file, run_notebook, tiny_run, tiny_values, with_tiny_key
 from reference_support import check_reference
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -33,7 +33,7 @@ def own(run, tmp_path_factory):
     """`lia-spark inject` on the tiny run's data (an output folder of its own), the trainer's model logged to a store
     of its own: (conf file, model URI)."""
     root = tmp_path_factory.mktemp("own-reference")
-    values = tiny_values(root / "out", f"sqlite:///{root / 'mlflow.db'}")
+    values = with_tiny_key(tiny_values(root / "out", f"sqlite:///{root / 'mlflow.db'}"), root / "out")
     values["data"] = {"parquet_path": run.config.parquet_path}
     conf = conf_file(root / "conf.yaml", values, run={"name": "own-reference"})
     assert main(["inject", "--conf", str(conf)]) == 0
