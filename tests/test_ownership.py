@@ -357,7 +357,7 @@ def test_ctrl_c_and_sigterm_end_with_their_code_and_the_same_command_resumes(tmp
     assert last == (f"lia-spark: interrupted ({signal.Signals(signum).name}); the lock is released, finished stages "
                     "are kept and the same command resumes")
     assert sorted(path.name for path in out.iterdir() if not path.name.startswith(".")) == [
-        "data", "models", "truth"], "no lock, staging folder or claim is left"
+        "audit_key", "data", "models", "truth"], "no lock, staging folder or claim is left"
     if signum == signal.SIGINT:
         return  # the folder is in the state SIGTERM leaves, from which the resume is shown once (~50 s less CI)
     resumed = subprocess.run([sys.executable, "-m", "lia_spark.cli.main", "run", "--conf", str(conf)], cwd=REPO,
