@@ -71,7 +71,7 @@ MLFLOW_OLDEST ?= 2.21.3
 OLDEST_VENV ?= .venv-oldest
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 OLDEST_PINNED := $(OLDEST_VENV)/.pinned
-OLDEST_SQLALCHEMY_21 := $(OLDEST_VENV)/sqlalchemy-2.1
+OLDEST_SQLALCHEMY_21 := $(abspath $(OLDEST_VENV)/sqlalchemy-2.1)
 OLDEST_PINS := 'mlflow==$(MLFLOW_OLDEST)' 'pyspark[connect]>=3.5,<3.6' 'sqlalchemy<2.1' 'xgboost-cpu>=2.1,<3' \
 	'scikit-learn<1.6' 'pandas<3' 'protobuf<6'
 OLDEST_TESTS := tests/test_reference_numbers.py tests/test_tracking.py tests/test_tracking_resilience.py \

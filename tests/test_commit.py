@@ -32,7 +32,7 @@ from lia_spark.run.config import config_from_dict
 from test_remote_outputs import mount
 
 SUPPORT = Path(commit_support.__file__)
-COMMITS = 150  # re-runs while the reader polls
+COMMITS = 40  # re-runs while the reader polls (a delete-then-rename commit: ~45% of its polls absent)
 RACES = 50
 
 

@@ -92,7 +92,8 @@ def test_an_unsupported_package_is_refused_before_anything_imports_it(tmp_path, 
 def test_mlflow_2_beside_sqlalchemy_2_1_is_refused_up_front_where_mlflow_itself_fails_later(tmp_path):
     """The oldest tier's real MLflow 2.21 with a real SQLAlchemy 2.1 first on the path: MLflow's own sqlite store
     fails at its first call; `lia-spark run` refuses the pair before Spark starts, naming the fix."""
-    sqlalchemy_21 = Path(os.environ["LIA_TESTS_SQLALCHEMY_21"])
+    sqlalchemy_21 = Path(os.environ["LIA_TESTS_SQLALCHEMY_21"]).resolve()  # the command runs in tmp_path
+    assert (sqlalchemy_21 / "sqlalchemy" / "__init__.py").is_file(), sqlalchemy_21
     plain = subprocess.run([PYTHON, "-c", f"import mlflow; mlflow.MlflowClient('sqlite:///{tmp_path / 'x.db'}')"
                                           ".search_experiments()"],
                            env={**os.environ, "PYTHONPATH": str(sqlalchemy_21)}, capture_output=True, text=True,

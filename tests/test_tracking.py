@@ -24,6 +24,7 @@ from lia_spark.engine.runtime.pipeline import run_pipeline
 from lia_spark.names import setting_key
 from lia_spark.cli.main import job_main
 from lia_spark.run.sections import TrackingConfig
+from lia_spark.run.fingerprint import code_version
 from lia_spark.tracking.mlflow_runs import DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, data_fingerprint, flatten
 from lia_spark.tracking.store import TrackingError, check_tracking_store, resolve_tracking_uri
 from mlflow_support import free_port, logged_models, start_mlflow_server, stop_mlflow_server
@@ -121,6 +122,7 @@ def test_parent_run_holds_config_seed_fingerprint_commit_and_versions(spark, run
     assert children and all(child.data.tags.get(GIT_COMMIT_TAG) == commit for child in children)  # stage runs too
     assert parent.data.tags[DESCRIPTION_TAG] == run.result.step("audit").result.headline.text()
     assert params["env.mlflow"] == mlflow.__version__
+    assert params["env.lia-spark"] == code_version(), "the code that ran, as the executors' check reports it"
     xgboost_distribution = next(name for name in ("xgboost", "xgboost-cpu") if f"env.{name}" in params)
     for package in ("pyspark", "numpy", "scipy", "pandas", "pyarrow", xgboost_distribution, "catboost", "numba",
                     "dp-accounting"):

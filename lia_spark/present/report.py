@@ -28,7 +28,8 @@ from lia_spark.names import EPSILON, PAPER
 from lia_spark.present import findings
 from lia_spark.present.wording import NO_EVIDENCE, NOT_COMPUTED, NOT_VALID, bound_text, number_text
 from lia_spark.run.config import Config
-from lia_spark.run.environment import git_commit, package_versions
+from lia_spark.run.environment import git_commit
+from lia_spark.run.fingerprint import recorded_versions
 
 REPORT_FILE = "report.html"
 MAX_TABLE_ROWS = 60
@@ -184,7 +185,7 @@ def _mechanisms(steps: Sequence[Any], folder: Path) -> tuple[list[str], int]:
 def _environment() -> str:
     commit = git_commit() or "unknown (not a git checkout)"
     return (f"<h2>Code and packages</h2><p>git commit <code>{html.escape(commit)}</code></p>"
-            + _table(["package", "version"], sorted(package_versions().items())))
+            + _table(["package", "version"], sorted(recorded_versions().items())))
 
 
 def render_report(config: Config, steps: Sequence[Any], *, mlflow_location: str = "",

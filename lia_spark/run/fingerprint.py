@@ -18,7 +18,7 @@ import math
 from typing import Any, Mapping
 
 from lia_spark import __version__
-from lia_spark.run.environment import package_files
+from lia_spark.run.environment import package_files, package_versions
 
 FINGERPRINT_KEY = "lia_fingerprint"
 CHECKSUM_KEY = "lia_marker_sha256"
@@ -92,6 +92,13 @@ def code_version() -> str:
         if relative.endswith(".py") and relative not in NON_COMPUTING_MODULES:
             digest.update(relative.encode("utf-8") + b"\0" + content)
     return f"{__version__}+{digest.hexdigest()[:12]}"
+
+
+def recorded_versions() -> dict[str, str]:
+    """:func:`package_versions` with lia-spark's entry the imported code's :func:`code_version` (what the executors'
+    check reports), not the installed distribution's version: a zip on ``--py-files`` or an edited checkout runs other
+    code than the distribution's metadata names."""
+    return package_versions() | {"lia-spark": code_version()}
 
 
 def _digest(payload: Any) -> str:

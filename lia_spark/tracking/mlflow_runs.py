@@ -27,7 +27,8 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 from lia_spark.names import BAG_SIZE, EPSILON, MECHANISM, SETTING_KEY, setting_key
 from lia_spark.run import interrupts
 from lia_spark.run.config import Config
-from lia_spark.run.environment import git_commit, package_versions
+from lia_spark.run.environment import git_commit
+from lia_spark.run.fingerprint import recorded_versions
 from lia_spark.run.failures import error_first_line
 from lia_spark.run.json_output import json_safe
 
@@ -208,7 +209,7 @@ class PipelineTracker:
         params = {name: value for name, value in flatten(self.config.to_dict()).items()
                   if ".".join(name.split(".")[:2]) not in omitted}
         params["seed"] = str(self.config.run.seed)
-        params.update({f"env.{package}": version for package, version in package_versions().items()})
+        params.update({f"env.{package}": version for package, version in recorded_versions().items()})
         mlflow.log_params(params)
         mlflow.log_dict(self.config.to_dict(), CONFIG_FILE)
         mlflow.set_tags(self.commit_tags)
