@@ -11,8 +11,9 @@ from pathlib import Path
 from importlib.resources.abc import Traversable
 from typing import Iterator
 
-# Distributions whose versions each run records (xgboost ships as "xgboost" or "xgboost-cpu": whichever is installed).
-PACKAGES = ("lia-spark", "pyspark", "numpy", "scipy", "pandas", "pyarrow", "xgboost", "xgboost-cpu", "catboost",
+# Distributions whose versions each run records (xgboost ships as "xgboost" or "xgboost-cpu": whichever is installed);
+# lia-spark's own is the imported code's (lia_spark.run.fingerprint.recorded_versions), not its distribution's.
+PACKAGES = ("pyspark", "numpy", "scipy", "pandas", "pyarrow", "xgboost", "xgboost-cpu", "catboost",
             "mlflow", "numba", "dp-accounting")
 
 
