@@ -8,11 +8,14 @@ report, the event logs and the commands' output as the seed or key of the produc
 recovers the coins at chance, the key from the output folder recovers all of them."""
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import re
 import stat
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +28,7 @@ from lia_spark.engine.models.audit_key import (AuditKeyError, kept, new_local_ke
                                                stored_key as read_key)
 from lia_spark.engine.models.preparation import TRAINING_LABELS_PURPOSE
 from lia_spark.engine.spark.filesystem import files_for
-from lia_spark.kernels import hashing, injected, label_mechanisms
+from lia_spark.kernels import hashing, injected, label_mechanisms, mechanisms
 from lia_spark.kernels.hashing import AuditKey
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import config_from_dict, load_config
@@ -35,6 +38,8 @@ KEY_HEX = re.compile(rb"[0-9a-fA-F]{64,}")
 NUMBER = re.compile(rb"-?[0-9]+")
 HEX = re.compile(rb"(?<![0-9a-fA-F])[0-9a-fA-F]{6,}(?![0-9a-fA-F])")
 FAMILY_LEVEL = 0.001  # the chance band holds at 99.9% over every candidate together (Bonferroni)
+RECOVERY_BATCH = 2048  # candidates whose draws are computed in one matrix (2048 x ~1,000 canaries: 16 MB of words)
+VERIFIED_EVERY = 2000  # every 2000th candidate's batched draws are compared with the product's own
 
 
 def test_a_key_shows_only_its_identifier_and_keys_streams_no_other_key_or_seed_predicts():
@@ -265,10 +270,54 @@ def _chance_band(trials: int, candidates: int, rate: float = 0.5) -> tuple[float
     return (stats.binom.ppf(tail, trials, rate) / trials, stats.binom.isf(tail, trials, rate) / trials)
 
 
-def _recovery(candidates: list, truth: np.ndarray, draw) -> tuple[float, float]:
-    """(lowest, highest) agreement of ``draw(candidate)`` with ``truth`` over the candidates."""
-    agreements = [float(np.mean(draw(candidate) == truth)) for candidate in candidates]
-    return min(agreements), max(agreements)
+def _stream_keys(candidates, purpose: str) -> np.ndarray:
+    """:func:`hashing.stream_key` (candidate, purpose) of every candidate: the integers at once (mix64(mix64(seed)
+    XOR the purpose's blake2b digest)), the audit keys one by one (checked against the product by _recovery)."""
+    is_key = np.array([isinstance(candidate, AuditKey) for candidate in candidates], dtype=bool)
+    seeds = np.array([0 if key else int(candidate) % 2**64 for candidate, key in zip(candidates, is_key)],
+                     dtype=np.uint64)
+    digest = np.uint64(int.from_bytes(hashlib.blake2b(purpose.encode("utf-8"), digest_size=8).digest(), "little"))
+    streams = hashing.mix64(hashing.mix64(seeds) ^ digest)
+    for index in np.flatnonzero(is_key):
+        streams[index] = hashing.stream_key(candidates[index], purpose)
+    return streams
+
+
+@dataclasses.dataclass(frozen=True)
+class Game:
+    """What an attacker holding a candidate seed or key would guess: ``draw(candidate)``, the product's own draw;
+    ``streams(candidates)``, the 64-bit stream key (:func:`hashing.stream_key`) that draw depends on alone, of
+    every candidate; and
+    ``truth``, what the run drew, with ``chance``, the agreement of a guess independent of it."""
+
+    truth: np.ndarray
+    ids: np.ndarray
+    draw: Callable[[object], np.ndarray]
+    streams: Callable[[list], np.ndarray]
+    chance: float
+    uniform_below: float | None = None  # None: the draw is a stream's top bit; p: 1{u < p} of its uniforms
+
+    def rows(self, streams: np.ndarray) -> np.ndarray:
+        """The draws of many stream keys at once (row i: stream streams[i]): :func:`hashing.hash_bits`' words
+        (draw 0: two SplitMix64 rounds of row_id XOR stream key), read as :func:`draw` reads them."""
+        words = hashing.mix64(hashing.mix64(self.ids.astype(np.int64).view(np.uint64)[None, :] ^ streams[:, None]))
+        if self.uniform_below is None:
+            return (words >> np.uint64(63)).astype(np.int8)
+        uniforms = ((words >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+        return (uniforms < self.uniform_below).astype(np.int8)
+
+
+def _recovery(game: Game, candidates: list) -> tuple[float, float]:
+    """(lowest, highest) agreement with the truth of the draws of every candidate, computed RECOVERY_BATCH candidates
+    at a time from their stream keys; on every VERIFIED_EVERY-th candidate (the first, and the last) the batched
+    draw equals the product's own ``draw``, so the batch computes what the product would."""
+    streams = game.streams(candidates)
+    checked = sorted({*range(0, len(candidates), VERIFIED_EVERY), len(candidates) - 1})
+    for index in checked:
+        assert np.array_equal(game.rows(streams[index:index + 1])[0], game.draw(candidates[index])), index
+    agreements = np.concatenate([np.mean(game.rows(streams[start:start + RECOVERY_BATCH]) == game.truth, axis=1)
+                                 for start in range(0, len(candidates), RECOVERY_BATCH)])
+    return float(agreements.min()), float(agreements.max())
 
 
 @pytest.mark.e2e
@@ -292,32 +341,38 @@ def test_nothing_in_mlflow_the_export_or_the_logs_recovers_the_coins(audited, ca
     for name, table in (("train stage's coins b", canaries), ("inject's coins b", sealed)):
         informative = table[table["label"] != table["counterfactual_label"]]
         ids, label, proxy = (informative[column].to_numpy() for column in ("row_id", "label", "proxy_prediction"))
-        games[name] = (informative["hidden_bit"].to_numpy(), lambda key, ids=ids, label=label, proxy=proxy:
-                       injected.injected_draws(ids, label, proxy, key=key)[1], 0.5)
+        games[name] = Game(informative["hidden_bit"].to_numpy(), ids, lambda key, ids=ids, label=label, proxy=proxy:
+                           injected.injected_draws(ids, label, proxy, key=key)[1],
+                           lambda keys: _stream_keys(keys, injected.COIN_PURPOSE), 0.5)
     informative = canaries[canaries["label"] != canaries["counterfactual_label"]]
     ids = informative["row_id"].to_numpy()
-    games["extra run's coins"] = (np.stack(informative["run_hidden_bits"].to_numpy())[:, 0],
-                                  lambda key: injected.run_coins(ids, key=key, run=1), 0.5)
+    games["extra run's coins"] = Game(np.stack(informative["run_hidden_bits"].to_numpy())[:, 0], ids,
+                                      lambda key: injected.run_coins(ids, key=key, run=1),
+                                      lambda keys: _stream_keys(keys, f"{injected.RUN_PURPOSE}/1/coin"), 0.5)
     trained = injected.training_labels(informative["label"].to_numpy(), informative["counterfactual_label"].to_numpy(),
                                        informative["hidden_bit"].to_numpy())
     flipped = (informative["released_label"].to_numpy() != trained).astype(np.int8)
-    flip_rate = 1 / (1 + np.exp(2.0))
+    flip_rate = mechanisms.flip_probability(2.0)
 
-    def flips(key) -> np.ndarray:  # the target's RR flips, from a mechanism seed derived as the product derives it
-        seed = int(hashing.stream_key(key, TRAINING_LABELS_PURPOSE)) >> 1
-        return (label_mechanisms.randomized_response(trained, ids, epsilon=2.0, seed=seed) != trained).astype(np.int8)
+    def mechanism_seed(key) -> int:  # the target's RR seed, derived from the key as the product derives it
+        return int(hashing.stream_key(key, TRAINING_LABELS_PURPOSE)) >> 1
 
-    games["target's RR flips"] = (flipped, flips, flip_rate ** 2 + (1 - flip_rate) ** 2)
+    games["target's RR flips"] = Game(
+        flipped, ids, lambda key: (label_mechanisms.randomized_response(trained, ids, epsilon=2.0,
+                                                                        seed=mechanism_seed(key)) != trained
+                                   ).astype(np.int8),
+        lambda keys: _stream_keys(_stream_keys(keys, TRAINING_LABELS_PURPOSE) >> np.uint64(1), mechanisms.RR_PURPOSE),
+        flip_rate ** 2 + (1 - flip_rate) ** 2, uniform_below=flip_rate)
     lines = [f"audit key recovery: {len(candidates):,} candidates ({len(seeds):,} integers, {len(raw_keys):,} "
              f"32-byte strings) from the MLflow store, the export, results, report, markers, event logs and output"]
-    for name, (truth, draw, chance) in games.items():
-        low, high = _chance_band(truth.size, len(candidates), chance)
-        found = _recovery(candidates, truth, draw)
-        real = _recovery([keys["inject" if name.startswith("inject") else "pipeline"]], truth, draw)[1]
-        lines.append(f"  {name}: {truth.size} canaries, best agreement from the store {found[1]:.4f} (lowest "
-                     f"{found[0]:.4f}; chance {chance:.3f}, 99.9% band over the candidates [{low:.4f}, {high:.4f}]), "
-                     f"with the key from the output folder {real:.4f}")
-        assert truth.size > 500 and low <= found[0] and found[1] <= high, lines[-1]
+    for name, game in games.items():
+        low, high = _chance_band(game.truth.size, len(candidates), game.chance)
+        found = _recovery(game, candidates)
+        real = _recovery(game, [keys["inject" if name.startswith("inject") else "pipeline"]])[1]
+        lines.append(f"  {name}: {game.truth.size} canaries, best agreement from the store {found[1]:.4f} (lowest "
+                     f"{found[0]:.4f}; chance {game.chance:.3f}, 99.9% band over the candidates [{low:.4f}, "
+                     f"{high:.4f}]), with the key from the output folder {real:.4f}")
+        assert game.truth.size > 500 and low <= found[0] and found[1] <= high, lines[-1]
         assert real == 1.0, lines[-1]
     with capsys.disabled():
         print("\n" + "\n".join(lines))
