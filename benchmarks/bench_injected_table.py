@@ -173,7 +173,7 @@ def render(results: dict) -> str:
         "trees), `audit.design: injected` (y1 ~ M'(x) and a fair coin b per canary drawn before training, the "
         "target trained on y^b; docs/math.md §5.9), the audit's defaults: " + results["audit"] + ". One training "
         f"run per cell (`run.seed` = {results['seed']}), so each value is one valid bound. Each cell: valid eps_lb "
-        "/ its ceiling, the largest bound this audit could certify at the claimed eps with the cell's informative "
+        "/ its ceiling, what an attacker at exactly the claimed eps typically certifies with the cell's informative "
         "canaries (docs/math.md §5.12). Seeded spreads (5 training runs) of the non-private and RR cells under this "
         "and every other audit choice: \"Power of the valid audit\" below. PATE's cells: \"Table 2: valid, "
         f"recalibrated, the paper's way, published\". Command: `{results['command']}`.",

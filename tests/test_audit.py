@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from lia_spark.kernels import audit, audit_sweep, bounds, canary_scores, hashing
 
@@ -61,6 +62,41 @@ def test_the_ceiling_is_the_audits_own_bound_at_the_largest_accuracy_the_claim_a
     assert top.eps_lb == pytest.approx(max(expected), rel=1e-12, abs=1e-12) and top.accuracy == pytest.approx(accuracy)
     assert np.isfinite(top.eps_lb) and 0.0 <= top.eps_lb <= (claimed if np.isfinite(claimed) else np.inf)
     assert top.guesses == (guesses[int(np.argmax(expected))] if max(expected) > 0 else 0)
+
+
+@pytest.mark.parametrize("claimed", [0.1, 1.0, 2.0, 4.0])
+def test_the_ceilings_95th_percentile_is_the_binomial_quantiles_bound_and_stays_below_the_claim(claimed):
+    """One sweep point: the bound grows with the count, so the 95th percentile of an exact-claim attacker's bound
+    is the bound at the 95th percentile of Binomial(c', q), within the simulation's noise (its 93rd-97th
+    percentiles; 1000 draws: the 95th percentile's standard error is 0.7 percentile points). Over a whole sweep
+    (Bonferroni) the bound is valid, so the exact-claim attacker's 95th percentile stays below the claim."""
+    m, level = 5000, 0.95
+    accuracy = np.exp(claimed) / (1.0 + np.exp(claimed))
+    top = audit_sweep.ceiling(canaries=m, guesses=[m], claimed_epsilon=claimed, tests=1)
+
+    def bound_at(quantile: float) -> float:
+        count = int(stats.binom.ppf(quantile, m, accuracy))
+        return bounds.epsilon_lower_bound(canaries=m, guesses=m, correct=count, confidence=level)
+
+    assert bound_at(0.93) <= top.eps_lb_95 <= bound_at(0.97) and top.eps_lb <= top.eps_lb_95
+    sweep = audit.geometric_grid(m)
+    whole = audit_sweep.ceiling(canaries=m, guesses=sweep, claimed_epsilon=claimed, tests=len(sweep))
+    assert whole.eps_lb <= whole.eps_lb_95 < claimed
+    assert whole == audit_sweep.ceiling(canaries=m, guesses=sweep, claimed_epsilon=claimed, tests=len(sweep))
+    certain = audit_sweep.ceiling(canaries=m, guesses=sweep, claimed_epsilon=float("inf"), tests=len(sweep))
+    assert certain.eps_lb_95 == certain.eps_lb  # every guess right: nothing random
+
+
+def test_exact_claim_counts_are_nested_binomials_in_the_sweeps_order():
+    guesses = np.array([400, 100, 100, 1600])  # unsorted, with a repeat
+    counts = audit_sweep.exact_claim_counts(guesses, 0.8, draws=4000)
+    assert counts.shape == (4000, 4) and np.array_equal(counts[:, 1], counts[:, 2])
+    assert np.all((counts[:, 1] <= counts[:, 0]) & (counts[:, 0] <= counts[:, 3])) and np.all(counts <= guesses)
+    assert np.all(counts[:, 0] - counts[:, 1] <= 300)  # the 300 guesses between the top 100 and the top 400
+    for column, guessed in enumerate(guesses):  # means and variances of Binomial(c', 0.8): 6 standard errors
+        mean, variance = 0.8 * guessed, 0.8 * 0.2 * guessed
+        assert abs(counts[:, column].mean() - mean) < 6 * np.sqrt(variance / 4000)
+        assert abs(counts[:, column].var() / variance - 1) < 6 * np.sqrt(2 / 4000)
 
 
 def test_the_ceiling_grows_with_the_canaries_and_the_claim():

@@ -180,6 +180,7 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
                                                                    "seed": 42}, "audit": {"canary_path": path}}))
     studied = power.audit_choice(table, AuditConfig(), seed=42, claimed_epsilon=float("nan"))
     assert default.headline.eps_lb == studied.eps_lb and default.summary.ceiling.eps_lb == studied.ceiling
+    assert default.summary.ceiling.eps_lb_95 == studied.ceiling_95 == default.headline.ceiling_95
     assert default.summary.recalibration["proxy_prediction"].mapped == "proxy"
     assert default.summary.baselines == ("proxy_prediction",)  # the table has no shadows
     assert check_file(tmp_path / "out" / "audit" / "summary.json")["design"] == "injected"
@@ -217,6 +218,7 @@ def test_the_python_api_gives_the_audit_stages_bound_from_pandas_and_from_spark(
         assert audited.eps_lb == staged.headline.eps_lb > 0 and audited.tests == staged.summary.tests
         assert audited.informative_canaries == staged.summary.canaries and audited.confidence == 0.95
     assert by_pandas.ceiling == by_spark.ceiling > 0  # at the claim (the staged audit had none: no ceiling there)
+    assert by_pandas.ceiling < by_pandas.ceiling_95 == by_spark.ceiling_95 == by_pandas.headline.ceiling_95 < 2.0
     assert by_pandas.summary().startswith(f"eps >= {by_pandas.eps_lb:.3f} at 95% (injected canaries, no assumption")
     assert "for a target trained with the audited model at claimed eps = 2" in by_pandas.summary()
     one_score = lia_spark.audit_predictions(table, seed=7, overrides=["audit.scores=[log_ratio]",

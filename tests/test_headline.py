@@ -57,15 +57,16 @@ def test_a_bound_of_zero_says_the_audit_found_no_evidence_not_that_the_target_is
 
 
 def test_a_bound_of_zero_says_what_the_audit_could_have_found():
-    vacuous = _headline(design="injected", eps_lb=0.0, claimed_epsilon=2.0, ceiling=1.8958, canaries=9393,
-                        informative_canaries=9393).text()
-    assert vacuous.endswith(f" - {NO_EVIDENCE}; with 9393 informative canaries this audit can certify at most 1.896 "
-                            "at the claimed eps = 2")
-    unknown = _headline(eps_lb=0.0, claimed_epsilon=math.nan, ceiling=4.87, canaries=1000).text()
-    assert unknown.endswith("; with 1000 canaries this audit can certify at most 4.870 with every guess right (no "
-                            "claimed eps)")
-    assert "certify at most" not in _headline(design="injected", ceiling=1.9).text()  # said only beside a 0
-    assert _headline(ceiling=1.9).metrics()["eps_lb_ceiling"] == 1.9
+    vacuous = _headline(design="injected", eps_lb=0.0, claimed_epsilon=2.0, ceiling=1.8958, ceiling_95=1.9712,
+                        canaries=9393, informative_canaries=9393).text()
+    assert vacuous.endswith(f" - {NO_EVIDENCE}; with 9393 informative canaries an attacker at exactly the claimed "
+                            "eps = 2 typically certifies 1.896 (95th percentile 1.971)")
+    unknown = _headline(eps_lb=0.0, claimed_epsilon=math.nan, ceiling=4.87, ceiling_95=4.87, canaries=1000).text()
+    assert unknown.endswith("; with 1000 canaries an attacker with every guess right certifies 4.870 (no claimed eps)")
+    assert "typically certifies" not in _headline(design="injected", ceiling=1.9).text()  # said only beside a 0
+    assert "at most" not in vacuous + unknown  # the ceiling is a reference, not a cap: such attackers exceed it
+    assert {"eps_lb_ceiling": 1.9, "eps_lb_ceiling_95": 2.0}.items() <= _headline(ceiling=1.9,
+                                                                                    ceiling_95=2.0).metrics().items()
 
 
 def test_the_observational_headline_names_the_references_own_tau_and_when_it_matches_the_target():

@@ -55,8 +55,9 @@ def test_a_bound_of_zero_reads_as_no_evidence_on_the_console(audited):
     headline = strict_load(audited["out"] / "results" / "audit.json")["summary"]["headline"]
     last = audited["stdout"].strip().splitlines()[-1]
     assert headline["eps_lb"] == 0.0 and last == f"audit: {headline['text']}" and NO_EVIDENCE in last
-    assert last.endswith(f"; with 2000 canaries this audit can certify at most {headline['ceiling']:.3f} with every "
-                         "guess right (no claimed eps)")  # what the audit could have found
+    assert last.endswith(f"; with 2000 canaries an attacker with every guess right certifies {headline['ceiling']:.3f} "
+                         "(no claimed eps)")  # what the audit could have found
+    assert headline["ceiling_95"] == headline["ceiling"]  # every guess right: nothing random
     assert "claimed eps = not stated" in last and not re.search(r"\b(nan|NaN|inf)\b", last)
 
 

@@ -60,12 +60,14 @@ BASELINE_COLUMNS = (PROXY_PREDICTION, SHADOW_PREDICTION)
 @dataclasses.dataclass(frozen=True)
 class PredictionsAudit:
     """The injected audit of one table: the valid bound (pure binomial, delta = 0, Bonferroni over ``tests``), what
-    reached it and the ceiling, the most this audit could certify against a target that leaks exactly the claim."""
+    reached it and the ceiling: what an attacker at exactly the claimed eps typically certifies in an audit of this
+    size (``ceiling``) and the 95th percentile of that (``ceiling_95``), docs/math.md §5.12."""
 
     eps_lb: float
     confidence: float
     claimed_epsilon: float
     ceiling: float
+    ceiling_95: float
     informative_canaries: int
     tests: int
     score: str
@@ -113,10 +115,12 @@ def audit_predictions(predictions: Any, *, claimed_epsilon: float = math.inf, se
     headline = Headline(eps_lb=bound.eps_lb, eps_lb_mean=bound.eps_lb, eps_lb_std=0.0, repetitions=1,
                         confidence=section.confidence, tests=bound.tests, delta=0.0, mechanism=target,
                         claimed_epsilon=claimed_epsilon, design=names.INJECTED,
-                        informative_canaries=bound.informative, ceiling=bound.ceiling, canaries=bound.informative,
+                        informative_canaries=bound.informative, ceiling=bound.ceiling, ceiling_95=bound.ceiling_95,
+                        canaries=bound.informative,
                         training_runs=runs)
     return PredictionsAudit(eps_lb=bound.eps_lb, confidence=section.confidence, claimed_epsilon=claimed_epsilon,
-                            ceiling=bound.ceiling, informative_canaries=bound.informative, tests=bound.tests,
+                            ceiling=bound.ceiling, ceiling_95=bound.ceiling_95, informative_canaries=bound.informative,
+                            tests=bound.tests,
                             score=bound.score, guesses=bound.guesses, baselines=baselines, headline=headline,
                             training_runs=runs)
 

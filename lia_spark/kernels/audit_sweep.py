@@ -250,19 +250,28 @@ def tau_sensitivity(correct: dict[str, np.ndarray], guesses: np.ndarray, *, cana
     return TauSensitivity(break_even=break_even, taus=tuple(taus), eps_lb=eps_lb)
 
 
+CEILING_DRAWS = 1000  # simulated audits behind the ceiling's 95th percentile (its noise: about +-0.005 in eps)
+CEILING_PURPOSE = "audit/ceiling/exact-claim-attacker"
+CEILING_SEED = 0  # public: the simulated attacker guesses on no one's data, and its draws are the same on every run
+
+
 @dataclasses.dataclass(frozen=True)
 class Ceiling:
-    """The largest bound an audit of this size can certify against a target at the claimed epsilon.
+    """What an attacker whose guesses are right with probability exactly q(eps_claimed) certifies in an audit of this
+    size (docs/math.md §5.12): not a cap, a typical value and a high percentile.
 
     Attributes:
-        eps_lb: the best bound over the sweep when every sweep point's c' guesses are right at the largest rate
-            the claim allows (0 when even that rejects nothing).
-        guesses: c' reaching it (0 when it is 0).
+        eps_lb: the typical bound: the audit's best bound over the sweep at the expected counts round(q c') (about
+            the median: such an attacker exceeds it in about half of audits; 0 when even that rejects nothing).
+        eps_lb_95: the 95th percentile of that attacker's best bound over ``CEILING_DRAWS`` simulated audits
+            (:func:`exact_claim_counts`); equal to ``eps_lb`` when every guess is right (q = 1).
+        guesses: c' reaching ``eps_lb`` (0 when it is 0).
         accuracy: the per-guess accuracy q(eps_claimed) used (1 for an infinite or unknown claim).
         claimed_epsilon: the claim it was computed at (NaN: unknown claim, computed at accuracy 1).
     """
 
     eps_lb: float
+    eps_lb_95: float
     guesses: int
     accuracy: float
     claimed_epsilon: float
@@ -270,23 +279,49 @@ class Ceiling:
     def to_dict(self) -> dict[str, float]:
         """JSON-friendly fields (claimed epsilon "inf" / None when infinite / unknown)."""
         claimed = self.claimed_epsilon
-        return {"eps_lb": self.eps_lb, "guesses": self.guesses, "accuracy": self.accuracy,
+        return {"eps_lb": self.eps_lb, "eps_lb_95": self.eps_lb_95, "guesses": self.guesses,
+                "accuracy": self.accuracy,
                 "claimed_epsilon": None if math.isnan(claimed) else "inf" if math.isinf(claimed) else claimed}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "Ceiling":
         """Inverse of :meth:`to_dict` (claimed epsilon None -> NaN, "inf" -> inf)."""
         claimed = values["claimed_epsilon"]
-        return cls(eps_lb=float(values["eps_lb"]), guesses=int(values["guesses"]), accuracy=float(values["accuracy"]),
+        return cls(eps_lb=float(values["eps_lb"]), eps_lb_95=float(values["eps_lb_95"]),
+                   guesses=int(values["guesses"]), accuracy=float(values["accuracy"]),
                    claimed_epsilon=math.nan if claimed is None else float(claimed))
+
+
+def exact_claim_counts(guesses: np.ndarray, accuracy: float, *, draws: int = CEILING_DRAWS) -> np.ndarray:
+    """(draws, k) correct counts of an attacker right on each guess independently with probability ``accuracy``,
+    its guesses nested as the sweep's are (the c'_j top-scored canaries hold the c'_i < c'_j before them): per draw,
+    the cumulative sums of Binomial(c'_j - c'_{j-1}, q) over the sorted guess counts, drawn by inverting
+    counter-hashed uniforms keyed on (CEILING_SEED, CEILING_PURPOSE, draw x k + j), so equal on every stack."""
+    from scipy import stats
+
+    from lia_spark.kernels import hashing
+
+    guesses = np.asarray(guesses, dtype=np.int64)
+    order = np.argsort(guesses, kind="stable")
+    steps = np.diff(np.concatenate(([0], guesses[order])))
+    if accuracy >= 1.0:
+        return np.broadcast_to(guesses, (draws, guesses.size)).copy()
+    uniforms = hashing.uniform(CEILING_SEED, CEILING_PURPOSE, np.arange(draws * guesses.size)).reshape(
+        draws, guesses.size)
+    increments = np.where(steps > 0, stats.binom.ppf(uniforms, steps, accuracy), 0).astype(np.int64)
+    counts = np.empty_like(increments)
+    counts[:, order] = np.cumsum(increments, axis=1)
+    return counts
 
 
 def ceiling(*, canaries: int, guesses: np.ndarray, claimed_epsilon: float, tests: int, confidence: float = 0.95,
             delta: float = 0.0, tau: float = 0.0, family: str = BINOMIAL) -> Ceiling:
-    """What the audit could have found: its own bound (same m, sweep, Bonferroni split over ``tests``, delta, tau
-    and family) on the counts c = round(q c') at every sweep point, q = e^eps / (e^eps + kappa) the largest
-    per-guess accuracy an eps-DP target allows at the claimed eps (docs/math.md §6.1; q = 1 for an infinite or
-    unknown claim). A bound of 0 with a ceiling of 0 means the audit was too small to find anything at this claim.
+    """What an attacker at exactly the claimed eps certifies: the audit's own bound (same m, sweep, Bonferroni split
+    over ``tests``, delta, tau and family) on the expected counts c = round(q c') at every sweep point (typical), and
+    the 95th percentile of that bound over :func:`exact_claim_counts` (simulated audits), q = e^eps / (e^eps +
+    kappa) the largest per-guess accuracy an eps-DP target allows at the claimed eps (docs/math.md §6.1; q = 1 for
+    an infinite or unknown claim). A bound of 0 with a ceiling of 0 means the audit was too small to find anything
+    at this claim.
 
     Raises:
         ValueError: on a negative claim, or as :func:`evaluate_sweep`.
@@ -298,9 +333,18 @@ def ceiling(*, canaries: int, guesses: np.ndarray, claimed_epsilon: float, tests
     guesses = np.asarray(guesses, dtype=np.int64)
     finite = math.isfinite(claimed_epsilon)
     accuracy = bounds.accuracy_of_epsilon(claimed_epsilon, tau=tau) if finite else 1.0
-    correct = np.floor(accuracy * guesses + 0.5).astype(np.int64)[None, :]
-    sweep = evaluate_sweep(correct, guesses, canaries=canaries, confidence=confidence, delta=delta, tau=tau,
-                           families=(family,), table_families=(), conventions=(BONFERRONI,), tests=tests)
+    expected = np.floor(accuracy * guesses + 0.5).astype(np.int64)[None, :]
+    settings: dict[str, Any] = dict(canaries=canaries, confidence=confidence, delta=delta, tau=tau,
+                                    conventions=(BONFERRONI,), tests=tests)
     key = bound_key(family, BONFERRONI)
-    return Ceiling(eps_lb=float(sweep.best[key][0]), guesses=int(sweep.best_guesses[key][0]), accuracy=accuracy,
-                   claimed_epsilon=claimed_epsilon)
+    typical = evaluate_sweep(expected, guesses, families=(family,), table_families=(), **settings)
+    if accuracy >= 1.0:
+        simulated = typical.best[key]
+    elif family == BINOMIAL:  # the best over the sweep is the largest per-point bound: one vectorized evaluation
+        simulated = evaluate_sweep(exact_claim_counts(guesses, accuracy), guesses, families=(),
+                                   table_families=(family,), **settings).per_guess[key].max(axis=1)
+    else:
+        simulated = evaluate_sweep(exact_claim_counts(guesses, accuracy), guesses, families=(family,),
+                                   table_families=(), **settings).best[key]
+    return Ceiling(eps_lb=float(typical.best[key][0]), eps_lb_95=float(np.quantile(simulated, 0.95, method="higher")),
+                   guesses=int(typical.best_guesses[key][0]), accuracy=accuracy, claimed_epsilon=claimed_epsilon)

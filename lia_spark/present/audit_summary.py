@@ -119,14 +119,19 @@ class ObservationalChecks:
 
 
 _CEILING_SCHEMA = {
-    "description": "What the audit could have found: its own bound (same m, sweep, tests, confidence, delta, tau, "
-                   "headline family) when every sweep point's guesses are right at the largest rate the claimed "
-                   "epsilon allows, q = e^eps / (e^eps + kappa); q = 1 for an infinite or unknown claim (docs/math.md "
-                   "§5.12).",
+    "description": "What an attacker at exactly the claimed epsilon certifies in an audit of this size (not a cap): "
+                   "its own bound (same m, sweep, tests, confidence, delta, tau, headline family) when each guess is "
+                   "right with probability q = e^eps / (e^eps + kappa), the largest rate the claim allows; q = 1 for "
+                   "an infinite or unknown claim (docs/math.md §5.12).",
     "type": "object",
-    "required": ["eps_lb", "guesses", "accuracy", "claimed_epsilon"],
+    "required": ["eps_lb", "eps_lb_95", "guesses", "accuracy", "claimed_epsilon"],
     "properties": {
-        "eps_lb": {"type": "number", "minimum": 0},
+        "eps_lb": {"type": "number", "minimum": 0,
+                   "description": "Typical: the bound at the expected counts round(q c') (exceeded in about half of "
+                                  "such audits)."},
+        "eps_lb_95": {"type": "number", "minimum": 0,
+                      "description": "The 95th percentile of the bound over simulated audits of such an attacker "
+                                     "(lia_spark.kernels.audit_sweep.CEILING_DRAWS; eps_lb when q = 1)."},
         "guesses": {"$ref": COMMON + "count", "description": "c' reaching it (0 when it is 0)."},
         "accuracy": {"$ref": COMMON + "probability"},
         "claimed_epsilon": {"oneOf": [{"type": "number", "minimum": 0}, {"const": "inf"}, {"type": "null"}]},

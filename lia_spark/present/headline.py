@@ -54,7 +54,8 @@ class Headline:
     reference_tau_break_even: float = math.nan  # observational: the reference's own tau*, same (first) repetition
     measured_tau: float = math.nan  # observational: the proxy's worst-case TV error on the canaries (NaN: unknown)
     eps_lb_by_tau: dict[str, float] = dataclasses.field(default_factory=dict)  # observational: bound at assumed taus
-    ceiling: float = math.nan  # the largest bound this audit can certify at the claimed eps (docs/math.md §5.12)
+    ceiling: float = math.nan  # what an attacker at exactly the claimed eps typically certifies (docs/math.md §5.12)
+    ceiling_95: float = math.nan  # the 95th percentile of what that attacker certifies (simulated audits)
     canaries: int = 0  # the m of the bound (informative canaries, canaries, or membership candidates)
     training_runs: int = 1  # injected: the training runs pooled into the game (audit.runs, docs/math.md §5.14)
 
@@ -129,13 +130,18 @@ class Headline:
         return line
 
     def _ceiling_text(self) -> str:
-        """"; with m <canaries> this audit can certify at most C at the claimed eps = X" ("" when not computed)."""
+        """"; with m <canaries> an attacker at exactly the claimed eps = X typically certifies C (95th percentile
+        C95)", or with every guess right where no eps is claimed ("" when not computed)."""
         if math.isnan(self.ceiling):
             return ""
         kind = {INJECTED: "informative canaries", MEMBERSHIP: "membership candidates"}.get(self.design, "canaries")
-        claim = ("with every guess right (no claimed eps)" if math.isnan(self.claimed_epsilon) else
-                 f"at the claimed eps = {claimed_epsilon_text(self.claimed_epsilon)}")
-        return f"; with {self.canaries} {kind} this audit can certify at most {bound_text(self.ceiling)} {claim}"
+        if math.isnan(self.claimed_epsilon):
+            return (f"; with {self.canaries} {kind} an attacker with every guess right certifies "
+                    f"{bound_text(self.ceiling)} (no claimed eps)")
+        percentile = "" if math.isnan(self.ceiling_95) else f" (95th percentile {bound_text(self.ceiling_95)})"
+        return (f"; with {self.canaries} {kind} an attacker at exactly the claimed eps = "
+                f"{claimed_epsilon_text(self.claimed_epsilon)} typically certifies {bound_text(self.ceiling)}"
+                f"{percentile}")
 
     def tags(self) -> dict[str, str]:
         """MLflow tags ``audit.eps_lb`` (the bound, or "none without an assumption on the proxy"),
@@ -153,12 +159,14 @@ class Headline:
         return tags
 
     def metrics(self) -> dict[str, float]:
-        """``eps_lb`` (mean, std), and when finite ``claimed_eps``, ``eps_lb_ceiling``, ``tau_break_even``,
+        """``eps_lb`` (mean, std), and when finite ``claimed_eps``, ``eps_lb_ceiling`` (typical),
+        ``eps_lb_ceiling_95`` (its 95th percentile), ``tau_break_even``,
         ``measured_tau``, ``reference_eps_lb``, ``reference_tau_break_even``. An observational ``eps_lb`` that
         rests on an assumed tau is logged as ``eps_lb_if_tau`` instead (the tag ``audit.assumption`` says which)."""
         bound = "eps_lb_if_tau" if self.assumption else "eps_lb"
         values = {bound: self.eps_lb, f"{bound}_mean": self.eps_lb_mean, f"{bound}_std": self.eps_lb_std,
                   "claimed_eps": self.claimed_epsilon, "eps_lb_ceiling": self.ceiling,
+                  "eps_lb_ceiling_95": self.ceiling_95,
                   "tau_break_even": self.tau_break_even, "measured_tau": self.measured_tau,
                   "reference_eps_lb": self.reference_eps_lb, "reference_tau_break_even": self.reference_tau_break_even}
         return {key: value for key, value in values.items() if math.isfinite(value)}

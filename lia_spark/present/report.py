@@ -25,6 +25,7 @@ import yaml
 
 from lia_spark.present.audit_summary import AuditSummary
 from lia_spark.names import EPSILON, PAPER
+from lia_spark.kernels import audit_sweep
 from lia_spark.present import findings
 from lia_spark.present.wording import NO_EVIDENCE, NOT_COMPUTED, NOT_VALID, bound_text, number_text
 from lia_spark.run.config import Config
@@ -114,14 +115,20 @@ def _ceiling(summary: AuditSummary) -> list[str]:
     """What the audit could have found (docs/math.md §5.12), beside its bound, and what the scores compared with."""
     ceiling = summary.ceiling
     claim = ceiling.to_dict()["claimed_epsilon"]
-    at = "with every guess right (no claimed eps)" if claim is None else f"at the claimed eps = {claim}"
     described = {"shadow_prediction": "the label-blind shadow fits' baseline (docs/math.md §5.13)",
                  "proxy_prediction": "the proxy's predictions"}
     baseline = " and with ".join(described[column] for column in summary.baselines)
-    return [f"<p>Ceiling: with {summary.canaries} canaries, {summary.tests} tests and this confidence, the "
-            f"largest bound this audit can certify {html.escape(at)} is {bound_text(ceiling.eps_lb)} (every "
-            f"sweep point right at accuracy {ceiling.accuracy:.4g}, docs/math.md §5.12). The scores compared the "
-            f"target's predictions with {html.escape(baseline)}.</p>"]
+    if ceiling.accuracy >= 1.0:  # no claim, or an infinite one: nothing random
+        exact = (f"an attacker with every guess right ({'no claimed eps' if claim is None else 'claimed eps = inf'}) "
+                 f"certifies {bound_text(ceiling.eps_lb)}")
+    else:
+        exact = (f"an attacker whose guesses are right with probability exactly {ceiling.accuracy:.4g} (the most "
+                 f"the claimed eps = {claim} allows) typically certifies {bound_text(ceiling.eps_lb)} (the bound at "
+                 f"its expected counts) and {bound_text(ceiling.eps_lb_95)} at the 95th percentile of "
+                 f"{audit_sweep.CEILING_DRAWS:,} simulated audits: a reference, not a cap")
+    return [f"<p>Ceiling (docs/math.md §5.12): with {summary.canaries} canaries, {summary.tests} tests and this "
+            f"confidence, {html.escape(exact)}. The scores compared the target's predictions with "
+            f"{html.escape(baseline)}.</p>"]
 
 
 def _tau_sensitivity(summary: AuditSummary) -> list[str]:

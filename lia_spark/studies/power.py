@@ -40,7 +40,8 @@ def recalibrated(target: np.ndarray, proxy: np.ndarray, *, mapped: str) -> tuple
 
 @dataclasses.dataclass(frozen=True)
 class ChoiceBound:
-    """One choice's valid bound on one canary table, what reached it, and the audit's ceiling at the claim."""
+    """One choice's valid bound on one canary table, what reached it, and what an attacker at exactly the claim
+    certifies in an audit of its size (the ceiling: typical, and its 95th percentile)."""
 
     choice: str
     eps_lb: float
@@ -49,6 +50,7 @@ class ChoiceBound:
     informative: int
     tests: int
     ceiling: float
+    ceiling_95: float
 
 
 def pooled_canaries(canaries: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -133,7 +135,7 @@ def counts_bound(correct: dict[str, np.ndarray], guesses: np.ndarray, informativ
                               tests=bounds.tests, confidence=section.confidence)
     return ChoiceBound(choice=choice, eps_lb=float(bounds.best[key][0]), score=str(bounds.best_scores[key][0]),
                        guesses=int(bounds.best_guesses[key][0]), informative=informative, tests=bounds.tests,
-                       ceiling=top.eps_lb)
+                       ceiling=top.eps_lb, ceiling_95=top.eps_lb_95)
 
 
 def choice_grid(score_sets, recalibrations, sweeps) -> tuple[AuditConfig, ...]:

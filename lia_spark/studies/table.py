@@ -200,6 +200,7 @@ def cell_record(cell: Cell, *, status: str, summary: AuditSummary | None, test_m
         **{name: getattr(summary, name) if summary is not None else nan
            for name in ("confidence", "delta", "canaries", "repetitions")},
         "ceiling": float(summary.ceiling.eps_lb) if summary is not None else nan,
+        "ceiling_95": float(summary.ceiling.eps_lb_95) if summary is not None else nan,
         "training_runs": summary.headline.training_runs if summary is not None else nan,
         "eps_lb_paper_convention_mean": _statistic(paper, "mean"),
         "eps_lb_paper_convention_std": _statistic(paper, "std"),

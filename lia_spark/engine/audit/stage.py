@@ -326,7 +326,8 @@ def _audit(run: StageRun) -> AuditResult:
         best_score_share={key: {score: float(np.mean(winners == score)) for score in bounds.scores}
                           for key, winners in bounds.best_scores.items()},
         per_score={score: _statistics(sweep.best) for score, sweep in bounds.per_score.items()},
-        ceiling=ceiling, headline=dataclasses.replace(headline, ceiling=ceiling.eps_lb), observational=observational)
+        ceiling=ceiling, headline=dataclasses.replace(headline, ceiling=ceiling.eps_lb, ceiling_95=ceiling.eps_lb_95),
+        observational=observational)
     if bounds.gdp_tau_vacuous and names.GDP in section.bounds:
         logger.warning("audit: tau=%g >= c'/m at every sweep point: the f-DP (gdp) tau bound is vacuous", section.tau)
     frame = results_frame(bounds)

@@ -121,8 +121,10 @@ def cell_line(row: Mapping[str, Any]) -> str:
         return head + f"failed: {row['error']}"
     bound = f"eps >= {bound_text(row['eps_lb_mean'])} +- {bound_text(row['eps_lb_std'])} at " \
             f"{number_text(100 * row['confidence'], '.0f')}% (valid)"
-    vacuous = (f" - {NO_EVIDENCE_SHORT} (this audit could certify at most {bound_text(row['ceiling'])})"
-               if row["eps_lb_mean"] == 0 else f" (ceiling {bound_text(row['ceiling'])})")
+    spread = row.get("ceiling_95", math.nan)  # a cell recorded before the percentile was: none
+    percentile = f", 95th percentile {bound_text(spread)}" if math.isfinite(spread) and spread != row["ceiling"] else ""
+    exact = f"an attacker at exactly the claim typically certifies {bound_text(row['ceiling'])}{percentile}"
+    vacuous = f" - {NO_EVIDENCE_SHORT} ({exact})" if row["eps_lb_mean"] == 0 else f" ({exact})"
     return head + bound + vacuous + f"; target test AUC {number_text(row['test_auc'], '.4f')}"
 
 
