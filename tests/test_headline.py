@@ -63,6 +63,9 @@ def test_a_bound_of_zero_says_what_the_audit_could_have_found():
                             "eps = 2 typically certifies 1.896 (95th percentile 1.971)")
     unknown = _headline(eps_lb=0.0, claimed_epsilon=math.nan, ceiling=4.87, ceiling_95=4.87, canaries=1000).text()
     assert unknown.endswith("; with 1000 canaries an attacker with every guess right certifies 4.870 (no claimed eps)")
+    infinite = _headline(eps_lb=0.0, claimed_epsilon=math.inf, ceiling=7.33, ceiling_95=7.33, canaries=1000).text()
+    assert infinite.endswith("; with 1000 canaries an attacker with every guess right certifies 7.330 (claimed eps = "
+                             "inf)")  # q = 1: no percentile, nothing random
     assert "typically certifies" not in _headline(design="injected", ceiling=1.9).text()  # said only beside a 0
     assert "at most" not in vacuous + unknown  # the ceiling is a reference, not a cap: such attackers exceed it
     assert {"eps_lb_ceiling": 1.9, "eps_lb_ceiling_95": 2.0}.items() <= _headline(ceiling=1.9,

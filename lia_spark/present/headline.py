@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from lia_spark.names import INJECTED, MEMBERSHIP, OBSERVATIONAL
-from lia_spark.present.wording import NO_EVIDENCE, bound_text, claimed_epsilon_text, number_text
+from lia_spark.present.wording import NO_EVIDENCE, bound_text, ceiling_text, claimed_epsilon_text, number_text
 
 
 def _eps(value: float) -> str:
@@ -130,18 +130,11 @@ class Headline:
         return line
 
     def _ceiling_text(self) -> str:
-        """"; with m <canaries> an attacker at exactly the claimed eps = X typically certifies C (95th percentile
-        C95)", or with every guess right where no eps is claimed ("" when not computed)."""
+        """"; with m <canaries> " and :func:`lia_spark.present.wording.ceiling_text` ("" when not computed)."""
         if math.isnan(self.ceiling):
             return ""
         kind = {INJECTED: "informative canaries", MEMBERSHIP: "membership candidates"}.get(self.design, "canaries")
-        if math.isnan(self.claimed_epsilon):
-            return (f"; with {self.canaries} {kind} an attacker with every guess right certifies "
-                    f"{bound_text(self.ceiling)} (no claimed eps)")
-        percentile = "" if math.isnan(self.ceiling_95) else f" (95th percentile {bound_text(self.ceiling_95)})"
-        return (f"; with {self.canaries} {kind} an attacker at exactly the claimed eps = "
-                f"{claimed_epsilon_text(self.claimed_epsilon)} typically certifies {bound_text(self.ceiling)}"
-                f"{percentile}")
+        return f"; with {self.canaries} {kind} {ceiling_text(self.ceiling, self.ceiling_95, self.claimed_epsilon)}"
 
     def tags(self) -> dict[str, str]:
         """MLflow tags ``audit.eps_lb`` (the bound, or "none without an assumption on the proxy"),

@@ -27,7 +27,7 @@ from lia_spark.present.audit_summary import AuditSummary
 from lia_spark.names import EPSILON, PAPER
 from lia_spark.kernels import audit_sweep
 from lia_spark.present import findings
-from lia_spark.present.wording import NO_EVIDENCE, NOT_COMPUTED, NOT_VALID, bound_text, number_text
+from lia_spark.present.wording import NO_EVIDENCE, NOT_COMPUTED, NOT_VALID, bound_text, ceiling_text, number_text
 from lia_spark.run.config import Config
 from lia_spark.run.environment import git_commit
 from lia_spark.run.fingerprint import recorded_versions
@@ -114,20 +114,16 @@ def _headline(steps: Sequence[Any]) -> list[str]:
 def _ceiling(summary: AuditSummary) -> list[str]:
     """What the audit could have found (docs/math.md §5.12), beside its bound, and what the scores compared with."""
     ceiling = summary.ceiling
-    claim = ceiling.to_dict()["claimed_epsilon"]
     described = {"shadow_prediction": "the label-blind shadow fits' baseline (docs/math.md §5.13)",
                  "proxy_prediction": "the proxy's predictions"}
     baseline = " and with ".join(described[column] for column in summary.baselines)
-    if ceiling.accuracy >= 1.0:  # no claim, or an infinite one: nothing random
-        exact = (f"an attacker with every guess right ({'no claimed eps' if claim is None else 'claimed eps = inf'}) "
-                 f"certifies {bound_text(ceiling.eps_lb)}")
-    else:
-        exact = (f"an attacker whose guesses are right with probability exactly {ceiling.accuracy:.4g} (the most "
-                 f"the claimed eps = {claim} allows) typically certifies {bound_text(ceiling.eps_lb)} (the bound at "
-                 f"its expected counts) and {bound_text(ceiling.eps_lb_95)} at the 95th percentile of "
-                 f"{audit_sweep.CEILING_DRAWS:,} simulated audits: a reference, not a cap")
+    exact = ceiling_text(ceiling.eps_lb, ceiling.eps_lb_95, ceiling.claimed_epsilon)
+    how = ("" if ceiling.accuracy >= 1.0 else
+           f" (each guess right with probability exactly {ceiling.accuracy:.4g}, the most the claim allows; typical: "
+           f"the bound at the expected counts; the percentile over {audit_sweep.CEILING_DRAWS:,} simulated audits; "
+           f"a reference, not a cap)")
     return [f"<p>Ceiling (docs/math.md §5.12): with {summary.canaries} canaries, {summary.tests} tests and this "
-            f"confidence, {html.escape(exact)}. The scores compared the target's predictions with "
+            f"confidence, {html.escape(exact + how)}. The scores compared the target's predictions with "
             f"{html.escape(baseline)}.</p>"]
 
 

@@ -31,6 +31,19 @@ def claimed_epsilon_text(value: float) -> str:
     return "inf (non-private)" if math.isinf(value) else f"{value:.3g}"
 
 
+def ceiling_text(typical: float, percentile_95: float, claimed_epsilon: float) -> str:
+    """What an attacker at exactly the claim certifies (the ceiling, docs/math.md §5.12): "an attacker at exactly the
+    claimed eps = X typically certifies C (95th percentile C95)", the percentile left out where it is not computed
+    or equals C; for an unknown or infinite claim "an attacker with every guess right certifies C (...)"."""
+    if not math.isfinite(claimed_epsilon):
+        claim = "no claimed eps" if math.isnan(claimed_epsilon) else "claimed eps = inf"
+        return f"an attacker with every guess right certifies {bound_text(typical)} ({claim})"
+    percentile = (f" (95th percentile {bound_text(percentile_95)})"
+                  if math.isfinite(percentile_95) and percentile_95 != typical else "")
+    return (f"an attacker at exactly the claimed eps = {claimed_epsilon_text(claimed_epsilon)} typically certifies "
+            f"{bound_text(typical)}{percentile}")
+
+
 def bound_text(value: float) -> str:
     """An epsilon lower bound with 3 decimals; a positive bound below 0.0005 with one significant digit, so that
     only the vacuous bound reads 0.000."""

@@ -41,7 +41,8 @@ from lia_spark.engine.spark.session import describe_jobs, job_group
 from lia_spark.engine.runtime.registry import STAGES, run_stage, sealed_fingerprint, step_stage, would_reuse
 from lia_spark.engine.models.feature_frames import target_day_rows
 from lia_spark.present import charts
-from lia_spark.present.wording import NO_EVIDENCE_SHORT, bound_text, claimed_epsilon_text, number_text
+from lia_spark.present.wording import (NO_EVIDENCE_SHORT, bound_text, ceiling_text, claimed_epsilon_text,
+                                       number_text)
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run import interrupts
@@ -121,10 +122,9 @@ def cell_line(row: Mapping[str, Any]) -> str:
         return head + f"failed: {row['error']}"
     bound = f"eps >= {bound_text(row['eps_lb_mean'])} +- {bound_text(row['eps_lb_std'])} at " \
             f"{number_text(100 * row['confidence'], '.0f')}% (valid)"
-    spread = row.get("ceiling_95", math.nan)  # a cell recorded before the percentile was: none
-    percentile = f", 95th percentile {bound_text(spread)}" if math.isfinite(spread) and spread != row["ceiling"] else ""
-    exact = f"an attacker at exactly the claim typically certifies {bound_text(row['ceiling'])}{percentile}"
-    vacuous = f" - {NO_EVIDENCE_SHORT} ({exact})" if row["eps_lb_mean"] == 0 else f" ({exact})"
+    exact = ceiling_text(row["ceiling"], row.get("ceiling_95", math.nan),  # none in a cell recorded before it was
+                         row["claimed_epsilon"])
+    vacuous = f" - {NO_EVIDENCE_SHORT}; {exact}" if row["eps_lb_mean"] == 0 else f"; {exact}"
     return head + bound + vacuous + f"; target test AUC {number_text(row['test_auc'], '.4f')}"
 
 
