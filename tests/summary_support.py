@@ -19,7 +19,7 @@ def audit_summary(design: str, **changes: Any) -> AuditSummary:
         proxy_tv=ProxyError(max=0.2, p99=0.1, p95=0.05, mean=0.01, canaries=100, eps_lb=0.0, eps_lb_mean=0.0,
                             eps_lb_std=0.0),
         tau_break_even=TauBreakEven(first=math.inf, mean=0.3, repetitions=2), eps_lb_by_tau={"0": 0.5, "0.1": 0.0},
-        reference=ReferenceBound(eps_lb=0.0, mean=0.0, std=0.0, min=0.0, max=0.0, share_positive=0.0,
+        reference=ReferenceBound(eps_lb=0.0, mean=0.0, std=0.0, min=0.0, max=0.0, share_positive=0.0, tau=0.2,
                                  tau_break_even=0.0, canaries=100),
         calibrated=Calibrated(tau=0.0, eps_lb=0.5, eps_lb_mean=0.5, note="not a bound"))
     headline = Headline(eps_lb=0.5, eps_lb_mean=0.5, eps_lb_std=0.1, repetitions=2, confidence=0.95, tests=8,

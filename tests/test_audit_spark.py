@@ -112,8 +112,9 @@ def test_run_audit_writes_results_and_resumes(spark, tmp_path):
     headline = result.headline  # first repetition's valid bound; no train-stage marker: the claim is not stated
     assert headline.eps_lb == best[0] and headline.tests == 101 and headline.repetitions == 12
     assert (f"for a target trained with an unknown mechanism at claimed eps = not stated: eps >= {best[0]:.3f} at "
-            f"95% if the proxy is within TV tau = 0 of the truth (over 12 repetitions {best.mean():.3f} +- "
-            f"{best.std(ddof=1):.3f}); assuming TV tau = 0: {best[0]:.3f}, ") in result.console_summary()
+            f"95% if the proxy is within TV tau = 0 of the truth; the 12 repetitions' bounds (a spread of bounds, not "
+            f"a bound): mean {best.mean():.3f}, std {best.std(ddof=1):.3f}; the bound is 0 for any tau above tau* = "
+            ) in result.console_summary()
     assert result.console_summary().endswith("; no label-blind reference audited")
     assert summary["design"] == "observational" and summary["reference"] is None
     assert summary["tau_break_even"]["first"] == pytest.approx(np.tanh(best[0] / 2), rel=1e-9)  # binomial, delta 0
@@ -294,9 +295,11 @@ def test_on_the_twin_the_observational_headline_is_the_bound_at_the_proxys_measu
     label = (rng.random(m) < eta).astype(np.int32)
     proxy = np.clip(eta * np.exp(rng.normal(0.0, 0.1, m)), 1e-4, 1 - 1e-4)
     target = np.clip(0.7 * label + 0.3 * eta, 1e-4, 1 - 1e-4)  # a target that memorised its labels
+    reference = np.clip(eta * np.exp(rng.normal(0.0, 0.05, m)), 1e-4, 1 - 1e-4)  # label-blind
     out = tmp_path / "out"
     spark.createDataFrame(pd.DataFrame({"row_id": np.arange(m, dtype=np.int64), "label": label,
-                                        "target_prediction": target, "proxy_prediction": proxy})
+                                        "target_prediction": target, "proxy_prediction": proxy,
+                                        "reference_prediction": reference})
                           ).write.parquet(str(out / "models" / "canaries"))
     spark.createDataFrame(pd.DataFrame({"row_id": np.arange(m, dtype=np.int64), "eta": eta})
                           ).write.parquet(str(out / "truth"))
@@ -310,6 +313,11 @@ def test_on_the_twin_the_observational_headline_is_the_bound_at_the_proxys_measu
     assert headline.eps_lb <= result.summary.observational.eps_lb_by_tau["0"]  # a larger tau never certifies more
     assert headline.text().startswith(f"eps >= {headline.eps_lb:.3f} at 95% at the proxy's worst-case TV error")
     assert headline.assumption == "" and result.metrics()["measured_tau"] == measured.max
+    checks = result.summary.observational  # the reference is read at the headline's tau, not at audit.tau = 0
+    assert checks.reference.tau == measured.max and headline.reference_eps_lb == checks.reference.eps_lb
+    assert checks.reference.eps_lb < checks.eps_lb_by_tau["0"]
+    assert f"a label-blind reference {'certifies 0' if checks.reference.eps_lb == 0 else 'reaches'} at this tau " \
+           f"({measured.max:.4g};" in headline.text()
     check_file(out / "audit" / "summary.json")
 
 

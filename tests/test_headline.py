@@ -14,12 +14,12 @@ def _headline(**changes) -> Headline:
 
 
 def test_without_the_truth_the_observational_headline_leads_with_no_bound_without_an_assumption():
-    headline = _headline(tau_break_even=0.8315, eps_lb_by_tau={"0": 0.912, "0.01": 0.7, "0.05": 0.31, "0.1": 0.0})
+    headline = _headline(tau_break_even=0.8315)
     assert headline.text() == (
         "no bound without an assumption on the proxy (observational design; binomial bound, Bonferroni over 101 "
         "tests, delta = 1e-05) for a target trained with rr at claimed eps = 1: eps >= 0.912 at 95% if the proxy is "
-        "within TV tau = 0 of the truth (over 20 repetitions 0.900 +- 0.031); assuming TV tau = 0: 0.912, 0.01: "
-        "0.700, 0.05: 0.310, 0.1: 0.000; 0 from tau* = 0.8315; no label-blind reference audited")
+        "within TV tau = 0 of the truth; the 20 repetitions' bounds (a spread of bounds, not a bound): mean 0.900, "
+        "std 0.031; the bound is 0 for any tau above tau* = 0.8315; no label-blind reference audited")
     assert headline.assumption == "if the proxy is within TV tau = 0 of the truth"
     assert not _headline(eps_lb=5.0).is_finding  # above the claim, but only under the assumption
     assert headline.tags()["audit.eps_lb"] == "none without an assumption on the proxy"
@@ -29,13 +29,14 @@ def test_without_the_truth_the_observational_headline_leads_with_no_bound_withou
 
 def test_on_the_twin_the_observational_headline_leads_with_the_bound_at_the_measured_error():
     headline = _headline(eps_lb=0.29, eps_lb_mean=0.27, eps_lb_std=0.02, measured_tau=0.7812, canaries=20000,
-                         tau_break_even=0.8315, eps_lb_by_tau={"0": 2.386, "0.002": 2.3, "0.01": 2.2, "0.05": 1.9,
-                                                               "0.1": 1.6, "0.2": 1.1})
-    assert headline.text().startswith(
+                         tau_break_even=0.8315, reference_eps_lb=0.0, reference_tau_break_even=0.2759)
+    assert headline.text() == (
         "eps >= 0.290 at 95% at the proxy's worst-case TV error tau = 0.7812 on the 20000 canaries, measured against "
         "the twin's true P(y=1|x) (observational design; binomial bound, Bonferroni over 101 tests, delta = 1e-05) "
-        "for a target trained with rr at claimed eps = 1; over 20 repetitions 0.270 +- 0.020; if the proxy were "
-        "closer TV tau = 0: 2.386, 0.01: 2.200, 0.05: 1.900, 0.1: 1.600; 0 from tau* = 0.8315")
+        "for a target trained with rr at claimed eps = 1; the 20 repetitions' bounds (a spread of bounds, not a "
+        "bound): mean 0.270, std 0.020; the bound is 0 for any tau above tau* = 0.8315; a label-blind reference "
+        "certifies 0 at this tau (0.7812; its own tau* = 0.2759, same repetition)")
+    assert "tau = 0:" not in headline.text() and "closer" not in headline.text()  # no hypothetical tau here
     assert headline.assumption == "" and headline.metrics()["measured_tau"] == 0.7812
     assert headline.tags()["audit.assumption"] == "none: the proxy's measured worst-case TV error is 0.7812"
     assert _headline(eps_lb=1.2, measured_tau=0.01).is_finding  # no assumption: a finding
@@ -73,13 +74,14 @@ def test_a_bound_of_zero_says_what_the_audit_could_have_found():
 
 
 def test_the_observational_headline_names_the_references_own_tau_and_when_it_matches_the_target():
-    headline = _headline(tau_break_even=0.4, reference_eps_lb=0.3, reference_tau_break_even=0.04,
-                         eps_lb_by_tau={"0": 0.912})
-    assert headline.text().endswith("; a label-blind reference reaches 0.300 at tau = 0 (its own tau* = 0.04, same "
-                                    "repetition)")
-    matched = _headline(eps_lb=0.0, reference_eps_lb=0.08, reference_tau_break_even=0.01, eps_lb_by_tau={"0": 0.0})
-    assert ("reaches 0.080 at tau = 0 (its own tau* = 0.01, same repetition) - the target shows no more than a model "
-            "that never saw the labels") in matched.text()
+    headline = _headline(tau_break_even=0.4, reference_eps_lb=0.3, reference_tau_break_even=0.04)
+    assert headline.text().endswith("; a label-blind reference reaches 0.300 at this tau (0; its own tau* = 0.04, "
+                                    "same repetition)")
+    matched = _headline(eps_lb=0.0, reference_eps_lb=0.08, reference_tau_break_even=0.01)
+    assert ("reaches 0.080 at this tau (0; its own tau* = 0.01, same repetition) - the target shows no more than a "
+            "model that never saw the labels") in matched.text()
+    single = _headline(repetitions=1, eps_lb_std=0.0, reference_eps_lb=0.0, reference_tau_break_even=0.0).text()
+    assert "spread" not in single and "a label-blind reference certifies 0 at this tau" in single
     assert "calibrat" not in headline.text()  # not a bound: not in the headline
     assert headline.metrics()["reference_eps_lb"] == 0.3 and Headline.from_dict(headline.to_dict()) == headline
     assert None in _headline().to_dict().values()  # NaN is written as null, never as NaN

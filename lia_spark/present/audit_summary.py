@@ -83,12 +83,14 @@ class ProxyError:
 class ReferenceBound:
     """The label-blind reference audited by the same games."""
 
-    eps_lb: float = described("The first repetition's valid bound.", minimum=0)
+    eps_lb: float = described("The first repetition's valid bound at tau.", minimum=0)
     mean: float = described()
     std: float = described(minimum=0)
     min: float = described()
     max: float = described()
     share_positive: float = _ref("probability")
+    tau: float = described("The tau it is audited at, the headline's: the proxy's measured worst-case error on the "
+                           "twin, else audit.tau.", minimum=0)
     tau_break_even: float = _ref("extended_number")
     canaries: int = _ref("count")
 

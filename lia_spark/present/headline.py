@@ -5,10 +5,11 @@ Injected design (docs/math.md §5.9): one training run gives one bound, valid wi
 observational design (§5.10): each repetition yields a bound that holds at the stated confidence (Bonferroni over
 scores x sweep points) *if the proxy is within total variation tau of the truth* on every canary. Its headline
 leads with what holds without that assumption: the bound at the proxy's worst-case error measured against the
-truth (the twin's, known), else "no bound without an assumption on the proxy"; then the bound at a few assumed
-tau, the break-even tau* and the label-blind reference's bound with its own tau*, saying so when the reference
-certifies as much as the target. The calibrated figure of summary.json is not a bound and is not here, nor is the
-paper's convention (the best sweep point, each at the full confidence).
+truth (the twin's, known), else "no bound without an assumption on the proxy"; then the repetitions' spread
+(labelled a spread of bounds), the break-even tau* and the label-blind reference's bound at the same tau with its
+own tau*, saying so when the reference certifies 0 there or as much as the target. The bound at hypothetical taus
+(the report's table), the calibrated figure of summary.json (not a bound) and the paper's convention (the best
+sweep point, each at the full confidence) are not here.
 """
 from __future__ import annotations
 
@@ -29,9 +30,6 @@ def _tau(value: float) -> str:
     return number_text(value, ".4g", missing="not computed")
 
 
-SHOWN_TAUS = ("0", "0.01", "0.05", "0.1")  # the assumed taus an observational headline names (of TAU_GRID)
-
-
 @dataclasses.dataclass(frozen=True)
 class Headline:
     """What was certified, at which confidence, about which training mechanism and claimed epsilon."""
@@ -50,10 +48,9 @@ class Headline:
     design: str = OBSERVATIONAL  # observational | injected | membership (the baseline of audit.attack)
     informative_canaries: int = 0  # injected: the canaries with y1 != y0 (the m of the bound)
     tau_break_even: float = math.nan  # observational: the tau at which the bound reaches 0
-    reference_eps_lb: float = math.nan  # observational: the label-blind reference's bound at tau (NaN: none audited)
+    reference_eps_lb: float = math.nan  # observational: the label-blind reference's bound at lead_tau (NaN: none)
     reference_tau_break_even: float = math.nan  # observational: the reference's own tau*, same (first) repetition
     measured_tau: float = math.nan  # observational: the proxy's worst-case TV error on the canaries (NaN: unknown)
-    eps_lb_by_tau: dict[str, float] = dataclasses.field(default_factory=dict)  # observational: bound at assumed taus
     ceiling: float = math.nan  # what an attacker at exactly the claimed eps typically certifies (docs/math.md §5.12)
     ceiling_95: float = math.nan  # the 95th percentile of what that attacker certifies (simulated audits)
     canaries: int = 0  # the m of the bound (informative canaries, canaries, or membership candidates)
@@ -68,6 +65,11 @@ class Headline:
         return f"if the proxy is within TV tau = {self.tau:g} of the truth"
 
     @property
+    def lead_tau(self) -> float:
+        """Observational: the tau the bound (and the reference's) is computed at: the measured error, else tau."""
+        return self.tau if math.isnan(self.measured_tau) else self.measured_tau
+
+    @property
     def is_finding(self) -> bool:
         """True when a bound that assumes nothing of the proxy exceeds the claimed epsilon: the target leaks more
         than claimed."""
@@ -77,16 +79,15 @@ class Headline:
         """One line: the bound, its confidence, what it assumes (its design) and the claimed epsilon, e.g.
         "eps >= X at 95% (injected canaries, no assumption on the proxy; binomial bound, ...)" or, observational,
         "eps >= X at 95% at the proxy's worst-case TV error tau = W, measured against the truth ..." or "no bound
-        without an assumption on the proxy (...): eps >= X at 95% if the proxy is within TV tau = 0 of the truth,
-        ..."; then, for X = 0, :data:`lia_spark.present.wording.NO_EVIDENCE`, and a FINDING mark when a bound
+        without an assumption on the proxy (...): eps >= X at 95% if the proxy is within TV tau = 0 of the truth
+        ..."; then, observational, the spread of the repetitions' bounds, tau* and the reference at the same tau;
+        for X = 0, :data:`lia_spark.present.wording.NO_EVIDENCE`, and a FINDING mark when a bound
         without assumption exceeds the claimed epsilon; numbers read as :mod:`lia_spark.present.wording` writes
         them."""
         tests = f"{self.family} bound, Bonferroni over {self.tests} tests, delta = {self.delta:g}"
         target = (f"for a target trained with {self.mechanism} at claimed eps = "
                   f"{claimed_epsilon_text(self.claimed_epsilon)}")
         bound = f"eps >= {bound_text(self.eps_lb)} at {self.confidence:.0%}"
-        spread = (f"over {self.repetitions} repetitions {number_text(self.eps_lb_mean, '.3f')} +- "
-                  f"{number_text(self.eps_lb_std, '.3f')}")
         if self.design == INJECTED:
             runs = "one training run" if self.training_runs == 1 else f"{self.training_runs} training runs pooled"
             line = (f"{bound} (injected canaries, no assumption on the proxy; {tests}; {self.informative_canaries} "
@@ -95,12 +96,11 @@ class Headline:
             line = f"{bound} (membership canaries, one training run; {tests}) {target}"
         elif not self.assumption:
             line = (f"{bound} at the proxy's worst-case TV error tau = {_tau(self.measured_tau)} on the {self.canaries} "
-                    f"canaries, measured against the twin's true P(y=1|x) (observational design; {tests}) {target}; "
-                    f"{spread}; {self._assumed_text('if the proxy were closer')}")
+                    f"canaries, measured against the twin's true P(y=1|x) (observational design; {tests}) {target}"
+                    f"{self._observational_text()}")
         else:
             line = (f"no bound without an assumption on the proxy (observational design; {tests}) {target}: {bound} "
-                    f"{self.assumption} ({spread}); {self._assumed_text('assuming')}")
-        line += self._reference_text()
+                    f"{self.assumption}{self._observational_text()}")
         if self.eps_lb == 0.0:
             line += f" - {NO_EVIDENCE}{self._ceiling_text()}"
         if self.is_finding:
@@ -108,24 +108,25 @@ class Headline:
                      f"{claimed_epsilon_text(self.claimed_epsilon)}")
         return line
 
-    def _assumed_text(self, lead: str) -> str:
-        """"<lead> TV tau = 0: eps >= X, 0.01: Y, ...; 0 from tau* = T" from :attr:`eps_lb_by_tau` (first
-        repetition)."""
-        shown = [f"{tau}: {bound_text(value)}" for tau, value in self.eps_lb_by_tau.items() if tau in SHOWN_TAUS]
-        assumed = f"{lead} TV tau = {', '.join(shown)}; " if shown else ""
-        return f"{assumed}0 from tau* = {_tau(self.tau_break_even)}"
+    def _observational_text(self) -> str:
+        """"; the R repetitions' bounds (a spread of bounds, not a bound): mean A, std S; 0 for any tau above
+        tau* = T" and the label-blind reference at the same tau (:meth:`_reference_text`)."""
+        spread = ("" if self.repetitions == 1 else
+                  f"; the {self.repetitions} repetitions' bounds (a spread of bounds, not a bound): mean "
+                  f"{number_text(self.eps_lb_mean, '.3f')}, std {number_text(self.eps_lb_std, '.3f')}")
+        return (f"{spread}; the bound is 0 for any tau above tau* = {_tau(self.tau_break_even)}"
+                f"{self._reference_text()}")
 
     def _reference_text(self) -> str:
-        """Observational: the label-blind reference's bound and its own tau* (same repetition), and what it means
-        when it certifies as much as the target at the same tau."""
-        if self.design != OBSERVATIONAL:
-            return ""
+        """The label-blind reference's bound at the headline's tau with its own tau* (same repetition), "certifies
+        0 at this tau" where it does, and what it means when it certifies as much as the target."""
         if math.isnan(self.reference_eps_lb):
             return "; no label-blind reference audited"
-        line = (f"; a label-blind reference reaches {bound_text(self.reference_eps_lb)} at tau = {self.tau:g} (its "
-                f"own tau* = {_tau(self.reference_tau_break_even)}, same repetition)")
-        target = self.eps_lb_by_tau.get(f"{self.tau:g}", math.nan)
-        if self.reference_eps_lb >= target:
+        at = (f"at this tau ({_tau(self.lead_tau)}; its own tau* = {_tau(self.reference_tau_break_even)}, same "
+              f"repetition)")
+        found = "certifies 0" if self.reference_eps_lb == 0.0 else f"reaches {bound_text(self.reference_eps_lb)}"
+        line = f"; a label-blind reference {found} {at}"
+        if self.reference_eps_lb >= self.eps_lb:
             line += " - the target shows no more than a model that never saw the labels"
         return line
 

@@ -128,9 +128,9 @@ def _ceiling(summary: AuditSummary) -> list[str]:
 
 
 def _tau_sensitivity(summary: AuditSummary) -> list[str]:
-    """Observational design only: the proxy's measured error and the bound at it (on the twin), the first
-    repetition's valid bound at each assumed tau, the break-even tau* and the label-blind reference (with the
-    calibrated figure, labelled not a bound)."""
+    """Observational design only: the proxy's measured error and the bound at it (on the twin), the break-even tau*,
+    the label-blind reference at the headline's tau (with the calibrated figure, labelled not a bound) and the
+    first repetition's bound at each hypothetical tau (a bound only at taus that cover the proxy's error)."""
     checks = summary.observational
     if checks is None:
         return []
@@ -147,13 +147,14 @@ def _tau_sensitivity(summary: AuditSummary) -> list[str]:
     if reference is None:
         lines.append("no label-blind reference audited (add a reference_prediction column to the canary table)")
     else:
-        lines.append(f"label-blind reference: eps_lb {bound_text(reference.eps_lb)} at tau = "
-                     f"{_tau(summary.tau)}, its own tau* {_tau(reference.tau_break_even)}; not a bound: the "
+        lines.append(f"label-blind reference: eps_lb {bound_text(reference.eps_lb)} at the headline's tau = "
+                     f"{_tau(reference.tau)}, its own tau* {_tau(reference.tau_break_even)}; not a bound: the "
                      f"target at tau = {_tau(calibrated.tau)} (the reference's largest tau*) reaches "
                      f"{bound_text(calibrated.eps_lb)}")
     return ["<p>Observational design: the bound holds only if the proxy is within total variation tau of the true "
             "label distribution on every canary. " + "; ".join(html.escape(line) for line in lines) + ".</p>",
-            _table(["tau", *by_tau], [("eps_lb (first repetition, valid if the proxy is within tau)",
+            _table(["tau", *by_tau], [("eps_lb if the proxy's worst-case error were tau (not a bound; first "
+                                       "repetition)",
                                        *(bound_text(v) for v in by_tau.values()))])]
 
 

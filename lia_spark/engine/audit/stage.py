@@ -368,9 +368,9 @@ def _observational_checks(spark: SparkSession, config: Config, correct: dict[str
     """What the observational bound rests on (docs/math.md §5.10): ``proxy_tv`` (on the twin, the proxy's measured
     error and the valid bound at its maximum, null elsewhere), ``tau_break_even`` (tau* per repetition, first and
     mean), ``eps_lb_by_tau`` (the first repetition's valid bound at the taus of
-    :data:`lia_spark.kernels.audit_sweep.TAU_GRID`), ``reference`` (the label-blind reference's valid bound at
-    audit.tau and its own tau*, null without one) and ``calibrated`` (the target's bound at the reference's largest
-    tau*: not a bound, kept for comparison)."""
+    :data:`lia_spark.kernels.audit_sweep.TAU_GRID`), ``reference`` (the label-blind reference's valid bound at the
+    headline's tau: the proxy's measured maximum error on the twin, else audit.tau; and its own tau*; null without
+    one) and ``calibrated`` (the target's bound at the reference's largest tau*: not a bound, kept for comparison)."""
     section = config.audit
     family = headline_family(section)
     valid = names.bound_key(family, names.BONFERRONI)
@@ -387,6 +387,7 @@ def _observational_checks(spark: SparkSession, config: Config, correct: dict[str
                                            families=(family,)).best[valid]
 
     own = sensitivity(correct, m)
+    lead_tau = error["max"] if error is not None else section.tau  # the headline's tau: the reference is read there
     checks = ObservationalChecks(
         proxy_tv=None,
         tau_break_even=TauBreakEven(first=float(own.break_even[0]), mean=float(own.break_even.mean()),
@@ -404,19 +405,19 @@ def _observational_checks(spark: SparkSession, config: Config, correct: dict[str
     if found is None:
         return checks
     size, reference = found.canaries, found.correct
-    reference_best = bound_at(reference, size, section.tau)
+    reference_best = bound_at(reference, size, lead_tau)
     reference_tau = sensitivity(reference, size)
     calibrated_tau = float(reference_tau.break_even.max())
     calibrated = bound_at(correct, m, calibrated_tau)
     reference_statistics = audit_sweep.summarize({"eps_lb": reference_best})["eps_lb"]
     checks = dataclasses.replace(checks, reference=ReferenceBound(
-        eps_lb=float(reference_best[0]), **reference_statistics, tau_break_even=float(reference_tau.break_even[0]),
-        canaries=size), calibrated=Calibrated(
+        eps_lb=float(reference_best[0]), **reference_statistics, tau=lead_tau,
+        tau_break_even=float(reference_tau.break_even[0]), canaries=size), calibrated=Calibrated(
         tau=calibrated_tau, eps_lb=float(calibrated[0]), eps_lb_mean=float(calibrated.mean()),
         note="not a bound: the target's bound at the tau that brings the label-blind reference to 0 in every "
              "repetition; it would hold only if that tau covered the proxy's error, which nothing checks"))
-    logger.info("audit: label-blind reference eps_lb %.3f at tau %g (its tau* %.3g); not a bound: the target at "
-                "tau %.3g, %.3f", reference_best[0], section.tau, reference_tau.break_even[0], calibrated_tau,
+    logger.info("audit: label-blind reference eps_lb %.3f at tau %.4g (its tau* %.3g); not a bound: the target at "
+                "tau %.3g, %.3f", reference_best[0], lead_tau, reference_tau.break_even[0], calibrated_tau,
                 calibrated[0])
     return checks
 
@@ -430,7 +431,7 @@ def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, c
               runs: int = 1) -> Headline:
     """The first repetition's valid (Bonferroni over scores x sweep points) bound of :func:`headline_family`, with
     what it assumes: nothing (injected; observational at the proxy's measured worst-case error, ``proxy_tv``) or
-    audit.tau, with tau*, the bound at a few assumed tau and the reference (observational), beside the claimed
+    audit.tau, with tau* and the reference at the same tau (observational), beside the claimed
     privacy of the target the train stage reports (``trained``, its result), or for a target this project did not
     train, ``given`` (its description; "an unknown mechanism" for a canary table of audit.canary_path) at
     audit.claimed_epsilon (NaN when not stated); ``runs`` the training runs pooled into the injected game."""
@@ -452,7 +453,6 @@ def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, c
                     reference_eps_lb=reference.eps_lb if reference is not None else math.nan,
                     reference_tau_break_even=reference.tau_break_even if reference is not None else math.nan,
                     measured_tau=measured.max if measured is not None else math.nan,
-                    eps_lb_by_tau=dict(observational.eps_lb_by_tau) if observational is not None else {},
                     training_runs=runs)
 
 
