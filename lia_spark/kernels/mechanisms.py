@@ -25,7 +25,8 @@ MAX_UNIT_BITS = 20
 UNIT_SHIFT = 40  # bag id = unit * 2^40 + index of the bag inside its unit
 
 
-def _check_epsilon(epsilon: float) -> float:
+def checked_epsilon(epsilon: float) -> float:
+    """``epsilon`` as a float, which must be finite and > 0 (ValueError naming the value otherwise)."""
     eps = float(epsilon)
     if not np.isfinite(eps) or eps <= 0.0:
         raise ValueError(f"epsilon must be a finite positive number, got epsilon={epsilon!r}")
@@ -48,7 +49,7 @@ def _sizes(bag_sizes) -> np.ndarray:
 
 def flip_probability(epsilon: float) -> float:
     """RR flip probability pi = 1 / (1 + e^eps)."""
-    return float(expit(-_check_epsilon(epsilon)))
+    return float(expit(-checked_epsilon(epsilon)))
 
 
 def epsilon_from_flip_probability(flip: float) -> float:
@@ -101,7 +102,7 @@ def _per_bag(bag_sums_, bag_sizes, bag_ids) -> tuple[np.ndarray, np.ndarray, np.
 def laplace_release(bag_sums, bag_sizes, bag_ids, *, epsilon: float, seed: int) -> np.ndarray:
     """LLP+Lap(eps, k): alpha + Z, Z ~ Laplace(scale 1/(k eps)) by inversion of u ~ U(0, 1) keyed on the bag id:
     Z = -scale sign(u - 1/2) log(1 - 2 |u - 1/2|) (finite since u lies strictly inside (0, 1))."""
-    eps = _check_epsilon(epsilon)
+    eps = checked_epsilon(epsilon)
     sums, sizes, ids = _per_bag(bag_sums, bag_sizes, bag_ids)
     centred = hashing.uniform(seed, LAPLACE_PURPOSE, ids) - 0.5
     noise = -np.sign(centred) * np.log1p(-2.0 * np.abs(centred)) / (sizes * eps)
@@ -115,7 +116,7 @@ def geometric_release(bag_sums, bag_sizes, bag_ids, *, epsilon: float, seed: int
     Returns:
         (Z, f(Z)/k) with the unbiased post-processing f(0) = -a/(1-a), f(k) = k + a/(1-a), f(z) = z otherwise.
     """
-    eps = _check_epsilon(epsilon)
+    eps = checked_epsilon(epsilon)
     sums, sizes, ids = _per_bag(bag_sums, bag_sizes, bag_ids)
     g1 = np.floor(np.log(hashing.uniform(seed, GEOMETRIC_PURPOSE, ids, 0)) / -eps)
     g2 = np.floor(np.log(hashing.uniform(seed, GEOMETRIC_PURPOSE, ids, 1)) / -eps)
@@ -153,7 +154,7 @@ BAG_RELEASES: dict[str, Callable[..., BagRelease]] = {
 
 def geometric_post_process(clipped_sums, bag_sizes, *, epsilon: float) -> np.ndarray:
     """Unbiased f(Z): -a/(1-a) at Z = 0, k + a/(1-a) at Z = k, Z elsewhere (a = e^-eps)."""
-    eps = _check_epsilon(epsilon)
+    eps = checked_epsilon(epsilon)
     z = np.asarray(clipped_sums, dtype=np.float64)
     k = np.asarray(bag_sizes, dtype=np.float64)
     shift = 1.0 / np.expm1(eps)  # a / (1 - a)

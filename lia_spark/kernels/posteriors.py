@@ -27,6 +27,7 @@ import numpy as np
 from scipy.special import expit
 
 from lia_spark.kernels import _forward_backward as fb
+from lia_spark.kernels.mechanisms import checked_epsilon
 from lia_spark.names import LLP, LLP_GEOMETRIC, LLP_LAPLACE, MAX_BAG_SIZE
 
 
@@ -36,13 +37,6 @@ class Posteriors:
 
     posterior: np.ndarray
     multiplicative_advantage: np.ndarray
-
-
-def _check_epsilon(epsilon: float) -> float:
-    eps = float(epsilon)
-    if not np.isfinite(eps) or eps <= 0.0:
-        raise ValueError(f"epsilon must be a finite positive number, got epsilon={epsilon!r}")
-    return eps
 
 
 def checked_priors(priors, name: str = "priors") -> np.ndarray:
@@ -99,7 +93,7 @@ def _run(priors: np.ndarray, offsets: np.ndarray, mechanism: int, values: np.nda
 def rr(prior, released, *, epsilon: float) -> Posteriors:
     """Randomized response: post = (1-pi) eta / ((1-pi) eta + pi (1-eta)) if released 1, else
     pi eta / (pi eta + (1-pi)(1-eta)), pi = 1/(1+e^eps); I = +eps / -eps exactly. Elementwise."""
-    eps = _check_epsilon(epsilon)
+    eps = checked_epsilon(epsilon)
     eta = checked_priors(prior, "prior")
     rel = np.asarray(released)
     if rel.shape != eta.shape or not np.all((rel == 0) | (rel == 1)):
@@ -122,7 +116,7 @@ def llp_bags(priors, bag_sizes, bag_sums) -> Posteriors:
 
 def llp_laplace_bags(priors, bag_sizes, released_proportions, *, epsilon: float) -> Posteriors:
     """LLP + Laplace(1/(k eps)) on the proportion over many bags: f(alpha | b) ~ exp(-k eps |alpha - b/k|)."""
-    eps = _check_epsilon(epsilon)
+    eps = checked_epsilon(epsilon)
     eta = checked_priors(priors)
     offsets = bag_offsets(eta, bag_sizes)
     alpha = _per_bag(released_proportions, offsets.size - 1, "released_proportions")
@@ -131,7 +125,7 @@ def llp_laplace_bags(priors, bag_sizes, released_proportions, *, epsilon: float)
 
 def llp_geometric_bags(priors, bag_sizes, clipped_sums, *, epsilon: float) -> Posteriors:
     """LLP + two-sided geometric noise on the sum, clipped to [0, k], over many bags (conditions on Z)."""
-    eps = _check_epsilon(epsilon)
+    eps = checked_epsilon(epsilon)
     eta = checked_priors(priors)
     offsets = bag_offsets(eta, bag_sizes)
     z = _integer_sums(clipped_sums, np.diff(offsets), "clipped_sums")

@@ -13,6 +13,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lia_spark.kernels import logloss  # noqa: E402
+from lia_spark.present.plots import save_figure  # noqa: E402
 
 
 def accuracy_plot(results: pd.DataFrame, *, path: str) -> str:
@@ -31,7 +32,7 @@ def accuracy_plot(results: pd.DataFrame, *, path: str) -> str:
     for axis in (left, right):
         axis.set_ylim(0.4, 1.05)
         axis.legend(fontsize=8)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def _accuracy_line(axis: plt.Axes, x: pd.Series, rows: pd.DataFrame, *, label: str) -> None:
@@ -54,11 +55,6 @@ def labels_per_query_plot(results: pd.DataFrame, *, n_rows: int, path: str) -> s
     axis.set(xscale="log", xlabel="oracle error tolerated (tau, loss units)", ylabel="labels per query",
              title=f"log-loss attacks on {n_rows} labels")
     axis.legend()
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
-def _save(figure: plt.Figure, path: str) -> str:
-    figure.tight_layout()
-    figure.savefig(path, dpi=90)
-    plt.close(figure)
-    return path

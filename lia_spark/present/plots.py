@@ -72,7 +72,7 @@ def spindle_plot(sample: pd.DataFrame, *, mechanism: str, path: str) -> str:
     for axis in axes.flat[len(panels):]:
         axis.set_visible(False)
     figure.suptitle(f"{mechanism}: prior vs posterior", fontsize=10)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def cdf_steps(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +120,7 @@ def cdf_plot(sample: pd.DataFrame, *, mechanism: str, column: str, xlabel: str, 
     axes[0, 0].set_ylabel("share of rows <= x", fontsize=8)
     axes[0, -1].legend(fontsize=7, loc="lower right")
     figure.suptitle(f"{mechanism}: empirical CDF over sampled rows", fontsize=10)
-    return _save(figure, path)
+    return save_figure(figure, path)
 
 
 def plot_posteriors(sample: pd.DataFrame, *, output_dir: str) -> list[str]:
@@ -141,7 +141,8 @@ def plot_posteriors(sample: pd.DataFrame, *, output_dir: str) -> list[str]:
     return written
 
 
-def _save(figure: plt.Figure, path: str) -> str:
+def save_figure(figure: plt.Figure, path: str) -> str:
+    """Lay ``figure`` out, write it to ``path`` (PNG, 90 dpi), close it and return ``path``."""
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
