@@ -9,10 +9,12 @@ from its canary table (:func:`lia_spark.studies.power.audit_choice`, the stage's
     python benchmarks/bench_audit_power.py --root runs/power --flip-shares 0.05 0.1 0.2 0.5 --run   # counterfactual
     python benchmarks/bench_audit_power.py --root runs/power --render
 
-``--run`` starts the seeds whose table is missing (not those already analysed whose runs were deleted); the analysis
-reads whatever cells are complete. Each study is its own BENCHMARKS.md section (one study re-run alone leaves the
-others as they are) and its analysed bounds are kept in ``benchmarks/audit_power.json``, so ``--render`` rewrites a
-study's section from there when its training runs are gone.
+The choices are ranked on ``--seeds`` (1-5, in-sample); ``--fresh-seeds`` (6-10) re-measure them out of sample, and
+each study's section shows both side by side. ``--run`` starts the seeds whose table is missing (not those already
+analysed whose runs were deleted); the analysis reads whatever cells are complete. Each study is its own
+BENCHMARKS.md section (one study re-run alone leaves the others as they are) and its analysed bounds are kept in
+``benchmarks/audit_power.json``, so ``--render`` rewrites a study's section from there when its training runs are
+gone.
 """
 from __future__ import annotations
 
@@ -197,21 +199,10 @@ def choice_table(frame: pd.DataFrame, cells: list[str]) -> str:
     return "\n".join(lines)
 
 
-def never_worse(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per choice: mean eps_lb over the cells' means, and the cells where its mean falls more than one std (of the
-    best choice in that cell) below the best mean: a loss beyond noise."""
-    means = frame.groupby(["choice", "cell"], sort=False)["eps_lb"].agg(["mean", "std"]).reset_index()
-    best = means.loc[means.groupby("cell")["mean"].idxmax()].set_index("cell")
-    means["worse"] = means.apply(lambda r: r["mean"] < best.loc[r["cell"], "mean"]
-                                 - np.nan_to_num(best.loc[r["cell"], "std"]), axis=1)
-    summary = means.groupby("choice", sort=False).agg(mean_over_cells=("mean", "mean"), cells_worse=("worse", "sum"))
-    return summary.sort_values(["cells_worse", "mean_over_cells"], ascending=[True, False])
-
-
 def decision_lines(frame: pd.DataFrame) -> list[str]:
     """The strongest choices that are never more than one std below the best in any cell, and where the default
     stands."""
-    ranked = never_worse(frame)
+    ranked = power.ranked_choices(frame)
     lines = [f"- {choice}: mean over cells {row.mean_over_cells:.3f}, {int(row.cells_worse)} cell(s) more than one std "
              f"below the best" + (" **(default)**" if choice == DEFAULT else "")
              for choice, row in ranked.head(6).iterrows()]
@@ -233,6 +224,29 @@ def utility_table(frame: pd.DataFrame, cells: list[str]) -> str:
         share = rows["informative"] / rows["canaries"]
         lines.append(f"| {cell} | {share.mean():.4f} | {spread_text(rows['test_auc'], 4)} "
                      f"| {spread_text(rows['test_log_loss'], 4)} |")
+    return "\n".join(lines)
+
+
+def out_of_sample_table(frame: pd.DataFrame, cells: list[str], chosen_on: list[int], fresh: list[int]) -> str:
+    """The choices ranked best on the seeds ``chosen_on`` (and the default), each cell "in-sample / out-of-sample"
+    (eps_lb mean +- std on each seed set), the ranks on both, and the default's ceiling from the same runs."""
+    compared = power.out_of_sample(frame[frame["cell"].isin(cells)], chosen_on, fresh)
+    if DEFAULT not in set(compared["choice"]):
+        compared = pd.concat([compared, power.out_of_sample(
+            frame[frame["cell"].isin(cells) & (frame["choice"] == DEFAULT)], chosen_on, fresh)], ignore_index=True)
+    lines = ["| choice | rank in / out | " + " | ".join(cells) + " |", "|---|---|" + "---|" * len(cells)]
+    for choice, rows in compared.groupby("choice", sort=False):
+        by_cell = rows.set_index("cell")
+        values = [f"{by_cell.at[cell, 'in_sample_mean']:.3f} +- {by_cell.at[cell, 'in_sample_std']:.3f} / "
+                  f"{by_cell.at[cell, 'out_of_sample_mean']:.3f} +- {by_cell.at[cell, 'out_of_sample_std']:.3f}"
+                  if cell in by_cell.index else "-" for cell in cells]
+        mark = " (default)" if choice == DEFAULT else ""
+        ranks = f"{rows['rank_in_sample'].iat[0]} / {rows['rank_out_of_sample'].iat[0]}"
+        lines.append(f"| {choice.replace('|', chr(92) + '|')}{mark} | {ranks} | " + " | ".join(values) + " |")
+    default = frame[frame["choice"] == DEFAULT]
+    ceilings = [" / ".join(format(default.loc[(default["cell"] == cell) & default["seed"].isin(seeds), "ceiling"]
+                                  .mean(), ".3f") for seeds in (chosen_on, fresh)) for cell in cells]
+    lines.append("| ceiling at the claimed eps (default choice) | | " + " | ".join(ceilings) + " |")
     return "\n".join(lines)
 
 
@@ -287,20 +301,36 @@ def header() -> str:
         "(docs/math.md §5.12). Each study below is its own section, with the time it was measured."])
 
 
-def study_section(label: str, frame: pd.DataFrame) -> str:
-    """One study: eps_lb per choice and cell, the strongest choices, utility, and bounds above the claimed eps."""
+def seeds_text(seeds: list[int]) -> str:
+    return ", ".join(map(str, sorted(seeds)))
+
+
+def study_section(label: str, frame: pd.DataFrame, chosen_on: list[int], fresh: list[int]) -> str:
+    """One study: eps_lb per choice and cell and the strongest choices on the seeds ``chosen_on`` (in-sample), the
+    ranked choices re-measured on the ``fresh`` seeds beside it (when the study has them), utility, and bounds
+    above the claimed eps."""
     cells = shown_cells(frame)
     finite = frame[np.isfinite(frame["claimed_epsilon"])]
     above = finite[finite["eps_lb"] > finite["claimed_epsilon"]]
-    seeds = frame["seed"].nunique()
-    spread = (":" if seeds > 1 else ". With one training run per cell so far there is no spread: any value below "
-              "the best counts as worse, and the ranking is one draw, not a finding.")
-    return "\n\n".join([
-        f"### {label}", choice_table(frame, cells),
-        "Strongest choices that are never meaningfully worse (a cell's mean more than one std of the best choice "
-        f"below the best counts as worse){spread}", "\n".join(decision_lines(frame[frame["cell"].isin(cells)])),
-        "Utility and informative share per cell (default counterfactual: y1 ~ M'(x)):", utility_table(frame, cells),
-        f"Bounds above their claimed eps: {len(above)} of {len(finite)} (cell, seed, choice) audits."])
+    selection = frame[frame["seed"].isin(chosen_on)]
+    held_out = sorted(set(frame["seed"]) & set(fresh))
+    spread = (":" if selection["seed"].nunique() > 1 else ". With one training run per cell so far there is no "
+              "spread: any value below the best counts as worse, and the ranking is one draw, not a finding.")
+    parts = [f"### {label}",
+             f"In-sample: the seeds the choices are ranked on ({seeds_text(selection['seed'].unique())}).",
+             choice_table(selection, cells),
+             "Strongest choices that are never meaningfully worse (a cell's mean more than one std of the best "
+             f"choice below the best counts as worse){spread}",
+             "\n".join(decision_lines(selection[selection["cell"].isin(cells)]))]
+    if held_out:
+        parts += [f"Out-of-sample: the ranked choices and the default re-measured on fresh seeds "
+                  f"({seeds_text(held_out)}), which played no part in the ranking; each cell in-sample / "
+                  "out-of-sample (eps_lb mean +- std over the seeds), ranks by the rule above on each seed set:",
+                  out_of_sample_table(frame, cells, sorted(selection["seed"].unique()), held_out)]
+    parts += ["Utility and informative share per cell, every seed (default counterfactual: y1 ~ M'(x)):",
+              utility_table(frame, cells),
+              f"Bounds above their claimed eps: {len(above)} of {len(finite)} (cell, seed, choice) audits."]
+    return "\n\n".join(parts)
 
 
 def flip_section(flips: dict[str, pd.DataFrame]) -> str:
@@ -334,7 +364,10 @@ def study_results(root: str, rows: int, library: str, share: float | None, seeds
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default="runs/power")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5],
+                        help="the seeds the choices are ranked on (in-sample)")
+    parser.add_argument("--fresh-seeds", type=int, nargs="*", default=[6, 7, 8, 9, 10],
+                        help="seeds that re-measure the ranked choices (out-of-sample)")
     parser.add_argument("--rows", type=int, nargs="+", default=[200_000, 1_000_000])
     parser.add_argument("--library", nargs="+", default=["xgboost", "catboost"])
     parser.add_argument("--flip-shares", type=float, nargs="*", default=[])
@@ -342,7 +375,7 @@ def main(argv=None) -> int:
     parser.add_argument("--run", action="store_true", help="run the audit-table of every seed without a table")
     parser.add_argument("--render", action="store_true", help="write the BENCHMARKS.md sections")
     args = parser.parse_args(argv)
-    plan = [(rows, library, None, args.seeds) for library in args.library for rows in args.rows]
+    plan = [(rows, library, None, args.seeds + args.fresh_seeds) for library in args.library for rows in args.rows]
     plan += [(200_000, "xgboost", share, args.flip_seeds) for share in args.flip_shares]
     if args.run:
         for rows, library, share, seeds in plan:
@@ -366,8 +399,8 @@ def main(argv=None) -> int:
         if frame.empty or share is not None:
             continue
         section = f"{SECTION}_{study_name(rows, library)}"
-        publish(section, study_section(f"{library}, {rows:,} rows per day", frame), render=args.render,
-                after=previous)
+        publish(section, study_section(f"{library}, {rows:,} rows per day", frame, args.seeds, args.fresh_seeds),
+                render=args.render, after=previous)
         previous = section
     flips = {f"flip {share:g}": frames[study_name(200_000, "xgboost", share)] for share in args.flip_shares
              if not frames[study_name(200_000, "xgboost", share)].empty}

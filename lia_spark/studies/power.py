@@ -150,3 +150,39 @@ def mean_std(values) -> tuple[float, float]:
     if values.size == 0:
         return math.nan, math.nan
     return float(values.mean()), float(values.std(ddof=1)) if values.size > 1 else 0.0
+
+
+def ranked_choices(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per choice of ``frame`` (columns choice, cell, eps_lb; one row per seed): ``mean_over_cells`` (the mean of
+    its per-cell mean eps_lb) and ``cells_worse`` (the cells where its mean falls more than one std of the best
+    choice there below the best mean: a loss beyond noise), best first (fewest cells worse, then the larger
+    mean)."""
+    means = frame.groupby(["choice", "cell"], sort=False)["eps_lb"].agg(["mean", "std"]).reset_index()
+    best = means.loc[means.groupby("cell")["mean"].idxmax()].set_index("cell")
+    means["worse"] = means["mean"].to_numpy() < (best.loc[means["cell"], "mean"].to_numpy()
+                                                 - np.nan_to_num(best.loc[means["cell"], "std"].to_numpy()))
+    summary = means.groupby("choice", sort=False).agg(mean_over_cells=("mean", "mean"), cells_worse=("worse", "sum"))
+    return summary.sort_values(["cells_worse", "mean_over_cells"], ascending=[True, False])
+
+
+def out_of_sample(frame: pd.DataFrame, chosen_on: list[int], fresh: list[int], *, top: int = 6) -> pd.DataFrame:
+    """The choice ranking made on the seeds ``chosen_on`` only, re-measured on the ``fresh`` seeds: per choice of
+    the ``top`` ranked (and per cell) the mean and std of eps_lb on each set of seeds and the fresh rank. A rule
+    chosen from seeds is judged on the fresh ones: they played no part in the ranking."""
+    selection = frame[frame["seed"].isin(chosen_on)]
+    held_out = frame[frame["seed"].isin(fresh)]
+    if selection.empty or held_out.empty:
+        raise ValueError(f"out_of_sample: needs rows on both seed sets, got seeds {sorted(set(frame['seed']))} "
+                         f"for chosen_on={chosen_on}, fresh={fresh}")
+    ranked = ranked_choices(selection).head(top).index
+    fresh_rank = {choice: rank for rank, choice in enumerate(ranked_choices(held_out).index, start=1)}
+    rows = []
+    for rank, choice in enumerate(ranked, start=1):
+        for cell in dict.fromkeys(frame.loc[frame["choice"] == choice, "cell"]):
+            pick = (frame["choice"] == choice) & (frame["cell"] == cell)
+            (in_mean, in_std), (out_mean, out_std) = (mean_std(selection.loc[pick[selection.index], "eps_lb"]),
+                                                      mean_std(held_out.loc[pick[held_out.index], "eps_lb"]))
+            rows.append({"choice": choice, "rank_in_sample": rank, "rank_out_of_sample": fresh_rank.get(choice, 0),
+                         "cell": cell, "in_sample_mean": in_mean, "in_sample_std": in_std,
+                         "out_of_sample_mean": out_mean, "out_of_sample_std": out_std})
+    return pd.DataFrame(rows)
