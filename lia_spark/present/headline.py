@@ -66,7 +66,8 @@ class Headline:
 
     @property
     def lead_tau(self) -> float:
-        """Observational: the tau the bound (and the reference's) is computed at: the measured error, else tau."""
+        """The tau the bound (and, observational, the reference's and the ceiling's) is computed at: the measured
+        error of the proxy, else tau (0 for the injected and membership designs)."""
         return self.tau if math.isnan(self.measured_tau) else self.measured_tau
 
     @property

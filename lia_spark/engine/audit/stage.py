@@ -313,7 +313,7 @@ def _audit(run: StageRun) -> AuditResult:
                          runs=runs)
     ceiling = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
                                   tests=bounds.tests, confidence=section.confidence, delta=section.delta,
-                                  tau=tau if math.isnan(headline.measured_tau) else headline.measured_tau,
+                                  tau=headline.lead_tau,
                                   family=headline.family)
     summary = AuditSummary(
         attack=section.attack, design=design, canaries=m, repetitions=repetitions,
