@@ -28,5 +28,8 @@ def test_the_ranking_on_some_seeds_is_re_measured_on_seeds_it_never_saw():
     assert compared.loc[("A", "x"), "in_sample_mean"] == pytest.approx(3.1)
     assert compared.loc[("A", "x"), "out_of_sample_mean"] == pytest.approx(1.1)  # chosen on 1-2, fails on 3-4
     assert compared.loc[("B", "y"), "out_of_sample_std"] == pytest.approx(pd.Series([0.9, 0.8]).std())
+    outside = power.out_of_sample(_frame(), [1, 2], [3, 4], top=1, also=("B",)).set_index(["choice", "cell"])
+    assert outside.loc[("B", "x"), "rank_in_sample"] == 2  # its place in the whole ranking, not 1 of its own
+    assert outside.loc[("B", "x"), "rank_out_of_sample"] == 1 and len(outside) == 4
     with pytest.raises(ValueError, match=r"fresh=\[7\]"):
         power.out_of_sample(_frame(), [1, 2], [7])

@@ -165,24 +165,28 @@ def ranked_choices(frame: pd.DataFrame) -> pd.DataFrame:
     return summary.sort_values(["cells_worse", "mean_over_cells"], ascending=[True, False])
 
 
-def out_of_sample(frame: pd.DataFrame, chosen_on: list[int], fresh: list[int], *, top: int = 6) -> pd.DataFrame:
+def out_of_sample(frame: pd.DataFrame, chosen_on: list[int], fresh: list[int], *, top: int = 6,
+                  also: tuple[str, ...] = ()) -> pd.DataFrame:
     """The choice ranking made on the seeds ``chosen_on`` only, re-measured on the ``fresh`` seeds: per choice of
-    the ``top`` ranked (and per cell) the mean and std of eps_lb on each set of seeds and the fresh rank. A rule
-    chosen from seeds is judged on the fresh ones: they played no part in the ranking."""
+    the ``top`` ranked and of ``also`` (e.g. the default), and per cell, the mean and std of eps_lb on each set of
+    seeds, and the choice's rank on each (:func:`ranked_choices`; 0 where it has no rows). A rule chosen from seeds
+    is judged on the fresh ones: they played no part in the ranking."""
     selection = frame[frame["seed"].isin(chosen_on)]
     held_out = frame[frame["seed"].isin(fresh)]
     if selection.empty or held_out.empty:
         raise ValueError(f"out_of_sample: needs rows on both seed sets, got seeds {sorted(set(frame['seed']))} "
                          f"for chosen_on={chosen_on}, fresh={fresh}")
-    ranked = ranked_choices(selection).head(top).index
-    fresh_rank = {choice: rank for rank, choice in enumerate(ranked_choices(held_out).index, start=1)}
+    ranks = [{choice: rank for rank, choice in enumerate(ranked_choices(part).index, start=1)}
+             for part in (selection, held_out)]
+    shown = list(dict.fromkeys([*ranked_choices(selection).index[:top], *also]))
+    statistics = [part.groupby(["choice", "cell"], sort=False)["eps_lb"].apply(mean_std)
+                  for part in (selection, held_out)]
     rows = []
-    for rank, choice in enumerate(ranked, start=1):
+    for choice in shown:
         for cell in dict.fromkeys(frame.loc[frame["choice"] == choice, "cell"]):
-            pick = (frame["choice"] == choice) & (frame["cell"] == cell)
-            (in_mean, in_std), (out_mean, out_std) = (mean_std(selection.loc[pick[selection.index], "eps_lb"]),
-                                                      mean_std(held_out.loc[pick[held_out.index], "eps_lb"]))
-            rows.append({"choice": choice, "rank_in_sample": rank, "rank_out_of_sample": fresh_rank.get(choice, 0),
-                         "cell": cell, "in_sample_mean": in_mean, "in_sample_std": in_std,
-                         "out_of_sample_mean": out_mean, "out_of_sample_std": out_std})
+            (in_mean, in_std), (out_mean, out_std) = (found.get((choice, cell), (math.nan, math.nan))
+                                                      for found in statistics)
+            rows.append({"choice": choice, "rank_in_sample": ranks[0].get(choice, 0),
+                         "rank_out_of_sample": ranks[1].get(choice, 0), "cell": cell, "in_sample_mean": in_mean,
+                         "in_sample_std": in_std, "out_of_sample_mean": out_mean, "out_of_sample_std": out_std})
     return pd.DataFrame(rows)
