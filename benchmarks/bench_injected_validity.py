@@ -55,7 +55,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
 from lia_spark.kernels import (audit, audit_sweep, bounds, features, injected, mechanism_registry,  # noqa: E402
-                               synthetic, training)
+                               model_libraries, synthetic, training)
 from lia_spark.kernels.criteo import FEATURE_COLUMNS  # noqa: E402
 from lia_spark.names import (BASELINE_NAMES, BINOMIAL, BONFERRONI, NONE, PROXY_PREDICTION, RR,  # noqa: E402
                              SHADOW_PREDICTION, UNIFORM_FLIP, bound_key)
@@ -114,7 +114,7 @@ def twin_data(params: synthetic.TwinParameters, *, day: int, start: int, rows: i
     return data, twin.eta
 
 
-def fit_label_blind(data: training.ModelData, params: training.BoostingParams) -> training.FittedModel:
+def fit_label_blind(data: training.ModelData, params: model_libraries.BoostingParams) -> model_libraries.FittedModel:
     return training.fit_model(data, data.labels, data.split == training.SPLIT_TRAIN,
                               data.split == training.SPLIT_VALID, params=params)
 
@@ -153,7 +153,7 @@ def injected_bound(ids, label, y1, coin, target, baselines: dict[str, np.ndarray
 def repetition(r: int, s: Settings) -> dict:
     started = time.monotonic()
     seed = s.seed + 1000 * r
-    boost = training.BoostingParams(n_estimators=s.trees, max_depth=s.depth, learning_rate=s.learning_rate,
+    boost = model_libraries.BoostingParams(n_estimators=s.trees, max_depth=s.depth, learning_rate=s.learning_rate,
                                     early_stopping_rounds=s.early_stopping, threads=1, seed=r)
     params = synthetic.calibrate_twin(seed=seed, click_rate=s.click_rate, days=2)
     out: dict = {"repetition": r, "twin_seed": seed, "seconds": {}}

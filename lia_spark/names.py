@@ -25,8 +25,7 @@ RR_DEBIASED = "rr_debiased"
 PATE = "pate"  # teachers on disjoint partitions, a student on noisy vote labels (docs/math.md §4.6)
 
 # Model libraries (models.library) and execution paths (models.execution).
-XGBOOST, CATBOOST = "xgboost", "catboost"
-LIBRARIES = (XGBOOST, CATBOOST)
+XGBOOST, CATBOOST = "xgboost", "catboost"  # their facts are in lia_spark.kernels.model_libraries
 IN_MEMORY, DISTRIBUTED = "in_memory", "distributed"
 EXECUTIONS = (IN_MEMORY, DISTRIBUTED)
 
@@ -131,7 +130,7 @@ def bound_key(family: str, convention: str) -> str:
     return f"eps_{family}_{convention}"
 
 
-# Gradient-boosting defaults (models.* and lia_spark.kernels.training.BoostingParams).
+# Gradient-boosting defaults (models.* and lia_spark.kernels.model_libraries.BoostingParams).
 N_ESTIMATORS = 200
 MAX_DEPTH = 6
 LEARNING_RATE = 0.1

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from lia_spark.kernels import label_mechanisms, mechanism_registry, training
+from lia_spark.kernels import label_mechanisms, mechanism_registry, model_libraries
 from lia_spark.kernels.mechanism_registry import MECHANISMS, TRAINING_MECHANISMS, label_mechanism
 from lia_spark.names import BAG_MECHANISMS, LLP, NONE, PATE, RR, RR_WITH_PRIOR
 from lia_spark.run.capabilities import refusal
@@ -27,7 +27,8 @@ def test_an_unknown_name_fails_naming_the_field_and_the_known_names(name):
     with pytest.raises(ValueError, match=rf"^table\.mechanisms must be one of none, rr, .*, got {name!r}$"):
         label_mechanism(name, "table.mechanisms")
     with pytest.raises(ValueError, match=r"^models\.training_mechanism must be one of"):
-        mechanism_registry.train_target(None, mechanism=name, epsilon=1.0, seed=0, params=training.BoostingParams())
+        mechanism_registry.train_target(None, mechanism=name, epsilon=1.0, seed=0,
+                                        params=model_libraries.BoostingParams())
 
 
 @pytest.mark.parametrize("name", TRAINING_MECHANISMS)

@@ -12,9 +12,9 @@ from dp_accounting import rdp
 from pyspark.sql import functions as F
 
 from lia_spark.engine.models.pate_teachers import spark_votes
-from lia_spark.kernels import features, hashing, pate, training
+from lia_spark.kernels import features, hashing, model_libraries, pate, training
 
-MODEL = pate.TeacherModel(n_estimators=15, max_depth=3, learning_rate=0.3, seed=3)
+MODEL = model_libraries.TeacherModel(n_estimators=15, max_depth=3, learning_rate=0.3, seed=3)
 
 
 @pytest.mark.parametrize("noise, sigma, queries", [(pate.GAUSSIAN, 40.0, 1000), (pate.GAUSSIAN, 300.0, 10_000),
@@ -130,8 +130,9 @@ def test_spark_catboost_teachers_stopping_on_the_validation_split_equal_sequenti
     frame = pd.DataFrame({"x": rng.standard_normal(n), "c": rng.integers(0, 5, n).astype(str)})
     labels = (rng.random(n) < 1 / (1 + np.exp(-(frame["x"] + (frame["c"] == "2"))))).astype(np.int8)
     ids = rng.permutation(n).astype(np.int64) * 5 + 2
-    model = pate.TeacherModel(n_estimators=20, max_depth=3, learning_rate=0.4, seed=3, early_stopping_rounds=20,
-                              library="catboost", cat_features=("c",))
+    model = model_libraries.TeacherModel(n_estimators=20, max_depth=3, learning_rate=0.4, seed=3,
+                                         early_stopping_rounds=20, library=model_libraries.CATBOOST_LIBRARY,
+                                         cat_features=("c",))
     validation_ids = ids[:100]
     validation = (frame.iloc[:100].reset_index(drop=True), labels[:100])
     students = ids[100:140]
@@ -165,7 +166,7 @@ def test_missing_teachers_are_refused_naming_the_field(spark):
 
 def test_students_query_the_teachers_own_rows_and_are_calibrated_at_infinity():
     data = _day(4000, seed=5)
-    params = training.BoostingParams(n_estimators=15, max_depth=3, learning_rate=0.3, threads=1, seed=3)
+    params = model_libraries.BoostingParams(n_estimators=15, max_depth=3, learning_rate=0.3, threads=1, seed=3)
     train = data.split == training.SPLIT_TRAIN
     fresh = pate.sequential_votes(data.row_ids[train], data.features[train], data.labels[train], teachers=5,
                                   model=training.teacher_model(params))
@@ -228,7 +229,7 @@ def _published(data: training.ModelData, teachers: int = 4, **fields) -> pate.Pa
 
 def test_published_queries_votes_and_labels_are_keyed_by_row_id_not_row_order():
     data = _day(3000, seed=7)
-    params = training.BoostingParams(threads=1, seed=3)
+    params = model_libraries.BoostingParams(threads=1, seed=3)
     fit = training.train_pate(data, epsilon=8.0, seed=11, params=params, settings=_published(data))
     order = np.random.default_rng(1).permutation(data.row_ids.size)
     shuffled = training.ModelData(data.features[order], data.labels[order], data.row_ids[order], data.split[order])
@@ -247,7 +248,7 @@ def test_published_queries_votes_and_labels_are_keyed_by_row_id_not_row_order():
 
 def test_published_teachers_and_student_stop_on_the_validation_split_only():
     data = _day(3000, seed=8)
-    params = training.BoostingParams(threads=1, seed=3)
+    params = model_libraries.BoostingParams(threads=1, seed=3)
     features_valid, labels_valid = training.validation_rows(data)
     valid = data.split == training.SPLIT_VALID
     assert valid.any() and not (valid & (data.split == training.SPLIT_TRAIN)).any()
@@ -273,10 +274,11 @@ def test_published_pate_trains_catboost_teachers_and_student():
     ids = np.arange(n, dtype=np.int64) * 3 + 1
     frame = pd.DataFrame({"x": numeric, "c": (category * 7919).astype(str)})
     data = training.ModelData(frame, labels, ids, features.split_codes(ids, seed=2, shares=(0.8, 0.04, 0.16)),
-                              library="catboost", cat_features=["c"])
-    params = training.BoostingParams(threads=1, seed=3)
+                              library=model_libraries.CATBOOST_LIBRARY, cat_features=["c"])
+    params = model_libraries.BoostingParams(threads=1, seed=3)
     fit = training.train_pate(data, epsilon=8.0, seed=4, params=params, settings=_published(data, teachers=3))
-    assert fit.model.library == "catboost" and fit.report["epsilon"] == pytest.approx(8.0, rel=1e-9)
+    assert fit.model.library is model_libraries.CATBOOST_LIBRARY
+    assert fit.report["epsilon"] == pytest.approx(8.0, rel=1e-9)
     assert (~np.isnan(fit.released_labels)).sum() == 200
     predictions = fit.model.predict(data.rows(data.split == training.SPLIT_TEST))
     assert np.isfinite(predictions).all() and 0 < predictions.mean() < 1
@@ -292,8 +294,8 @@ def test_a_catboost_teacher_whose_rows_hold_one_class_votes_that_class(label):
     rng = np.random.default_rng(5)
     frame = pd.DataFrame({"x": rng.standard_normal(40), "c": rng.integers(0, 3, 40).astype(str)})
     students = pd.DataFrame({"x": rng.standard_normal(7), "c": rng.integers(0, 3, 7).astype(str)})
-    model = pate.TeacherModel(n_estimators=5, max_depth=2, learning_rate=0.4, seed=1, library="catboost",
-                              cat_features=("c",))
+    model = model_libraries.TeacherModel(n_estimators=5, max_depth=2, learning_rate=0.4, seed=1,
+                                         library=model_libraries.CATBOOST_LIBRARY, cat_features=("c",))
     votes = pate.teacher_votes(np.arange(40), frame, np.full(40, label), np.arange(100, 107), students, teacher=0,
                                vote_seed=3, model=model)
     np.testing.assert_array_equal(votes, np.full(7, label))

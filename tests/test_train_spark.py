@@ -284,7 +284,8 @@ def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
     proxy_rows = read_day(spark, config.parquet_path, config.models.proxy_day)
     spec = preparation.feature_spec(proxy_rows, config)
     day = read_day(spark, config.parquet_path, config.models.target_day)  # days = target
-    data = preparation.collect_model_data(preparation.model_features(day, spec, config), spec, "xgboost")
+    data = preparation.collect_model_data(preparation.model_features(day, spec, config), spec,
+                                          config.models.model_library)
     model_file = os.path.join(config.run.output_dir, "models", "proxy.ubj")
     booster = xgb.Booster(model_file=model_file)
     output = model_output.load_output_transform(model_output.output_transform_file(model_file))
@@ -444,7 +445,7 @@ def _sample_matrix(spark, config):
 
     rows = in_memory_rows(spark, config, config.models.target_day)
     spec = feature_spec(rows, config)
-    data = collect_model_data(model_features(rows, spec, config), spec, config.models.library)
+    data = collect_model_data(model_features(rows, spec, config), spec, config.models.model_library)
     return data.features, data.labels, data.row_ids, data.split
 
 

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark.kernels import features, mechanism_registry, training
+from lia_spark.kernels import features, mechanism_registry, model_libraries, proportion_matching, training
 from lia_spark.kernels import label_mechanisms as lm
 
-PARAMS = training.BoostingParams(n_estimators=40, max_depth=3, learning_rate=0.3, early_stopping_rounds=10,
+PARAMS = model_libraries.BoostingParams(n_estimators=40, max_depth=3, learning_rate=0.3, early_stopping_rounds=10,
                                  threads=1, seed=1)
 
 
@@ -40,16 +40,16 @@ def test_proportion_matching_derivatives_equal_finite_differences():
     bag_index = np.repeat(np.arange(5), [1, 3, 4, 7, 2])
     margins = rng.normal(0, 1.5, bag_index.size)
     alpha = np.array([1.0, 0.3, 0.25, 0.6, -0.2])  # includes a noisy proportion outside [0, 1] (clipped)
-    gradient, exact, gauss_newton = training.proportion_matching_grad_hess(margins, bag_index, alpha)
+    gradient, exact, gauss_newton = proportion_matching.proportion_matching_grad_hess(margins, bag_index, alpha)
     step = 1e-5
     for j in range(margins.size):
         up, down = margins.copy(), margins.copy()
         up[j] += step
         down[j] -= step
-        fd_gradient = (training.proportion_matching_loss(up, bag_index, alpha)
-                       - training.proportion_matching_loss(down, bag_index, alpha)) / (2 * step)
-        fd_hessian = (training.proportion_matching_grad_hess(up, bag_index, alpha)[0][j]
-                      - training.proportion_matching_grad_hess(down, bag_index, alpha)[0][j]) / (2 * step)
+        fd_gradient = (proportion_matching.proportion_matching_loss(up, bag_index, alpha)
+                       - proportion_matching.proportion_matching_loss(down, bag_index, alpha)) / (2 * step)
+        fd_hessian = (proportion_matching.proportion_matching_grad_hess(up, bag_index, alpha)[0][j]
+                      - proportion_matching.proportion_matching_grad_hess(down, bag_index, alpha)[0][j]) / (2 * step)
         assert gradient[j] == pytest.approx(fd_gradient, rel=1e-6, abs=1e-9)
         assert exact[j] == pytest.approx(fd_hessian, rel=1e-5, abs=1e-8)
     assert np.all(gauss_newton > 0)
@@ -58,7 +58,7 @@ def test_proportion_matching_derivatives_equal_finite_differences():
 def test_proportion_matching_with_singleton_bags_is_logistic_loss():
     margins = np.array([-2.0, 0.5, 3.0])
     labels = np.array([0.0, 1.0, 0.0])
-    gradient, exact, _ = training.proportion_matching_grad_hess(margins, np.arange(3), labels)
+    gradient, exact, _ = proportion_matching.proportion_matching_grad_hess(margins, np.arange(3), labels)
     p = 1 / (1 + np.exp(-margins))
     np.testing.assert_allclose(gradient, p - labels, rtol=1e-12)
     np.testing.assert_allclose(exact, p * (1 - p), rtol=1e-9)
@@ -106,7 +106,7 @@ def test_catboost_native_categoricals_learn():
     frame = pd.DataFrame({"x": numeric, "c": category.astype(np.int64) * 7919})
     ids = np.arange(n, dtype=np.int64)
     data = training.ModelData(frame, labels, ids, features.split_codes(ids, seed=3, shares=(0.8, 0.04, 0.16)),
-                              library="catboost", cat_features=["c"])
+                              library=model_libraries.CATBOOST_LIBRARY, cat_features=["c"])
     auc = _test_auc(data, mechanism="none", epsilon=math.inf)
     assert auc > 0.75, auc
     with pytest.raises(ValueError, match="catboost"):

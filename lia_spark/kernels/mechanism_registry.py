@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from lia_spark.names import (CATBOOST, DISTRIBUTED, IN_MEMORY, LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, NONE, PATE,
-                             RR, RR_DEBIASED, RR_WITH_PRIOR, XGBOOST)
+from lia_spark.kernels.model_libraries import LIBRARIES
+from lia_spark.names import (DISTRIBUTED, IN_MEMORY, LLP, LLP_GEOMETRIC, LLP_LAPLACE, LP_2ST, NONE, PATE, RR,
+                             RR_DEBIASED, RR_WITH_PRIOR)
 
 if TYPE_CHECKING:  # the types only: importing training at load time would slow every configuration check
     from lia_spark.kernels.training import ModelData, TargetFit, TargetRequest
@@ -104,7 +105,7 @@ class LabelMechanism:
     true_labels_at_infinity: bool = True
     rr_closed_form: bool = False
     utility_extra: bool = False
-    libraries: tuple[str, ...] = (XGBOOST, CATBOOST)
+    libraries: tuple[str, ...] = tuple(LIBRARIES)
     executions: tuple[str, ...] = (IN_MEMORY, DISTRIBUTED)
     limitation: str = ""
 
@@ -117,7 +118,8 @@ class LabelMechanism:
         return not self.private and not self.bag_release or self.true_labels_at_infinity and math.isinf(epsilon)
 
 
-_BAGS = dict(bag_release=True, train=train_on_bags, true_labels_at_infinity=False, libraries=(XGBOOST,),
+_BAGS = dict(bag_release=True, train=train_on_bags, true_labels_at_infinity=False,
+             libraries=tuple(name for name, library in LIBRARIES.items() if library.bag_objective),
              limitation="proportion matching is an xgboost objective here")
 
 # Display names are the paper's (Ghazi et al. 2021, "Deep Learning with Label Differential Privacy", for LP-1ST /

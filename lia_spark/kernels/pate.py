@@ -33,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 
 from lia_spark.kernels import hashing
+from lia_spark.kernels.model_libraries import TeacherModel
 
 GAUSSIAN, LAPLACE = "gaussian", "laplace"
 NOISES = (GAUSSIAN, LAPLACE)
@@ -247,7 +248,7 @@ def _take(features: Any, index: np.ndarray) -> Any:
 
 
 def teacher_votes(row_ids: np.ndarray, features: Any, labels: np.ndarray, student_ids: np.ndarray,
-                  student_features: Any, *, teacher: int, vote_seed: int, model: "TeacherModel",
+                  student_features: Any, *, teacher: int, vote_seed: int, model: TeacherModel,
                   validation: tuple[Any, np.ndarray] | None = None) -> np.ndarray:
     """One teacher: a GBDT of ``model`` (one thread) fitted on its rows in row-id order and its votes on the student
     rows sampled from its predictions (:func:`sampled_votes`). Early stopping: on ``validation`` (features, true
@@ -267,43 +268,8 @@ def teacher_votes(row_ids: np.ndarray, features: Any, labels: np.ndarray, studen
         own_holdout = bool(model.early_stopping_rounds) and 0 < held.sum() < held.size
         fit = (_take(features, np.flatnonzero(~held)), labels[~held]) if own_holdout else (features, labels)
         held_out = (_take(features, np.flatnonzero(held)), labels[held]) if own_holdout else None
-    probabilities = _teacher_predictions(model, fit, held_out, student_features)
+    probabilities = model.library.teacher_predictions(model, fit, held_out, student_features)
     return sampled_votes(probabilities, student_ids, teacher=teacher, seed=vote_seed)
-
-
-def _teacher_predictions(model: "TeacherModel", fit: tuple[Any, np.ndarray], held_out: tuple[Any, np.ndarray] | None,
-                         student_features: Any) -> np.ndarray:
-    """P_t(y=1|x) on the student rows of a teacher fitted on ``fit`` (one thread), kept at its best iteration on
-    ``held_out`` when given (every tree otherwise). CatBoost refuses labels of one class: a teacher whose rows hold
-    one class (a small partition of rare clicks) predicts that class on every student row, as any model fitted on
-    them would."""
-    features, labels = fit
-    if model.library == "catboost" and labels.size and labels.min() == labels.max():
-        return np.full(len(student_features), float(labels[0]))
-    if model.library == "catboost":
-        from catboost import CatBoostClassifier
-
-        booster = CatBoostClassifier(iterations=model.n_estimators, depth=model.max_depth,
-                                     learning_rate=model.learning_rate, thread_count=1, random_seed=model.seed % 2**31,
-                                     verbose=False, allow_writing_files=False,
-                                     early_stopping_rounds=model.early_stopping_rounds or None)
-        booster.fit(features, labels, cat_features=list(model.cat_features), eval_set=held_out,
-                    use_best_model=held_out is not None)
-        return booster.predict_proba(student_features)[:, 1]
-    import xgboost as xgb
-
-    base = float(np.clip(labels.mean() if labels.size else 0.5, 1e-4, 1 - 1e-4))
-    params = {"tree_method": "hist", "max_depth": model.max_depth, "eta": model.learning_rate, "nthread": 1,
-              "seed": model.seed % 2**31, "verbosity": 0, "objective": "binary:logistic", "base_score": base,
-              "eval_metric": "logloss"}
-    if held_out is not None:
-        booster = xgb.train(params, xgb.DMatrix(features, label=labels), model.n_estimators,
-                            evals=[(xgb.DMatrix(held_out[0], label=held_out[1]), "holdout")],
-                            early_stopping_rounds=model.early_stopping_rounds or model.n_estimators, verbose_eval=False)
-        trees = (0, booster.best_iteration + 1)
-    else:
-        booster, trees = xgb.train(params, xgb.DMatrix(features, label=labels), model.n_estimators), (0, 0)
-    return booster.predict(xgb.DMatrix(student_features), iteration_range=trees)
 
 
 def missing_teachers(found: np.ndarray, *, teachers: int, rows: int) -> ValueError:
@@ -318,20 +284,6 @@ def missing_teachers(found: np.ndarray, *, teachers: int, rows: int) -> ValueErr
 # The teachers are fitted on all training rows, row i with teacher teacher_index(i); the seed keys the
 # partition and the vote draws.
 TeacherVotes = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
-
-
-@dataclasses.dataclass(frozen=True)
-class TeacherModel:
-    """The teachers' boosting settings (:func:`teacher_votes`): library (xgboost on a matrix, catboost on a frame
-    with the categorical columns ``cat_features``), trees, depth, learning rate, seed and early stopping rounds."""
-
-    n_estimators: int
-    max_depth: int
-    learning_rate: float
-    seed: int
-    early_stopping_rounds: int = 0
-    library: str = "xgboost"
-    cat_features: tuple[str, ...] = ()
 
 
 def sequential_votes(row_ids: np.ndarray, features: Any, labels: np.ndarray, *, teachers: int,

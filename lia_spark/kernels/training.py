@@ -1,224 +1,32 @@
-"""In-memory gradient-boosted models on privatized labels (docs/math.md §4): XGBoost, CatBoost, proportion matching.
+"""In-memory gradient-boosted targets on privatized labels (docs/math.md §4): the day's rows on the driver, the
+metrics, and the trainers of the training mechanisms (one released label per row, LP-2ST, bag proportions, PATE).
 
-Pure (no Spark): arrays in, fitted models and metrics out. The Spark stage collects one day's features to
-the driver and calls :func:`lia_spark.kernels.mechanism_registry.train_target` / :func:`fit_model`; the distributed path reuses the label
-mechanisms and metrics from here.
-
-Proportion matching (PropMatch, auditing paper sec. 2): with margins f_ij, p_ij = sigmoid(f_ij), bag mean
-m_i = (1/k_i) sum_j p_ij and released proportion alpha_i, the loss is
-
-    L = sum_i BCE(m_i, alpha_i) = -sum_i [alpha_i log m_i + (1 - alpha_i) log(1 - m_i)],
-
-whose exact per-row derivatives are, with D_i = (m_i - alpha_i) / (m_i (1 - m_i)) and s = p (1 - p):
-
-    dL/df_ij   = D_i s_ij / k_i
-    d2L/df_ij2 = (alpha_i/m_i^2 + (1-alpha_i)/(1-m_i)^2) (s_ij/k_i)^2 + D_i s_ij (1 - 2 p_ij) / k_i.
-
-The second term can be negative; boosting uses max(exact, Gauss-Newton term), the Gauss-Newton term
-(the first one) being positive. For k = 1 this is plain logistic loss (g = p - y, h = p (1 - p)).
+Pure (no Spark): arrays in, fitted models and metrics out. The Spark stage collects one day's features to the driver
+and calls :func:`lia_spark.kernels.mechanism_registry.train_target` / :func:`fit_model`; the libraries themselves
+(:mod:`lia_spark.kernels.model_libraries`) fit and predict.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 import math
-import os
-import time
 from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
-from scipy.special import expit, logit
 from sklearn.metrics import log_loss, roc_auc_score
 
-from lia_spark import names
 from lia_spark.kernels import hashing
 from lia_spark.kernels import label_mechanisms as lm
-from lia_spark.kernels import model_output, pate
+from lia_spark.kernels import pate
+from lia_spark.kernels.model_libraries import (XGBOOST_LIBRARY, Bags, BoostingParams, FittedModel, ModelLibrary,
+                                              TeacherModel)
+from lia_spark.kernels.proportion_matching import PROBABILITY_CLIP
 
 logger = logging.getLogger(__name__)
 
 SPLIT_TRAIN, SPLIT_VALID, SPLIT_TEST = 0, 1, 2
 SPLIT_LEFT_OUT = 3  # training rows left out of the target (the membership baseline's non-members)
-PROBABILITY_CLIP = 1e-7
-
-
-@dataclasses.dataclass(frozen=True)
-class BoostingParams:
-    """Hyper-parameters shared by both libraries; threads = 0 uses every core."""
-
-    n_estimators: int = names.N_ESTIMATORS
-    max_depth: int = names.MAX_DEPTH
-    learning_rate: float = names.LEARNING_RATE
-    early_stopping_rounds: int = names.EARLY_STOPPING_ROUNDS
-    threads: int = 0
-    seed: int = 0
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Proportion matching objective
-
-
-def _bag_means(probabilities: np.ndarray, bag_index: np.ndarray, n_bags: int) -> tuple[np.ndarray, np.ndarray]:
-    sizes = np.bincount(bag_index, minlength=n_bags).astype(np.float64)
-    means = np.bincount(bag_index, weights=probabilities, minlength=n_bags) / np.maximum(sizes, 1.0)
-    return np.clip(means, PROBABILITY_CLIP, 1.0 - PROBABILITY_CLIP), sizes
-
-
-def _check_bags(margins: np.ndarray, bag_index: np.ndarray, alpha: np.ndarray) -> None:
-    if margins.shape != bag_index.shape:
-        raise ValueError(f"bag_index must be shaped like margins {margins.shape}, got {bag_index.shape}")
-    if bag_index.size and (bag_index.min() < 0 or bag_index.max() >= alpha.size):
-        raise ValueError(f"bag_index must lie in [0, {alpha.size}), got [{bag_index.min()}, {bag_index.max()}]")
-
-
-def proportion_matching_loss(margins: np.ndarray, bag_index: np.ndarray, alpha: np.ndarray) -> float:
-    """L = sum over bags of BCE(mean_j sigmoid(f_ij), alpha_i); alpha is clipped to [0, 1]."""
-    margins, bag_index = np.asarray(margins, np.float64), np.asarray(bag_index, np.int64)
-    alpha = np.clip(np.asarray(alpha, np.float64), 0.0, 1.0)
-    _check_bags(margins, bag_index, alpha)
-    means, _ = _bag_means(expit(margins), bag_index, alpha.size)
-    return float(-np.sum(alpha * np.log(means) + (1.0 - alpha) * np.log1p(-means)))
-
-
-def proportion_matching_grad_hess(margins: np.ndarray, bag_index: np.ndarray,
-                                  alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Exact per-row gradient and diagonal Hessian of :func:`proportion_matching_loss` in the margins.
-
-    Returns:
-        (gradient, exact second derivative, Gauss-Newton part of it), each shaped like ``margins``.
-    """
-    margins, bag_index = np.asarray(margins, np.float64), np.asarray(bag_index, np.int64)
-    alpha = np.clip(np.asarray(alpha, np.float64), 0.0, 1.0)
-    _check_bags(margins, bag_index, alpha)
-    p = expit(margins)
-    means, sizes = _bag_means(p, bag_index, alpha.size)
-    m, a, k = means[bag_index], alpha[bag_index], sizes[bag_index]
-    slope = p * (1.0 - p) / k
-    dloss_dmean = (m - a) / (m * (1.0 - m))
-    curvature = a / m**2 + (1.0 - a) / (1.0 - m) ** 2
-    gauss_newton = curvature * slope**2
-    exact = gauss_newton + dloss_dmean * slope * (1.0 - 2.0 * p)
-    return dloss_dmean * slope, exact, gauss_newton
-
-
-@dataclasses.dataclass(frozen=True)
-class Bags:
-    """Bag membership of a set of rows (indices 0..n_bags-1) and each bag's released proportion."""
-
-    index: np.ndarray
-    alpha: np.ndarray
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Models
-
-
-@dataclasses.dataclass
-class FittedModel:
-    """A fitted booster plus the post-processing that turns its output into P(y=1|x)."""
-
-    library: str
-    model: Any
-    margin_offset: float = 0.0
-    debias_epsilon: float | None = None
-    best_iteration: int = 0
-    fit_seconds: float = 0.0
-
-    def output_transform(self) -> model_output.OutputTransform:
-        """Its post-processing as a saveable :class:`lia_spark.kernels.model_output.OutputTransform`."""
-        if self.library == "xgboost":
-            return model_output.OutputTransform(margin_offset=self.margin_offset, best_iteration=self.best_iteration,
-                                   rr_epsilon=self.debias_epsilon)
-        return model_output.OutputTransform(link="probability", rr_epsilon=self.debias_epsilon)
-
-    def predict(self, features: Any) -> np.ndarray:
-        """P(y=1 | x) for a feature matrix (xgboost) or frame (catboost)."""
-        transform = self.output_transform()
-        return transform.probabilities(transform.raw_output(self.model, features))
-
-    def predict_with_threads(self, threads: int = 0) -> None:
-        """Predict with ``threads`` threads from now on (0 = every core): an xgboost booster keeps the thread count
-        it was fitted with (one in a Spark task); the predictions do not change. catboost predicts on every core."""
-        if self.library == "xgboost":
-            self.model.set_param({"nthread": threads or os.cpu_count() or 1})
-
-    def save(self, path_without_suffix: str) -> str:
-        """Write the model (xgboost ``.ubj``, catboost ``.cbm``); returns the file path."""
-        path = path_without_suffix + (".ubj" if self.library == "xgboost" else ".cbm")
-        self.model.save_model(path)
-        return path
-
-
-def _threads(params: BoostingParams) -> int:
-    return params.threads or (os.cpu_count() or 1)
-
-
-def fit_xgboost(train_x: np.ndarray, train_y: np.ndarray | None, valid_x: np.ndarray, valid_y: np.ndarray | None,
-                *, params: BoostingParams, train_bags: Bags | None = None, valid_bags: Bags | None = None,
-                feature_names: list[str] | None = None) -> FittedModel:
-    """XGBoost hist on labels (logistic loss) or on bag proportions (proportion matching, custom objective).
-
-    Early stopping on the validation rows' loss of the same kind (log-loss on the released labels, or
-    the proportion-matching loss of the validation bags).
-    """
-    import xgboost as xgb
-
-    started = time.monotonic()
-    booster_params = {"tree_method": "hist", "max_depth": params.max_depth, "eta": params.learning_rate,
-                      "nthread": _threads(params), "seed": params.seed % 2**31, "verbosity": 0}
-    if train_bags is None:
-        dtrain = xgb.DMatrix(train_x, label=train_y, feature_names=feature_names)
-        dvalid = xgb.DMatrix(valid_x, label=valid_y, feature_names=feature_names)
-        base = float(np.clip(np.mean(train_y), 1e-4, 1 - 1e-4))
-        booster_params.update(objective="binary:logistic", eval_metric="logloss", base_score=base)
-        booster = xgb.train(booster_params, dtrain, params.n_estimators, evals=[(dvalid, "valid")],
-                            early_stopping_rounds=params.early_stopping_rounds or None, verbose_eval=False)
-        offset = 0.0
-    else:
-        if valid_bags is None:
-            raise ValueError("valid_bags must be given with train_bags")
-        offset = float(logit(np.clip(np.mean(np.clip(train_bags.alpha, 0, 1)), 1e-4, 1 - 1e-4)))
-        dtrain = xgb.DMatrix(train_x, base_margin=np.full(len(train_x), offset), feature_names=feature_names)
-        dvalid = xgb.DMatrix(valid_x, base_margin=np.full(len(valid_x), offset), feature_names=feature_names)
-        booster_params.update(disable_default_eval_metric=1, base_score=0.0)  # margins = offset + trees, also
-        # where predict gets no base_margin (the default base score would add 0.5 to every margin)
-
-        def objective(margins: np.ndarray, _matrix: Any) -> tuple[np.ndarray, np.ndarray]:
-            gradient, exact, gauss_newton = proportion_matching_grad_hess(margins, train_bags.index,
-                                                                          train_bags.alpha)
-            return gradient, np.maximum(exact, gauss_newton)
-
-        def metric(margins: np.ndarray, _matrix: Any) -> tuple[str, float]:
-            loss = proportion_matching_loss(margins, valid_bags.index, valid_bags.alpha)
-            return "bag_bce", loss / max(valid_bags.alpha.size, 1)
-
-        booster = xgb.train(booster_params, dtrain, params.n_estimators, evals=[(dvalid, "valid")],
-                            obj=objective, custom_metric=metric,
-                            early_stopping_rounds=params.early_stopping_rounds or None, verbose_eval=False)
-    best = getattr(booster, "best_iteration", None)
-    best = params.n_estimators - 1 if best is None else int(best)
-    return FittedModel("xgboost", booster, margin_offset=offset, best_iteration=best,
-                       fit_seconds=time.monotonic() - started)
-
-
-def fit_catboost(train_x: pd.DataFrame, train_y: np.ndarray, valid_x: pd.DataFrame, valid_y: np.ndarray, *,
-                 params: BoostingParams, cat_features: list[str]) -> FittedModel:
-    """CatBoost with native categorical features (ordered target statistics), early stopping on validation. Labels in
-    {0, 1} train with Logloss; soft labels in [0, 1] (PATE's vote shares) with CrossEntropy, the same loss on
-    probabilities (catboost's Logloss does not take them)."""
-    from catboost import CatBoostClassifier
-
-    started = time.monotonic()
-    binary = bool(np.isin(np.asarray(train_y), (0, 1)).all())
-    model = CatBoostClassifier(iterations=params.n_estimators, depth=params.max_depth,
-                               loss_function="Logloss" if binary else "CrossEntropy",
-                               learning_rate=params.learning_rate, thread_count=_threads(params),
-                               random_seed=params.seed % 2**31, verbose=False, allow_writing_files=False,
-                               early_stopping_rounds=params.early_stopping_rounds or None)
-    model.fit(train_x, train_y, cat_features=cat_features, eval_set=(valid_x, valid_y), use_best_model=True)
-    return FittedModel("catboost", model, best_iteration=int(model.get_best_iteration() or 0),
-                       fit_seconds=time.monotonic() - started)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -233,7 +41,7 @@ class ModelData:
     labels: np.ndarray
     row_ids: np.ndarray
     split: np.ndarray
-    library: str = "xgboost"
+    library: ModelLibrary = XGBOOST_LIBRARY
     cat_features: list[str] = dataclasses.field(default_factory=list)
     feature_names: list[str] | None = None
 
@@ -264,15 +72,9 @@ def tied_auc_pairs(positives: np.ndarray, negatives: np.ndarray) -> float:
 def fit_model(data: ModelData, labels: np.ndarray, train: np.ndarray, valid: np.ndarray, *,
               params: BoostingParams, train_bags: Bags | None = None, valid_bags: Bags | None = None) -> FittedModel:
     """Fit the configured library on rows ``train`` with early stopping on rows ``valid`` (boolean masks)."""
-    if data.library == "xgboost":
-        return fit_xgboost(data.rows(train), None if train_bags else labels[train], data.rows(valid),
-                           None if valid_bags else labels[valid], params=params, train_bags=train_bags,
-                           valid_bags=valid_bags, feature_names=data.feature_names)
-    if train_bags is not None:
-        raise ValueError("models.library: catboost has no proportion-matching objective here; use xgboost for "
-                         "llp mechanisms, got catboost")
-    return fit_catboost(data.rows(train), labels[train], data.rows(valid), labels[valid], params=params,
-                        cat_features=data.cat_features)
+    return data.library.fit(data.rows(train), None if train_bags else labels[train], data.rows(valid),
+                            None if valid_bags else labels[valid], params=params, train_bags=train_bags,
+                            valid_bags=valid_bags, feature_names=data.feature_names, cat_features=data.cat_features)
 
 
 @dataclasses.dataclass
@@ -297,15 +99,15 @@ def protocol_params(params: BoostingParams, protocol: str) -> BoostingParams:
                                max_depth=fixed.max_depth, early_stopping_rounds=fixed.n_estimators)
 
 
-def teacher_model(params: BoostingParams, *, library: str = "xgboost", cat_features: list[str] | tuple[str, ...] = (),
-                  protocol: str = pate.LIA_SPARK) -> pate.TeacherModel:
+def teacher_model(params: BoostingParams, *, library: ModelLibrary = XGBOOST_LIBRARY,
+                  cat_features: list[str] | tuple[str, ...] = (), protocol: str = pate.LIA_SPARK) -> TeacherModel:
     """PATE's teacher settings: the protocol's boosting hyper-parameters (:func:`protocol_params`; early stopping
     on each teacher's own held-out rows under lia_spark, on the validation split under published)."""
     chosen = protocol_params(params, protocol)
-    return pate.TeacherModel(n_estimators=chosen.n_estimators, max_depth=chosen.max_depth,
-                             learning_rate=chosen.learning_rate, seed=chosen.seed,
-                             early_stopping_rounds=chosen.early_stopping_rounds, library=library,
-                             cat_features=tuple(cat_features))
+    return TeacherModel(n_estimators=chosen.n_estimators, max_depth=chosen.max_depth,
+                        learning_rate=chosen.learning_rate, seed=chosen.seed,
+                        early_stopping_rounds=chosen.early_stopping_rounds, library=library,
+                        cat_features=tuple(cat_features))
 
 
 def validation_rows(data: ModelData) -> tuple[Any, np.ndarray]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from lia_spark.kernels.mechanism_registry import label_mechanism
-from lia_spark.names import DISTRIBUTED, MEMBERSHIP, XGBOOST
+from lia_spark.kernels.model_libraries import LIBRARIES, model_library
+from lia_spark.names import DISTRIBUTED, MEMBERSHIP
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,9 +30,10 @@ def refusal(mechanism: str, *, library: str, execution: str, game: str = "") -> 
     """Why models.library=``library`` with models.execution=``execution`` cannot train ``mechanism`` for the audit
     game ``game`` (:attr:`lia_spark.run.model_sections.AuditConfig.game`; "" = any label-inference game), or None when it
     can."""
-    if execution == DISTRIBUTED and library != XGBOOST:
-        return Refusal("models.execution", "models.execution=distributed trains xgboost only (xgboost.spark)",
-                       "set models.execution=in_memory or models.library=xgboost")
+    if execution == DISTRIBUTED and not model_library(library).distributed:
+        distributed = " or ".join(name for name, known in LIBRARIES.items() if known.distributed)
+        return Refusal("models.execution", f"models.execution=distributed trains {distributed} only (xgboost.spark)",
+                       f"set models.execution=in_memory or models.library={distributed}")
     chosen = label_mechanism(mechanism)
     if library not in chosen.libraries or execution not in chosen.executions:
         settings = [f"models.{field}={' or '.join(values)}" for field, values, value in (

@@ -10,8 +10,9 @@ from typing import Any
 
 from lia_spark import names
 from lia_spark.kernels import hashing, pate
+from lia_spark.kernels.model_libraries import LIBRARIES, ModelLibrary
 from lia_spark.kernels.mechanism_registry import TRAINING_MECHANISMS, UTILITY_EXTRA_MECHANISMS
-from lia_spark.names import EXECUTIONS, IN_MEMORY, LIBRARIES, MAX_DAY, RUN_KEY_SHIFT, XGBOOST
+from lia_spark.names import EXECUTIONS, IN_MEMORY, MAX_DAY, RUN_KEY_SHIFT, XGBOOST
 from lia_spark.run.checks import JAVA_INT_MAX, ConfigError, fail, fail_above, fail_glob, fail_repeats, number_from_text
 
 NOT_STATED = "none"  # audit.claimed_epsilon of a target whose claim is not stated
@@ -39,6 +40,11 @@ class ModelsConfig:
     categorical_encoding: str = "frequency"
     min_category_count: int = 10
     num_workers: int = 0
+
+    @property
+    def model_library(self) -> ModelLibrary:
+        """The :class:`lia_spark.kernels.model_libraries.ModelLibrary` called ``library`` (checked by validate)."""
+        return LIBRARIES[self.library]
 
     def validate(self) -> None:
         if self.library not in LIBRARIES:

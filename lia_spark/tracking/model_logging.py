@@ -6,20 +6,13 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from lia_spark.kernels.model_libraries import CATBOOST_LIBRARY, XGBOOST_LIBRARY, ModelLibrary, library_of_file
 from lia_spark.run.environment import copy_package, package_versions
 from lia_spark.tracking.store import mlflow_3
 
 logger = logging.getLogger(__name__)
-
-
-def _xgboost_model(path: Path) -> Any:
-    import xgboost
-
-    booster = xgboost.Booster()
-    booster.load_model(str(path))
-    return booster
 
 
 def _xgboost_signature(booster: Any) -> Any:
@@ -32,12 +25,6 @@ def _xgboost_signature(booster: Any) -> Any:
     return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
 
 
-def _catboost_model(path: Path) -> Any:
-    from catboost import CatBoostClassifier
-
-    return CatBoostClassifier().load_model(str(path))
-
-
 def _catboost_signature(model: Any) -> Any:
     from mlflow.models.signature import ModelSignature
     from mlflow.types import ColSpec, Schema
@@ -48,9 +35,15 @@ def _catboost_signature(model: Any) -> Any:
     return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
 
 
+# Each library's MLflow flavour (the ``mlflow.<flavour>`` module that logs it) and the signature of its models.
+FLAVOURS: dict[ModelLibrary, tuple[str, Callable[[Any], Any]]] = {
+    XGBOOST_LIBRARY: ("xgboost", _xgboost_signature), CATBOOST_LIBRARY: ("catboost", _catboost_signature)}
+
+
 def load_model_file(path: Path) -> Any:
-    """The model in file ``path``: a catboost classifier (``.cbm``), else an xgboost booster."""
-    return _catboost_model(path) if path.suffix == ".cbm" else _xgboost_model(path)
+    """The model in file ``path``, loaded by the library its suffix names (a catboost classifier for ``.cbm``, an
+    xgboost booster otherwise)."""
+    return library_of_file(path).load(path)
 
 
 def model_name(path: Path) -> str:
@@ -78,15 +71,11 @@ def log_model_file(path: Path) -> str:
     """
     import mlflow
 
-    if path.suffix == ".cbm":
-        model = _catboost_model(path)
-        info = mlflow.catboost.log_model(model, **model_location(model_name(path)),
-                                         signature=_catboost_signature(model),
-                                         pip_requirements=[_requirement("catboost")])
-        return info.model_uri
-    booster = _xgboost_model(path)
-    info = mlflow.xgboost.log_model(booster, **model_location(model_name(path)), signature=_xgboost_signature(booster),
-                                    pip_requirements=[_requirement("xgboost", "xgboost-cpu")])
+    library = library_of_file(path)
+    model = library.load(path)
+    flavour, signature = FLAVOURS[library]
+    info = getattr(mlflow, flavour).log_model(model, **model_location(model_name(path)), signature=signature(model),
+                                              pip_requirements=[_requirement(*library.distributions)])
     return info.model_uri
 
 
@@ -124,7 +113,7 @@ def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
 
     columns = [ColSpec(AnyType(), name, required=False) for name in criteo.FEATURE_COLUMNS]
     signature = ModelSignature(inputs=Schema(columns), outputs=Schema([ColSpec("double", "prediction")]))
-    library = _requirement("catboost") if path.suffix == ".cbm" else _requirement("xgboost", "xgboost-cpu")
+    library = _requirement(*library_of_file(path).distributions)
     with tempfile.TemporaryDirectory(prefix="lia-spark-code-") as folder:  # a copy: the package may be in a zip
         package = copy_package(Path(folder))
         info = mlflow.pyfunc.log_model(

@@ -39,6 +39,7 @@ from lia_spark.engine.models.distributed import (SparkModel, bag_target, fitted_
 from lia_spark.kernels import features, injected, membership, training
 from lia_spark.kernels.hashing import AuditKey
 from lia_spark.kernels.mechanism_registry import label_mechanism
+from lia_spark.kernels.model_libraries import FittedModel
 from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
                              MEMBERSHIP, OBSERVATIONAL, PATE, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
                              ROW_ID, RUN_COLUMNS, RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION, SPLIT,
@@ -179,7 +180,7 @@ def run_jobs(config: Config, job: TargetJob, key: AuditKey | None) -> list[RunJo
     return [RunJob(job, run, key) for run in range(1, config.audit.runs)]
 
 
-def run_columns(data: training.ModelData, counterfactual_label: np.ndarray | None, runs: list[training.FittedModel],
+def run_columns(data: training.ModelData, counterfactual_label: np.ndarray | None, runs: list[FittedModel],
                 key: AuditKey | None) -> dict[str, list]:
     """Per row of ``data`` the extra runs' coins b (:func:`lia_spark.kernels.injected.run_coins`) and predictions, run
     1..R-1 in order, on the canaries (``counterfactual_label`` >= 0); None elsewhere and without runs."""
@@ -195,7 +196,7 @@ def run_columns(data: training.ModelData, counterfactual_label: np.ndarray | Non
     return values
 
 
-def shadow_baseline(data: training.ModelData, shadows: list[training.FittedModel]) -> np.ndarray:
+def shadow_baseline(data: training.ModelData, shadows: list[FittedModel]) -> np.ndarray:
     """The shadow baseline on every row of ``data``: the mean logit of the shadow models' predictions
     (:func:`lia_spark.kernels.injected.shadow_reference`; :func:`lia_spark.engine.models.preparation.fit_shadow_job`
     fits them independently of the target's coins, so comparing with it keeps every bound valid, docs/math.md
@@ -267,7 +268,7 @@ def in_memory_job(spark: SparkSession, config: Config, target_rows: DataFrame, p
 
 
 def fit_cell_job(rows: tuple[TargetRows, ...], job: tuple[int, TargetJob | ShadowJob | RunJob], threads: int
-                 ) -> training.TargetFit | training.FittedModel:
+                 ) -> training.TargetFit | FittedModel:
     """:func:`lia_spark.engine.models.preparation.fit_job` of job ``job[1]`` on the rows of cell ``job[0]`` (each cell
     of :func:`fit_ahead` trains on the labels its own audit key drew)."""
     cell, work = job
@@ -296,8 +297,8 @@ def fit_ahead(spark: SparkSession, cells: list[tuple[Config, AuditKey | None]], 
                                         for shadow in shadow_jobs(cell, job, key)),
                  *((f"{name} run {extra.run}", (index, extra)) for extra in run_jobs(cell, job, key))]
     outcomes = run_fits(spark, tuple(rows), jobs, fit_cell_job, purpose="audit-table")
-    shadows: dict[tuple[str, float, int], list[training.FittedModel | None]] = {}
-    runs: dict[tuple[str, float, int], list[training.FittedModel | None]] = {}
+    shadows: dict[tuple[str, float, int], list[FittedModel | None]] = {}
+    runs: dict[tuple[str, float, int], list[FittedModel | None]] = {}
     for (name, (_, job)), outcome in zip(jobs, outcomes):
         if outcome.failed:
             logger.warning("audit-table: the fit of %s failed in its task (%s); its cell fits it again", name,

@@ -18,13 +18,14 @@ from pyspark.sql.types import IntegerType, StructField, StructType
 
 from lia_spark.engine.spark.session import describe_jobs, shipped
 from lia_spark.kernels import pate
+from lia_spark.kernels.model_libraries import TeacherModel
 from lia_spark.names import LABEL, ROW_ID
 
 VOTES_SCHEMA = "teacher int, votes binary, rows long"
 TEACHER = "teacher"
 
 
-def spark_votes(training_rows: DataFrame, columns: list[str], *, teachers: int, model: pate.TeacherModel,
+def spark_votes(training_rows: DataFrame, columns: list[str], *, teachers: int, model: TeacherModel,
                 validation_rows: DataFrame | None = None) -> pate.TeacherVotes:
     """A :data:`lia_spark.kernels.pate.TeacherVotes` over ``training_rows`` (row_id, label and the feature
     ``columns`` of the target day's training rows: floats for xgboost, the catboost frame's columns for catboost)
@@ -34,10 +35,10 @@ def spark_votes(training_rows: DataFrame, columns: list[str], *, teachers: int, 
     spark = training_rows.sparkSession
     rows = training_rows.select(ROW_ID, LABEL, *columns)
     schema = StructType(rows.schema.fields + [StructField(TEACHER, IntegerType())])
-    as_frame = model.library == "catboost"
+    as_frame = model.library.native_categoricals
 
     def feature_values(frame: pd.DataFrame) -> Any:
-        return frame[columns].reset_index(drop=True) if as_frame else frame[columns].to_numpy(np.float32)
+        return model.library.feature_values(frame, columns)
 
     def votes(student_ids: np.ndarray, student_features: Any, seed: int) -> np.ndarray:
         describe_jobs(spark, f"{teachers} PATE teachers in parallel tasks")

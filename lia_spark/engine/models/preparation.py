@@ -21,6 +21,7 @@ from lia_spark.engine.runtime.outputs import output_fingerprint
 from lia_spark.engine.models.pate_teachers import spark_votes
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import features, hashing, injected, mechanism_registry, pate, training
+from lia_spark.kernels.model_libraries import BoostingParams, FittedModel, ModelLibrary
 from lia_spark.names import INJECTED_LABEL, LABEL, ROW_ID
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config
@@ -56,18 +57,18 @@ def pate_settings(config: Config, target_rows: DataFrame, spec: features.Feature
     published = pate.PROTOCOL_SETTINGS[config.pate.protocol].validation_split
     validation_rows = (model_features(target_rows, spec, config).where(
         F.col(features.SPLIT_COLUMN) == training.SPLIT_VALID) if published else None)
-    model = training.teacher_model(boosting_params(config), library=config.models.library,
+    model = training.teacher_model(boosting_params(config), library=config.models.model_library,
                                    cat_features=spec.cat_features, protocol=config.pate.protocol)
     return config.pate.settings(votes=pate.ReusedVotes(spark_votes(
         training_rows, spec.feature_columns, teachers=config.pate.teachers, model=model,
         validation_rows=validation_rows)))
 
 
-def boosting_params(config: Config) -> training.BoostingParams:
+def boosting_params(config: Config) -> BoostingParams:
     """The models section's boosting hyper-parameters."""
     m = config.models
-    return training.BoostingParams(n_estimators=m.n_estimators, max_depth=m.max_depth, learning_rate=m.learning_rate,
-                                   early_stopping_rounds=m.early_stopping_rounds, seed=config.run.seed)
+    return BoostingParams(n_estimators=m.n_estimators, max_depth=m.max_depth, learning_rate=m.learning_rate,
+                          early_stopping_rounds=m.early_stopping_rounds, seed=config.run.seed)
 
 
 IN_MEMORY_BYTES_PER_ROW = 240  # measured: Arrow result bytes of one feature row collected by toPandas (232 B)
@@ -141,7 +142,7 @@ def feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
     """How the models section encodes the categoricals of ``spark_rows``: catboost natively, else hashed or by a
     frequency vocabulary learned on the training split."""
     m = config.models
-    if m.library == "catboost":
+    if m.model_library.native_categoricals:
         return features.FeatureSpec(encoding="native", hash_buckets=m.hash_buckets)
     if m.categorical_encoding == "hash":
         return features.FeatureSpec(encoding="hash", hash_buckets=m.hash_buckets)
@@ -156,11 +157,12 @@ def model_features(rows: DataFrame, spec: features.FeatureSpec, config: Config) 
     return feature_frames.feature_frame(rows, spec, seed=config.run.seed, shares=config.models.split)
 
 
-def collect_model_data(frame: DataFrame, spec: features.FeatureSpec, library: str) -> training.ModelData:
+def collect_model_data(frame: DataFrame, spec: features.FeatureSpec,
+                       library: ModelLibrary) -> training.ModelData:
     """Collect a feature frame to the driver (Arrow) as :class:`lia_spark.kernels.training.ModelData`."""
     local = frame.toPandas().sort_values(ROW_ID, kind="stable").reset_index(drop=True)
     columns = spec.feature_columns
-    matrix = local[columns] if library == "catboost" else local[columns].to_numpy(np.float32)
+    matrix = library.feature_values(local, columns)
     return training.ModelData(matrix, local[LABEL].to_numpy(np.int8), local[ROW_ID].to_numpy(np.int64),
                               local[features.SPLIT_COLUMN].to_numpy(np.int8), library=library,
                               cat_features=spec.cat_features, feature_names=columns)
@@ -172,7 +174,7 @@ class PreparedDays:
     own day's test rows, its predictions on the target day, the target day's features and encoding, and the
     timings."""
 
-    proxy: training.FittedModel
+    proxy: FittedModel
     proxy_spec: features.FeatureSpec
     target_spec: features.FeatureSpec
     proxy_day_metrics: dict[str, float]
@@ -203,9 +205,9 @@ class Preparation:
     pate: dict[str, pate.PateSettings] = dataclasses.field(default_factory=dict)
     fits: dict[tuple[str, float, int], training.TargetFit] = dataclasses.field(default_factory=dict)
     # targets fitted ahead in parallel tasks, by (training mechanism, epsilon, bag size); taken by the train stage
-    shadow_fits: dict[tuple[str, float, int], list[training.FittedModel]] = dataclasses.field(default_factory=dict)
+    shadow_fits: dict[tuple[str, float, int], list[FittedModel]] = dataclasses.field(default_factory=dict)
     # their label-blind shadow models (audit.shadows each), fitted ahead beside them
-    run_fits: dict[tuple[str, float, int], list[training.FittedModel]] = dataclasses.field(default_factory=dict)
+    run_fits: dict[tuple[str, float, int], list[FittedModel]] = dataclasses.field(default_factory=dict)
     # and the models of their extra training runs (audit.runs - 1 each)
 
     def holds_days(self, key: str) -> bool:
@@ -221,14 +223,14 @@ class Preparation:
 
 
 def fit_proxy(spark: SparkSession, config: Config, proxy_rows: DataFrame
-              ) -> tuple[training.FittedModel, features.FeatureSpec, dict[str, float], dict[str, float]]:
+              ) -> tuple[FittedModel, features.FeatureSpec, dict[str, float], dict[str, float]]:
     """The proxy M' fitted on the driver on the true labels of ``proxy_rows`` (:func:`in_memory_rows` of
     models.proxy_day; its train split, early-stopped on its validation split): (model, its feature encoding, its
     metrics on the day's test split, seconds)."""
     describe_jobs(spark, "train: proxy features")
     spec = feature_spec(proxy_rows, config)
     started = time.monotonic()
-    data = collect_model_data(model_features(proxy_rows, spec, config), spec, config.models.library)
+    data = collect_model_data(model_features(proxy_rows, spec, config), spec, config.models.model_library)
     seconds = {"collect_proxy": time.monotonic() - started}
     check_training_labels(data.labels[data.split == training.SPLIT_TRAIN], field="models.proxy_day",
                           day=config.models.proxy_day)
@@ -255,11 +257,12 @@ def prepare_days(spark: SparkSession, config: Config, proxy_rows: DataFrame, tar
     proxy, proxy_spec, proxy_day_metrics, seconds = fit_proxy(spark, config, proxy_rows)
     describe_jobs(spark, "train: target-day features")
     started = time.monotonic()
-    with_proxy_features = collect_model_data(model_features(target_rows, proxy_spec, config), proxy_spec, m.library)
+    with_proxy_features = collect_model_data(model_features(target_rows, proxy_spec, config), proxy_spec,
+                                             m.model_library)
     proxy_prediction = proxy.predict(with_proxy_features.features)
     del with_proxy_features
     target_spec = feature_spec(target_rows, config)
-    data = collect_model_data(model_features(target_rows, target_spec, config), target_spec, m.library)
+    data = collect_model_data(model_features(target_rows, target_spec, config), target_spec, m.model_library)
     check_training_labels(data.labels[data.split == training.SPLIT_TRAIN], field="models.target_day",
                           day=m.target_day)
     seconds["collect_target"] = time.monotonic() - started
@@ -317,7 +320,7 @@ class TargetJob:
     epsilon: float
     bag_size: int
     seed: int
-    params: training.BoostingParams
+    params: BoostingParams
     pate: pate.PateSettings | None = None
 
     @property
@@ -378,7 +381,7 @@ def _refit(rows: TargetRows, target: TargetJob, coin: np.ndarray, threads: int) 
                           threads)
 
 
-def fit_shadow_job(rows: TargetRows, job: ShadowJob, threads: int) -> training.FittedModel:
+def fit_shadow_job(rows: TargetRows, job: ShadowJob, threads: int) -> FittedModel:
     """The shadow model of ``job``: the target's fit repeated with the shadow's own coins
     (:func:`lia_spark.kernels.injected.shadow_coins`) and mechanism seed
     (:func:`lia_spark.kernels.injected.shadow_seed`); no coin or draw of the target's is read (docs/math.md §5.13)."""
@@ -387,7 +390,7 @@ def fit_shadow_job(rows: TargetRows, job: ShadowJob, threads: int) -> training.F
     return _refit(rows, target, coin, threads).model
 
 
-def fit_run_job(rows: TargetRows, job: RunJob, threads: int) -> training.FittedModel:
+def fit_run_job(rows: TargetRows, job: RunJob, threads: int) -> FittedModel:
     """The model of extra run ``job.run``: the target's fit repeated with the run's own fair coins
     (:func:`lia_spark.kernels.injected.run_coins`) and mechanism seed (:func:`lia_spark.kernels.injected.run_seed`),
     independent of the target's and of every other run's (docs/math.md §5.14)."""
@@ -397,7 +400,7 @@ def fit_run_job(rows: TargetRows, job: RunJob, threads: int) -> training.FittedM
 
 
 def fit_job(rows: TargetRows, job: TargetJob | ShadowJob | RunJob, threads: int
-            ) -> training.TargetFit | training.FittedModel:
+            ) -> training.TargetFit | FittedModel:
     """:func:`fit_shadow_job` of a :class:`ShadowJob`, :func:`fit_run_job` of a :class:`RunJob`,
     :func:`fit_target_job` of a :class:`TargetJob`: one body for parallel tasks fitting them together."""
     if isinstance(job, ShadowJob):

@@ -22,7 +22,7 @@ from lia_spark.engine.models import feature_frames
 from lia_spark.engine.models.preparation import model_features
 from lia_spark.engine.spark.session import describe_jobs, shipped
 from lia_spark.engine.models.distributed import predicted
-from lia_spark.kernels import features, training
+from lia_spark.kernels import features, model_libraries
 from lia_spark.names import AUTO_PRIOR, PROXY_PRIOR, ROW_ID, TRUE_PRIOR
 from lia_spark.run import layout
 from lia_spark.run.config import Config
@@ -74,15 +74,14 @@ PRIORS_SCHEMA = f"{ROW_ID} long, {PROXY_PRIOR} double"
 def _predicted_batches(frames: Iterator[pd.DataFrame], *, model: Any, columns: tuple[str, ...]
                        ) -> Iterator[pd.DataFrame]:
     """mapInPandas body: (row_id, proxy_prediction) of feature batches, predicted by the pickled
-    :class:`lia_spark.kernels.training.FittedModel` shipped as ``model`` (:func:`lia_spark.engine.spark.session.shipped`,
-    unpickled once per task)."""
-    fitted: training.FittedModel = pickle.loads(model.value)
-    if fitted.library == "xgboost":
-        fitted.model.set_param({"nthread": 1})  # one core per Spark task; the predictions do not depend on it
+    :class:`lia_spark.kernels.model_libraries.FittedModel` shipped as ``model``
+    (:func:`lia_spark.engine.spark.session.shipped`, unpickled once per task)."""
+    fitted: model_libraries.FittedModel = pickle.loads(model.value)
+    fitted.predict_with_threads(1)  # one core per Spark task; the predictions do not depend on it
     for frame in frames:
         if frame.empty:
             continue
-        matrix = frame[list(columns)] if fitted.library == "catboost" else frame[list(columns)].to_numpy(np.float32)
+        matrix = fitted.library.feature_values(frame, columns)
         yield pd.DataFrame({ROW_ID: frame[ROW_ID].to_numpy(np.int64), PROXY_PRIOR: fitted.predict(matrix)})
 
 
@@ -93,12 +92,12 @@ def proxy_scores(spark: SparkSession, config: Config, proxy: Any, spec: features
 
     The features are built on the executors with the proxy's own encoding ``spec``
     (:func:`lia_spark.engine.models.preparation.model_features`, as for its training); an in-memory proxy
-    (:class:`lia_spark.kernels.training.FittedModel`, xgboost or catboost) is pickled once, shipped (broadcast on
+    (:class:`lia_spark.kernels.model_libraries.FittedModel`, xgboost or catboost) is pickled once, shipped (broadcast on
     classic sessions; released when the block ends) and predicts in ``mapInPandas`` (exactly
-    :meth:`~lia_spark.kernels.training.FittedModel.predict`); a fitted xgboost.spark model
+    :meth:`~lia_spark.kernels.model_libraries.FittedModel.predict`); a fitted xgboost.spark model
     (models.execution=distributed) scores by its own ``transform``."""
     frame = model_features(rows, spec, config)
-    if not isinstance(proxy, training.FittedModel):
+    if not isinstance(proxy, model_libraries.FittedModel):
         scored = predicted(proxy, frame, PROXY_PRIOR)
         yield scored.select(F.col(ROW_ID).cast("long"), F.col(PROXY_PRIOR).cast("double"))
         return

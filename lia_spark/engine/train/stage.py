@@ -45,7 +45,7 @@ from lia_spark.engine.runtime.outputs import copy_from_local, write_text
 from lia_spark.engine.models.priors import needs_proxy_priors, write_proxy_priors
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
-from lia_spark.kernels import features, model_output, training
+from lia_spark.kernels import features, model_libraries, model_output, training
 from lia_spark.kernels.hashing import AuditKey
 from lia_spark.kernels.mechanism_registry import label_mechanism
 from lia_spark.names import (COUNTERFACTUAL_LABEL, LABEL, LABEL_INFERENCE, MEMBER,
@@ -147,10 +147,10 @@ def _save_models(spark: SparkSession, models: dict[str, Any], specs: dict[str, f
     names, encodings = [], []
     with tempfile.TemporaryDirectory() as local:
         for name, model in models.items():
-            if isinstance(model, training.FittedModel):
+            if isinstance(model, model_libraries.FittedModel):
                 path, output = model.save(os.path.join(local, name)), model.output_transform()
             else:
-                path, output = os.path.join(local, f"{name}.ubj"), model.output
+                path, output = os.path.join(local, name + model_libraries.XGBOOST_LIBRARY.suffix), model.output
                 model.model.get_booster().save_model(path)
             encoding = features.save_spec(specs[name], features.encoding_file(path))
             transform = model_output.save_output_transform(output, model_output.output_transform_file(path))

@@ -167,7 +167,7 @@ def _utility(run: StageRun) -> UtilityResult:
     target_rows = in_memory_rows(spark, config, config.models.target_day)
     describe_jobs(spark, "utility: target-day features")
     spec = feature_spec(target_rows, config)
-    data = collect_model_data(model_features(target_rows, spec, config), spec, config.models.library)
+    data = collect_model_data(model_features(target_rows, spec, config), spec, config.models.model_library)
     check_training_labels(data.labels[data.split == training.SPLIT_TRAIN], field="models.target_day",
                           day=config.models.target_day)
     warn_undefined_auc("utility", *class_counts(data.labels[data.split == training.SPLIT_TEST]),
