@@ -87,3 +87,17 @@ def test_the_registry_loads_without_the_training_kernels():
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert loaded == "[]"
 
+
+
+def test_only_the_registry_compares_a_training_mechanism_that_dispatches_on_its_teachers():
+    """A student of teachers (PATE) is the registry's ``teachers``: the config, the row limits, the target's refits
+    and the utility grid ask it, and no module outside the registry compares PATE's name."""
+    from pathlib import Path
+
+    from source_scan import name_comparisons
+
+    assert [name for name, mechanism in MECHANISMS.items() if mechanism.teachers] == [PATE]
+    root = Path(mechanism_registry.__file__).resolve().parent.parent
+    found = [site for path in sorted(root.rglob("*.py")) if path.name != "mechanism_registry.py"
+             for site in name_comparisons(path, {PATE}, {"PATE"}, root)]
+    assert found == []

@@ -3,7 +3,6 @@ predicts what it predicted, survives the pickling that ships it to executors, an
 name is compared: the rest of the package asks the object."""
 from __future__ import annotations
 
-import ast
 import pickle
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from lia_spark import names
 from lia_spark.kernels import model_libraries
 from lia_spark.kernels.model_libraries import LIBRARIES, BoostingParams, library_of_file, model_library
 from lia_spark.run.config import load_config
+from source_scan import name_comparisons
 
 PACKAGE = Path(model_libraries.__file__).resolve().parent.parent
 PARAMS = BoostingParams(n_estimators=30, max_depth=3, learning_rate=0.3, early_stopping_rounds=10, threads=1, seed=4)
@@ -72,19 +72,8 @@ def test_the_config_names_a_library_once_and_an_unknown_one_fails_naming_the_fie
 
 
 def _library_name_comparisons(path: Path, root: Path = PACKAGE) -> list[str]:
-    """Comparisons (==, !=, in, not in) of a library's name, as a string or as names.XGBOOST / CATBOOST."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if not isinstance(node, ast.Compare):
-            continue
-        for operand in [node.left, *node.comparators]:
-            values = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
-            for value in values:
-                text = value.value if isinstance(value, ast.Constant) else \
-                    getattr(value, "id", getattr(value, "attr", None))
-                if text in LIBRARIES or text in ("XGBOOST", "CATBOOST"):
-                    found.append(f"{path.relative_to(root)}:{node.lineno}")
-    return found
+    """Comparisons of a library's name, as a string or as names.XGBOOST / CATBOOST."""
+    return name_comparisons(path, set(LIBRARIES), {"XGBOOST", "CATBOOST"}, root)
 
 
 def test_no_module_compares_a_library_name_outside_the_registry(tmp_path):

@@ -90,7 +90,10 @@ class LabelMechanism:
     ``bag_release``: trains on bag proportions of ``models.bag_size`` rows. ``true_labels_at_infinity``: at
     epsilon = inf it trains on the true labels (PATE and the bag releases do not). ``rr_closed_form``: RR's
     closed-form advantage is exact (rr) or an upper bound (the RR family) for its release. ``utility_extra``: the
-    utility grid may add it (utility.extra_mechanisms). ``limitation``: why the libraries and executions are
+    utility grid may add it (utility.extra_mechanisms). ``teachers``: the student of teachers fitted on the
+    executors (PATE): its votes are found once per process and shared by its settings, the student needs at least
+    its teachers' and queries' count of training rows, and a refit of the target (shadows, extra runs) would fit the
+    teachers again, so it has none. ``limitation``: why the libraries and executions are
     restricted, for the error that refuses another."""
 
     name: str
@@ -105,6 +108,7 @@ class LabelMechanism:
     true_labels_at_infinity: bool = True
     rr_closed_form: bool = False
     utility_extra: bool = False
+    teachers: bool = False
     libraries: tuple[str, ...] = tuple(LIBRARIES)
     executions: tuple[str, ...] = (IN_MEMORY, DISTRIBUTED)
     limitation: str = ""
@@ -138,7 +142,7 @@ MECHANISMS: dict[str, LabelMechanism] = {mechanism.name: mechanism for mechanism
     LabelMechanism(LLP_LAPLACE, "PropMatch on LLP+Lap", private=True, **_BAGS),
     LabelMechanism(LLP_GEOMETRIC, "PropMatch on LLP+Geom", private=True, **_BAGS),
     LabelMechanism(PATE, "PATE", private=True, train=train_pate_student, true_labels_at_infinity=False,
-                   utility_extra=True, executions=(IN_MEMORY,),
+                   utility_extra=True, teachers=True, executions=(IN_MEMORY,),
                    limitation="PATE's teachers and student are in-memory models"),
 )}
 TRAINING_MECHANISMS = tuple(MECHANISMS)

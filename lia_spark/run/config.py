@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from lia_spark import names
+from lia_spark.kernels.mechanism_registry import MECHANISMS
 from lia_spark.names import IN_MEMORY
 from lia_spark.run.capabilities import refusal
 from lia_spark.run.checks import (INT64, ConfigError, fail, fail_float_overflow, fail_int_range,
@@ -247,9 +248,10 @@ def _check_capabilities(config: Config) -> None:
                     game=config.audit.game)
     if found is not None:
         fail(found.field, getattr(models, found.field.split(".")[1]), found.reason, found.fix)
-    if config.audit.runs > 1 and (models.execution != IN_MEMORY or models.training_mechanism == names.PATE):
+    if config.audit.runs > 1 and (models.execution != IN_MEMORY or models.mechanism.teachers):
+        teachers = ", ".join(name for name, known in MECHANISMS.items() if known.teachers)
         fail("audit.runs", config.audit.runs, f"above 1 refits the target on the in-memory path, every mechanism but "
-             f"{names.PATE} (whose teachers would be fitted again per run); here models.execution={models.execution}, "
+             f"{teachers} (whose teachers would be fitted again per run); here models.execution={models.execution}, "
              f"models.training_mechanism={models.training_mechanism}", "use audit.runs=1")
     grid = refusal(names.LLP, library=models.library, execution=IN_MEMORY)
     if config.utility.bag_sizes and grid is not None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from lia_spark.kernels.mechanism_registry import label_mechanism
-from lia_spark.names import IN_MEMORY, PATE
+from lia_spark.names import IN_MEMORY
 from lia_spark.run.checks import fail
 from lia_spark.run.config import Config
 
@@ -32,9 +31,9 @@ def check_training_rows(config: Config, day_rows: Callable[[], int], *, source: 
     """
     models = config.models
     limited: list[tuple[str, int]] = []
-    if models.training_mechanism == PATE:
+    if models.mechanism.teachers:
         limited = [("pate.teachers", config.pate.teachers), ("pate.queries", config.pate.settings().queries)]
-    elif label_mechanism(models.training_mechanism).bag_release:
+    elif models.mechanism.bag_release:
         limited = [("models.bag_size", models.bag_size)]
     if not limited:
         return

@@ -11,7 +11,8 @@ from typing import Any
 from lia_spark import names
 from lia_spark.kernels import hashing, pate
 from lia_spark.kernels.model_libraries import LIBRARIES, ModelLibrary
-from lia_spark.kernels.mechanism_registry import TRAINING_MECHANISMS, UTILITY_EXTRA_MECHANISMS
+from lia_spark.kernels.mechanism_registry import (TRAINING_MECHANISMS, UTILITY_EXTRA_MECHANISMS, LabelMechanism,
+                                                  label_mechanism)
 from lia_spark.names import EXECUTIONS, IN_MEMORY, MAX_DAY, RUN_KEY_SHIFT, XGBOOST
 from lia_spark.run.checks import JAVA_INT_MAX, ConfigError, fail, fail_above, fail_glob, fail_repeats, number_from_text
 
@@ -45,6 +46,11 @@ class ModelsConfig:
     def model_library(self) -> ModelLibrary:
         """The :class:`lia_spark.kernels.model_libraries.ModelLibrary` called ``library`` (checked by validate)."""
         return LIBRARIES[self.library]
+
+    @property
+    def mechanism(self) -> LabelMechanism:
+        """The :class:`lia_spark.kernels.mechanism_registry.LabelMechanism` called ``training_mechanism``."""
+        return label_mechanism(self.training_mechanism, "models.training_mechanism")
 
     def validate(self) -> None:
         if self.library not in LIBRARIES:

@@ -20,7 +20,7 @@ from lia_spark.engine.models.preparation import training_seed
 from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels import features, label_mechanisms, model_output, training
 from lia_spark.kernels.hashing import AuditKey
-from lia_spark.kernels.mechanism_registry import LabelRelease, label_mechanism, release_rr, release_rr_with_prior
+from lia_spark.kernels.mechanism_registry import LabelRelease, release_rr, release_rr_with_prior
 from lia_spark.names import BAG_PROPORTION, LABEL, PROXY_PRIOR, RELEASED_LABEL, ROW_ID, SPLIT, TARGET_PREDICTION
 from lia_spark.run.config import Config
 
@@ -123,7 +123,7 @@ def label_target(spark: SparkSession, config: Config, target: DataFrame, columns
     one; the seed reaches the executors in Python closures only); ``target`` scored with ``released_label`` and
     ``target_prediction`` (noise-corrected for the debiased ones)."""
     m, seed = config.models, training_seed(config, key)
-    eps, mechanism = m.epsilon, label_mechanism(m.training_mechanism)
+    eps, mechanism = m.epsilon, m.mechanism
     models, seconds = {}, {}
     if mechanism.releases_true_labels(eps):
         released = target.withColumn(RELEASED_LABEL, F.col(LABEL))

@@ -38,13 +38,12 @@ from lia_spark.engine.models.distributed import (SparkModel, bag_target, fitted_
                                                  spark_booster)
 from lia_spark.kernels import features, injected, membership, training
 from lia_spark.kernels.hashing import AuditKey
-from lia_spark.kernels.mechanism_registry import label_mechanism
 from lia_spark.kernels.model_libraries import FittedModel
 from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
-                             MEMBERSHIP, OBSERVATIONAL, PATE, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
+                             MEMBERSHIP, OBSERVATIONAL, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
                              ROW_ID, RUN_COLUMNS, RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION, SPLIT,
                              TARGET_PREDICTION, TRUE_LABEL, setting_key)
-from lia_spark.names import DISTRIBUTED
+from lia_spark.names import DISTRIBUTED, IN_MEMORY
 from lia_spark.run.capabilities import unsupported
 from lia_spark.run.config import Config
 
@@ -149,9 +148,10 @@ def _reference_in_memory(config: Config, data: training.ModelData) -> np.ndarray
 
 def refits_target(config: Config) -> bool:
     """True when the train stage can fit the target again with other coins (shadows, extra runs): the injected
-    design on the in-memory path for every mechanism but PATE (whose teachers would be fitted again per fit)."""
+    design on the in-memory path for every mechanism but a student of teachers (PATE: they would be fitted again per
+    fit)."""
     m = config.models
-    return injects(config) and m.execution == "in_memory" and m.training_mechanism != PATE
+    return injects(config) and m.execution == IN_MEMORY and not m.mechanism.teachers
 
 
 def fits_shadows(config: Config) -> bool:
@@ -258,7 +258,7 @@ def in_memory_job(spark: SparkSession, config: Config, target_rows: DataFrame, p
                   target: InMemoryTarget, key: AuditKey | None) -> TargetJob:
     """The target fit of ``config`` on ``target`` (its mechanism seeded from the audit key where there is one); PATE's
     settings share the preparation's teachers of that key (fitted here on the executors when they are not yet)."""
-    if config.models.training_mechanism != PATE:
+    if not config.models.mechanism.teachers:
         return target_job(config, key=key)
     labels, data = target.labels, target.data
     pate_labels = None if labels is None else _changed_labels(spark, data, labels)
@@ -398,7 +398,7 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
     if reason:
         raise ValueError(f"models.execution: {reason}, got library={m.library}, training_mechanism="
                          f"{m.training_mechanism}, audit.attack={config.audit.attack}")
-    mechanism = label_mechanism(m.training_mechanism)
+    mechanism = m.mechanism
     target_fits = 1 + (mechanism.two_stage and not mechanism.releases_true_labels(m.epsilon))
     plan_work("model fits", 1 + target_fits + observes(config))
     proxy, proxy_spec, seconds["fit_proxy"] = distributed_proxy(spark, config, proxy_rows)

@@ -31,7 +31,8 @@ from lia_spark.engine.models.parallel_fits import run_fits
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Input, Stage, StageResult, StageRun
 from lia_spark.kernels import pate, training
-from lia_spark.names import PATE, RR, setting_key
+from lia_spark.kernels.mechanism_registry import label_mechanism
+from lia_spark.names import RR, setting_key
 from lia_spark.present import charts
 from lia_spark.run import layout
 from lia_spark.names import IN_MEMORY
@@ -96,7 +97,7 @@ def extra_mechanisms(config: Config, *, training_rows: int) -> tuple[list[str], 
     for name in config.utility.extra_mechanisms:
         reason = unsupported(name, library=m.library, execution=IN_MEMORY)
         queries = config.pate.settings().queries
-        if not reason and name == PATE and max(queries, config.pate.teachers) > training_rows:
+        if not reason and label_mechanism(name).teachers and max(queries, config.pate.teachers) > training_rows:
             reason = (f"pate.queries={queries} student queries and pate.teachers={config.pate.teachers} "
                       f"teachers need at least as many of the target day's {training_rows:,} training rows; lower them")
         if reason:
@@ -143,7 +144,7 @@ def grid_jobs(config: Config, data: training.ModelData, grid: list[tuple[str, fl
                       if mechanism == RR and math.isinf(epsilon)), None)
     jobs = [(setting_key(mechanism, epsilon, bag_size),
              GridJob(target_job(config.with_target(mechanism, epsilon, bag_size),
-                                pate_settings=pate_settings if mechanism == PATE else None),
+                                pate_settings=pate_settings if label_mechanism(mechanism).teachers else None),
                      keep_priors=index == priors_at))
             for index, (mechanism, epsilon, bag_size) in enumerate(grid)]
     if priors_at is None:
@@ -177,7 +178,8 @@ def _utility(run: StageRun) -> UtilityResult:
                                 extra_mechanisms=extras)
     # the votes do not depend on epsilon: the teachers are fitted once, before the fits
     phases = {"sample": time.monotonic() - started}
-    reused_pate = pate_settings(config, target_rows, spec) if PATE in extras else None
+    with_teachers = any(label_mechanism(name).teachers for name in extras)
+    reused_pate = pate_settings(config, target_rows, spec) if with_teachers else None
     jobs = grid_jobs(config, data, grid, reused_pate)
     phases["teachers"] = time.monotonic() - started - sum(phases.values())
     outcomes = run_fits(spark, data, jobs, fit_grid_job, purpose="utility", in_tasks=config.spark.parallel_fits)
@@ -202,7 +204,7 @@ def _utility(run: StageRun) -> UtilityResult:
                            f"prior, failed: {prior_fit.error}")
     if reused_pate is not None:
         logger.info("utility: PATE's teachers fitted %d time(s) for %d pate settings", reused_pate.votes.fits,
-                    sum(mechanism == PATE for mechanism, _, _ in grid))
+                    sum(label_mechanism(mechanism).teachers for mechanism, _, _ in grid))
     table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config),
                                    priors=prior_fit.value["priors"])
     with tempfile.TemporaryDirectory() as local:
