@@ -16,7 +16,8 @@ def machine_line() -> str:
     load = os.getloadavg()[0]
     return (f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, "
             f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; "
-            f"1-minute load average {load:.1f} when the section was written (above the core count = shared, noisy).")
+            f"1-minute load average {load:.1f} when the section was written "
+            f"({'above the core count: shared, noisy' if load > (os.cpu_count() or 1) else 'within the core count'}).")
 
 
 def write_section(name: str, markdown: str, *, after: str | None = None) -> None:

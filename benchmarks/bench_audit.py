@@ -170,6 +170,7 @@ def bench_kernel(m: int, repetitions: int = 100) -> str:
     counts = timed("count_one", lambda: audit.count_correct(*columns, seed=SEED, repetitions=repetitions,
                                                              guesses=guesses))
     sweep = timed("bounds_one", lambda: audit_sweep.evaluate_sweep(counts, guesses, canaries=m, families=families))
+    timed("draws", lambda: audit._packed_draws(columns[0], columns[1], columns[3], seed=SEED, repetitions=repetitions))
     several = timed("count_all", lambda: audit.count_correct_scores(
         *columns, seed=SEED, repetitions=repetitions, guesses=guesses, scores=canary_scores.DEFAULT_SCORES))
     assert np.array_equal(several["difference_t2"], counts), "count_correct_scores differs from count_correct"
@@ -189,6 +190,9 @@ def bench_kernel(m: int, repetitions: int = 100) -> str:
         "|---|---|---|---|",
         f"| `count_correct` (difference_t2) | {timings['count_one']:.1f} | {cpu['count_one']:.1f} | "
         f"{row_reps / cpu['count_one']:,.0f} |",
+        f"| of which the game's draws (y1 and b of every canary-repetition, branchless: "
+        f"{cpu['draws'] / row_reps * 1e9:.1f} ns each) | {timings['draws']:.1f} | {cpu['draws']:.1f} | "
+        f"{row_reps / cpu['draws']:,.0f} |",
         f"| `evaluate_sweep` (binomial + gdp) | {timings['bounds_one']:.1f} | {cpu['bounds_one']:.1f} | - |",
         f"| **one score: count + bounds** | **{timings['count_one'] + timings['bounds_one']:.1f}** | "
         f"**{cpu['count_one'] + cpu['bounds_one']:.1f}** | - |",

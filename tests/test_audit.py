@@ -144,7 +144,7 @@ def test_draws_have_the_game_distribution():
     np.testing.assert_array_equal(again[:, ::-1], hidden)  # keyed on row id, not position
 
 
-@pytest.mark.parametrize("repetitions", [1, 64, 70])
+@pytest.mark.parametrize("repetitions", [1, 64, 70, 130])
 def test_draws_equal_the_keyed_bernoulli_definition(repetitions):
     """The numba game equals y1 = Bernoulli(M') and b = Bernoulli(1/2) drawn with hashing.bernoulli per repetition."""
     rng = np.random.default_rng(5)

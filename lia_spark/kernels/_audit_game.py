@@ -40,6 +40,10 @@ def play(row_ids: np.ndarray, true_one: np.ndarray, proxy: np.ndarray, counterfa
          hidden_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(shown, hidden) packed words, each (m, ceil(R / 64)) uint64: bit r = y^b (resp. b) of repetition r.
 
+    Branchless: every repetition draws both uniforms and combines the bits, shown = (b AND y1) OR (NOT b AND y0),
+    so the loop over a word's 64 repetitions has no data-dependent branch (the bits equal a branching draw's: the
+    same uniforms, compared the same way).
+
     Args:
         row_ids: (m,) uint64 row ids (the int64 ids viewed as uint64).
         true_one: (m,) bool, y0 = 1.
@@ -50,16 +54,20 @@ def play(row_ids: np.ndarray, true_one: np.ndarray, proxy: np.ndarray, counterfa
     words = (repetitions + 63) // 64
     shown = np.zeros((m, words), dtype=np.uint64)
     hidden = np.zeros((m, words), dtype=np.uint64)
+    one = np.uint64(1)
     for i in range(m):
-        row_id, p, y0 = row_ids[i], proxy[i], true_one[i]
-        for r in range(repetitions):
-            bit = np.uint64(1) << np.uint64(r % 64)
-            if _uniform(hidden_keys[r], row_id) < 0.5:
-                hidden[i, r // 64] |= bit
-                if _uniform(counterfactual_keys[r], row_id) < p:
-                    shown[i, r // 64] |= bit
-            elif y0:
-                shown[i, r // 64] |= bit
+        row_id, p = row_ids[i], proxy[i]
+        y0 = np.uint64(true_one[i])
+        for w in range(words):
+            hidden_word, shown_word = np.uint64(0), np.uint64(0)
+            for j in range(min(64, repetitions - 64 * w)):
+                r = 64 * w + j
+                b = np.uint64(_uniform(hidden_keys[r], row_id) < 0.5)
+                y1 = np.uint64(_uniform(counterfactual_keys[r], row_id) < p)
+                hidden_word |= b << np.uint64(j)
+                shown_word |= ((b & y1) | ((b ^ one) & y0)) << np.uint64(j)
+            hidden[i, w] = hidden_word
+            shown[i, w] = shown_word
     return shown, hidden
 
 
