@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._keys import seeded_key_file  # noqa: E402
 from benchmarks._report import publish  # noqa: E402
-from lia_spark.present.audit_summary import AuditSummary  # noqa: E402
+from lia_spark.records.audit_summary import AuditSummary  # noqa: E402
 from lia_spark.studies import table  # noqa: E402
 
 SECTION = "audit_table_injected"

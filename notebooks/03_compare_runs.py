@@ -30,7 +30,7 @@ if "dbutils" in globals():  # Databricks: a fresh Python process imports the pac
 from lia_spark.cli.main import notebook_display, notebook_parameters
 from lia_spark.run.sections import TrackingConfig
 from lia_spark.tracking.mlflow_runs import pipeline_runs
-from lia_spark.tracking.store import resolve_tracking_uri
+from lia_spark.run.tracking_uri import resolve_tracking_uri
 
 params = notebook_parameters(globals(), {"experiment": "lia-spark-demo", "tracking_uri": "",
                                          "metric": "audit.eps_binomial_bonferroni_mean"})

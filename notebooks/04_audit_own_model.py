@@ -71,7 +71,7 @@ import numpy as np
 import xgboost
 
 from lia_spark.tracking.model_logging import model_location
-from lia_spark.tracking.store import resolve_tracking_uri
+from lia_spark.run.tracking_uri import resolve_tracking_uri
 
 model_uri = params["model_uri"]
 if not model_uri:

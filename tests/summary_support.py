@@ -6,9 +6,9 @@ import math
 from typing import Any
 
 from lia_spark.kernels.audit_sweep import Ceiling
-from lia_spark.present.audit_summary import (AuditSummary, BoundStatistics, Calibrated, ObservationalChecks,
+from lia_spark.records.audit_summary import (AuditSummary, BoundStatistics, Calibrated, ObservationalChecks,
                                              ProxyError, RecalibrationMap, ReferenceBound, TauBreakEven)
-from lia_spark.present.headline import Headline
+from lia_spark.records.headline import Headline
 
 
 def audit_summary(design: str, **changes: Any) -> AuditSummary:

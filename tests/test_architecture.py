@@ -4,7 +4,8 @@
   pyspark, mlflow, matplotlib or configuration;
 - only ``engine/`` imports pyspark, only ``tracking/`` mlflow, only ``present/`` matplotlib;
 - the vocabulary imports nothing, the posterior grid only numpy;
-- the graph has no cycle, and a stage never reaches another stage's module (what it needs from upstream arrives
+- the typed records (``records/``) import only the kernels, the vocabulary and each other;
+- the graph has no cycle, neither between modules nor between the top folders, and a stage never reaches another stage's module (what it needs from upstream arrives
   as that stage's declared result);
 - the commands of the CLI are the registry's.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "lia_spark"
-FOLDERS = ("kernels", "studies", "present", "run", "tracking", "engine", "cli")
+FOLDERS = ("kernels", "records", "studies", "present", "run", "tracking", "engine", "cli")
 LAZY_API = "lia_spark.cli.api"  # the Python API, which the package root re-exports on first use
 
 
@@ -169,6 +170,35 @@ def test_the_import_graph_has_no_cycle():
     graph = import_graph()
     assert len(graph) > 40 and sum(map(len, graph.values())) > 100  # the whole package was read
     assert cycle(graph) == []
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Top folder (``kernels``, ``engine``, ...; ``names`` and the root are their own) -> the other top folders its
+    modules import."""
+    def folder(module: str) -> str:
+        return module.split(".")[1] if module.count(".") else module
+
+    folders: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        folders.setdefault(folder(module), set()).update(folder(other) for other in imported)
+    return {name: imported - {name} for name, imported in folders.items()}
+
+
+def test_the_top_folders_import_each_other_without_a_loop():
+    """A loop between folders (present -> studies -> present, run -> tracking -> run) makes neither the lower one:
+    each folder sits below the folders that import it."""
+    folders = folder_graph(import_graph())
+    assert set(FOLDERS) <= set(folders)
+    assert cycle(folders) == []
+    assert cycle({**folders, "kernels": folders["kernels"] | {"cli"}})  # the check finds a loop when there is one
+
+
+def test_records_import_only_kernels_the_vocabulary_and_records():
+    records = sorted((PACKAGE / "records").glob("*.py"))
+    assert len(records) >= 3
+    outside = {str(p.relative_to(PACKAGE)): sorted(module for module in _modules_imported(p) if not module.startswith(
+        ("lia_spark.kernels", "lia_spark.names", "lia_spark.records"))) for p in records}
+    assert {name: modules for name, modules in outside.items() if modules} == {}
 
 
 def test_a_stage_never_reaches_another_stage_module():

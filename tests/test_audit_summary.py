@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from lia_spark.present.audit_summary import AuditSummary, audit_summary_schema
+from lia_spark.records.audit_summary import AuditSummary, audit_summary_schema
 from lia_spark.run import schemas
 from lia_spark.run.json_output import json_safe, strict_json
 from pipeline_support import REPO

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark.present.audit_summary import BoundStatistics
+from lia_spark.records.audit_summary import BoundStatistics
 from lia_spark.present import charts, findings, plots
 from lia_spark.present.point_labels import label_points
-from lia_spark.present.wording import NO_EVIDENCE, NOT_VALID
+from lia_spark.records.wording import NO_EVIDENCE, NOT_VALID
 from summary_support import audit_summary
 
 matplotlib.use("Agg")

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import math
 
-from lia_spark.present.headline import Headline
-from lia_spark.present.wording import NO_EVIDENCE
+from lia_spark.records.headline import Headline
+from lia_spark.records.wording import NO_EVIDENCE
 
 
 def _headline(**changes) -> Headline:

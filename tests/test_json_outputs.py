@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from json_support import check_file, strict_load
-from lia_spark.present.wording import NO_EVIDENCE
+from lia_spark.records.wording import NO_EVIDENCE
 from lia_spark.run import schemas
 from lia_spark.cli.main import COMMAND_NAMES, main
 from pipeline_support import REPO

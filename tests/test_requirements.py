@@ -13,7 +13,7 @@ import pytest
 
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.requirements import SUPPORTED, installed_version, major_minor, requirement_problems
-from lia_spark.tracking.store import database_store_problem
+from lia_spark.run.tracking_uri import database_store_problem
 from pipeline_support import PYTHON, REPO
 
 VERSION_FILES = {"pyspark": ("version.py", "__version__: str = '{}'\n"), "mlflow": ("version.py", 'VERSION = "{}"\n')}

@@ -26,7 +26,8 @@ from lia_spark.cli.main import job_main
 from lia_spark.run.sections import TrackingConfig
 from lia_spark.run.fingerprint import code_version
 from lia_spark.tracking.mlflow_runs import DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, data_fingerprint, flatten
-from lia_spark.tracking.store import TrackingError, check_tracking_store, resolve_tracking_uri
+from lia_spark.run.tracking_uri import resolve_tracking_uri
+from lia_spark.tracking.store import TrackingError, check_tracking_store
 from mlflow_support import free_port, logged_models, start_mlflow_server, stop_mlflow_server
 from pipeline_support import REPO, spark_jobs, tiny_run, work_jobs
 

@@ -29,7 +29,7 @@ from lia_spark.cli.main import configure_logging as configure_logging  # re-expo
 from lia_spark.kernels import injected
 from lia_spark.names import (BASELINE_NAMES, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION, ROW_ID,
                              SHADOW_PREDICTION, TARGET_PREDICTION)
-from lia_spark.present.headline import Headline
+from lia_spark.records.headline import Headline
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config, load_config
 from lia_spark.run.model_sections import AuditConfig

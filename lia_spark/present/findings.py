@@ -16,10 +16,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from lia_spark.present.audit_summary import AuditSummary
+from lia_spark.records.audit_summary import AuditSummary
 from lia_spark.names import BAG_SIZE, BONFERRONI, EPSILON, MECHANISM, setting_key
 from lia_spark.present.point_labels import label_points, note_left_out
-from lia_spark.present.wording import NO_EVIDENCE, NOT_VALID
+from lia_spark.records.wording import NO_EVIDENCE, NOT_VALID
 
 SETTING_COLUMNS = ("setting", MECHANISM, EPSILON, BAG_SIZE, "mean_additive_advantage", "abs_I_p98", "share_infinite",
                    "auc", "advantage_source")
@@ -61,8 +61,8 @@ def settings_table(summary: Sequence[Mapping[str, Any]], utility: Sequence[Mappi
 
 def bounds_table(summary: AuditSummary) -> pd.DataFrame:
     """One row per epsilon bound of the audit's ``summary`` (its ``best`` statistics), in :data:`BOUND_COLUMNS`:
-    family, convention, whether it is a valid bound (Bonferroni) or not (:data:`lia_spark.present.wording.NOT_VALID`),
-    mean and std over repetitions, confidence, delta and a note (:data:`lia_spark.present.wording.NO_EVIDENCE` for a
+    family, convention, whether it is a valid bound (Bonferroni) or not (:data:`lia_spark.records.wording.NOT_VALID`),
+    mean and std over repetitions, confidence, delta and a note (:data:`lia_spark.records.wording.NO_EVIDENCE` for a
     valid bound that is 0 in every repetition). The valid bounds come first."""
     rows = []
     for key, stats in summary.best.items():

@@ -5,7 +5,7 @@ paper's convention, labelled as not valid; a valid bound of 0 flagged as no evid
 mechanism settings (mean additive advantage, 98th percentile of |I|, share of infinite |I|, target AUC;
 :mod:`lia_spark.present.findings`); the mechanisms side by side at matched utility; then per step its plots (PNG,
 embedded) with its metrics (paper-convention values last, labelled) and CSV tables folded away; last the git commit,
-package versions and config. No cell reads a raw nan or inf (:mod:`lia_spark.present.wording`). Built from the stage
+package versions and config. No cell reads a raw nan or inf (:mod:`lia_spark.records.wording`). Built from the stage
 results' ``metrics()``, ``artifacts()``, ``setting_rows()`` and the audit's summary, so any plot or table a stage adds
 shows up without changes here. Rendering only (no Spark): the pipeline (the report stage,
 :mod:`lia_spark.engine.report.stage`) commits it to ``OUT/report/report.html`` and logs it to MLflow.
@@ -23,11 +23,11 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from lia_spark.present.audit_summary import AuditSummary
+from lia_spark.records.audit_summary import AuditSummary
 from lia_spark.names import EPSILON, PAPER
 from lia_spark.kernels import audit_sweep
 from lia_spark.present import findings
-from lia_spark.present.wording import NO_EVIDENCE, NOT_COMPUTED, NOT_VALID, bound_text, ceiling_text, number_text
+from lia_spark.records.wording import NO_EVIDENCE, NOT_COMPUTED, NOT_VALID, bound_text, ceiling_text, number_text
 from lia_spark.run.config import Config
 from lia_spark.run.environment import git_commit
 from lia_spark.run.fingerprint import recorded_versions

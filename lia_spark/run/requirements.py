@@ -1,7 +1,7 @@
 """The package versions lia-spark runs with, checked in the first second of a command, before Spark starts: pyspark
 and MLflow inside the supported ranges (:data:`SUPPORTED`; setup.py's metadata and the README state the same), Spark
 Connect only where pyspark offers what the stages use of it, and for MLflow's database stores (sqlite, the default) a
-SQLAlchemy the installed MLflow can import (:func:`lia_spark.tracking.store.database_store_problem`). Modules that are
+SQLAlchemy the installed MLflow can import (:func:`lia_spark.run.tracking_uri.database_store_problem`). Modules that are
 missing altogether are reported where they are imported (:data:`lia_spark.run.failures.MODULE_FIXES`, the sqlite
 store's :data:`lia_spark.tracking.store.DATABASE_STORE_MODULES`, the executors' check in
 :mod:`lia_spark.engine.spark.deployment`).
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config
-from lia_spark.tracking.store import database_store_problem, resolve_tracking_uri
+from lia_spark.run.tracking_uri import database_store_problem, resolve_tracking_uri
 
 # Where each package states its version: (file in its folder, the name assigned there).
 VERSION_SOURCES = {"pyspark": ("version.py", "__version__"), "mlflow": ("version.py", "VERSION"),

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import pandas as pd
 
 from lia_spark.kernels.mechanism_registry import label_mechanism
-from lia_spark.present.audit_summary import AuditSummary, BoundStatistics
+from lia_spark.records.audit_summary import AuditSummary, BoundStatistics
 from lia_spark.names import (BINOMIAL, BONFERRONI, GDP, LP_2ST, OBSERVATIONAL, PAPER, PATE, RECALIBRATE_NONE, RR,
                              RR_DEBIASED, RR_WITH_PRIOR, bound_key)
 from lia_spark.run.capabilities import unsupported

@@ -33,9 +33,10 @@ from lia_spark.run.failures import error_first_line
 from lia_spark.run.json_output import json_safe
 
 from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
+from lia_spark.run.tracking_uri import resolve_tracking_uri
 from lia_spark.tracking.store import (MLFLOW_WAIT, TrackingError, budget_requests, check_tracking_store,
-                                     is_locked_store, locked_store_line, logging_kept, no_retries, resolve_tracking_uri,
-                                     sqlite_path, store_answers)
+                                     is_locked_store, locked_store_line, logging_kept, no_retries, sqlite_path,
+                                     store_answers)
 
 logger = logging.getLogger(__name__)
 
@@ -354,7 +355,7 @@ class PipelineTracker:
                 mlflow.log_metrics(finite_metrics(values))
 
     def set_headline(self, headline: Any) -> None:
-        """The audit headline (:class:`lia_spark.present.headline.Headline`) on the parent run: its tags (``audit.eps_lb``,
+        """The audit headline (:class:`lia_spark.records.headline.Headline`) on the parent run: its tags (``audit.eps_lb``,
         ``audit.claimed_eps``, ...) and its text as the run's description."""
         import mlflow
 

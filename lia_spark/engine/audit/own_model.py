@@ -28,7 +28,7 @@ from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.tracking.model_scoring import (ProbabilityModel, local_model_folder, model_facts, model_udf,
                                               pinned_model_uri, positive_probability, probability_model)
-from lia_spark.tracking.store import resolve_tracking_uri
+from lia_spark.run.tracking_uri import resolve_tracking_uri
 
 logger = logging.getLogger(__name__)
 

@@ -32,9 +32,9 @@ from lia_spark.kernels import audit, audit_sweep, membership
 from lia_spark.names import (BASELINE_NAMES, LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID,
                              TARGET_PREDICTION)
 from lia_spark.present.charts import plot_sweep
-from lia_spark.present.audit_summary import (AuditSummary, BoundStatistics, Calibrated, ObservationalChecks, ProxyError,
+from lia_spark.records.audit_summary import (AuditSummary, BoundStatistics, Calibrated, ObservationalChecks, ProxyError,
                                              RecalibrationMap, ReferenceBound, TauBreakEven)
-from lia_spark.present.headline import Headline
+from lia_spark.records.headline import Headline
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.json_output import strict_json
@@ -105,7 +105,7 @@ class AuditResult(FilesResult):
 
     @property
     def headline(self) -> Headline:
-        """The valid bound beside the claimed epsilon (:class:`lia_spark.present.headline.Headline`)."""
+        """The valid bound beside the claimed epsilon (:class:`lia_spark.records.headline.Headline`)."""
         return self.summary.headline
 
     def to_dict(self) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from lia_spark.engine.spark.session import describe_jobs, job_group
 from lia_spark.engine.runtime.registry import STAGES, run_stage, sealed_fingerprint, step_stage, would_reuse
 from lia_spark.engine.models.feature_frames import target_day_rows
 from lia_spark.present import charts
-from lia_spark.present.wording import (NO_EVIDENCE_SHORT, bound_text, ceiling_text, claimed_epsilon_text,
+from lia_spark.records.wording import (NO_EVIDENCE_SHORT, bound_text, ceiling_text, claimed_epsilon_text,
                                        number_text)
 from lia_spark.run import layout
 from lia_spark.run.config import Config

@@ -22,7 +22,7 @@ from lia_spark.engine.spark.session import job_group, master_name
 from lia_spark.engine.runtime.registry import (committed_result, fields_not_behind, refuse_foreign, run_stage,
                                               sealed_fingerprint, step_stage)
 from lia_spark.engine.models.feature_frames import target_day_rows
-from lia_spark.present.headline import Headline
+from lia_spark.records.headline import Headline
 from lia_spark.run.config import Config
 from lia_spark.run import interrupts
 from lia_spark.run.activity import doing
@@ -107,13 +107,13 @@ class PipelineResult:
 
     @property
     def headline(self) -> Headline | None:
-        """The audit step's headline (:class:`lia_spark.present.headline.Headline`), None when it did not run."""
+        """The audit step's headline (:class:`lia_spark.records.headline.Headline`), None when it did not run."""
         return next((o.result.headline for o in self.steps if o.result is not None and o.result.headline is not None),
                     None)
 
     def console_summary(self) -> str:
         """Closing lines for the console: status per step, the report, the MLflow run and, last, the audit's
-        headline (:class:`lia_spark.present.headline.Headline`)."""
+        headline (:class:`lia_spark.records.headline.Headline`)."""
         lines = [f"lia-spark pipeline {self.run_name!r}: "
                  + ", ".join(f"{o.step}={o.status} ({o.seconds:.1f} s)" for o in self.steps)]
         if self.report_path:

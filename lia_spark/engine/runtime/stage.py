@@ -22,7 +22,7 @@ from lia_spark.run.config import Config
 from lia_spark.run.fingerprint import Fingerprint, stage_parameters
 
 if TYPE_CHECKING:
-    from lia_spark.present.headline import Headline
+    from lia_spark.records.headline import Headline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,7 +233,7 @@ class StageResult:
 
     @property
     def headline(self) -> Headline | None:
-        """The run's headline (:class:`lia_spark.present.headline.Headline`) when this result has one, else None."""
+        """The run's headline (:class:`lia_spark.records.headline.Headline`) when this result has one, else None."""
         return None
 
     def page(self) -> str:

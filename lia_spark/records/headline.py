@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from lia_spark.names import INJECTED, MEMBERSHIP, OBSERVATIONAL
-from lia_spark.present.wording import NO_EVIDENCE, bound_text, ceiling_text, claimed_epsilon_text, number_text
+from lia_spark.records.wording import NO_EVIDENCE, bound_text, ceiling_text, claimed_epsilon_text, number_text
 
 
 def _eps(value: float) -> str:
@@ -82,8 +82,8 @@ class Headline:
         "eps >= X at 95% at the proxy's worst-case TV error tau = W, measured against the truth ..." or "no bound
         without an assumption on the proxy (...): eps >= X at 95% if the proxy is within TV tau = 0 of the truth
         ..."; then, observational, the spread of the repetitions' bounds, tau* and the reference at the same tau;
-        for X = 0, :data:`lia_spark.present.wording.NO_EVIDENCE`, and a FINDING mark when a bound
-        without assumption exceeds the claimed epsilon; numbers read as :mod:`lia_spark.present.wording` writes
+        for X = 0, :data:`lia_spark.records.wording.NO_EVIDENCE`, and a FINDING mark when a bound
+        without assumption exceeds the claimed epsilon; numbers read as :mod:`lia_spark.records.wording` writes
         them."""
         tests = f"{self.family} bound, Bonferroni over {self.tests} tests, delta = {self.delta:g}"
         target = (f"for a target trained with {self.mechanism} at claimed eps = "
@@ -132,7 +132,7 @@ class Headline:
         return line
 
     def _ceiling_text(self) -> str:
-        """"; with m <canaries> " and :func:`lia_spark.present.wording.ceiling_text` ("" when not computed)."""
+        """"; with m <canaries> " and :func:`lia_spark.records.wording.ceiling_text` ("" when not computed)."""
         if math.isnan(self.ceiling):
             return ""
         kind = {INJECTED: "informative canaries", MEMBERSHIP: "membership candidates"}.get(self.design, "canaries")

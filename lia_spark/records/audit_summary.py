@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from lia_spark.kernels.audit_sweep import Ceiling
 from lia_spark.names import OBSERVATIONAL
-from lia_spark.present.headline import Headline
+from lia_spark.records.headline import Headline
 
 SCHEMA_ID = "urn:lia-spark:audit-summary"
 COMMON = "urn:lia-spark:common#/$defs/"
@@ -295,7 +295,7 @@ def audit_summary_schema() -> dict[str, Any]:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "<out>/audit/summary.json: the audit stage's summary",
-        "description": ("Generated from lia_spark.present.audit_summary.AuditSummary (do not edit by hand). "
+        "description": ("Generated from lia_spark.records.audit_summary.AuditSummary (do not edit by hand). "
                         + " ".join(AuditSummary.__doc__.split())),
         "type": "object",
         "required": [field.name for field in fields],
