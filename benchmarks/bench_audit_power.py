@@ -121,12 +121,15 @@ def group_done(folder: Path, seed: int, command: list[str]) -> bool:
     return all((cells / name / step / "_LIA_COMPLETE").exists() for name in names for step in ("models", "audit"))
 
 
-def analysed(folder: Path, seed: int) -> bool:
-    """True when the study's power.json holds this seed's cells while its training runs are gone (deleted after
-    the analysis): ``--run`` does not train them again."""
+def analysed(folder: Path, seed: int, kept: pd.DataFrame | None) -> bool:
+    """True when the seed's training runs are gone (deleted after the analysis) while its cells are analysed: in
+    the study's power.json, or in the rows kept in :data:`RESULTS_FILE` (``kept``; a fresh ``--root`` on another
+    machine has no power.json): ``--run`` does not train them again."""
+    if (folder / f"seed{seed}").exists():
+        return False
     cache = folder / "power.json"
-    return (cache.exists() and not (folder / f"seed{seed}").exists()
-            and bool((pd.read_json(cache)["seed"] == seed).any()))
+    found = [pd.read_json(cache)] if cache.exists() else []
+    return any(bool((frame["seed"] == seed).any()) for frame in [*found, *([] if kept is None else [kept])])
 
 
 def cell_rows(folder: Path, seed: int, choices: tuple[AuditConfig, ...], known: pd.DataFrame) -> list[dict]:
@@ -375,10 +378,11 @@ def main(argv=None) -> int:
     plan = [(rows, library, None, args.seeds + args.fresh_seeds) for library in args.library for rows in args.rows]
     plan += [(200_000, "xgboost", share, args.flip_seeds) for share in args.flip_shares]
     if args.run:
+        stored = kept_results()
         for rows, library, share, seeds in plan:
             folder = study_root(args.root, rows, library, share)
             for seed in seeds:
-                if analysed(folder, seed):
+                if analysed(folder, seed, stored.get(study_name(rows, library, share))):
                     continue
                 seeded_key_file(folder / f"seed{seed}.audit_key", seed)
                 for command in seed_commands(folder, seed, rows, library, share):
