@@ -1,5 +1,5 @@
-"""The audit summary's typed records: the shipped JSON Schema is the one generated from them, and a summary file
-reads back into the same record (both designs, non-finite numbers included)."""
+"""The typed records of the summaries (audit, log-loss attack): the shipped JSON Schemas are the ones generated from
+them, and a summary file reads back into the same record (both audit designs, non-finite numbers included)."""
 from __future__ import annotations
 
 import json
@@ -8,17 +8,37 @@ import math
 import pytest
 
 from lia_spark.records.audit_summary import AuditSummary, audit_summary_schema
+from lia_spark.records.logloss_summary import LoglossSummary, OracleResult, SingleQuery, logloss_summary_schema
 from lia_spark.run import schemas
 from lia_spark.run.json_output import json_safe, strict_json
 from pipeline_support import REPO
 from summary_support import audit_summary
 
-SCHEMA_FILE = REPO / "lia_spark" / "run" / "json_schemas" / "audit-summary.schema.json"
+SCHEMAS = REPO / "lia_spark" / "run" / "json_schemas"
 
 
-def test_the_shipped_schema_is_the_one_generated_from_the_records():
-    assert json.loads(SCHEMA_FILE.read_text(encoding="utf-8")) == audit_summary_schema(), (
-        "regenerate lia_spark/run/json_schemas/audit-summary.schema.json from audit_summary_schema()")
+@pytest.mark.parametrize("name, generated", [("audit-summary", audit_summary_schema),
+                                             ("logloss-summary", logloss_summary_schema)])
+def test_the_shipped_schema_is_the_one_generated_from_the_records(name, generated):
+    assert json.loads((SCHEMAS / f"{name}.schema.json").read_text(encoding="utf-8")) == generated(), (
+        f"regenerate lia_spark/run/json_schemas/{name}.schema.json from {generated.__name__}()")
+
+
+def test_a_logloss_summary_matches_its_schema_and_reads_back_with_a_stopped_attacks_null_accuracy():
+    summary = LoglossSummary(day=1, rows=1000, failure_probability=0.01, queries_per_setting=3,
+                             single_query=SingleQuery(rows=500, accuracy=1.0, likelihood_bits=4096),
+                             exact_oracle={"binary": OracleResult(12.0, 84.0, 1.0),
+                                           "primes": OracleResult(5.0, 200.0, math.nan)},
+                             stopped_by={"binary": (), "primes": ("round2", "laplace0.001")})
+    written = json.loads(strict_json(summary.to_dict()))
+    schemas.validate(written, "logloss-summary")
+    assert written["exact_oracle"]["primes"]["accuracy"] is None and written["stopped_by"]["binary"] == []
+    read = LoglossSummary.from_dict(written)
+    assert json_safe(read.to_dict()) == written and read.stopped_by["primes"] == ("round2", "laplace0.001")
+    assert math.isnan(read.exact_oracle["primes"].accuracy) and read.single_query == summary.single_query
+    written["exact_oracle"]["primes"]["accuracy"] = 1.5
+    with pytest.raises(Exception, match="1.5"):
+        schemas.validate(written, "logloss-summary")
 
 
 @pytest.mark.parametrize("design", ["injected", "observational"])

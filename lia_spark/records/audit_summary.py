@@ -10,27 +10,15 @@ Non-finite numbers follow the JSON convention of :mod:`lia_spark.run.json_output
 from __future__ import annotations
 
 import dataclasses
-import math
-import types
 import typing
 from typing import Any, Mapping
 
 from lia_spark.kernels.audit_sweep import Ceiling
 from lia_spark.names import OBSERVATIONAL
 from lia_spark.records.headline import Headline
+from lia_spark.records.typed import COMMON, common_ref, described, plain, schema_of, typed
 
 SCHEMA_ID = "urn:lia-spark:audit-summary"
-COMMON = "urn:lia-spark:common#/$defs/"
-
-
-def described(description: str = "", **schema: Any) -> Any:
-    """A dataclass field whose JSON Schema adds ``schema`` (keywords) and ``description`` to the generated one."""
-    extra = {**schema, **({"description": description} if description else {})}
-    return dataclasses.field(metadata={"schema": extra})
-
-
-def _ref(name: str, description: str = "") -> Any:
-    return described(description, **{"$ref": COMMON + name})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +29,7 @@ class BoundStatistics:
     std: float = described(minimum=0)
     min: float = described()
     max: float = described()
-    share_positive: float = _ref("probability")
+    share_positive: float = common_ref("probability")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,16 +39,16 @@ class RecalibrationMap:
     mapped: str = described(enum=["target", "proxy"])
     bins: float = described(minimum=0)
     canaries: float = described(minimum=0)
-    min: float = _ref("probability")
-    max: float = _ref("probability")
+    min: float = common_ref("probability")
+    max: float = common_ref("probability")
 
 
 @dataclasses.dataclass(frozen=True)
 class TauBreakEven:
     """tau* (the smallest tau at which the valid bound is 0): the first repetition's and the mean."""
 
-    first: float = _ref("extended_number")
-    mean: float = _ref("extended_number")
+    first: float = common_ref("extended_number")
+    mean: float = common_ref("extended_number")
     repetitions: int = described(minimum=1)
 
 
@@ -69,11 +57,11 @@ class ProxyError:
     """On the twin: the proxy's TV error |M'(x) - eta(x)| on the canaries (as the game reads the proxy) and the
     valid bound at its maximum."""
 
-    max: float = _ref("probability")
-    p99: float = _ref("probability")
-    p95: float = _ref("probability")
+    max: float = common_ref("probability")
+    p99: float = common_ref("probability")
+    p95: float = common_ref("probability")
     mean: float = described(minimum=0)
-    canaries: int = _ref("count")
+    canaries: int = common_ref("count")
     eps_lb: float = described("The first repetition's valid bound at tau = max.", minimum=0)
     eps_lb_mean: float = described(minimum=0)
     eps_lb_std: float = described(minimum=0)
@@ -88,18 +76,18 @@ class ReferenceBound:
     std: float = described(minimum=0)
     min: float = described()
     max: float = described()
-    share_positive: float = _ref("probability")
+    share_positive: float = common_ref("probability")
     tau: float = described("The tau it is audited at, the headline's: the proxy's measured worst-case error on the "
                            "twin, else audit.tau.", minimum=0)
-    tau_break_even: float = _ref("extended_number")
-    canaries: int = _ref("count")
+    tau_break_even: float = common_ref("extended_number")
+    canaries: int = common_ref("count")
 
 
 @dataclasses.dataclass(frozen=True)
 class Calibrated:
     """Not a bound: the target's bound at the reference's largest tau*."""
 
-    tau: float = _ref("extended_number")
+    tau: float = common_ref("extended_number")
     eps_lb: float = described(minimum=0)
     eps_lb_mean: float = described(minimum=0)
     note: str = described()
@@ -156,14 +144,14 @@ class AuditSummary:
 
     attack: str = described(enum=["label_inference", "membership"])
     design: str = described(enum=["injected", "observational", "membership"])
-    canaries: int = _ref("count", "m: the canaries audited.")
+    canaries: int = common_ref("count", "m: the canaries audited.")
     repetitions: int = described(minimum=1)
     guesses: tuple[int, ...] = described("The sweep: numbers of guesses c'.", minItems=1,
                                          items={"$ref": COMMON + "count"})
     confidence: float = described(exclusiveMinimum=0, exclusiveMaximum=1)
     delta: float = described(minimum=0)
     tau: float = described(minimum=0)
-    gdp_delta: float = _ref("number_or_null", "The delta GDP's mu was converted at.")
+    gdp_delta: float = common_ref("number_or_null", "The delta GDP's mu was converted at.")
     gdp_tau_vacuous: bool = described()
     scores: tuple[str, ...] = described(minItems=1)
     tests: int = described(minimum=1)
@@ -194,92 +182,22 @@ class AuditSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The file's layout: every field but ``observational``, whose fields are top-level keys when present."""
-        payload = {field.name: _plain(getattr(self, field.name)) for field in dataclasses.fields(self)
+        payload = {field.name: plain(getattr(self, field.name)) for field in dataclasses.fields(self)
                    if field.name != "observational"}
         if self.observational is not None:
-            payload.update(_plain(self.observational))
+            payload.update(plain(self.observational))
         return payload
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> "AuditSummary":
         """Read :meth:`to_dict`'s layout (the file, or a marker's result)."""
         hints = typing.get_type_hints(cls)
-        values = {field.name: _typed(hints[field.name], payload[field.name]) for field in dataclasses.fields(cls)
+        values = {field.name: typed(hints[field.name], payload[field.name]) for field in dataclasses.fields(cls)
                   if field.name != "observational"}
         observational = None
         if payload["design"] == OBSERVATIONAL:
-            observational = _typed(ObservationalChecks, payload)
+            observational = typed(ObservationalChecks, payload)
         return cls(**values, observational=observational)
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready form: records by field (their own ``to_dict`` when they have one), tuples as lists."""
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    if dataclasses.is_dataclass(value):
-        return {field.name: _plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
-
-
-def _number(value: Any) -> float:
-    """A float from its JSON form: null -> NaN, "inf" / "-inf" -> +-inf."""
-    return math.nan if value is None else float(value)
-
-
-def _typed(hint: Any, value: Any) -> Any:
-    """``value`` (JSON form) as the type ``hint``."""
-    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        inner = next(argument for argument in arguments if argument is not type(None))
-        return None if value is None else _typed(inner, value)
-    if origin is dict:
-        return {key: _typed(arguments[1], item) for key, item in value.items()}
-    if origin is tuple:
-        return tuple(_typed(arguments[0], item) for item in value)
-    if hint is float:
-        return _number(value)
-    if hasattr(hint, "from_dict"):  # a record with its own JSON form (Ceiling, Headline): the inverse of _plain's
-        return hint.from_dict(value)
-    if dataclasses.is_dataclass(hint):
-        hints = typing.get_type_hints(hint)
-        return hint(**{field.name: _typed(hints[field.name], value[field.name]) for field in dataclasses.fields(hint)})
-    return value
-
-
-def _schema(hint: Any, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON Schema of the type ``hint`` with a field's ``extra`` keywords (a ``$ref`` replaces the type)."""
-    extra = dict(extra or {})
-    if "$ref" in extra:
-        return extra
-    origin, arguments = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        inner = next(argument for argument in arguments if argument is not type(None))
-        description = extra.pop("description", "")
-        schema = {"oneOf": [{"type": "null"}, _schema(inner, extra)]}
-        return {**({"description": description} if description else {}), **schema}
-    if origin is dict:
-        base = {"type": "object"}
-        if "additionalProperties" not in extra:
-            base["additionalProperties"] = _schema(arguments[1])
-        return {**base, **extra}
-    if origin is tuple:
-        return {"type": "array", **({} if "items" in extra else {"items": _schema(arguments[0])}), **extra}
-    if dataclasses.is_dataclass(hint) and "type" not in extra:
-        hints = typing.get_type_hints(hint)
-        fields = dataclasses.fields(hint)
-        return {**({"description": (hint.__doc__ or "").split("\n\n")[0].replace("\n    ", " ")}
-                   if "description" not in extra else {}),
-                "type": "object", "required": [field.name for field in fields],
-                "properties": {field.name: _schema(hints[field.name], field.metadata.get("schema")) for field in fields},
-                "additionalProperties": False, **extra}
-    simple = {int: "integer", float: "number", str: "string", bool: "boolean"}
-    if hint in simple and "enum" not in extra:
-        return {"type": simple[hint], **extra}
-    return extra
 
 
 def audit_summary_schema() -> dict[str, Any]:
@@ -288,8 +206,8 @@ def audit_summary_schema() -> dict[str, Any]:
     hints, checks = typing.get_type_hints(AuditSummary), typing.get_type_hints(ObservationalChecks)
     fields = [field for field in dataclasses.fields(AuditSummary) if field.name != "observational"]
     observational = dataclasses.fields(ObservationalChecks)
-    properties = {field.name: _schema(hints[field.name], field.metadata.get("schema")) for field in fields}
-    properties.update({field.name: _schema(checks[field.name], field.metadata.get("schema")) for field in observational})
+    properties = {field.name: schema_of(hints[field.name], field.metadata.get("schema")) for field in fields}
+    properties.update({field.name: schema_of(checks[field.name], field.metadata.get("schema")) for field in observational})
     names = [field.name for field in observational]
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

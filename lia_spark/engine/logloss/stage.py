@@ -43,6 +43,7 @@ from lia_spark.kernels import logloss
 from lia_spark.kernels.criteo import POSITION_BITS
 from lia_spark.names import DAY, LABEL, ROW_ID
 from lia_spark.present import logloss_plots
+from lia_spark.records.logloss_summary import LoglossSummary, OracleResult, SingleQuery
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.json_output import strict_json
@@ -163,7 +164,7 @@ class LoglossResult(FilesResult):
     output_path: str
     n_rows: int
     settings: int
-    summary: dict[str, Any]
+    summary: LoglossSummary
     files: tuple[str, ...]
     seconds: float
     skipped: bool = False
@@ -172,15 +173,22 @@ class LoglossResult(FilesResult):
     def metrics(self) -> dict[str, float]:
         """Rows, the single-query result and, per attack, labels per query and queries for N at the exact oracle."""
         metrics = {"logloss_rows": float(self.n_rows), "logloss_seconds": self.seconds,
-                   "single_query_rows": float(self.summary["single_query"]["rows"]),
-                   "single_query_accuracy": float(self.summary["single_query"]["accuracy"])}
-        for attack, values in self.summary["exact_oracle"].items():
-            metrics.update({f"{attack}_{key}": float(value) for key, value in values.items()})
+                   "single_query_rows": float(self.summary.single_query.rows),
+                   "single_query_accuracy": self.summary.single_query.accuracy}
+        for attack, result in self.summary.exact_oracle.items():
+            metrics.update({f"{attack}_{key}": float(value) for key, value in dataclasses.asdict(result).items()})
         return metrics
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "summary": self.summary.to_dict()}
+
+    @classmethod
+    def decoded(cls, values: dict[str, Any]) -> dict[str, Any]:
+        return {**super().decoded(values), "summary": LoglossSummary.from_dict(values["summary"])}
+
     def console_summary(self) -> str:
-        exact = ", ".join(f"{a}: {v['labels_per_query']:.0f} labels/query, {v['queries_for_all']:.0f} queries"
-                          for a, v in self.summary["exact_oracle"].items())
+        exact = ", ".join(f"{a}: {v.labels_per_query:.0f} labels/query, {v.queries_for_all:.0f} queries"
+                          for a, v in self.summary.exact_oracle.items())
         return f"logloss-attack on {self.n_rows} labels (exact float64 oracle): {exact}"
 
 
@@ -214,24 +222,25 @@ def _attack_and_write(run: StageRun) -> LoglossResult:
         rows.unpersist()
     results = pd.DataFrame.from_records(records)
     exact = results[results["oracle"] == "exact"].set_index("attack")
-    summary = {
-        "day": section.day, "rows": n_rows, "failure_probability": section.failure_probability,
-        "queries_per_setting": section.queries,
-        "single_query": {"rows": single_rows, "accuracy": single_accuracy,
-                         "likelihood_bits": likelihood.numerator.bit_length() + likelihood.denominator.bit_length()},
-        "exact_oracle": {attack: {"labels_per_query": float(exact.loc[attack, "labels_per_query"]),
-                                  "queries_for_all": float(exact.loc[attack, "queries_for_all"]),
-                                  "accuracy": float(exact.loc[attack, "accuracy"])} for attack in exact.index},
-        "stopped_by": {attack: results[(results["attack"] == attack) & (results["status"] == "stopped")]["oracle"]
-                       .tolist() for attack in section.attacks},
-    }
+    summary = LoglossSummary(
+        day=section.day, rows=n_rows, failure_probability=section.failure_probability,
+        queries_per_setting=section.queries,
+        single_query=SingleQuery(rows=single_rows, accuracy=single_accuracy,
+                                 likelihood_bits=likelihood.numerator.bit_length()
+                                 + likelihood.denominator.bit_length()),
+        exact_oracle={attack: OracleResult(labels_per_query=float(exact.loc[attack, "labels_per_query"]),
+                                           queries_for_all=float(exact.loc[attack, "queries_for_all"]),
+                                           accuracy=float(exact.loc[attack, "accuracy"])) for attack in exact.index},
+        stopped_by={attack: tuple(results[(results["attack"] == attack) & (results["status"] == "stopped")]["oracle"])
+                    for attack in section.attacks},
+    )
     output_path = reported_path(logloss_path(config))
     with tempfile.TemporaryDirectory(prefix="lia-logloss-") as local:
         os.makedirs(os.path.join(local, "plots"))
         results.to_csv(os.path.join(local, FILES[0]), index=False)
         defender_table(results).to_csv(os.path.join(local, FILES[1]), index=False)
         with open(os.path.join(local, FILES[2]), "w", encoding="utf-8") as handle:
-            handle.write(strict_json(summary))
+            handle.write(strict_json(summary.to_dict()))
         logloss_plots.accuracy_plot(results, path=os.path.join(local, FILES[3]))
         logloss_plots.labels_per_query_plot(results, n_rows=n_rows, path=os.path.join(local, FILES[4]))
         for name in FILES:
