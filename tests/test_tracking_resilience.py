@@ -138,3 +138,28 @@ def test_the_sqlite_store_without_the_full_mlflow_names_the_extra(tmp_path, monk
         check_tracking_store(f"sqlite:///{tmp_path / 'mlflow.db'}", timeout_seconds=1.0)
     check_tracking_store(f"file://{tmp_path / 'mlruns'}", timeout_seconds=1.0)  # a file store needs the client alone
 
+
+
+def test_every_tracker_offers_the_protocols_calls_with_the_same_signatures():
+    """The commands call a :class:`Tracker` (a :class:`TableTracker` for the audit table) whether tracking is on or
+    off: the NoTracker and MLflow's trackers each define every call of the protocol with its signature, so no call
+    is safe only because tracking happened to be on."""
+    import inspect
+
+    from lia_spark.tracking.mlflow_runs import AuditTableTracker
+    from lia_spark.tracking.session import NoTracker, TableTracker, Tracker
+
+    def calls(protocol) -> dict[str, inspect.Signature]:
+        return {name: inspect.signature(member) for name, member in vars(protocol).items()
+                if inspect.isfunction(member) and not name.startswith("_")}
+
+    table_calls = {**calls(Tracker), **calls(TableTracker)}
+    assert {"start", "best_effort", "start_stage", "log_stage", "log_cell", "log_table", "end"} <= set(table_calls)
+    for tracker, expected in ((NoTracker, table_calls), (PipelineTracker, calls(Tracker)),
+                              (AuditTableTracker, table_calls)):
+        assert {name: inspect.signature(getattr(tracker, name)) for name in expected} == expected, tracker
+    assert set(Tracker.__annotations__) == {"run_id", "tracking_uri", "not_logged"}
+    off = NoTracker()
+    assert all(hasattr(off, name) for name in Tracker.__annotations__)
+    assert off.log_cell("none", mechanism="none", claimed_epsilon=1.0, bag_size=1, status="ran", seconds=0.0,
+                        metrics={}) is None and off.not_logged == []

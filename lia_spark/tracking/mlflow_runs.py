@@ -22,7 +22,7 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Sequence
 
 from lia_spark.names import BAG_SIZE, EPSILON, MECHANISM, SETTING_KEY, setting_key
 from lia_spark.run import interrupts
@@ -33,6 +33,9 @@ from lia_spark.run.failures import error_first_line
 from lia_spark.run.json_output import json_safe
 
 from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
+
+if TYPE_CHECKING:  # the type only
+    from lia_spark.records.headline import Headline
 from lia_spark.run.tracking_uri import resolve_tracking_uri
 from lia_spark.tracking.store import (MLFLOW_WAIT, TrackingError, budget_requests, check_tracking_store,
                                      is_locked_store, locked_store_line, logging_kept, no_retries, sqlite_path,
@@ -354,7 +357,7 @@ class PipelineTracker:
                 mlflow.log_params({"setting": name, **setting})
                 mlflow.log_metrics(finite_metrics(values))
 
-    def set_headline(self, headline: Any) -> None:
+    def set_headline(self, headline: Headline) -> None:
         """The audit headline (:class:`lia_spark.records.headline.Headline`) on the parent run: its tags (``audit.eps_lb``,
         ``audit.claimed_eps``, ...) and its text as the run's description."""
         import mlflow
@@ -422,11 +425,12 @@ class AuditTableTracker(PipelineTracker):
     """One MLflow parent run for an ``lia-spark audit-table`` run (tagged ``lia_spark.kind = audit_table``), one
     nested run per cell (mechanism x claimed epsilon) and the table's CSVs and plot as the parent's artifacts."""
 
-    def start(self) -> str:
-        """Start the parent run like a pipeline's (config, seed and environment params), tagged as a table."""
+    def start(self, omitted: Collection[str] = ()) -> str:
+        """Start the parent run like a pipeline's (config, seed and environment params but ``omitted``), tagged as a
+        table."""
         import mlflow
 
-        run_id = super().start()
+        run_id = super().start(omitted)
         mlflow.set_tag(KIND_TAG, TABLE_KIND)
         return run_id
 

@@ -13,13 +13,13 @@ import functools
 import io
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Union
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterator, Mapping, Protocol, Sequence
 
 from lia_spark.run.config import Config
 from lia_spark.tracking.store import mlflow_3
 
-if TYPE_CHECKING:  # the type only: mlflow is imported when tracking is on
-    from lia_spark.tracking.mlflow_runs import PipelineTracker
+if TYPE_CHECKING:  # the type only
+    from lia_spark.records.headline import Headline
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +53,50 @@ TRACK_LATER = ("log them once the tracking server answers again with `lia-spark 
                "[the same overrides]`")
 
 
+class Tracker(Protocol):
+    """What a command calls on its tracker (:class:`lia_spark.tracking.mlflow_runs.PipelineTracker`, or
+    :class:`NoTracker` with tracking off): the run's start, where to look at it, and the logging calls, each handed
+    to :meth:`best_effort` by the commands."""
+
+    run_id: str
+    tracking_uri: str
+    not_logged: list[str]
+
+    def start(self, omitted: Collection[str] = ()) -> str: ...
+
+    def location(self) -> str: ...
+
+    def best_effort(self, what: str, log: Callable[[], Any]) -> None: ...
+
+    def start_stage(self, stage: str) -> None: ...
+
+    def log_stage(self, stage: str, *, status: str, seconds: float, metrics: Mapping[str, Any],
+                  artifacts: Sequence[str], models: Sequence[str] = (),
+                  settings: Sequence[Mapping[str, Any]] = (), error: str = "", fingerprint: str = "") -> None: ...
+
+    def set_headline(self, headline: Headline) -> None: ...
+
+    def log_data_marker(self, marker: Mapping[str, Any]) -> None: ...
+
+    def log_report(self, path: str) -> None: ...
+
+    def end(self, *, failed: bool) -> None: ...
+
+
+class TableTracker(Tracker, Protocol):
+    """A tracker of ``lia-spark audit-table`` (:class:`lia_spark.tracking.mlflow_runs.AuditTableTracker`): one
+    nested run per cell and the table's files."""
+
+    def log_cell(self, cell: str, *, mechanism: str, claimed_epsilon: float, bag_size: int, status: str,
+                 seconds: float, metrics: Mapping[str, Any], error: str = "", fingerprint: str = "") -> None: ...
+
+    def log_table(self, *, metrics: Mapping[str, Any], artifacts: Sequence[str]) -> None: ...
+
+
 @dataclasses.dataclass
 class NoTracker:
-    """Tracking off: no run, no logging call made."""
+    """Tracking off: no run, and no logging call does anything (a :class:`TableTracker` whose every call is a
+    no-op, so a command reads the same with and without MLflow)."""
 
     run_id: str = ""
     tracking_uri: str = ""
@@ -70,8 +111,32 @@ class NoTracker:
     def best_effort(self, what: str, log: Callable[[], Any]) -> None:
         """Nothing to log: ``log`` is not called (it would copy artifacts for nobody)."""
 
+    def start_stage(self, stage: str) -> None:
+        """No stage run."""
 
-Tracker = Union["PipelineTracker", NoTracker]
+    def log_stage(self, stage: str, *, status: str, seconds: float, metrics: Mapping[str, Any],
+                  artifacts: Sequence[str], models: Sequence[str] = (),
+                  settings: Sequence[Mapping[str, Any]] = (), error: str = "", fingerprint: str = "") -> None:
+        """Nothing logged."""
+
+    def set_headline(self, headline: Headline) -> None:
+        """No run to tag."""
+
+    def log_data_marker(self, marker: Mapping[str, Any]) -> None:
+        """No run to describe the data on."""
+
+    def log_report(self, path: str) -> None:
+        """No run to attach the page to."""
+
+    def end(self, *, failed: bool) -> None:
+        """No run to end."""
+
+    def log_cell(self, cell: str, *, mechanism: str, claimed_epsilon: float, bag_size: int, status: str,
+                 seconds: float, metrics: Mapping[str, Any], error: str = "", fingerprint: str = "") -> None:
+        """No cell run."""
+
+    def log_table(self, *, metrics: Mapping[str, Any], artifacts: Sequence[str]) -> None:
+        """No table files logged."""
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ import math
 import os
 import tempfile
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import pandas as pd
 from pyspark.sql import SparkSession
@@ -47,7 +47,7 @@ from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run import interrupts
 from lia_spark.run.limits import check_training_rows
-from lia_spark.tracking.session import tracking_session
+from lia_spark.tracking.session import TableTracker, tracking_session
 from lia_spark.studies import table
 
 logger = logging.getLogger(__name__)
@@ -311,7 +311,8 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
     cells, unsupported = table.table_cells(config)
     for name, reason in unsupported.items():
         logger.warning("audit-table: skipping %s: %s", name, reason)
-    with tracking_session(config, run_name=f"{config.run.name} audit-table", table=True) as tracker:
+    with tracking_session(config, run_name=f"{config.run.name} audit-table", table=True) as session:
+        tracker = cast(TableTracker, session)  # table=True: an AuditTableTracker or the NoTracker
         check_writable(spark, config.run.output_dir)
         logger.info("audit-table: %d cells (%s) below %s/cells", len(cells), ", ".join(c.name for c in cells),
                     layout.output_path(config, layout.TABLE))
@@ -341,7 +342,7 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
     return result
 
 
-def _log_table(spark: SparkSession, tracker: Any, result: TableResult) -> None:
+def _log_table(spark: SparkSession, tracker: TableTracker, result: TableResult) -> None:
     """The table's metrics and files on the parent run."""
     with local_copies(spark, result.files) as artifacts:
         tracker.log_table(metrics=result.metrics(), artifacts=artifacts)

@@ -16,7 +16,7 @@ from lia_spark.engine.runtime.pipeline import run_pipeline, run_track
 from lia_spark.engine.runtime.registry import STAGES, run_stage, sealed_fingerprint
 from lia_spark.engine.runtime.audit_table import run_audit_table
 from lia_spark.run.config import Config
-from lia_spark.tracking.session import tracking_session
+from lia_spark.tracking.session import Tracker, tracking_session
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def run_logloss_attack(spark: SparkSession, config: Config) -> Any:
     return result
 
 
-def _log_attack(spark: SparkSession, config: Config, tracker: Any, result: Any) -> None:
+def _log_attack(spark: SparkSession, config: Config, tracker: Tracker, result: Any) -> None:
     """The attack's stage run: its metrics and files."""
     with local_copies(spark, result.files) as artifacts:
         tracker.log_stage("logloss", status="reused" if result.skipped else "ran", seconds=result.seconds,

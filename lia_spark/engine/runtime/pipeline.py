@@ -29,7 +29,7 @@ from lia_spark.run.activity import doing
 from lia_spark.run.layout import check_paths_apart
 from lia_spark.run.limits import check_training_rows
 from lia_spark.run.sections import PIPELINE_STAGES
-from lia_spark.tracking.session import TRACK_LATER, tracking_session
+from lia_spark.tracking.session import TRACK_LATER, Tracker, tracking_session
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def _run_step(spark: SparkSession, config: Config, step: str, outcomes: dict[str
     return outcome
 
 
-def log_outcome(spark: SparkSession, config: Config, tracker: Any, outcome: StageOutcome) -> None:
+def log_outcome(spark: SparkSession, config: Config, tracker: Tracker, outcome: StageOutcome) -> None:
     """Log one step's outcome to MLflow (artifacts and models only when it ran; tables of per-row labels only with
     tracking.log_row_data), and on the parent run what its result offers: a headline's tags, the identity of the
     input data (a stage that describes it) and a page."""
