@@ -245,7 +245,7 @@ def test_engine_folders_are_those_of_the_layout():
 def test_spark_imports_nothing_else_of_the_engine():
     graph = import_graph()
     spark = {module for module in graph if _engine_folder(module) == "spark" and module.count(".") > 2}
-    assert len(spark) == 4  # session, filesystem, deployment, capabilities
+    assert len(spark) == 5  # session, filesystem, deployment, capabilities, memory
     assert {module: sorted(m for m in _engine_imports(graph, module) if _engine_folder(m) != "spark")
             for module in spark} == {module: [] for module in spark}
 

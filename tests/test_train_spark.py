@@ -17,8 +17,9 @@ from lia_spark.engine.models.bags import row_bag_proportions
 from lia_spark.engine.models.feature_frames import read_day
 from key_support import key_file, stored_key
 from lia_spark.engine.models.execution import membership_candidates
-from lia_spark.engine.models.preparation import (Preparation, TargetJob, boosting_params, byte_size, check_driver_fits,
-                                       prepare_days, training_seed)
+from lia_spark.engine.models.preparation import (Preparation, TargetJob, boosting_params, check_driver_fits,
+                                                 prepare_days, training_seed)
+from lia_spark.engine.spark.memory import byte_size
 from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.kernels import features, injected, label_mechanisms, mechanisms, membership, pate, synthetic, training

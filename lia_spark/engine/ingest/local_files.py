@@ -45,7 +45,7 @@ from lia_spark.engine.ingest.criteo_files import (
     summary_batch,
     value_columns,
 )
-from lia_spark.engine.models.preparation import byte_size
+from lia_spark.engine.spark.memory import byte_size
 from lia_spark.engine.spark.filesystem import local_folder
 from lia_spark.engine.spark.session import default_parallelism
 from lia_spark.kernels import criteo

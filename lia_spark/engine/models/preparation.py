@@ -19,6 +19,7 @@ from lia_spark.engine.models import feature_frames
 from lia_spark.engine.models.classes import check_training_labels, class_counts, warn_undefined_auc
 from lia_spark.engine.runtime.outputs import output_fingerprint
 from lia_spark.engine.models.pate_teachers import spark_votes
+from lia_spark.engine.spark.memory import driver_limits
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import features, hashing, injected, mechanism_registry, pate, training
 from lia_spark.kernels.model_libraries import BoostingParams, FittedModel, ModelLibrary
@@ -106,14 +107,6 @@ def sampled_day(spark: SparkSession, config: Config, day: int) -> tuple[DataFram
     return rows, total
 
 
-def driver_limits(spark: SparkSession) -> dict[str, int]:
-    """Bytes the driver can receive: spark.driver.maxResultSize and half of spark.driver.memory (0 = unlimited
-    is left out)."""
-    limits = {"spark.driver.maxResultSize": byte_size(spark.conf.get("spark.driver.maxResultSize", "1g")),
-              "half of spark.driver.memory": byte_size(spark.conf.get("spark.driver.memory", "1g")) // 2}
-    return {name: size for name, size in limits.items() if size > 0}
-
-
 def check_driver_fits(rows: int, limits: dict[str, int], *, day: int, total: int, sample_rows: int) -> None:
     """Fail naming models.sample_rows_per_day when ``rows`` feature rows would exceed one of the driver's
     ``limits`` (name -> bytes) at IN_MEMORY_BYTES_PER_ROW."""
@@ -127,15 +120,6 @@ def check_driver_fits(rows: int, limits: dict[str, int], *, day: int, total: int
                 f"{name} ({size / 2**20:,.0f} MiB); the day holds {total:,} rows, got {sample_rows}; set "
                 f"models.sample_rows_per_day to at most {fitting:,} (the paper trains on 1,000,000 rows per day), "
                 "or models.execution=distributed to train on whole days")
-
-
-def byte_size(text: str) -> int:
-    """Bytes of a JVM size string such as 1g, 512m, 4096k or 1024 (bytes); 0 stays 0 (unlimited)."""
-    text = text.strip().lower().removesuffix("b")
-    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
 
 
 def feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
