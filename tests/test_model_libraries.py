@@ -63,7 +63,8 @@ def test_only_xgboost_learns_from_bags_and_catboost_refuses_them_naming_the_fiel
 
 
 def test_the_config_names_a_library_once_and_an_unknown_one_fails_naming_the_field():
-    assert load_config(None, ["models.library=catboost", "utility.bag_sizes=[]"]).models.model_library is model_libraries.CATBOOST_LIBRARY
+    catboost = load_config(None, ["models.library=catboost", "utility.bag_sizes=[]"])
+    assert catboost.models.model_library is model_libraries.CATBOOST_LIBRARY
     assert load_config(None, []).models.model_library is model_libraries.XGBOOST_LIBRARY
     with pytest.raises(ValueError, match="models.library must be one of xgboost, catboost, got 'lightgbm'"):
         model_library("lightgbm")

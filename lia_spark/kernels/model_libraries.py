@@ -41,7 +41,12 @@ class BoostingParams:
 
     def thread_count(self) -> int:
         """The threads a fit uses: ``threads``, or every core when 0."""
-        return self.threads or (os.cpu_count() or 1)
+        return thread_count(self.threads)
+
+
+def thread_count(threads: int) -> int:
+    """``threads``, or every core when 0."""
+    return threads or (os.cpu_count() or 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,13 +159,12 @@ class XGBoost(ModelLibrary):
         from lia_spark.kernels.proportion_matching import proportion_matching_grad_hess, proportion_matching_loss
 
         started = time.monotonic()
-        booster_params = {"tree_method": "hist", "max_depth": params.max_depth, "eta": params.learning_rate,
-                          "nthread": params.thread_count(), "seed": params.seed % 2**31, "verbosity": 0}
+        booster_params = _hist_params(max_depth=params.max_depth, learning_rate=params.learning_rate,
+                                      threads=params.thread_count(), seed=params.seed)
         if train_bags is None:
             dtrain = xgb.DMatrix(train_x, label=train_y, feature_names=feature_names)
             dvalid = xgb.DMatrix(valid_x, label=valid_y, feature_names=feature_names)
-            base = float(np.clip(np.mean(train_y), 1e-4, 1 - 1e-4))
-            booster_params.update(objective="binary:logistic", eval_metric="logloss", base_score=base)
+            booster_params.update(_logistic_params(float(np.mean(train_y))))
             booster = xgb.train(booster_params, dtrain, params.n_estimators, evals=[(dvalid, "valid")],
                                 early_stopping_rounds=params.early_stopping_rounds or None, verbose_eval=False)
             offset = 0.0
@@ -199,7 +203,7 @@ class XGBoost(ModelLibrary):
 
     def use_threads(self, model: Any, threads: int) -> None:
         """A booster keeps the thread count it was fitted with (one in a Spark task)."""
-        model.set_param({"nthread": threads or os.cpu_count() or 1})
+        model.set_param({"nthread": thread_count(threads)})
 
     def load(self, path: Path) -> Any:
         """An xgboost Booster."""
@@ -215,10 +219,8 @@ class XGBoost(ModelLibrary):
         import xgboost as xgb
 
         features, labels = fit
-        base = float(np.clip(labels.mean() if labels.size else 0.5, 1e-4, 1 - 1e-4))
-        params = {"tree_method": "hist", "max_depth": model.max_depth, "eta": model.learning_rate, "nthread": 1,
-                  "seed": model.seed % 2**31, "verbosity": 0, "objective": "binary:logistic", "base_score": base,
-                  "eval_metric": "logloss"}
+        params = {**_hist_params(max_depth=model.max_depth, learning_rate=model.learning_rate, threads=1,
+                                 seed=model.seed), **_logistic_params(labels.mean() if labels.size else 0.5)}
         if held_out is not None:
             booster = xgb.train(params, xgb.DMatrix(features, label=labels), model.n_estimators,
                                 evals=[(xgb.DMatrix(held_out[0], label=held_out[1]), "holdout")],
@@ -228,6 +230,18 @@ class XGBoost(ModelLibrary):
         else:
             booster, trees = xgb.train(params, xgb.DMatrix(features, label=labels), model.n_estimators), (0, 0)
         return booster.predict(xgb.DMatrix(student_features), iteration_range=trees)
+
+
+def _hist_params(*, max_depth: int, learning_rate: float, threads: int, seed: int) -> dict[str, Any]:
+    """XGBoost's hist booster settings of every fit here (the seed folded into xgboost's 31 bits)."""
+    return {"tree_method": "hist", "max_depth": max_depth, "eta": learning_rate, "nthread": threads,
+            "seed": seed % 2**31, "verbosity": 0}
+
+
+def _logistic_params(click_rate: float) -> dict[str, Any]:
+    """Logistic loss on labels, boosting from the training rows' click rate clipped to [1e-4, 1 - 1e-4]."""
+    return {"objective": "binary:logistic", "eval_metric": "logloss",
+            "base_score": float(np.clip(click_rate, 1e-4, 1 - 1e-4))}
 
 
 class CatBoost(ModelLibrary):
@@ -299,8 +313,9 @@ LIBRARIES: dict[str, ModelLibrary] = {library.name: library for library in (XGBO
 
 @dataclasses.dataclass(frozen=True)
 class TeacherModel:
-    """The teachers' boosting settings (:func:`lia_spark.kernels.pate.teacher_votes`): library (xgboost on a matrix, catboost on a frame
-    with the categorical columns ``cat_features``), trees, depth, learning rate, seed and early stopping rounds."""
+    """The teachers' boosting settings (:func:`lia_spark.kernels.pate.teacher_votes`): library (xgboost on a matrix,
+    catboost on a frame with the categorical columns ``cat_features``), trees, depth, learning rate, seed and early
+    stopping rounds."""
 
     n_estimators: int
     max_depth: int
