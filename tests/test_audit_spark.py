@@ -13,6 +13,7 @@ from lia_spark.engine.audit.counts import distributed_counts
 from lia_spark.engine.runtime.outputs import is_complete
 from lia_spark.engine.runtime.registry import run_stage
 from lia_spark.kernels import audit, audit_sweep, hashing
+from lia_spark.kernels.audit_designs import INJECTED_DESIGN, OBSERVATIONAL_DESIGN
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.model_sections import AuditConfig
 from lia_spark.studies import power
@@ -161,9 +162,9 @@ def test_injected_counts_equal_the_kernel_for_any_partitioning(spark, tmp_path):
 
     for partitions in (1, 4):
         df, _ = select_canaries(spark.createDataFrame(table).repartition(partitions), seed=42, canaries=0,
-                             design="injected")
+                             design=INJECTED_DESIGN)
         m, found_guesses, correct = distributed_counts(df, section=AuditConfig(repetitions=50, scores=scores),
-                                                       seed=42, design="injected")
+                                                       seed=42, design=INJECTED_DESIGN)
         assert m == len(informative) and tuple(correct) == scores
         np.testing.assert_array_equal(found_guesses, guesses)
         for attack in scores:
@@ -354,7 +355,7 @@ def test_recalibration_reads_no_label_and_maps_a_shifted_target_back(spark, tmp_
     for frame, partitions in ((table, 1), (permuted, 3)):
         for mode in ("target", "proxy"):
             df, mapping = select_canaries(spark.createDataFrame(frame).repartition(partitions), seed=42, canaries=0,
-                                          design="injected", recalibrate=mode)
+                                          design=INJECTED_DESIGN, recalibrate=mode)
             maps.append(mapping)
             mapped = df.toPandas()  # the map of M' onto M: the shifted proxy is the target again
             assert np.abs(logit(mapped["target_prediction"]) - logit(mapped["proxy_prediction"])).max() < 0.01
@@ -381,11 +382,11 @@ def test_the_observational_game_on_an_injected_target_shows_the_label_it_trained
     from lia_spark.engine.audit.counts import select_canaries
 
     table = _injected_table(2000, seed=4)
-    df, mapping = select_canaries(spark.createDataFrame(table), seed=42, canaries=0, design="observational")
+    df, mapping = select_canaries(spark.createDataFrame(table), seed=42, canaries=0, design=OBSERVATIONAL_DESIGN)
     found = df.toPandas().set_index("row_id").loc[table["row_id"], "label"].to_numpy()
     trained = np.where(table["hidden_bit"] == 1, table["counterfactual_label"], table["label"])
     np.testing.assert_array_equal(found, trained)
     assert mapping is None and (found != table["label"]).sum() > 0
     plain, _ = select_canaries(spark.createDataFrame(table.drop(columns=["counterfactual_label", "hidden_bit"])),
-                               seed=42, canaries=0, design="observational")
+                               seed=42, canaries=0, design=OBSERVATIONAL_DESIGN)
     assert plain.toPandas().set_index("row_id").loc[table["row_id"], "label"].tolist() == table["label"].tolist()

@@ -176,13 +176,14 @@ def test_malformed_override_is_rejected(text):
 def test_one_capability_table_decides_the_config_and_the_audit_table(library, execution, attack):
     """Every training mechanism x library x execution path x audit game: the config refuses exactly what the table
     refuses (naming the table's field), and the audit table skips exactly those of its mechanisms."""
+    from lia_spark.kernels.audit_designs import INJECTED_DESIGN, MEMBERSHIP_DESIGN
     from lia_spark.kernels.mechanism_registry import TRAINING_MECHANISMS
     from lia_spark.run.capabilities import refusal, unsupported
     from lia_spark.studies.table import table_cells
 
     base = [f"models.library={library}", f"models.execution={execution}", f"audit.attack={attack}",
             "utility.bag_sizes=[]", "models.epsilon=1.0"]
-    game = "injected" if attack == "label_inference" else "membership"
+    game = INJECTED_DESIGN if attack == "label_inference" else MEMBERSHIP_DESIGN
     for mechanism in TRAINING_MECHANISMS:
         found = refusal(mechanism, library=library, execution=execution, game=game)
         overrides = [*base, f"models.training_mechanism={mechanism}"]

@@ -183,7 +183,7 @@ def test_the_scores_read_neither_the_coin_nor_the_released_label():
     correctness bits (the audit's own bookkeeping) change when the coins are flipped."""
     import pandas as pd
 
-    from lia_spark.engine.audit.counts import _candidate_keys, _game_candidates
+    from lia_spark.kernels.audit_designs import INJECTED_DESIGN
     from lia_spark.kernels.canary_scores import resolve_scores
 
     row_ids, label, _, proxy = _world(4_000, seed=6)
@@ -195,12 +195,12 @@ def test_the_scores_read_neither_the_coin_nor_the_released_label():
     frame = frame[frame["label"] != frame["counterfactual_label"]]
     blind = frame.drop(columns=["hidden_bit", "released_label"])
     for score in resolve_scores(("log_ratio", "difference_t2")):
-        for found, expected in zip(_candidate_keys(blind, score, design="injected", seed=2),
-                                   _candidate_keys(frame, score, design="injected", seed=2)):
+        for found, expected in zip(INJECTED_DESIGN.batch_keys(blind, score, seed=2),
+                                   INJECTED_DESIGN.batch_keys(frame, score, seed=2)):
             np.testing.assert_array_equal(found, expected)
     scores = resolve_scores(("log_ratio",))
     flipped = frame.assign(hidden_bit=1 - frame["hidden_bit"])
-    ours, theirs = (_game_candidates(f, design="injected", seed=2, repetitions=1, scores=scores)["log_ratio"]
+    ours, theirs = (INJECTED_DESIGN.batch_candidates(f, seed=2, repetitions=1, scores=scores)["log_ratio"]
                     for f in (frame, flipped))
     np.testing.assert_array_equal(ours.abs_score, theirs.abs_score)
     np.testing.assert_array_equal(ours.correct, 1 - theirs.correct)

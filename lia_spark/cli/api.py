@@ -100,7 +100,7 @@ def audit_predictions(predictions: Any, *, claimed_epsilon: float = math.inf, se
     """
     config = load_config(conf, overrides)
     section = config.audit
-    if section.design != names.INJECTED or section.attack != names.LABEL_INFERENCE:
+    if not section.audit_design.injects_labels:
         raise ConfigError(f"audit.design: audit_predictions plays the injected game (coins drawn before training), got "
                           f"audit.design={section.design}, audit.attack={section.attack}")
     if section.delta > 0:

@@ -13,12 +13,14 @@ import dataclasses
 import typing
 from typing import Any, Mapping
 
+from lia_spark.kernels.audit_designs import AUDIT_DESIGNS, audit_design
 from lia_spark.kernels.audit_sweep import Ceiling
-from lia_spark.names import OBSERVATIONAL
+from lia_spark.names import ATTACKS, OBSERVATIONAL
 from lia_spark.records.headline import Headline
 from lia_spark.records.typed import COMMON, common_ref, described, plain, schema_of, typed
 
 SCHEMA_ID = "urn:lia-spark:audit-summary"
+CHECKS_FIELD = "observational"  # the summary field of the observational checks, written as top-level keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +144,8 @@ class AuditSummary:
     the ceiling and the headline; ``observational`` holds what the observational design's bound rests on (None for
     the other designs)."""
 
-    attack: str = described(enum=["label_inference", "membership"])
-    design: str = described(enum=["injected", "observational", "membership"])
+    attack: str = described(enum=list(ATTACKS))
+    design: str = described(enum=list(AUDIT_DESIGNS))
     canaries: int = common_ref("count", "m: the canaries audited.")
     repetitions: int = described(minimum=1)
     guesses: tuple[int, ...] = described("The sweep: numbers of guesses c'.", minItems=1,
@@ -183,7 +185,7 @@ class AuditSummary:
     def to_dict(self) -> dict[str, Any]:
         """The file's layout: every field but ``observational``, whose fields are top-level keys when present."""
         payload = {field.name: plain(getattr(self, field.name)) for field in dataclasses.fields(self)
-                   if field.name != "observational"}
+                   if field.name != CHECKS_FIELD}
         if self.observational is not None:
             payload.update(plain(self.observational))
         return payload
@@ -193,9 +195,9 @@ class AuditSummary:
         """Read :meth:`to_dict`'s layout (the file, or a marker's result)."""
         hints = typing.get_type_hints(cls)
         values = {field.name: typed(hints[field.name], payload[field.name]) for field in dataclasses.fields(cls)
-                  if field.name != "observational"}
+                  if field.name != CHECKS_FIELD}
         observational = None
-        if payload["design"] == OBSERVATIONAL:
+        if audit_design(payload["design"]).assumes_tau:
             observational = typed(ObservationalChecks, payload)
         return cls(**values, observational=observational)
 
@@ -204,7 +206,7 @@ def audit_summary_schema() -> dict[str, Any]:
     """The JSON Schema of :meth:`AuditSummary.to_dict` (draft 2020-12): the summary's fields, and the observational
     checks' fields, required with the observational design and absent otherwise."""
     hints, checks = typing.get_type_hints(AuditSummary), typing.get_type_hints(ObservationalChecks)
-    fields = [field for field in dataclasses.fields(AuditSummary) if field.name != "observational"]
+    fields = [field for field in dataclasses.fields(AuditSummary) if field.name != CHECKS_FIELD]
     observational = dataclasses.fields(ObservationalChecks)
     properties = {field.name: schema_of(hints[field.name], field.metadata.get("schema")) for field in fields}
     properties.update({field.name: schema_of(checks[field.name], field.metadata.get("schema")) for field in observational})

@@ -17,7 +17,8 @@ import dataclasses
 import math
 from typing import Any
 
-from lia_spark.names import INJECTED, MEMBERSHIP, OBSERVATIONAL
+from lia_spark.kernels.audit_designs import AuditDesign, audit_design
+from lia_spark.names import OBSERVATIONAL
 from lia_spark.records.wording import NO_EVIDENCE, bound_text, ceiling_text, claimed_epsilon_text, number_text
 
 
@@ -57,10 +58,15 @@ class Headline:
     training_runs: int = 1  # injected: the training runs pooled into the game (audit.runs, docs/math.md §5.14)
 
     @property
+    def game(self) -> AuditDesign:
+        """The game of :attr:`design` (:mod:`lia_spark.kernels.audit_designs`)."""
+        return audit_design(self.design)
+
+    @property
     def assumption(self) -> str:
         """What the bound assumes beyond the audit's own game: "" (injected, membership, or observational at the
         measured error of the proxy), else "if the proxy is within TV tau = X of the truth"."""
-        if self.design != OBSERVATIONAL or not math.isnan(self.measured_tau):
+        if not self.game.assumes_tau or not math.isnan(self.measured_tau):
             return ""
         return f"if the proxy is within TV tau = {self.tau:g} of the truth"
 
@@ -89,11 +95,11 @@ class Headline:
         target = (f"for a target trained with {self.mechanism} at claimed eps = "
                   f"{claimed_epsilon_text(self.claimed_epsilon)}")
         bound = f"eps >= {bound_text(self.eps_lb)} at {self.confidence:.0%}"
-        if self.design == INJECTED:
+        if self.game.injects_labels:
             runs = "one training run" if self.training_runs == 1 else f"{self.training_runs} training runs pooled"
             line = (f"{bound} (injected canaries, no assumption on the proxy; {tests}; {self.informative_canaries} "
                     f"informative canaries, {runs}) {target}")
-        elif self.design == MEMBERSHIP:
+        elif self.game.draws_members:
             line = f"{bound} (membership canaries, one training run; {tests}) {target}"
         elif not self.assumption:
             line = (f"{bound} at the proxy's worst-case TV error tau = {_tau(self.measured_tau)} on the {self.canaries} "
@@ -135,8 +141,8 @@ class Headline:
         """"; with m <canaries> " and :func:`lia_spark.records.wording.ceiling_text` ("" when not computed)."""
         if math.isnan(self.ceiling):
             return ""
-        kind = {INJECTED: "informative canaries", MEMBERSHIP: "membership candidates"}.get(self.design, "canaries")
-        return f"; with {self.canaries} {kind} {ceiling_text(self.ceiling, self.ceiling_95, self.claimed_epsilon)}"
+        found = ceiling_text(self.ceiling, self.ceiling_95, self.claimed_epsilon)
+        return f"; with {self.canaries} {self.game.canary_kind} {found}"
 
     def tags(self) -> dict[str, str]:
         """MLflow tags ``audit.eps_lb`` (the bound, or "none without an assumption on the proxy"),
@@ -146,9 +152,9 @@ class Headline:
                 "audit.claimed_eps": _eps(self.claimed_epsilon), "audit.mechanism": self.mechanism,
                 "audit.design": self.design, "audit.finding": str(self.is_finding).lower(),
                 "audit.headline": self.text()}
-        if self.design == INJECTED:
+        if self.game.injects_labels:
             tags["audit.training_runs"] = str(self.training_runs)
-        if self.design == OBSERVATIONAL:
+        if self.game.assumes_tau:
             tags["audit.assumption"] = self.assumption or (f"none: the proxy's measured worst-case TV error is "
                                                            f"{_tau(self.measured_tau)}")
         return tags

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from lia_spark.kernels.audit_designs import AuditDesign
 from lia_spark.kernels.mechanism_registry import label_mechanism
 from lia_spark.kernels.model_libraries import LIBRARIES, model_library
-from lia_spark.names import DISTRIBUTED, MEMBERSHIP
+from lia_spark.names import DISTRIBUTED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,10 +27,10 @@ class Refusal:
         return f"{self.reason}; {self.fix}"
 
 
-def refusal(mechanism: str, *, library: str, execution: str, game: str = "") -> Refusal | None:
+def refusal(mechanism: str, *, library: str, execution: str, game: AuditDesign | None = None) -> Refusal | None:
     """Why models.library=``library`` with models.execution=``execution`` cannot train ``mechanism`` for the audit
-    game ``game`` (:attr:`lia_spark.run.model_sections.AuditConfig.game`; "" = any label-inference game), or None when it
-    can."""
+    game ``game`` (:attr:`lia_spark.run.model_sections.AuditConfig.audit_design`; None = any label-inference game),
+    or None when it can."""
     if execution == DISTRIBUTED and not model_library(library).distributed:
         distributed = " or ".join(name for name, known in LIBRARIES.items() if known.distributed)
         return Refusal("models.execution", f"models.execution=distributed trains {distributed} only (xgboost.spark)",
@@ -40,13 +41,13 @@ def refusal(mechanism: str, *, library: str, execution: str, game: str = "") -> 
             ("library", chosen.libraries, library), ("execution", chosen.executions, execution)) if value not in values]
         return Refusal("models.training_mechanism", f"{mechanism} cannot train with models.library={library}, "
                        f"models.execution={execution}: {chosen.limitation}", f"set {' and '.join(settings)}")
-    if execution == DISTRIBUTED and game == MEMBERSHIP:
+    if execution == DISTRIBUTED and game is not None and game.draws_members:
         return Refusal("models.execution", "audit.attack=membership leaves its non-members out of an in-memory "
                        "training set", "set models.execution=in_memory")
     return None
 
 
-def unsupported(mechanism: str, *, library: str, execution: str, game: str = "") -> str:
+def unsupported(mechanism: str, *, library: str, execution: str, game: AuditDesign | None = None) -> str:
     """:func:`refusal` as one line ("" when the combination can train)."""
     found = refusal(mechanism, library=library, execution=execution, game=game)
     return "" if found is None else str(found)

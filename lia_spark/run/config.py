@@ -245,7 +245,7 @@ def _check_capabilities(config: Config) -> None:
     the execution path and the mechanism."""
     models = config.models
     found = refusal(models.training_mechanism, library=models.library, execution=models.execution,
-                    game=config.audit.game)
+                    game=config.audit.audit_design)
     if found is not None:
         fail(found.field, getattr(models, found.field.split(".")[1]), found.reason, found.fix)
     if config.audit.runs > 1 and (models.execution != IN_MEMORY or models.mechanism.teachers):

@@ -10,6 +10,7 @@ from typing import Any
 
 from lia_spark import names
 from lia_spark.kernels import hashing, pate
+from lia_spark.kernels.audit_designs import AuditDesign, played_game
 from lia_spark.kernels.model_libraries import LIBRARIES, ModelLibrary
 from lia_spark.kernels.mechanism_registry import (TRAINING_MECHANISMS, UTILITY_EXTRA_MECHANISMS, LabelMechanism,
                                                   label_mechanism)
@@ -199,10 +200,15 @@ class AuditConfig:
     key_path: str = ""  # the audit key's file (read if it exists, else created there); "" = <run.output_dir>/audit_key
 
     @property
+    def audit_design(self) -> AuditDesign:
+        """The game the audit plays (:func:`lia_spark.kernels.audit_designs.played_game`): audit.design under label
+        inference, the membership baseline with audit.attack=membership."""
+        return played_game(self.attack, self.design)
+
+    @property
     def game(self) -> str:
-        """The game the audit plays: audit.design under label inference, ``membership`` for the baseline (which
-        draws its own membership coins, so neither design applies)."""
-        return self.design if self.attack == names.LABEL_INFERENCE else names.MEMBERSHIP
+        """The name of :attr:`audit_design` (injected, observational or membership)."""
+        return self.audit_design.name
 
     def baseline_columns(self, available: tuple[str, ...]) -> tuple[str, ...]:
         """The prediction columns audit.baseline compares the target's with, given the ``available`` baseline columns
@@ -243,11 +249,11 @@ class AuditConfig:
         return float(value)
 
     def validate(self) -> None:
-        self._validate_given_target()
         if self.attack not in names.ATTACKS:
             fail("audit.attack", self.attack, f"must be one of {', '.join(names.ATTACKS)}")
         if self.design not in names.DESIGNS:
             fail("audit.design", self.design, f"must be one of {', '.join(names.DESIGNS)}")
+        self._validate_given_target()
         if self.recalibrate not in names.RECALIBRATIONS:
             fail("audit.recalibrate", self.recalibrate, f"must be one of {', '.join(names.RECALIBRATIONS)}",
                  "auto (default) maps the proxy and not the shadows; target maps M onto the baseline; proxy maps "
@@ -259,7 +265,7 @@ class AuditConfig:
             fail("audit.runs", self.runs, "must be an integer >= 1 (1 = the target's own game)")
         fail_above("audit.runs", self.runs, 1 << (63 - RUN_KEY_SHIFT), f"2^{63 - RUN_KEY_SHIFT}: a pooled canary's "
                    f"key is run << {RUN_KEY_SHIFT} | row_id, a 64-bit integer")
-        if self.runs > 1 and self.game != names.INJECTED:
+        if self.runs > 1 and not self.audit_design.refits_target:
             fail("audit.runs", self.runs, f"above 1 pools training runs of the injected game (audit.design="
                  f"{names.INJECTED}, audit.attack={names.LABEL_INFERENCE}; here {self.design}, {self.attack})",
                  "use audit.runs=1")
@@ -335,7 +341,7 @@ class AuditConfig:
         if own and self.canary_path:
             fail("audit.canary_path", self.canary_path, "must be empty with audit.model_uri or "
                  "audit.predictions_path: the audit builds the canary table from the inject stage's sealed table")
-        if own and self.attack != names.LABEL_INFERENCE:
+        if own and self.audit_design.draws_members:
             fail("audit.attack", self.attack, "a model trained outside lia_spark is audited by label inference "
                  "(audit.design=injected on the inject stage's coins, or observational; docs/usage.md, \"Audit your "
                  "own model\")")

@@ -109,7 +109,7 @@ def table_cells(config: Config) -> tuple[list[Cell], dict[str, str]]:
     section, models = config.table, config.models
     skipped = {name: reason for name in section.mechanisms
                if (reason := unsupported(name, library=models.library, execution=models.execution,
-                                         game=config.audit.game))}
+                                         game=config.audit.audit_design))}
     cells: list[Cell] = []
     for name in section.mechanisms:
         if name in skipped:

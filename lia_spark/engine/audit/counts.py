@@ -37,6 +37,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from lia_spark import names
 from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels import audit, canary_scores, hashing, injected, recalibration
+from lia_spark.kernels.audit_designs import OBSERVATIONAL_DESIGN, AuditDesign
 from lia_spark.names import (AUDITED_COLUMNS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION, ROW_ID,
                              RUN_COLUMNS, RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION,
                              TARGET_PREDICTION)
@@ -62,34 +63,6 @@ def _as_uint64(column: pd.Series) -> np.ndarray:
     return column.to_numpy(dtype=np.int64).view(np.uint64)
 
 
-def _canary_arrays(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    return (frame[ROW_ID].to_numpy(dtype=np.int64), frame[LABEL].to_numpy(),
-            frame[TARGET_PREDICTION].to_numpy(dtype=np.float64), frame[PROXY_PREDICTION].to_numpy(dtype=np.float64))
-
-
-def _game_candidates(frame: pd.DataFrame, *, design: str, seed: int, repetitions: int,
-                     scores: tuple[canary_scores.Score, ...]) -> dict[str, audit.Candidates]:
-    """The candidates of one batch of canaries under ``design``: the observational games of every repetition
-    (:func:`lia_spark.kernels.audit.score_candidates`) or the injected game (:func:`lia_spark.kernels.injected.score_candidates`)."""
-    row_ids, label, target, proxy = _canary_arrays(frame)
-    if design == names.INJECTED:
-        return injected.score_candidates(row_ids, label, frame[COUNTERFACTUAL_LABEL].to_numpy(),
-                                          frame[HIDDEN_BIT].to_numpy(), target, proxy, seed=seed, scores=scores)
-    return audit.score_candidates(row_ids, label, target, proxy, seed=seed, repetitions=repetitions, scores=scores)
-
-
-def _candidate_keys(frame: pd.DataFrame, score: canary_scores.Score, *, design: str, seed: int
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """(|s|, tie hash) of every candidate a batch may show under ``design``: one per informative canary (injected),
-    two per canary (observational: label 0 and label 1)."""
-    row_ids, label, target, proxy = _canary_arrays(frame)
-    if design == names.INJECTED:
-        return (np.abs(injected.injected_scores(target, proxy, label, score=score)),
-                audit.tie_hashes(row_ids, seed=seed))
-    values = canary_scores.candidate_scores(target, proxy, kind=score.kind, t=score.t)
-    return np.abs(values), audit.candidate_ties_labels(row_ids, seed=seed)[0]
-
-
 def resolve_baselines(df: DataFrame, *, section: AuditConfig) -> tuple[str, ...]:
     """The prediction columns the scores compare the target's with (docs/math.md §5.13, ``section.baseline_columns``):
     under the injected design with audit.baseline auto the shadows' (``shadow_prediction``) where the train stage
@@ -102,12 +75,13 @@ def resolve_baselines(df: DataFrame, *, section: AuditConfig) -> tuple[str, ...]
     """
     has_shadows = (SHADOW_PREDICTION in df.columns
                    and df.where(F.col(SHADOW_PREDICTION).isNotNull()).limit(1).count() > 0)
-    if section.baseline == names.BASELINE_SHADOWS and (section.design != names.INJECTED or not has_shadows):
+    refits = section.audit_design.refits_target
+    if section.baseline == names.BASELINE_SHADOWS and (not refits or not has_shadows):
         raise ValueError(f"audit.baseline: shadows needs a canary table with {SHADOW_PREDICTION} under "
                          f"audit.design={names.INJECTED} (the train stage fits audit.shadows shadows on the in-memory "
                          f"path, every mechanism but pate), got audit.design={section.design} and "
                          f"{'no' if not has_shadows else 'a'} {SHADOW_PREDICTION}; use audit.baseline=auto or proxy")
-    if section.design != names.INJECTED:
+    if not refits:
         return (PROXY_PREDICTION,)
     return section.baseline_columns((PROXY_PREDICTION, *((SHADOW_PREDICTION,) if has_shadows else ())))
 
@@ -151,7 +125,7 @@ def pooled_runs(df: DataFrame) -> tuple[DataFrame, int]:
     return base.unionByName(runs), int(found["longest"]) + 1
 
 
-def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = names.OBSERVATIONAL,
+def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: AuditDesign = OBSERVATIONAL_DESIGN,
                     target: str = TARGET_PREDICTION, recalibrate: str = names.RECALIBRATE_NONE,
                     baseline: str = PROXY_PREDICTION) -> tuple[DataFrame, recalibration.RecalibrationMap | None]:
     """The canary columns of ``design`` (the prediction column ``target`` read as the target's, ``baseline`` as the
@@ -164,7 +138,7 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = na
     Raises:
         ValueError: if a column of the design is missing, or the injected columns hold no value.
     """
-    needed = (*AUDITED_COLUMNS, *(names.INJECTED_COLUMNS if design == names.INJECTED else ()), target, baseline)
+    needed = (*AUDITED_COLUMNS, *design.canary_columns, target, baseline)
     missing = [c for c in dict.fromkeys(needed) if c not in df.columns]
     if missing:
         hint = (f"; audit.design={names.INJECTED} needs a target trained by this project's train stage with "
@@ -172,25 +146,25 @@ def select_canaries(df: DataFrame, *, seed: int, canaries: int, design: str = na
                 f"or a table with those columns; audit a model trained on the true labels with "
                 f"audit.design={names.OBSERVATIONAL}" if set(missing) & set(names.INJECTED_COLUMNS) else "")
         raise ValueError(f"canary table: missing columns {missing}, got columns={df.columns}{hint}")
-    injected_fields = [F.col(c).cast("int") for c in names.INJECTED_COLUMNS] if design == names.INJECTED else []
+    injected_fields = [F.col(c).cast("int") for c in design.canary_columns]
     df = df.select(F.col(ROW_ID).cast("long"), _trained_label(df, design),
                    F.col(target).cast("double").alias(TARGET_PREDICTION),
                    F.col(baseline).cast("double").alias(PROXY_PREDICTION),
                    *injected_fields)
-    if design == names.INJECTED:
+    if design.injects_labels:
         df = df.where(F.col(COUNTERFACTUAL_LABEL).isNotNull() & F.col(HIDDEN_BIT).isNotNull())
     if canaries > 0:
         df = _smallest_hashes(df, seed=seed, canaries=canaries)
     mapping = None
     if recalibrate != names.RECALIBRATE_NONE:
         df, mapping = recalibrated(df, mapped=recalibrate)
-    return (df.where(F.col(LABEL) != F.col(COUNTERFACTUAL_LABEL)) if design == names.INJECTED else df), mapping
+    return (df.where(F.col(LABEL) != F.col(COUNTERFACTUAL_LABEL)) if design.injects_labels else df), mapping
 
 
-def _trained_label(df: DataFrame, design: str):
+def _trained_label(df: DataFrame, design: AuditDesign):
     """The label column y0 of the game: the true label under the injected design (whose game reads y0, y1 and b);
     under the observational design the label the target trained on, y^b where the table records an injected label."""
-    if design == names.INJECTED or not set(names.INJECTED_COLUMNS) <= set(df.columns):
+    if design.injects_labels or not set(names.INJECTED_COLUMNS) <= set(df.columns):
         return F.col(LABEL).cast("int")
     return (F.when(F.col(HIDDEN_BIT) == 1, F.col(COUNTERFACTUAL_LABEL)).otherwise(F.col(LABEL))
             .cast("int").alias(LABEL))
@@ -285,7 +259,7 @@ class CandidateRanges:
 
 
 def _sample_keys(df: DataFrame, *, scores: tuple[canary_scores.Score, ...], seed: int, fraction: float,
-                 design: str) -> pd.DataFrame:
+                 design: AuditDesign) -> pd.DataFrame:
     """Candidate keys (score index, |s|, tie) of the rows whose tie hash falls below ``fraction`` of its range."""
     threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
 
@@ -293,7 +267,7 @@ def _sample_keys(df: DataFrame, *, scores: tuple[canary_scores.Score, ...], seed
         for frame in batches:
             kept = frame.loc[audit.tie_hashes(frame[ROW_ID].to_numpy(dtype=np.int64), seed=seed) < threshold]
             for index, score in enumerate(scores):
-                abs_score, tie = _candidate_keys(kept, score, design=design, seed=seed)
+                abs_score, tie = design.batch_keys(kept, score, seed=seed)
                 yield pd.DataFrame({"score": np.full(len(abs_score), index, dtype=np.int32),
                                     "abs_score": abs_score, "tie": tie.view(np.int64)})
 
@@ -303,12 +277,11 @@ def _sample_keys(df: DataFrame, *, scores: tuple[canary_scores.Score, ...], seed
 CANDIDATE_SCHEMA = "range int, active_total array<bigint>, correct_total array<bigint>, candidates binary"
 
 def _candidate_blobs(batches: Iterator[pd.DataFrame], *, repetitions: int, seed: int, ranges: CandidateRanges,
-                     design: str) -> Iterator[pd.DataFrame]:
+                     design: AuditDesign) -> Iterator[pd.DataFrame]:
     """Per batch and candidate range: the range's candidates as one blob and their totals per repetition (the
     games are played once per batch and shared by every score)."""
     for frame in batches:
-        found_by_score = _game_candidates(frame, design=design, seed=seed, repetitions=repetitions,
-                                           scores=ranges.scores)
+        found_by_score = design.batch_candidates(frame, seed=seed, repetitions=repetitions, scores=ranges.scores)
         rows = []
         for index, found in enumerate(found_by_score.values()):
             range_of = ranges.first[index] + audit.range_ids(found.abs_score, found.tie, ranges.boundary_abs[index],
@@ -351,7 +324,7 @@ def _range_totals(candidates: DataFrame, *, parts: int, repetitions: int) -> tup
 
 
 def distributed_counts(df: DataFrame, *, section: AuditConfig, seed: int, guesses: np.ndarray | None = None,
-                       design: str = names.OBSERVATIONAL) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
+                       design: AuditDesign = OBSERVATIONAL_DESIGN) -> tuple[int, np.ndarray, dict[str, np.ndarray]]:
     """Exact c for every score, repetition and c' of the sweep over a canary DataFrame (module docstring, steps
     1-4). Every score of ``section.scores`` is counted on the same games, in the same passes over the canaries.
 
@@ -370,11 +343,11 @@ def distributed_counts(df: DataFrame, *, section: AuditConfig, seed: int, guesse
         ValueError: if the table is empty.
     """
     spark = df.sparkSession
-    repetitions = 1 if design == names.INJECTED else section.repetitions
+    repetitions = design.repetitions(section.repetitions)
     describe_jobs(spark, "audit: count canaries")
     m = df.count()
     if m == 0:
-        raise ValueError("canary table: must hold at least one row, got 0 rows" if design == names.OBSERVATIONAL else
+        raise ValueError("canary table: must hold at least one row, got 0 rows" if not design.injects_labels else
                          "canary table: no informative canary (counterfactual_label set and != label): either the "
                          "target was trained without injected labels (train it with audit.design=injected, or audit "
                          "it with audit.design=observational) or the canaries are too few (use more, or "

@@ -23,7 +23,7 @@ from lia_spark.engine.spark.filesystem import files_for
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels.criteo import CAT_COLUMNS, HEX_DIGITS, TSV_COLUMNS
 from lia_spark.kernels.injected import PROBABILITY_FIX, PredictionSummary, prediction_problem
-from lia_spark.names import LABEL, OBSERVATIONAL, PROXY_PREDICTION, ROW_ID, TARGET_PREDICTION
+from lia_spark.names import LABEL, PROXY_PREDICTION, ROW_ID, TARGET_PREDICTION
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.tracking.model_scoring import (ProbabilityModel, local_model_folder, model_facts, model_udf,
@@ -188,7 +188,7 @@ def own_model_canaries(spark: SparkSession, config: Config, pinned_uri: str) -> 
     audit.design=observational (a model trained on the exported rows' true labels) without y1 and b, so the game's
     label is y0."""
     sealed = spark.read.parquet(layout.sealed_path(config))
-    if config.audit.design == OBSERVATIONAL:  # a model trained on the true labels y0: the coins play no part
+    if not config.audit.audit_design.injects_labels:  # a model trained on the true labels y0: no coins play
         sealed = sealed.select(ROW_ID, LABEL, PROXY_PREDICTION)
     if config.audit.model_uri:
         field, value, predictions = "audit.model_uri", pinned_uri, _model_predictions(spark, config, pinned_uri)

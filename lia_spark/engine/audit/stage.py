@@ -29,6 +29,7 @@ from lia_spark.engine.runtime.outputs import copy_from_local, path_exists, repor
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import FilesResult, Input, Stage, StageRun, TrainedTarget
 from lia_spark.kernels import audit, audit_sweep, membership
+from lia_spark.kernels.audit_designs import AuditDesign
 from lia_spark.names import (BASELINE_NAMES, LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID,
                              TARGET_PREDICTION)
 from lia_spark.present.charts import plot_sweep
@@ -176,26 +177,25 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
     one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated as audit.recalibrate
     says for it (``AuditConfig.recalibration``); injected: m = the informative canaries (of every pooled run), one
     game; observational on the twin also the proxy's measured error (:func:`proxy_error`)."""
-    data_rows = canaries is None or own_model(config)
-    truth = truth_table(spark, config, data_rows=data_rows) if config.audit.design == names.OBSERVATIONAL else None
+    design, data_rows = config.audit.audit_design, canaries is None or own_model(config)
+    truth = truth_table(spark, config, data_rows=data_rows) if design.assumes_tau else None
     if canaries is None:
         describe_jobs(spark, "audit: read canaries")
         canaries = spark.read.parquet(canary_path(config))
     runs = 1
-    if config.audit.design == names.INJECTED and target == TARGET_PREDICTION:
+    if design.refits_target and target == TARGET_PREDICTION:
         canaries, runs = pooled_runs(canaries)
     baselines = resolve_baselines(canaries, section=config.audit)
     correct, maps, m, guesses, error = {}, {}, 0, np.zeros(0, dtype=np.int64), None
     for baseline in baselines:
         mapped = config.audit.recalibration(BASELINE_NAMES[baseline])
         df, mapping = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries,
-                                      design=config.audit.design, target=target, recalibrate=mapped,
+                                      design=design, target=target, recalibrate=mapped,
                                       baseline=baseline)
         if config.audit.canaries > 0 or mapping is not None:
             df = df.persist(StorageLevel.MEMORY_AND_DISK)  # a sample's top-k and the map are full scans: run them once
         try:
-            m, guesses, counts = distributed_counts(df, section=config.audit, seed=config.run.seed,
-                                                    design=config.audit.design)
+            m, guesses, counts = distributed_counts(df, section=config.audit, seed=config.run.seed, design=design)
             if truth is not None:
                 describe_jobs(spark, "audit: the proxy's error against the twin's truth")
                 error = proxy_error(df, truth)
@@ -226,7 +226,7 @@ def reference_counts(spark: SparkSession, config: Config) -> GameCounts | None:
     """The observational counts of the label-blind reference (the canary table's reference_prediction, same games
     as the target's), or None when the table has no reference (a given model without one, a model of your own, the
     injected design)."""
-    if config.audit.design != names.OBSERVATIONAL or own_model(config):
+    if not config.audit.audit_design.fits_reference or own_model(config):
         return None
     table = spark.read.parquet(canary_path(config))
     if REFERENCE_PREDICTION not in table.columns or table.where(F.col(REFERENCE_PREDICTION).isNotNull()).limit(1).count() == 0:
@@ -254,7 +254,7 @@ def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndar
 def audited_path(config: Config) -> str:
     """The table the audit reads: the membership candidates with audit.attack=membership, the inject stage's sealed
     table for a model trained outside lia_spark, else the canaries."""
-    if config.audit.attack == names.MEMBERSHIP:
+    if config.audit.audit_design.draws_members:
         return layout.membership_path(config)
     return layout.sealed_path(config) if own_model(config) else canary_path(config)
 
@@ -287,9 +287,9 @@ def _audit(run: StageRun) -> AuditResult:
     """Audit the canary table (:func:`canary_path`), or with audit.attack=membership the train stage's membership
     candidates, and write ``<run.output_dir>/audit``."""
     spark, config, started = run.spark, run.config, run.started
-    section = config.audit
+    section, design = config.audit, config.audit.audit_design
     output_path = reported_path(layout.output_path(config, layout.AUDIT))
-    if section.attack == names.MEMBERSHIP:
+    if design.draws_members:
         (m, guesses, correct), recalibration, baselines = membership_counts(spark, config), {}, (PROXY_PREDICTION,)
         error, runs = None, 1
     else:
@@ -297,8 +297,7 @@ def _audit(run: StageRun) -> AuditResult:
         m, guesses, correct = counts.canaries, counts.guesses, counts.correct
         recalibration, baselines, error = counts.recalibration, counts.baselines, counts.proxy_error
         runs = counts.runs
-    design = section.game
-    tau = section.tau if design == names.OBSERVATIONAL else 0.0  # injected coins assume nothing of the proxy
+    tau = design.tau(section.tau)  # injected coins assume nothing of the proxy
     repetitions = next(iter(correct.values())).shape[0]
     counted = time.monotonic()
     bounds = audit_sweep.evaluate_scores(correct, guesses, canaries=m, confidence=section.confidence,
@@ -306,7 +305,7 @@ def _audit(run: StageRun) -> AuditResult:
                                           table_families=section.table_bounds)
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
     observational = (_observational_checks(spark, config, correct, guesses, m, error)
-                     if design == names.OBSERVATIONAL else None)
+                     if design.assumes_tau else None)
     trained = None if section.given_target else run.upstream("canaries", TrainedTarget)
     headline = _headline(config, bounds, design=design, canaries=m, observational=observational, trained=trained,
                          given=target_description(config, run.resolved.found) if own_model(config) else "",
@@ -316,7 +315,7 @@ def _audit(run: StageRun) -> AuditResult:
                                   tau=headline.lead_tau,
                                   family=headline.family)
     summary = AuditSummary(
-        attack=section.attack, design=design, canaries=m, repetitions=repetitions,
+        attack=section.attack, design=design.name, canaries=m, repetitions=repetitions,
         guesses=tuple(int(g) for g in guesses), confidence=section.confidence, delta=section.delta, tau=tau,
         gdp_delta=bounds.gdp_delta, gdp_tau_vacuous=bounds.gdp_tau_vacuous, scores=tuple(bounds.scores),
         tests=bounds.tests, default_convention=section.convention,
@@ -426,7 +425,7 @@ def _grid(canaries: int, section: AuditConfig) -> np.ndarray:
     return audit.sweep_grid(canaries, section)
 
 
-def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, canaries: int,
+def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: AuditDesign, canaries: int,
               observational: ObservationalChecks | None, trained: TrainedTarget | None, given: str,
               runs: int = 1) -> Headline:
     """The first repetition's valid (Bonferroni over scores x sweep points) bound of :func:`headline_family`, with
@@ -447,8 +446,8 @@ def _headline(config: Config, bounds: audit_sweep.ScoreBounds, *, design: str, c
     return Headline(eps_lb=first, eps_lb_mean=mean, eps_lb_std=std, repetitions=len(valid),
                     confidence=config.audit.confidence, tests=bounds.tests, delta=config.audit.delta,
                     mechanism=mechanism, claimed_epsilon=claimed, family=family,
-                    tau=config.audit.tau if design == names.OBSERVATIONAL else 0.0, design=design,
-                    informative_canaries=canaries if design == names.INJECTED else 0, canaries=canaries,
+                    tau=design.tau(config.audit.tau), design=design.name,
+                    informative_canaries=design.informative(canaries), canaries=canaries,
                     tau_break_even=observational.tau_break_even.first if observational is not None else math.nan,
                     reference_eps_lb=reference.eps_lb if reference is not None else math.nan,
                     reference_tau_break_even=reference.tau_break_even if reference is not None else math.nan,

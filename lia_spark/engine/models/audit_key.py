@@ -25,7 +25,6 @@ from pyspark.sql import SparkSession
 
 from lia_spark.engine.spark.filesystem import error_reason, file_errors, files_for
 from lia_spark.kernels.hashing import AuditKey, key_text, parsed_key
-from lia_spark.names import INJECTED, MEMBERSHIP
 from lia_spark.run import layout
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config
@@ -49,7 +48,7 @@ class AuditKeyError(ConfigError):
 def draws_from_key(config: Config) -> bool:
     """True when the train stage draws from the audit key: the injected design and the membership baseline (the
     observational game draws nothing before training)."""
-    return config.audit.game in (INJECTED, MEMBERSHIP)
+    return config.audit.audit_design.keyed
 
 
 def _refusal(config: Config, path: str, problem: str, fix: str) -> AuditKeyError:

@@ -39,10 +39,10 @@ from lia_spark.engine.models.distributed import (SparkModel, bag_target, fitted_
 from lia_spark.kernels import features, injected, membership, training
 from lia_spark.kernels.hashing import AuditKey
 from lia_spark.kernels.model_libraries import FittedModel
-from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED, INJECTED_LABEL, LABEL, MEMBER,
-                             MEMBERSHIP, OBSERVATIONAL, PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL,
-                             ROW_ID, RUN_COLUMNS, RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION, SPLIT,
-                             TARGET_PREDICTION, TRUE_LABEL, setting_key)
+from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED_LABEL, LABEL, MEMBER, PROXY_PREDICTION,
+                             REFERENCE_PREDICTION, RELEASED_LABEL, ROW_ID, RUN_COLUMNS, RUN_HIDDEN_BITS,
+                             RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION, SPLIT, TARGET_PREDICTION, TRUE_LABEL,
+                             setting_key)
 from lia_spark.names import DISTRIBUTED, IN_MEMORY
 from lia_spark.run.capabilities import unsupported
 from lia_spark.run.config import Config
@@ -81,7 +81,7 @@ def membership_candidates(data: training.ModelData, config: Config,
     audit.membership_candidates candidates, -1 elsewhere (docs/math.md §5.8), drawn with the audit key. Otherwise
     ``data`` and all -1."""
     member = np.full(data.row_ids.size, -1, dtype=np.int32)
-    if config.audit.attack != MEMBERSHIP:
+    if not config.audit.audit_design.draws_members:
         return data, member
     train = data.split == training.SPLIT_TRAIN
     candidates = np.zeros(data.row_ids.size, dtype=bool)
@@ -92,21 +92,11 @@ def membership_candidates(data: training.ModelData, config: Config,
     return dataclasses.replace(data, split=split), member
 
 
-def injects(config: Config) -> bool:
-    """True when the target trains on injected labels: audit.design=injected with audit.attack=label_inference."""
-    return config.audit.game == INJECTED
-
-
-def observes(config: Config) -> bool:
-    """True when the target trains on the true labels for the observational game, beside a label-blind reference."""
-    return config.audit.game == OBSERVATIONAL
-
-
 def injection(config: Config, data: training.ModelData, proxy_prediction: np.ndarray,
               key: AuditKey | None) -> injected.InjectedLabels | None:
     """The injected design's labels of the target day's rows (:func:`lia_spark.kernels.injected.inject` on the training
     rows, the canaries, keyed on the audit key), or None when the target trains on the true labels."""
-    if not injects(config):
+    if not config.audit.audit_design.injects_labels:
         return None
     labels = injected.inject(data.row_ids, data.labels, proxy_prediction, data.split == training.SPLIT_TRAIN,
                              key=key, counterfactual=config.audit.counterfactual,
@@ -136,7 +126,7 @@ def _reference_in_memory(config: Config, data: training.ModelData) -> np.ndarray
     """The observational design's label-blind reference on every row (NaN under the other designs): the target's
     library and hyper-parameters fitted on the true labels of the target day's test rows, early-stopped on its
     validation rows, so it never sees a canary's label (docs/math.md §5.10)."""
-    if not observes(config):
+    if not config.audit.audit_design.fits_reference:
         return np.full(data.labels.size, np.nan)
     reference = training.fit_model(data, data.labels, data.split == training.SPLIT_TEST,
                                    data.split == training.SPLIT_VALID, params=boosting_params(config))
@@ -146,38 +136,35 @@ def _reference_in_memory(config: Config, data: training.ModelData) -> np.ndarray
     return reference.predict(data.features)
 
 
-def refits_target(config: Config) -> bool:
-    """True when the train stage can fit the target again with other coins (shadows, extra runs): the injected
-    design on the in-memory path for every mechanism but a student of teachers (PATE: they would be fitted again per
-    fit)."""
-    m = config.models
-    return injects(config) and m.execution == IN_MEMORY and not m.mechanism.teachers
+@dataclasses.dataclass(frozen=True)
+class Refits:
+    """The target's fits again with fresh coins of their own that the train stage adds: audit.shadows label-blind
+    shadows (docs/math.md §5.13) and audit.runs - 1 extra training runs pooled into the game (§5.14)."""
+
+    shadows: int = 0
+    extra_runs: int = 0
 
 
-def fits_shadows(config: Config) -> bool:
-    """True when the train stage fits audit.shadows label-blind shadows (:func:`refits_target`)."""
-    return refits_target(config) and config.audit.shadows > 0
+def planned_refits(config: Config) -> Refits:
+    """The refits of ``config``: those audit.shadows and audit.runs ask for where the game refits its target (the
+    injected design) on the in-memory path for every mechanism but a student of teachers (PATE: they would be fitted
+    again per fit); none elsewhere."""
+    m, section = config.models, config.audit
+    if section.audit_design.refits_target and m.execution == IN_MEMORY and not m.mechanism.teachers:
+        return Refits(shadows=section.shadows, extra_runs=section.runs - 1)
+    return Refits()
 
 
 def shadow_jobs(config: Config, job: TargetJob, key: AuditKey | None) -> list[ShadowJob]:
-    """The audit.shadows label-blind shadow fits of the target fit ``job``, their coins keyed on the audit key (none
-    unless :func:`fits_shadows`)."""
-    if not fits_shadows(config):
-        return []
-    return [ShadowJob(job, shadow, key) for shadow in range(config.audit.shadows)]
-
-
-def fits_runs(config: Config) -> bool:
-    """True when the train stage fits audit.runs - 1 extra training runs for a pooled game (:func:`refits_target`)."""
-    return refits_target(config) and config.audit.runs > 1
+    """The label-blind shadow fits of the target fit ``job`` (:func:`planned_refits`), their coins keyed on the audit
+    key."""
+    return [ShadowJob(job, shadow, key) for shadow in range(planned_refits(config).shadows)]
 
 
 def run_jobs(config: Config, job: TargetJob, key: AuditKey | None) -> list[RunJob]:
-    """The extra training runs 1..audit.runs-1 of the target fit ``job``, their coins keyed on the audit key (none
-    unless :func:`fits_runs`)."""
-    if not fits_runs(config):
-        return []
-    return [RunJob(job, run, key) for run in range(1, config.audit.runs)]
+    """The extra training runs 1..R-1 of the target fit ``job`` (:func:`planned_refits`), their coins keyed on the
+    audit key."""
+    return [RunJob(job, run, key) for run in range(1, 1 + planned_refits(config).extra_runs)]
 
 
 def run_columns(data: training.ModelData, counterfactual_label: np.ndarray | None, runs: list[FittedModel],
@@ -317,27 +304,26 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
     (the audit key; None under the observational design); the proxy and the target day's features come from
     ``preparation`` when it kept them (:func:`lia_spark.engine.models.preparation.prepare_days`), the target too when
     :func:`fit_ahead` fitted it."""
-    m = config.models
+    m, planned = config.models, planned_refits(config)
     proxy_fitted = not preparation.holds_days(preparation_key(spark, config))
     setting = (m.training_mechanism, m.epsilon, m.bag_size)
     fitted_ahead = not proxy_fitted and setting in preparation.fits
     shadows_ahead = not proxy_fitted and setting in preparation.shadow_fits
     runs_ahead = not proxy_fitted and setting in preparation.run_fits
-    plan_work("model fits", proxy_fitted + (not fitted_ahead) + observes(config)
-              + (config.audit.shadows if fits_shadows(config) and not shadows_ahead else 0)
-              + (config.audit.runs - 1 if fits_runs(config) and not runs_ahead else 0))
+    plan_work("model fits", proxy_fitted + (not fitted_ahead) + config.audit.audit_design.fits_reference
+              + (0 if shadows_ahead else planned.shadows) + (0 if runs_ahead else planned.extra_runs))
     target = in_memory_target(spark, config, proxy_rows, target_rows, preparation, key)
     work_done(proxy_fitted)
     prepared, data, member, labels = target.prepared, target.data, target.member, target.labels
     started = time.monotonic()
     fit, shadows = preparation.fits.pop(setting, None), preparation.shadow_fits.pop(setting, None)
     runs = preparation.run_fits.pop(setting, None)
-    if config.audit.runs > 1 and injects(config) and not refits_target(config):
+    if config.audit.runs - 1 > planned.extra_runs:
         logger.warning("train: audit.runs=%d does not apply to %s (its teachers would be fitted again per run): one "
                        "training run, the headline says so", config.audit.runs, m.training_mechanism)
     if fit is not None:
         logger.info("train: target fitted ahead in a parallel Spark task")
-    needs_shadows, needs_runs = shadows is None and fits_shadows(config), runs is None and fits_runs(config)
+    needs_shadows, needs_runs = shadows is None and planned.shadows > 0, runs is None and planned.extra_runs > 0
     job = (in_memory_job(spark, config, target_rows, preparation, target, key)
            if fit is None or needs_shadows or needs_runs else None)
     shadow_list = shadow_jobs(config, job, key) if needs_shadows else []
@@ -394,13 +380,14 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
         raise ValueError("models.execution: distributed (xgboost.spark) needs a classic Spark session, and this one "
                          "is Spark Connect (Databricks shared or serverless compute, spark.remote), got 'distributed'; "
                          "use models.execution=in_memory or a classic cluster")
-    reason = unsupported(m.training_mechanism, library=m.library, execution=DISTRIBUTED, game=config.audit.game)
+    design = config.audit.audit_design
+    reason = unsupported(m.training_mechanism, library=m.library, execution=DISTRIBUTED, game=design)
     if reason:
         raise ValueError(f"models.execution: {reason}, got library={m.library}, training_mechanism="
                          f"{m.training_mechanism}, audit.attack={config.audit.attack}")
     mechanism = m.mechanism
     target_fits = 1 + (mechanism.two_stage and not mechanism.releases_true_labels(m.epsilon))
-    plan_work("model fits", 1 + target_fits + observes(config))
+    plan_work("model fits", 1 + target_fits + design.fits_reference)
     proxy, proxy_spec, seconds["fit_proxy"] = distributed_proxy(spark, config, proxy_rows)
     work_done()
     columns = proxy_spec.feature_columns
@@ -410,7 +397,7 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
               .join(proxy_on_target.select(ROW_ID, LABEL, SPLIT, PROXY_PREDICTION), ROW_ID)
               .withColumn("is_valid", F.col(SPLIT) == 1))
     no_injection = (F.lit(None).cast("int").alias(column) for column in names.INJECTED_COLUMNS)
-    target = (injected_frame(target, config, key) if injects(config)
+    target = (injected_frame(target, config, key) if design.injects_labels
               else target.select("*", F.col(LABEL).alias(TRUE_LABEL), *no_injection)).cache()
     fit_target = bag_target if mechanism.bag_release else label_target
     fitted = fit_target(spark, config, target, columns, key)
@@ -474,7 +461,7 @@ def _reference_distributed(spark: SparkSession, config: Config, target: DataFram
     reference
     (xgboost.spark with the target's settings, on the true labels of the target day's test rows, early-stopped on
     its validation rows; :func:`_reference_in_memory`), else null."""
-    if not observes(config):
+    if not config.audit.audit_design.fits_reference:
         return scored.withColumn(REFERENCE_PREDICTION, F.lit(None).cast("double")), {}
     describe_jobs(spark, "train: label-blind reference (xgboost.spark)")
     started = time.monotonic()

@@ -39,7 +39,7 @@ from lia_spark.engine.models import feature_frames
 from lia_spark.engine.models.classes import check_two_classes, warn_undefined_auc
 from lia_spark.engine.train import metrics
 from lia_spark.engine.models.audit_key import draws_from_key, key_values, stage_key, stored_key
-from lia_spark.engine.models.execution import distributed, in_memory, injects
+from lia_spark.engine.models.execution import distributed, in_memory
 from lia_spark.engine.models.preparation import Preparation, in_memory_rows
 from lia_spark.engine.runtime.outputs import copy_from_local, write_text
 from lia_spark.engine.models.priors import needs_proxy_priors, write_proxy_priors
@@ -235,12 +235,12 @@ def _train(run: StageRun) -> TrainResult:
         run.under(layout.CANARIES))
     scored.where(F.col(SPLIT) == training.SPLIT_TEST).select(
         ROW_ID, LABEL, TARGET_PREDICTION, PROXY_PREDICTION).write.parquet(run.under(layout.TEST_PREDICTIONS))
-    if config.audit.attack == MEMBERSHIP:
+    if config.audit.audit_design.draws_members:
         scored.where(F.col(MEMBER).isNotNull()).select(*names.MEMBERSHIP_COLUMNS).write.parquet(
             run.under(layout.MEMBERSHIP))
     rows = {name: int(count) for name, count in scored.groupBy(SPLIT).count().toPandas()
             .assign(name=lambda f: f[SPLIT].map(SPLIT_NAMES))[["name", "count"]].itertuples(index=False)}
-    if injects(config):
+    if config.audit.audit_design.injects_labels:
         rows.update(_injection_counts(scored))
     test_metrics = {**_test_metrics(scored, m.target_day), **trained.extra_metrics}
     if prior_days:
