@@ -99,3 +99,25 @@ def test_each_game_counts_a_batch_with_its_own_kernel():
     keys = INJECTED_DESIGN.batch_keys(batch, scores[0], seed=4)
     np.testing.assert_array_equal(keys[0], np.abs(injected.injected_scores(target, proxy, label, score=scores[0])))
     np.testing.assert_array_equal(keys[1], audit.tie_hashes(row_ids, seed=4))
+
+
+def test_the_audited_target_is_chosen_once_from_the_config(tmp_path):
+    """A model of your own (audit.model_uri or audit.predictions_path) is audited from the inject stage's sealed
+    table, declared with its predictions table and without a reference; otherwise the train stage's (or a given)
+    canary table; the membership baseline reads its candidates."""
+    from lia_spark.engine.audit.targets import OwnModel, TrainedCanaries, audited_path, audited_target
+
+    out = f"run.output_dir={tmp_path / 'out'}"
+    trained, given = (load_config(None, [out, *extra]) for extra in ([], [f"audit.canary_path={tmp_path / 'c'}"]))
+    own, predicted = (load_config(None, [out, extra]) for extra in (
+        "audit.model_uri=runs:/abc/model", f"audit.predictions_path={tmp_path / 'p'}"))
+    membership = load_config(None, [out, "audit.attack=membership"])
+    assert [type(audited_target(c)) for c in (trained, given, own, predicted, membership)] == [
+        TrainedCanaries, TrainedCanaries, OwnModel, OwnModel, TrainedCanaries]
+    assert [audited_path(c) for c in (trained, given, own, membership)] == [
+        str(tmp_path / "out" / "models" / "canaries"), str(tmp_path / "c"), str(tmp_path / "out" / "inject" / "sealed"),
+        str(tmp_path / "out" / "models" / "membership")]
+    assert [(i.role, i.producer(c)) for c in (trained, given) for i in audited_target(c).inputs(c)] == [
+        ("canaries", "train"), ("canaries", "")]
+    assert [i.role for i in audited_target(predicted).inputs(predicted)] == ["canaries", "predictions"]
+    assert audited_target(trained).has_reference and not audited_target(own).has_reference

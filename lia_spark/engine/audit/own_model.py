@@ -36,11 +36,6 @@ PREDICTION = "prediction"  # the column of an audit.predictions_path table
 CLOCK_SLACK_SECONDS = 300.0  # a model may predate the export it trained on by this much (clocks differ)
 
 
-def own_model(config: Config) -> bool:
-    """True when the audited target is a model trained outside lia_spark (audit.model_uri or audit.predictions_path)."""
-    return bool(config.audit.model_uri or config.audit.predictions_path)
-
-
 def given_model(spark: SparkSession, config: Config) -> Resolved:
     """What the audit's fingerprint needs of audit.model_uri beyond its text: the registry's version behind an alias,
     a stage or ``latest`` (``audit.model_version``), and a local model folder's files (input ``model``)."""

@@ -23,11 +23,11 @@ from pyspark.sql import functions as F
 
 from lia_spark import names
 from lia_spark.engine.audit.counts import distributed_counts, pooled_runs, resolve_baselines, select_canaries
-from lia_spark.engine.audit.own_model import (check_predictions, given_model, own_model, own_model_canaries,
-                                              target_description)
+from lia_spark.engine.audit.own_model import check_predictions, given_model
+from lia_spark.engine.audit.targets import audited_target, canary_path
 from lia_spark.engine.runtime.outputs import copy_from_local, path_exists, reported_path
 from lia_spark.engine.spark.session import describe_jobs
-from lia_spark.engine.runtime.stage import FilesResult, Input, Stage, StageRun, TrainedTarget
+from lia_spark.engine.runtime.stage import FilesResult, Stage, StageRun, TrainedTarget
 from lia_spark.kernels import audit, audit_sweep, membership
 from lia_spark.kernels.audit_designs import AuditDesign
 from lia_spark.names import (BASELINE_NAMES, LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID,
@@ -45,11 +45,6 @@ logger = logging.getLogger(__name__)
 
 
 FILES = ("results.csv", "summary.json", "plots/eps_vs_guesses.png")  # beside the results table
-
-
-def canary_path(config: Config) -> str:
-    """The canary table read by the stage: audit.canary_path, else <run.output_dir>/models/canaries."""
-    return config.audit.canary_path or layout.canaries_path(config)
 
 
 def _statistics(best: dict[str, np.ndarray]) -> dict[str, BoundStatistics]:
@@ -170,14 +165,15 @@ def proxy_error(df: DataFrame, truth: DataFrame) -> dict[str, float] | None:
 
 
 def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None, *,
-                           target: str = TARGET_PREDICTION) -> GameCounts:
+                           target: str = TARGET_PREDICTION, data_rows: bool = False) -> GameCounts:
     """The counts of the label-inference audit of audit.design over the canary table (``canaries`` or
     :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column ``target`` (the
     target's, or the label-blind reference's) against each baseline of audit.baseline (:func:`resolve_baselines`:
     one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated as audit.recalibrate
     says for it (``AuditConfig.recalibration``); injected: m = the informative canaries (of every pooled run), one
-    game; observational on the twin also the proxy's measured error (:func:`proxy_error`)."""
-    design, data_rows = config.audit.audit_design, canaries is None or own_model(config)
+    game; observational on the twin also the proxy's measured error (:func:`proxy_error`) when the canaries are rows
+    of the data table (``data_rows``: the train stage's or the inject stage's)."""
+    design = config.audit.audit_design
     truth = truth_table(spark, config, data_rows=data_rows) if design.assumes_tau else None
     if canaries is None:
         describe_jobs(spark, "audit: read canaries")
@@ -226,7 +222,7 @@ def reference_counts(spark: SparkSession, config: Config) -> GameCounts | None:
     """The observational counts of the label-blind reference (the canary table's reference_prediction, same games
     as the target's), or None when the table has no reference (a given model without one, a model of your own, the
     injected design)."""
-    if not config.audit.audit_design.fits_reference or own_model(config):
+    if not config.audit.audit_design.fits_reference or not audited_target(config).has_reference:
         return None
     table = spark.read.parquet(canary_path(config))
     if REFERENCE_PREDICTION not in table.columns or table.where(F.col(REFERENCE_PREDICTION).isNotNull()).limit(1).count() == 0:
@@ -251,36 +247,12 @@ def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndar
     return len(frame), guesses, {names.MEMBERSHIP: correct}
 
 
-def audited_path(config: Config) -> str:
-    """The table the audit reads: the membership candidates with audit.attack=membership, the inject stage's sealed
-    table for a model trained outside lia_spark, else the canaries."""
-    if config.audit.audit_design.draws_members:
-        return layout.membership_path(config)
-    return layout.sealed_path(config) if own_model(config) else canary_path(config)
-
-
-def _inputs(config: Config) -> tuple[Input, ...]:
-    """The audited table (:func:`audited_path`), written by train, by inject (a model of your own) or given; and
-    audit.predictions_path's table."""
-    a = config.audit
-    if not own_model(config):
-        return (Input("canaries", audited_path, "audit.canary_path", lambda c: "" if c.audit.canary_path else "train"),)
-    sealed = Input("canaries", audited_path, "run.output_dir", lambda c: "inject")  # where `lia-spark inject` ran
-    if not a.predictions_path:
-        return (sealed,)
-    return sealed, Input("predictions", lambda c: c.audit.predictions_path, "audit.predictions_path", lambda c: "")
-
-
 def _label_inference(run: StageRun) -> GameCounts:
-    """The label-inference counts of the train stage's target, of a given canary table, or of a model of your own
-    (its canary table built from the sealed coins and its predictions: :mod:`lia_spark.engine.audit.own_model`)."""
-    if not own_model(run.config):
-        return label_inference_counts(run.spark, run.config, None)
-    canaries = own_model_canaries(run.spark, run.config, run.resolved.found)
-    try:
-        return label_inference_counts(run.spark, run.config, canaries)
-    finally:
-        canaries.unpersist()
+    """The label-inference counts of the audited target (:func:`lia_spark.engine.audit.targets.audited_target`): the
+    train stage's, a given canary table's, or a model of your own's (its canary table built from the sealed coins
+    and its predictions)."""
+    with audited_target(run.config).canaries(run) as canaries:
+        return label_inference_counts(run.spark, run.config, canaries, data_rows=True)
 
 
 def _audit(run: StageRun) -> AuditResult:
@@ -308,7 +280,7 @@ def _audit(run: StageRun) -> AuditResult:
                      if design.assumes_tau else None)
     trained = None if section.given_target else run.upstream("canaries", TrainedTarget)
     headline = _headline(config, bounds, design=design, canaries=m, observational=observational, trained=trained,
-                         given=target_description(config, run.resolved.found) if own_model(config) else "",
+                         given=audited_target(config).description(config, run.resolved.found),
                          runs=runs)
     ceiling = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
                                   tests=bounds.tests, confidence=section.confidence, delta=section.delta,
@@ -459,4 +431,4 @@ AUDIT = Stage(
     name="audit", step="audit", result=AuditResult, compute=_audit, resolved=given_model,
     fields=("run.seed", "audit.*"),
     outputs=lambda config: (layout.output_path(config, layout.AUDIT),),
-    inputs=_inputs)
+    inputs=lambda config: audited_target(config).inputs(config))
