@@ -180,6 +180,7 @@ def config_yaml(config: Config) -> str:
 CANCEL_WAIT_SECONDS = 15.0  # how long a signal waits for Spark to cancel the running jobs before unwinding
 CANCEL_REPEAT_SECONDS = 0.5  # after a signal that could not unwind at once: how often later jobs are cancelled
 _unwound = threading.Event()  # set once a command stopped by a signal has unwound, or has ended (job_main)
+_cancellers: list[threading.Thread] = []  # the threads a signal started to cancel Spark's jobs (joined on unwinding)
 
 
 def _stop(signum: int, frame: Any) -> None:
@@ -198,6 +199,7 @@ def _stop(signum: int, frame: Any) -> None:
     received_signals.append(signum)
     if "pyspark" in sys.modules:  # a session may run: no import of pyspark before that
         canceller = threading.Thread(target=_cancel_spark_jobs, name="lia-spark-cancel", daemon=True)
+        _cancellers.append(canceller)
         canceller.start()
         canceller.join(CANCEL_WAIT_SECONDS)
         if _inside_py4j(frame):
@@ -211,7 +213,9 @@ def _start_cancelling_later() -> None:
     """Start :func:`_cancel_until_unwound` with a new event: the one job_main sets once the command has unwound."""
     global _unwound
     _unwound = threading.Event()
-    threading.Thread(target=_cancel_until_unwound, args=(_unwound,), name="lia-spark-cancel-later", daemon=True).start()
+    later = threading.Thread(target=_cancel_until_unwound, args=(_unwound,), name="lia-spark-cancel-later", daemon=True)
+    _cancellers.append(later)
+    later.start()
 
 
 def _cancel_until_unwound(unwound: threading.Event) -> None:
@@ -262,8 +266,12 @@ def _stop_on_signals() -> dict[int, Any]:
 
 
 def _interrupted(name: str, error: BaseException) -> int:
-    """Log how ``name`` was stopped, print the one line and return 130 (SIGINT) or 143 (SIGTERM)."""
+    """Log how ``name`` was stopped, print the one line and return 130 (SIGINT) or 143 (SIGTERM). The threads that
+    cancel Spark's jobs end first: one still inside a call to the JVM when Spark stops would have py4j log that
+    call's failure (to the root logger) after the command's last line."""
     _unwound.set()
+    while _cancellers:
+        _cancellers.pop().join(CANCEL_WAIT_SECONDS)
     signum = received_signals[0] if received_signals else signal.SIGINT
     logger.warning("%s: interrupted by %s", name, signal.Signals(signum).name)
     logger.debug("%s: where the signal stopped it", name, exc_info=error)  # Spark's cancellation, when it came first
