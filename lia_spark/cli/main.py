@@ -308,6 +308,7 @@ def job_main(name: str, argv: Sequence[str] | None = None) -> int:
         return _interrupted(name, error) if received_signals else report_failure(name, error)
     finally:
         _unwound.set()
+        _cancellers.clear()  # a command that ended all the same leaves no thread to join for the next one
         for signum, handler in previous.items():  # a caller in this process (a test, a notebook) gets its own back
             signal.signal(signum, handler)
     if args.json:

@@ -205,11 +205,6 @@ class AuditConfig:
         inference, the membership baseline with audit.attack=membership."""
         return played_game(self.attack, self.design)
 
-    @property
-    def game(self) -> str:
-        """The name of :attr:`audit_design` (injected, observational or membership)."""
-        return self.audit_design.name
-
     def baseline_columns(self, available: tuple[str, ...]) -> tuple[str, ...]:
         """The prediction columns audit.baseline compares the target's with, given the ``available`` baseline columns
         of the canary table (proxy_prediction, shadow_prediction where fitted): auto the shadows' where available,

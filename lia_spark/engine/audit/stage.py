@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from lia_spark import names
 from lia_spark.engine.audit.counts import distributed_counts, pooled_runs, resolve_baselines, select_canaries
 from lia_spark.engine.audit.own_model import check_predictions, given_model
-from lia_spark.engine.audit.targets import audited_target, canary_path
+from lia_spark.engine.audit.targets import AuditedTarget, audited_target, canary_path
 from lia_spark.engine.runtime.outputs import copy_from_local, path_exists, reported_path
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import FilesResult, Stage, StageRun, TrainedTarget
@@ -164,10 +164,10 @@ def proxy_error(df: DataFrame, truth: DataFrame) -> dict[str, float] | None:
             "mean": float(row["mean"]), "canaries": int(row["canaries"])}
 
 
-def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame | None, *,
+def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFrame, *,
                            target: str = TARGET_PREDICTION, data_rows: bool = False) -> GameCounts:
-    """The counts of the label-inference audit of audit.design over the canary table (``canaries`` or
-    :func:`canary_path`, optionally sampled to audit.canaries rows), scoring the prediction column ``target`` (the
+    """The counts of the label-inference audit of audit.design over the canary table ``canaries`` (optionally
+    sampled to audit.canaries rows), scoring the prediction column ``target`` (the
     target's, or the label-blind reference's) against each baseline of audit.baseline (:func:`resolve_baselines`:
     one pass per baseline; the sweep is the same, m being the same), each baseline recalibrated as audit.recalibrate
     says for it (``AuditConfig.recalibration``); injected: m = the informative canaries (of every pooled run), one
@@ -175,9 +175,6 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
     of the data table (``data_rows``: the train stage's or the inject stage's)."""
     design = config.audit.audit_design
     truth = truth_table(spark, config, data_rows=data_rows) if design.assumes_tau else None
-    if canaries is None:
-        describe_jobs(spark, "audit: read canaries")
-        canaries = spark.read.parquet(canary_path(config))
     runs = 1
     if design.refits_target and target == TARGET_PREDICTION:
         canaries, runs = pooled_runs(canaries)
@@ -247,11 +244,10 @@ def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndar
     return len(frame), guesses, {names.MEMBERSHIP: correct}
 
 
-def _label_inference(run: StageRun) -> GameCounts:
-    """The label-inference counts of the audited target (:func:`lia_spark.engine.audit.targets.audited_target`): the
-    train stage's, a given canary table's, or a model of your own's (its canary table built from the sealed coins
-    and its predictions)."""
-    with audited_target(run.config).canaries(run) as canaries:
+def _label_inference(run: StageRun, audited: AuditedTarget) -> GameCounts:
+    """The label-inference counts of the audited target: the train stage's, a given canary table's, or a model of
+    your own's (its canary table built from the sealed coins and its predictions)."""
+    with audited.canaries(run) as canaries:
         return label_inference_counts(run.spark, run.config, canaries, data_rows=True)
 
 
@@ -259,13 +255,13 @@ def _audit(run: StageRun) -> AuditResult:
     """Audit the canary table (:func:`canary_path`), or with audit.attack=membership the train stage's membership
     candidates, and write ``<run.output_dir>/audit``."""
     spark, config, started = run.spark, run.config, run.started
-    section, design = config.audit, config.audit.audit_design
+    section, design, audited = config.audit, config.audit.audit_design, audited_target(config)
     output_path = reported_path(layout.output_path(config, layout.AUDIT))
     if design.draws_members:
         (m, guesses, correct), recalibration, baselines = membership_counts(spark, config), {}, (PROXY_PREDICTION,)
         error, runs = None, 1
     else:
-        counts = _label_inference(run)
+        counts = _label_inference(run, audited)
         m, guesses, correct = counts.canaries, counts.guesses, counts.correct
         recalibration, baselines, error = counts.recalibration, counts.baselines, counts.proxy_error
         runs = counts.runs
@@ -280,7 +276,7 @@ def _audit(run: StageRun) -> AuditResult:
                      if design.assumes_tau else None)
     trained = None if section.given_target else run.upstream("canaries", TrainedTarget)
     headline = _headline(config, bounds, design=design, canaries=m, observational=observational, trained=trained,
-                         given=audited_target(config).description(config, run.resolved.found),
+                         given=audited.description(config, run.resolved.found),
                          runs=runs)
     ceiling = audit_sweep.ceiling(canaries=m, guesses=guesses, claimed_epsilon=headline.claimed_epsilon,
                                   tests=bounds.tests, confidence=section.confidence, delta=section.delta,

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator
+from typing import ClassVar, Iterator
 
 from pyspark.sql import DataFrame
 
 from lia_spark.engine.audit.own_model import own_model_canaries, target_description
 from lia_spark.engine.runtime.stage import Input, StageRun
+from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 
@@ -27,7 +28,7 @@ class TrainedCanaries:
     """The canary table the train stage wrote (or audit.canary_path's): read as it is, with the label-blind
     reference where the train stage fitted one."""
 
-    has_reference: bool = True
+    has_reference: ClassVar[bool] = True
 
     def table(self, config: Config) -> str:
         return canary_path(config)
@@ -38,9 +39,10 @@ class TrainedCanaries:
                       lambda c: "" if c.audit.canary_path else "train"),)
 
     @contextlib.contextmanager
-    def canaries(self, run: StageRun) -> Iterator[DataFrame | None]:
-        """None: the counts read :meth:`table`."""
-        yield None
+    def canaries(self, run: StageRun) -> Iterator[DataFrame]:
+        """The table as it is."""
+        describe_jobs(run.spark, "audit: read canaries")
+        yield run.spark.read.parquet(self.table(run.config))
 
     def description(self, config: Config, found: str) -> str:
         """"": the train stage's result states the target (or, for a table given, "an unknown mechanism")."""
@@ -52,7 +54,7 @@ class OwnModel:
     """A model trained outside lia_spark on the inject stage's export: the sealed coins with its predictions of
     every canary, scored here (audit.model_uri) or given (audit.predictions_path); no label-blind reference."""
 
-    has_reference: bool = False
+    has_reference: ClassVar[bool] = False
 
     def table(self, config: Config) -> str:
         return layout.sealed_path(config)
@@ -65,7 +67,7 @@ class OwnModel:
         return sealed, Input("predictions", lambda c: c.audit.predictions_path, "audit.predictions_path", lambda c: "")
 
     @contextlib.contextmanager
-    def canaries(self, run: StageRun) -> Iterator[DataFrame | None]:
+    def canaries(self, run: StageRun) -> Iterator[DataFrame]:
         """The sealed table with the model's checked predictions (:func:`own_model_canaries`), unpersisted after."""
         table = own_model_canaries(run.spark, run.config, run.resolved.found)
         try:
