@@ -57,7 +57,7 @@ def canary_table(m: int) -> pd.DataFrame:
 def bench_audit(m: int, master: str, rounds: int = 3) -> str:
     """The stage, its distributed counts and the in-process kernel (same score), ``rounds`` times back to back."""
     from lia_spark.engine.audit.counts import distributed_counts, select_canaries
-    from lia_spark.engine.runtime.registry import run_stage
+    from lia_spark.engine.orchestration.registry import run_stage
     from lia_spark.engine.spark.session import get_spark
 
     table = canary_table(m)

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._keys import seeded_key_file  # noqa: E402
 from benchmarks._report import publish  # noqa: E402
 from lia_spark.cli.main import config_yaml  # noqa: E402
-from lia_spark.engine.runtime.registry import run_stage  # noqa: E402
+from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.run import layout  # noqa: E402
 from lia_spark.run.config import config_from_dict  # noqa: E402

@@ -205,7 +205,7 @@ def measure(spark, args, rows: int, cores: int) -> dict:
     per-round stage ratios; the warm-up's seconds and the bagging units."""
     from lia_spark.engine.posteriors.units import posterior_input
     from lia_spark.engine.posteriors.writing import posterior_rows
-    from lia_spark.engine.runtime.registry import run_stage
+    from lia_spark.engine.orchestration.registry import run_stage
     from lia_spark.kernels.posterior_grid import settings_grid
 
     root = os.path.join(args.workdir, f"n{rows}")

@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._report import publish  # noqa: E402
 from benchmarks.bench_injected_table import cells  # noqa: E402
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
-from lia_spark.engine.runtime.registry import run_stage  # noqa: E402
-from lia_spark.engine.runtime.audit_table import paper_way_config  # noqa: E402
+from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
+from lia_spark.engine.orchestration.audit_table import paper_way_config  # noqa: E402
 from lia_spark.names import PATE, RECALIBRATE_NONE, RECALIBRATE_PROXY, RECALIBRATE_TARGET  # noqa: E402
 from lia_spark.run import layout  # noqa: E402
 from lia_spark.run.config import load_config  # noqa: E402

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._report import SeenProcessesCpu, write_section  # noqa: E402
 from lia_spark.engine.runtime.outputs import MARKER  # noqa: E402
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
-from lia_spark.engine.runtime.registry import run_stage  # noqa: E402
+from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
 from lia_spark.run.config import load_config  # noqa: E402
 from lia_spark.run.sections import SparkConfig  # noqa: E402
 

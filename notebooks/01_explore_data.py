@@ -45,7 +45,7 @@ spark = get_spark(config.spark)  # the cluster's session on Databricks (Spark Co
 # COMMAND ----------
 
 from lia_spark.engine.runtime.outputs import is_complete, read_marker
-from lia_spark.engine.runtime.registry import run_stage, step_stage
+from lia_spark.engine.orchestration.registry import run_stage, step_stage
 
 if not is_complete(spark, config.parquet_path):
     run_stage(step_stage("data", config).name, spark, config)

@@ -47,7 +47,7 @@ spark = get_spark(config.spark)  # the cluster's session on Databricks (Spark Co
 
 # COMMAND ----------
 
-from lia_spark.engine.runtime.pipeline import run_pipeline
+from lia_spark.engine.orchestration.pipeline import run_pipeline
 
 result = run_pipeline(spark, config)
 print(result.console_summary())

@@ -107,7 +107,7 @@ _CACHE: dict[str, TinyRun] = {}
 def tiny_run(spark, tmp_path_factory) -> TinyRun:
     """Run (once per session) the full pipeline on the tiny config, tracked in a fresh sqlite store."""
     if "run" not in _CACHE:
-        from lia_spark.engine.runtime.pipeline import run_pipeline
+        from lia_spark.engine.orchestration.pipeline import run_pipeline
 
         root = tmp_path_factory.mktemp("tiny-pipeline")
         uri = f"sqlite:///{root / 'mlflow.db'}"

@@ -209,8 +209,8 @@ def test_a_stage_never_reaches_another_stage_module():
 
 def test_the_cli_lists_the_registry_commands():
     from lia_spark.cli.main import COMMAND_NAMES
-    from lia_spark.engine.runtime.commands import COMMANDS
-    from lia_spark.engine.runtime.registry import STAGES
+    from lia_spark.engine.orchestration.commands import COMMANDS
+    from lia_spark.engine.orchestration.registry import STAGES
 
     assert COMMAND_NAMES == tuple(COMMANDS)
     assert {stage.name for stage in STAGES.values()} == set(STAGES)
@@ -219,7 +219,8 @@ def test_the_cli_lists_the_registry_commands():
 ENGINE = "lia_spark.engine"
 RUNTIME_CONTRACT = tuple(f"{ENGINE}.runtime.{name}"
                          for name in ("stage", "outputs", "parquet_reads", "lock", "progress"))
-ORCHESTRATORS = tuple(f"{ENGINE}.runtime.{name}" for name in ("registry", "pipeline", "commands", "audit_table"))
+ORCHESTRATORS = tuple(f"{ENGINE}.orchestration.{name}" for name in ("registry", "pipeline", "commands", "audit_table"))
+STAGE_FOLDERS = ("generate", "ingest", "train", "posteriors", "utility", "audit", "report", "logloss", "inject")
 
 
 def _engine_folder(module: str) -> str:
@@ -235,11 +236,38 @@ def _engine_imports(graph: dict[str, set[str]], module: str) -> set[str]:
 
 def test_engine_folders_are_those_of_the_layout():
     folders = sorted(p.name for p in (PACKAGE / "engine").iterdir() if p.is_dir() and p.name != "__pycache__")
-    assert folders == sorted(["runtime", "spark", "models", "generate", "ingest", "train", "posteriors", "utility",
-                              "audit", "report", "logloss", "inject"])
+    assert folders == sorted(["runtime", "orchestration", "spark", "models", "attacker_prior", *STAGE_FOLDERS])
     assert sorted(p.name for p in (PACKAGE / "engine").glob("*.py")) == ["__init__.py"]
-    assert set(ORCHESTRATORS + RUNTIME_CONTRACT) == {_module_name(p) for p in (PACKAGE / "engine/runtime").glob("*.py")
-                                                     if p.name != "__init__.py"}
+    for folder, modules in (("runtime", RUNTIME_CONTRACT), ("orchestration", ORCHESTRATORS)):
+        assert set(modules) == {_module_name(p) for p in (PACKAGE / "engine" / folder).glob("*.py")
+                                if p.name != "__init__.py"}
+
+
+def engine_folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Folder of the engine -> the engine's other folders its modules import."""
+    folders: dict[str, set[str]] = {}
+    for module, imported in graph.items():
+        if _engine_folder(module):
+            folders.setdefault(_engine_folder(module), set()).update(
+                _engine_folder(m) for m in _engine_imports(graph, module))
+    return {name: imported - {name, ""} for name, imported in folders.items()}
+
+
+def test_the_engine_folders_import_each_other_without_a_loop():
+    """Each folder of the engine sits below the folders that import it: the contract and spark/ at the bottom, the
+    orchestration at the top; a loop (the contract's registry importing every stage that imports the contract) would
+    make neither the lower one."""
+    folders = engine_folder_graph(import_graph())
+    assert set(folders) >= {"runtime", "orchestration", "spark", "models", *STAGE_FOLDERS}
+    assert cycle(folders) == []
+    assert cycle({**folders, "runtime": folders["runtime"] | {"train"}})  # the check finds a loop when there is one
+
+
+def test_only_the_orchestration_imports_a_stage_folder():
+    graph = import_graph()
+    importers = {module for module in graph if module.startswith(ENGINE) and _engine_folder(module) not in STAGE_FOLDERS
+                 and any(_engine_folder(m) in STAGE_FOLDERS for m in _engine_imports(graph, module))}
+    assert importers and {module for module in importers if _engine_folder(module) != "orchestration"} == set()
 
 
 def test_spark_imports_nothing_else_of_the_engine():
@@ -251,23 +279,27 @@ def test_spark_imports_nothing_else_of_the_engine():
 
 
 def test_models_import_only_spark_the_outputs_progress_and_models():
+    """And the attacker prior imports models too, never a stage."""
     graph = import_graph()
     allowed = {"spark", "models"}
     runtime = {f"{ENGINE}.runtime.outputs", f"{ENGINE}.runtime.progress"}
     models = {module for module in graph if _engine_folder(module) == "models" and module.count(".") > 2}
     assert len(models) >= 8
+    prior = {module for module in graph if _engine_folder(module) == "attacker_prior" and module.count(".") > 2}
+    assert {module: sorted(m for m in _engine_imports(graph, module)
+                           if _engine_folder(m) not in allowed | {"attacker_prior"} and m not in runtime)
+            for module in prior} == {module: [] for module in prior}
     assert {module: sorted(m for m in _engine_imports(graph, module)
                            if _engine_folder(m) not in allowed and m not in runtime)
             for module in models} == {module: [] for module in models}
 
 
-def test_a_stage_folder_imports_the_contract_spark_models_and_itself():
+def test_a_stage_folder_imports_the_contract_spark_models_the_prior_and_itself():
     graph = import_graph()
-    stage_folders = {"generate", "ingest", "train", "posteriors", "utility", "audit", "report", "logloss"}
-    stage_side = {module for module in graph if _engine_folder(module) in stage_folders}
+    stage_side = {module for module in graph if _engine_folder(module) in STAGE_FOLDERS}
     assert len(stage_side) > 15
     outside = {module: sorted(m for m in _engine_imports(graph, module)
-                              if _engine_folder(m) not in {"spark", "models", _engine_folder(module)}
+                              if _engine_folder(m) not in {"spark", "models", "attacker_prior", _engine_folder(module)}
                               and m not in RUNTIME_CONTRACT)
                for module in stage_side}
     assert outside == {module: [] for module in stage_side}

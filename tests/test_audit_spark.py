@@ -11,7 +11,7 @@ import pytest
 from json_support import check_file, check_result
 from lia_spark.engine.audit.counts import distributed_counts
 from lia_spark.engine.runtime.outputs import is_complete
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.kernels import audit, audit_sweep, hashing
 from lia_spark.kernels.audit_designs import INJECTED_DESIGN, OBSERVATIONAL_DESIGN
 from lia_spark.run.config import config_from_dict
@@ -325,7 +325,7 @@ def test_on_the_twin_the_observational_headline_is_the_bound_at_the_proxys_measu
 def test_an_audit_without_its_canary_table_fails_first_naming_the_command_that_writes_it(spark, tmp_path):
     """Alone, the audit stage checks its declared input before any work; in the pipeline, a selection without the
     step that writes it fails before any stage runs (nothing written either way)."""
-    from lia_spark.engine.runtime.pipeline import run_pipeline
+    from lia_spark.engine.orchestration.pipeline import run_pipeline
 
     config = config_from_dict({"run": {"output_dir": str(tmp_path / "out"), "stages": ["audit"]},
                                "tracking": {"enabled": False}})

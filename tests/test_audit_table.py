@@ -126,7 +126,7 @@ def _values(root) -> dict:
 @pytest.fixture(scope="module")
 def runs(spark, tmp_path_factory):
     """Run 1 (command line) with one cell's folder blocked by a file; run 2 after removing it; run 3 unchanged."""
-    from lia_spark.engine.runtime.audit_table import run_audit_table
+    from lia_spark.engine.orchestration.audit_table import run_audit_table
 
     root = tmp_path_factory.mktemp("audit-table")
     values = _values(root)
@@ -236,7 +236,7 @@ def test_paper_convention_audits_the_same_targets_the_papers_way_beside_the_vali
     """table.paper_convention: each cell's canary table is audited a second time with the paper's settings (no
     training: the train stages are reused), and paper_convention.csv puts the valid bound, the paper-way value and
     the published value side by side."""
-    from lia_spark.engine.runtime.audit_table import PAPER_WAY_FILE, run_audit_table
+    from lia_spark.engine.orchestration.audit_table import PAPER_WAY_FILE, run_audit_table
     from lia_spark.studies.table import PAPER_WAY_LABEL
 
     values = _values(tmp_path)

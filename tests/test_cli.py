@@ -34,7 +34,7 @@ def _sections(stage, config) -> set[str]:
 
 
 def test_the_help_lists_the_sections_of_the_stages_each_command_runs():
-    from lia_spark.engine.runtime.registry import STAGES
+    from lia_spark.engine.orchestration.registry import STAGES
     from lia_spark.run.config import Config
 
     config = Config()

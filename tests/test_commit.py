@@ -25,7 +25,7 @@ import pytest
 import commit_support
 from commit_support import commit_generation, folder_state
 from lia_spark.engine.runtime.lock import LOCK_FILE, LockHolder, RunLockError, run_lock
-from lia_spark.engine.runtime.registry import remove_leftovers
+from lia_spark.engine.orchestration.registry import remove_leftovers
 from lia_spark.engine.spark import filesystem
 from lia_spark.engine.spark.filesystem import exchange_local
 from lia_spark.run.config import config_from_dict

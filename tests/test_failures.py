@@ -282,12 +282,12 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
                 budget_in_force.update({variable: os.environ.get(variable) for variable in REQUEST_SETTINGS})
 
     hook = StopServerAfterData()
-    caplog.set_level(logging.INFO, logger="lia_spark.engine.runtime.pipeline")
-    logging.getLogger("lia_spark.engine.runtime.pipeline").addHandler(hook)
+    caplog.set_level(logging.INFO, logger="lia_spark.engine.orchestration.pipeline")
+    logging.getLogger("lia_spark.engine.orchestration.pipeline").addHandler(hook)
     try:
         assert main(["run", "--conf", str(conf)]) == 0
     finally:
-        logging.getLogger("lia_spark.engine.runtime.pipeline").removeHandler(hook)
+        logging.getLogger("lia_spark.engine.orchestration.pipeline").removeHandler(hook)
         if server.poll() is None:
             stop_mlflow_server(server)
     output = capsys.readouterr().out
@@ -323,7 +323,7 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
 FAULTY_POSTERIORS = """
 import sys
 from lia_spark.run.config import load_config
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.engine.posteriors.writing import WORKER_EXIT_PROPERTY
 from lia_spark.engine.spark.session import get_spark
 
@@ -388,7 +388,7 @@ def test_an_executor_lost_mid_posteriors_and_mid_audit_leaves_the_results_of_a_c
 
     import pandas as pd
 
-    from lia_spark.engine.runtime.pipeline import run_pipeline
+    from lia_spark.engine.orchestration.pipeline import run_pipeline
     from lia_spark.run.config import load_config
 
     conf = _conf(tmp_path / "conf.yaml", tmp_path / "lost", run={"stages": ["data", "train", "posteriors", "audit"]},

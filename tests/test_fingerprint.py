@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lia_spark import __version__
-from lia_spark.engine.runtime.registry import STAGES, fields_not_behind
+from lia_spark.engine.orchestration.registry import STAGES, fields_not_behind
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config, load_config
 from lia_spark.run.sections import PIPELINE_STAGES

@@ -17,7 +17,7 @@ from json_support import check_result
 from lia_spark import names
 from lia_spark.engine.generate.stage import partition_count
 from lia_spark.engine.runtime.outputs import MARKER
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.kernels import criteo, synthetic
 from lia_spark.run.config import config_from_dict
 

@@ -19,7 +19,7 @@ from lia_spark import names
 from lia_spark.engine.ingest.criteo_files import list_sources, walked_gzip
 from lia_spark.engine.ingest.gzip_members import decode_members
 from lia_spark.engine.ingest.stage import DamagedInputError
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.engine.spark.filesystem import HadoopFiles
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.failures import failure_line

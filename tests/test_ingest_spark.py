@@ -24,7 +24,7 @@ from lia_spark.engine.ingest import local_files
 from lia_spark.engine.ingest.criteo_files import decompressed_copies, list_sources
 from lia_spark.engine.ingest.stage import QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError
 from lia_spark.engine.runtime.outputs import MARKER
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.kernels import criteo
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.failures import USAGE_EXIT, failure_line

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lia_spark.engine.runtime.registry import STAGES, step_stage
+from lia_spark.engine.orchestration.registry import STAGES, step_stage
 from lia_spark.run.checks import ConfigError, resolved_path
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.layout import OUTPUT, check_paths_apart, placed_paths

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from json_support import check_file, check_result
-from lia_spark.engine.runtime.commands import run_logloss_attack
+from lia_spark.engine.orchestration.commands import run_logloss_attack
 from lia_spark.engine.logloss.stage import FILES, POSITION, block_predictions, oracle_table, spark_log_loss
 from lia_spark.kernels import logloss
 from lia_spark.kernels.criteo import make_row_id

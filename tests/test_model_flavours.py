@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.kernels.injected import PROBABILITY_FIX
 from lia_spark.run import layout
 from lia_spark.run.config import config_from_dict

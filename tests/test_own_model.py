@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from lia_spark.cli.main import main
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.kernels import criteo
 from lia_spark.run import layout
 from lia_spark.run.config import config_from_dict
@@ -143,7 +143,7 @@ def _tracked_audit_shows_what_produced_it(spark, injected: Injected, uri: str, e
     parent run shows the fields the audit and the inject stage read, not the train stage's target settings."""
     import mlflow
 
-    from lia_spark.engine.runtime.pipeline import run_pipeline
+    from lia_spark.engine.orchestration.pipeline import run_pipeline
 
     values = {**injected.values, "run": {**injected.values["run"], "stages": ["audit"]},
               "audit": {**injected.values["audit"], "model_uri": uri, "claimed_epsilon": 1.0}}
@@ -227,7 +227,7 @@ def test_a_model_or_table_older_than_the_export_is_refused(spark, injected):
 
 
 def test_an_audit_of_a_model_of_your_own_without_its_injection_names_the_command_that_writes_it(spark, tmp_path):
-    from lia_spark.engine.runtime.pipeline import run_pipeline
+    from lia_spark.engine.orchestration.pipeline import run_pipeline
 
     values = {**_values(tmp_path), "tracking": {"enabled": False}}
     config = config_from_dict({**values, "run": {**values["run"], "stages": ["audit"]},

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from lia_spark.engine.runtime.outputs import MARKER, is_complete
-from lia_spark.engine.runtime.pipeline import run_pipeline
-from lia_spark.engine.runtime.registry import step_stage
+from lia_spark.engine.orchestration.pipeline import run_pipeline
+from lia_spark.engine.orchestration.registry import step_stage
 from lia_spark.cli.main import main
 from lia_spark.cli.main import COMMAND_NAMES
 from lia_spark.run.config import Config

@@ -25,7 +25,7 @@ from lia_spark.engine.posteriors.units import (ARROW_SIDE_SCHEMA, UnitSpill, bag
                                                spill_units, unpacked)
 from lia_spark.engine.posteriors.writing import (UNIT_ROWS, check_result_files, posterior_rows, write_posteriors,
                                                  write_spilled_posteriors)
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.kernels import advantage, hashing, mechanisms, posteriors
 from lia_spark.kernels.criteo import STORAGE_DDL, make_row_id
 from lia_spark.kernels.posterior_grid import Setting, plot_sample_mask, setting_seed, settings_grid

@@ -144,7 +144,7 @@ def test_zero_seconds_reports_nothing(spark, caplog):
 
 
 def test_run_stage_reports_its_progress_under_its_name(spark, caplog, tmp_path):
-    from lia_spark.engine.runtime.registry import run_stage
+    from lia_spark.engine.orchestration.registry import run_stage
 
     caplog.set_level(logging.INFO, logger=LOGGER)
     config = load_config(None, [f"run.output_dir={tmp_path}", "run.progress_seconds=0.2",

@@ -31,7 +31,7 @@ from lia_spark.cli.main import main
 from lia_spark.run.config import load_config
 from lia_spark.engine.runtime.outputs import check_writable
 from lia_spark.engine.spark.session import get_spark, is_connect
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.registry import run_stage
 
 print("without:", main(["run", "--conf", sys.argv[1], "spark.ship_package=false"]))
 code = main(["run", "--conf", sys.argv[1]])

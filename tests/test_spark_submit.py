@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from lia_spark import __version__
-from lia_spark.engine.runtime.pipeline import run_pipeline
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.pipeline import run_pipeline
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.run.config import load_config
 from lia_spark.run.sections import PIPELINE_STAGES
 from pipeline_support import (OWN_TRAINER, PYTHON, REPO, SPARK_SUBMIT, STAGE_STARTED, executor_jvms,
@@ -64,8 +64,8 @@ def _failure_line(stderr: str) -> str:
 
 def test_wheel_holds_the_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ("lia_spark/engine/runtime/pipeline.py", "lia_spark/tracking/mlflow_runs.py", "lia_spark/present/report.py",
-                   "lia_spark/engine/runtime/registry.py", "lia_spark/kernels/hashing.py",
+    for module in ("lia_spark/engine/orchestration/pipeline.py", "lia_spark/tracking/mlflow_runs.py", "lia_spark/present/report.py",
+                   "lia_spark/engine/orchestration/registry.py", "lia_spark/kernels/hashing.py",
                    "lia_spark/py.typed"):  # PEP 561: type checkers read the API's hints from the installed wheel
         assert module in names
     configs = sorted((REPO / "conf").glob("*.yaml"))

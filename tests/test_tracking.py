@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from lia_spark.engine.runtime.outputs import read_marker
-from lia_spark.engine.runtime.pipeline import run_pipeline
+from lia_spark.engine.orchestration.pipeline import run_pipeline
 from lia_spark.names import setting_key
 from lia_spark.cli.main import job_main
 from lia_spark.run.sections import TrackingConfig

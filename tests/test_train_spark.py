@@ -21,7 +21,7 @@ from lia_spark.engine.models.preparation import (Preparation, TargetJob, boostin
                                                  prepare_days, training_seed)
 from lia_spark.engine.spark.memory import byte_size
 from lia_spark.engine.runtime.outputs import MARKER
-from lia_spark.engine.runtime.registry import run_stage
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.kernels import features, injected, label_mechanisms, mechanisms, membership, pate, synthetic, training
 from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 from lia_spark.names import RUN_COLUMNS
@@ -503,7 +503,7 @@ def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parq
     import logging
 
     from lia_spark.engine.runtime.outputs import committed_output
-    from lia_spark.engine.runtime.registry import STAGES
+    from lia_spark.engine.orchestration.registry import STAGES
 
     config = _config(parquet_path, str(tmp_path), "utility.epsilons=[inf]", "utility.bag_sizes=[]",
                      "utility.extra_mechanisms=[]")
@@ -515,7 +515,7 @@ def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parq
     with committed_output(spark, stage.outputs(config)[0], failed.marker(),
                           fingerprint=stage.fingerprint(spark, config)):
         pass
-    with caplog.at_level(logging.WARNING, logger="lia_spark.engine.runtime.registry"):
+    with caplog.at_level(logging.WARNING, logger="lia_spark.engine.orchestration.registry"):
         again = run_stage("utility", spark, config)
     assert not again.skipped and not again.failures()
     assert "recomputing: the committed output records failed parts: rr.epsinf.k1: ValueError" in caplog.text

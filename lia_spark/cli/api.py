@@ -3,7 +3,7 @@
 - :func:`audit_predictions`: the injected audit (docs/math.md §5.9) of a table of canaries and a model's
   predictions, pandas (in this process) or Spark (on the executors, as the audit stage counts);
 - :func:`run_command`: any ``lia-spark`` command (``pipeline`` for ``lia-spark run``) on a config, returning the
-  command's result (e.g. :class:`lia_spark.engine.runtime.pipeline.PipelineResult`, whose ``console_summary()`` is
+  command's result (e.g. :class:`lia_spark.engine.orchestration.pipeline.PipelineResult`, whose ``console_summary()`` is
   what the command line prints).
 
 - :func:`configure_logging`: the command line's log lines (progress every run.progress_seconds, the stages' starts
@@ -43,8 +43,8 @@ if TYPE_CHECKING:  # the engine imports pyspark: at run time it is imported by t
     from lia_spark.engine.inject.stage import InjectResult
     from lia_spark.engine.logloss.stage import LoglossResult
     from lia_spark.engine.posteriors.stage import PosteriorsResult
-    from lia_spark.engine.runtime.audit_table import TableResult
-    from lia_spark.engine.runtime.pipeline import PipelineResult
+    from lia_spark.engine.orchestration.audit_table import TableResult
+    from lia_spark.engine.orchestration.pipeline import PipelineResult
     from lia_spark.engine.runtime.stage import StageResult
     from lia_spark.engine.train.stage import TrainResult
     from lia_spark.engine.utility.stage import UtilityResult

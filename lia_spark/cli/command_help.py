@@ -28,7 +28,7 @@ class CommandHelp:
                 f"result: <run.output_dir>/results/{command}.json, a short summary on stdout, logs on stderr.")
 
 
-# In the order of lia_spark.engine.runtime.commands.COMMANDS (tests/test_architecture.py keeps the names equal).
+# In the order of lia_spark.engine.orchestration.commands.COMMANDS (tests/test_architecture.py keeps the names equal).
 COMMAND_HELP: dict[str, CommandHelp] = {
     "generate": CommandHelp(
         "Generate the synthetic Criteo twin, rows with known click probabilities (docs/math.md §1.2): "

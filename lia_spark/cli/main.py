@@ -36,7 +36,7 @@ from lia_spark.run.requirements import check_requirements
 logger = logging.getLogger("lia_spark")
 
 WORKSPACE_CONF = "/Workspace/Users/{user}/lia_spark/conf/demo.yaml"
-# The commands of lia_spark.engine.runtime.commands.COMMANDS (named here so --help needs no pyspark; a test keeps them equal)
+# The commands of lia_spark.engine.orchestration.commands.COMMANDS (named here so --help needs no pyspark; a test keeps them equal)
 COMMAND_NAMES = tuple(COMMAND_HELP)
 SPARK_MISSING = (f"lia-spark: pyspark is not installed; install the wheel of `make wheel` with its spark extra (`pip "
                  f"install 'dist/lia_spark-{__version__}-py3-none-any.whl[spark]'`), or run where Spark is provided (a "
@@ -330,10 +330,10 @@ def execute_command(name: str, spark: Any, config: Config) -> tuple[Any, float, 
             (:func:`lia_spark.run.layout.check_paths_apart`), before the lock is taken; any failure of the command
             itself propagates.
     """
-    from lia_spark.engine.runtime.commands import COMMANDS
+    from lia_spark.engine.orchestration.commands import COMMANDS
     from lia_spark.engine.runtime.lock import run_lock
     from lia_spark.engine.runtime.outputs import write_text
-    from lia_spark.engine.runtime.registry import remove_leftovers
+    from lia_spark.engine.orchestration.registry import remove_leftovers
 
     name = "pipeline" if name == "run" else name
     if name not in COMMANDS:

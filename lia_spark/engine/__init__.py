@@ -1,6 +1,7 @@
 """Spark adapters: the only modules of lia_spark that import pyspark, by concern.
 
-- :mod:`.runtime`: the stage contract, the registry, the pipeline and commands, outputs, lock and progress;
+- :mod:`.runtime`: the stage contract every stage imports (the declaration, outputs, lock and progress);
+- :mod:`.orchestration`: above the stages: the registry, the pipeline, the commands and the audit table;
 - :mod:`.spark`: the session, files on Hadoop paths, the executors' Python;
 - :mod:`.models`: the fitting shared by train, utility and the audit table;
 - one folder per stage (:mod:`.generate`, :mod:`.ingest`, :mod:`.train`, :mod:`.posteriors`, :mod:`.utility`,

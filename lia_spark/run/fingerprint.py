@@ -78,8 +78,9 @@ def stage_parameters(fields: tuple[str, ...], config: Mapping[str, Mapping[str, 
 # collation): editing them does not change what a stage computes, so they stay out of code_version().
 NON_COMPUTING_MODULES = ("cli/main.py", "tracking/mlflow_runs.py", "tracking/model_logging.py", "tracking/store.py",
                          "present/report.py", "studies/table.py", "cli/command_help.py", "run/schemas.py",
-                         "engine/runtime/commands.py", "engine/runtime/pipeline.py", "engine/report/stage.py",
-                         "engine/runtime/audit_table.py", "engine/spark/session.py", "engine/runtime/progress.py")
+                         "engine/orchestration/commands.py", "engine/orchestration/pipeline.py",
+                         "engine/orchestration/audit_table.py", "engine/report/stage.py", "engine/spark/session.py",
+                         "engine/runtime/progress.py")
 
 
 @functools.cache

@@ -163,7 +163,7 @@ class MechanismsConfig:
     The attacker's prior: ``prior_column`` ``auto`` is ``eta`` (the twin's true P(y=1|x), ``<out>/truth``)
     when data.source is synthetic, else ``proxy_prediction`` (the proxy model's prediction for every row of the
     released days, ``<out>/models/priors``, written by the train stage); ``prior_path`` overrides the table
-    (:func:`lia_spark.engine.models.priors.resolve_prior`). ``days``: the released days, ``target``
+    (:func:`lia_spark.engine.attacker_prior.sources.resolve_prior`). ``days``: the released days, ``target``
     (models.target_day), ``all`` (every day of the data) or a list of days
     (:func:`lia_spark.engine.models.feature_frames.released_days`).
     """

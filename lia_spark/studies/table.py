@@ -2,8 +2,8 @@
 arXiv:2511.14084, Table 2 and Table 5): its grid of cells, the published values, the tables and the plot.
 
 Pure (pandas, matplotlib): the Spark command that trains and audits one target per cell is
-:func:`lia_spark.engine.runtime.audit_table.run_audit_table`. A *cell* is one training mechanism at one claimed epsilon (and
-bag size for the LLP mechanisms): ``none`` is the non-private baseline (one cell, epsilon = inf), plain ``llp``
+:func:`lia_spark.engine.orchestration.audit_table.run_audit_table`. A *cell* is one training mechanism at one claimed
+epsilon (and bag size for the LLP mechanisms): ``none`` is the non-private baseline (one cell, epsilon = inf), plain ``llp``
 releases exact bag proportions (one cell per bag size, claimed epsilon = inf), ``llp_laplace`` /
 ``llp_geometric`` get a cell per epsilon and bag size and the label mechanisms one per epsilon.
 """

@@ -38,7 +38,7 @@ from lia_spark.engine.models.execution import distributed_proxy, injected_frame
 from lia_spark.engine.models.classes import check_two_classes
 from lia_spark.engine.models.feature_frames import check_days_present, read_day
 from lia_spark.engine.models.preparation import fit_proxy, in_memory_rows, sampled_day
-from lia_spark.engine.models.priors import proxy_scores
+from lia_spark.engine.attacker_prior.sources import proxy_scores
 from lia_spark.engine.runtime.outputs import delete_path, reported_path, write_text
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.engine.spark.filesystem import files_for, text_parts

@@ -1,7 +1,7 @@
 """The attacker's prior of the posteriors stage: which table and column it comes from, checked before any stage.
 
 :func:`check_prior_source` fails in seconds, reading only schemas, when the prior of
-:func:`lia_spark.engine.models.priors.resolve_prior` cannot be read.
+:func:`lia_spark.engine.attacker_prior.sources.resolve_prior` cannot be read.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Sequence
 from pyspark.sql import SparkSession
 
 from lia_spark import names
-from lia_spark.engine.models.priors import resolve_prior
+from lia_spark.engine.attacker_prior.sources import resolve_prior
 from lia_spark.names import TRUE_PRIOR
 from lia_spark.run import layout
 from lia_spark.run.config import Config

@@ -18,7 +18,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark.engine.models.priors import resolve_prior
+from lia_spark.engine.attacker_prior.sources import resolve_prior
 from lia_spark.engine.runtime.parquet_reads import named_damage, verified_batches
 from lia_spark.engine.spark.session import default_parallelism
 from lia_spark.run.config import Config

@@ -47,7 +47,7 @@ from lia_spark.engine.posteriors.prior import check_prior_source
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plot_sample, summarize_digest
 from lia_spark.engine.posteriors.units import PosteriorInput, posterior_input, spill_units
 from lia_spark.engine.posteriors.writing import spark_write_posteriors, write_posteriors, write_spilled_posteriors
-from lia_spark.engine.models.priors import prior_source, resolve_prior
+from lia_spark.engine.attacker_prior.sources import prior_source, resolve_prior
 from lia_spark.engine.spark.capabilities import inheriting_thread_target
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun

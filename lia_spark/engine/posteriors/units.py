@@ -30,7 +30,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from lia_spark.engine.posteriors.reading import (LABEL, PRIOR, InputPart, input_parts, load_input, local_path,
                                                  side_row_counts, side_rows)
-from lia_spark.engine.models.priors import prior_source, resolve_prior
+from lia_spark.engine.attacker_prior.sources import prior_source, resolve_prior
 from lia_spark.engine.spark.capabilities import collect_arrow
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import hashing, mechanisms, posterior_grid

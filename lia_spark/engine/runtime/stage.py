@@ -4,7 +4,7 @@ A :class:`Stage` names itself and the pipeline step it serves, lists the configu
 tables it reads (:class:`Input`: where each lives and which step writes it), the folders it commits and its
 result type, and supplies one function, ``compute``. Everything else (fingerprint, reuse, the checks of its
 inputs, the committed output with its sealed marker, the result rebuilt from a marker) is done once, by
-:func:`lia_spark.engine.runtime.registry.run_stage`, for every stage.
+:func:`lia_spark.engine.orchestration.registry.run_stage`, for every stage.
 
 A stage never imports another stage: what it needs from an upstream stage reaches it as that stage's declared
 result (:meth:`StageRun.upstream`).

@@ -5,9 +5,9 @@ label, released_label, target_prediction, proxy_prediction, counterfactual_label
 of the target's training rows), ``test_predictions`` (row_id, label, target_prediction, proxy_prediction of the
 target day's test rows), model files (``proxy``/``target``/``stage1`` as xgboost ``.ubj`` or catboost ``.cbm``),
 ``metrics.json`` and, when the posteriors stage's prior is the proxy's prediction
-(:func:`lia_spark.engine.models.priors.needs_proxy_priors`: data.source=criteo with mechanisms.prior_column=auto, or
+(:func:`lia_spark.engine.attacker_prior.sources.needs_proxy_priors`: data.source=criteo with mechanisms.prior_column=auto, or
 prior_column=proxy_prediction), ``priors`` (row_id, proxy_prediction of every row of the days of mechanisms.days,
-scored on the executors by :func:`lia_spark.engine.models.priors.write_proxy_priors`). With audit.attack=membership
+scored on the executors by :func:`lia_spark.engine.attacker_prior.sources.write_proxy_priors`). With audit.attack=membership
 (in_memory only) the target leaves out the non-members among the audit.membership_candidates candidate training
 rows (:func:`lia_spark.engine.models.execution.membership_candidates`) and ``membership`` (row_id, label, member,
 target_prediction, proxy_prediction of the candidates) is written for the audit stage.
@@ -42,7 +42,7 @@ from lia_spark.engine.models.audit_key import draws_from_key, key_values, stage_
 from lia_spark.engine.models.execution import distributed, in_memory
 from lia_spark.engine.models.preparation import Preparation, in_memory_rows
 from lia_spark.engine.runtime.outputs import copy_from_local, write_text
-from lia_spark.engine.models.priors import needs_proxy_priors, write_proxy_priors
+from lia_spark.engine.attacker_prior.sources import needs_proxy_priors, write_proxy_priors
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.kernels import features, model_libraries, model_output, training

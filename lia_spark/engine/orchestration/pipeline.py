@@ -1,7 +1,7 @@
 """End-to-end pipeline: data (generate | ingest) -> train -> posteriors -> utility -> audit -> report, in MLflow.
 
-Each step runs the stage of :mod:`lia_spark.engine.runtime.registry` it names, through the one skeleton
-:func:`~lia_spark.engine.runtime.registry.run_stage`. Steps are chosen by
+Each step runs the stage of :mod:`lia_spark.engine.orchestration.registry` it names, through the one skeleton
+:func:`~lia_spark.engine.orchestration.registry.run_stage`. Steps are chosen by
 ``run.stages`` and run in the order of :data:`lia_spark.run.sections.PIPELINE_STAGES`; a step whose output is already
 complete is reused by the stage itself unless ``run.force``. A failing stage stops the pipeline; outputs of
 finished stages stay committed, the MLflow run is marked FAILED, the error is raised.
@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from lia_spark.engine.runtime.outputs import check_writable, committed, local_copies, path_exists, read_marker
 from lia_spark.engine.runtime.progress import pipeline_step
 from lia_spark.engine.spark.session import job_group, master_name
-from lia_spark.engine.runtime.registry import (committed_result, fields_not_behind, refuse_foreign, run_stage,
+from lia_spark.engine.orchestration.registry import (committed_result, fields_not_behind, refuse_foreign, run_stage,
                                               sealed_fingerprint, step_stage)
 from lia_spark.engine.models.feature_frames import target_day_rows
 from lia_spark.records.headline import Headline
@@ -137,7 +137,7 @@ def check_before_stages(spark: SparkSession, config: Config) -> None:
     (:func:`lia_spark.run.layout.check_paths_apart`), a target the target day's rows cannot
     hold (:func:`lia_spark.run.limits.check_training_rows`, from synthetic.rows_per_day or the data's count), a
     folder a selected step would replace
-    that holds somebody else's files (:func:`lia_spark.engine.runtime.registry.refuse_foreign`), an output folder that cannot
+    that holds somebody else's files (:func:`lia_spark.engine.orchestration.registry.refuse_foreign`), an output folder that cannot
     be written, an input table a selected step declares (:class:`lia_spark.engine.runtime.stage.Input`) that no selected step
     writes and that is not complete, a table the user names that does not exist, and each selected stage's own
     ``upfront`` check (the Criteo files exist, the attacker prior resolves; the tracking store is checked by the

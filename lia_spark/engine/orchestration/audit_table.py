@@ -38,7 +38,7 @@ from lia_spark.engine.models.preparation import Preparation
 from lia_spark.engine.runtime.outputs import check_writable, copy_from_local, local_copies, local_folder, path_exists
 from lia_spark.engine.runtime.progress import reporting_progress
 from lia_spark.engine.spark.session import describe_jobs, job_group
-from lia_spark.engine.runtime.registry import STAGES, run_stage, sealed_fingerprint, step_stage, would_reuse
+from lia_spark.engine.orchestration.registry import STAGES, run_stage, sealed_fingerprint, step_stage, would_reuse
 from lia_spark.engine.models.feature_frames import target_day_rows
 from lia_spark.present import charts
 from lia_spark.records.wording import (NO_EVIDENCE_SHORT, bound_text, ceiling_text, claimed_epsilon_text,

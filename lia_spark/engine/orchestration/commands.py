@@ -1,4 +1,4 @@
-"""The commands of ``lia-spark`` and ``jobs/``: every pipeline stage of :mod:`lia_spark.engine.runtime.registry` by
+"""The commands of ``lia-spark`` and ``jobs/``: every pipeline stage of :mod:`lia_spark.engine.orchestration.registry` by
 its name, ``inject`` (a stage outside the pipeline), and the commands built on them (``pipeline``, ``track``,
 ``audit-table``, ``logloss-attack``). Each is ``function(spark, config) -> result``.
 """
@@ -12,9 +12,9 @@ from typing import Any, Callable
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.runtime.outputs import local_copies
-from lia_spark.engine.runtime.pipeline import run_pipeline, run_track
-from lia_spark.engine.runtime.registry import STAGES, run_stage, sealed_fingerprint
-from lia_spark.engine.runtime.audit_table import run_audit_table
+from lia_spark.engine.orchestration.pipeline import run_pipeline, run_track
+from lia_spark.engine.orchestration.registry import STAGES, run_stage, sealed_fingerprint
+from lia_spark.engine.orchestration.audit_table import run_audit_table
 from lia_spark.run.config import Config
 from lia_spark.tracking.session import Tracker, tracking_session
 
