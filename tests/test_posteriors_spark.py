@@ -15,21 +15,22 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-
 from json_support import check_result
+
 from lia_spark.engine.models.feature_frames import check_days_present, released_day_field, released_days
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.engine.posteriors.reading import input_parts, load_input, local_path, side_row_counts, side_rows
 from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, summarize_digest
 from lia_spark.engine.posteriors.units import (ARROW_SIDE_SCHEMA, UnitSpill, bagged_units, file_blobs, frame_blobs,
-                                               partition_codes, posterior_input, row_units, shuffled_units,
-                                               spill_units, unpacked)
+                                               partition_codes, posterior_input, row_units, shuffled_units, spill_units,
+                                               unpacked)
 from lia_spark.engine.posteriors.writing import (UNIT_ROWS, check_result_files, posterior_rows, write_posteriors,
                                                  write_spilled_posteriors)
-from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.kernels import advantage, hashing, mechanisms, posteriors
 from lia_spark.kernels.criteo import STORAGE_DDL, make_row_id
 from lia_spark.kernels.posterior_grid import Setting, plot_sample_mask, setting_seed, settings_grid
 from lia_spark.names import SETTING_KEY
+from lia_spark.records.posteriors_summary import BagCount
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import config_from_dict
 
@@ -103,8 +104,8 @@ def test_bags_exact_and_match_in_process_sort(stage, k):
         assert (sizes.iloc[:-1] == k).all() and sizes.iloc[-1] == (ROWS % k or k)
         np.testing.assert_array_equal(cell["bag_id"].to_numpy(), _reference_bags(cell["row_id"].to_numpy(), k))
     assert stage["result"].bagging_units == 1
-    assert stage["result"].bags[str(k)] == {"bags": -(-ROWS // k), "full_bags": ROWS // k,
-                                            "remainder_sizes": [ROWS % k] if ROWS % k else []}
+    assert stage["result"].bags[str(k)] == BagCount(bags=-(-ROWS // k), full_bags=ROWS // k,
+                                                    remainder_sizes=(ROWS % k,) if ROWS % k else ())
 
 
 def test_bagged_settings_equal_kernels_in_process(stage):
@@ -155,7 +156,8 @@ def _assert_rows_equal(rows, setting, reference, released, expected) -> pd.DataF
     np.testing.assert_allclose(cell["posterior"], reference["posterior"], rtol=1e-12, atol=1e-300)
     np.testing.assert_allclose(cell["I"], reference["I"], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(cell["additive_advantage"],
-                               advantage.additive_advantage(reference["posterior"].to_numpy(), reference["prior"].to_numpy()),
+                               advantage.additive_advantage(reference["posterior"].to_numpy(),
+                                                            reference["prior"].to_numpy()),
                                rtol=1e-12, atol=1e-15)
     return cell
 
@@ -163,7 +165,7 @@ def _assert_rows_equal(rows, setting, reference, released, expected) -> pd.DataF
 def test_summary_equals_in_process_summaries(stage):
     summary = pd.read_parquet(stage["out"] / "posteriors" / "summary").sort_values(list(SETTING_KEY), ignore_index=True)
     csv = pd.read_csv(stage["out"] / "posteriors" / "summary.csv")
-    assert list(summary.columns) == SUMMARY_COLUMNS == list(csv.columns)
+    assert list(summary.columns) == list(SUMMARY_COLUMNS) == list(csv.columns)
     pd.testing.assert_frame_equal(csv, summary, check_dtype=False, rtol=1e-15)
     infinite_percentiles = 0
     for record in summary.to_dict("records"):
@@ -236,7 +238,8 @@ def test_bagging_units_exact_bags_and_kernel_rule(stage):
     settings = [Setting("llp", math.nan, 8), Setting("llp", math.nan, 64)]
     rows = _posterior_rows(spark.createDataFrame(source[["row_id", "label"]]),
                            spark.createDataFrame(source[["row_id", "prior"]]), settings, unit_bits=3).toPandas()
-    unit_sizes = np.bincount(mechanisms.bagging_units(mechanisms.bagging_keys(source["row_id"], seed=SEED), unit_bits=3))
+    unit_sizes = np.bincount(mechanisms.bagging_units(mechanisms.bagging_keys(source["row_id"], seed=SEED),
+                                                      unit_bits=3))
     assert unit_sizes.size == 8 and unit_sizes.min() > 64
     for setting in settings:
         cell = _setting_rows(rows, setting)
@@ -623,7 +626,7 @@ def test_all_days_are_one_selection_whose_bags_span_days(three_days):
     those of one Spark partition of the union, and the resolved days are in the result and the fingerprint."""
     spark, data, result, rows = (three_days[key] for key in ("spark", "data", "result", "rows"))
     assert result.days == (0, 1, 2) and result.input_rows == 3 * DAY_ROWS and result.bagging_units == 4
-    assert [record["rows"] for record in result.summary] == [3 * DAY_ROWS] * 3
+    assert [record.rows for record in result.summary] == [3 * DAY_ROWS] * 3
     for setting in (Setting("rr", 1.0, 1), Setting("llp", math.nan, 8), Setting("llp_laplace", 1.0, 8)):
         np.testing.assert_array_equal(_setting_rows(rows, setting)["row_id"], np.sort(data["row_id"]))
     llp = _setting_rows(rows, Setting("llp", math.nan, 8))

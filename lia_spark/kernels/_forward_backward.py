@@ -44,13 +44,16 @@ import math
 
 import numpy as np
 
+from lia_spark import names
 from lia_spark.kernels._jit import njit_for
+from lia_spark.kernels.release_mechanisms import kernel_code
 
 njit = njit_for(__file__)
 
-LLP = 0
-LAPLACE = 1
-GEOMETRIC = 2
+# the bag mechanisms' codes (the release registry's), compile-time constants of the kernels below
+LLP = kernel_code(names.LLP)
+LAPLACE = kernel_code(names.LLP_LAPLACE)
+GEOMETRIC = kernel_code(names.LLP_GEOMETRIC)
 
 _NO_TILT_LOG_FLOOR = -600.0    # untilted products above e^-600 cannot underflow: skip the tilt
 _JOINT_LOG_FLOOR = -400.0      # retilt unless J_n(m) e^(-|u| - eps) >= e^-400 (J_n: normalized joint, m its mode)

@@ -37,17 +37,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from lia_spark.kernels import _forward_backward as fb
 from lia_spark.kernels._jit import njit_for
 from lia_spark.kernels.posteriors import MAX_BAG_SIZE, bag_offsets, checked_priors
+from lia_spark.kernels.release_mechanisms import RELEASE_MECHANISMS, kernel_code, release_mechanism
+from lia_spark.names import LLP, LLP_GEOMETRIC, LLP_LAPLACE, RR
 
 njit = njit_for(__file__)
 
-MECHANISMS = ("rr", "llp", "llp_laplace", "llp_geometric")
-_KERNEL_CODES = {"llp": fb.LLP, "llp_laplace": fb.LAPLACE, "llp_geometric": fb.GEOMETRIC}
+MECHANISMS = tuple(RELEASE_MECHANISMS)
 _NEGLIGIBLE = 1e-20  # message entries below this are dropped (error bound in the module docstring)
 
 
@@ -169,22 +171,37 @@ def bags_kernel(priors, offsets, mechanism, epsilon, out):
              q, c, left, right, out[start:stop])
 
 
-def _check_mechanism(mechanism: str, epsilon: float) -> float:
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism must be one of {', '.join(MECHANISMS)}, got mechanism={mechanism!r}")
-    eps = float(epsilon)
-    if mechanism == "llp":
-        if eps != math.inf:
-            raise ValueError(f"llp adds no noise: epsilon must be inf, got epsilon={epsilon!r}")
-        return eps
-    if not math.isfinite(eps) or eps <= 0.0:
-        raise ValueError(f"epsilon must be a finite positive number for {mechanism}, got epsilon={epsilon!r}")
-    return eps
-
-
-def _rr(epsilon: float) -> float:
-    """log(2 e^eps / (1 + e^eps)) = log 2 - log(1 + e^-eps)."""
+def _rr(epsilon: float, bag_size: int) -> float:
+    """log(2 e^eps / (1 + e^eps)) = log 2 - log(1 + e^-eps), for every bag size."""
     return math.log(2.0) - math.log1p(math.exp(-epsilon))
+
+
+def _llp(epsilon: float, bag_size: int) -> float:
+    """log 2: the exact sum reveals the label once the others are known."""
+    return math.log(2.0)
+
+
+def _llp_laplace(epsilon: float, bag_size: int) -> float:
+    """log(2 - e^{-eps/2}) (Laplace(1/eps) on the sum)."""
+    return math.log1p(-math.expm1(-epsilon / 2.0))
+
+
+def _llp_geometric(epsilon: float, bag_size: int) -> float:
+    """max over the other labels' sum s = 0..k-1 of log(1 + TV) from the clipped geometric pmf."""
+    k = int(bag_size)
+    known = np.zeros(k + 1)
+    c, left, right = np.empty(2), np.empty(2), np.empty(2)
+    best = 0.0
+    for s in range(k):
+        known[s] = 1.0
+        best = max(best, _tv(known, s, s, k, fb.GEOMETRIC, epsilon, c, left, right))
+        known[s] = 0.0
+    return math.log1p(best)
+
+
+# Each release mechanism's maximal leakage when the attacker knows the bag's other labels: (epsilon, k) -> nats.
+WORST_CASES: dict[str, Callable[[float, int], float]] = {
+    RR: _rr, LLP: _llp, LLP_LAPLACE: _llp_laplace, LLP_GEOMETRIC: _llp_geometric}
 
 
 def worst_case(mechanism: str, *, epsilon: float = math.inf, bag_size: int = 1) -> float:
@@ -197,24 +214,10 @@ def worst_case(mechanism: str, *, epsilon: float = math.inf, bag_size: int = 1) 
     Raises:
         ValueError: unknown mechanism, epsilon not finite positive (inf for llp), bag_size outside [1, 4096].
     """
-    eps = _check_mechanism(mechanism, epsilon)
+    eps = release_mechanism(mechanism).checked_epsilon(epsilon)
     if isinstance(bag_size, bool) or not isinstance(bag_size, (int, np.integer)) or not 1 <= bag_size <= MAX_BAG_SIZE:
         raise ValueError(f"bag_size must be an integer in [1, {MAX_BAG_SIZE}], got bag_size={bag_size!r}")
-    if mechanism == "rr":
-        return _rr(eps)
-    if mechanism == "llp":
-        return math.log(2.0)
-    if mechanism == "llp_laplace":
-        return math.log1p(-math.expm1(-eps / 2.0))
-    k = int(bag_size)
-    known = np.zeros(k + 1)
-    c, left, right = np.empty(2), np.empty(2), np.empty(2)
-    best = 0.0
-    for s in range(k):
-        known[s] = 1.0
-        best = max(best, _tv(known, s, s, k, fb.GEOMETRIC, eps, c, left, right))
-        known[s] = 0.0
-    return math.log1p(best)
+    return WORST_CASES[mechanism](eps, int(bag_size))
 
 
 def per_row_bags(mechanism: str, priors, bag_sizes, *, epsilon: float = math.inf) -> np.ndarray:
@@ -226,21 +229,23 @@ def per_row_bags(mechanism: str, priors, bag_sizes, *, epsilon: float = math.inf
         bag_sizes: 1-D integer array, entries in [1, 4096], summing to len(priors).
         epsilon: the mechanism's epsilon (inf for llp).
     """
-    eps = _check_mechanism(mechanism, epsilon)
+    release = release_mechanism(mechanism)
+    eps = release.checked_epsilon(epsilon)
     eta = checked_priors(priors)
     offsets = bag_offsets(eta, bag_sizes)
-    if mechanism == "rr":
-        return np.full(eta.shape, _rr(eps))
+    if not release.bagged:  # RR: the same leakage for every prior and bag
+        return np.full(eta.shape, WORST_CASES[mechanism](eps, 1))
     out = np.empty_like(eta)
-    bags_kernel(eta, offsets, _KERNEL_CODES[mechanism], eps if math.isfinite(eps) else 0.0, out)
+    bags_kernel(eta, offsets, kernel_code(mechanism), eps if math.isfinite(eps) else 0.0, out)
     return out
 
 
 def per_row(mechanism: str, priors, *, epsilon: float = math.inf) -> np.ndarray:
     """Leakage of each row of ONE bag given the priors of the other rows (rr: elementwise)."""
-    if mechanism == "rr":
-        eps = _check_mechanism(mechanism, epsilon)
-        return np.full(checked_priors(priors, "priors").shape, _rr(eps))
+    release = release_mechanism(mechanism)
+    if not release.bagged:
+        eps = release.checked_epsilon(epsilon)
+        return np.full(checked_priors(priors, "priors").shape, WORST_CASES[mechanism](eps, 1))
     eta = np.asarray(priors, dtype=np.float64)
     if eta.ndim != 1 or eta.size == 0:
         raise ValueError(f"priors must be a non-empty 1-D array for one bag, got shape {eta.shape}")

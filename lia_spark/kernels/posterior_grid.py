@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterator, NamedTuple, Protocol, Sequence
+from typing import Iterator, NamedTuple, Protocol, Sequence, TypedDict
 
 import numpy as np
 
 from lia_spark.kernels import advantage, hashing, leakage, mechanisms, posteriors
-from lia_spark.names import BAG_MECHANISMS, LLP, RR, setting_key
+from lia_spark.kernels.release_mechanisms import ReleaseMechanism, release_mechanism
+from lia_spark.names import setting_key
 
 ROWS_PER_CALL = 65_536  # input rows per chunk, at most ...
 OUTPUT_ROWS_PER_CALL = 1 << 19  # ... and about this many output rows (input rows x settings)
@@ -31,6 +32,11 @@ class Setting:
     mechanism: str
     epsilon: float
     bag_size: int
+
+    @property
+    def release(self) -> ReleaseMechanism:
+        """Its release mechanism (:mod:`lia_spark.kernels.release_mechanisms`)."""
+        return release_mechanism(self.mechanism)
 
     @property
     def noise_epsilon(self) -> float:
@@ -49,7 +55,7 @@ class Setting:
         parts = [self.mechanism]
         if not math.isnan(self.epsilon):
             parts.append(f"eps{self.epsilon:g}")
-        if self.mechanism != RR:
+        if self.release.bagged:
             parts.append(f"k{self.bag_size}")
         return "_".join(parts)
 
@@ -57,18 +63,24 @@ class Setting:
 class GridSection(Protocol):
     """The fields of the mechanisms section the grid reads (:class:`lia_spark.run.sections.MechanismsConfig`)."""
 
-    names: tuple[str, ...]
-    epsilons: tuple[float, ...]
-    bag_sizes: tuple[int, ...]
+    @property
+    def names(self) -> tuple[str, ...]: ...
+
+    @property
+    def epsilons(self) -> tuple[float, ...]: ...
+
+    @property
+    def bag_sizes(self) -> tuple[int, ...]: ...
 
 
 def settings_grid(config: GridSection) -> list[Setting]:
-    """The grid names x epsilons x bag sizes: RR uses only epsilon, LLP only k, noisy LLP both."""
-    grid = []
+    """The grid names x epsilons x bag sizes: RR uses only epsilon, LLP only k, noisy LLP both (each release
+    mechanism's :meth:`~lia_spark.kernels.release_mechanisms.ReleaseMechanism.epsilons` and ``bag_sizes``)."""
+    grid: list[Setting] = []
     for mechanism in config.names:
-        epsilons = (math.nan,) if mechanism == LLP else config.epsilons
-        bag_sizes = (1,) if mechanism == RR else config.bag_sizes
-        grid.extend(Setting(mechanism, float(eps), int(k)) for k in bag_sizes for eps in epsilons)
+        release = release_mechanism(mechanism)
+        grid.extend(Setting(mechanism, eps, k) for k in release.bag_sizes(config.bag_sizes)
+                    for eps in release.epsilons(config.epsilons))
     return grid
 
 
@@ -142,12 +154,26 @@ def unit_chunks(units: Iterator[tuple[int, dict[str, np.ndarray]]], *, chunk_row
             yield UnitChunk(unit, start, {name: values[start:start + chunk_rows] for name, values in rows.items()})
 
 
+class SettingColumns(TypedDict):
+    """The columns of one setting's per-row results besides the setting key (``bag_id`` None for RR)."""
+
+    row_id: np.ndarray
+    bag_id: np.ndarray | None
+    prior: np.ndarray
+    label: np.ndarray
+    released: np.ndarray
+    posterior: np.ndarray
+    I: np.ndarray
+    additive_advantage: np.ndarray
+    realized_advantage: np.ndarray
+    max_leakage: np.ndarray
+
+
 class SettingRows(NamedTuple):
-    """One setting's per-row results on a chunk: the columns of the posteriors' rows besides the setting key
-    (``bag_id`` None for RR)."""
+    """One setting's per-row results on a chunk."""
 
     setting: Setting
-    columns: dict[str, np.ndarray | None]
+    columns: SettingColumns
 
 
 def _setting_rows(setting: Setting, rows: dict[str, np.ndarray], bag_ids: np.ndarray | None, released: np.ndarray,
@@ -168,17 +194,19 @@ def chunk_posteriors(chunk: UnitChunk, settings: Sequence[Setting], seed: int, *
                      max_leakage: bool = False) -> Iterator[SettingRows]:
     """Every setting on one chunk (whole bags of every bagged size): bag of a row =
     :func:`lia_spark.kernels.mechanisms.unit_bag_ids`; bag mechanisms release through
-    :data:`lia_spark.kernels.mechanisms.BAG_RELEASES` and are inverted by :data:`lia_spark.kernels.posteriors.BAG_POSTERIORS`.
+    :data:`lia_spark.kernels.mechanisms.BAG_RELEASES` and are inverted by
+    :data:`lia_spark.kernels.posteriors.BAG_POSTERIORS`, a release per row (RR) by :func:`~lia_spark.kernels.
+    mechanisms.rr_release` and :func:`~lia_spark.kernels.posteriors.rr`.
     With ``max_leakage`` each row also gets its pointwise maximal leakage given the priors of its bag
     (:func:`lia_spark.kernels.leakage.per_row_bags`, docs/math.md §7; it depends on the bags, not on the release)."""
     rows = chunk.rows
     labels, priors = rows["label"].astype(np.int64), rows["prior"]
     positions = chunk.first_position + np.arange(labels.size, dtype=np.int64)
-    for k in sorted({s.bag_size for s in settings if s.mechanism in BAG_MECHANISMS}):
+    for k in sorted({s.bag_size for s in settings if s.release.bagged}):
         row_bags = mechanisms.unit_bag_ids(np.full(labels.size, chunk.unit), positions, bag_size=k)
         bag_ids, bag_sizes = np.unique(row_bags, return_counts=True)
         sums = mechanisms.bag_sums(labels, bag_sizes)
-        for setting in (s for s in settings if s.bag_size == k and s.mechanism in BAG_MECHANISMS):
+        for setting in (s for s in settings if s.bag_size == k and s.release.bagged):
             eps = setting.epsilon
             release = mechanisms.BAG_RELEASES[setting.mechanism](sums, bag_sizes, bag_ids, epsilon=eps,
                                                                  seed=setting_seed(seed, setting))
@@ -186,10 +214,11 @@ def chunk_posteriors(chunk: UnitChunk, settings: Sequence[Setting], seed: int, *
             leaked = (leakage.per_row_bags(setting.mechanism, priors, bag_sizes, epsilon=setting.noise_epsilon)
                       if max_leakage else None)
             yield _setting_rows(setting, rows, row_bags, np.repeat(release.proportion, bag_sizes), result, leaked)
-    for setting in (s for s in settings if s.mechanism == RR):
+    for setting in (s for s in settings if not s.release.bagged):
         released = mechanisms.rr_release(labels, rows["row_id"], epsilon=setting.epsilon,
                                          seed=setting_seed(seed, setting))
-        leaked = np.full(labels.size, leakage.worst_case(RR, epsilon=setting.epsilon)) if max_leakage else None
+        leaked = (np.full(labels.size, leakage.worst_case(setting.mechanism, epsilon=setting.epsilon))
+                  if max_leakage else None)
         yield _setting_rows(setting, rows, None, released, posteriors.rr(priors, released, epsilon=setting.epsilon),
                             leaked)
 

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lia_spark.kernels.advantage import empirical_cdf  # noqa: E402
-from lia_spark.names import RR  # noqa: E402
+from lia_spark.kernels.release_mechanisms import release_mechanism  # noqa: E402
 
 _PANEL_INCHES = 2.2
 _MAX_COLUMNS = 10
@@ -51,13 +51,14 @@ def spindle_plot(sample: pd.DataFrame, *, mechanism: str, path: str) -> str:
     panels = [(e, k) for e in epsilons for k in sizes]
     columns = len(sizes) if len(sizes) > 1 else min(len(panels), _MAX_COLUMNS)
     lines = math.ceil(len(panels) / columns)
-    figure, axes = plt.subplots(lines, columns, figsize=(max(_PANEL_INCHES * columns, 4.5), _PANEL_INCHES * lines + 0.6),
-                                squeeze=False)
+    figure, axes = plt.subplots(lines, columns,
+                                figsize=(max(_PANEL_INCHES * columns, 4.5), _PANEL_INCHES * lines + 0.6), squeeze=False)
     for index, (axis, (epsilon, k)) in enumerate(zip(axes.flat, panels)):
         cell = rows[_same_epsilon(rows["epsilon"], epsilon) & (rows["bag_size"] == k)]
         axis.plot([0, 1], [0, 1], color="0.6", linewidth=0.8)
         axis.scatter(cell["prior"], cell["posterior"], s=2, alpha=0.3, color="tab:blue", rasterized=True)
-        label = _epsilon_text(epsilon) if mechanism == RR else f"{_epsilon_text(epsilon)}, k={k}"
+        label = (f"{_epsilon_text(epsilon)}, k={k}" if release_mechanism(mechanism).bagged
+                 else _epsilon_text(epsilon))
         axis.set_title(f"{label} (n={len(cell)})", fontsize=8)
         axis.set_xlim(0, 1)
         axis.set_ylim(-0.02, 1.02)
@@ -106,7 +107,7 @@ def cdf_plot(sample: pd.DataFrame, *, mechanism: str, column: str, xlabel: str, 
             if cell.size == 0:
                 continue
             x, share = cdf_steps(np.abs(cell) if column == "I" else cell)
-            label = "k=1" if mechanism == RR else f"k={k}"
+            label = f"k={k}" if release_mechanism(mechanism).bagged else "k=1"
             if x.size:
                 axis.step(x, share, where="post", color=color, linewidth=1.2, label=label)
             else:
@@ -133,7 +134,8 @@ def plot_posteriors(sample: pd.DataFrame, *, output_dir: str) -> list[str]:
         if leakage:
             written.append(cdf_plot(sample, mechanism=mechanism, column="max_leakage", xlabel="maximal leakage (nats)",
                                     path=os.path.join(output_dir, f"cdf_max_leakage_{mechanism}.png")))
-        written.append(spindle_plot(sample, mechanism=mechanism, path=os.path.join(output_dir, f"spindle_{mechanism}.png")))
+        written.append(spindle_plot(sample, mechanism=mechanism,
+                                    path=os.path.join(output_dir, f"spindle_{mechanism}.png")))
         written.append(cdf_plot(sample, mechanism=mechanism, column="I", xlabel="|I| (multiplicative advantage)",
                                 path=os.path.join(output_dir, f"cdf_abs_I_{mechanism}.png")))
         written.append(cdf_plot(sample, mechanism=mechanism, column="additive_advantage", xlabel="additive advantage",

@@ -9,12 +9,11 @@ import re
 from pathlib import Path
 from typing import Mapping
 
-
 from lia_spark import names
 from lia_spark.kernels.mechanism_registry import BAG_TRAINING_MECHANISMS, TRAINING_MECHANISMS
+from lia_spark.kernels.release_mechanisms import RELEASE_MECHANISMS
 from lia_spark.names import MAX_DAY, POSITION_BITS, POSTERIOR_MECHANISMS
 from lia_spark.run.checks import JAVA_INT_MAX, fail, fail_above, fail_glob, fail_repeats, is_remote_path
-
 
 PIPELINE_STAGES = ("data", "train", "posteriors", "utility", "audit", "report")
 
@@ -199,12 +198,13 @@ class MechanismsConfig:
         if not self.names:
             fail("mechanisms.names", self.names, "must list at least one mechanism")
         for name in self.names:
-            if name not in POSTERIOR_MECHANISMS:
-                fail("mechanisms.names", name, f"must be one of {', '.join(POSTERIOR_MECHANISMS)}")
-        if set(self.names) - {names.LLP} and not self.epsilons:
+            if name not in RELEASE_MECHANISMS:
+                fail("mechanisms.names", name, f"must be one of {', '.join(RELEASE_MECHANISMS)}")
+        noisy = sorted({name for name in self.names if RELEASE_MECHANISMS[name].noisy})
+        if noisy and not self.epsilons:
             fail("mechanisms.epsilons", list(self.epsilons), "must list at least one epsilon for "
-                  f"{', '.join(sorted(set(self.names) - {names.LLP}))}", "list epsilons or drop those mechanisms")
-        if set(self.names) & set(names.BAG_MECHANISMS) and not self.bag_sizes:
+                  f"{', '.join(noisy)}", "list epsilons or drop those mechanisms")
+        if any(RELEASE_MECHANISMS[name].bagged for name in self.names) and not self.bag_sizes:
             fail("mechanisms.bag_sizes", list(self.bag_sizes), "must list at least one bag size for the llp "
                   "mechanisms", "list bag sizes or drop them from mechanisms.names")
         fail_repeats("mechanisms.names", self.names)
@@ -296,8 +296,8 @@ LOGLOSS_NOISES = ("laplace", "gaussian")
 
 @dataclasses.dataclass(frozen=True)
 class LoglossConfig:
-    """``lia-spark logloss-attack`` (docs/math.md §8): the day whose labels the log-loss oracle holds, the oracle settings
-    tried (the exact float64 oracle, each rounding, each noise x scale) and how many blocks are attacked per
+    """``lia-spark logloss-attack`` (docs/math.md §8): the day whose labels the log-loss oracle holds, the oracle
+    settings tried (the exact float64 oracle, each rounding, each noise x scale) and how many blocks are attacked per
     (attack, setting) against the Spark oracle."""
 
     day: int = 1

@@ -2,8 +2,8 @@
 docs/math.md §2, posteriors per docs/math.md §3.
 
 Data movement only; the math is in :mod:`lia_spark.kernels.posterior_grid` (with :mod:`lia_spark.kernels.mechanisms`,
-:mod:`lia_spark.kernels.posteriors` and :mod:`lia_spark.kernels.advantage`). The whole (mechanism x epsilon x bag size) grid
-comes from one read of the input and one pass over the bagging units:
+:mod:`lia_spark.kernels.posteriors` and :mod:`lia_spark.kernels.advantage`). The whole (mechanism x epsilon x bag
+size) grid comes from one read of the input and one pass over the bagging units:
 
 - :mod:`~lia_spark.engine.posteriors.reading`: the days' data rows (row_id, label) and prior rows
   (row_id, prior; :mod:`~lia_spark.engine.posteriors.prior` says which table and column), read by pyarrow
@@ -33,25 +33,25 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
-import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lia_spark.engine.attacker_prior.sources import prior_source, resolve_prior
 from lia_spark.engine.models.feature_frames import check_days_present, released_day_field, released_days
-from lia_spark.engine.runtime.outputs import copy_from_local, delete_path, local_folder, reported_path
-from lia_spark.engine.runtime.parquet_reads import verified_frame
 from lia_spark.engine.posteriors.prior import check_prior_source
-from lia_spark.engine.posteriors.summary import SUMMARY_COLUMNS, bag_counts, plot_sample, summarize_digest
+from lia_spark.engine.posteriors.summary import bag_counts, plot_sample, summarize_digest
 from lia_spark.engine.posteriors.units import PosteriorInput, posterior_input, spill_units
 from lia_spark.engine.posteriors.writing import spark_write_posteriors, write_posteriors, write_spilled_posteriors
-from lia_spark.engine.attacker_prior.sources import prior_source, resolve_prior
+from lia_spark.engine.runtime.outputs import copy_from_local, delete_path, local_folder, reported_path
+from lia_spark.engine.runtime.parquet_reads import verified_frame
+from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.engine.spark.capabilities import inheriting_thread_target
 from lia_spark.engine.spark.session import describe_jobs
-from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.kernels.posterior_grid import Setting, settings_grid
+from lia_spark.records.posteriors_summary import BagCount, SettingSummary
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 
@@ -67,8 +67,8 @@ class PosteriorsResult(StageResult):
     input_rows: int
     settings: int
     rows_written: bool
-    summary: tuple[dict[str, Any], ...]
-    bags: dict[str, dict[str, Any]]
+    summary: tuple[SettingSummary, ...]
+    bags: dict[str, BagCount]
     plots: tuple[str, ...]
     seconds: float
     bagging_units: int = 1
@@ -82,13 +82,16 @@ class PosteriorsResult(StageResult):
 
     def to_dict(self) -> dict[str, Any]:
         payload = dataclasses.asdict(self)
-        payload["summary"] = [dict(row) for row in self.summary]
+        payload["summary"] = [row.to_dict() for row in self.summary]
+        payload["bags"] = {k: count.to_dict() for k, count in self.bags.items()}
         payload["plots"] = list(self.plots)
         return payload
 
     @classmethod
     def decoded(cls, values: dict[str, Any]) -> dict[str, Any]:
-        return {**values, "summary": tuple(values["summary"]), "plots": tuple(values["plots"]),
+        return {**values, "summary": tuple(SettingSummary.from_dict(row) for row in values["summary"]),
+                "bags": {k: BagCount.from_dict(count) for k, count in values["bags"].items()},
+                "plots": tuple(values["plots"]),
                 "days": tuple(values.get("days", ()))}  # () = written before days were recorded
 
     def metrics(self) -> dict[str, float]:
@@ -97,10 +100,7 @@ class PosteriorsResult(StageResult):
         metrics = {"posteriors_input_rows": float(self.input_rows), "posteriors_seconds": self.seconds,
                    "posteriors_rows_without_prior": float(self.rows_without_prior)}
         for row in self.summary:
-            name = Setting(row["mechanism"], float(row["epsilon"]), int(row["bag_size"])).name
-            for column in SUMMARY_COLUMNS[4:]:
-                if math.isfinite(row[column]):
-                    metrics[f"{name}.{column}"] = float(row[column])
+            metrics.update({f"{row.key}.{name}": value for name, value in row.statistics().items()})
         return metrics
 
     def artifacts(self) -> list[str]:
@@ -110,12 +110,18 @@ class PosteriorsResult(StageResult):
 
     def setting_rows(self) -> list[dict[str, Any]]:
         """The summary's rows (one nested MLflow run each)."""
-        return [dict(row) for row in self.summary]
+        return [row.to_dict() for row in self.summary]
 
 
-def _native(value: Any) -> Any:
-    """numpy scalars -> Python scalars (the marker is JSON)."""
-    return value.item() if isinstance(value, np.generic) else value
+class PassGrid(TypedDict):
+    """What the pass over the bagging units computes, as :func:`write_posteriors` and
+    :func:`spark_write_posteriors` take it."""
+
+    settings: list[Setting]
+    seed: int
+    unit_bits: int
+    bags_per_group: int
+    max_leakage: bool
 
 
 def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | DataFrame,
@@ -142,7 +148,7 @@ def _summary_and_plots(spark: SparkSession, digest: pd.DataFrame, rows: str | Da
 
 
 def _worker_written(spark: SparkSession, source: PosteriorInput, folder: str, *, sample_fraction: float,
-                    grid: dict[str, Any]) -> pd.DataFrame:
+                    grid: PassGrid) -> pd.DataFrame:
     """The pass with rows written by the workers into the local ``folder``: local input parts go through a spill
     folder inside it (:func:`spill_units`, removed after the pass), any other input through Spark's shuffle."""
     if not source.parts:
@@ -166,8 +172,8 @@ def _worker_written(spark: SparkSession, source: PosteriorInput, folder: str, *,
 
 
 def _released_days(spark: SparkSession, config: Config) -> Resolved:
-    """The released days (:func:`~lia_spark.engine.models.feature_frames.released_days`) enter the fingerprint; the prior's table
-    is checked first, schemas only, before the data table's days are read."""
+    """The released days (:func:`~lia_spark.engine.models.feature_frames.released_days`) enter the fingerprint; the
+    prior's table is checked first, schemas only, before the data table's days are read."""
     check_prior_source(spark, config, pending=())
     days = released_days(spark, config)
     return Resolved({"mechanisms.days": days}, found=days)
@@ -191,8 +197,8 @@ def _posteriors(run: StageRun) -> PosteriorsResult:
                 source.reader)
     local_staging = local_folder(staging)
     describe_jobs(spark, "posteriors: bag, release, posteriors; write per-row results")
-    grid = {"settings": settings, "seed": config.run.seed, "unit_bits": unit_bits,
-            "bags_per_group": section.bags_per_group, "max_leakage": section.max_leakage}
+    grid: PassGrid = {"settings": settings, "seed": config.run.seed, "unit_bits": unit_bits,
+                      "bags_per_group": section.bags_per_group, "max_leakage": section.max_leakage}
     sample_fraction = min(1.0, section.plot_sample_rows / max(min(data_rows, source.prior_rows), 1))
     if local_staging is not None:  # the Python workers write the rows and the plot sample themselves
         digest = _worker_written(spark, source, local_staging, sample_fraction=sample_fraction, grid=grid)
@@ -222,11 +228,12 @@ def _posteriors(run: StageRun) -> PosteriorsResult:
                        data_rows - input_rows, data_rows, prior_source(config))
     result = PosteriorsResult(
         output_path=output_path, input_rows=input_rows, settings=len(settings), rows_written=section.write_rows,
-        summary=tuple({key: _native(value) for key, value in record.items()} for record in summary.to_dict("records")),
+        summary=tuple(SettingSummary.from_dict(record) for record in summary.to_dict("records")),
         bagging_units=1 << unit_bits, rows_without_prior=data_rows - input_rows, days=days, bags=bags,
         plots=tuple(os.path.join(output_path, name) for name in plots),
         seconds=time.monotonic() - started)
-    logger.info("posteriors: done in %.1f s (%.0f input rows/s)", result.seconds, input_rows / max(result.seconds, 1e-9))
+    logger.info("posteriors: done in %.1f s (%.0f input rows/s)", result.seconds,
+                input_rows / max(result.seconds, 1e-9))
     return result
 
 

@@ -22,14 +22,11 @@ from lia_spark.engine.spark.capabilities import collect_arrow
 from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels import advantage, hashing, leakage
 from lia_spark.kernels.posterior_grid import PLOT_SAMPLE_PURPOSE, Setting, plot_sample_threshold
-from lia_spark.names import BAG_MECHANISMS, SETTING_KEY
+from lia_spark.names import SETTING_KEY
+from lia_spark.records.posteriors_summary import SUMMARY_COLUMNS, BagCount
 
 DRIVER_SELECTED_ROWS = 1 << 23  # exact percentiles: up to this many bin rows are ranked on the driver
 SELECTED_SCHEMA = "target int, abs_I double"  # result rows inside a percentile's bin (target = the bin's index)
-SUMMARY_COLUMNS = [
-    "mechanism", "epsilon", "bag_size", "rows", "mean_additive_advantage", "realized_additive_advantage",
-    *(f"abs_I_p{q}" for q in advantage.PERCENTILES), "share_infinite", "mean_max_leakage", "worst_case_leakage",
-]
 
 
 class RankRequest(NamedTuple):
@@ -63,7 +60,8 @@ def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows: str | Data
     low <= |I| <= high): by ``np.partition`` on the driver when those bins hold at most ``driver_rows`` rows
     in all, else by a window ``row_number`` in Spark.
     """
-    records, wanted = [], []
+    records: list[dict[str, Any]] = []
+    wanted: list[RankRequest] = []
     cells = digest[digest["mechanism"] != UNIT_ROWS].sort_values([*SETTING_KEY, "bin"], ignore_index=True)
     for (mechanism, epsilon, bag_size), cell in cells.groupby(list(SETTING_KEY), sort=False, dropna=False):
         setting = Setting(mechanism, float(epsilon), int(bag_size))
@@ -90,7 +88,7 @@ def summarize_digest(spark: SparkSession, digest: pd.DataFrame, rows: str | Data
         records.append(record)
     for request, value in zip(wanted, _values_at_ranks(spark, rows, wanted, driver_rows=driver_rows)):
         records[request.record][f"abs_I_p{request.q}"] = value
-    stats = pd.DataFrame(records, columns=SUMMARY_COLUMNS)
+    stats = pd.DataFrame(records, columns=list(SUMMARY_COLUMNS))
     stats["bag_size"] = stats["bag_size"].astype("int32")
     return stats.sort_values(list(SETTING_KEY), ignore_index=True)
 
@@ -186,15 +184,15 @@ def _in_ranges(mechanism: pa.DictionaryArray, epsilon: np.ndarray, bag_size: np.
                                               pa.array(inside)], names=["target", "abs_I"])
 
 
-def bag_counts(digest: pd.DataFrame, settings: Sequence[Setting]) -> dict[str, dict[str, Any]]:
+def bag_counts(digest: pd.DataFrame, settings: Sequence[Setting]) -> dict[str, BagCount]:
     """Per bagged size k: bags, bags of exactly k rows and the sizes of the remainder bags (at most one per
     unit), from the rows per bagging unit in the digest of the stage's pass."""
     units = digest.loc[digest["mechanism"] == UNIT_ROWS, "rows"].to_numpy(np.int64)
     counts = {}
-    for k in sorted({s.bag_size for s in settings if s.mechanism in BAG_MECHANISMS}):
+    for k in sorted({s.bag_size for s in settings if s.release.bagged}):
         remainders = units % k
-        counts[str(k)] = {"bags": int((-(-units // k)).sum()), "full_bags": int((units // k).sum()),
-                          "remainder_sizes": sorted(int(r) for r in remainders[remainders > 0])}
+        counts[str(k)] = BagCount(bags=int((-(-units // k)).sum()), full_bags=int((units // k).sum()),
+                                  remainder_sizes=tuple(sorted(int(r) for r in remainders[remainders > 0])))
     return counts
 
 
