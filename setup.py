@@ -65,7 +65,8 @@ setup(
         "spark": [PYSPARK, XGBOOST_CPU, MLFLOW],
         # lightgbm: the tests log its classifiers (audit.model_uri reads the flavours of lia_spark.tracking.model_scoring)
         "dev": ["pytest>=8", "hypothesis>=6.100", "mpmath>=1.3", "pytest-timeout>=2.3", "pytest-xdist>=3.5",
-                "psutil>=5.9", "jsonschema>=4.18", "ruff>=0.5", "lightgbm>=4"],
+                "psutil>=5.9", "jsonschema>=4.18", "ruff>=0.5", "lightgbm>=4",
+                "mypy>=2.4,<2.5", "isort>=9,<10"],  # the gates of `make lint`: a newer one may find more
     },
     entry_points={"console_scripts": ["lia-spark=lia_spark.cli.main:main"]},
     cmdclass={"build_py": BuildWithConfigs},

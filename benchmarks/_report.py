@@ -118,5 +118,6 @@ def machine_cpu_seconds() -> float:
     """Busy CPU seconds of the whole machine since boot (user, nice, system, irq, softirq, steal of /proc/stat): on
     an otherwise idle machine, a check of a process tree's CPU seconds."""
     with open("/proc/stat", encoding="ascii") as handle:
-        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(value) for value in handle.readline().split()[1:9])
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(value)
+                                                                   for value in handle.readline().split()[1:9])
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")

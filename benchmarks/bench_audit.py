@@ -15,7 +15,8 @@ Figures:
   the ceiling of the distributed counts).
 Kernel (``--part kernel``, no Spark): ``count_correct`` + ``evaluate_sweep`` (one score, difference t = 2) and
 ``count_correct_scores`` + ``evaluate_scores`` (the four scores of ``canary_scores.DEFAULT_SCORES``), binomial + GDP.
-Validity: :func:`lia_spark.studies.validity.study` (n = 500,000, 50 independent draws of data, release and game per cell;
+Validity: :func:`lia_spark.studies.validity.study` (n = 500,000, 50 independent draws of data,
+release and game per cell;
 ``jobs/validate_rr.py`` runs the same study, and ``--validity-from DIR`` renders the section from its output).
 """
 from __future__ import annotations
@@ -183,7 +184,8 @@ def bench_kernel(m: int, repetitions: int = 100) -> str:
     lines = [
         "## Audit kernel in-process (benchmarks/bench_audit.py --part kernel)",
         "",
-        f"{m:,} canaries x {repetitions} repetitions x {len(guesses)} sweep points, one process; target saw RR(eps={RR_EPSILON:g}) labels (same canaries as the Spark "
+        f"{m:,} canaries x {repetitions} repetitions x {len(guesses)} sweep points, one process; target saw "
+        f"RR(eps={RR_EPSILON:g}) labels (same canaries as the Spark "
         "benchmark). Bounds: binomial + GDP best bound per repetition under both conventions.",
         "",
         "| figure | wall s | CPU s | canary-repetitions per CPU-second |",

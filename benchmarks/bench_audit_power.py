@@ -294,10 +294,12 @@ def header() -> str:
         "Injected design (docs/math.md §5.9), twin, `conf/audit_table.yaml` (<= 200 trees, depth 6), one training run "
         "per cell and seed (`run.seed` = 1, 2, ...; each table's last row counts a cell's seeds), each cell's canary "
         "table then audited under every choice of `audit.scores`, `audit.recalibrate` and `audit.sweep` with the "
-        "stage's own computation (`lia_spark.studies.power.audit_choice`): pure binomial bound, 95%, Bonferroni over scores x sweep points, "
+        "stage's own computation (`lia_spark.studies.power.audit_choice`): pure binomial bound, 95%, Bonferroni "
+        "over scores x sweep points, "
         "m = the informative canaries. Every choice is a valid bound; a cell is the mean +- std of eps_lb over the "
         "seeds. Linear sweep: c' = 1%, ..., 100% of m plus 0.1% (101 tests per score); geometric: c' = m 10^(-j/4) "
-        "down to 10 (12-15 tests per score). The ceiling is what an attacker at exactly the claimed eps typically certifies "
+        "down to 10 (12-15 tests per score). The ceiling is what an attacker at exactly the claimed eps typically "
+        "certifies "
         "(docs/math.md §5.12). Each study below is its own section, with the time it was measured."])
 
 

@@ -49,7 +49,8 @@ def single_calls() -> list[str]:
                 kw = {"canaries": M, "guesses": g, "correct": c, "method": method, "delta": delta}
                 value = bounds.epsilon_lower_bound(**kw)
                 t = timed(lambda: bounds.epsilon_lower_bound(**kw))
-                rows.append(f"| {g:,} | {c:,} | {label(method, delta)} | {value:.4f} | {t * 1e3:.2f} ms | {t / floor:.0f} |")
+                rows.append(f"| {g:,} | {c:,} | {label(method, delta)} | {value:.4f} | {t * 1e3:.2f} ms "
+                            f"| {t / floor:.0f} |")
         rows.append(f"| {g:,} | | floor: one binom.sf | | {floor * 1e6:.1f} us | 1 |")
     return rows
 
@@ -96,7 +97,8 @@ def main() -> None:
     bounds.epsilon_lower_bound(canaries=10, guesses=10, correct=9, method="gdp", delta=DELTA)  # load the numba cache
     text = "\n".join([
         "## Epsilon lower bounds (`benchmarks/bench_bounds.py`)", "",
-        f"m = {M:,} canaries, gamma = 0.05, median of 5 runs (sweeps: 1 run).", "", "### Single calls", "", *single_calls(), "",
+        f"m = {M:,} canaries, gamma = 0.05, median of 5 runs (sweeps: 1 run).", "",
+        "### Single calls", "", *single_calls(), "",
         "### One 101-point sweep (c' = 0.1%, 1%, ..., 100% of m)", "", *sweeps(), "",
         "### Audit", "", *audit_repetitions(),
     ])

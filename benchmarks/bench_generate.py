@@ -21,7 +21,8 @@ from pyspark.sql import functions as F
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import write_section  # noqa: E402
-from lia_spark.engine.generate.stage import (concatenate_parts_by_day, generated_lines, generated_rows, partition_count)  # noqa: E402
+from lia_spark.engine.generate.stage import (concatenate_parts_by_day, generated_lines, generated_rows,  # noqa: E402
+                                             partition_count)
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.kernels import synthetic  # noqa: E402
 from lia_spark.run.config import config_from_dict  # noqa: E402
@@ -79,7 +80,8 @@ def main(rows: int, master: str) -> None:
         f"| twin rows (`mapInPandas` generator) -> Parquet | {seconds['twin']:.1f} | {rate['twin']:,.0f} "
         f"| {rate['twin'] / cores:,.0f} | {rate['twin'] / rate['floor']:.2f} |",
         f"| twin Criteo TSV (text parts + per-day concatenation, {tsv_bytes / rows:.0f} bytes/row) "
-        f"| {seconds['tsv']:.1f} | {rate['tsv']:,.0f} | {rate['tsv'] / cores:,.0f} | {rate['tsv'] / rate['floor']:.2f} |",
+        f"| {seconds['tsv']:.1f} | {rate['tsv']:,.0f} | {rate['tsv'] / cores:,.0f} "
+        f"| {rate['tsv'] / rate['floor']:.2f} |",
         "",
         f"Pure numpy generator (`synthetic.generate_rows`, one thread): {kernel_rows / kernel:,.0f} rows/s. "
         "Target: twin -> Parquet >= 0.50 of the floor.",

@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import process_tree_cpu_seconds, write_section  # noqa: E402
 from lia_spark import names  # noqa: E402
+from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
 from lia_spark.engine.runtime.outputs import MARKER  # noqa: E402
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
-from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
 from lia_spark.kernels import criteo  # noqa: E402
 from lia_spark.run.config import config_from_dict  # noqa: E402
 from lia_spark.run.sections import SparkConfig  # noqa: E402

@@ -336,7 +336,8 @@ def render(payload: dict, previous: dict | None = None) -> str:
         f"values in `{meta['output']}`).")
     lines.append("")
     lines.append(
-        f"Question: does the injected-label audit (`lia_spark.kernels.injected`: coin b and counterfactual y1 drawn *before* "
+        f"Question: does the injected-label audit (`lia_spark.kernels.injected`: coin b and counterfactual y1 drawn "
+        f"*before* "
         f"training, the target trains on y^b) keep its promise of eps_lb > 0 in at most 5% of audits of a model that "
         f"never saw the canaries' labels, with a *fitted* proxy, where the observational audit (tau = 0) fails; and "
         f"what does it cost in power? Every repetition redraws the twin (`calibrate_twin` with a new seed, click rate "
@@ -504,7 +505,8 @@ def findings(reps: list[dict], s: dict) -> list[str]:
             obsv = np.mean([v for rep in reps for v in rep["positives"][name]["observational"]])
             ratios.append(f"eps = {name}: {inj:.2f} vs {obsv:.2f}")
     low = [e for e in s["epsilons"] if e <= 2.0]
-    low_max = max((np.mean([v for rep in reps for v in rep["positives"][table.epsilon_text(e)]["injected"]]) for e in low),
+    low_max = max((np.mean([v for rep in reps for v in rep["positives"][table.epsilon_text(e)]["injected"]])
+                   for e in low),
                   default=float("nan"))
     low_text = (f"at eps <= 2 the injected audit certifies at most {low_max:.3f} on average (the target, fitted on "
                 f"RR(eps) labels of 80k rows, reflects single labels weakly, and the informative canaries are few)"
@@ -550,7 +552,8 @@ def repetition_task(settings: dict, r: int, threads: int) -> dict:
 
 
 def repetitions_in_tasks(master: str, settings: Settings) -> list[dict]:
-    """Every repetition as one Spark task on ``master`` (:func:`lia_spark.engine.models.parallel_fits.run_fits`); a failed
+    """Every repetition as one Spark task on ``master``
+    (:func:`lia_spark.engine.models.parallel_fits.run_fits`); a failed
     repetition is logged and left out."""
     from lia_spark.engine.models.parallel_fits import run_fits
     from lia_spark.engine.spark.session import get_spark

@@ -33,7 +33,8 @@ def main(argv=None) -> int:
     repeats = 2 if args.quick else 3
     rows = 200_000 if args.quick else 1_000_000
     lines = ["## Maximal-leakage kernel (single core, `benchmarks/bench_leakage.py`)", "",
-             "Per-row leakage log(1 + TV) of `lia_spark.kernels.leakage.per_row_bags`, rows per CPU-second of one core, "
+             "Per-row leakage log(1 + TV) of `lia_spark.kernels.leakage.per_row_bags`, rows per CPU-second of one "
+             "core, "
              f"best of {repeats}; ratio = leakage rows/s / posterior-kernel rows/s on the same bags (eps = 1).",
              "", "| priors | mechanism | k | leakage rows/s | posterior rows/s | ratio |", "|---|---|---|---|---|---|"]
     for label, half in (("Beta(2, 30)", False), ("1/2 (no ratio)", True)):

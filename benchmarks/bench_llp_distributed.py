@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import process_tree_cpu_seconds, write_section  # noqa: E402
 from benchmarks.bench_training import _twin  # noqa: E402
-from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
+from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.run.config import load_config  # noqa: E402
 
 EXECUTIONS = ("in_memory", "distributed")

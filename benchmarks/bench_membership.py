@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._report import write_section  # noqa: E402
 from benchmarks.bench_training import _twin  # noqa: E402
 from lia_spark.engine.models.preparation import Preparation  # noqa: E402
-from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
+from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.names import ATTACKS, LABEL_INFERENCE, MEMBERSHIP  # noqa: E402
 from lia_spark.run.config import load_config  # noqa: E402
 

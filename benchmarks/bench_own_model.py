@@ -126,8 +126,9 @@ def throughput(spark, root: Path, *, rows: int) -> dict:
     """Rows/s of the audit's spark_udf scoring and of the model's in-process predict on the same rows (in a
     subprocess, so the driver never holds the rows), and the peak memory of the Python driver of `lia-spark audit
     audit.model_uri=...` run in its own process (the JVM's is capped by spark.driver.memory)."""
-    from lia_spark.tracking.model_scoring import model_udf
     from pyspark.sql import functions as F
+
+    from lia_spark.tracking.model_scoring import model_udf
 
     config = _config(root, seed=1, rows=rows)
     run_stage("generate", spark, config)

@@ -19,7 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._report import process_tree_cpu_seconds, write_section  # noqa: E402
 from benchmarks.bench_training import _twin  # noqa: E402
 from lia_spark.engine.models import feature_frames  # noqa: E402
-from lia_spark.engine.models.preparation import (Preparation, boosting_params, pate_settings, prepare_days, training_seed)  # noqa: E402
+from lia_spark.engine.models.preparation import (Preparation, boosting_params, pate_settings,  # noqa: E402
+                                                 prepare_days, training_seed)
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.kernels import mechanism_registry, pate, training  # noqa: E402
 
@@ -77,7 +78,8 @@ def main(argv=None) -> int:
         "",
         f"Synthetic twin, {args.rows} rows per day; T = {args.teachers} teachers on all {int(train.sum())} training "
         f"rows (about {int(train.sum()) // args.teachers} each), Q = {config.pate.queries} student queries drawn from "
-        f"those rows, GNMax, delta = {config.pate.settings().delta:g}; boosting defaults ({m.n_estimators} trees, depth "
+        f"those rows, GNMax, delta = {config.pate.settings().delta:g}; boosting defaults ({m.n_estimators} trees, "
+        "depth "
         f"{m.max_depth}); each teacher's vote is drawn from its predicted click probability and each student label "
         "from the noisy vote share (Wu et al.'s Criteo protocol, docs/math.md §4.6). Student labels: `share` (the "
         "default: the clipped noisy vote share as a soft label) or `sampled` (a draw from it, as Wu et al.'s code); "

@@ -26,15 +26,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._report import write_section  # noqa: E402
 from benchmarks.bench_training import _twin  # noqa: E402
 from lia_spark.engine.models import feature_frames  # noqa: E402
-from lia_spark.engine.models.preparation import (Preparation, boosting_params, pate_settings, prepare_days,  # noqa: E402
-                                                 training_seed)
+from lia_spark.engine.models.preparation import (Preparation, boosting_params, pate_settings,  # noqa: E402
+                                                 prepare_days, training_seed)
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.kernels import mechanism_registry, training  # noqa: E402
 from lia_spark.studies import table  # noqa: E402
 
 EPSILONS = (math.inf, 8.0, 4.0)
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pate_seeds.json")
-CATBOOST_PUBLISHED = ["models.library=catboost", "utility.bag_sizes=[]", "pate.protocol=published", "models.training_mechanism=pate"]
+CATBOOST_PUBLISHED = ["models.library=catboost", "utility.bag_sizes=[]", "pate.protocol=published",
+                      "models.training_mechanism=pate"]
 
 
 def _prepared(spark, out: str, rows: int):
@@ -105,7 +106,8 @@ def render(results: dict[int, dict], rows: int, floor: dict[int, dict] | None = 
     seeds = sorted(results)
     lines = [f"## PATE as published, seeded (`benchmarks/bench_pate_seeds.py --rows {rows}`)", "",
              f"Twin, {rows:,} rows per day, CatBoost, `pate.protocol=published` (docs/math.md §4.6); seeds "
-             f"{', '.join(map(str, seeds))}: each redraws the teachers' partitions and votes, the 200 queries, the Laplace "
+             f"{', '.join(map(str, seeds))}: each redraws the teachers' partitions and votes, the 200 queries, "
+             "the Laplace "
              "noise and the student labels (the twin's rows, the model split and the non-private target are run.seed "
              "1's). Ratio = the student's "
              "test log-loss / the non-private target's on the same test rows and seed. Within 10% of the published "

@@ -6,7 +6,8 @@ Each size runs in a fresh process with its own local Spark (driver memory 1g by 
 grow into a big heap at the larger size): the same input and settings as
 bench_posteriors_spark.py, the stage's pass (bagging, posteriors, the workers writing the per-row results as
 Parquet and returning their digest), then the peak resident memory (VmHWM) of every Python worker and of the
-Spark JVM is read from /proc. A reading task holds one input batch (lia_spark.engine.posteriors.reading.INPUT_BATCH_ROWS rows) and its
+Spark JVM is read from /proc. A reading task holds one input batch
+(lia_spark.engine.posteriors.reading.INPUT_BATCH_ROWS rows) and its
 blobs; a unit task holds one bagging unit, one Parquet row group being written and the digests (settings x
 bins of |I|), so a Python worker's peak should not depend on the number of rows; the JVM's peak is
 bounded by its heap setting and grows lazily up to it, so it is reported, not judged.
@@ -38,11 +39,11 @@ def peak_rss_mib(pid: int) -> float:
 def measure(rows: int, master: str, workdir: str, driver_memory: str) -> dict:
     """Write the input (if missing), run the stage's pass once (rows written, then removed), report seconds and
     peak memory."""
-    from lia_spark.run.sections import SparkConfig
     from lia_spark.engine.posteriors.units import posterior_input
     from lia_spark.engine.posteriors.writing import write_posteriors
     from lia_spark.engine.spark.session import get_spark
     from lia_spark.kernels.posterior_grid import settings_grid
+    from lia_spark.run.sections import SparkConfig
 
     spark = get_spark(SparkConfig(master=master, driver_memory=driver_memory, extra={"spark.ui.enabled": "false"}))
     root = os.path.join(workdir, f"n{rows}")
@@ -90,7 +91,8 @@ def main(argv=None) -> None:
         "| Spark JVM peak (MiB) |",
         "|---|---|---|---|---|---|",
     ]
-    lines += [f"| {r['rows']:,} | {r['units']} | {r['seconds']:.1f} | {r['python_max_mib']:.0f} | {r['python_processes']} "
+    lines += [f"| {r['rows']:,} | {r['units']} | {r['seconds']:.1f} | {r['python_max_mib']:.0f} "
+              f"| {r['python_processes']} "
               f"| {r['jvm_mib']:.0f} |" for r in results]
     lines += ["", "Target: memory per executor flat as rows grow. A reading task holds one input batch "
               "(1M rows) and its blobs; a unit task holds one bagging unit (about mechanisms.rows_per_bagging_unit "

@@ -12,11 +12,13 @@ matplotlib and the JVM's generated code are loaded, as the in-process ceilings a
   :func:`lia_spark.kernels.posterior_grid.chunk_posteriors` to Arrow batches) — the work of the Spark
   compute step without Spark; times the number of cores (ideal scaling, so the ratio is conservative);
 - in-process stage ceiling: the same plus reading the Parquet input (pyarrow), the prior join (numpy),
-  writing the per-row results as zstd Parquet with the stage's writer (:class:`lia_spark.engine.posteriors.writing.RowGroupWriter`)
+  writing the per-row results as zstd Parquet with the stage's writer
+  (:class:`lia_spark.engine.posteriors.writing.RowGroupWriter`)
   and the stage's per-setting summaries (means, share infinite, exact percentiles of |I| by one
   ``np.partition``) — the numpy single-process version of the stage's work (plots aside); times the number
   of cores;
-- Spark compute: :func:`lia_spark.engine.posteriors.writing.posterior_rows` of the stage's input (pyarrow reading tasks, keys, blob
+- Spark compute: :func:`lia_spark.engine.posteriors.writing.posterior_rows` of the stage's input
+  (pyarrow reading tasks, keys, blob
   shuffle, per-unit sort and posteriors, result rows handed back to Spark) into Spark's ``noop`` sink: the path
   of non-local inputs;
 - Spark stage: ``run_posteriors`` end to end (counts, the input spilled by unit into the staging folder, the pass
@@ -75,7 +77,8 @@ def write_input(spark, root: str, rows: int) -> None:
         return
     frame = spark.range(rows, numPartitions=max(2, rows // 1_000_000)).mapInPandas(
         _twin_batches, "row_id long, day int, label int, eta double")
-    frame.select("row_id", "day", "label").write.mode("overwrite").partitionBy("day").parquet(os.path.join(root, "data"))
+    frame.select("row_id", "day", "label").write.mode("overwrite").partitionBy("day").parquet(
+        os.path.join(root, "data"))
     frame.select("row_id", "day", "eta").write.mode("overwrite").parquet(os.path.join(root, "truth"))
 
 
@@ -203,9 +206,9 @@ def measure(spark, args, rows: int, cores: int) -> dict:
     """Medians over ``args.rounds`` rounds, each measuring back to back on ``rows`` input rows: Spark compute into
     a noop sink, the Spark stage, ceiling A, ceiling B and B's work as ``cores`` concurrent processes; the
     per-round stage ratios; the warm-up's seconds and the bagging units."""
+    from lia_spark.engine.orchestration.registry import run_stage
     from lia_spark.engine.posteriors.units import posterior_input
     from lia_spark.engine.posteriors.writing import posterior_rows
-    from lia_spark.engine.orchestration.registry import run_stage
     from lia_spark.kernels.posterior_grid import settings_grid
 
     root = os.path.join(args.workdir, f"n{rows}")
@@ -226,7 +229,8 @@ def measure(spark, args, rows: int, cores: int) -> dict:
         stage_seconds, stage_cpu = _timed(spark, lambda: run_stage("posteriors", spark, config))
         shutil.rmtree(os.path.join(root, "posteriors"), ignore_errors=True)
         rounds.append((compute_seconds, compute_cpu, stage_seconds, stage_cpu, *kernel_rate(settings, args.kernel_rows),
-                       *in_process_stage_rate(root, settings, stage_file), concurrent_stage_rate(root, settings, cores)))
+                       *in_process_stage_rate(root, settings, stage_file),
+                       concurrent_stage_rate(root, settings, cores)))
         os.remove(stage_file)
         logging.info("%d rows, round: compute %.1f s (%.1f CPU-s), stage %.1f s (%.1f CPU-s), stage vs B %.0f%%",
                      rows, compute_seconds, compute_cpu, stage_seconds, stage_cpu,
@@ -253,8 +257,10 @@ def table_lines(m: dict, cores: int, kernel_rows: int) -> list[str]:
     ]
     results = m["results"]
     for name, seconds, cpu_seconds, wall_ceiling, cpu_ceiling in (
-            ("Spark compute through the blob shuffle (non-local inputs), noop sink (vs A)", m["compute_seconds"], m["compute_cpu"], ceiling, m["per_cpu_second"]),
-            ("Spark stage end to end: input spilled by unit, pass, rows written, summaries, plots (vs B)", m["stage_seconds"], m["stage_cpu"],
+            ("Spark compute through the blob shuffle (non-local inputs), noop sink (vs A)", m["compute_seconds"],
+             m["compute_cpu"], ceiling, m["per_cpu_second"]),
+            ("Spark stage end to end: input spilled by unit, pass, rows written, summaries, plots (vs B)",
+             m["stage_seconds"], m["stage_cpu"],
              stage_ceiling, m["stage_per_cpu_second"])):
         lines.append(f"| {size} | {name} | {seconds:.1f} | {cpu_seconds:.1f} | {results / seconds:,.0f} | "
                      f"{results / seconds / cores:,.0f} | {results / cpu_seconds:,.0f} | "

@@ -231,7 +231,8 @@ def pipeline_metrics(pipeline: dict[str, Any]) -> dict[str, Any]:
             fits = [row["fit_seconds"] for row in result.get("table", [])]
             found.update({"utility.fits_where": result["fits_where"], "utility.fit_seconds_sum": round(sum(fits), 1),
                           "utility.fit_seconds_max": round(max(fits), 1),
-                          **{f"utility.phase.{name}": value for name, value in result.get("phase_seconds", {}).items()}})
+                          **{f"utility.phase.{name}": value
+                             for name, value in result.get("phase_seconds", {}).items()}})
         seconds = result.get("seconds") or {}
         if step["step"] == "train" and seconds.get("fit_shadows"):
             found.update({"train.fit_seconds_sum": round(seconds["fit_target"] + seconds["fit_shadows"], 1),
@@ -254,7 +255,8 @@ def twin_rows(run: dict[str, Any]) -> int:
 
 def measured_table(runs: list[dict[str, Any]]) -> str:
     """One line per run and step: wall, CPU, rates, peak resident memory per role, shuffle bytes."""
-    lines = ["| master | twin rows | step | wall s | CPU s | machine CPU s | twin rows/s per core | CPU s per 1M twin rows "
+    lines = ["| master | twin rows | step | wall s | CPU s | machine CPU s | twin rows/s per core | "
+             "CPU s per 1M twin rows "
              "| peak RSS MB: driver JVM / driver Python / largest Python worker / largest executor JVM | "
              "shuffle written MB |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -518,7 +520,8 @@ def projection(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRat
 
     ingest = [ingest_wall(rows, files, cores, rates) for _, rows, files, cores in cases]
     row("data (ingest of the .gz days)", f"decode {rates.isal_decode_task_lines_per_second:,.0f} lines/s per file "
-        f"(serial) + {rates.decode_job_fixed_seconds:.1f} s per decode job, then {rates.parallel_core_seconds_per_line * 1e6:.1f} core-s per 1M rows", ingest)
+        f"(serial) + {rates.decode_job_fixed_seconds:.1f} s per decode job, then "
+        f"{rates.parallel_core_seconds_per_line * 1e6:.1f} core-s per 1M rows", ingest)
     sample_walls = {name: [costs[name].wall(day_rows=rows / files, cores=cores) for _, rows, files, cores in cases]
                     for name in STEPS_FIXED}
     for name in ("train", "utility"):
@@ -603,12 +606,14 @@ def assumptions(run: dict[str, Any], runs: list[dict[str, Any]], rates: IngestRa
            f"{run['metrics']['utility.fit_seconds_sum']:,.0f} CPU s for {run['metrics']['utility.settings']} fits, "
            "one thread each), never faster than the longest fit." if parallel_fits(run) else ""),
         f"- Data: Criteo's .gz days (~{day_rows[PROJECTED_SETS[0][0]] / 1e6:,.0f}M rows each), ingested with "
-        f"`data.split_gzip: true`: each file decoded once in one task at {rates.isal_decode_task_lines_per_second:,.0f} "
+        f"`data.split_gzip: true`: each file decoded once in one task at "
+        f"{rates.isal_decode_task_lines_per_second:,.0f} "
         "lines/s inside the task plus the one-task job's fixed "
         f"{rates.decode_job_fixed_seconds:.1f} s (ISA-L, for files on a local path or a mount the executors share "
         "such as /dbfs or /Volumes; the task's rate is the decode and copy timed in one process on the measured day, "
         f"the fixed part its job's time minus that: the whole job ran at {rates.isal_decode_lines_per_second:,.0f} "
-        f"lines/s on its {rates.lines:,}-line day; {rates.spark_codec_lines_per_second:,.0f} lines/s by Spark's codec on HDFS "
+        f"lines/s on its {rates.lines:,}-line day; {rates.spark_codec_lines_per_second:,.0f} lines/s by Spark's codec "
+        "on HDFS "
         "or object stores, its whole job's rate) "
         f"(~{rates.decode_seconds(day_rows[PROJECTED_SETS[0][0]]):,.0f} s per day, all days at once "
         "when there are at least as many cores as files: this part does not scale with cores), then parsed in "

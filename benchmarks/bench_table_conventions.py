@@ -36,9 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import publish  # noqa: E402
 from benchmarks.bench_injected_table import cells  # noqa: E402
-from lia_spark.engine.spark.session import get_spark  # noqa: E402
-from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
 from lia_spark.engine.orchestration.audit_table import paper_way_config  # noqa: E402
+from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
+from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.names import PATE, RECALIBRATE_NONE, RECALIBRATE_PROXY, RECALIBRATE_TARGET  # noqa: E402
 from lia_spark.run import layout  # noqa: E402
 from lia_spark.run.config import load_config  # noqa: E402
@@ -73,7 +73,8 @@ def audit_cell(spark, base, record: dict, scratch: str) -> dict:
     paper = run_stage("audit", spark, paper_way_config(cell_config))
     way = table.paper_way(paper.summary)
     trained = json.loads(Path(cell_dir, "models", "metrics.json").read_text(encoding="utf-8"))
-    return {"cell": record["cell"], "mechanism_report": trained.get("mechanism_report", {}), "algorithm": record["algorithm"], "mechanism": record["mechanism"],
+    return {"cell": record["cell"], "mechanism_report": trained.get("mechanism_report", {}),
+            "algorithm": record["algorithm"], "mechanism": record["mechanism"],
             "claimed_epsilon": record["claimed_epsilon"], "eps_lb": record["eps_lb_mean"],
             **{f"eps_lb_recalibrate_{mode}": result.headline.eps_lb for mode, result in recalibrated.items()},
             "recalibration": {mode: result.summary.to_dict()["recalibration"]

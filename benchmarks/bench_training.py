@@ -17,8 +17,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks._report import write_section  # noqa: E402
-from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
+from lia_spark.engine.spark.session import get_spark  # noqa: E402
 from lia_spark.run.config import load_config  # noqa: E402
 
 logger = logging.getLogger("bench_training")
@@ -80,7 +80,8 @@ def main(argv=None) -> int:
         config = load_config(None, [f"run.output_dir={small.run.output_dir}", "run.force=true", *base,
                                     "models.library=catboost"])
         result = run_stage("train", spark, config)
-        lines.append(_model_row(f"catboost / in_memory ({args.utility_rows:,} rows/day)", result, proxy_fallback=math.nan))
+        lines.append(_model_row(f"catboost / in_memory ({args.utility_rows:,} rows/day)", result,
+                                proxy_fallback=math.nan))
         write_section("training", "\n".join(lines))
     grid = [f"utility.epsilons=[{args.epsilons}]", f"utility.bag_sizes=[{args.bag_sizes}]"]
     if "posteriors" not in skip:

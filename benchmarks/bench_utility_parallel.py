@@ -27,9 +27,9 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import SeenProcessesCpu, write_section  # noqa: E402
+from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
 from lia_spark.engine.runtime.outputs import MARKER  # noqa: E402
 from lia_spark.engine.spark.session import get_spark  # noqa: E402
-from lia_spark.engine.orchestration.registry import run_stage  # noqa: E402
 from lia_spark.run.config import load_config  # noqa: E402
 from lia_spark.run.sections import SparkConfig  # noqa: E402
 
@@ -134,13 +134,16 @@ def render(records: list[dict]) -> str:
              "speed-up | fits: sum / longest s (in tasks) | fit tasks per executor | measured (1-min load) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for item in records:
-        placement = ", ".join(f"executor {key}: {value}" for key, value in sorted(item["fit_tasks_by_executor"].items()))
-        lines.append(f"| {item['master']} | {item['rows_per_day']:,} | {item['settings']} | {item['driver_wall']:.1f} | "
+        placement = ", ".join(f"executor {key}: {value}"
+                              for key, value in sorted(item["fit_tasks_by_executor"].items()))
+        lines.append(f"| {item['master']} | {item['rows_per_day']:,} | {item['settings']} | "
+                     f"{item['driver_wall']:.1f} | "
                      f"{item['driver_cpu']:.1f} | {item['tasks_wall']:.1f} | {item['tasks_cpu']:.1f} | "
                      f"{item['driver_wall'] / item['tasks_wall']:.2f}x | {item['fit_seconds_sum']:.0f} / "
                      f"{item['fit_seconds_max']:.0f} | {placement} | {item['measured']} ({item['load']:.1f}) |")
     last = records[-1]
-    lines += ["", "This machine has 2 cores, so both ways keep both busy and the wall times hardly differ (the same CPU "
+    lines += ["", "This machine has 2 cores, so both ways keep both busy and the wall times hardly differ "
+              "(the same CPU "
               "seconds). What changes is where the fits run: on the driver they take their sum at the driver's "
               "cores, as tasks they spread over every executor core, never below the longest fit. With "
               f"{last['settings']} fits of {last['fit_seconds_sum']:.0f} CPU s in all (one thread each) and the "

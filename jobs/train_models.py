@@ -1,4 +1,5 @@
-"""spark-submit job: proxy M' and target M gradient-boosted models, canary table and test predictions (docs/math.md §4)."""
+"""spark-submit job: proxy M' and target M gradient-boosted models, canary table and test predictions
+(docs/math.md §4)."""
 import sys
 
 from lia_spark.cli.main import job_main

@@ -36,8 +36,9 @@ SETTING_KEY = (MECHANISM, EPSILON, BAG_SIZE)
 
 def setting_key(mechanism: str, epsilon: float, bag_size: int) -> str:
     """The one name of a setting, ``<mechanism>.eps<e>.k<k>`` (``rr.eps1.k1``, ``llp_laplace.eps0.5.k8``): MLflow run
-    names, metric prefixes (``<key>.<statistic>``) and the report. Plain LLP (epsilon NaN: no noise) is ``eps inf``, like an
-    infinite epsilon. No ``=``: MLflow metric names do not allow it, and Spark reads ``a=b`` folders as partitions."""
+    names, metric prefixes (``<key>.<statistic>``) and the report. Plain LLP (epsilon NaN: no noise) is ``eps inf``,
+    like an infinite epsilon. No ``=``: MLflow metric names do not allow it, and Spark reads ``a=b`` folders as
+    partitions."""
     value = float(epsilon)
     text = "inf" if value != value else f"{value:g}"
     return f"{mechanism}.eps{text}.k{int(bag_size)}"

@@ -6,10 +6,10 @@ import os
 import sys
 from pathlib import Path
 
+import jvm_support
 import pytest
 from xdist.scheduler import LoadFileScheduling
 
-import jvm_support
 from lia_spark.run.sections import SparkConfig
 
 # Before any JVM starts: the tests' JVM options (tests/jvm_support.py says why), unless the user set their own

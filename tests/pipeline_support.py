@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from key_support import key_file
+
 from lia_spark.run.config import Config, config_from_dict
 
 REPO = Path(__file__).resolve().parent.parent

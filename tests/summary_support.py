@@ -6,8 +6,8 @@ import math
 from typing import Any
 
 from lia_spark.kernels.audit_sweep import Ceiling
-from lia_spark.records.audit_summary import (AuditSummary, BoundStatistics, Calibrated, ObservationalChecks,
-                                             ProxyError, RecalibrationMap, ReferenceBound, TauBreakEven)
+from lia_spark.records.audit_summary import (AuditSummary, BoundStatistics, Calibrated, ObservationalChecks, ProxyError,
+                                             RecalibrationMap, ReferenceBound, TauBreakEven)
 from lia_spark.records.headline import Headline
 
 
@@ -34,6 +34,7 @@ def audit_summary(design: str, **changes: Any) -> AuditSummary:
         best_guesses_median={"eps_binomial_bonferroni": 10.0},
         best_score_share={"eps_binomial_bonferroni": {"log_ratio": 1.0}},
         per_score={"log_ratio": {"eps_binomial_bonferroni": stats}},
-        ceiling=Ceiling(eps_lb=1.2, eps_lb_95=1.3, guesses=20, accuracy=0.88, claimed_epsilon=math.inf), headline=headline,
+        ceiling=Ceiling(eps_lb=1.2, eps_lb_95=1.3, guesses=20, accuracy=0.88, claimed_epsilon=math.inf),
+        headline=headline,
         observational=observational if design == "observational" else None)
     return dataclasses.replace(summary, **changes)

@@ -5,7 +5,8 @@
 - only ``engine/`` imports pyspark, only ``tracking/`` mlflow, only ``present/`` matplotlib;
 - the vocabulary imports nothing, the posterior grid only numpy;
 - the typed records (``records/``) import only the kernels, the vocabulary and each other;
-- the graph has no cycle, neither between modules nor between the top folders, and a stage never reaches another stage's module (what it needs from upstream arrives
+- the graph has no cycle, neither between modules nor between the top folders, and a stage never reaches another
+  stage's module (what it needs from upstream arrives
   as that stage's declared result);
 - the commands of the CLI are the registry's.
 """

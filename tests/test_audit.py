@@ -122,7 +122,8 @@ def test_scores_closed_form():
     # by hand: shown 1, M = 0.9, M' = 0.6: (0.9 - 0.6) * 0.4^2 = 0.048; shown 0: (0.1 - 0.4) * 0.6^2 = -0.108
     np.testing.assert_allclose(canary_scores.label_scores(np.array([0.9, 0.9]), np.array([0.6, 0.6]), np.array([1, 0])),
                                [0.048, -0.108], rtol=1e-12)
-    np.testing.assert_allclose(canary_scores.label_scores(np.array([0.9]), np.array([0.6]), 1, t=0.0), [0.3], rtol=1e-12)
+    np.testing.assert_allclose(canary_scores.label_scores(np.array([0.9]), np.array([0.6]), 1, t=0.0), [0.3],
+                               rtol=1e-12)
     np.testing.assert_allclose(canary_scores.label_scores(np.array([0.9]), np.array([0.6]), 0, kind="log_ratio"),
                                [np.log(0.1 / 0.4)], rtol=1e-12)
     with pytest.raises(ValueError, match="score"):

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from source_scan import name_comparisons
 
 from lia_spark import names
 from lia_spark.kernels import audit, injected
@@ -14,7 +15,6 @@ from lia_spark.kernels.audit_designs import (AUDIT_DESIGNS, INJECTED_DESIGN, MEM
                                              audit_design, played_game)
 from lia_spark.kernels.canary_scores import resolve_scores
 from lia_spark.run.config import load_config
-from source_scan import name_comparisons
 
 PACKAGE = Path(__file__).resolve().parents[1] / "lia_spark"
 GAME_NAMES = {names.INJECTED, names.OBSERVATIONAL, names.MEMBERSHIP, names.LABEL_INFERENCE}

@@ -21,18 +21,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from key_support import key_file, stored_key
+from pipeline_support import PYTHON, REPO, conf_file, tiny_values
 from scipy import stats
 
-from key_support import key_file, stored_key
-from lia_spark.engine.models.audit_key import (AuditKeyError, kept, new_local_key_file, stage_key,
-                                               stored_key as read_key)
+from lia_spark.engine.models.audit_key import AuditKeyError, kept, new_local_key_file, stage_key
+from lia_spark.engine.models.audit_key import stored_key as read_key
 from lia_spark.engine.models.preparation import TRAINING_LABELS_PURPOSE
 from lia_spark.engine.spark.filesystem import files_for
 from lia_spark.kernels import hashing, injected, label_mechanisms, mechanisms
 from lia_spark.kernels.hashing import AuditKey
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import config_from_dict, load_config
-from pipeline_support import PYTHON, REPO, conf_file, tiny_values
 
 KEY_HEX = re.compile(rb"[0-9a-fA-F]{64,}")
 NUMBER = re.compile(rb"-?[0-9]+")

@@ -7,11 +7,11 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-
 from json_support import check_file, check_result
+
 from lia_spark.engine.audit.counts import distributed_counts
-from lia_spark.engine.runtime.outputs import is_complete
 from lia_spark.engine.orchestration.registry import run_stage
+from lia_spark.engine.runtime.outputs import is_complete
 from lia_spark.kernels import audit, audit_sweep, hashing
 from lia_spark.kernels.audit_designs import INJECTED_DESIGN, OBSERVATIONAL_DESIGN
 from lia_spark.run.config import config_from_dict

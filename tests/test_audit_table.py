@@ -9,12 +9,12 @@ import mlflow
 import pandas as pd
 import pytest
 import yaml
-
 from json_support import check_file, check_result
+
+from lia_spark.cli.main import main
 from lia_spark.names import setting_key
 from lia_spark.present.charts import plot_eps_lb
 from lia_spark.run.checks import ConfigError
-from lia_spark.cli.main import main
 from lia_spark.run.config import config_from_dict, load_config
 from lia_spark.studies.table import (PUBLISHED_EPS_LB, PUBLISHED_LABEL, Cell, inf_position, published_table,
                                      table_cells, wide_table)
@@ -73,7 +73,8 @@ def test_bad_table_values_name_the_field(override, field):
 
 
 def _cell_row(cell: Cell, mean: float, std: float = 0.1, status: str = "ran") -> dict:
-    return {"cell": cell.name, "mechanism": cell.mechanism, "algorithm": cell.algorithm, "claimed_epsilon": cell.epsilon,
+    return {"cell": cell.name, "mechanism": cell.mechanism, "algorithm": cell.algorithm,
+            "claimed_epsilon": cell.epsilon,
             "bag_size": cell.bag_size, "status": status, "eps_lb_mean": mean, "eps_lb_std": std,
             "exceeds_claimed": mean > cell.epsilon}
 

@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-
-from lia_spark.cli.main import COMMAND_NAMES, main
-from lia_spark.cli.command_help import ALWAYS_READ, COMMAND_HELP
 from pipeline_support import REPO
+
+from lia_spark.cli.command_help import ALWAYS_READ, COMMAND_HELP
+from lia_spark.cli.main import COMMAND_NAMES, main
 
 
 @pytest.mark.parametrize("command", ["run", *COMMAND_NAMES])

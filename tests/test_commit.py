@@ -20,16 +20,16 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import commit_support
+import pytest
 from commit_support import commit_generation, folder_state
-from lia_spark.engine.runtime.lock import LOCK_FILE, LockHolder, RunLockError, run_lock
+from test_remote_outputs import mount
+
 from lia_spark.engine.orchestration.registry import remove_leftovers
+from lia_spark.engine.runtime.lock import LOCK_FILE, LockHolder, RunLockError, run_lock
 from lia_spark.engine.spark import filesystem
 from lia_spark.engine.spark.filesystem import exchange_local
 from lia_spark.run.config import config_from_dict
-from test_remote_outputs import mount
 
 SUPPORT = Path(commit_support.__file__)
 COMMITS = 40  # re-runs while the reader polls (a delete-then-rename commit: ~45% of its polls absent)

@@ -19,7 +19,8 @@ PARSERS = (criteo.parse_lines, criteo.parse_lines_fast)
 
 
 def reference_parse(line: str) -> tuple[str | None, list]:
-    """(reason or None, [label, I1..I13, C1..C26] with None for missing) by the docs/math.md §1.1 rules, one line at a time."""
+    """(reason or None, [label, I1..I13, C1..C26] with None for missing) by the docs/math.md §1.1 rules,
+    one line at a time."""
     if line[:5].lower() == "label":
         return "header", []
     fields = line.split("\t")
@@ -91,12 +92,14 @@ def test_every_malformed_kind_is_named(array_type):
     reasons = [reference_parse(line)[0] for line in lines.values()]
     assert reasons == ["header", "header", "bad_column_count", "bad_column_count", "bad_column_count",
                        "bad_label", "bad_label", "bad_label", "bad_int:I1", "bad_int:I2", "bad_int:I3", "bad_int:I4",
-                       "bad_int:I13", "bad_int:I5", "bad_int:I6", "bad_int:I7", "bad_hex:C1", "bad_hex:C2", "bad_hex:C26", "bad_hex:C7"]
+                       "bad_int:I13", "bad_int:I5", "bad_int:I6", "bad_int:I7", "bad_hex:C1", "bad_hex:C2",
+                       "bad_hex:C26", "bad_hex:C7"]
 
 
 _TOKENS = ["", "0", "1", "-1", "7", "-", "--2", "+3", "1.5", " 4", "123456789012345678", "1234567890123456789",
            "-123456789012345678", "9223372036854775807", "-9223372036854775808", "9223372036854775808",
-           "-9223372036854775809", "9999999999999999999", "12345678901234567890", "00000000", "deadBEEF", "abcdef0", "abcdef012", "abcdefgh", "label", "\u00e9\u00e9",
+           "-9223372036854775809", "9999999999999999999", "12345678901234567890", "00000000", "deadBEEF", "abcdef0",
+           "abcdef012", "abcdefgh", "label", "\u00e9\u00e9",
            "ffffffff", "12345678", "2", "00", "-0", "0-1", "1-", "FfFfFfFf", "abcdefG0", "g0000000", "@0000000",
            "`0000000", "/0000000", ":0000000", "\t", "\u00ff"]
 

@@ -16,13 +16,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark.engine.runtime.outputs import MARKER, committed_output
-from lia_spark.engine.orchestration.pipeline import run_pipeline
-from lia_spark.engine.posteriors.prior import check_prior_source
-from lia_spark.engine.attacker_prior.sources import PriorSource, needs_proxy_priors, prior_source, resolve_prior
-from lia_spark.engine.orchestration.registry import run_stage
-from lia_spark.kernels import criteo
 from lia_spark.cli.main import main
+from lia_spark.engine.attacker_prior.sources import PriorSource, needs_proxy_priors, prior_source, resolve_prior
+from lia_spark.engine.orchestration.pipeline import run_pipeline
+from lia_spark.engine.orchestration.registry import run_stage
+from lia_spark.engine.posteriors.prior import check_prior_source
+from lia_spark.engine.runtime.outputs import MARKER, committed_output
+from lia_spark.kernels import criteo
 from lia_spark.run.config import config_from_dict, load_config
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)

@@ -16,7 +16,8 @@ LIMIT = {"spark.driver.maxResultSize": "1m"}
 
 
 def _run(conf, *overrides: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lia_spark.cli.main", "run", "--conf", str(conf), *overrides], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "lia_spark.cli.main", "run", "--conf", str(conf), *overrides],
+                          cwd=REPO,
                           capture_output=True, text=True, timeout=1500)
 
 

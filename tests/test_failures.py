@@ -13,15 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
-
 from key_support import key_file
-from lia_spark.engine.runtime.lock import LOCK_FILE, LockHolder, lock_path, run_lock
+from mlflow_support import free_port, start_mlflow_server, stop_mlflow_server
+from pipeline_support import PYTHON, REPO, SPARK_SUBMIT, conf_file, executor_jvms, submit_env
+
 from lia_spark.cli.main import main
+from lia_spark.engine.runtime.lock import LOCK_FILE, LockHolder, lock_path, run_lock
 from lia_spark.run.failures import failure_line, resource_problem
 from lia_spark.run.sections import TrackingConfig
 from lia_spark.tracking.store import REQUEST_SETTINGS
-from mlflow_support import free_port, start_mlflow_server, stop_mlflow_server
-from pipeline_support import PYTHON, REPO, SPARK_SUBMIT, conf_file, executor_jvms, submit_env
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -296,7 +296,8 @@ def test_a_tracking_server_lost_mid_run_leaves_the_results_and_track_logs_them(d
     defaults = TrackingConfig()
     assert budget_in_force == {"MLFLOW_HTTP_REQUEST_TIMEOUT": str(defaults.request_timeout_seconds),
                                "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(defaults.request_retries)}
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "not logged to" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelname == "WARNING" and "not logged to" in r.getMessage()]
     assert len(warnings) == 2 and all(uri in line for line in warnings)  # the failure, then the run's summary
     assert "lia-spark track" in warnings[1] and not any("Retrying" in r.getMessage() for r in caplog.records)
     result = json.loads((data_run / "out" / "results" / "pipeline.json").read_text(encoding="utf-8"))

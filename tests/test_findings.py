@@ -8,12 +8,12 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+from summary_support import audit_summary
 
-from lia_spark.records.audit_summary import BoundStatistics
 from lia_spark.present import charts, findings, plots
 from lia_spark.present.point_labels import label_points
+from lia_spark.records.audit_summary import BoundStatistics
 from lia_spark.records.wording import NO_EVIDENCE, NOT_VALID
-from summary_support import audit_summary
 
 matplotlib.use("Agg")
 

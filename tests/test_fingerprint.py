@@ -11,10 +11,10 @@ from lia_spark import __version__
 from lia_spark.engine.orchestration.registry import STAGES, fields_not_behind
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config, load_config
-from lia_spark.run.sections import PIPELINE_STAGES
 from lia_spark.run.fingerprint import (CHECKSUM_KEY, FINGERPRINT_KEY, NON_COMPUTING_MODULES, UNREAD_FIELDS, Fingerprint,
                                        changes, code_version, expand_fields, marker_fingerprint, sealed_marker,
                                        stage_parameters, verified_marker)
+from lia_spark.run.sections import PIPELINE_STAGES
 
 STAGE_FIELDS = {name: stage.fields for name, stage in STAGES.items()}  # each stage's declaration
 
@@ -79,7 +79,8 @@ def test_input_fingerprints_and_code_version_enter_the_fingerprint():
     base = Fingerprint("audit", parameters, {"canaries": "a" * 64})
     assert Fingerprint("audit", parameters, {"canaries": "b" * 64}).value != base.value
     assert Fingerprint("audit", parameters, {"canaries": "a" * 64}, code_version="9.9").value != base.value
-    assert changes(base.to_dict(), Fingerprint("audit", parameters, {"canaries": "b" * 64})) == ["input canaries changed"]
+    assert changes(base.to_dict(), Fingerprint("audit", parameters, {"canaries": "b" * 64})) == [
+        "input canaries changed"]
 
 
 def test_infinite_and_list_values_are_json_stable():

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from json_support import check_result
+
 from lia_spark import names
 from lia_spark.engine.generate.stage import partition_count
-from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.engine.orchestration.registry import run_stage
+from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.kernels import criteo, synthetic
 from lia_spark.run.config import config_from_dict
 
@@ -137,4 +137,5 @@ def test_partition_count_is_a_multiple_of_the_days_and_rejects_other_sources(spa
     auto = config_from_dict({"synthetic": {"rows_per_day": 10_000_000, "days": 3}})
     assert partition_count(auto, 2) == 30
     with pytest.raises(ValueError, match="data.source"):
-        run_stage("generate", spark, dataclasses.replace(config, data=dataclasses.replace(config.data, source="criteo")))
+        run_stage("generate", spark, dataclasses.replace(config,
+                                                         data=dataclasses.replace(config.data, source="criteo")))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_ingest_spark import _format, _random_rows, _table
 
 from lia_spark import names
 from lia_spark.engine.ingest.criteo_files import list_sources, walked_gzip
@@ -23,7 +24,6 @@ from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.engine.spark.filesystem import HadoopFiles
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.failures import failure_line
-from test_ingest_spark import _format, _random_rows, _table
 
 GZIP = shutil.which("gzip")
 pytestmark = pytest.mark.skipif(GZIP is None, reason="needs the gzip program, the reference decoder")

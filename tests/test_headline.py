@@ -112,8 +112,8 @@ def test_round_trip_and_mlflow_names():
 
 def test_headline_family_is_fixed_by_the_config():
     """GDP at delta > 0 (the binomial bound's delta term grows with m), binomial at delta = 0."""
-    from lia_spark.run.config import load_config
     from lia_spark.engine.audit.stage import headline_family
+    from lia_spark.run.config import load_config
 
     assert headline_family(load_config(None, []).audit) == "binomial"
     assert headline_family(load_config(None, ["audit.delta=1e-5"]).audit) == "gdp"

@@ -17,14 +17,14 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from json_support import check_result
 
 from lia_spark import names
-from json_support import check_result
 from lia_spark.engine.ingest import local_files
 from lia_spark.engine.ingest.criteo_files import decompressed_copies, list_sources
 from lia_spark.engine.ingest.stage import QUARANTINE_DDL, DamagedInputError, IngestResult, MalformedShareError
-from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.engine.orchestration.registry import run_stage
+from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.kernels import criteo
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.failures import USAGE_EXIT, failure_line

@@ -112,7 +112,8 @@ def test_a_label_blind_target_certifies_zero_in_at_least_95_percent_of_draws():
             observed = audit.count_correct_scores(row_ids, label, eta, proxy, seed=draw, repetitions=1,
                                                    guesses=everyone, scores=["log_ratio"])
             observational_positives += float(audit_sweep.evaluate_scores(
-                observed, everyone, canaries=len(row_ids), families=("binomial",)).best["eps_binomial_bonferroni"][0]) > 0
+                observed, everyone, canaries=len(row_ids),
+                families=("binomial",)).best["eps_binomial_bonferroni"][0]) > 0
         y1, coin = injected.injected_draws(row_ids, label, proxy, key=draw)
         informative = int((label != y1).sum())
         guesses = audit.guess_grid(informative)
@@ -173,7 +174,8 @@ def test_shadow_labels_take_y0_and_y1_but_no_coin_of_the_target():
 
 def test_the_shadow_baseline_is_the_mean_logit():
     predictions = np.array([[0.1, 0.5, 1e-300], [0.9, 0.5, 1e-12]])
-    np.testing.assert_allclose(injected.shadow_reference(predictions), [0.5, 0.5, 10 ** -13.5], rtol=1e-6)  # clipped at 1e-15
+    np.testing.assert_allclose(injected.shadow_reference(predictions), [0.5, 0.5, 10 ** -13.5],  # clipped at 1e-15
+                               rtol=1e-6)
     assert np.all(np.isfinite(injected.shadow_reference(np.array([[0.0, 1.0], [0.0, 1.0]]))))
 
 

@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-
 from json_support import check_file, strict_load
+from pipeline_support import REPO
+
+from lia_spark.cli.main import COMMAND_NAMES, main
 from lia_spark.records.wording import NO_EVIDENCE
 from lia_spark.run import schemas
-from lia_spark.cli.main import COMMAND_NAMES, main
-from pipeline_support import REPO
 
 
 @pytest.fixture(scope="module")

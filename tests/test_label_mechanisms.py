@@ -1,4 +1,5 @@
-"""Training-label mechanisms: RRWithPrior against the docs/math.md §2.6 rule, flip rates against theory, bag releases."""
+"""Training-label mechanisms: RRWithPrior against the docs/math.md §2.6 rule, flip rates against theory,
+bag releases."""
 from __future__ import annotations
 
 import math

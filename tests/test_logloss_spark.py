@@ -8,11 +8,11 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from json_support import check_file, check_result
 from pyspark.sql import functions as F
 
-from json_support import check_file, check_result
-from lia_spark.engine.orchestration.commands import run_logloss_attack
 from lia_spark.engine.logloss.stage import FILES, POSITION, block_predictions, oracle_table, spark_log_loss
+from lia_spark.engine.orchestration.commands import run_logloss_attack
 from lia_spark.kernels import logloss
 from lia_spark.kernels.criteo import make_row_id
 from lia_spark.run.config import config_from_dict

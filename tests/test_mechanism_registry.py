@@ -59,7 +59,8 @@ def test_the_per_row_releases_are_the_label_mechanisms_kernels():
     with pytest.raises(ValueError, match="rr_with_prior needs a prior"):
         MECHANISMS[RR_WITH_PRIOR].release_labels(labels, ids, None, epsilon=1.0, seed=9)
     assert MECHANISMS[NONE].release_labels is None
-    assert {name for name, m in MECHANISMS.items() if m.release_labels is not None} == {RR, RR_WITH_PRIOR, "rr_debiased"}
+    assert {name for name, m in MECHANISMS.items() if m.release_labels is not None} == {
+        RR, RR_WITH_PRIOR, "rr_debiased"}
 
 
 @pytest.mark.parametrize("name", TRAINING_MECHANISMS)

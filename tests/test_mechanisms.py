@@ -119,7 +119,8 @@ XXHASH64_SEED_42 = [-5252525462095825812, -7001672635703045582, 3858142552250413
 
 def test_xxhash64_long_equals_sparks_xxhash64():
     """Fixed values printed by Spark; tests/test_posteriors_spark checks the bagging key expression on live data."""
-    assert hashing.xxhash64_long(np.array([0, 1, -1], dtype=np.int64), hashing.SPARK_HASH_SEED).tolist() == XXHASH64_SEED_42
+    assert hashing.xxhash64_long(np.array([0, 1, -1], dtype=np.int64),
+                                 hashing.SPARK_HASH_SEED).tolist() == XXHASH64_SEED_42
 
 
 def test_assign_bags_is_uniform_over_seeds():

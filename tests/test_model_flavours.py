@@ -8,13 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from pipeline_support import OWN_TRAINER
 
 from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.kernels.injected import PROBABILITY_FIX
 from lia_spark.run import layout
 from lia_spark.run.config import config_from_dict
 from lia_spark.tracking.model_scoring import NATIVE_FLAVOURS, model_facts
-from pipeline_support import OWN_TRAINER
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -36,8 +36,8 @@ def logged(spark, tmp_path_factory):
                            config.tracking.tracking_uri, "--epsilon", "1", "--flavours", ",".join(NATIVE_FLAVOURS)],
                           capture_output=True, text=True, cwd=root, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["labels"],
-                                                                                        *[[f] for f in NATIVE_FLAVOURS])]
+    lines = [line.split() for line in done.stdout.splitlines()
+             if line.split()[:1] in (["labels"], *[[f] for f in NATIVE_FLAVOURS])]
     models = {line[0]: (line[1], line[2]) for line in lines if line[0] != "labels"}
     assert sorted(models) == sorted(NATIVE_FLAVOURS)
     (labels,) = [line[1] for line in lines if line[0] == "labels"]

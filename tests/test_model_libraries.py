@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from source_scan import name_comparisons
 
 from lia_spark import names
 from lia_spark.kernels import model_libraries
 from lia_spark.kernels.model_libraries import LIBRARIES, BoostingParams, library_of_file, model_library
 from lia_spark.run.config import load_config
-from source_scan import name_comparisons
 
 PACKAGE = Path(model_libraries.__file__).resolve().parent.parent
 PARAMS = BoostingParams(n_estimators=30, max_depth=3, learning_rate=0.3, early_stopping_rounds=10, threads=1, seed=4)

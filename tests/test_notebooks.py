@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from pipeline_support import EXPERIMENT, REPO, run_notebook, tiny_run
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
@@ -115,7 +114,8 @@ def test_run_audit_notebook_reuses_the_finished_stages(run, tmp_path):
     import mlflow
 
     conf = run.conf_file(tmp_path / "conf.yaml", tracking={"log_models": False})
-    output = run_notebook("02_run_audit.py", {"LIA_CONF": str(conf), "LIA_OVERRIDES": "run.name=notebook"}, tmp_path).stdout
+    output = run_notebook("02_run_audit.py", {"LIA_CONF": str(conf), "LIA_OVERRIDES": "run.name=notebook"},
+                          tmp_path).stdout
     assert "data=reused" in output and "audit=reused" in output and "report=ran" in output
     client = mlflow.MlflowClient(run.tracking_uri)
     experiment = client.get_experiment_by_name(EXPERIMENT)

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from key_support import key_file
+from pipeline_support import OWN_TRAINER, conf_file
 
 from lia_spark.cli.main import main
 from lia_spark.engine.orchestration.registry import run_stage
@@ -24,8 +26,6 @@ from lia_spark.run import layout
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.json_output import strict_json
 from lia_spark.run.schemas import schema_for, validate
-from key_support import key_file
-from pipeline_support import OWN_TRAINER, conf_file
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 

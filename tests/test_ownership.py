@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pipeline_support import HANG_GUARD_SECONDS, REPO, STAGE_STARTED, conf_file, spark_jobs, work_jobs
 from pyspark.sql import functions as F
 
 from lia_spark.cli import main as cli
@@ -23,7 +24,6 @@ from lia_spark.cli.main import main
 from lia_spark.engine.spark import session
 from lia_spark.run import interrupts
 from lia_spark.run.failures import failure_line
-from pipeline_support import HANG_GUARD_SECONDS, REPO, STAGE_STARTED, conf_file, spark_jobs, work_jobs
 
 SMALL = {"run": {"name": "ownership", "stages": ["data", "train"]}, "spark": {"master": "local[2]"},
          "synthetic": {"rows_per_day": 2000, "days": 2},
@@ -189,7 +189,8 @@ def test_a_full_disk_in_a_python_worker_names_the_folder_being_written(spark):
         spark.range(4).select(fill_the_disk("id")).collect()
     line, code = failure_line(raised.value)
     assert code == 1 and line.startswith("the folder being written: no space left on the device") and "Errno 28" in line
-    raised.value.add_note(f"lia-spark: writing {REPO} (12.5 MB written)")  # as lia_spark.engine.runtime.outputs.claimed adds it
+    # as lia_spark.engine.runtime.outputs.claimed adds it
+    raised.value.add_note(f"lia-spark: writing {REPO} (12.5 MB written)")
     line, _ = failure_line(raised.value)
     assert line.startswith(f"{REPO}: no space left on the device (") and "free of" in line and "12.5 MB written" in line
 

@@ -185,7 +185,8 @@ def test_students_query_the_teachers_own_rows_and_are_calibrated_at_infinity():
     ids = data.row_ids[students]
     votes = fresh(ids, data.features[students], 8)
     share = votes.mean(axis=0)
-    np.testing.assert_array_equal(runs[0].released_labels[students], hashing.bernoulli(8, pate.LABEL_PURPOSE, ids, share))
+    np.testing.assert_array_equal(runs[0].released_labels[students],
+                                  hashing.bernoulli(8, pate.LABEL_PURPOSE, ids, share))
     assert runs[0].report["sigma"] == 0.0 and math.isinf(runs[0].report["epsilon"])
     private = runs[2].report
     assert private["epsilon"] <= 1.0 and private["sigma"] > 0 and private["queries"] == 300.0

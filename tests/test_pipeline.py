@@ -7,15 +7,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from pipeline_support import REPO, result_document, spark_jobs, submit, tiny_run, work_jobs
 
-from lia_spark.engine.runtime.outputs import MARKER, is_complete
+from lia_spark.cli.main import COMMAND_NAMES, main
 from lia_spark.engine.orchestration.pipeline import run_pipeline
 from lia_spark.engine.orchestration.registry import step_stage
-from lia_spark.cli.main import main
-from lia_spark.cli.main import COMMAND_NAMES
+from lia_spark.engine.runtime.outputs import MARKER, is_complete
 from lia_spark.run.config import Config
 from lia_spark.run.sections import PIPELINE_STAGES
-from pipeline_support import REPO, result_document, spark_jobs, submit, tiny_run, work_jobs
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 

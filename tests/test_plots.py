@@ -37,7 +37,8 @@ def _sample() -> pd.DataFrame:
 def test_plot_posteriors_writes_three_pngs_per_mechanism(tmp_path):
     written = plots.plot_posteriors(_sample(), output_dir=str(tmp_path / "plots"))
     names = sorted(p.rsplit("/", 1)[-1] for p in written)
-    assert names == sorted(f"{kind}_{m}.png" for m in ("llp", "rr") for kind in ("spindle", "cdf_abs_I", "cdf_additive"))
+    assert names == sorted(f"{kind}_{m}.png" for m in ("llp", "rr")
+                           for kind in ("spindle", "cdf_abs_I", "cdf_additive"))
     for path in written:
         content = open(path, "rb").read()
         assert content.startswith(PNG_MAGIC) and len(content) > 5_000, path

@@ -1,6 +1,8 @@
-"""The posteriors stage's computation without Spark (lia_spark.kernels.posterior_grid): grid, key order, chunks, digests.
+"""The posteriors stage's computation without Spark (lia_spark.kernels.posterior_grid):
+grid, key order, chunks, digests.
 
-Reference values: releases and posteriors from the pure kernels (lia_spark.kernels.mechanisms, lia_spark.kernels.posteriors)
+Reference values: releases and posteriors from the pure kernels
+(lia_spark.kernels.mechanisms, lia_spark.kernels.posteriors)
 called directly on the same bags; exact equality (the same float64 code on the same arrays).
 """
 from __future__ import annotations
@@ -95,7 +97,8 @@ def test_chunk_posteriors_equal_the_kernels_on_the_chunks_bags():
 
 
 def test_max_leakage_of_each_row_is_the_kernels_on_its_bag_and_summed_in_the_digest():
-    """With max_leakage, each row's value is lia_spark.kernels.leakage on the chunk's bags (RR: the worst case); without,
+    """With max_leakage, each row's value is lia_spark.kernels.leakage on the chunk's bags
+    (RR: the worst case); without,
     NaN; the digest sums it per bin."""
     rng = np.random.default_rng(3)
     n = 32

@@ -1,4 +1,5 @@
-"""Progress lines of running stages (lia_spark.engine.runtime.progress): the line's wording, a real slow Spark job reported
+"""Progress lines of running stages (lia_spark.engine.runtime.progress): the line's wording,
+a real slow Spark job reported
 while it runs, a heartbeat for driver-side work, a reporting thread that ends with the block, run_stage's, and the
 step's own count and ETA (model fits on the driver and in parallel tasks, the pipeline's step)."""
 from __future__ import annotations
@@ -46,7 +47,8 @@ def test_progress_line_names_tasks_rate_eta_and_the_running_jobs():
                     "done, 2 running, 1.8 tasks/s, ETA 1 min 31 s; 0/4 tasks of Spark stage 13 done (2 min 10 s in)")
     # the last tasks running: the rate of the finished ones says nothing of theirs (a 40-min fit after six short ones)
     assert progress_line("audit-table: targets", [StageProgress(30, 7, 6, 1)], elapsed=2440, rates={30: 0.0077}) == (
-        "audit-table: targets: 6/7 tasks of Spark stage 30 done, 1 running, 0.0077 tasks/s, no ETA (the last 1 running: "
+        "audit-table: targets: 6/7 tasks of Spark stage 30 done, 1 running, 0.0077 tasks/s, no ETA "
+        "(the last 1 running: "
         "how long they take is not known) (40 min 40 s in)")
     assert progress_line("train", stages[:1], elapsed=7300, rates={}, doing="tiny: train").startswith(
         "train (tiny: train): 37/200 tasks of Spark stage 12 done, 2 running (2 h 01 min in)")

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from pipeline_support import OWN_TRAINER, conf_file, run_notebook, tiny_run, tiny_values, with_tiny_key
+from reference_support import check_reference
 
 from lia_spark.cli.main import main
 from lia_spark.run.json_output import strict_json
-from pipeline_support import OWN_TRAINER, conf_file, run_notebook, tiny_run, tiny_values, with_tiny_key
-from reference_support import check_reference
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 

@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark.engine.runtime.outputs import MARKER, is_complete, local_copies, write_text
+from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.engine.posteriors.summary import plot_sample, summarize_digest
 from lia_spark.engine.posteriors.units import frame_blobs
 from lia_spark.engine.posteriors.writing import PLOT_COLUMNS, spark_write_posteriors
-from lia_spark.engine.orchestration.registry import run_stage
+from lia_spark.engine.runtime.outputs import MARKER, is_complete, local_copies, write_text
 from lia_spark.kernels import advantage
 from lia_spark.kernels.criteo import make_row_id
 from lia_spark.kernels.posterior_grid import plot_sample_mask, settings_grid
@@ -254,8 +254,9 @@ def test_local_copies_of_remote_files_and_folders(spark, tmp_path, python_cwd):
 def test_pipeline_writes_every_output_to_a_remote_folder(spark, tmp_path, python_cwd, monkeypatch):
     import tempfile
 
-    from lia_spark.engine.orchestration.pipeline import run_pipeline
     from pipeline_support import tiny_values
+
+    from lia_spark.engine.orchestration.pipeline import run_pipeline
 
     scratch = tmp_path / "driver-tmp"  # the driver's temporary folder, to see what the run leaves there
     scratch.mkdir()

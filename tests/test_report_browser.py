@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from pipeline_support import tiny_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed; .ci/ensure-chromium installs "
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(CHROMIUM is None,
+                                                  reason="chromium is not installed; .ci/ensure-chromium installs "
                                                          "Debian's package (apt-get install chromium)")]
 
 # Marks the body, once the page has loaded, with its number of images and the alt texts of those that did not load.

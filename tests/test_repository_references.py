@@ -29,7 +29,8 @@ PAPER_STEMS = (
 )
 
 FORBIDDEN = (
-    ("team folder outside the repository", re.compile(r"(?:\.\./|/work/)shared\b|\bshared/(?:SPEC|papers|NOTES|STYLE)")),
+    ("team folder outside the repository",
+     re.compile(r"(?:\.\./|/work/)shared\b|\bshared/(?:SPEC|papers|NOTES|STYLE)")),
     ("citation of the team SPEC (cite docs/math.md §n)", re.compile(r"\bSPEC\b|\bSPEC\.md\b")),
     ("paper cited by its local file name (cite its docs/references.md key)",
      re.compile(r"\b(?:" + "|".join(re.escape(stem) for stem in PAPER_STEMS) + r")(?:\.txt)?\b")),

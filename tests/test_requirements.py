@@ -10,11 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pipeline_support import PYTHON, REPO
 
 from lia_spark.run.config import config_from_dict
 from lia_spark.run.requirements import SUPPORTED, installed_version, major_minor, requirement_problems
 from lia_spark.run.tracking_uri import database_store_problem
-from pipeline_support import PYTHON, REPO
 
 VERSION_FILES = {"pyspark": ("version.py", "__version__: str = '{}'\n"), "mlflow": ("version.py", 'VERSION = "{}"\n')}
 
@@ -43,7 +43,8 @@ def test_mlflow_before_3_9_cannot_open_a_database_store_beside_sqlalchemy_2_1():
         what, fix = database_store_problem(uri, (2, 21), (2, 1))
         assert uri in what and "`pip install 'sqlalchemy<2.1'`" in fix
         assert database_store_problem(uri, (3, 8), (2, 1)) is not None
-        assert database_store_problem(uri, (3, 9), (2, 1)) is None and database_store_problem(uri, (2, 21), (2, 0)) is None
+        assert (database_store_problem(uri, (3, 9), (2, 1)) is None
+                and database_store_problem(uri, (2, 21), (2, 0)) is None)
     assert database_store_problem("http://localhost:5000", (2, 21), (2, 1)) is None
     assert database_store_problem("databricks", (2, 21), (2, 1)) is None
     assert database_store_problem("sqlite:////tmp/mlflow.db", (2, 21), None) is None  # missing: reported elsewhere
@@ -73,9 +74,11 @@ def _stale(folder: Path, module: str, version: str) -> Path:
 
 
 @pytest.mark.parametrize("module, version, overrides, expected", [
-    ("pyspark", "3.4.1", (), r"pyspark: lia-spark runs with pyspark >= 3.5, < 5, got 3.4.1; run where Spark 3.5 or 4.x"),
+    ("pyspark", "3.4.1", (),
+     r"pyspark: lia-spark runs with pyspark >= 3.5, < 5, got 3.4.1; run where Spark 3.5 or 4.x"),
     ("pyspark", "5.0.0", (), r"pyspark: lia-spark runs with pyspark >= 3.5, < 5, got 5.0.0; "),
-    ("mlflow", "2.20.4", (), r"mlflow: lia-spark runs with mlflow >= 2.21, < 4, got 2.20.4; `pip install 'mlflow>=2.21"),
+    ("mlflow", "2.20.4", (),
+     r"mlflow: lia-spark runs with mlflow >= 2.21, < 4, got 2.20.4; `pip install 'mlflow>=2.21"),
     ("pyspark", "3.5.9", ("spark.remote=sc://localhost:15002",),
      r"spark.remote: a Spark Connect session needs pyspark >= 4.0 .*got pyspark 3.5.9 with spark.remote="),
 ])

@@ -10,8 +10,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.engine.orchestration.pipeline import run_pipeline
+from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.run.config import config_from_dict
 from lia_spark.tracking.mlflow_runs import FINGERPRINT_TAG, REUSED_FROM_TAG, STAGE_TAG, STATUS_TAG
 

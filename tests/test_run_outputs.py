@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from json_support import check_file, strict_load
+
 from lia_spark.records.wording import NO_EVIDENCE, NOT_VALID
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README); about 2 min on 2 shared cores

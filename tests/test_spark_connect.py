@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pipeline_support import OWN_TRAINER, PYTHON, REPO, python_without_package, tiny_run
 
 from lia_spark.run.json_output import strict_json
-from pipeline_support import OWN_TRAINER, PYTHON, REPO, python_without_package, tiny_run
 
 TESTS = REPO / "tests"  # the child imports parquet_pages from here
 

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from pipeline_support import (OWN_TRAINER, PYTHON, REPO, SPARK_SUBMIT, STAGE_STARTED, executor_jvms,
+                              python_without_package, result_document, submit, submit_env, write_conf)
 
 from lia_spark import __version__
 from lia_spark.engine.orchestration.pipeline import run_pipeline
 from lia_spark.engine.orchestration.registry import run_stage
 from lia_spark.run.config import load_config
 from lia_spark.run.sections import PIPELINE_STAGES
-from pipeline_support import (OWN_TRAINER, PYTHON, REPO, SPARK_SUBMIT, STAGE_STARTED, executor_jvms,
-                              python_without_package, result_document, submit, submit_env, write_conf)
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -64,7 +64,8 @@ def _failure_line(stderr: str) -> str:
 
 def test_wheel_holds_the_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ("lia_spark/engine/orchestration/pipeline.py", "lia_spark/tracking/mlflow_runs.py", "lia_spark/present/report.py",
+    for module in ("lia_spark/engine/orchestration/pipeline.py", "lia_spark/tracking/mlflow_runs.py",
+                   "lia_spark/present/report.py",
                    "lia_spark/engine/orchestration/registry.py", "lia_spark/kernels/hashing.py",
                    "lia_spark/py.typed"):  # PEP 561: type checkers read the API's hints from the installed wheel
         assert module in names
@@ -179,7 +180,8 @@ def test_executors_lost_as_they_start_end_the_command_with_their_reasons(tmp_pat
 
     conf = write_conf(tmp_path / "conf.yaml", tmp_path / "out", "", tracking={"enabled": False},
                       spark={"executor_start_seconds": 15})
-    launcher = subprocess.Popen([SPARK_SUBMIT, "--master", "local-cluster[2,1,1024]", "--conf", "spark.executor.memory=1g",
+    launcher = subprocess.Popen([SPARK_SUBMIT, "--master", "local-cluster[2,1,1024]",
+                                 "--conf", "spark.executor.memory=1g",
                                  str(REPO / "jobs" / "pipeline.py"), "--conf", str(conf)], cwd=tmp_path,
                                 env=submit_env(PYTHON, PYTHON), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
@@ -285,7 +287,8 @@ def test_readme_packed_environment_command_on_local_cluster(spark, packed_enviro
 
 def test_a_model_of_your_own_audited_from_the_packed_environment(spark, packed_environment, tmp_path):
     """"Audit your own model" under spark-submit: the export (written here into a folder the job reads as a Hadoop
-    path Python cannot open: viewfs), a trainer that never imports lia_spark (a broken randomized response, on the export's Criteo day
+    path Python cannot open: viewfs), a trainer that never imports lia_spark
+    (a broken randomized response, on the export's Criteo day
     file), then `jobs/audit.py audit.model_uri=...` from the packed environment (--archives), whose executors score
     the model: the audit reports a FINDING, the gate exits with code 3, and stdout carries lia-spark's summary
     only. (The inject stage ships to executors like every other stage: the zip test above covers that path.)"""

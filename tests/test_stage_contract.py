@@ -28,11 +28,11 @@ def test_a_stage_reads_its_upstream_result_through_the_protocol_it_needs():
 def test_a_stage_takes_only_the_options_its_dataclass_declares():
     """The train stage takes ``preparation`` as a TrainOptions; an option no stage declares fails naming the stage and
     what it takes; the pipeline's offer reaches only the stage declaring it (the report)."""
+    from lia_spark.engine.audit.stage import AUDIT
     from lia_spark.engine.models.preparation import Preparation
     from lia_spark.engine.report.stage import REPORT, ReportOptions
     from lia_spark.engine.runtime.stage import NoOptions
     from lia_spark.engine.train.stage import TRAIN, TrainOptions
-    from lia_spark.engine.audit.stage import AUDIT
 
     preparation = Preparation()
     assert TRAIN.options_from({"preparation": preparation}) == TrainOptions(preparation)

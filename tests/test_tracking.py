@@ -1,4 +1,5 @@
-"""MLflow tracking of a real pipeline run: params, metrics, artifacts, models and nested runs read back from the store."""
+"""MLflow tracking of a real pipeline run: params, metrics, artifacts, models and nested runs
+read back from the store."""
 from __future__ import annotations
 
 import contextlib
@@ -18,18 +19,18 @@ import mlflow
 import numpy as np
 import pytest
 import yaml
-
-from lia_spark.engine.runtime.outputs import read_marker
-from lia_spark.engine.orchestration.pipeline import run_pipeline
-from lia_spark.names import setting_key
-from lia_spark.cli.main import job_main
-from lia_spark.run.sections import TrackingConfig
-from lia_spark.run.fingerprint import code_version
-from lia_spark.tracking.mlflow_runs import DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, data_fingerprint, flatten
-from lia_spark.run.tracking_uri import resolve_tracking_uri
-from lia_spark.tracking.store import TrackingError, check_tracking_store
 from mlflow_support import free_port, logged_models, start_mlflow_server, stop_mlflow_server
 from pipeline_support import REPO, spark_jobs, tiny_run, work_jobs
+
+from lia_spark.cli.main import job_main
+from lia_spark.engine.orchestration.pipeline import run_pipeline
+from lia_spark.engine.runtime.outputs import read_marker
+from lia_spark.names import setting_key
+from lia_spark.run.fingerprint import code_version
+from lia_spark.run.sections import TrackingConfig
+from lia_spark.run.tracking_uri import resolve_tracking_uri
+from lia_spark.tracking.mlflow_runs import DESCRIPTION_TAG, GIT_COMMIT_TAG, KIND_TAG, data_fingerprint, flatten
+from lia_spark.tracking.store import TrackingError, check_tracking_store
 
 pytestmark = pytest.mark.e2e  # the end-to-end tier: `make test-e2e` (README)
 
@@ -58,7 +59,8 @@ def _same(a: float, b: float) -> bool:
 
 def _tree(client, run_id: str) -> list:
     """The run and every run below it."""
-    return [client.get_run(run_id), *(run for child in _children(client, run_id) for run in _tree(client, child.info.run_id))]
+    return [client.get_run(run_id),
+            *(run for child in _children(client, run_id) for run in _tree(client, child.info.run_id))]
 
 
 def test_flatten_and_fingerprint():
@@ -113,7 +115,8 @@ def test_parent_run_holds_config_seed_fingerprint_commit_and_versions(spark, run
     assert params["seed"] == params["run.seed"] == str(run.config.run.seed)
     assert params["mechanisms.epsilons"] == "[2.0]"
     assert params["run.output_dir"] == run.config.run.output_dir
-    assert params["data.fingerprint"] == data_fingerprint(read_marker(spark, run.config.parquet_path))["data.fingerprint"]
+    assert params["data.fingerprint"] == (
+        data_fingerprint(read_marker(spark, run.config.parquet_path))["data.fingerprint"])
     (table,) = parent.inputs.dataset_inputs  # the data table as the run's input (log_input)
     assert table.dataset.name == "data" and table.dataset.digest == params["data.fingerprint"]
     assert json.loads(table.dataset.source)["path"] == run.config.parquet_path
@@ -178,7 +181,8 @@ def test_every_stage_artifact_is_logged(run, client):
     stage_runs = {r.info.run_name: r for r in _children(client, run.result.mlflow_run_id)}
     for outcome in run.result.steps:
         listed = {Path(a.path).name for a in client.list_artifacts(stage_runs[outcome.step].info.run_id, outcome.step)}
-        expected = {Path(p).name for p in outcome.artifacts()} | ({"settings.json"} if outcome.setting_rows() else set())
+        expected = ({Path(p).name for p in outcome.artifacts()}
+                    | ({"settings.json"} if outcome.setting_rows() else set()))
         assert expected == listed, outcome.step
         assert expected or outcome.step == "data", f"{outcome.step} reported no artifacts"
     report = client.list_artifacts(run.result.mlflow_run_id, "report")

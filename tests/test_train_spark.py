@@ -10,18 +10,18 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-
 from json_support import check_file, check_result
-from lia_spark.engine.train import metrics
-from lia_spark.engine.models.bags import row_bag_proportions
-from lia_spark.engine.models.feature_frames import read_day
 from key_support import key_file, stored_key
+
+from lia_spark.engine.models.bags import row_bag_proportions
 from lia_spark.engine.models.execution import membership_candidates
+from lia_spark.engine.models.feature_frames import read_day
 from lia_spark.engine.models.preparation import (Preparation, TargetJob, boosting_params, check_driver_fits,
                                                  prepare_days, training_seed)
-from lia_spark.engine.spark.memory import byte_size
-from lia_spark.engine.runtime.outputs import MARKER
 from lia_spark.engine.orchestration.registry import run_stage
+from lia_spark.engine.runtime.outputs import MARKER
+from lia_spark.engine.spark.memory import byte_size
+from lia_spark.engine.train import metrics
 from lia_spark.kernels import features, injected, label_mechanisms, mechanisms, membership, pate, synthetic, training
 from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL
 from lia_spark.names import RUN_COLUMNS
@@ -97,7 +97,8 @@ def test_in_memory_writes_canaries_and_resumes(spark, in_memory_run):
     assert not np.allclose(extra[:, 0], local["target_prediction"]) and not np.allclose(extra[:, 0], extra[:, 1])
     trained = injected.training_labels(local["label"].to_numpy(), y1, coin)
     informative = (local["label"] != y1).mean()  # 2 p (1 - p)-like at a 25% click rate: about 0.3
-    assert 0.15 < informative < 0.5 and abs((trained != local["label"]).mean() - informative / 2) < 0.03  # b = 1 on half
+    assert (0.15 < informative < 0.5
+            and abs((trained != local["label"]).mean() - informative / 2) < 0.03)  # b = 1 on half
     assert result.rows["informative_canaries"] == (local["label"] != y1).sum()
     assert "injected_labels" not in result.rows  # nothing derived from the coins leaves the audit
     flips = (trained != local["released_label"]).mean()
@@ -279,8 +280,8 @@ def _assert_equal_to_saved_proxy(spark, config, priors: pd.DataFrame) -> None:
     driver for the same rows (features of the proxy's own encoding, its saved output transform)."""
     import xgboost as xgb
 
-    from lia_spark.kernels import model_output
     from lia_spark.engine.models import preparation
+    from lia_spark.kernels import model_output
 
     proxy_rows = read_day(spark, config.parquet_path, config.models.proxy_day)
     spec = preparation.feature_spec(proxy_rows, config)
@@ -432,7 +433,8 @@ def test_a_failing_parallel_fit_names_its_setting_and_the_others_finish(spark, p
     assert [outcome.name for outcome in in_tasks] == ["rr@1.0", "broken@2.0", "rr@4.0"]
     broken = in_tasks[1]
     assert broken.failed and broken.value is None and broken.where == "spark tasks"
-    assert broken.error.startswith("ValueError: models.training_mechanism must be one of") and "no_such_mechanism" in broken.error
+    assert (broken.error.startswith("ValueError: models.training_mechanism must be one of")
+            and "no_such_mechanism" in broken.error)
     for task, driver in zip(in_tasks[::2], on_driver[::2]):
         assert not task.failed and task.where == "spark tasks" and driver.where == "driver"
         assert task.value["scores"] == driver.value["scores"]
@@ -502,8 +504,8 @@ def test_an_output_that_records_failed_fits_is_recomputed_not_reused(spark, parq
     import dataclasses as dc
     import logging
 
-    from lia_spark.engine.runtime.outputs import committed_output
     from lia_spark.engine.orchestration.registry import STAGES
+    from lia_spark.engine.runtime.outputs import committed_output
 
     config = _config(parquet_path, str(tmp_path), "utility.epsilons=[inf]", "utility.bag_sizes=[]",
                      "utility.extra_mechanisms=[]")

@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lia_spark.kernels import features, mechanism_registry, model_libraries, proportion_matching, training
+from lia_spark.kernels import features
 from lia_spark.kernels import label_mechanisms as lm
+from lia_spark.kernels import mechanism_registry, model_libraries, proportion_matching, training
 
 PARAMS = model_libraries.BoostingParams(n_estimators=40, max_depth=3, learning_rate=0.3, early_stopping_rounds=10,
                                  threads=1, seed=1)
@@ -126,8 +127,8 @@ def test_catboost_native_categoricals_learn():
 ])
 def test_utility_extra_mechanisms_follow_the_table_rule_and_need_as_many_rows_as_pate_queries_and_teachers(
         overrides, rows, trained, left_out):
-    from lia_spark.run.config import load_config
     from lia_spark.engine.utility.stage import extra_mechanisms
+    from lia_spark.run.config import load_config
 
     found, reasons = extra_mechanisms(load_config(None, overrides), training_rows=rows)
     assert found == trained and list(reasons) == left_out
@@ -184,9 +185,11 @@ def test_tradeoff_table_joins_summaries_and_uses_rr_closed_form(tmp_path):
     assert row("rr", math.inf)["mean_additive_advantage"] == pytest.approx(np.mean([0.1, 0.3, 0.5, 0.1]))
     for epsilon in (1.0, math.inf):  # PATE: no posterior summary and no closed form
         assert row("pate", epsilon)["advantage_source"] == "none"
-        assert math.isnan(row("pate", epsilon)["mean_additive_advantage"]) and math.isnan(row("pate", epsilon)["abs_I_p98"])
+        assert (math.isnan(row("pate", epsilon)["mean_additive_advantage"])
+                and math.isnan(row("pate", epsilon)["abs_I_p98"]))
     # not plotted: llp_geometric and both pate rows have no advantage; |I| p98 is unbounded for llp and rr at inf
-    assert utility.hidden_settings_text(table["mean_additive_advantage"]) == " (3 settings without an advantage not shown)"
+    assert utility.hidden_settings_text(table["mean_additive_advantage"]) == (
+        " (3 settings without an advantage not shown)")
     assert utility.hidden_settings_text(table["abs_I_p98"]) == (
         " (2 settings with unbounded value, 3 settings without an advantage not shown)")
     assert utility.hidden_settings_text(table["auc"]) == ""
@@ -244,7 +247,8 @@ def test_the_shadow_baseline_reads_no_coin_of_the_target(mechanism):
     from lia_spark.run.config import load_config
 
     data = _data(6_000, intercept=-1.5, seed=8)
-    config = load_config(None, ["models.n_estimators=20", "models.max_depth=3", f"models.training_mechanism={mechanism}",
+    config = load_config(None, ["models.n_estimators=20", "models.max_depth=3",
+                                f"models.training_mechanism={mechanism}",
                                 "models.epsilon=2.0", "audit.shadows=2"])
     canary = data.split == training.SPLIT_TRAIN
     key = hashing.AuditKey(bytes(range(32)))

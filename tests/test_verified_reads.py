@@ -13,16 +13,16 @@ from typing import Iterator
 
 import pandas as pd
 import pytest
+from parquet_pages import flip_in_column, pages
 
-from lia_spark.engine.posteriors.summary import _rows_in_ranges, _setting_key
-from lia_spark.engine.runtime.outputs import MARKER
-from lia_spark.engine.runtime.parquet_reads import verified_frame
 from lia_spark.engine.orchestration.pipeline import run_pipeline
 from lia_spark.engine.orchestration.registry import run_stage
+from lia_spark.engine.posteriors.summary import _rows_in_ranges, _setting_key
 from lia_spark.engine.posteriors.writing import ROW_SCHEMA
+from lia_spark.engine.runtime.outputs import MARKER
+from lia_spark.engine.runtime.parquet_reads import verified_frame
 from lia_spark.run.config import Config, config_from_dict
 from lia_spark.run.failures import RUNTIME_EXIT, DamagedFileError, failure_line
-from parquet_pages import flip_in_column, pages
 
 STAGES = ["data", "train", "posteriors", "utility", "audit"]
 

@@ -42,9 +42,9 @@ if TYPE_CHECKING:  # the engine imports pyspark: at run time it is imported by t
     from lia_spark.engine.ingest.stage import IngestResult
     from lia_spark.engine.inject.stage import InjectResult
     from lia_spark.engine.logloss.stage import LoglossResult
-    from lia_spark.engine.posteriors.stage import PosteriorsResult
     from lia_spark.engine.orchestration.audit_table import TableResult
     from lia_spark.engine.orchestration.pipeline import PipelineResult
+    from lia_spark.engine.posteriors.stage import PosteriorsResult
     from lia_spark.engine.runtime.stage import StageResult
     from lia_spark.engine.train.stage import TrainResult
     from lia_spark.engine.utility.stage import UtilityResult

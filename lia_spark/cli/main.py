@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import io
 import logging
 import os
 import signal
@@ -22,11 +23,11 @@ from typing import Any, Mapping, Sequence, TextIO
 import yaml
 
 from lia_spark import __version__
-from lia_spark.run.checks import ConfigError
 from lia_spark.cli.command_help import COMMAND_HELP
-from lia_spark.run.config import Config, load_config
 from lia_spark.run import interrupts, layout
 from lia_spark.run.activity import doing, heartbeat
+from lia_spark.run.checks import ConfigError
+from lia_spark.run.config import Config, load_config
 from lia_spark.run.interrupts import SIGNAL_EXITS, Terminated
 from lia_spark.run.interrupts import received as received_signals
 from lia_spark.run.json_output import strict_json
@@ -36,7 +37,8 @@ from lia_spark.run.requirements import check_requirements
 logger = logging.getLogger("lia_spark")
 
 WORKSPACE_CONF = "/Workspace/Users/{user}/lia_spark/conf/demo.yaml"
-# The commands of lia_spark.engine.orchestration.commands.COMMANDS (named here so --help needs no pyspark; a test keeps them equal)
+# The commands of lia_spark.engine.orchestration.commands.COMMANDS (named here so --help needs no pyspark; a test
+# keeps them equal)
 COMMAND_NAMES = tuple(COMMAND_HELP)
 SPARK_MISSING = (f"lia-spark: pyspark is not installed; install the wheel of `make wheel` with its spark extra (`pip "
                  f"install 'dist/lia_spark-{__version__}-py3-none-any.whl[spark]'`), or run where Spark is provided (a "
@@ -78,7 +80,7 @@ def log_level(args: argparse.Namespace) -> int:
     return logging.WARNING if args.quiet else logging.DEBUG if args.verbose else logging.INFO
 
 
-def console_stderr() -> TextIO:
+def console_stderr() -> io.TextIOBase | TextIO:
     """Where logs and the failure line go: stderr; under spark-submit, whose launcher merges this driver's stderr
     into its stdout, the launcher's own stderr (:func:`lia_spark.engine.spark.session.launcher_stderr`)."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by a Spark JVM: no pyspark import needed
@@ -119,7 +121,8 @@ def configure_logging(level: int = logging.INFO) -> None:
 
 
 def notebook_parameters(namespace: Mapping[str, Any], defaults: Mapping[str, str]) -> dict[str, str]:
-    """Notebook parameters: Databricks widgets when ``dbutils`` is in ``namespace``, else ``$LIA_<NAME>`` or the default.
+    """Notebook parameters: Databricks widgets when ``dbutils`` is in ``namespace``, else ``$LIA_<NAME>`` or the
+    default.
 
     Call as ``notebook_parameters(globals(), {"conf": "conf/demo.yaml"})``; on Databricks each name becomes
     a text widget, locally (CI, plain ``python notebook.py``) environment variables set the values.
@@ -145,7 +148,10 @@ def notebook_conf(path: str, namespace: Mapping[str, Any]) -> str | None:
     if "{user}" in path and on_databricks:  # the cluster's session is active there: the lookup starts nothing
         from lia_spark.engine.spark.session import get_spark
 
-        path = path.replace("{user}", str(get_spark().sql("SELECT current_user()").first()[0]))
+        row = get_spark().sql("SELECT current_user()").first()
+        if row is None:
+            raise ValueError("SELECT current_user() returns one row")
+        path = path.replace("{user}", str(row[0]))
     if on_databricks or os.path.exists(path):
         return path
     logger.info("no config file %s outside Databricks: using lia-spark's packaged demo config (--conf demo)", path)
@@ -331,9 +337,9 @@ def execute_command(name: str, spark: Any, config: Config) -> tuple[Any, float, 
             itself propagates.
     """
     from lia_spark.engine.orchestration.commands import COMMANDS
+    from lia_spark.engine.orchestration.registry import remove_leftovers
     from lia_spark.engine.runtime.lock import run_lock
     from lia_spark.engine.runtime.outputs import write_text
-    from lia_spark.engine.orchestration.registry import remove_leftovers
 
     name = "pipeline" if name == "run" else name
     if name not in COMMANDS:

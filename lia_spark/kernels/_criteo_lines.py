@@ -49,6 +49,7 @@ def accept_lines(data: np.ndarray, line_start: np.ndarray, line_end: np.ndarray,
         begin, end = line_start[row], line_end[row]
         if end > begin and data[end - 1] == _CR:
             end -= 1
+        ok: bool | np.bool_  # a field's check compares numpy integers
         ok, field, digits, negative, magnitude = True, 0, 0, False, np.uint64(0)
         table, base = _DECIMAL, np.uint64(10)
         for position in range(begin, end + 1):

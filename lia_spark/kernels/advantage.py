@@ -227,7 +227,7 @@ def merge_bin_digests(digests) -> dict[str, np.ndarray]:
             "leakage": np.bincount(at, weights=joined["leakage"], minlength=bins.size)}
 
 
-def digest_percentiles(digest: dict[str, np.ndarray]) -> dict[float, float | tuple[int, int]]:
+def digest_percentiles(digest: dict[str, np.ndarray]) -> dict[int, float | tuple[int, int]]:
     """Per q of :data:`PERCENTILES`: the exact percentile of |I| when its bin holds a single value (min = max,
     e.g. RR or +inf), else (index of the bin in the digest, 0-based rank of the percentile among that bin's
     values in ascending order) for an exact selection inside the bin.
@@ -241,7 +241,7 @@ def digest_percentiles(digest: dict[str, np.ndarray]) -> dict[float, float | tup
     if n == 0:
         raise ValueError("digest: holds no rows")
     ends = np.cumsum(digest["rows"])
-    located: dict[float, float | tuple[int, int]] = {}
+    located: dict[int, float | tuple[int, int]] = {}
     for q in PERCENTILES:
         rank = percentile_rank(n, q)
         at = int(np.searchsorted(ends, rank, side="right"))

@@ -25,14 +25,13 @@ uint64 words (bit r of a candidate's words = repetition r), which is what the Sp
 Several scores on one game. A *score* is named by its kind and exponent t: ``difference_t<t>`` (the difference
 score with that t, e.g. ``difference_t0``, ``difference_t2``, ``difference_t8``) or ``log_ratio``
 (:class:`lia_spark.kernels.canary_scores.Score`; the *attack* is what the audit plays, audit.attack).
-:func:`count_correct_scores`
-plays the game once (the draws are keyed on the seed, not on the score) and counts every score's correct
-guesses with one sort per score; :func:`lia_spark.kernels.audit_sweep.evaluate_scores` takes, per repetition, the best
-bound over scores x sweep points. Each (score, c') pair is one test of the hypothesis "the mechanism is eps-DP"; with A scores
-and k sweep points the Bonferroni convention runs every test at 1 - (1 - confidence) / (A k), so by the union
-bound the probability that the best of the A k bounds exceeds the true epsilon is at most 1 - confidence.
-The log ratio is the Bayes-optimal ranking when M is the Bayes posterior given the release and M' the
-true prior: P(b = 0 | x, y^b, release) / P(b = 1 | x, y^b, release) = M(x)[y^b] / M'(x)[y^b].
+:func:`count_correct_scores` plays the game once (the draws are keyed on the seed, not on the score) and counts every
+score's correct guesses with one sort per score; :func:`lia_spark.kernels.audit_sweep.evaluate_scores` takes, per
+repetition, the best bound over scores x sweep points. Each (score, c') pair is one test of the hypothesis "the
+mechanism is eps-DP"; with A scores and k sweep points the Bonferroni convention runs every test at
+1 - (1 - confidence) / (A k), so by the union bound the probability that the best of the A k bounds exceeds the true
+epsilon is at most 1 - confidence. The log ratio is the Bayes-optimal ranking when M is the Bayes posterior given
+the release and M' the true prior: P(b = 0 | x, y^b, release) / P(b = 1 | x, y^b, release) = M(x)[y^b] / M'(x)[y^b].
 """
 from __future__ import annotations
 
@@ -45,7 +44,6 @@ import numpy as np
 from lia_spark.kernels import _audit_game, hashing
 from lia_spark.kernels.canary_scores import DEFAULT_SCORES, Score, candidate_scores, resolve_scores
 from lia_spark.names import DIFFERENCE, GEOMETRIC, LABEL, PROXY_PREDICTION, TARGET_PREDICTION
-
 
 TIE_BREAK_PURPOSE = "audit/tie_break"
 CANARY_PURPOSE = "audit/canary_sample"
@@ -111,13 +109,22 @@ def sweep_grid(canaries: int, sweep: "SweepSettings") -> np.ndarray:
 
 
 class SweepSettings(Protocol):
-    """The sweep's settings (audit.sweep and its parameters; the audit config section satisfies it)."""
+    """The sweep's settings (audit.sweep and its parameters; the audit config section satisfies it), read-only."""
 
-    sweep: str
-    sweep_points_per_decade: int
-    sweep_smallest_guesses: int
-    sweep_step_percent: float
-    extra_guess_share: float
+    @property
+    def sweep(self) -> str: ...
+
+    @property
+    def sweep_points_per_decade(self) -> int: ...
+
+    @property
+    def sweep_smallest_guesses(self) -> int: ...
+
+    @property
+    def sweep_step_percent(self) -> float: ...
+
+    @property
+    def extra_guess_share(self) -> float: ...
 
 
 def validate_canaries(row_ids: np.ndarray, label: np.ndarray, target: np.ndarray, proxy: np.ndarray) -> None:

@@ -1,9 +1,9 @@
 """Bounds from the audit's counts over the sweep of guess counts and over scores (docs/math.md §5.4, §6).
 
-:func:`evaluate_sweep` turns the counts c(r, c') of :func:`lia_spark.kernels.audit.count_correct` into per-point and best
-epsilon lower bounds per repetition under both conventions: "paper" (each point at the full confidence, the best
-point reported: not a valid joint bound) and "bonferroni" (each of the k points at 1 - (1 - confidence) / k, so
-the best of them holds at the stated confidence). :func:`evaluate_scores` does the same over A scores x k points.
+:func:`evaluate_sweep` turns the counts c(r, c') of :func:`lia_spark.kernels.audit.count_correct` into per-point and
+best epsilon lower bounds per repetition under both conventions: "paper" (each point at the full confidence, the
+best point reported: not a valid joint bound) and "bonferroni" (each of the k points at 1 - (1 - confidence) / k,
+so the best of them holds at the stated confidence). :func:`evaluate_scores` does the same over A scores x k points.
 """
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ def evaluate_sweep(correct: np.ndarray, guesses: np.ndarray, *, canaries: int, c
                    delta: float = 0.0, tau: float = 0.0, families: tuple[str, ...] = BOUND_FAMILIES,
                    table_families: tuple[str, ...] = (BINOMIAL,),
                    conventions: tuple[str, ...] = CONVENTIONS, tests: int | None = None) -> SweepBounds:
-    """Bounds of docs/math.md §6 for each repetition's counts (lia_spark.kernels.bounds), under both conventions of docs/math.md §5.4.
+    """Bounds of docs/math.md §6 for each repetition's counts (lia_spark.kernels.bounds), under both conventions of
+    docs/math.md §5.4.
 
     The best bound per repetition uses bounds.best_* (same value as the max of the per-point bounds, far cheaper
     for GDP); per-point bounds are evaluated only for ``table_families``. ``tests`` is the number of tests the
@@ -164,7 +165,8 @@ def evaluate_scores(correct: dict[str, np.ndarray], guesses: np.ndarray, *, cana
     """Best bound per repetition over every score and sweep point, the confidence split over all of them.
 
     Args:
-        correct: score name -> (R, k) counts of :func:`lia_spark.kernels.audit.count_correct_scores` on the same games (same R, k).
+        correct: score name -> (R, k) counts of :func:`lia_spark.kernels.audit.count_correct_scores` on the same
+            games (same R, k).
         guesses: (k,) guess counts c' of the columns.
         canaries, confidence, delta, tau, families, table_families, conventions: as in :func:`evaluate_sweep`.
     Returns:
@@ -242,10 +244,12 @@ def tau_sensitivity(correct: dict[str, np.ndarray], guesses: np.ndarray, *, cana
     arrays = [np.atleast_2d(np.asarray(counts, dtype=np.int64)) for counts in correct.values()]
     closed_form = family == BINOMIAL and delta == 0.0
     repetitions = len(arrays[0]) if closed_form else 1
-    kwargs = dict(canaries=canaries, guesses=guesses, confidence=level, delta=delta, method=family)
-    break_even = np.array([max(bounds.tau_break_even(correct=counts[r], **kwargs) for counts in arrays)
-                           for r in range(repetitions)])
-    eps_lb = np.array([max(bounds.best_epsilon_lower_bound(correct=counts[0], tau=tau, **kwargs).value
+    break_even = np.array([max(bounds.tau_break_even(canaries=canaries, guesses=guesses, correct=counts[r],
+                                                     confidence=level, delta=delta, method=family)
+                               for counts in arrays) for r in range(repetitions)])
+    eps_lb = np.array([max(bounds.best_epsilon_lower_bound(canaries=canaries, guesses=guesses, correct=counts[0],
+                                                           confidence=level, delta=delta, tau=tau,
+                                                           method=family).value
                            for counts in arrays) for tau in taus])
     return TauSensitivity(break_even=break_even, taus=tuple(taus), eps_lb=eps_lb)
 
@@ -276,7 +280,7 @@ class Ceiling:
     accuracy: float
     claimed_epsilon: float
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float | str | None]:
         """JSON-friendly fields (claimed epsilon "inf" / None when infinite / unknown)."""
         claimed = self.claimed_epsilon
         return {"eps_lb": self.eps_lb, "eps_lb_95": self.eps_lb_95, "guesses": self.guesses,

@@ -59,7 +59,7 @@ def clopper_pearson_lower(correct, guesses, *, confidence: float):
     return float(q) if q.ndim == 0 else q
 
 
-def _clopper_pearson(g: np.ndarray, c: np.ndarray, gamma: float) -> tuple[np.ndarray, np.ndarray]:
+def _clopper_pearson(g: np.ndarray | np.int64, c: np.ndarray | np.int64, gamma: float) -> tuple[np.ndarray, np.ndarray]:
     """(q*, 1 - q*) of the one-sided limit; 1 - q* from the mirrored Beta(c'-c+1, c) so it keeps its digits."""
     pos = c > 0
     a = np.where(pos, c, 1).astype(np.float64)
@@ -74,7 +74,7 @@ def _log_kappa(tau: float) -> float:
     return -math.inf if tau >= 1.0 else math.log1p(-tau) - math.log1p(tau)
 
 
-def _pure_binomial(g: np.ndarray, c: np.ndarray, gamma: float, tau: float) -> np.ndarray:
+def _pure_binomial(g: np.ndarray | np.int64, c: np.ndarray | np.int64, gamma: float, tau: float) -> np.ndarray:
     """eps_lb = max(0, log q* - log(1 - q*) + log kappa), elementwise; 0 where c = 0."""
     q, one_minus_q = _clopper_pearson(g, c, gamma)
     with np.errstate(divide="ignore"):
@@ -171,8 +171,8 @@ def epsilon_lower_bound(*, canaries: int, guesses: int, correct: int, confidence
     """
     method = _check_method(method)
     gamma, delta, tau = gamma_of(confidence), checked_delta(delta), checked_tau(tau)
-    m, g, c = checked_counts(canaries, guesses, correct)
-    g, c = int(g), int(c)
+    m, checked_g, checked_c = checked_counts(canaries, guesses, correct)
+    g, c = int(checked_g), int(checked_c)
     if method == GDP:
         mu = gdp_mu_lower_bound(canaries=m, guesses=g, correct=c, confidence=confidence, tau=tau)
         return gdp_epsilon(mu, delta=effective_gdp_delta(delta))

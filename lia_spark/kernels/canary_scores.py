@@ -12,7 +12,6 @@ import numpy as np
 
 from lia_spark.names import DIFFERENCE, DIFFERENCE_PREFIX, LOG_RATIO, SCORES, score_parts
 
-
 DEFAULT_SCORES = ("difference_t0", "difference_t2", "difference_t8", LOG_RATIO)
 
 _TINY = np.finfo(np.float64).tiny

@@ -85,7 +85,7 @@ def vocabulary_from_counts(counts: Mapping[str, tuple[np.ndarray, np.ndarray]], 
         raise ValueError(f"min_count and max_size must be >= 1, got min_count={min_count}, max_size={max_size}")
     values, ranks = {}, {}
     for column in CAT_COLUMNS:
-        column_values, column_counts = (np.asarray(a, np.int64) for a in counts.get(column, ([], [])))
+        column_values, column_counts = (np.asarray(a, np.int64) for a in counts.get(column, ((), ())))
         keep = column_counts >= min_count
         column_values, column_counts = column_values[keep], column_counts[keep]
         order = np.lexsort((column_values, -column_counts))[:max_size]
@@ -148,6 +148,8 @@ def _encode_column(values: pd.Series, column: str, spec: FeatureSpec) -> np.ndar
         return np.where(missing, -1, raw)
     if spec.encoding == "hash":
         ids = (hashing.hash_bits(0, f"features/{column}", raw) % np.uint64(spec.hash_buckets)).astype(np.float32)
+    elif spec.vocabulary is None:
+        raise ValueError("the frequency encoding has a vocabulary (FeatureSpec requires one)")
     else:
         known, ranks = spec.vocabulary.values[column], spec.vocabulary.ranks[column]
         if known.size == 0:
@@ -195,7 +197,7 @@ def save_spec(spec: FeatureSpec, path: str) -> str:
             arrays[f"values/{column}"] = spec.vocabulary.values[column]
             arrays[f"ranks/{column}"] = spec.vocabulary.ranks[column]
     with open(path, "wb") as handle:
-        np.savez_compressed(handle, **arrays)
+        np.savez_compressed(handle, **arrays)  # type: ignore[arg-type]  # no array is named allow_pickle
     return path
 
 

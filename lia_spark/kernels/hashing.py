@@ -174,7 +174,7 @@ def _rotate_left(words: np.ndarray, bits: int) -> np.ndarray:
     return (words << kind(bits)) | (words >> kind(8 * words.dtype.itemsize - bits))
 
 
-def xxhash64_long(values: np.ndarray, seed) -> np.ndarray:
+def xxhash64_long(values: np.ndarray | int, seed) -> np.ndarray:
     """XXH64 of each int64 value read as one 8-byte little-endian word, with a 64-bit seed (scalar or array):
 
         h = rotl(seed + P5 + 8 ^ rotl(x P2, 31) P1, 27) P1 + P4,  then the avalanche

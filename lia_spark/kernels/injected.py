@@ -14,9 +14,9 @@ M' and the pair (y0_i, y1_i); on the *informative* canaries (y0_i != y1_i, the o
 
     s_i = A(M, M', x_i, y0_i) - A(M, M', x_i, y1_i)
 
-with A an score score of :func:`lia_spark.kernels.canary_scores.label_scores` (the log ratio log M[y] - log M'[y] makes s the
-Bayes log-likelihood ratio of b = 0 against b = 1 when M is the posterior given the training label and M' the
-prior), guesses b' = 0 if s > 0 else 1 on the c' informative canaries of largest |s| (ties broken by a hash of
+with A an score score of :func:`lia_spark.kernels.canary_scores.label_scores` (the log ratio log M[y] - log M'[y]
+makes s the Bayes log-likelihood ratio of b = 0 against b = 1 when M is the posterior given the training label and
+M' the prior), guesses b' = 0 if s > 0 else 1 on the c' informative canaries of largest |s| (ties broken by a hash of
 the row id) and abstains elsewhere. Because b_i is a fair coin independent of the data, of y1 and of every other
 coin, and flipping it changes one training label, an eps-label-DP training algorithm bounds each guess's success
 probability by e^eps / (1 + e^eps) given all earlier guesses, whatever the data distribution and the proxy: the
@@ -32,7 +32,7 @@ import dataclasses
 import numpy as np
 
 from lia_spark.kernels import audit, canary_scores, hashing
-from lia_spark.names import COUNTERFACTUALS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, PROXY_DRAW, RUN_KEY_SHIFT
+from lia_spark.names import COUNTERFACTUAL_LABEL, COUNTERFACTUALS, HIDDEN_BIT, PROXY_DRAW, RUN_KEY_SHIFT
 
 COUNTERFACTUAL_PURPOSE = "audit/injected/counterfactual"
 COIN_PURPOSE = "audit/injected/coin"
@@ -160,7 +160,8 @@ def count_correct(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: 
     if guesses.size and (guesses.min() < 1 or guesses.max() > informative):
         raise ValueError(f"guesses must lie in [1, {informative}] (the informative canaries), got "
                          f"guesses={guesses.min()}..{guesses.max()}")
-    return {name: audit.sorted_counts(candidates, guesses[None, :], repetitions=1) for name, candidates in found.items()}
+    return {name: audit.sorted_counts(candidates, guesses[None, :], repetitions=1)
+            for name, candidates in found.items()}
 
 
 def shadow_coins(row_ids: np.ndarray, *, key: hashing.Seed, shadow: int) -> np.ndarray:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from scipy import stats
@@ -166,7 +166,7 @@ def exact_likelihood(labels, odds: Sequence[int]) -> Fraction:
     return Fraction(product([x for x, label in zip(v, y) if label == 1]), product([x + 1 for x in v]))
 
 
-def single_query_decode(likelihood: Fraction, odds: Sequence[int]) -> np.ndarray:
+def single_query_decode(likelihood: Fraction, odds: Iterable[int]) -> np.ndarray:
     """Theorem 1: labels y_i = 1 iff the prime p_i divides q = T exp(-N LLOSS), T = prod (1 + p_i).
 
     Raises:

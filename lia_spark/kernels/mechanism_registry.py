@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypedDict
 
 import numpy as np
 
@@ -122,9 +122,19 @@ class LabelMechanism:
         return not self.private and not self.bag_release or self.true_labels_at_infinity and math.isinf(epsilon)
 
 
-_BAGS = dict(bag_release=True, train=train_on_bags, true_labels_at_infinity=False,
-             libraries=tuple(name for name, library in LIBRARIES.items() if library.bag_objective),
-             limitation="proportion matching is an xgboost objective here")
+class _BagFields(TypedDict):
+    """What the mechanisms training on released bag proportions share."""
+
+    bag_release: bool
+    train: Trainer
+    true_labels_at_infinity: bool
+    libraries: tuple[str, ...]
+    limitation: str
+
+
+_BAGS = _BagFields(bag_release=True, train=train_on_bags, true_labels_at_infinity=False,
+                   libraries=tuple(name for name, library in LIBRARIES.items() if library.bag_objective),
+                   limitation="proportion matching is an xgboost objective here")
 
 # Display names are the paper's (Ghazi et al. 2021, "Deep Learning with Label Differential Privacy", for LP-1ST /
 # LP-2ST; proportion matching on label proportions, Kalemaj et al. 2025 sec. 2), the audit table's row labels.

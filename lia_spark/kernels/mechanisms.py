@@ -188,7 +188,8 @@ def bagging_units(keys, *, unit_bits: int) -> np.ndarray:
 
 def unit_bag_ids(units, positions, *, bag_size: int) -> np.ndarray:
     """Bag id of the row at 0-based ``positions`` inside its unit: unit * 2^UNIT_SHIFT + position // k."""
-    return (np.asarray(units, dtype=np.int64) << np.int64(UNIT_SHIFT)) + np.asarray(positions, dtype=np.int64) // bag_size
+    return ((np.asarray(units, dtype=np.int64) << np.int64(UNIT_SHIFT))
+            + np.asarray(positions, dtype=np.int64) // bag_size)
 
 
 def assign_bags(row_ids, *, bag_size: int, seed: int, unit_bits: int | None = None) -> np.ndarray:

@@ -162,6 +162,8 @@ class XGBoost(ModelLibrary):
         booster_params = _hist_params(max_depth=params.max_depth, learning_rate=params.learning_rate,
                                       threads=params.thread_count(), seed=params.seed)
         if train_bags is None:
+            if train_y is None:
+                raise ValueError("train_y must be given without train_bags, got None")
             dtrain = xgb.DMatrix(train_x, label=train_y, feature_names=feature_names)
             dvalid = xgb.DMatrix(valid_x, label=valid_y, feature_names=feature_names)
             booster_params.update(_logistic_params(float(np.mean(train_y))))

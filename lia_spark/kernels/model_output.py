@@ -26,8 +26,9 @@ class OutputTransform:
     ``link``: sigmoid of the xgboost margin + ``margin_offset`` (classifiers; proportion matching boosts from an
     offset), ``probability`` (catboost's P(y=1|x)) or ``identity`` (the bag-proportion regression's value); xgboost
     boosters use trees 0..``best_iteration`` (None = all). Then the noise correction of rr_debiased
-    (``rr_epsilon``, :func:`lia_spark.kernels.label_mechanisms.debias_rr_predictions`) or of the bag-proportion regression
-    (``bag_size``, ``mean_proportion``, :func:`lia_spark.kernels.label_mechanisms.debias_bag_predictions`)."""
+    (``rr_epsilon``, :func:`lia_spark.kernels.label_mechanisms.debias_rr_predictions`) or of the bag-proportion
+    regression (``bag_size``, ``mean_proportion``,
+    :func:`lia_spark.kernels.label_mechanisms.debias_bag_predictions`)."""
 
     link: str = "sigmoid"
     margin_offset: float = 0.0
@@ -47,6 +48,8 @@ class OutputTransform:
         if self.rr_epsilon is not None:
             values = lm.debias_rr_predictions(values, epsilon=self.rr_epsilon)
         if self.bag_size is not None:
+            if self.mean_proportion is None:
+                raise ValueError(f"mean_proportion must be given with bag_size={self.bag_size}, got None")
             values = lm.debias_bag_predictions(values, bag_size=self.bag_size, mean_proportion=self.mean_proportion)
         return values
 

@@ -262,7 +262,7 @@ def teacher_votes(row_ids: np.ndarray, features: Any, labels: np.ndarray, studen
     row_ids, features, labels = row_ids[order], _take(features, order), np.asarray(labels, np.float32)[order]
     if validation is not None:
         fit = (features, labels)
-        held_out = (validation[0], np.asarray(validation[1], np.float32))
+        held_out: tuple[Any, np.ndarray] | None = (validation[0], np.asarray(validation[1], np.float32))
     else:
         held = hashing.uniform(vote_seed, TEACHER_HOLDOUT_PURPOSE, row_ids) < TEACHER_HOLDOUT_SHARE
         own_holdout = bool(model.early_stopping_rounds) and 0 < held.sum() < held.size

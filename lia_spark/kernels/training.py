@@ -20,7 +20,7 @@ from lia_spark.kernels import hashing
 from lia_spark.kernels import label_mechanisms as lm
 from lia_spark.kernels import pate
 from lia_spark.kernels.model_libraries import (XGBOOST_LIBRARY, Bags, BoostingParams, FittedModel, ModelLibrary,
-                                              TeacherModel)
+                                               TeacherModel)
 from lia_spark.kernels.proportion_matching import PROBABILITY_CLIP
 
 logger = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def protocol_params(params: BoostingParams, protocol: str) -> BoostingParams:
     protocol's trees, learning rate and depth kept at the best iteration on the validation split (early stopping
     rounds = trees: every tree is evaluated, none is cut early)."""
     fixed = pate.PROTOCOL_SETTINGS[protocol]
-    if fixed.n_estimators is None:
+    if fixed.n_estimators is None or fixed.learning_rate is None or fixed.max_depth is None:
         return params
     return dataclasses.replace(params, n_estimators=fixed.n_estimators, learning_rate=fixed.learning_rate,
                                max_depth=fixed.max_depth, early_stopping_rounds=fixed.n_estimators)
@@ -118,7 +118,8 @@ def validation_rows(data: ModelData) -> tuple[Any, np.ndarray]:
 
 
 def student_rows(data: ModelData, *, settings: pate.PateSettings, seed: int) -> np.ndarray:
-    """PATE's Q student rows among the training rows of ``data`` (boolean mask; :func:`lia_spark.kernels.pate.student_mask`)."""
+    """PATE's Q student rows among the training rows of ``data`` (boolean mask;
+    :func:`lia_spark.kernels.pate.student_mask`)."""
     train = data.split == SPLIT_TRAIN
     students = np.zeros(data.row_ids.size, dtype=bool)
     students[train] = pate.student_mask(data.row_ids[train], queries=settings.queries, seed=seed)

@@ -151,7 +151,7 @@ def plot_sweep(frame: pd.DataFrame, *, path: str, title: str, confidence: float,
     columns = [c for c in frame.columns if c.startswith("eps_")]
     figure, axis = plt.subplots(figsize=(6.4, 4.0))
     several = frame["score"].nunique() > 1
-    band_label = f"bands: +-1 std over {frame['repetition'].nunique()} repetitions"
+    band_label: str | None = f"bands: +-1 std over {frame['repetition'].nunique()} repetitions"
     for score, rows in frame.groupby("score", sort=False):
         stats = rows.groupby("guesses")[columns].agg(["mean", "std"])
         for column in columns:

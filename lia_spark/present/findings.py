@@ -16,9 +16,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from lia_spark.records.audit_summary import AuditSummary
 from lia_spark.names import BAG_SIZE, BONFERRONI, EPSILON, MECHANISM, setting_key
 from lia_spark.present.point_labels import label_points, note_left_out
+from lia_spark.records.audit_summary import AuditSummary
 from lia_spark.records.wording import NO_EVIDENCE, NOT_VALID
 
 SETTING_COLUMNS = ("setting", MECHANISM, EPSILON, BAG_SIZE, "mean_additive_advantage", "abs_I_p98", "share_infinite",

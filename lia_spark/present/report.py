@@ -23,10 +23,10 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from lia_spark.records.audit_summary import AuditSummary
-from lia_spark.names import EPSILON, PAPER
 from lia_spark.kernels import audit_sweep
+from lia_spark.names import EPSILON, PAPER
 from lia_spark.present import findings
+from lia_spark.records.audit_summary import AuditSummary
 from lia_spark.records.wording import NO_EVIDENCE, NOT_COMPUTED, NOT_VALID, bound_text, ceiling_text, number_text
 from lia_spark.run.config import Config
 from lia_spark.run.environment import git_commit
@@ -86,7 +86,8 @@ def _metrics_table(metrics: Mapping[str, float]) -> str:
 
 def _image(path: Path) -> str:
     encoded = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<h4>{html.escape(path.name)}</h4><img alt="{html.escape(path.name)}" src="data:image/png;base64,{encoded}">'
+    return (f'<h4>{html.escape(path.name)}</h4><img alt="{html.escape(path.name)}" '
+            f'src="data:image/png;base64,{encoded}">')
 
 
 def _frame_table(frame: Any) -> str:
@@ -146,6 +147,8 @@ def _tau_sensitivity(summary: AuditSummary) -> list[str]:
                         f" valid bound at the max: eps >= {bound_text(measured.eps_lb)}")
     if reference is None:
         lines.append("no label-blind reference audited (add a reference_prediction column to the canary table)")
+    elif calibrated is None:
+        raise ValueError("observational checks with a label-blind reference hold its calibrated figure (set together)")
     else:
         lines.append(f"label-blind reference: eps_lb {bound_text(reference.eps_lb)} at the headline's tau = "
                      f"{_tau(reference.tau)}, its own tau* {_tau(reference.tau_break_even)}; not a bound: the "
@@ -178,7 +181,8 @@ def _mechanisms(steps: Sequence[Any], folder: Path) -> tuple[list[str], int]:
              "rows' labels are revealed for sure; share_infinite is their share), and the target model's test AUC "
              f"when trained on that release; {NOT_COMPUTED} where the posteriors or utility grid has no such "
              "setting. <code>advantage_source</code>: "
-             + "; ".join(f"<code>{name}</code> {html.escape(text)}" for name, text in findings.ADVANTAGE_SOURCES.items())
+             + "; ".join(f"<code>{name}</code> {html.escape(text)}"
+                         for name, text in findings.ADVANTAGE_SOURCES.items())
              + ".</p>", _frame_table(table.assign(**{EPSILON: table[EPSILON].fillna(math.inf)}))]
     plot = findings.matched_utility_plot(table, path=str(folder / "mechanisms_at_matched_utility.png"))
     if plot is None:

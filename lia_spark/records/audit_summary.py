@@ -110,7 +110,7 @@ class ObservationalChecks:
                                               "null without a reference.")
 
 
-_CEILING_SCHEMA = {
+_CEILING_SCHEMA: dict[str, Any] = {
     "description": "What an attacker at exactly the claimed epsilon certifies in an audit of this size (not a cap): "
                    "its own bound (same m, sweep, tests, confidence, delta, tau, headline family) when each guess is "
                    "right with probability q = e^eps / (e^eps + kappa), the largest rate the claim allows; q = 1 for "
@@ -130,7 +130,7 @@ _CEILING_SCHEMA = {
     },
     "additionalProperties": False,
 }
-_BOUNDS_SCHEMA = {
+_BOUNDS_SCHEMA: dict[str, Any] = {
     "description": "Bound name (<statistic>_<family>_<convention>, e.g. eps_binomial_bonferroni) -> its statistics.",
     "minProperties": 1,
     "propertyNames": {"pattern": "^[a-z_]+_(bonferroni|paper)$"},
@@ -209,14 +209,15 @@ def audit_summary_schema() -> dict[str, Any]:
     fields = [field for field in dataclasses.fields(AuditSummary) if field.name != CHECKS_FIELD]
     observational = dataclasses.fields(ObservationalChecks)
     properties = {field.name: schema_of(hints[field.name], field.metadata.get("schema")) for field in fields}
-    properties.update({field.name: schema_of(checks[field.name], field.metadata.get("schema")) for field in observational})
+    properties.update({field.name: schema_of(checks[field.name], field.metadata.get("schema"))
+                       for field in observational})
     names = [field.name for field in observational]
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "<out>/audit/summary.json: the audit stage's summary",
         "description": ("Generated from lia_spark.records.audit_summary.AuditSummary (do not edit by hand). "
-                        + " ".join(AuditSummary.__doc__.split())),
+                        + " ".join((AuditSummary.__doc__ or "").split())),
         "type": "object",
         "required": [field.name for field in fields],
         "properties": properties,

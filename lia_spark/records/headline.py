@@ -102,9 +102,9 @@ class Headline:
         elif self.game.draws_members:
             line = f"{bound} (membership canaries, one training run; {tests}) {target}"
         elif not self.assumption:
-            line = (f"{bound} at the proxy's worst-case TV error tau = {_tau(self.measured_tau)} on the {self.canaries} "
-                    f"canaries, measured against the twin's true P(y=1|x) (observational design; {tests}) {target}"
-                    f"{self._observational_text()}")
+            line = (f"{bound} at the proxy's worst-case TV error tau = {_tau(self.measured_tau)} on the "
+                    f"{self.canaries} canaries, measured against the twin's true P(y=1|x) (observational design; "
+                    f"{tests}) {target}{self._observational_text()}")
         else:
             line = (f"no bound without an assumption on the proxy (observational design; {tests}) {target}: {bound} "
                     f"{self.assumption}{self._observational_text()}")

@@ -1,7 +1,7 @@
-"""The log-loss attack's summary as typed records (``<out>/logloss/summary.json``, ``LoglossResult.summary``, docs/math.md
-section 8): the attacked day and its size, the single query decoded in exact arithmetic, each attack against the exact
-oracle and the oracle settings that stop each attack. :meth:`LoglossSummary.to_dict` is the file's layout;
-:func:`logloss_summary_schema` is its JSON Schema, generated from these records
+"""The log-loss attack's summary as typed records (``<out>/logloss/summary.json``, ``LoglossResult.summary``,
+docs/math.md section 8): the attacked day and its size, the single query decoded in exact arithmetic, each attack
+against the exact oracle and the oracle settings that stop each attack. :meth:`LoglossSummary.to_dict` is the file's
+layout; :func:`logloss_summary_schema` is its JSON Schema, generated from these records
 (``lia_spark/run/json_schemas/logloss-summary.schema.json`` is that output, checked by a test).
 """
 from __future__ import annotations

@@ -59,7 +59,7 @@ def typed(hint: Any, value: Any) -> Any:
         return number(value)
     if hasattr(hint, "from_dict"):  # a record with its own JSON form (Ceiling, Headline): the inverse of _plain's
         return hint.from_dict(value)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         hints = typing.get_type_hints(hint)
         return hint(**{field.name: typed(hints[field.name], value[field.name]) for field in dataclasses.fields(hint)})
     return value
@@ -77,7 +77,7 @@ def schema_of(hint: Any, extra: Mapping[str, Any] | None = None) -> dict[str, An
         schema = {"oneOf": [{"type": "null"}, schema_of(inner, extra)]}
         return {**({"description": description} if description else {}), **schema}
     if origin is dict:
-        base = {"type": "object"}
+        base: dict[str, Any] = {"type": "object"}
         if "additionalProperties" not in extra:
             base["additionalProperties"] = schema_of(arguments[1])
         return {**base, **extra}
@@ -89,7 +89,8 @@ def schema_of(hint: Any, extra: Mapping[str, Any] | None = None) -> dict[str, An
         return {**({"description": (hint.__doc__ or "").split("\n\n")[0].replace("\n    ", " ")}
                    if "description" not in extra else {}),
                 "type": "object", "required": [field.name for field in fields],
-                "properties": {field.name: schema_of(hints[field.name], field.metadata.get("schema")) for field in fields},
+                "properties": {field.name: schema_of(hints[field.name], field.metadata.get("schema"))
+                               for field in fields},
                 "additionalProperties": False, **extra}
     simple = {int: "integer", float: "number", str: "string", bool: "boolean"}
     if hint in simple and "enum" not in extra:

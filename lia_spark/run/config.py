@@ -23,14 +23,12 @@ from lia_spark import names
 from lia_spark.kernels.mechanism_registry import MECHANISMS
 from lia_spark.names import IN_MEMORY
 from lia_spark.run.capabilities import refusal
-from lia_spark.run.checks import (INT64, ConfigError, fail, fail_float_overflow, fail_int_range,
-                                   number_from_text)
+from lia_spark.run.checks import INT64, ConfigError, fail, fail_float_overflow, fail_int_range, number_from_text
 from lia_spark.run.config_text import DuplicateKeyError, OverflowedNumber, decoded, load_yaml
 from lia_spark.run.model_sections import AuditConfig, ModelsConfig, PateConfig, UtilityConfig
 from lia_spark.run.packaged_configs import config_source
 from lia_spark.run.sections import (DataConfig, LoglossConfig, MechanismsConfig, RunConfig, SparkConfig,
                                     SyntheticConfig, TableConfig, TrackingConfig)
-
 
 # keys of earlier versions -> how to say the same now (shown with the unknown-key error)
 REPLACED_KEYS = {
@@ -100,7 +98,7 @@ def _coerce(field: str, value: Any, annotation: Any) -> Any:
         (other,) = [arm for arm in arms if arm not in (str, type(None))]
         if typing.get_origin(other) is tuple and (isinstance(value, (str, bytes)) or not isinstance(value, Sequence)):
             fail(field, value, "must be a keyword or a list",
-                 f"see conf/defaults.yaml (lia-spark config --init) for {field}, e.g. [{value}]")
+                 f"see conf/defaults.yaml (lia-spark config --init) for {field}, e.g. [{value!s}]")
         return _coerce(field, value, other)
     if origin is tuple:
         (item_type, _) = typing.get_args(annotation)

@@ -117,7 +117,8 @@ def likely_encoding(data: bytes) -> tuple[str, str]:
     try:
         data.decode("cp1252")
     except UnicodeDecodeError:
-        return "ISO-8859-1", f"it looks like Latin-1 (ISO-8859-1) text: {byte[0]:#04x} is {byte.decode('latin-1')!r} there"
+        return "ISO-8859-1", (f"it looks like Latin-1 (ISO-8859-1) text: {byte[0]:#04x} is "
+                              f"{byte.decode('latin-1')!r} there")
     return "WINDOWS-1252", (f"it looks like Windows-1252 or Latin-1 text: {byte[0]:#04x} is "
                             f"{byte.decode('cp1252')!r} there")
 
@@ -143,13 +144,13 @@ def load_yaml(text: str, *, where: str, field: str = "") -> Any:
             return None
         nodes, aliases = expansion(node, field)
         if sum(aliases.values()) > MAX_ALIASES:
-            worst = max(aliases, key=aliases.get)
+            worst = max(aliases, key=aliases.__getitem__)
             raise ConfigError(
                 f"{worst or '--conf'}: {where} uses more YAML aliases than the {MAX_ALIASES} a config may use, got "
                 f"{sum(aliases.values()):,} aliases ({aliases[worst]:,} in {worst or 'the document'}); write the "
                 "values out instead of repeating *aliases")
         if sum(nodes.values()) > MAX_NODES:
-            worst = max(nodes, key=nodes.get)
+            worst = max(nodes, key=nodes.__getitem__)
             raise ConfigError(
                 f"{worst or '--conf'}: {where} holds more YAML nodes, once its aliases are expanded, than the "
                 f"{MAX_NODES:,} a config may hold, got {sum(nodes.values()):,} nodes ({nodes[worst]:,} in "

@@ -7,8 +7,8 @@ import importlib.resources
 import platform
 import subprocess
 import zipfile
-from pathlib import Path
 from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Iterator
 
 # Distributions whose versions each run records (xgboost ships as "xgboost" or "xgboost-cpu": whichever is installed);
@@ -29,7 +29,8 @@ def git_commit() -> str | None:
 
 
 def package_versions() -> dict[str, str]:
-    """Python's version and the installed version of each of :data:`PACKAGES` that is installed, by distribution name."""
+    """Python's version and the installed version of each of :data:`PACKAGES` that is installed, by distribution
+    name."""
     versions = {"python": platform.python_version()}
     for package in PACKAGES:
         try:

@@ -33,7 +33,8 @@ RUNTIME_EXIT = 1
 
 NO_SPACE = ("no space left on the device", "free space there (at least what the attempt had written) or choose "
             "another run.output_dir; the same command then resumes")
-WRITING_NOTE = "lia-spark: writing "  # "<note><folder> (<size> written)": lia_spark.engine.runtime.outputs.claimed's note
+# "<note><folder> (<size> written)": lia_spark.engine.runtime.outputs.claimed's note
+WRITING_NOTE = "lia-spark: writing "
 NOT_WRITABLE = ("cannot be written (permission denied or a read-only file system)",
                 "make it writable for this user or choose another run.output_dir")
 _ERRNO_PROBLEMS = {errno.ENOSPC: NO_SPACE, errno.EDQUOT: NO_SPACE, errno.EACCES: NOT_WRITABLE,
@@ -214,7 +215,7 @@ def causes(error: BaseException) -> Iterator[BaseException]:
 def _java_messages(error: BaseException) -> list[str]:
     """``toString()`` of a Py4J Java error and of each of its Java causes (none for a Python error)."""
     throwable = getattr(error, "java_exception", None)
-    messages = []
+    messages: list[str] = []
     while throwable is not None and len(messages) < 20:
         messages.append(str(throwable.toString()))
         throwable = throwable.getCause()

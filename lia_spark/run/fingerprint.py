@@ -1,8 +1,9 @@
 """What each stage reads, and the fingerprint that decides whether its committed output may be reused.
 
 A stage's output is reused only when everything that produced it is unchanged: every configuration field the
-stage reads (its declaration's ``fields``, :class:`lia_spark.engine.runtime.stage.Stage`), the code it runs (:func:`code_version`: lia_spark's version and a hash of
-its sources) and the fingerprints of the outputs it reads. The fingerprint is the SHA-256 of those three, canonically JSON-encoded.
+stage reads (its declaration's ``fields``, :class:`lia_spark.engine.runtime.stage.Stage`), the code it runs
+(:func:`code_version`: lia_spark's version and a hash of its sources) and the fingerprints of the outputs it reads.
+The fingerprint is the SHA-256 of those three, canonically JSON-encoded.
 
 The completion marker of an output stores its fingerprint with the parameters behind it and a checksum of the
 whole marker (:func:`sealed_marker`), so a hand-edited or truncated marker is never trusted

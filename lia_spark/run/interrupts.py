@@ -15,7 +15,8 @@ class Terminated(BaseException):
     """SIGTERM reached the command (a scheduler or `kill` stops it): unwinds like Ctrl-C's KeyboardInterrupt."""
 
 
-SIGNAL_EXITS = {signal.SIGINT: (130, KeyboardInterrupt), signal.SIGTERM: (143, Terminated)}
+SIGNAL_EXITS: dict[int, tuple[int, type[BaseException]]] = {signal.SIGINT: (130, KeyboardInterrupt),
+                                                            signal.SIGTERM: (143, Terminated)}
 received: list[int] = []  # the signals that stopped this command (the CLI's exit code and line)
 
 

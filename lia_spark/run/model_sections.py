@@ -11,9 +11,9 @@ from typing import Any
 from lia_spark import names
 from lia_spark.kernels import hashing, pate
 from lia_spark.kernels.audit_designs import AuditDesign, played_game
-from lia_spark.kernels.model_libraries import LIBRARIES, ModelLibrary
 from lia_spark.kernels.mechanism_registry import (TRAINING_MECHANISMS, UTILITY_EXTRA_MECHANISMS, LabelMechanism,
                                                   label_mechanism)
+from lia_spark.kernels.model_libraries import LIBRARIES, ModelLibrary
 from lia_spark.names import EXECUTIONS, IN_MEMORY, MAX_DAY, RUN_KEY_SHIFT, XGBOOST
 from lia_spark.run.checks import JAVA_INT_MAX, ConfigError, fail, fail_above, fail_glob, fail_repeats, number_from_text
 
@@ -53,6 +53,12 @@ class ModelsConfig:
         """The :class:`lia_spark.kernels.mechanism_registry.LabelMechanism` called ``training_mechanism``."""
         return label_mechanism(self.training_mechanism, "models.training_mechanism")
 
+    @property
+    def split_shares(self) -> tuple[float, float, float]:
+        """``split`` as (train, validation, test) shares (three, checked by validate)."""
+        train, validation, test = self.split
+        return train, validation, test
+
     def validate(self) -> None:
         if self.library not in LIBRARIES:
             fail("models.library", self.library, f"must be one of {', '.join(LIBRARIES)}")
@@ -65,7 +71,8 @@ class ModelsConfig:
         if self.proxy_day == self.target_day:
             fail("models.target_day", self.target_day, "must differ from models.proxy_day")
         if self.training_mechanism not in TRAINING_MECHANISMS:
-            fail("models.training_mechanism", self.training_mechanism, f"must be one of {', '.join(TRAINING_MECHANISMS)}")
+            fail("models.training_mechanism", self.training_mechanism,
+                 f"must be one of {', '.join(TRAINING_MECHANISMS)}")
         if not self.epsilon > 0:
             fail("models.epsilon", self.epsilon, "must be > 0 (inf = no noise)")
         if self.bag_size < 1:

@@ -103,8 +103,8 @@ def audit_arrays(row_ids: np.ndarray, label: np.ndarray, counterfactual_label: n
     """The injected audit of the canaries' columns under ``section``, the scores comparing the target's predictions
     with each of ``baselines`` (name -> predictions: the proxy's, the shadows'): per baseline the map
     audit.recalibrate names for it fitted on every canary; m = the informative canaries; the best pure binomial bound
-    (delta = 0) over scores x baselines x the sweep, Bonferroni at ``section.confidence`` over all of them; and the ceiling at
-    the claim."""
+    (delta = 0) over scores x baselines x the sweep, Bonferroni at ``section.confidence`` over all of them; and the
+    ceiling at the claim."""
     label = np.asarray(label).astype(np.int8)
     counterfactual = np.asarray(counterfactual_label).astype(np.int8)
     informative = int(np.sum(label != counterfactual))

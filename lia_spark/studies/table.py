@@ -3,32 +3,49 @@ arXiv:2511.14084, Table 2 and Table 5): its grid of cells, the published values,
 
 Pure (pandas, matplotlib): the Spark command that trains and audits one target per cell is
 :func:`lia_spark.engine.orchestration.audit_table.run_audit_table`. A *cell* is one training mechanism at one claimed
-epsilon (and bag size for the LLP mechanisms): ``none`` is the non-private baseline (one cell, epsilon = inf), plain ``llp``
-releases exact bag proportions (one cell per bag size, claimed epsilon = inf), ``llp_laplace`` /
+epsilon (and bag size for the LLP mechanisms): ``none`` is the non-private baseline (one cell, epsilon = inf), plain
+``llp`` releases exact bag proportions (one cell per bag size, claimed epsilon = inf), ``llp_laplace`` /
 ``llp_geometric`` get a cell per epsilon and bag size and the label mechanisms one per epsilon.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, TypedDict
 
 import pandas as pd
 
 from lia_spark.kernels.mechanism_registry import label_mechanism
-from lia_spark.records.audit_summary import AuditSummary, BoundStatistics
 from lia_spark.names import (BINOMIAL, BONFERRONI, GDP, LP_2ST, OBSERVATIONAL, PAPER, PATE, RECALIBRATE_NONE, RR,
                              RR_DEBIASED, RR_WITH_PRIOR, bound_key)
+from lia_spark.records.audit_summary import AuditSummary, BoundStatistics
 from lia_spark.run.capabilities import unsupported
 from lia_spark.run.checks import ConfigError
 from lia_spark.run.config import Config
 
 CONVENTION = BONFERRONI
+
+
+class PaperAudit(TypedDict):
+    """The fields of :class:`lia_spark.run.model_sections.AuditConfig` the paper's audit sets."""
+
+    design: str
+    scores: tuple[str, ...]
+    canaries: int
+    repetitions: int
+    delta: float
+    confidence: float
+    bounds: tuple[str, ...]
+    convention: str
+    recalibrate: str
+    tau: float
+
+
 # The paper's audit (Kalemaj et al. 2025, sec. 6.2 and Table 2): the observational game on 200k of the target's
 # training rows (their training labels), the difference score with t = 2, 100 repetitions, delta = 1e-5 with the
 # f-DP (GDP) bound, the best point of the c' sweep each at 95%: comparable with the published values, not a valid
 # bound. Applied to an audit section by ``dataclasses.replace(section, **PAPER_AUDIT)``.
-PAPER_AUDIT: dict[str, object] = {
+PAPER_AUDIT: PaperAudit = {
     "design": OBSERVATIONAL, "scores": ("difference_t2",), "canaries": 200_000, "repetitions": 100, "delta": 1e-5,
     "confidence": 0.95, "bounds": (BINOMIAL, GDP), "convention": PAPER, "recalibrate": RECALIBRATE_NONE, "tau": 0.0}
 PAPER_WAY_LABEL = ("paper convention, not a valid bound: observational game on 200k training rows, difference "

@@ -196,8 +196,8 @@ def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] =
         for setting, target_kind, proxy, epsilon in cells:
             if (setting == "rr" and draw >= draws) or (setting == "null" and draw >= null_draws):
                 continue
-            target = {"rr_posterior": targets.get(epsilon), "posterior": sample.posterior,
-                      "proxy": predictions[proxy]}[target_kind]
+            target = (targets[epsilon] if target_kind == "rr_posterior" else
+                      {"posterior": sample.posterior, "proxy": predictions[proxy]}[target_kind])
             game_seed = int(_stream(seed, draw, f"game {setting} {target_kind} {proxy} {epsilon!r}").integers(2**62))
             counts = audit.count_correct_scores(row_ids, sample.labels, target, predictions[proxy], seed=game_seed,
                                                  repetitions=1, guesses=grid, scores=names)
@@ -209,16 +209,17 @@ def study(*, n: int = 500_000, dimension: int = 5, epsilons: tuple[float, ...] =
                       "proxy_tv": float(gap.mean())}
             taus = {"0": 0.0} if proxy == "true" else {"0": 0.0, "max_tv": float(gap.max())}
             for rule, tau in taus.items():
-                measures = {name: audit_sweep.evaluate_sweep(counts[name], grid, canaries=n, confidence=confidence,
-                                                       tau=tau, families=(BINOMIAL,), table_families=())
-                            for name in names}
+                measures: dict[str, audit_sweep.SweepBounds | audit_sweep.ScoreBounds] = {
+                    name: audit_sweep.evaluate_sweep(counts[name], grid, canaries=n, confidence=confidence, tau=tau,
+                                                     families=(BINOMIAL,), table_families=())
+                    for name in names}
                 if len(names) > 1:
                     measures[COMBINED] = audit_sweep.evaluate_scores(counts, grid, canaries=n, confidence=confidence,
-                                                                tau=tau, families=(BINOMIAL,))
+                                                                     tau=tau, families=(BINOMIAL,))
                 for name, result in measures.items():
                     for convention in CONVENTIONS:
                         key = bound_key(BINOMIAL, convention)
-                        winner = result.best_scores[key][0] if name == COMBINED else name
+                        winner = result.best_scores[key][0] if isinstance(result, audit_sweep.ScoreBounds) else name
                         rows.append({**common, "tau_rule": rule, "tau": tau, "score": name,
                                      "convention": convention, "eps_lb": float(result.best[key][0]),
                                      "best_guesses": int(result.best_guesses[key][0]), "best_score": winner})

@@ -28,18 +28,18 @@ from lia_spark.names import BAG_SIZE, EPSILON, MECHANISM, SETTING_KEY, setting_k
 from lia_spark.run import interrupts
 from lia_spark.run.config import Config
 from lia_spark.run.environment import git_commit
-from lia_spark.run.fingerprint import recorded_versions
 from lia_spark.run.failures import error_first_line
+from lia_spark.run.fingerprint import recorded_versions
 from lia_spark.run.json_output import json_safe
-
 from lia_spark.tracking.model_logging import log_model_file, log_raw_row_model
 
 if TYPE_CHECKING:  # the type only
     from lia_spark.records.headline import Headline
+
 from lia_spark.run.tracking_uri import resolve_tracking_uri
 from lia_spark.tracking.store import (MLFLOW_WAIT, TrackingError, budget_requests, check_tracking_store,
-                                     is_locked_store, locked_store_line, logging_kept, no_retries, sqlite_path,
-                                     store_answers)
+                                      is_locked_store, locked_store_line, logging_kept, no_retries, sqlite_path,
+                                      store_answers)
 
 logger = logging.getLogger(__name__)
 
@@ -230,8 +230,9 @@ class PipelineTracker:
 
         params = data_fingerprint(marker)
         mlflow.log_params(params)
-        table = MetaDataset(SparkDatasetSource(path=self.config.parquet_path), name="data",
-                            digest=params["data.fingerprint"])
+        source = SparkDatasetSource(path=self.config.parquet_path)
+        table = MetaDataset(  # type: ignore[abstract]  # mlflow's documented use; its base is no ABC (profile unset)
+            source, name="data", digest=params["data.fingerprint"])
         mlflow.log_input(table, context="input")
 
     def start_stage(self, stage: str) -> None:
@@ -263,6 +264,8 @@ class PipelineTracker:
         if active is None or active.info.run_id == self.run_id:
             self.start_stage(stage)
         run = mlflow.active_run()
+        if run is None:
+            raise ValueError("the stage's nested run is active here (it was running or start_stage started it)")
         numbers = finite_metrics(metrics)
         client = mlflow.MlflowClient(self.tracking_uri)
         mlflow.log_metrics({f"{stage}.{key}": value for key, value in numbers.items()}
@@ -303,7 +306,7 @@ class PipelineTracker:
             if encoding is not None and output is None:
                 logger.warning("tracking: no raw-row model for %s: its output transform %s is missing (train it "
                                "again to get one)", path.name, Path(output_transform_file(str(path))).name)
-            elif encoding is not None:
+            elif encoding is not None and output is not None:
                 self._log_model(f"raw-row model {path.name}",
                                 functools.partial(log_raw_row_model, path, encoding, output))
 
@@ -358,8 +361,8 @@ class PipelineTracker:
                 mlflow.log_metrics(finite_metrics(values))
 
     def set_headline(self, headline: Headline) -> None:
-        """The audit headline (:class:`lia_spark.records.headline.Headline`) on the parent run: its tags (``audit.eps_lb``,
-        ``audit.claimed_eps``, ...) and its text as the run's description."""
+        """The audit headline (:class:`lia_spark.records.headline.Headline`) on the parent run: its tags
+        (``audit.eps_lb``, ``audit.claimed_eps``, ...) and its text as the run's description."""
         import mlflow
 
         mlflow.set_tags({**headline.tags(), DESCRIPTION_TAG: headline.text()})

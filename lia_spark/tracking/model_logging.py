@@ -21,8 +21,8 @@ def _xgboost_signature(booster: Any) -> Any:
 
     names = booster.feature_names or [f"f{i}" for i in range(booster.num_features())]
     types = booster.feature_types or ["float"] * len(names)
-    inputs = [ColSpec("long" if kind in ("int", "i") else "double", name) for name, kind in zip(names, types)]
-    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
+    inputs = Schema([ColSpec("long" if kind in ("int", "i") else "double", name) for name, kind in zip(names, types)])
+    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("double", "prediction")]))
 
 
 def _catboost_signature(model: Any) -> Any:
@@ -30,9 +30,9 @@ def _catboost_signature(model: Any) -> Any:
     from mlflow.types import ColSpec, Schema
 
     categorical = set(model.get_cat_feature_indices())
-    inputs = [ColSpec("string" if index in categorical else "double", name)
-              for index, name in enumerate(model.feature_names_)]
-    return ModelSignature(inputs=Schema(inputs), outputs=Schema([ColSpec("double", "prediction")]))
+    inputs = Schema([ColSpec("string" if index in categorical else "double", name)
+                     for index, name in enumerate(model.feature_names_)])
+    return ModelSignature(inputs=inputs, outputs=Schema([ColSpec("double", "prediction")]))
 
 
 # Each library's MLflow flavour (the ``mlflow.<flavour>`` module that logs it) and the signature of its models.
@@ -111,8 +111,8 @@ def log_raw_row_model(path: Path, encoding: Path, output: Path) -> str:
 
     from lia_spark.kernels import criteo
 
-    columns = [ColSpec(AnyType(), name, required=False) for name in criteo.FEATURE_COLUMNS]
-    signature = ModelSignature(inputs=Schema(columns), outputs=Schema([ColSpec("double", "prediction")]))
+    columns = Schema([ColSpec(AnyType(), name, required=False) for name in criteo.FEATURE_COLUMNS])
+    signature = ModelSignature(inputs=columns, outputs=Schema([ColSpec("double", "prediction")]))
     library = _requirement(*library_of_file(path).distributions)
     with tempfile.TemporaryDirectory(prefix="lia-spark-code-") as folder:  # a copy: the package may be in a zip
         package = copy_package(Path(folder))

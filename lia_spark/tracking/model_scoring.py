@@ -56,7 +56,7 @@ def pinned_model_uri(model_uri: str, tracking_uri: str) -> str:
             versions = client.get_latest_versions(found["name"], stages=stages)
             if not versions:
                 raise LookupError(f"no version of {found['name']} in stage {found['version']}")
-            version = max(int(item.version) for item in versions)
+            version = str(max(int(item.version) for item in versions))
     except Exception as error:  # noqa: BLE001 - MLflow raises its own exception types; the field is what matters
         raise _failed(model_uri, error, f"check the name and alias in the registry of {tracking_uri}") from error
     return f"models:/{found['name']}/{version}"

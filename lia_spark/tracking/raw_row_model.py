@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import mlflow.models
-import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+from mlflow.pyfunc import PythonModel
 
 
-class RawRowModel(mlflow.pyfunc.PythonModel):
+class RawRowModel(PythonModel):
     """Raw Criteo rows -> P(y = 1 | x), from the artifacts ``model``, ``encoding`` and ``output``."""
 
     def load_context(self, context: Any) -> None:

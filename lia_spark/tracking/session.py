@@ -144,8 +144,9 @@ def tracking_session(config: Config, *, run_name: str | None = None, table: bool
                      required: bool = False) -> Iterator[Tracker]:
     """The command's tracker: a :class:`lia_spark.tracking.mlflow_runs.PipelineTracker` (an ``AuditTableTracker``
     with ``table``) whose store answered :meth:`check` when tracking.enabled or ``required`` (``lia-spark track``),
-    else a :class:`NoTracker`; MLflow's URL lines are turned off (:data:`QUIET_URLS`). When the block ends, a started run ends (FAILED if the block raised; best effort) and
-    the calls a failing store left out are named in one WARNING.
+    else a :class:`NoTracker`; MLflow's URL lines are turned off (:data:`QUIET_URLS`). When the block ends, a started
+    run ends (FAILED if the block raised; best effort) and the calls a failing store left out are named in one
+    WARNING.
 
     Raises:
         lia_spark.tracking.store.TrackingError: the store is unreachable (before the block runs).

@@ -19,9 +19,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark.engine.models import feature_frames
+from lia_spark.engine.models.distributed import predicted
 from lia_spark.engine.models.preparation import model_features
 from lia_spark.engine.spark.session import describe_jobs, shipped
-from lia_spark.engine.models.distributed import predicted
 from lia_spark.kernels import features, model_libraries
 from lia_spark.names import AUTO_PRIOR, PROXY_PRIOR, ROW_ID, TRUE_PRIOR
 from lia_spark.run import layout
@@ -109,9 +109,9 @@ def proxy_scores(spark: SparkSession, config: Config, proxy: Any, spec: features
 
 def write_proxy_priors(spark: SparkSession, config: Config, proxy: Any, spec: features.FeatureSpec, path: str,
                        days: Sequence[int]) -> int:
-    """Score every row of the released ``days`` (:func:`lia_spark.engine.models.feature_frames.released_days`) with the proxy
-    model in one distributed pass and write Parquet (row_id long, proxy_prediction double) to ``path``; returns
-    the rows written.
+    """Score every row of the released ``days`` (:func:`lia_spark.engine.models.feature_frames.released_days`) with
+    the proxy model in one distributed pass and write Parquet (row_id long, proxy_prediction double) to ``path``;
+    returns the rows written.
 
     Distributed, nothing proportional to the rows on the driver (:func:`proxy_scores`).
     """

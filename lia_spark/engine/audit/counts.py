@@ -39,8 +39,7 @@ from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels import audit, canary_scores, hashing, injected, recalibration
 from lia_spark.kernels.audit_designs import OBSERVATIONAL_DESIGN, AuditDesign
 from lia_spark.names import (AUDITED_COLUMNS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION, ROW_ID,
-                             RUN_COLUMNS, RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION,
-                             TARGET_PREDICTION)
+                             RUN_COLUMNS, RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION, TARGET_PREDICTION)
 from lia_spark.run.model_sections import AuditConfig
 
 logger = logging.getLogger(__name__)
@@ -104,6 +103,8 @@ def pooled_runs(df: DataFrame) -> tuple[DataFrame, int]:
     found = with_runs.agg(F.least(*(F.min(size) for size in sizes)).alias("shortest"),
                           F.greatest(*(F.max(size) for size in sizes)).alias("longest"),
                           F.min(ROW_ID).alias("lowest"), F.max(ROW_ID).alias("highest")).first()
+    if found is None:
+        raise ValueError("canary table: a global aggregate returns one row, got none")
     base = df.drop(*RUN_COLUMNS)
     if found["longest"] is None or found["longest"] < 1:
         return base, 1
@@ -187,10 +188,11 @@ def recalibrated(df: DataFrame, *, mapped: str = names.RECALIBRATE_TARGET
             yield pd.DataFrame({"bin": bins, "count": counts, "reference_sum": sums})
 
     describe_jobs(spark, f"audit: fit the label-free recalibration map of the {mapped} predictions")
-    found = (df.select(source, reference)
-             .mapInPandas(totals, "bin long, count long, reference_sum long")
-             .groupBy("bin").agg(F.sum("count").alias("count"), F.sum("reference_sum").alias("reference_sum"))
-             .toPandas())
+    found: pd.DataFrame = (df.select(source, reference)
+                           .mapInPandas(totals, "bin long, count long, reference_sum long")
+                           .groupBy("bin").agg(F.sum("count").alias("count"),
+                                               F.sum("reference_sum").alias("reference_sum"))
+                           .toPandas())
     mapping = recalibration.RecalibrationMap.fit(found["bin"].to_numpy(), found["count"].to_numpy(),
                                                  found["reference_sum"].to_numpy())
     logger.info("audit: %s predictions recalibrated by a map fitted on %d canaries (%d bins), from %.3g to %.3g",
@@ -312,9 +314,9 @@ def _evaluate_range(blobs: pd.DataFrame, *, repetitions: int, guesses: np.ndarra
 def _range_totals(candidates: DataFrame, *, parts: int, repetitions: int) -> tuple[np.ndarray, np.ndarray]:
     """(active, correct) totals per (range, repetition), summed by Spark over the candidate blobs."""
     exploded = candidates.select("range", F.posexplode(F.arrays_zip("active_total", "correct_total")))
-    totals = (exploded.groupBy("range", F.col("pos").alias("repetition"))
-              .agg(F.sum("col.active_total").alias("active"), F.sum("col.correct_total").alias("correct"))
-              .toPandas())
+    totals: pd.DataFrame = (exploded.groupBy("range", F.col("pos").alias("repetition"))
+                            .agg(F.sum("col.active_total").alias("active"), F.sum("col.correct_total").alias("correct"))
+                            .toPandas())
     active = np.zeros((parts, repetitions), dtype=np.int64)
     correct = np.zeros((parts, repetitions), dtype=np.int64)
     ranges, reps = totals["range"].to_numpy(), totals["repetition"].to_numpy()
@@ -380,8 +382,9 @@ def distributed_counts(df: DataFrame, *, section: AuditConfig, seed: int, guesse
                                    correct_offset=correct_offset)
 
         describe_jobs(spark, "audit: sort each candidate range once, exact counts at the cut ranks")
-        cuts = (candidates.select("range", "candidates").groupBy("range")
-                .applyInPandas(evaluate, "range int, repetition int, guess_index int, correct long").toPandas())
+        cuts: pd.DataFrame = (candidates.select("range", "candidates").groupBy("range")
+                              .applyInPandas(evaluate, "range int, repetition int, guess_index int, correct long")
+                              .toPandas())
     finally:
         candidates.unpersist()
     correct = np.full((len(scores), repetitions, len(guesses)), -1, dtype=np.int64)

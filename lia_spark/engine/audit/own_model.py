@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 import pandas as pd
-
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -26,9 +25,9 @@ from lia_spark.kernels.injected import PROBABILITY_FIX, PredictionSummary, predi
 from lia_spark.names import LABEL, PROXY_PREDICTION, ROW_ID, TARGET_PREDICTION
 from lia_spark.run import layout
 from lia_spark.run.config import Config
+from lia_spark.run.tracking_uri import resolve_tracking_uri
 from lia_spark.tracking.model_scoring import (ProbabilityModel, local_model_folder, model_facts, model_udf,
                                               pinned_model_uri, positive_probability, probability_model)
-from lia_spark.run.tracking_uri import resolve_tracking_uri
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +133,7 @@ def _probability_udf(model: ProbabilityModel) -> Any:
     def score(rows: pd.DataFrame) -> pd.Series:
         return pd.Series(positive_probability(model, rows), index=rows.index)
 
-    return F.pandas_udf(score, "double")
+    return F.pandas_udf(score, "double")  # type: ignore[call-overload]  # pyspark's stub omits the type-hint form
 
 
 def _given_predictions(spark: SparkSession, config: Config) -> DataFrame:
@@ -168,6 +167,8 @@ def check_predictions(canaries: DataFrame, sealed_rows: int, field: str, value: 
         F.max(prediction).alias("high"),
         F.sum((number & (prediction > 0) & (prediction < 1)).cast("long")).alias("soft"),
         F.corr(prediction, F.col(against)).alias("agreement")).first()
+    if found is None:
+        raise ValueError(f"{field}: a global aggregate returns one row, got none")
     problem = prediction_problem(PredictionSummary(
         rows=int(found["rows"]), expected=sealed_rows, missing=int(found["missing"] or 0),
         low=float(found["low"] if found["low"] is not None else 0.0),

@@ -13,7 +13,7 @@ import math
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -26,8 +26,8 @@ from lia_spark.engine.audit.counts import distributed_counts, pooled_runs, resol
 from lia_spark.engine.audit.own_model import check_predictions, given_model
 from lia_spark.engine.audit.targets import AuditedTarget, audited_target, canary_path
 from lia_spark.engine.runtime.outputs import copy_from_local, path_exists, reported_path
-from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import FilesResult, Stage, StageRun, TrainedTarget
+from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import audit, audit_sweep, membership
 from lia_spark.kernels.audit_designs import AuditDesign
 from lia_spark.names import (BASELINE_NAMES, LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID,
@@ -121,6 +121,17 @@ class AuditResult(FilesResult):
         return list(self.files)
 
 
+class MeasuredProxyError(TypedDict):
+    """The proxy's TV error against the twin's truth (:func:`proxy_error`), the fields of :class:`ProxyError` the
+    measurement gives."""
+
+    max: float
+    p99: float
+    p95: float
+    mean: float
+    canaries: int
+
+
 @dataclasses.dataclass(frozen=True)
 class GameCounts:
     """The counts of one label-inference audit: m, the sweep's guess counts, score name -> correct (R, k) (with
@@ -130,9 +141,9 @@ class GameCounts:
     canaries: int
     guesses: np.ndarray
     correct: dict[str, np.ndarray]
-    recalibration: dict[str, dict[str, float]]
+    recalibration: dict[str, RecalibrationMap]
     baselines: tuple[str, ...]
-    proxy_error: dict[str, float] | None = None  # observational on the twin: :func:`proxy_error`
+    proxy_error: MeasuredProxyError | None = None  # observational on the twin: :func:`proxy_error`
     runs: int = 1  # injected: the training runs pooled into the game (audit.runs; m counts every run's canaries)
 
 
@@ -146,7 +157,7 @@ def truth_table(spark: SparkSession, config: Config, *, data_rows: bool) -> Data
     return spark.read.parquet(path).select(ROW_ID, "eta")
 
 
-def proxy_error(df: DataFrame, truth: DataFrame) -> dict[str, float] | None:
+def proxy_error(df: DataFrame, truth: DataFrame) -> MeasuredProxyError | None:
     """The total-variation error of the proxy the observational game draws y1 from (the canaries' ``proxy_prediction``
     as the game reads it, recalibrated where audit.recalibrate maps it) against the true P(y=1|x): for Bernoulli
     laws TV = |M'(x) - eta(x)|; its maximum over the canaries (the tau that makes the bound hold, docs/math.md §5.10),
@@ -156,6 +167,8 @@ def proxy_error(df: DataFrame, truth: DataFrame) -> dict[str, float] | None:
            .agg(F.count(F.lit(1)).alias("canaries"), F.count("eta").alias("matched"), F.max(gap).alias("max"),
                 F.percentile_approx(gap, [0.99, 0.95], 10_000).alias("quantiles"), F.avg(gap).alias("mean"))
            .first())
+    if row is None:
+        raise ValueError("audit: a global aggregate returns one row, got none")
     if row["matched"] < row["canaries"] or not row["canaries"]:
         logger.warning("audit: %d of %d canaries have no row in the truth table: the proxy's error is not measured",
                        row["canaries"] - row["matched"], row["canaries"])
@@ -179,7 +192,8 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
     if design.refits_target and target == TARGET_PREDICTION:
         canaries, runs = pooled_runs(canaries)
     baselines = resolve_baselines(canaries, section=config.audit)
-    correct, maps, m, guesses, error = {}, {}, 0, np.zeros(0, dtype=np.int64), None
+    maps: dict[str, RecalibrationMap] = {}
+    correct, m, guesses, error = {}, 0, np.zeros(0, dtype=np.int64), None
     for baseline in baselines:
         mapped = config.audit.recalibration(BASELINE_NAMES[baseline])
         df, mapping = select_canaries(canaries, seed=config.run.seed, canaries=config.audit.canaries,
@@ -197,7 +211,7 @@ def label_inference_counts(spark: SparkSession, config: Config, canaries: DataFr
         suffix = "" if len(baselines) == 1 else f"@{BASELINE_NAMES[baseline]}"
         correct.update({f"{score}{suffix}": values for score, values in counts.items()})
         if mapping is not None:
-            maps[baseline] = {"mapped": mapped, **mapping.summary()}
+            maps[baseline] = RecalibrationMap(mapped=mapped, **mapping.summary())
     return GameCounts(m, guesses, correct, maps, baselines, error, runs)
 
 
@@ -222,7 +236,8 @@ def reference_counts(spark: SparkSession, config: Config) -> GameCounts | None:
     if not config.audit.audit_design.fits_reference or not audited_target(config).has_reference:
         return None
     table = spark.read.parquet(canary_path(config))
-    if REFERENCE_PREDICTION not in table.columns or table.where(F.col(REFERENCE_PREDICTION).isNotNull()).limit(1).count() == 0:
+    if (REFERENCE_PREDICTION not in table.columns
+            or table.where(F.col(REFERENCE_PREDICTION).isNotNull()).limit(1).count() == 0):
         logger.info("audit: the canary table has no %s: no label-blind reference audited", REFERENCE_PREDICTION)
         return None
     return label_inference_counts(spark, config, table.where(F.col(REFERENCE_PREDICTION).isNotNull()),
@@ -233,7 +248,7 @@ def membership_counts(spark: SparkSession, config: Config) -> tuple[int, np.ndar
     """(2m, guesses, {"membership": correct (1, k)}) of the membership baseline (docs/math.md §5.8) over the train
     stage's candidate table (2m rows, collected to the driver: audit.membership_candidates bounds it)."""
     describe_jobs(spark, "audit: read membership candidates")
-    frame = spark.read.parquet(layout.membership_path(config)).toPandas()
+    frame: pd.DataFrame = spark.read.parquet(layout.membership_path(config)).toPandas()
     if frame.empty:
         raise ValueError(f"membership candidates: {layout.membership_path(config)} holds no row; train with "
                          f"audit.attack={names.MEMBERSHIP}")
@@ -257,6 +272,8 @@ def _audit(run: StageRun) -> AuditResult:
     spark, config, started = run.spark, run.config, run.started
     section, design, audited = config.audit, config.audit.audit_design, audited_target(config)
     output_path = reported_path(layout.output_path(config, layout.AUDIT))
+    recalibration: dict[str, RecalibrationMap]
+    baselines: tuple[str, ...]
     if design.draws_members:
         (m, guesses, correct), recalibration, baselines = membership_counts(spark, config), {}, (PROXY_PREDICTION,)
         error, runs = None, 1
@@ -274,7 +291,8 @@ def _audit(run: StageRun) -> AuditResult:
     logger.info("audit: counts in %.1f s, bounds in %.1f s", counted - started, time.monotonic() - counted)
     observational = (_observational_checks(spark, config, correct, guesses, m, error)
                      if design.assumes_tau else None)
-    trained = None if section.given_target else run.upstream("canaries", TrainedTarget)
+    trained = (None if section.given_target  # a Protocol: upstream's isinstance check reads it at run time
+               else run.upstream("canaries", TrainedTarget))  # type: ignore[type-abstract]
     headline = _headline(config, bounds, design=design, canaries=m, observational=observational, trained=trained,
                          given=audited.description(config, run.resolved.found),
                          runs=runs)
@@ -287,7 +305,7 @@ def _audit(run: StageRun) -> AuditResult:
         guesses=tuple(int(g) for g in guesses), confidence=section.confidence, delta=section.delta, tau=tau,
         gdp_delta=bounds.gdp_delta, gdp_tau_vacuous=bounds.gdp_tau_vacuous, scores=tuple(bounds.scores),
         tests=bounds.tests, default_convention=section.convention,
-        recalibration={column: RecalibrationMap(**values) for column, values in recalibration.items()},
+        recalibration=recalibration,
         baselines=tuple(baselines), best=_statistics(bounds.best),
         best_guesses_median={key: float(np.median(v)) for key, v in bounds.best_guesses.items()},
         best_score_share={key: {score: float(np.mean(winners == score)) for score in bounds.scores}
@@ -331,7 +349,7 @@ def headline_family(section: AuditConfig) -> str:
 
 
 def _observational_checks(spark: SparkSession, config: Config, correct: dict[str, np.ndarray], guesses: np.ndarray,
-                          m: int, error: dict[str, float] | None) -> ObservationalChecks:
+                          m: int, error: MeasuredProxyError | None) -> ObservationalChecks:
     """What the observational bound rests on (docs/math.md §5.10): ``proxy_tv`` (on the twin, the proxy's measured
     error and the valid bound at its maximum, null elsewhere), ``tau_break_even`` (tau* per repetition, first and
     mean), ``eps_lb_by_tau`` (the first repetition's valid bound at the taus of

@@ -24,10 +24,10 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lia_spark.engine.spark.filesystem import files_for, text_parts
 from lia_spark.engine.runtime.outputs import committed_output, delete_path, reusable_output
-from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.engine.runtime.stage import Stage, StageResult, StageRun
+from lia_spark.engine.spark.filesystem import files_for, text_parts
+from lia_spark.engine.spark.session import default_parallelism, describe_jobs
 from lia_spark.kernels.criteo import CAT_COLUMNS, INT_COLUMNS, STORAGE_DDL, format_lines, split_row_id
 from lia_spark.kernels.synthetic import TwinParameters, TwinRows, calibrate_twin, generate_rows, twin_eta
 from lia_spark.names import DAY, LABEL, ROW_ID
@@ -201,7 +201,7 @@ def _write_tsv(spark: SparkSession, config: Config, params: TwinParameters, part
 
 
 def _write_truth(spark: SparkSession, config: Config, params: TwinParameters, data_path: str,
-                 fingerprint: Fingerprint) -> None:
+                 fingerprint: Fingerprint | None) -> None:
     final = layout.output_path(config, layout.TRUTH)
     with committed_output(spark, final, {"intercepts": list(params.intercepts)}, fingerprint=fingerprint) as staging:
         describe_jobs(spark, "generate: truth table (row_id, day, eta)")

@@ -1,5 +1,5 @@
-"""Criteo text files in Spark passes, for the ingest stage (:mod:`lia_spark.engine.ingest.stage`): the input listing, the
-one-task-per-file gzip decode, the line scan that counts blocks and finds malformed lines, and the parse that
+"""Criteo text files in Spark passes, for the ingest stage (:mod:`lia_spark.engine.ingest.stage`): the input listing,
+the one-task-per-file gzip decode, the line scan that counts blocks and finds malformed lines, and the parse that
 numbers each line by its block's first line (the algorithm is in the ingest stage's docstring).
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ import logging
 import os
 import posixpath
 import time
-from typing import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -91,7 +91,7 @@ def list_sources(spark: SparkSession, paths: tuple[str, ...] | list[str]) -> lis
     days = [source.day for source in sources]
     if None in days and len(sources) > 1:
         raise ValueError(f"data.criteo_paths: Kaggle train.txt must be the only input, got {[s.path for s in sources]}")
-    duplicates = sorted({day for day in days if days.count(day) > 1})
+    duplicates = sorted({day for day in days if day is not None and days.count(day) > 1})  # train.txt is alone
     if duplicates:
         raise ValueError(f"data.criteo_paths: more than one file for day(s) {duplicates}, "
                          f"got {sorted(s.path for s in sources)}")
@@ -128,6 +128,14 @@ def decompressed_copies(spark: SparkSession, sources: list[SourceFile], folder: 
     return _decoded_by_spark(spark, gzip_sources, folder)
 
 
+def checked_local(path: str) -> str:
+    """``path`` as the local path :func:`local_folder` gives, where the caller has checked that it gives one."""
+    local = local_folder(path)
+    if local is None:
+        raise ValueError(f"ingest: a path checked to be local is not, got {path!r}")
+    return local
+
+
 def decode_gzip_file(source: str, copy: str) -> GzipDecode:
     """Decode the gzip file ``source`` into ``copy`` (local paths) as ``gzip -d`` does
     (:func:`~lia_spark.engine.ingest.gzip_members.decode_members`: every member, trailing zeros and garbage
@@ -151,8 +159,8 @@ _DECODE_COLUMNS = "file_index long, bytes long, members long, trailing long, tra
 def _decoded_by_isal(spark: SparkSession, gzip_sources: list[tuple[int, SourceFile]], folder: str) -> Decompressed:
     """:func:`decompressed_copies` for local files: one Spark task per file runs :func:`decode_gzip_file`."""
     copies = {index: f"{folder}/{_COPY_PREFIX}{index}" for index, _ in gzip_sources}
-    work = [(index, os.path.abspath(local_folder(source.path)),
-             os.path.abspath(f"{local_folder(copies[index])}/{COPY_FILE}"))  # executors have their own working folder
+    work = [(index, os.path.abspath(checked_local(source.path)),
+             os.path.abspath(f"{checked_local(copies[index])}/{COPY_FILE}"))  # executors have their own working folder
             for index, source in gzip_sources]
 
     def decode(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
@@ -263,7 +271,9 @@ def scan_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
     for batch in batches:
         lines = batch.column("line")
         parsed = criteo.parse_lines_fast(lines)
-        bad_rows, bad_keys, bad_index = [], [], []
+        bad_rows: list[int] = []
+        bad_keys: list[tuple[int, int]] = []
+        bad_index: list[int] = []
         for key, begin, end in _runs(batch):
             base = lines_seen.get(key, 0)
             lines_seen[key] = base + end - begin

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Iterable, Iterator
 
-
 GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip member (RFC 1952)
 _GZIP_WBITS = 31  # zlib's window bits for one gzip member: header and trailer
 _OUTPUT_CHUNK = 8 << 20  # decoded bytes per decoder call: memory stays bounded

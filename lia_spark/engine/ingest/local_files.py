@@ -29,6 +29,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -36,17 +37,10 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from lia_spark import names
-from lia_spark.engine.ingest.criteo_files import (
-    COPY_FILE,
-    SCAN_DDL,
-    SourceFile,
-    malformed_batch,
-    reason_counts,
-    summary_batch,
-    value_columns,
-)
-from lia_spark.engine.spark.memory import byte_size
+from lia_spark.engine.ingest.criteo_files import (COPY_FILE, SCAN_DDL, SourceFile, checked_local, malformed_batch,
+                                                  reason_counts, summary_batch, value_columns)
 from lia_spark.engine.spark.filesystem import local_folder
+from lia_spark.engine.spark.memory import byte_size
 from lia_spark.engine.spark.session import default_parallelism
 from lia_spark.kernels import criteo
 
@@ -83,13 +77,13 @@ def plan_chunks(spark: SparkSession, sources: list[SourceFile], copies: dict[int
     executor's working directory is not the driver's)."""
     texts = []
     for index, source in enumerate(sources):
-        path = os.path.abspath(f"{local_folder(copies[index])}/{COPY_FILE}" if index in copies
-                               else local_folder(source.path))
+        path = os.path.abspath(f"{checked_local(copies[index])}/{COPY_FILE}" if index in copies
+                               else checked_local(source.path))
         texts.append((index, path, os.path.getsize(path)))
     total = sum(size for _, _, size in texts)
     per_core = total // max(1, default_parallelism(spark))
-    split = min(_max_partition_bytes(spark),
-                max(byte_size(spark.conf.get("spark.sql.files.openCostInBytes", "4m")), per_core))
+    open_cost = cast(str, spark.conf.get("spark.sql.files.openCostInBytes", "4m"))  # a str default: never None
+    split = min(_max_partition_bytes(spark), max(byte_size(open_cost), per_core))
     return [Chunk(index, path, start, min(start + split, size), size)
             for index, path, size in texts for start in range(0, size, max(1, split))]
 
@@ -105,7 +99,8 @@ def task_groups(spark: SparkSession, chunks: list[Chunk]) -> list[list[int]]:
 
 def _max_partition_bytes(spark: SparkSession) -> int:
     """``spark.sql.files.maxPartitionBytes``: the most bytes Spark reads in one file split."""
-    return byte_size(spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))
+    configured = cast(str, spark.conf.get("spark.sql.files.maxPartitionBytes", "128m"))  # a str default: never None
+    return byte_size(configured)
 
 
 def balanced_groups(sizes: list[int], groups: int) -> list[list[int]]:
@@ -243,14 +238,14 @@ def count_lines(spark: SparkSession, chunks: list[Chunk], groups: list[list[int]
             yield pa.RecordBatch.from_pydict({"chunk": positions,
                                               "lines": [count_chunk_lines(chunks[p]) for p in positions]})
 
-    counted = dict(_tasks(spark, groups).mapInArrow(count, "chunk long, lines long").collect())
+    counted: dict[int, int] = dict(_tasks(spark, groups).mapInArrow(count, "chunk long, lines long").collect())
     return [int(counted[position]) for position in range(len(chunks))]
 
 
 def scan_and_write(spark: SparkSession, chunks: list[Chunk], groups: list[list[int]], first_lines: list[int],
                    file_days: dict[int, tuple[int, np.ndarray]], staging: str) -> DataFrame:
     """Job 2 (:func:`parse_chunks_fn`): the scan rows (SCAN_DDL), the valid rows written below ``staging``."""
-    folder = os.path.abspath(local_folder(staging))
+    folder = os.path.abspath(checked_local(staging))
     return _tasks(spark, groups).mapInArrow(parse_chunks_fn(chunks, groups, first_lines, file_days, folder), SCAN_DDL)
 
 
@@ -262,7 +257,7 @@ def _tasks(spark: SparkSession, groups: list[list[int]]) -> DataFrame:
 def rows_per_day(staging: str, threads: int = 16) -> dict[int, int]:
     """Rows in the visible Parquet files under ``staging``'s ``day=<d>`` folders, per day, from their footers (read
     by ``threads`` threads: the time is the file system's latency)."""
-    root = local_folder(staging)
+    root = checked_local(staging)
     files = [(int(folder.split("=", 1)[1]), os.path.join(root, folder, name))
              for folder in sorted(os.listdir(root)) if folder.startswith(f"{names.DAY}=")
              for name in sorted(os.listdir(os.path.join(root, folder))) if not name.startswith((".", "_"))]
@@ -276,7 +271,7 @@ def rows_per_day(staging: str, threads: int = 16) -> dict[int, int]:
 
 def remove_unfinished(staging: str) -> None:
     """Delete the hidden files of chunk writes that did not finish (killed or failed task attempts)."""
-    for folder, _, files in os.walk(local_folder(staging)):
+    for folder, _, files in os.walk(checked_local(staging)):
         for name in files:
             if name.startswith(".") and name.endswith(HIDDEN_SUFFIX):
                 os.remove(os.path.join(folder, name))

@@ -49,13 +49,13 @@ from pyspark.sql import functions as F
 
 from lia_spark import names
 from lia_spark.engine.ingest import local_files
-from lia_spark.engine.ingest.criteo_files import (GZIP_MODULUS, SCAN_DDL, Decompressed, SourceFile,
-                                                  decompressed_copies, gzip_trailer_size, list_sources,
-                                                  parse_partition_fn, read_lines, scan_partition, walked_gzip)
+from lia_spark.engine.ingest.criteo_files import (GZIP_MODULUS, SCAN_DDL, Decompressed, SourceFile, decompressed_copies,
+                                                  gzip_trailer_size, list_sources, parse_partition_fn, read_lines,
+                                                  scan_partition, walked_gzip)
 from lia_spark.engine.ingest.gzip_members import GzipDecode
 from lia_spark.engine.runtime.outputs import committed_output, scratch_folder
-from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Resolved, Stage, StageResult, StageRun
+from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import criteo
 from lia_spark.run.config import Config
 from lia_spark.run.fingerprint import Fingerprint
@@ -269,7 +269,7 @@ def _valid_rows_per_day(sources: list[SourceFile], scans: list[_FileScan], file_
         day_sizes = np.diff(np.append(starts, scan.lines))
         rows.update({first_day + slot: int(size) for slot, size in enumerate(day_sizes)})
         if scan.malformed:
-            slot = sum(F.when(F.col("line_index") >= int(start), 1).otherwise(0) for start in starts) - 1
+            slot = sum((F.when(F.col("line_index") >= int(start), 1).otherwise(0) for start in starts), F.lit(-1))
             for row in (malformed.where(F.col("file_index") == index).groupBy(slot.alias("slot")).count()
                         .collect()):
                 rows[first_day + row.slot] -= row["count"]
@@ -318,7 +318,7 @@ def _build_result(config: Config, sources: list[SourceFile], scans: list[_FileSc
 
 
 def _write_quarantine(spark: SparkSession, path: str, malformed: DataFrame, sources: list[SourceFile],
-                      statuses: list[str], metadata: dict, fingerprint: Fingerprint) -> None:
+                      statuses: list[str], metadata: dict, fingerprint: Fingerprint | None) -> None:
     """Malformed lines (1-based line numbers) plus one entry per damaged file; ~1M entries per Parquet file."""
     lines = malformed.select("file", (F.col("line_index") + 1).alias("line_number"), "raw_line", "reason")
     damaged = [(source.path, None, None, status) for source, status in zip(sources, statuses)

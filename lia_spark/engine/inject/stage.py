@@ -33,19 +33,18 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lia_spark.engine.attacker_prior.sources import proxy_scores
 from lia_spark.engine.models.audit_key import key_values, stage_key
-from lia_spark.engine.models.execution import distributed_proxy, injected_frame
 from lia_spark.engine.models.classes import check_two_classes
+from lia_spark.engine.models.execution import distributed_proxy, injected_frame
 from lia_spark.engine.models.feature_frames import check_days_present, read_day
 from lia_spark.engine.models.preparation import fit_proxy, in_memory_rows, sampled_day
-from lia_spark.engine.attacker_prior.sources import proxy_scores
 from lia_spark.engine.runtime.outputs import delete_path, reported_path, write_text
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.engine.spark.filesystem import files_for, text_parts
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels.criteo import FEATURE_COLUMNS, format_lines
-from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, IN_MEMORY, LABEL, PROXY_PREDICTION, ROW_ID,
-                             TRUE_LABEL)
+from lia_spark.names import COUNTERFACTUAL_LABEL, HIDDEN_BIT, IN_MEMORY, LABEL, PROXY_PREDICTION, ROW_ID, TRUE_LABEL
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.json_output import strict_json
@@ -153,6 +152,8 @@ def _inject(run: StageRun) -> InjectResult:
     counted = spark.read.parquet(run.under(layout.SEALED)).agg(
         F.count(F.lit(1)).alias("rows"),
         F.sum((F.col(COUNTERFACTUAL_LABEL) != F.col(LABEL)).cast("long")).alias("informative")).first()
+    if counted is None:
+        raise ValueError("inject: a global aggregate returns one row, got none")
     seconds["inject"] = time.monotonic() - started
     seconds["total"] = time.monotonic() - run.started
     out = reported_path(layout.output_path(config, layout.INJECT))
@@ -161,6 +162,8 @@ def _inject(run: StageRun) -> InjectResult:
                           sealed_path=layout.under(out, layout.SEALED), target_day=m.target_day,
                           rows=int(counted["rows"]), informative_canaries=int(counted["informative"] or 0),
                           counterfactual=config.audit.counterfactual, proxy_metrics=proxy_metrics, seconds=seconds)
+    if run.fingerprint is None:
+        raise ValueError("inject: the stage is reusable, so its run has a fingerprint, got none")
     manifest = {"fingerprint": run.fingerprint.value, "rows": result.rows, "day_rows": total,
                 "informative_canaries": result.informative_canaries,
                 "informative_share": result.informative_share, "target_day": m.target_day,

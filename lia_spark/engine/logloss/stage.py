@@ -37,8 +37,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark.engine.runtime.outputs import check_writable, copy_from_local, reported_path
-from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import FilesResult, Input, Stage, StageRun
+from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import logloss
 from lia_spark.kernels.criteo import POSITION_BITS
 from lia_spark.names import DAY, LABEL, ROW_ID
@@ -65,7 +65,10 @@ def oracle_table(spark: SparkSession, config: Config) -> DataFrame:
     rows = (spark.read.parquet(config.parquet_path).where(F.col(DAY) == day)
             .select((F.col(ROW_ID).bitwiseAND((1 << POSITION_BITS) - 1)).alias(POSITION), F.col(LABEL).cast("int")))
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-    count, low, high = rows.agg(F.count("*"), F.min(POSITION), F.max(POSITION)).first()
+    found = rows.agg(F.count("*"), F.min(POSITION), F.max(POSITION)).first()
+    if found is None:
+        raise ValueError("logloss: a global aggregate returns one row, got none")
+    count, low, high = found
     if count == 0 or low != 0 or high != count - 1:
         rows.unpersist()
         raise ValueError(f"logloss.day: the oracle needs positions 0..N-1 of one day, got {count} rows with "
@@ -75,8 +78,11 @@ def oracle_table(spark: SparkSession, config: Config) -> DataFrame:
 
 def spark_log_loss(rows: DataFrame, predictions: Column) -> float:
     """-(1/N) sum_i [y_i ln u_i + (1 - y_i) ln(1 - u_i)] of ``predictions`` (a Column of the rows) in float64."""
-    total, count = rows.agg(F.sum(F.when(F.col(LABEL) == 1, F.log(predictions)).otherwise(F.log1p(-predictions))),
-                            F.count("*")).first()
+    found = rows.agg(F.sum(F.when(F.col(LABEL) == 1, F.log(predictions)).otherwise(F.log1p(-predictions))),
+                     F.count("*")).first()
+    if found is None:
+        raise ValueError("logloss: a global aggregate returns one row, got none")
+    total, count = found
     return -float(total) / count
 
 
@@ -98,7 +104,7 @@ def exact_likelihood(rows: DataFrame, *, count: int) -> tuple[Fraction, np.ndarr
     odds = logloss.primes(count)
 
     def products(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        positives = []
+        positives: list[int] = []
         for frame in batches:
             chosen = frame[frame[LABEL] == 1]
             positives.extend(int(p) for p in odds[chosen[POSITION].to_numpy(dtype=np.int64)])
@@ -119,7 +125,8 @@ def oracle_settings(section: LoglossConfig) -> list[logloss.OracleSettings]:
 
 
 def _true_labels(rows: DataFrame, count: int) -> np.ndarray:
-    found = rows.where(F.col(POSITION) < count).toPandas().sort_values(POSITION)
+    collected: pd.DataFrame = rows.where(F.col(POSITION) < count).toPandas()
+    found = collected.sort_values(POSITION)
     return found[LABEL].to_numpy(dtype=np.int64)
 
 

@@ -23,7 +23,7 @@ import uuid
 
 from pyspark.sql import SparkSession
 
-from lia_spark.engine.spark.filesystem import error_reason, file_errors, files_for
+from lia_spark.engine.spark.filesystem import HadoopFiles, LocalFiles, error_reason, file_errors, files_for
 from lia_spark.kernels.hashing import AuditKey, key_text, parsed_key
 from lia_spark.run import layout
 from lia_spark.run.checks import ConfigError
@@ -81,6 +81,15 @@ def _parsed(config: Config, path: str, content: bytes) -> AuditKey:
                    f"restore it from a copy (with it the coins are the same), or {NEW_KEY_FIX}")
 
 
+def _reached(spark: SparkSession, path: str) -> str | HadoopFiles:
+    """The driver's own path of the key file ``path`` when it is a local file, else the Hadoop files that reach it."""
+    files = files_for(spark, path)
+    if isinstance(files, LocalFiles):
+        return files.local_path(path)
+    local = files.local_path(path)
+    return files if local is None else local
+
+
 def _read_local(config: Config, path: str) -> AuditKey | None:
     """The key in the driver's file ``path`` (None when there is none), checked."""
     try:
@@ -102,9 +111,8 @@ def _read_local(config: Config, path: str) -> AuditKey | None:
     return key
 
 
-def _read_hadoop(spark: SparkSession, config: Config, path: str) -> AuditKey | None:
+def _read_hadoop(config: Config, files: HadoopFiles, path: str) -> AuditKey | None:
     """The key in file ``path`` of a Hadoop file system (None when there is none), checked."""
-    files = files_for(spark, path)
     try:
         if not files.exists(path):
             return None
@@ -132,8 +140,8 @@ def stored_key(spark: SparkSession, config: Config) -> AuditKey | None:
             write it (on a file system that keeps permissions).
     """
     path = layout.audit_key_path(config)
-    local = files_for(spark, path).local_path(path)
-    return _read_local(config, local) if local is not None else _read_hadoop(spark, config, path)
+    reached = _reached(spark, path)
+    return _read_local(config, reached) if isinstance(reached, str) else _read_hadoop(config, reached, path)
 
 
 def stage_key(spark: SparkSession, config: Config) -> AuditKey:
@@ -210,11 +218,10 @@ def kept(spark: SparkSession, config: Config, key: AuditKey) -> None:
             raise _refusal(config, path, "no longer holds the key this run started with (another run changed it)",
                            "run the command again: it uses the key the file holds")
         return
-    files = files_for(spark, path)
-    local = files.local_path(path)
+    reached = _reached(spark, path)
     try:
-        created = (new_local_key_file(local, key) if local is not None
-                   else files.create_private(path, key_text(key)))
+        created = (new_local_key_file(reached, key) if isinstance(reached, str)
+                   else reached.create_private(path, key_text(key)))
     except file_errors() as error:
         raise OSError(f"{KEY_FIELD}: cannot create the audit key file {path} ({error_reason(error).splitlines()[0]}); "
                       "make its folder writable, or set audit.key_path to a file this job can create") from None

@@ -1,10 +1,11 @@
 """Bag releases of training rows on the executors: every row's released bag proportion (docs/math.md §4.7).
 
 The bags and proportions are those of :func:`lia_spark.kernels.label_mechanisms.bag_proportions` on the whole row set,
-bit for bit: each row's bagging unit (the top bits of its bagging key, :func:`lia_spark.kernels.mechanisms.bagging_units`,
-with the unit bits of the whole set's row count) is computed on the executors, ``groupBy(unit).applyInPandas``
-hands each unit (about ``ROWS_PER_BAGGING_UNIT`` rows of row id and label) to the pure kernel, and the kernel
-bags inside the unit exactly as it does for the whole set. Memory per task: one unit, whatever the day's size.
+bit for bit: each row's bagging unit (the top bits of its bagging key,
+:func:`lia_spark.kernels.mechanisms.bagging_units`, with the unit bits of the whole set's row count) is computed on
+the executors, ``groupBy(unit).applyInPandas`` hands each unit (about ``ROWS_PER_BAGGING_UNIT`` rows of row id and
+label) to the pure kernel, and the kernel bags inside the unit exactly as it does for the whole set. Memory per task:
+one unit, whatever the day's size.
 """
 from __future__ import annotations
 

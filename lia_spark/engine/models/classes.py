@@ -41,7 +41,7 @@ def check_two_classes(spark: SparkSession, config: Config, fields: Sequence[str]
     Raises:
         ConfigError: naming the first such field, its day and the class counts.
     """
-    named = {field: day for field, day in day_fields(config).items() if field in fields}
+    named = {field: day for field, day in day_fields(config).items() if field in fields and isinstance(day, int)}
     if not named:
         return
     counted = read_days(spark, config.parquet_path, sorted(set(named.values()))).groupBy(DAY, LABEL).count()

@@ -47,10 +47,11 @@ def spark_booster(spark: SparkSession, config: Config, columns: list[str], label
     from xgboost.spark import SparkXGBClassifier, SparkXGBRegressor
 
     m = config.models
-    shared = dict(features_col=columns, label_col=label, validation_indicator_col="is_valid",
-                  num_workers=m.num_workers or default_parallelism(spark), n_estimators=m.n_estimators,
-                  max_depth=m.max_depth, learning_rate=m.learning_rate, tree_method="hist",
-                  early_stopping_rounds=m.early_stopping_rounds or None, random_state=config.run.seed % 2**31)
+    shared: dict[str, Any] = dict(features_col=columns, label_col=label, validation_indicator_col="is_valid",
+                                  num_workers=m.num_workers or default_parallelism(spark),
+                                  n_estimators=m.n_estimators, max_depth=m.max_depth, learning_rate=m.learning_rate,
+                                  tree_method="hist", early_stopping_rounds=m.early_stopping_rounds or None,
+                                  random_state=config.run.seed % 2**31)
     if regression_start is None:
         return SparkXGBClassifier(eval_metric="logloss", **shared)
     return SparkXGBRegressor(objective="reg:squarederror", eval_metric="rmse", base_score=regression_start, **shared)
@@ -59,8 +60,8 @@ def spark_booster(spark: SparkSession, config: Config, columns: list[str], label
 def predicted(fitted: SparkModel, frame: DataFrame, name: str) -> DataFrame:
     """``frame`` with ``name`` = P(y=1|x) of the fitted xgboost.spark model: its booster's raw output (a classifier's
     margin, a regressor's value, from its own ``transform``) through the saved output transform
-    (:meth:`lia_spark.kernels.model_output.OutputTransform.probabilities`, in float64), so the run scores exactly what the
-    saved model predicts."""
+    (:meth:`lia_spark.kernels.model_output.OutputTransform.probabilities`, in float64), so the run scores exactly what
+    the saved model predicts."""
     from pyspark.ml.functions import vector_to_array
 
     model, transform = fitted.model, fitted.output
@@ -68,7 +69,7 @@ def predicted(fitted: SparkModel, frame: DataFrame, name: str) -> DataFrame:
     raw = (vector_to_array(F.col(model.getOrDefault("rawPredictionCol")))[1] if model.hasParam("rawPredictionCol")
            else F.col(model.getOrDefault("predictionCol")))
 
-    @F.pandas_udf("double")
+    @F.pandas_udf("double")  # type: ignore[call-overload]  # pyspark's stub omits the type-hint form (returnType only)
     def probabilities(values: pd.Series) -> pd.Series:
         return pd.Series(transform.probabilities(values.to_numpy()))
 
@@ -128,6 +129,9 @@ def label_target(spark: SparkSession, config: Config, target: DataFrame, columns
     if mechanism.releases_true_labels(eps):
         released = target.withColumn(RELEASED_LABEL, F.col(LABEL))
     elif not mechanism.two_stage:
+        if mechanism.release_labels is None:
+            raise ValueError("models.training_mechanism: releases no per-row labels for xgboost.spark to train on "
+                             f"(the execution check refuses it first), got {m.training_mechanism}")
         released = release_column(target, mechanism.release_labels, epsilon=eps, seed=seed,
                                   prior=PROXY_PRIOR if mechanism.needs_prior else None)
     else:
@@ -161,7 +165,8 @@ def bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: 
     """The target on bag proportions (docs/math.md §4.7): the training and the validation rows each bagged and
     released on the executors (:func:`lia_spark.engine.models.bags.row_bag_proportions`, the in-memory path's bags), a
     squared-error regression of each row's released proportion, its predictions debiased to P(y=1|x)
-    (:func:`lia_spark.kernels.label_mechanisms.debias_bag_predictions`); ``released_label`` is null (no per-row label)."""
+    (:func:`lia_spark.kernels.label_mechanisms.debias_bag_predictions`); ``released_label`` is null (no per-row
+    label)."""
     m = config.models
     describe_jobs(spark, f"train: bag proportions ({m.training_mechanism}, k={m.bag_size})")
     proportions = functools.reduce(DataFrame.unionByName, [
@@ -170,10 +175,10 @@ def bag_target(spark: SparkSession, config: Config, target: DataFrame, columns: 
         for split in (training.SPLIT_TRAIN, training.SPLIT_VALID)])
     released = target.join(proportions, ROW_ID, "left").cache()
     training_rows = released.where(F.col(SPLIT) == training.SPLIT_TRAIN)
-    mean_proportion = training_rows.agg(F.mean(BAG_PROPORTION)).first()[0]
-    if mean_proportion is None:
+    aggregated = training_rows.agg(F.mean(BAG_PROPORTION)).first()  # one row: a global aggregation
+    if aggregated is None or aggregated[0] is None:
         raise ValueError(f"models.split: the target day has no training rows to bag, got split={list(m.split)}")
-    mean_proportion = float(mean_proportion)
+    mean_proportion = float(aggregated[0])
     describe_jobs(spark, "train: target on bag proportions (xgboost.spark)")
     started = time.monotonic()
     model = spark_booster(spark, config, columns, BAG_PROPORTION, regression_start=mean_proportion).fit(

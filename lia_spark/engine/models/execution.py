@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import numpy as np
 import pandas as pd
@@ -26,24 +26,23 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from lia_spark import names
-from lia_spark.engine.models.preparation import (Preparation, PreparedDays, RunJob, ShadowJob, TargetJob, TargetRows,
-                                                 boosting_params, feature_spec, fit_job, found_votes,
-                                                 in_memory_rows, model_features, prepare_days, preparation_key,
-                                                 shared_pate_settings, target_job)
 from lia_spark.engine.models.audit_key import kept
-from lia_spark.engine.models.parallel_fits import run_fits
-from lia_spark.engine.runtime.progress import plan_work, work_done
-from lia_spark.engine.spark.session import describe_jobs, is_connect
 from lia_spark.engine.models.distributed import (SparkModel, bag_target, fitted_rows, label_target, predicted,
                                                  spark_booster)
+from lia_spark.engine.models.parallel_fits import run_fits
+from lia_spark.engine.models.preparation import (Preparation, PreparedDays, RunJob, ShadowJob, TargetJob, TargetRows,
+                                                 boosting_params, feature_spec, fit_job, found_votes, in_memory_rows,
+                                                 model_features, preparation_key, prepare_days, shared_pate_settings,
+                                                 target_job)
+from lia_spark.engine.runtime.progress import plan_work, work_done
+from lia_spark.engine.spark.session import describe_jobs, is_connect
 from lia_spark.kernels import features, injected, membership, training
 from lia_spark.kernels.hashing import AuditKey
 from lia_spark.kernels.model_libraries import FittedModel
-from lia_spark.names import (COUNTERFACTUAL_LABEL, HIDDEN_BIT, INJECTED_LABEL, LABEL, MEMBER, PROXY_PREDICTION,
-                             REFERENCE_PREDICTION, RELEASED_LABEL, ROW_ID, RUN_COLUMNS, RUN_HIDDEN_BITS,
-                             RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION, SPLIT, TARGET_PREDICTION, TRUE_LABEL,
-                             setting_key)
-from lia_spark.names import DISTRIBUTED, IN_MEMORY
+from lia_spark.names import (COUNTERFACTUAL_LABEL, DISTRIBUTED, HIDDEN_BIT, IN_MEMORY, INJECTED_LABEL, LABEL, MEMBER,
+                             PROXY_PREDICTION, REFERENCE_PREDICTION, RELEASED_LABEL, ROW_ID, RUN_COLUMNS,
+                             RUN_HIDDEN_BITS, RUN_TARGET_PREDICTIONS, SHADOW_PREDICTION, SPLIT, TARGET_PREDICTION,
+                             TRUE_LABEL, setting_key)
 from lia_spark.run.capabilities import unsupported
 from lia_spark.run.config import Config
 
@@ -74,6 +73,18 @@ SCORED_SCHEMA = (f"{ROW_ID} long, {LABEL} int, {SPLIT} int, {RELEASED_LABEL} int
 # run_target_predictions: the coins and predictions of the extra training runs 1..R-1 (audit.runs; null without)
 
 
+def _keyed(key: AuditKey | None, draws: str) -> AuditKey:
+    """The audit key ``draws`` are keyed on, which a keyed game always has
+    (:func:`lia_spark.engine.models.audit_key.draws_from_key`).
+
+    Raises:
+        ValueError: ``key`` is None.
+    """
+    if key is None:
+        raise ValueError(f"key: {draws} are drawn from the audit key, which every keyed game has, got None")
+    return key
+
+
 def membership_candidates(data: training.ModelData, config: Config,
                           key: AuditKey | None) -> tuple[training.ModelData, np.ndarray]:
     """With audit.attack=membership: the target day's rows with the candidates left out of the target's training
@@ -83,6 +94,7 @@ def membership_candidates(data: training.ModelData, config: Config,
     member = np.full(data.row_ids.size, -1, dtype=np.int32)
     if not config.audit.audit_design.draws_members:
         return data, member
+    key = _keyed(key, "the membership baseline's members")
     train = data.split == training.SPLIT_TRAIN
     candidates = np.zeros(data.row_ids.size, dtype=bool)
     candidates[train] = membership.candidate_mask(data.row_ids[train], candidates=config.audit.membership_candidates,
@@ -99,8 +111,8 @@ def injection(config: Config, data: training.ModelData, proxy_prediction: np.nda
     if not config.audit.audit_design.injects_labels:
         return None
     labels = injected.inject(data.row_ids, data.labels, proxy_prediction, data.split == training.SPLIT_TRAIN,
-                             key=key, counterfactual=config.audit.counterfactual,
-                             flip_share=config.audit.flip_share)
+                             key=_keyed(key, "the injected design's labels"),
+                             counterfactual=config.audit.counterfactual, flip_share=config.audit.flip_share)
     logger.info("train: injected design: %d of %d canaries informative (y1 != y0)",
                 int(((labels.counterfactual_label >= 0) & (labels.counterfactual_label != data.labels)).sum()),
                 int((labels.counterfactual_label >= 0).sum()))
@@ -119,7 +131,8 @@ def _nullable(values: np.ndarray | None, size: int = 0) -> pd.arrays.IntegerArra
     """An Int32 column with null where ``values`` is negative (all null when ``values`` is None)."""
     if values is None:
         return pd.array([None] * size, dtype="Int32")
-    return pd.array(np.where(values < 0, None, values), dtype="Int32")
+    nulled = np.where(values < 0, None, values)  # type: ignore[call-overload]  # numpy's ArrayLike omits None
+    return pd.array(nulled, dtype="Int32")
 
 
 def _reference_in_memory(config: Config, data: training.ModelData) -> np.ndarray:
@@ -158,13 +171,15 @@ def planned_refits(config: Config) -> Refits:
 def shadow_jobs(config: Config, job: TargetJob, key: AuditKey | None) -> list[ShadowJob]:
     """The label-blind shadow fits of the target fit ``job`` (:func:`planned_refits`), their coins keyed on the audit
     key."""
-    return [ShadowJob(job, shadow, key) for shadow in range(planned_refits(config).shadows)]
+    shadows = range(planned_refits(config).shadows)
+    return [ShadowJob(job, shadow, _keyed(key, "the shadow fits' coins")) for shadow in shadows]
 
 
 def run_jobs(config: Config, job: TargetJob, key: AuditKey | None) -> list[RunJob]:
     """The extra training runs 1..R-1 of the target fit ``job`` (:func:`planned_refits`), their coins keyed on the
     audit key."""
-    return [RunJob(job, run, key) for run in range(1, 1 + planned_refits(config).extra_runs)]
+    runs = range(1, 1 + planned_refits(config).extra_runs)
+    return [RunJob(job, run, _keyed(key, "the extra runs' coins")) for run in runs]
 
 
 def run_columns(data: training.ModelData, counterfactual_label: np.ndarray | None, runs: list[FittedModel],
@@ -174,6 +189,7 @@ def run_columns(data: training.ModelData, counterfactual_label: np.ndarray | Non
     values = {name: [None] * data.labels.size for name in RUN_COLUMNS}
     if not runs or counterfactual_label is None:
         return values
+    key = _keyed(key, "the extra runs' coins")
     canary = np.flatnonzero(counterfactual_label >= 0)
     coins = np.stack([injected.run_coins(data.row_ids[canary], key=key, run=run)
                       for run in range(1, len(runs) + 1)], axis=1).astype(np.int32)
@@ -227,8 +243,9 @@ class InMemoryTarget:
 
 def in_memory_target(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
                      preparation: Preparation, key: AuditKey | None) -> InMemoryTarget:
-    """Everything the in-memory target fit reads (:func:`lia_spark.engine.models.preparation.prepare_days`, the membership
-    candidates, the injected labels): the same for every training mechanism of one preparation and audit key."""
+    """Everything the in-memory target fit reads (:func:`lia_spark.engine.models.preparation.prepare_days`, the
+    membership candidates, the injected labels): the same for every training mechanism of one preparation and audit
+    key."""
     prepared = prepare_days(spark, config, proxy_rows, target_rows, preparation)
     if key is not None:
         kept(spark, config, key)
@@ -286,16 +303,19 @@ def fit_ahead(spark: SparkSession, cells: list[tuple[Config, AuditKey | None]], 
     outcomes = run_fits(spark, tuple(rows), jobs, fit_cell_job, purpose="audit-table")
     shadows: dict[tuple[str, float, int], list[FittedModel | None]] = {}
     runs: dict[tuple[str, float, int], list[FittedModel | None]] = {}
-    for (name, (_, job)), outcome in zip(jobs, outcomes):
+    for (name, (_, work)), outcome in zip(jobs, outcomes):
         if outcome.failed:
             logger.warning("audit-table: the fit of %s failed in its task (%s); its cell fits it again", name,
                            outcome.error)
-        if isinstance(job, (ShadowJob, RunJob)):
-            (shadows if isinstance(job, ShadowJob) else runs).setdefault(job.target.key, []).append(outcome.value)
+        if isinstance(work, (ShadowJob, RunJob)):
+            (shadows if isinstance(work, ShadowJob) else runs).setdefault(work.target.key, []).append(outcome.value)
         elif not outcome.failed:
-            preparation.fits[job.key] = outcome.value
-    preparation.shadow_fits.update({key: models for key, models in shadows.items() if None not in models})
-    preparation.run_fits.update({key: models for key, models in runs.items() if None not in models})
+            preparation.fits[work.key] = outcome.value
+    # cast: a list without None holds only fitted models
+    preparation.shadow_fits.update({key: cast(list[FittedModel], models) for key, models in shadows.items()
+                                    if None not in models})
+    preparation.run_fits.update({key: cast(list[FittedModel], models) for key, models in runs.items()
+                                 if None not in models})
 
 
 def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target_rows: DataFrame,
@@ -324,18 +344,20 @@ def in_memory(spark: SparkSession, config: Config, proxy_rows: DataFrame, target
     if fit is not None:
         logger.info("train: target fitted ahead in a parallel Spark task")
     needs_shadows, needs_runs = shadows is None and planned.shadows > 0, runs is None and planned.extra_runs > 0
-    job = (in_memory_job(spark, config, target_rows, preparation, target, key)
-           if fit is None or needs_shadows or needs_runs else None)
-    shadow_list = shadow_jobs(config, job, key) if needs_shadows else []
-    run_list = run_jobs(config, job, key) if needs_runs else []
-    jobs = [*([("target", job)] if fit is None else []),
-            *((f"shadow {shadow.shadow}", shadow) for shadow in shadow_list),
-            *((f"run {extra.run}", extra) for extra in run_list)]
-    if jobs:
-        fitted = fitted_in_tasks(spark, config, target.rows, jobs, purpose="train")
-        fit = fitted.pop(0) if fit is None else fit
-        shadows = fitted[:len(shadow_list)] if needs_shadows else shadows
-        runs = fitted[len(shadow_list):] if needs_runs else runs
+    shadow_list: list[ShadowJob] = []
+    run_list: list[RunJob] = []
+    jobs: list[tuple[str, TargetJob | ShadowJob | RunJob]] = []
+    if fit is None or needs_shadows or needs_runs:
+        job = in_memory_job(spark, config, target_rows, preparation, target, key)
+        shadow_list = shadow_jobs(config, job, key) if needs_shadows else []
+        run_list = run_jobs(config, job, key) if needs_runs else []
+        jobs = [*([("target", job)] if fit is None else []),
+                *((f"shadow {shadow.shadow}", shadow) for shadow in shadow_list),
+                *((f"run {extra.run}", extra) for extra in run_list)]
+    fitted = fitted_in_tasks(spark, config, target.rows, jobs, purpose="train") if jobs else []
+    fit = fitted.pop(0) if fit is None else fit  # no jobs: every fit was fitted ahead
+    shadows = fitted[:len(shadow_list)] if needs_shadows else shadows
+    runs = fitted[len(shadow_list):] if needs_runs else runs
     for model in (fit.model, *(shadows or []), *(runs or [])):
         model.predict_with_threads()  # a booster fitted in a task keeps its task's one thread
     run_seconds = sum(model.fit_seconds for model in runs or [])
@@ -397,7 +419,7 @@ def distributed(spark: SparkSession, config: Config, proxy_rows: DataFrame, targ
               .join(proxy_on_target.select(ROW_ID, LABEL, SPLIT, PROXY_PREDICTION), ROW_ID)
               .withColumn("is_valid", F.col(SPLIT) == 1))
     no_injection = (F.lit(None).cast("int").alias(column) for column in names.INJECTED_COLUMNS)
-    target = (injected_frame(target, config, key) if design.injects_labels
+    target = (injected_frame(target, config, _keyed(key, "the injected design's labels")) if design.injects_labels
               else target.select("*", F.col(LABEL).alias(TRUE_LABEL), *no_injection)).cache()
     fit_target = bag_target if mechanism.bag_release else label_target
     fitted = fit_target(spark, config, target, columns, key)

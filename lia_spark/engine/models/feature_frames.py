@@ -5,9 +5,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lia_spark.kernels import features
@@ -52,7 +50,7 @@ def released_days(spark: SparkSession, config: Config) -> tuple[int, ...]:
     selection = config.mechanisms.days
     if selection == TARGET_DAY:
         return (config.models.target_day,)
-    if selection != ALL_DAYS:
+    if not isinstance(selection, str):  # a list of days (validation refuses another keyword)
         return tuple(sorted(selection))
     present = days_present(spark, config.parquet_path)
     if not present:
@@ -82,10 +80,10 @@ def check_days_present(spark: SparkSession, config: Config, fields: Sequence[str
         return
     present = days_present(spark, config.parquet_path)
     for field, value in named.items():
-        listed = isinstance(value, list)
-        missing = [day for day in (value if listed else [value]) if day not in present]
+        days = value if isinstance(value, list) else [value]
+        missing = [day for day in days if day not in present]
         if missing:
-            what = f"days {missing}" if listed else f"day {value}"
+            what = f"days {missing}" if isinstance(value, list) else f"day {value}"
             raise ConfigError(f"{field}: {config.parquet_path} holds no rows of {what} (days present: "
                               f"{list(present)}), got {value}; choose among the days present")
 
@@ -95,7 +93,7 @@ def rows_where(rows: DataFrame, keep: Callable[[np.ndarray], np.ndarray]) -> Dat
     the row-id column alone: the other columns never leave the JVM, so a nullable int64 beyond 2^53 is not rounded
     (or, at 2^63 - 1, refused) by a round trip through pandas' float64."""
 
-    @F.pandas_udf("boolean")
+    @F.pandas_udf("boolean")  # type: ignore[call-overload]  # pyspark's stub omits the type-hint form (returnType only)
     def kept(row_ids: pd.Series) -> pd.Series:
         return pd.Series(keep(row_ids.to_numpy("int64")), index=row_ids.index)
 
@@ -103,7 +101,8 @@ def rows_where(rows: DataFrame, keep: Callable[[np.ndarray], np.ndarray]) -> Dat
 
 
 def split_rows(rows: DataFrame, *, seed: int, shares: tuple[float, float, float], code: int) -> DataFrame:
-    """Rows whose split code (:func:`lia_spark.kernels.features.split_codes`, 0 train / 1 valid / 2 test) is ``code``."""
+    """Rows whose split code (:func:`lia_spark.kernels.features.split_codes`, 0 train / 1 valid / 2 test) is
+    ``code``."""
     return rows_where(rows, lambda ids: features.split_codes(ids, seed=seed, shares=shares) == code)
 
 
@@ -124,7 +123,7 @@ def learn_vocabulary(training_rows: DataFrame, *, min_count: int, max_size: int)
     frequent = (stacked.select("cv.column", "cv.value").where(F.col("value").isNotNull())
                 .groupBy("column", "value").count().where(F.col("count") >= min_count))
     rank = F.row_number().over(Window.partitionBy("column").orderBy(F.col("count").desc(), F.col("value")))
-    counts = frequent.withColumn("rank", rank).where(F.col("rank") <= max_size).drop("rank").toPandas()
+    counts: pd.DataFrame = frequent.withColumn("rank", rank).where(F.col("rank") <= max_size).drop("rank").toPandas()
     grouped = {name: (part["value"].to_numpy("int64"), part["count"].to_numpy("int64"))
                for name, part in counts.groupby("column")}
     return features.vocabulary_from_counts(grouped, min_count=min_count, max_size=max_size)

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import pickle
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, cast
 
 import pandas as pd
 from pyspark.sql import SparkSession
@@ -67,7 +67,7 @@ def _on_driver(fit: Fit, shared: Any, job: Any, name: str, progress: str) -> Fit
 
 def task_threads(spark: SparkSession) -> int:
     """Threads of one fit in a task: spark.task.cpus (at least 1)."""
-    return max(1, int(spark.conf.get("spark.task.cpus", "1")))
+    return max(1, int(cast(str, spark.conf.get("spark.task.cpus", "1"))))  # a str default: never None
 
 
 def run_fits(spark: SparkSession, shared: Any, jobs: Sequence[tuple[str, Any]], fit: Fit, *, purpose: str,
@@ -96,8 +96,8 @@ def run_fits(spark: SparkSession, shared: Any, jobs: Sequence[tuple[str, Any]], 
                     outcome = _attempt(fit, data.value, work[index], threads)
                     yield pd.DataFrame({"job": [index], "outcome": [pickle.dumps(outcome)]})
 
-        found = {row["job"]: pickle.loads(row["outcome"])
-                 for row in spark.range(len(jobs), numPartitions=len(jobs)).mapInPandas(run, OUTCOME_SCHEMA).collect()}
+        rows = spark.range(len(jobs), numPartitions=len(jobs)).mapInPandas(run, OUTCOME_SCHEMA).collect()
+        found: dict[int, tuple[Any, str, float]] = {row["job"]: pickle.loads(row["outcome"]) for row in rows}
     logger.info("%s: %d fits in parallel tasks (%d thread(s) each) in %.1f s", purpose, len(jobs), threads,
                 time.monotonic() - started)
     return [FitOutcome(name, *found[index], IN_TASKS) for index, (name, _) in enumerate(jobs)]

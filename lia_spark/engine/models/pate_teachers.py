@@ -44,7 +44,8 @@ def spark_votes(training_rows: DataFrame, columns: list[str], *, teachers: int, 
         describe_jobs(spark, f"{teachers} PATE teachers in parallel tasks")
         validation = None
         if validation_rows is not None:
-            held = validation_rows.select(ROW_ID, LABEL, *columns).toPandas().sort_values(ROW_ID, kind="stable")
+            collected: pd.DataFrame = validation_rows.select(ROW_ID, LABEL, *columns).toPandas()
+            held = collected.sort_values(ROW_ID, kind="stable")
             validation = (feature_values(held), held[LABEL].to_numpy(np.float32))
         students_shipped = (np.asarray(student_ids, np.int64),
                             student_features if as_frame else np.asarray(student_features, dtype=np.float32))

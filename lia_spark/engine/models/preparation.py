@@ -17,8 +17,8 @@ from pyspark.sql import functions as F
 
 from lia_spark.engine.models import feature_frames
 from lia_spark.engine.models.classes import check_training_labels, class_counts, warn_undefined_auc
-from lia_spark.engine.runtime.outputs import output_fingerprint
 from lia_spark.engine.models.pate_teachers import spark_votes
+from lia_spark.engine.runtime.outputs import output_fingerprint
 from lia_spark.engine.spark.memory import driver_limits
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import features, hashing, injected, mechanism_registry, pate, training
@@ -130,21 +130,22 @@ def feature_spec(spark_rows: DataFrame, config: Config) -> features.FeatureSpec:
         return features.FeatureSpec(encoding="native", hash_buckets=m.hash_buckets)
     if m.categorical_encoding == "hash":
         return features.FeatureSpec(encoding="hash", hash_buckets=m.hash_buckets)
-    train_rows = feature_frames.split_rows(spark_rows, seed=config.run.seed, shares=m.split, code=0)
+    train_rows = feature_frames.split_rows(spark_rows, seed=config.run.seed, shares=m.split_shares, code=0)
     vocabulary = feature_frames.learn_vocabulary(train_rows, min_count=m.min_category_count, max_size=m.hash_buckets)
     return features.FeatureSpec(encoding="frequency", hash_buckets=m.hash_buckets, vocabulary=vocabulary)
 
 
 def model_features(rows: DataFrame, spec: features.FeatureSpec, config: Config) -> DataFrame:
-    """The model feature frame of ``rows`` (:func:`lia_spark.engine.models.feature_frames.feature_frame` with the run's seed and
-    split)."""
-    return feature_frames.feature_frame(rows, spec, seed=config.run.seed, shares=config.models.split)
+    """The model feature frame of ``rows`` (:func:`lia_spark.engine.models.feature_frames.feature_frame` with the
+    run's seed and split)."""
+    return feature_frames.feature_frame(rows, spec, seed=config.run.seed, shares=config.models.split_shares)
 
 
 def collect_model_data(frame: DataFrame, spec: features.FeatureSpec,
                        library: ModelLibrary) -> training.ModelData:
     """Collect a feature frame to the driver (Arrow) as :class:`lia_spark.kernels.training.ModelData`."""
-    local = frame.toPandas().sort_values(ROW_ID, kind="stable").reset_index(drop=True)
+    collected: pd.DataFrame = frame.toPandas()
+    local = collected.sort_values(ROW_ID, kind="stable").reset_index(drop=True)
     columns = spec.feature_columns
     matrix = library.feature_values(local, columns)
     return training.ModelData(matrix, local[LABEL].to_numpy(np.int8), local[ROW_ID].to_numpy(np.int64),
@@ -263,23 +264,28 @@ def shared_pate_settings(config: Config, target_rows: DataFrame, preparation: Pr
     training labels): the votes do not depend on epsilon, so the PATE cells of ``lia-spark audit-table`` (one
     preparation) that share a key (audit.key_path) share them (:class:`lia_spark.kernels.pate.ReusedVotes`). The
     membership baseline's teachers leave out its non-members and are fitted for their own run."""
+    if preparation.days is None:
+        raise ValueError("preparation: no prepared days; prepare_days runs first (the teachers use its encoding)")
+    spec = preparation.days.target_spec
     if left_out.size:
-        return pate_settings(config, target_rows, preparation.days.target_spec, left_out=left_out)
+        return pate_settings(config, target_rows, spec, left_out=left_out)
     drawn_by = "" if key is None else key.identifier
     if drawn_by in preparation.pate:
         logger.info("train: PATE's teachers' votes reused from the previous PATE cell of this process")
     else:
-        preparation.pate[drawn_by] = pate_settings(config, target_rows, preparation.days.target_spec,
-                                                   training_labels=training_labels)
+        preparation.pate[drawn_by] = pate_settings(config, target_rows, spec, training_labels=training_labels)
     return preparation.pate[drawn_by]
 
 
 def found_votes(settings: pate.PateSettings, data: training.ModelData, *, seed: int) -> pate.PateSettings:
     """``settings`` with the teachers' votes on the student rows of ``data`` found now (on the driver: a Spark job)
     and frozen, so the settings pickle into Spark tasks that cannot fit teachers."""
+    votes = settings.votes
+    if not isinstance(votes, pate.ReusedVotes):
+        raise TypeError(f"settings: votes must be pate_settings' ReusedVotes (fitted on the executors), got {votes!r}")
     students = training.student_rows(data, settings=settings, seed=seed)
-    settings.votes(data.row_ids[students], data.rows(students), seed)
-    return dataclasses.replace(settings, votes=settings.votes.frozen())
+    votes(data.row_ids[students], data.rows(students), seed)
+    return dataclasses.replace(settings, votes=votes.frozen())
 
 
 @dataclasses.dataclass(frozen=True)

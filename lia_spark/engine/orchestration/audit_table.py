@@ -32,23 +32,23 @@ from typing import Any, Mapping, cast
 import pandas as pd
 from pyspark.sql import SparkSession
 
+from lia_spark.engine.audit.stage import AUDIT, AuditResult
 from lia_spark.engine.models.audit_key import draws_from_key, stage_key
 from lia_spark.engine.models.execution import fit_ahead
+from lia_spark.engine.models.feature_frames import target_day_rows
 from lia_spark.engine.models.preparation import Preparation
+from lia_spark.engine.orchestration.registry import run_stage, sealed_fingerprint, step_stage, would_reuse
 from lia_spark.engine.runtime.outputs import check_writable, copy_from_local, local_copies, local_folder, path_exists
 from lia_spark.engine.runtime.progress import reporting_progress
 from lia_spark.engine.spark.session import describe_jobs, job_group
-from lia_spark.engine.orchestration.registry import STAGES, run_stage, sealed_fingerprint, step_stage, would_reuse
-from lia_spark.engine.models.feature_frames import target_day_rows
+from lia_spark.engine.train.stage import TRAIN, TrainResult
 from lia_spark.present import charts
-from lia_spark.records.wording import (NO_EVIDENCE_SHORT, bound_text, ceiling_text, claimed_epsilon_text,
-                                       number_text)
-from lia_spark.run import layout
+from lia_spark.records.wording import NO_EVIDENCE_SHORT, bound_text, ceiling_text, claimed_epsilon_text, number_text
+from lia_spark.run import interrupts, layout
 from lia_spark.run.config import Config
-from lia_spark.run import interrupts
 from lia_spark.run.limits import check_training_rows
-from lia_spark.tracking.session import TableTracker, tracking_session
 from lia_spark.studies import table
+from lia_spark.tracking.session import TableTracker, tracking_session
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +85,10 @@ class CellOutcome:
     output_dir: str
     status: str
     seconds: float
-    train: Any = None  # the train stage's result
-    audit: Any = None  # the audit stage's result
+    train: TrainResult | None = None
+    audit: AuditResult | None = None
     error: str = ""
-    paper: Any = None  # the paper-way audit's result (table.paper_convention)
+    paper: AuditResult | None = None  # the paper-way audit's (table.paper_convention)
 
     def record(self) -> dict[str, Any]:
         """The cell's row of ``cells.csv`` (:func:`lia_spark.studies.table.cell_record`)."""
@@ -207,14 +207,16 @@ def _run_cell(spark: SparkSession, config: Config, cell: table.Cell, preparation
     conf = cell_config(config, cell)
     out = conf.run.output_dir
     started = time.monotonic()
-    train = audit = paper = None
+    train: TrainResult | None = None
+    audit: AuditResult | None = None
+    paper: AuditResult | None = None
     try:
         with job_group(spark, f"lia-spark-table-{cell.name}", f"{config.run.name}: audit-table cell {cell.name}"):
             check_writable(spark, out, field=f"run.output_dir (audit-table cell {cell.name})")
-            train = run_stage("train", spark, conf, preparation=preparation)
-            audit = run_stage("audit", spark, conf)
+            train = run_stage(TRAIN, spark, conf, preparation=preparation)
+            audit = run_stage(AUDIT, spark, conf)
             if config.table.paper_convention:
-                paper = run_stage("audit", spark, paper_way_config(conf))
+                paper = run_stage(AUDIT, spark, paper_way_config(conf))
     except Exception as error:  # noqa: BLE001 - a failing cell is recorded and the other cells go on
         interrupts.check()  # unless a signal stopped the command: the cell's error is then the cancellation
         seconds = time.monotonic() - started
@@ -332,7 +334,7 @@ def run_audit_table(spark: SparkSession, config: Config) -> TableResult:
             tracker.best_effort(f"cell {cell.name}", lambda: tracker.log_cell(
                 cell.name, mechanism=cell.mechanism, claimed_epsilon=cell.epsilon, bag_size=cell.bag_size,
                 status=outcome.status, seconds=outcome.seconds, metrics=outcome.metrics(), error=outcome.error,
-                fingerprint=sealed_fingerprint(spark, STAGES["audit"], cell_config(config, cell))))
+                fingerprint=sealed_fingerprint(spark, AUDIT, cell_config(config, cell))))
         result.files = write_table(spark, config, result.cells)
         result.seconds = time.monotonic() - started
         tracker.best_effort("the table", lambda: _log_table(spark, tracker, result))

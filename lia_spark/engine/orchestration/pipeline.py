@@ -16,16 +16,16 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from lia_spark.engine.models.feature_frames import target_day_rows
+from lia_spark.engine.orchestration.registry import (committed_result, fields_not_behind, refuse_foreign, run_stage,
+                                                     sealed_fingerprint, step_stage)
 from lia_spark.engine.runtime.outputs import check_writable, committed, local_copies, path_exists, read_marker
 from lia_spark.engine.runtime.progress import pipeline_step
 from lia_spark.engine.spark.session import job_group, master_name
-from lia_spark.engine.orchestration.registry import (committed_result, fields_not_behind, refuse_foreign, run_stage,
-                                              sealed_fingerprint, step_stage)
-from lia_spark.engine.models.feature_frames import target_day_rows
 from lia_spark.records.headline import Headline
-from lia_spark.run.config import Config
 from lia_spark.run import interrupts
 from lia_spark.run.activity import doing
+from lia_spark.run.config import Config
 from lia_spark.run.layout import check_paths_apart
 from lia_spark.run.limits import check_training_rows
 from lia_spark.run.sections import PIPELINE_STAGES
@@ -134,11 +134,11 @@ def _row_counts(metrics: dict[str, float]) -> str:
 
 def check_before_stages(spark: SparkSession, config: Config) -> None:
     """Fail in seconds, before any stage runs, on what would fail later: two paths of the config that overlap
-    (:func:`lia_spark.run.layout.check_paths_apart`), a target the target day's rows cannot
-    hold (:func:`lia_spark.run.limits.check_training_rows`, from synthetic.rows_per_day or the data's count), a
-    folder a selected step would replace
-    that holds somebody else's files (:func:`lia_spark.engine.orchestration.registry.refuse_foreign`), an output folder that cannot
-    be written, an input table a selected step declares (:class:`lia_spark.engine.runtime.stage.Input`) that no selected step
+    (:func:`lia_spark.run.layout.check_paths_apart`), a target the target day's rows cannot hold
+    (:func:`lia_spark.run.limits.check_training_rows`, from synthetic.rows_per_day or the data's count), a folder a
+    selected step would replace that holds somebody else's files
+    (:func:`lia_spark.engine.orchestration.registry.refuse_foreign`), an output folder that cannot be written, an
+    input table a selected step declares (:class:`lia_spark.engine.runtime.stage.Input`) that no selected step
     writes and that is not complete, a table the user names that does not exist, and each selected stage's own
     ``upfront`` check (the Criteo files exist, the attacker prior resolves; the tracking store is checked by the
     tracker itself).

@@ -9,38 +9,38 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, overload
 
 from pyspark.sql import SparkSession
 
 from lia_spark.engine.audit.stage import AUDIT
-from lia_spark.engine.spark.filesystem import files_for
 from lia_spark.engine.generate.stage import GENERATE
 from lia_spark.engine.ingest.stage import INGEST
 from lia_spark.engine.inject.stage import INJECT
 from lia_spark.engine.logloss.stage import LOGLOSS
+from lia_spark.engine.posteriors.stage import POSTERIORS
+from lia_spark.engine.report.stage import REPORT
 from lia_spark.engine.runtime.outputs import (CLAIM_SUFFIX, clear_leftover, committed_folder, committed_output,
                                               damaged_files, foreign_entries, foreign_error, path_exists, read_marker,
                                               reusable_output, swept_leftover)
-from lia_spark.engine.posteriors.stage import POSTERIORS
 from lia_spark.engine.runtime.progress import reporting_progress
+from lia_spark.engine.runtime.stage import R, Stage, StageResult, StageRun
+from lia_spark.engine.spark.filesystem import files_for
 from lia_spark.engine.spark.session import describe_jobs
-from lia_spark.engine.report.stage import REPORT
-from lia_spark.engine.runtime.stage import Stage, StageRun
 from lia_spark.engine.train.stage import TRAIN
 from lia_spark.engine.utility.stage import UTILITY
 from lia_spark.run import interrupts
 from lia_spark.run.config import Config
 from lia_spark.run.failures import DAMAGED_FIX, DamagedFileError
-from lia_spark.run.fingerprint import expand_fields, marker_fingerprint, verified_marker
+from lia_spark.run.fingerprint import Fingerprint, expand_fields, marker_fingerprint, verified_marker
 
 logger = logging.getLogger(__name__)
 
-STAGES: dict[str, Stage] = {stage.name: stage for stage in
-                            (GENERATE, INGEST, TRAIN, POSTERIORS, UTILITY, AUDIT, REPORT, LOGLOSS, INJECT)}
+STAGES: dict[str, Stage[Any]] = {stage.name: stage for stage in  # Any: each stage has its own result type
+                                 (GENERATE, INGEST, TRAIN, POSTERIORS, UTILITY, AUDIT, REPORT, LOGLOSS, INJECT)}
 
 
-def step_stage(step: str, config: Config) -> Stage:
+def step_stage(step: str, config: Config) -> Stage[Any]:
     """The stage behind a pipeline step (data -> generate or ingest, by data.source)."""
     if step == "data":
         return STAGES["generate" if config.data.source == "synthetic" else "ingest"]
@@ -67,21 +67,21 @@ def fields_not_behind(config: Config, steps: Iterable[str]) -> frozenset[str]:
     return frozenset(read - behind)
 
 
-def committed_result(spark: SparkSession, stage: Stage, config: Config) -> Any:
+def committed_result(spark: SparkSession, stage: Stage[R], config: Config) -> R | None:
     """``stage``'s result rebuilt from the marker of its complete output, or None."""
     marker = read_marker(spark, stage.outputs(config)[0])
     return None if marker is None else stage.result_from(config, marker)
 
 
-def sealed_fingerprint(spark: SparkSession, stage: Stage, config: Config) -> str:
+def sealed_fingerprint(spark: SparkSession, stage: Stage[Any], config: Config) -> str:
     """The fingerprint sealed into ``stage``'s committed output ("" when absent, unsealed or not trusted)."""
     marker = read_marker(spark, stage.outputs(config)[0])
     verified = verified_marker(marker)[0] if marker is not None else None
     return marker_fingerprint(verified) if verified is not None else ""
 
 
-def _upstream(spark: SparkSession, stage: Stage, config: Config):
-    def result(role: str) -> Any:
+def _upstream(spark: SparkSession, stage: Stage[Any], config: Config) -> Callable[[str], StageResult | None]:
+    def result(role: str) -> StageResult | None:
         declared = next(item for item in stage.inputs(config) if item.role == role)
         producer = declared.producer(config)
         return committed_result(spark, step_stage(producer, config), config) if producer else None
@@ -126,10 +126,10 @@ def output_field(config: Config, path: str) -> str:
     return "run.output_dir"
 
 
-def refuse_foreign(spark: SparkSession, config: Config, stages: list[Stage]) -> None:
+def refuse_foreign(spark: SparkSession, config: Config, stages: list[Stage[Any]]) -> None:
     """Before any work: check that no folder ``stages`` replace or delete holds files no lia_spark run wrote
-    (:func:`lia_spark.engine.runtime.outputs.foreign_entries`); run.replace_foreign=true lets them be replaced (one WARNING
-    each).
+    (:func:`lia_spark.engine.runtime.outputs.foreign_entries`); run.replace_foreign=true lets them be replaced (one
+    WARNING each).
 
     Raises:
         ForeignFilesError: naming the field, the path and what it holds.
@@ -145,7 +145,7 @@ def refuse_foreign(spark: SparkSession, config: Config, stages: list[Stage]) -> 
                                "run.replace_foreign=true)", output_field(config, path), path, len(entries))
 
 
-def check_inputs(spark: SparkSession, stage: Stage, config: Config) -> None:
+def check_inputs(spark: SparkSession, stage: Stage[Any], config: Config) -> None:
     """Fail in seconds, naming the field and the command that writes it, when a required input does not exist; and
     before any byte of a committed input is read, check its folder against its marker (:func:`verify_input`)."""
     for item in stage.inputs(config):
@@ -164,7 +164,7 @@ def check_inputs(spark: SparkSession, stage: Stage, config: Config) -> None:
                          f"exist; {fix}, got {path!r}")
 
 
-def verify_input(spark: SparkSession, stage: Stage, path: str) -> None:
+def verify_input(spark: SparkSession, stage: Stage[Any], path: str) -> None:
     """Check that the committed folder holding the input table ``path`` (:func:`lia_spark.engine.runtime.outputs.
     committed_folder`) still holds the files its marker lists, with their sizes and, for files that are not Parquet,
     their SHA-256 (Parquet pages carry CRCs, verified as they are read). A table no lia_spark run committed (a
@@ -174,7 +174,9 @@ def verify_input(spark: SparkSession, stage: Stage, path: str) -> None:
         DamagedFileError: naming the first damaged file, how it differs, and the fix.
     """
     found = committed_folder(spark, path)
-    damaged = damaged_files(spark, *found) if found is not None else []
+    if found is None:
+        return
+    damaged = damaged_files(spark, *found)
     if damaged:
         name, _, how = damaged[0].partition(": ")
         more = f"; {len(damaged) - 1} more files differ" if len(damaged) > 1 else ""
@@ -182,7 +184,8 @@ def verify_input(spark: SparkSession, stage: Stage, path: str) -> None:
                                 f"input no longer holds the files its marker lists; {DAMAGED_FIX}")
 
 
-def _reusable_result(spark: SparkSession, stage: Stage, config: Config, fingerprint: Any, *, reuse: bool) -> Any:
+def _reusable_result(spark: SparkSession, stage: Stage[R], config: Config, fingerprint: Fingerprint | None, *,
+                     reuse: bool) -> R | None:
     """The result of ``stage``'s committed output when it may be reused: same fingerprint, no failed part, reuse
     allowed (not run.force); else None (logging why)."""
     if fingerprint is None:
@@ -203,23 +206,36 @@ def would_reuse(spark: SparkSession, name: str, config: Config) -> bool:
     return _reusable_result(spark, stage, config, fingerprint, reuse=True) is not None
 
 
-def run_stage(name: str, spark: SparkSession, config: Config, *, reuse: bool = True, **options: Any) -> Any:
-    """Run stage ``name`` under ``config`` (the module docstring's skeleton), logging its progress every
-    ``run.progress_seconds`` (:func:`lia_spark.engine.runtime.progress.reporting_progress`), and return its result;
-    ``reuse=False`` recomputes whatever the output holds. ``options`` reach ``compute`` as the stage's
+@overload
+def run_stage(stage: Stage[R], spark: SparkSession, config: Config, *, reuse: bool = True, **options: Any) -> R: ...
+
+
+@overload
+def run_stage(stage: str, spark: SparkSession, config: Config, *, reuse: bool = True,
+              **options: Any) -> StageResult: ...
+
+
+def run_stage(stage: Stage[Any] | str, spark: SparkSession, config: Config, *, reuse: bool = True,
+              **options: Any) -> StageResult:
+    """Run ``stage`` (its declaration, whose result type is returned, or its name in :data:`STAGES`) under
+    ``config`` (the module docstring's skeleton), logging its progress every ``run.progress_seconds``
+    (:func:`lia_spark.engine.runtime.progress.reporting_progress`), and return its result; ``reuse=False``
+    recomputes whatever the output holds. ``options`` reach ``compute`` as the stage's
     :attr:`lia_spark.engine.runtime.stage.Stage.options` (a TypeError names any it does not take).
     The stage's last job description is cleared at its end, so later progress lines never name its work. A stage
     does not start once a signal has stopped the command (:func:`lia_spark.run.interrupts.check`)."""
     interrupts.check()
+    name = stage if isinstance(stage, str) else stage.name
     try:
         with reporting_progress(spark, name, config.run.progress_seconds):
-            return _run_stage(STAGES[name], spark, config, reuse=reuse, options=options)
+            return _run_stage(STAGES[stage] if isinstance(stage, str) else stage, spark, config, reuse=reuse,
+                              options=options)
     finally:
         describe_jobs(spark, None)
 
 
-def _run_stage(stage: Stage, spark: SparkSession, config: Config, *, reuse: bool, options: Any) -> Any:
-    options = stage.options_from(options)
+def _run_stage(stage: Stage[R], spark: SparkSession, config: Config, *, reuse: bool, options: dict[str, Any]) -> R:
+    chosen = stage.options_from(options)
     resolved = stage.resolved(spark, config)
     fingerprint = stage.fingerprint(spark, config, resolved=resolved) if stage.reusable else None
     found = _reusable_result(spark, stage, config, fingerprint, reuse=reuse)
@@ -230,7 +246,7 @@ def _run_stage(stage: Stage, spark: SparkSession, config: Config, *, reuse: bool
     stage.check(spark, config)
     metadata: dict[str, Any] = {}
     with committed_output(spark, stage.outputs(config)[0], metadata, fingerprint=fingerprint) as staging:
-        result = stage.compute(StageRun(spark, config, staging, fingerprint, time.monotonic(), options,
+        result = stage.compute(StageRun(spark, config, staging, fingerprint, time.monotonic(), chosen,
                                         _upstream(spark, stage, config), resolved))
         metadata.update(result.marker())
     return result

@@ -146,7 +146,7 @@ def input_parts(path: str, *, side: str, column: str, days: Sequence[int], rows_
             rows += metadata.row_group(group).num_rows
             if rows >= rows_per_part or group == kept[-1]:
                 counts = [day_counts[g] for g in groups]
-                known = None if None in counts else sum(counts)
+                known = None if None in counts else sum(count or 0 for count in counts)
                 parts.append(InputPart(fragment.path, side, column, tuple(groups), rows,
                                        tuple(days) if in_files else None, known))
                 groups, rows = [], 0

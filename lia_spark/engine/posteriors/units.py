@@ -28,9 +28,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
+from lia_spark.engine.attacker_prior.sources import prior_source, resolve_prior
 from lia_spark.engine.posteriors.reading import (LABEL, PRIOR, InputPart, input_parts, load_input, local_path,
                                                  side_row_counts, side_rows)
-from lia_spark.engine.attacker_prior.sources import prior_source, resolve_prior
 from lia_spark.engine.spark.capabilities import collect_arrow
 from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import hashing, mechanisms, posterior_grid
@@ -181,8 +181,8 @@ class UnitSpill:
                 file.write(words.tobytes())
             segments = len(first_bytes)
             unit_major = np.array(offsets, dtype=np.int64).reshape(segments, (1 << self.unit_bits) + 1).T
-            for words in (first_bytes, segment_rows, unit_major, [SPILL_MAGIC, self.unit_bits, segments]):
-                file.write(np.ascontiguousarray(words, dtype=np.int64).tobytes())
+            for trailer in (first_bytes, segment_rows, unit_major, [SPILL_MAGIC, self.unit_bits, segments]):
+                file.write(np.ascontiguousarray(trailer, dtype=np.int64).tobytes())
         os.replace(temporary, self.path(part))
         return int(sum(segment_rows))
 

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence, cast
 
 import numpy as np
 import pandas as pd
@@ -78,13 +78,14 @@ def row_batch(computed: SettingRows) -> pa.RecordBatch:
     """One setting's rows on one chunk as a :data:`ROW_SCHEMA` batch."""
     setting, columns = computed
     n = columns["row_id"].size
+    by_name: Mapping[str, object] = columns  # the schema's remaining columns, read by name
     return pa.RecordBatch.from_arrays([
         pa.array(columns["row_id"]),
         pa.repeat(setting.mechanism, n),
         pa.array(np.full(n, setting.epsilon)),
         pa.array(np.full(n, setting.bag_size, dtype=np.int32)),
         pa.nulls(n, pa.int64()) if columns["bag_id"] is None else pa.array(columns["bag_id"]),
-        *(pa.array(columns[name]) for name in ARROW_ROW_SCHEMA.names[5:]),
+        *(pa.array(by_name[name]) for name in ARROW_ROW_SCHEMA.names[5:]),
     ], schema=ARROW_ROW_SCHEMA)
 
 
@@ -178,6 +179,8 @@ def _task_parquet(directory: str, schema: pa.Schema, codec: str) -> Iterator[Row
     from pyspark import TaskContext
 
     context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("posteriors: the workers write their results inside a Spark task, got no TaskContext")
     name = f"part-{context.partitionId():05d}.parquet"
     temporary = os.path.join(directory, f".{name}.attempt-{context.taskAttemptId()}")
     os.makedirs(directory, exist_ok=True)
@@ -198,7 +201,10 @@ def _fault_point() -> None:
     kills its Python worker mid-write, as an out-of-memory kill would; Spark retries the task."""
     from pyspark import TaskContext
 
-    marker = TaskContext.get().getLocalProperty(WORKER_EXIT_PROPERTY)
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("posteriors: the fault point is reached inside a Spark task, got no TaskContext")
+    marker = context.getLocalProperty(WORKER_EXIT_PROPERTY)
     if marker:
         try:
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -328,7 +334,8 @@ def write_spilled_posteriors(spark: SparkSession, spill: UnitSpill, *, output_di
 def _worker_written(ordered: DataFrame, plan: PassPlan, *, output_dir: str, sample_fraction: float) -> pd.DataFrame:
     """The pass of ``plan`` over ``ordered`` (one partition per unit), rows and plot sample written by the
     workers under ``output_dir``; returns the digest totals after checking the driver sees every row."""
-    codec = ARROW_CODECS.get(ordered.sparkSession.conf.get("spark.sql.parquet.compression.codec", "zstd"), "zstd")
+    configured = ordered.sparkSession.conf.get("spark.sql.parquet.compression.codec", "zstd")
+    codec = ARROW_CODECS.get(cast(str, configured), "zstd")  # a str default: never None
     files = ResultFiles(rows_dir=os.path.join(output_dir, layout.ROWS),
                         sample_dir=os.path.join(output_dir, layout.PLOT_SAMPLE), sample_fraction=sample_fraction,
                         codec=codec)

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lia_spark.engine.runtime.outputs import copy_from_local, local_copies, reported_path
-from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Stage, StageResult, StageRun
+from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.present.report import REPORT_FILE, render_report
 from lia_spark.run import layout
 from lia_spark.run.checks import is_remote_path
@@ -78,10 +78,10 @@ def _write_report(run: StageRun) -> ReportResult:
         text, figures, tables = render_report(config, steps, mlflow_location=options.mlflow_location,
                                               local_artifacts=local)
     with tempfile.TemporaryDirectory(prefix="lia-report-") as folder:  # written locally, copied to any file system
-        local = Path(folder) / REPORT_FILE
-        local.write_text(text, encoding="utf-8")
+        written = Path(folder) / REPORT_FILE
+        written.write_text(text, encoding="utf-8")
         describe_jobs(spark, "report: write report.html")
-        copy_from_local(spark, str(local), run.under(REPORT_FILE))
+        copy_from_local(spark, str(written), run.under(REPORT_FILE))
     path = _report_page(config)
     if not is_remote_path(path):
         path = str(Path(path).resolve())

@@ -23,8 +23,8 @@ from typing import Any, Iterator
 
 from pyspark.sql import SparkSession
 
-from lia_spark.engine.spark.filesystem import file_errors, files_for
 from lia_spark.engine.runtime.outputs import check_writable, delete_path, process_exists, read_text
+from lia_spark.engine.spark.filesystem import file_errors, files_for
 from lia_spark.run.checks import is_remote_path
 
 LOCK_FILE = "_LIA_LOCK"
@@ -87,7 +87,7 @@ def read_holder(spark: SparkSession, path: str) -> LockHolder | None:
     try:
         values: Any = json.loads(read_text(spark, path))
         return LockHolder(str(values["host"]), int(values["pid"]), str(values["command"]), float(values["started"]))
-    except (*file_errors(), json.JSONDecodeError, KeyError, TypeError, ValueError):
+    except file_errors() + (json.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
 
 

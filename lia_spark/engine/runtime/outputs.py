@@ -68,7 +68,7 @@ def read_marker(spark: SparkSession, path: str) -> dict[str, Any] | None:
         return None
     try:
         content = json.loads(read_text(spark, marker) or "{}")
-    except (json.JSONDecodeError, UnicodeDecodeError, *file_errors()) as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) + file_errors() as error:
         content = f"{type(error).__name__}: {str(error).splitlines()[0]}"
     if not isinstance(content, dict):
         logger.warning("%s cannot be read as a JSON object (%s); the output is treated as incomplete", marker,
@@ -291,7 +291,7 @@ def _read_claim(spark: SparkSession, claim: str) -> dict[str, Any]:
     """The record of claim file ``claim`` ({} when it cannot be read as a JSON object)."""
     try:
         record = json.loads(read_text(spark, claim))
-    except (json.JSONDecodeError, UnicodeDecodeError, *file_errors()):
+    except (json.JSONDecodeError, UnicodeDecodeError) + file_errors():
         return {}
     return record if isinstance(record, dict) else {}
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -39,6 +40,9 @@ from lia_spark.run.activity import duration_text
 
 if TYPE_CHECKING:
     from pyspark import StatusTracker
+    from pyspark.sql.connect.shell.progress import ProgressHandler
+else:
+    ProgressHandler = object  # the ABC is only nominal (Spark calls the handler) and needs Spark Connect's modules
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +193,7 @@ def pipeline_step(index: int, total: int) -> Iterator[None]:
         _STEPS.position = ""
 
 
-class ConnectProgress:
+class ConnectProgress(ProgressHandler):
     """A Spark Connect progress handler (``spark.registerProgressHandler``) that keeps the unfinished stages of
     each running operation, for :meth:`stages` to read from another thread."""
 
@@ -290,11 +294,14 @@ def _reporter(spark: SparkSession, label: str, every: float, slot: _Slot) -> Ite
     """The reporting thread of :func:`reporting_progress`, reading ``slot``'s planned work."""
     tracker = status_tracker(spark)
     handler = None
+    poll: Callable[[], list[StageProgress]]
     if tracker is None:
         handler = ConnectProgress()
         spark.registerProgressHandler(handler)
-    reporter = ProgressReporter(label, every, handler.stages if handler is not None else
-                                lambda: classic_stages(tracker), slot)
+        poll = handler.stages
+    else:
+        poll = functools.partial(classic_stages, tracker)
+    reporter = ProgressReporter(label, every, poll, slot)
     reporter.start()
     try:
         yield

@@ -12,7 +12,7 @@ result (:meth:`StageRun.upstream`).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from pyspark.sql import SparkSession
 
@@ -71,6 +71,7 @@ class TrainedTarget(Protocol):
 
 
 Upstream = TypeVar("Upstream")
+R = TypeVar("R", bound="StageResult")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,10 +83,10 @@ class StageRun:
     spark: SparkSession
     config: Config
     staging: str
-    fingerprint: Fingerprint
+    fingerprint: Fingerprint | None  # None for a stage that is not reusable (its marker is unsealed)
     started: float
     options: Any
-    upstream_results: Callable[[str], Any]
+    upstream_results: Callable[[str], StageResult | None]
     resolved: Resolved = dataclasses.field(default_factory=Resolved)
 
     def under(self, *names: str) -> str:
@@ -101,32 +102,31 @@ class StageRun:
             TypeError: naming the role and both types when the writer's result does not offer ``kind``.
         """
         result = self.upstream_results(role)
-        if result is not None and not isinstance(result, kind):
-            raise TypeError(f"input {role!r}: its writer's result {type(result).__name__} does not offer "
-                            f"{kind.__name__}")
-        return result
+        if result is None or isinstance(result, kind):
+            return result
+        raise TypeError(f"input {role!r}: its writer's result {type(result).__name__} does not offer {kind.__name__}")
 
 
 @dataclasses.dataclass(frozen=True)
-class Stage:
+class Stage(Generic[R]):
     """One stage's declaration (see the module docstring). ``outputs(config)``: the committed folders, all of which
     must match the fingerprint for reuse; the first holds the marker with the result. ``resolved``: values and
     tables found in the data that enter the fingerprint. ``check``: cheap checks before any long work.
     ``reused``: completes a reused result (a secondary output with its own fingerprint); the default returns it.
     ``options``: the dataclass of what a caller hands ``compute`` beyond the config (:meth:`options_from`).
     ``upfront``: what the pipeline checks before any stage runs when this stage is selected (its own inputs beyond
-    the declared tables). ``step`` is "" for a stage outside the pipeline."""
+    the declared tables). ``step`` is "" for a stage outside the pipeline. ``R``: its result type."""
 
     name: str
     step: str
     fields: tuple[str, ...]
     outputs: Callable[[Config], tuple[str, ...]]
-    result: type
-    compute: Callable[[StageRun], Any]
+    result: type[R]
+    compute: Callable[[StageRun], R]
     inputs: Callable[[Config], tuple[Input, ...]] = lambda config: ()
     resolved: Callable[[SparkSession, Config], Resolved] = nothing_resolved
     check: Callable[[SparkSession, Config], None] = no_check
-    reused: Callable[[SparkSession, Config, Any], Any] = lambda spark, config, result: result
+    reused: Callable[[SparkSession, Config, R], R] = lambda spark, config, result: result
     options: type = NoOptions  # a frozen dataclass: what a caller may hand ``compute`` beyond the config
     describes_input: bool = False  # its marker identifies the run's input data (parameters of the parent run)
     reusable: bool = True  # False: recomputed every time, its marker unsealed (the report)
@@ -138,7 +138,7 @@ class Stage:
         """Every folder this stage replaces or deletes under ``config``: its outputs and :attr:`also_writes`."""
         return (*self.outputs(config), *self.also_writes(config))
 
-    def result_from(self, config: Config, marker: dict[str, Any], *, skipped: bool = False) -> Any:
+    def result_from(self, config: Config, marker: dict[str, Any], *, skipped: bool = False) -> R:
         """The stage's result rebuilt from its marker (:meth:`StageResult.from_marker`)."""
         return self.result.from_marker(config, marker, skipped=skipped)
 
@@ -165,9 +165,9 @@ class Stage:
 
     def fingerprint(self, spark: SparkSession, config: Config, *, resolved: Resolved | None = None,
                     **values: Any) -> Fingerprint:
-        """:class:`lia_spark.run.fingerprint.Fingerprint` of this stage under ``config``: its declared fields, the values
-        it resolves from the data (``resolved``, else resolved now; plus ``values``), and the fingerprint of every
-        input table."""
+        """:class:`lia_spark.run.fingerprint.Fingerprint` of this stage under ``config``: its declared fields, the
+        values it resolves from the data (``resolved``, else resolved now; plus ``values``), and the fingerprint of
+        every input table."""
         resolved = resolved if resolved is not None else self.resolved(spark, config)
         inputs = {**{item.role: item.path(config) for item in self.inputs(config)}, **resolved.inputs}
         return Fingerprint(self.name, stage_parameters(self.fields, config.to_dict(), **resolved.values, **values),
@@ -178,6 +178,7 @@ class StageResult:
     """What every stage result offers the pipeline, the tracker and the report. Results are dataclasses; their
     marker is :meth:`to_dict` and :meth:`from_dict` rebuilds them (``skipped`` = reused)."""
 
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # declared by every result's @dataclass
     skipped: bool
 
     def to_dict(self) -> dict[str, Any]:
@@ -185,7 +186,7 @@ class StageResult:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, payload: dict[str, Any], *, skipped: bool = False):
+    def from_dict(cls: type[R], payload: dict[str, Any], *, skipped: bool = False) -> R:
         """Rebuild from :meth:`to_dict` output (extra keys ignored)."""
         values = marker_fields(cls, payload)
         values["skipped"] = skipped
@@ -197,7 +198,7 @@ class StageResult:
         return values
 
     @classmethod
-    def from_marker(cls, config: Config, marker: dict[str, Any], *, skipped: bool = False):
+    def from_marker(cls: type[R], config: Config, marker: dict[str, Any], *, skipped: bool = False) -> R:
         """The result of the committed output under ``config`` holding ``marker``: :meth:`from_dict` unless the
         result needs more than its marker (the report's page lives where the config puts it)."""
         return cls.from_dict(marker, skipped=skipped)

@@ -24,7 +24,7 @@ def collect_arrow(frame: DataFrame) -> pa.Table:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(frame.schema)
-    batches = frame._collect_as_arrow()  # noqa: SLF001 - pyspark 3.5's only Arrow collect
+    batches = frame._collect_as_arrow()  # type: ignore[operator]  # noqa: SLF001 - 3.5's only Arrow collect, not in 4's
     return pa.Table.from_batches(batches).cast(schema) if batches else schema.empty_table()
 
 

@@ -15,11 +15,11 @@ from typing import Any
 
 from pyspark.sql import Row, SparkSession
 
+from lia_spark import __version__
 from lia_spark.engine.spark.session import (add_python_file, cancel_job_group, default_parallelism, get_spark,
                                             is_connect, job_group, lost_executors)
 from lia_spark.run.activity import doing
 from lia_spark.run.checks import ConfigError
-from lia_spark import __version__
 from lia_spark.run.environment import package_zip
 from lia_spark.run.failures import SHIP_PACKAGE, error_first_line
 from lia_spark.run.fingerprint import code_version
@@ -107,7 +107,7 @@ def _probe_rows(spark: SparkSession, tasks: int, wait_seconds: float) -> list[Ro
         waited_out = now - started > wait_seconds or (first_loss is not None and now - first_loss > grace)
         if not thread.is_alive() or not waited_out:
             continue
-        if reasons:
+        if reasons and first_loss is not None:  # a reason now: first_loss is set
             why = "; ".join(sorted(set(reasons)))
             problem = (f"{len(reasons)} were lost before any ran the first task ({why}) and none ran it in the "
                        f"{now - first_loss:.0f} s after the first loss; {LOST_CAUSES}")

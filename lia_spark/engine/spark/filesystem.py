@@ -107,6 +107,8 @@ class HadoopFiles:
     """Paths on any Hadoop file system, through the session's JVM (classic sessions only)."""
 
     def __init__(self, spark: SparkSession):
+        if spark.sparkContext._jvm is None:
+            raise ValueError("a running SparkContext has its JVM gateway (a classic session)")
         self._jvm = spark.sparkContext._jvm
         self._configuration = spark.sparkContext._jsc.hadoopConfiguration()
 

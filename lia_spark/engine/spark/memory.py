@@ -3,7 +3,7 @@
 and the ingest of local files (its split sizes)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:  # the type only
     from pyspark.sql import SparkSession
@@ -18,9 +18,14 @@ def byte_size(text: str) -> int:
     return int(text)
 
 
+def conf_bytes(spark: SparkSession, key: str, default: str) -> int:
+    """:func:`byte_size` of the Spark setting ``key`` (``default`` when it is not set)."""
+    return byte_size(cast(str, spark.conf.get(key, default)))  # a str default: never None
+
+
 def driver_limits(spark: SparkSession) -> dict[str, int]:
     """Bytes the driver can receive: spark.driver.maxResultSize and half of spark.driver.memory (0 = unlimited
     is left out)."""
-    limits = {"spark.driver.maxResultSize": byte_size(spark.conf.get("spark.driver.maxResultSize", "1g")),
-              "half of spark.driver.memory": byte_size(spark.conf.get("spark.driver.memory", "1g")) // 2}
+    limits = {"spark.driver.maxResultSize": conf_bytes(spark, "spark.driver.maxResultSize", "1g"),
+              "half of spark.driver.memory": conf_bytes(spark, "spark.driver.memory", "1g") // 2}
     return {name: size for name, size in limits.items() if size > 0}

@@ -16,14 +16,16 @@ import subprocess
 import sys
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Iterator, TextIO
+from typing import TYPE_CHECKING, Any, Iterator, TextIO, cast
 
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from lia_spark.run.sections import SparkConfig
 
 if TYPE_CHECKING:
     from pyspark import StatusTracker
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +191,10 @@ def master_name(spark: SparkSession) -> str:
     """The session's master URL (``spark.master``; over Spark Connect as the server reports it)."""
     if is_connect(spark):
         return f"spark connect ({spark.conf.get('spark.master', 'server')})"
-    return spark.sparkContext.master
+    master = spark.sparkContext.master
+    if master is None:
+        raise ValueError("a running SparkContext has a spark.master (it cannot start without one)")
+    return master
 
 
 _described = ""  # the description of the next Spark jobs (describe_jobs), which progress lines name
@@ -201,7 +206,7 @@ def describe_jobs(spark: SparkSession, description: str | None) -> None:
     global _described
     _described = description or ""
     if not is_connect(spark):
-        spark.sparkContext.setJobDescription(description)
+        spark.sparkContext.setJobDescription(description)  # type: ignore[arg-type]  # None clears it (pyspark: str)
 
 
 def described_jobs() -> str:
@@ -226,7 +231,7 @@ def job_group(spark: SparkSession, group: str, description: str) -> Iterator[Non
     try:
         yield
     finally:
-        context.setLocalProperty("spark.jobGroup.id", None)
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]  # None unsets it (documented)
         describe_jobs(spark, None)
 
 
@@ -270,11 +275,12 @@ def default_parallelism(spark: SparkSession) -> int:
     per session."""
     if not is_connect(spark):
         return spark.sparkContext.defaultParallelism
-    if spark.session_id not in _CONNECT_PARALLELISM:
+    session = cast("ConnectSession", spark).session_id  # is_connect: Spark Connect's session class
+    if session not in _CONNECT_PARALLELISM:
         configured = spark.conf.get("spark.default.parallelism", None)
-        _CONNECT_PARALLELISM[spark.session_id] = int(configured) if configured else (
+        _CONNECT_PARALLELISM[session] = int(configured) if configured else (
             spark.range(1 << 16).select(F.spark_partition_id().alias("partition")).distinct().count())
-    return _CONNECT_PARALLELISM[spark.session_id]
+    return _CONNECT_PARALLELISM[session]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,7 +346,7 @@ def _stderr_is_stdout() -> bool:
 
 
 @functools.cache
-def launcher_stderr() -> TextIO | None:
+def launcher_stderr() -> io.TextIOBase | None:
     """The stderr of the spark-submit launcher that started this Python driver, or None elsewhere.
 
     spark-submit runs a Python application as a child of its JVM (``PythonRunner``) with the child's stderr merged
@@ -352,6 +358,8 @@ def launcher_stderr() -> TextIO | None:
     from pyspark import SparkContext
 
     SparkContext._ensure_initialized()
+    if SparkContext._jvm is None:
+        raise ValueError("SparkContext._ensure_initialized() connects the JVM gateway (PYSPARK_GATEWAY_PORT is set)")
     system = SparkContext._jvm.java.lang.System
     if not any(name in str(system.getProperty("sun.java.command")) for name in ("SparkSubmit", "PythonRunner")):
         return None

@@ -52,14 +52,17 @@ def binary_metrics(frame: DataFrame, *, label: str, prediction: str) -> dict[str
     p = F.least(F.greatest(F.col(prediction).cast("double"), F.lit(clip)), F.lit(1.0 - clip))
     y = F.col(label).cast("double")
     rows = frame.select(y.alias("y"), p.alias("p"))
-    total = rows.agg(F.count(F.lit(1)).alias("n"), F.sum(-(F.col("y") * F.log("p") + (1 - F.col("y")) * F.log1p(-F.col("p"))))
-                     .alias("loss")).first()
+    loss = -(F.col("y") * F.log("p") + (1 - F.col("y")) * F.log1p(-F.col("p")))
+    total = rows.agg(F.count(F.lit(1)).alias("n"), F.sum(loss).alias("loss")).first()
+    if total is None:
+        raise ValueError("binary_metrics: a global aggregate returns one row, got none")
     if not total["n"]:
         raise ValueError("binary_metrics: the frame must hold at least one row, got 0 rows")
     groups = rows.groupBy(F.col("p").alias("score")).agg(F.sum("y").alias("positives"),
                                                           F.sum(1 - F.col("y")).alias("negatives"))
-    parts = (groups.repartitionByRange("score").sortWithinPartitions("score")
-             .mapInPandas(_partition_pairs, _PART_SCHEMA).toPandas().sort_values("lowest"))
+    collected: pd.DataFrame = (groups.repartitionByRange("score").sortWithinPartitions("score")
+                               .mapInPandas(_partition_pairs, _PART_SCHEMA).toPandas())
+    parts = collected.sort_values("lowest")
     positives, negatives = parts["positives"].sum(), parts["negatives"].sum()
     below = np.cumsum(parts["negatives"].to_numpy()) - parts["negatives"].to_numpy()
     pairs = parts["pairs"].sum() + float(np.dot(parts["positives"].to_numpy(), below))

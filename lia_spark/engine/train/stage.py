@@ -5,10 +5,11 @@ label, released_label, target_prediction, proxy_prediction, counterfactual_label
 of the target's training rows), ``test_predictions`` (row_id, label, target_prediction, proxy_prediction of the
 target day's test rows), model files (``proxy``/``target``/``stage1`` as xgboost ``.ubj`` or catboost ``.cbm``),
 ``metrics.json`` and, when the posteriors stage's prior is the proxy's prediction
-(:func:`lia_spark.engine.attacker_prior.sources.needs_proxy_priors`: data.source=criteo with mechanisms.prior_column=auto, or
-prior_column=proxy_prediction), ``priors`` (row_id, proxy_prediction of every row of the days of mechanisms.days,
-scored on the executors by :func:`lia_spark.engine.attacker_prior.sources.write_proxy_priors`). With audit.attack=membership
-(in_memory only) the target leaves out the non-members among the audit.membership_candidates candidate training
+(:func:`lia_spark.engine.attacker_prior.sources.needs_proxy_priors`: data.source=criteo with
+mechanisms.prior_column=auto, or prior_column=proxy_prediction), ``priors`` (row_id, proxy_prediction of every row of
+the days of mechanisms.days, scored on the executors by
+:func:`lia_spark.engine.attacker_prior.sources.write_proxy_priors`). With audit.attack=membership (in_memory only)
+the target leaves out the non-members among the audit.membership_candidates candidate training
 rows (:func:`lia_spark.engine.models.execution.membership_candidates`) and ``membership`` (row_id, label, member,
 target_prediction, proxy_prediction of the candidates) is written for the audit stage.
 
@@ -31,25 +32,26 @@ import tempfile
 import time
 from typing import Any
 
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark import names
+from lia_spark.engine.attacker_prior.sources import needs_proxy_priors, write_proxy_priors
 from lia_spark.engine.models import feature_frames
-from lia_spark.engine.models.classes import check_two_classes, warn_undefined_auc
-from lia_spark.engine.train import metrics
 from lia_spark.engine.models.audit_key import draws_from_key, key_values, stage_key, stored_key
+from lia_spark.engine.models.classes import check_two_classes, warn_undefined_auc
 from lia_spark.engine.models.execution import distributed, in_memory
 from lia_spark.engine.models.preparation import Preparation, in_memory_rows
 from lia_spark.engine.runtime.outputs import copy_from_local, write_text
-from lia_spark.engine.attacker_prior.sources import needs_proxy_priors, write_proxy_priors
-from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
+from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.engine.train import metrics
 from lia_spark.kernels import features, model_libraries, model_output, training
 from lia_spark.kernels.hashing import AuditKey
 from lia_spark.kernels.mechanism_registry import label_mechanism
-from lia_spark.names import (COUNTERFACTUAL_LABEL, LABEL, LABEL_INFERENCE, MEMBER,
-                             MEMBERSHIP, PROXY_PREDICTION, ROW_ID, SPLIT, TARGET_PREDICTION)
+from lia_spark.names import (COUNTERFACTUAL_LABEL, LABEL, LABEL_INFERENCE, MEMBER, MEMBERSHIP, PROXY_PREDICTION, ROW_ID,
+                             SPLIT, TARGET_PREDICTION)
 from lia_spark.run import layout
 from lia_spark.run.config import Config
 from lia_spark.run.json_output import strict_json
@@ -122,6 +124,8 @@ def _injection_counts(scored: DataFrame) -> dict[str, int]:
     informative = F.col(COUNTERFACTUAL_LABEL) != F.col(LABEL)
     found = scored.where(F.col(SPLIT) == training.SPLIT_TRAIN).agg(
         F.sum(informative.cast("long")).alias("informative_canaries")).first()
+    if found is None:
+        raise ValueError("train: a global aggregate returns one row, got none")
     return {"informative_canaries": int(found["informative_canaries"] or 0)}
 
 
@@ -141,9 +145,9 @@ def _test_metrics(scored: DataFrame, target_day: int) -> dict[str, float]:
 
 def _save_models(spark: SparkSession, models: dict[str, Any], specs: dict[str, features.FeatureSpec],
                  staging: str) -> tuple[list[str], list[str]]:
-    """Write each model file, its feature encoding (:func:`lia_spark.kernels.features.encoding_file`) and its output transform
-    (:func:`lia_spark.kernels.model_output.output_transform_file`) locally, then copy them into the staging folder; return the
-    names of the model files and of the other two."""
+    """Write each model file, its feature encoding (:func:`lia_spark.kernels.features.encoding_file`) and its output
+    transform (:func:`lia_spark.kernels.model_output.output_transform_file`) locally, then copy them into the staging
+    folder; return the names of the model files and of the other two."""
     names, encodings = [], []
     with tempfile.TemporaryDirectory() as local:
         for name, model in models.items():
@@ -238,8 +242,9 @@ def _train(run: StageRun) -> TrainResult:
     if config.audit.audit_design.draws_members:
         scored.where(F.col(MEMBER).isNotNull()).select(*names.MEMBERSHIP_COLUMNS).write.parquet(
             run.under(layout.MEMBERSHIP))
-    rows = {name: int(count) for name, count in scored.groupBy(SPLIT).count().toPandas()
-            .assign(name=lambda f: f[SPLIT].map(SPLIT_NAMES))[["name", "count"]].itertuples(index=False)}
+    split_counts: pd.DataFrame = scored.groupBy(SPLIT).count().toPandas()
+    named = split_counts.assign(name=lambda f: f[SPLIT].map(SPLIT_NAMES))
+    rows = {name: int(count) for name, count in named[["name", "count"]].itertuples(index=False)}
     if config.audit.audit_design.injects_labels:
         rows.update(_injection_counts(scored))
     test_metrics = {**_test_metrics(scored, m.target_day), **trained.extra_metrics}

@@ -1,4 +1,5 @@
-"""Utility stage: the privacy-utility tradeoff, target AUC against the attacker's advantage per setting (docs/math.md §4).
+"""Utility stage: the privacy-utility tradeoff, target AUC against the attacker's advantage per setting
+(docs/math.md §4).
 
 Trains the target in memory on the target day for every setting of :func:`lia_spark.kernels.utility.utility_grid` and
 joins the test AUC with the advantages of the posteriors stage's summary (the RR family's closed forms where
@@ -20,22 +21,20 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from lia_spark.engine.models.preparation import (TargetJob, TargetRows, collect_model_data, feature_spec, fit_target_job,
-                                       found_votes, in_memory_rows, model_features, pate_settings, target_job,
-                                       training_seed)
-from lia_spark.engine.runtime.outputs import MARKER, copy_from_local, path_exists
-from lia_spark.engine.models.classes import (check_training_labels, check_two_classes, class_counts,
-                                             warn_undefined_auc)
+from lia_spark.engine.models.classes import check_training_labels, check_two_classes, class_counts, warn_undefined_auc
 from lia_spark.engine.models.feature_frames import check_days_present
 from lia_spark.engine.models.parallel_fits import run_fits
-from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.engine.models.preparation import (TargetJob, TargetRows, collect_model_data, feature_spec,
+                                                 fit_target_job, found_votes, in_memory_rows, model_features,
+                                                 pate_settings, target_job, training_seed)
+from lia_spark.engine.runtime.outputs import MARKER, copy_from_local, path_exists
 from lia_spark.engine.runtime.stage import Input, Stage, StageResult, StageRun
+from lia_spark.engine.spark.session import describe_jobs
 from lia_spark.kernels import pate, training
 from lia_spark.kernels.mechanism_registry import label_mechanism
-from lia_spark.names import RR, setting_key
+from lia_spark.names import IN_MEMORY, RR, setting_key
 from lia_spark.present import charts
 from lia_spark.run import layout
-from lia_spark.names import IN_MEMORY
 from lia_spark.run.capabilities import unsupported
 from lia_spark.run.config import Config
 
@@ -117,8 +116,8 @@ class GridJob:
 
 def fit_grid_job(data: training.ModelData, job: GridJob, threads: int) -> dict[str, Any]:
     """One utility setting: the target trained on ``data`` with ``threads`` threads
-    (:func:`lia_spark.engine.models.preparation.fit_target_job`); its test metrics, fit seconds, the mechanism's report and,
-    with ``keep_priors``, its predictions on the training rows."""
+    (:func:`lia_spark.engine.models.preparation.fit_target_job`); its test metrics, fit seconds, the mechanism's
+    report and, with ``keep_priors``, its predictions on the training rows."""
     target = job.target
     if math.isnan(target.epsilon):
         target = dataclasses.replace(target, epsilon=math.inf)
@@ -152,13 +151,22 @@ def grid_jobs(config: Config, data: training.ModelData, grid: list[tuple[str, fl
     return jobs
 
 
+def _teacher_fits(settings: pate.PateSettings | None) -> int:
+    """The times PATE's teachers were fitted for ``settings`` (0 without them)."""
+    if settings is None:
+        return 0
+    if not isinstance(settings.votes, pate.ReusedVotes):
+        raise ValueError(f"utility: pate_settings' votes are ReusedVotes, got {settings.votes!r}")
+    return settings.votes.fits
+
+
 def _utility(run: StageRun) -> UtilityResult:
     """Train the target (in memory) for every setting of the utility grid; write table and two plots.
 
     The fits are independent: with spark.parallel_fits they run as parallel Spark tasks on the broadcast day sample
-    (:func:`lia_spark.engine.models.parallel_fits.run_fits`), else one after another on the driver; the models are the same
-    either way. A failing fit is reported (its row keeps its error, AUC NaN) and the others finish; such an output
-    is recomputed by the next run. Output ``<run.output_dir>/utility`` (beside, not inside, ``models/``, so
+    (:func:`lia_spark.engine.models.parallel_fits.run_fits`), else one after another on the driver; the models are the
+    same either way. A failing fit is reported (its row keeps its error, AUC NaN) and the others finish; such an
+    output is recomputed by the next run. Output ``<run.output_dir>/utility`` (beside, not inside, ``models/``, so
     re-training keeps it): tradeoff.csv, tradeoff_additive.png, tradeoff_p98.png. Run it after the posteriors stage
     so the table carries the LLP advantages; without their summary only the RR family's closed forms are used.
     """
@@ -203,7 +211,7 @@ def _utility(run: StageRun) -> UtilityResult:
         raise RuntimeError(f"utility: the non-private fit {prior_fit.name}, whose predictions are the closed forms' "
                            f"prior, failed: {prior_fit.error}")
     if reused_pate is not None:
-        logger.info("utility: PATE's teachers fitted %d time(s) for %d pate settings", reused_pate.votes.fits,
+        logger.info("utility: PATE's teachers fitted %d time(s) for %d pate settings", _teacher_fits(reused_pate),
                     sum(label_mechanism(mechanism).teachers for mechanism, _, _ in grid))
     table = utility.tradeoff_table(pd.DataFrame(rows), _posterior_summary(spark, config),
                                    priors=prior_fit.value["priors"])
@@ -217,7 +225,7 @@ def _utility(run: StageRun) -> UtilityResult:
     return UtilityResult(output_dir=layout.output_path(config, layout.UTILITY), settings=len(table),
                          seconds=time.monotonic() - started, table=table.to_dict(orient="records"),
                          phase_seconds={name: round(value, 3) for name, value in phases.items()},
-                         left_out=left_out, teacher_fits=reused_pate.votes.fits if reused_pate else 0,
+                         left_out=left_out, teacher_fits=_teacher_fits(reused_pate),
                          failed=failed, fits_where=outcomes[0].where if outcomes else "")
 
 
