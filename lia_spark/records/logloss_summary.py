@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Mapping
+from typing import Any
 
-from lia_spark.records.typed import COMMON, common_ref, described, plain, schema_of, typed
+from lia_spark.records.typed import COMMON, JsonRecord, common_ref, described, schema_of
 
 SCHEMA_ID = "urn:lia-spark:logloss-summary"
 
@@ -35,7 +35,7 @@ class OracleResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class LoglossSummary:
+class LoglossSummary(JsonRecord):
     """The attacked day, N (its labels), the attacks' failure probability and queries per oracle setting, the single
     query decoded in exact arithmetic, per attack its result against the exact oracle, and per attack the oracle
     settings that stop it."""
@@ -48,16 +48,6 @@ class LoglossSummary:
     exact_oracle: dict[str, OracleResult] = described("Per attack, against the exact float64 oracle.",
                                                       minProperties=1)
     stopped_by: dict[str, tuple[str, ...]] = described("Per attack: the oracle settings that stop it.")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The file's layout."""
-        return {field.name: plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
-
-    @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> "LoglossSummary":
-        """Read :meth:`to_dict`'s layout (the file, or a marker's result)."""
-        hints = typing.get_type_hints(cls)
-        return cls(**{field.name: typed(hints[field.name], payload[field.name]) for field in dataclasses.fields(cls)})
 
 
 def logloss_summary_schema() -> dict[str, Any]:

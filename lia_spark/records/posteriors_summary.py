@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
-from typing import Any, Mapping
+from typing import Any
 
 from lia_spark.names import setting_key
-from lia_spark.records.typed import common_ref, described, plain, schema_of, typed
+from lia_spark.records.typed import JsonRecord, common_ref, described, schema_of
 
 
 @dataclasses.dataclass(frozen=True)
-class SettingSummary:
+class SettingSummary(JsonRecord):
     """One mechanism setting <mechanism>.eps<e>.k<k>; "inf" where some rows' labels are revealed for sure.
 
     The mean additive and realized advantages over its rows, the exact percentiles of |I| (the multiplicative
@@ -47,19 +46,9 @@ class SettingSummary:
         values = {name: float(getattr(self, name)) for name in STATISTICS}
         return {name: value for name, value in values.items() if math.isfinite(value)}
 
-    def to_dict(self) -> dict[str, Any]:
-        """The file's layout (a row of summary.csv)."""
-        return {field.name: plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
-
-    @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> "SettingSummary":
-        """Read :meth:`to_dict`'s layout (the file, a marker's result, or a row of the summary table)."""
-        hints = typing.get_type_hints(cls)
-        return cls(**{field.name: _value(hints[field.name], payload[field.name]) for field in dataclasses.fields(cls)})
-
 
 @dataclasses.dataclass(frozen=True)
-class BagCount:
+class BagCount(JsonRecord):
     """Per bag size k: bags formed, full bags and the sizes of the smaller last bags (at most one per bagging
     unit)."""
 
@@ -67,27 +56,9 @@ class BagCount:
     full_bags: int = common_ref("count")
     remainder_sizes: tuple[int, ...] = described(items={"type": "integer", "minimum": 1})
 
-    def to_dict(self) -> dict[str, Any]:
-        """The file's layout."""
-        return {field.name: plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
-
-    @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> "BagCount":
-        """Read :meth:`to_dict`'s layout."""
-        return cls(int(payload["bags"]), int(payload["full_bags"]), tuple(int(k) for k in payload["remainder_sizes"]))
-
 
 SUMMARY_COLUMNS = tuple(field.name for field in dataclasses.fields(SettingSummary))
 STATISTICS = SUMMARY_COLUMNS[4:]  # after the setting (mechanism, epsilon, bag size) and its rows
-
-
-def _value(hint: Any, value: Any) -> Any:
-    """A field from its JSON form or a table cell (numpy scalars included)."""
-    if hint is int:
-        return int(value)
-    if hint is str:
-        return str(value)
-    return typed(hint, value)
 
 
 def setting_schema() -> dict[str, Any]:

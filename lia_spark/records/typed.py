@@ -40,6 +40,25 @@ def plain(value: Any) -> Any:
     return value
 
 
+class JsonRecord:
+    """A dataclass record whose JSON form is its fields' (:func:`plain`), read back field by field (:func:`typed`)."""
+
+    __dataclass_fields__: typing.ClassVar[dict[str, dataclasses.Field[Any]]]  # declared by the record's @dataclass
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file's layout: every field in declaration order."""
+        return {field.name: plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls: type[R], payload: Mapping[str, Any]) -> R:
+        """Read :meth:`to_dict`'s layout (the file, a marker's result, or a row of a table)."""
+        hints = typing.get_type_hints(cls)
+        return cls(**{field.name: typed(hints[field.name], payload[field.name]) for field in dataclasses.fields(cls)})
+
+
+R = typing.TypeVar("R", bound=JsonRecord)
+
+
 def number(value: Any) -> float:
     """A float from its JSON form: null -> NaN, "inf" / "-inf" -> +-inf."""
     return math.nan if value is None else float(value)

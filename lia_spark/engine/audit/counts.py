@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from lia_spark import names
-from lia_spark.engine.spark.session import default_parallelism, describe_jobs
+from lia_spark.engine.spark.session import aggregate_row, default_parallelism, describe_jobs
 from lia_spark.kernels import audit, canary_scores, hashing, injected, recalibration
 from lia_spark.kernels.audit_designs import OBSERVATIONAL_DESIGN, AuditDesign
 from lia_spark.names import (AUDITED_COLUMNS, COUNTERFACTUAL_LABEL, HIDDEN_BIT, LABEL, PROXY_PREDICTION, ROW_ID,
@@ -100,11 +100,9 @@ def pooled_runs(df: DataFrame) -> tuple[DataFrame, int]:
         return df, 1
     with_runs = df.where(F.col(RUN_TARGET_PREDICTIONS).isNotNull())
     sizes = [F.size(RUN_TARGET_PREDICTIONS), F.coalesce(F.size(RUN_HIDDEN_BITS), F.lit(-1))]
-    found = with_runs.agg(F.least(*(F.min(size) for size in sizes)).alias("shortest"),
+    found = aggregate_row(with_runs, F.least(*(F.min(size) for size in sizes)).alias("shortest"),
                           F.greatest(*(F.max(size) for size in sizes)).alias("longest"),
-                          F.min(ROW_ID).alias("lowest"), F.max(ROW_ID).alias("highest")).first()
-    if found is None:
-        raise ValueError("canary table: a global aggregate returns one row, got none")
+                          F.min(ROW_ID).alias("lowest"), F.max(ROW_ID).alias("highest"))
     base = df.drop(*RUN_COLUMNS)
     if found["longest"] is None or found["longest"] < 1:
         return base, 1

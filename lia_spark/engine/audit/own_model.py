@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from lia_spark.engine.runtime.outputs import MARKER, path_exists
 from lia_spark.engine.runtime.stage import Resolved
 from lia_spark.engine.spark.filesystem import files_for
-from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.engine.spark.session import aggregate_row, describe_jobs
 from lia_spark.kernels.criteo import CAT_COLUMNS, HEX_DIGITS, TSV_COLUMNS
 from lia_spark.kernels.injected import PROBABILITY_FIX, PredictionSummary, prediction_problem
 from lia_spark.names import LABEL, PROXY_PREDICTION, ROW_ID, TARGET_PREDICTION
@@ -161,14 +161,12 @@ def check_predictions(canaries: DataFrame, sealed_rows: int, field: str, value: 
     """
     prediction = F.col(TARGET_PREDICTION)
     number = prediction.isNotNull() & ~F.isnan(prediction)
-    found = canaries.agg(
+    found = aggregate_row(canaries,
         F.count(F.lit(1)).alias("rows"),
         F.sum((~number).cast("long")).alias("missing"), F.min(prediction).alias("low"),
         F.max(prediction).alias("high"),
         F.sum((number & (prediction > 0) & (prediction < 1)).cast("long")).alias("soft"),
-        F.corr(prediction, F.col(against)).alias("agreement")).first()
-    if found is None:
-        raise ValueError(f"{field}: a global aggregate returns one row, got none")
+        F.corr(prediction, F.col(against)).alias("agreement"))
     problem = prediction_problem(PredictionSummary(
         rows=int(found["rows"]), expected=sealed_rows, missing=int(found["missing"] or 0),
         low=float(found["low"] if found["low"] is not None else 0.0),

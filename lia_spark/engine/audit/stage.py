@@ -27,7 +27,7 @@ from lia_spark.engine.audit.own_model import check_predictions, given_model
 from lia_spark.engine.audit.targets import AuditedTarget, audited_target, canary_path
 from lia_spark.engine.runtime.outputs import copy_from_local, path_exists, reported_path
 from lia_spark.engine.runtime.stage import FilesResult, Stage, StageRun, TrainedTarget
-from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.engine.spark.session import aggregate_row, describe_jobs
 from lia_spark.kernels import audit, audit_sweep, membership
 from lia_spark.kernels.audit_designs import AuditDesign
 from lia_spark.names import (BASELINE_NAMES, LABEL, MEMBER, PROXY_PREDICTION, REFERENCE_PREDICTION, ROW_ID,
@@ -163,12 +163,9 @@ def proxy_error(df: DataFrame, truth: DataFrame) -> MeasuredProxyError | None:
     laws TV = |M'(x) - eta(x)|; its maximum over the canaries (the tau that makes the bound hold, docs/math.md §5.10),
     99th and 95th percentiles and mean. None when a canary has no truth row (logged)."""
     gap = F.abs(F.col(PROXY_PREDICTION) - F.col("eta"))
-    row = (df.select(ROW_ID, PROXY_PREDICTION).join(truth, ROW_ID, "left")
-           .agg(F.count(F.lit(1)).alias("canaries"), F.count("eta").alias("matched"), F.max(gap).alias("max"),
-                F.percentile_approx(gap, [0.99, 0.95], 10_000).alias("quantiles"), F.avg(gap).alias("mean"))
-           .first())
-    if row is None:
-        raise ValueError("audit: a global aggregate returns one row, got none")
+    row = aggregate_row(df.select(ROW_ID, PROXY_PREDICTION).join(truth, ROW_ID, "left"),
+                        F.count(F.lit(1)).alias("canaries"), F.count("eta").alias("matched"), F.max(gap).alias("max"),
+                        F.percentile_approx(gap, [0.99, 0.95], 10_000).alias("quantiles"), F.avg(gap).alias("mean"))
     if row["matched"] < row["canaries"] or not row["canaries"]:
         logger.warning("audit: %d of %d canaries have no row in the truth table: the proxy's error is not measured",
                        row["canaries"] - row["matched"], row["canaries"])

@@ -42,7 +42,7 @@ from lia_spark.engine.models.preparation import fit_proxy, in_memory_rows, sampl
 from lia_spark.engine.runtime.outputs import delete_path, reported_path, write_text
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
 from lia_spark.engine.spark.filesystem import files_for, text_parts
-from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.engine.spark.session import aggregate_row, describe_jobs
 from lia_spark.kernels.criteo import FEATURE_COLUMNS, format_lines
 from lia_spark.names import COUNTERFACTUAL_LABEL, HIDDEN_BIT, IN_MEMORY, LABEL, PROXY_PREDICTION, ROW_ID, TRUE_LABEL
 from lia_spark.run import layout
@@ -149,11 +149,8 @@ def _inject(run: StageRun) -> InjectResult:
                          PROXY_PREDICTION).write.parquet(run.under(layout.SEALED))
         finally:
             drawn.unpersist()
-    counted = spark.read.parquet(run.under(layout.SEALED)).agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum((F.col(COUNTERFACTUAL_LABEL) != F.col(LABEL)).cast("long")).alias("informative")).first()
-    if counted is None:
-        raise ValueError("inject: a global aggregate returns one row, got none")
+    counted = aggregate_row(spark.read.parquet(run.under(layout.SEALED)), F.count(F.lit(1)).alias("rows"),
+                            F.sum((F.col(COUNTERFACTUAL_LABEL) != F.col(LABEL)).cast("long")).alias("informative"))
     seconds["inject"] = time.monotonic() - started
     seconds["total"] = time.monotonic() - run.started
     out = reported_path(layout.output_path(config, layout.INJECT))

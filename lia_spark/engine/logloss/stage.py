@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 
 from lia_spark.engine.runtime.outputs import check_writable, copy_from_local, reported_path
 from lia_spark.engine.runtime.stage import FilesResult, Input, Stage, StageRun
-from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.engine.spark.session import aggregate_row, describe_jobs
 from lia_spark.kernels import logloss
 from lia_spark.kernels.criteo import POSITION_BITS
 from lia_spark.names import DAY, LABEL, ROW_ID
@@ -65,10 +65,7 @@ def oracle_table(spark: SparkSession, config: Config) -> DataFrame:
     rows = (spark.read.parquet(config.parquet_path).where(F.col(DAY) == day)
             .select((F.col(ROW_ID).bitwiseAND((1 << POSITION_BITS) - 1)).alias(POSITION), F.col(LABEL).cast("int")))
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
-    found = rows.agg(F.count("*"), F.min(POSITION), F.max(POSITION)).first()
-    if found is None:
-        raise ValueError("logloss: a global aggregate returns one row, got none")
-    count, low, high = found
+    count, low, high = aggregate_row(rows, F.count("*"), F.min(POSITION), F.max(POSITION))
     if count == 0 or low != 0 or high != count - 1:
         rows.unpersist()
         raise ValueError(f"logloss.day: the oracle needs positions 0..N-1 of one day, got {count} rows with "
@@ -78,11 +75,8 @@ def oracle_table(spark: SparkSession, config: Config) -> DataFrame:
 
 def spark_log_loss(rows: DataFrame, predictions: Column) -> float:
     """-(1/N) sum_i [y_i ln u_i + (1 - y_i) ln(1 - u_i)] of ``predictions`` (a Column of the rows) in float64."""
-    found = rows.agg(F.sum(F.when(F.col(LABEL) == 1, F.log(predictions)).otherwise(F.log1p(-predictions))),
-                     F.count("*")).first()
-    if found is None:
-        raise ValueError("logloss: a global aggregate returns one row, got none")
-    total, count = found
+    total, count = aggregate_row(rows, F.sum(F.when(F.col(LABEL) == 1, F.log(predictions))
+                                             .otherwise(F.log1p(-predictions))), F.count("*"))
     return -float(total) / count
 
 

@@ -18,7 +18,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING, Any, Iterator, TextIO, cast
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from lia_spark.run.sections import SparkConfig
@@ -198,6 +198,15 @@ def master_name(spark: SparkSession) -> str:
 
 
 _described = ""  # the description of the next Spark jobs (describe_jobs), which progress lines name
+
+
+def aggregate_row(frame: DataFrame, *columns: Column) -> Row:
+    """The one row of the global aggregate ``frame.agg(*columns)`` (``first()`` types it optional: an aggregate
+    without grouping always has a row)."""
+    row = frame.agg(*columns).first()
+    if row is None:
+        raise ValueError(f"a global aggregate of {len(columns)} columns returned no row")
+    return row
 
 
 def describe_jobs(spark: SparkSession, description: str | None) -> None:

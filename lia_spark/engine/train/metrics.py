@@ -20,6 +20,7 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from lia_spark.engine.spark.session import aggregate_row
 from lia_spark.kernels import training
 
 _PART_SCHEMA = "lowest double, positives double, negatives double, pairs double"
@@ -53,9 +54,7 @@ def binary_metrics(frame: DataFrame, *, label: str, prediction: str) -> dict[str
     y = F.col(label).cast("double")
     rows = frame.select(y.alias("y"), p.alias("p"))
     loss = -(F.col("y") * F.log("p") + (1 - F.col("y")) * F.log1p(-F.col("p")))
-    total = rows.agg(F.count(F.lit(1)).alias("n"), F.sum(loss).alias("loss")).first()
-    if total is None:
-        raise ValueError("binary_metrics: a global aggregate returns one row, got none")
+    total = aggregate_row(rows, F.count(F.lit(1)).alias("n"), F.sum(loss).alias("loss"))
     if not total["n"]:
         raise ValueError("binary_metrics: the frame must hold at least one row, got 0 rows")
     groups = rows.groupBy(F.col("p").alias("score")).agg(F.sum("y").alias("positives"),

@@ -45,7 +45,7 @@ from lia_spark.engine.models.execution import distributed, in_memory
 from lia_spark.engine.models.preparation import Preparation, in_memory_rows
 from lia_spark.engine.runtime.outputs import copy_from_local, write_text
 from lia_spark.engine.runtime.stage import Input, Resolved, Stage, StageResult, StageRun
-from lia_spark.engine.spark.session import describe_jobs
+from lia_spark.engine.spark.session import aggregate_row, describe_jobs
 from lia_spark.engine.train import metrics
 from lia_spark.kernels import features, model_libraries, model_output, training
 from lia_spark.kernels.hashing import AuditKey
@@ -122,10 +122,8 @@ def _injection_counts(scored: DataFrame) -> dict[str, int]:
     derived from the coins is counted: how many informative canaries trained on y1 is a function of the secret bits,
     and metrics.json, MLflow and the logs reach whoever trains or reads the run (docs/math.md §5.9)."""
     informative = F.col(COUNTERFACTUAL_LABEL) != F.col(LABEL)
-    found = scored.where(F.col(SPLIT) == training.SPLIT_TRAIN).agg(
-        F.sum(informative.cast("long")).alias("informative_canaries")).first()
-    if found is None:
-        raise ValueError("train: a global aggregate returns one row, got none")
+    found = aggregate_row(scored.where(F.col(SPLIT) == training.SPLIT_TRAIN),
+                          F.sum(informative.cast("long")).alias("informative_canaries"))
     return {"informative_canaries": int(found["informative_canaries"] or 0)}
 
 
